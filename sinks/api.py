@@ -1,0 +1,165 @@
+"""The sink API: what a connector implements. *When* each method runs is the runtime's job.
+
+The protocol is Flink's two-phase commit (``TwoPhaseCommitSinkFunction``, Sink V2
+``Committer``) with FLIP-147's end-of-input rule:
+
+- executor side, inside one Spark task (a *subtask*): ``begin_transaction`` → ``write`` each Arrow
+  batch → ``pre_commit``, which flushes everything and returns the *committable*;
+- driver side, possibly after a crash and in another process: ``commit`` once the checkpoint
+  holding the committable is durable (``notify_checkpoint_complete``), ``abort`` otherwise;
+  ``recover_and_commit`` / ``recover_and_abort`` on restore; ``abort_lingering`` for what this job
+  opened that no checkpoint holds.
+
+Two type parameters keep the two sides apart:
+
+- ``TXN``, the *open* transaction, lives only inside the task. It may hold live clients (a
+  producer, a buffer) and is never serialized.
+- ``COMM``, the *committable*, is a frozen dataclass encoded as versioned JSON by
+  :attr:`TwoPhaseCommitSink.codec`; after ``pre_commit`` a commit must be able to succeed from any
+  process with it alone.
+
+Sinks whose transactions span epochs (an S3 JSON-lines file rolling by size) also implement
+:class:`InProgressSink`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+
+from sinks.codec import CommittableCodec
+from sinks.context import JsonObject, LingeringScope, WriterContext
+from sinks.outcome import CommitOutcome
+
+TXN = TypeVar("TXN")
+COMM = TypeVar("COMM")
+
+
+class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
+    """A two-phase-commit sink. Instances are configured on the driver and pickled to executors,
+    so they hold configuration only: no clients, no open transactions.
+
+    Attributes:
+        name: stable within a job; part of every transaction name.
+        codec: encodes committables (``COMM``) as versioned JSON for checkpoint metadata.
+    """
+
+    name: str
+    codec: CommittableCodec[COMM]
+
+    # --- executor side -------------------------------------------------------------------------
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check, before anything is written, that this sink can take data of ``schema``.
+
+        Raises:
+            SchemaError: a column is missing or of a type the sink cannot write.
+            ConfigError: the configuration cannot work (e.g. a timeout above the broker's max).
+        """
+
+    @abc.abstractmethod
+    def begin_transaction(self, ctx: WriterContext) -> TXN:
+        """Open a transaction for one subtask's epoch.
+
+        Raises:
+            ServiceUnavailableError: the external system cannot be reached (after retries).
+        """
+
+    @abc.abstractmethod
+    def write(self, txn: TXN, batch: pa.RecordBatch) -> None:
+        """Write one Arrow batch into the open transaction (whole batches, never row by row).
+
+        Raises:
+            RecordError: a record cannot be written; the message names its position.
+        """
+
+    @abc.abstractmethod
+    def pre_commit(self, txn: TXN) -> COMM | None:
+        """Flush everything and return the committable; ``None`` if the transaction is empty.
+
+        After it returns, commit can only fail if the external system lost the transaction (for
+        example a Kafka transaction timeout). An empty transaction is released by the sink itself
+        and yields no committable.
+        """
+
+    def abort_open(self, txn: TXN) -> None:
+        """Best-effort abort of a transaction that was never pre-committed (task failure, close()).
+
+        Whatever this leaves behind is found later by :meth:`abort_lingering`.
+        """
+
+    # --- driver side ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def commit(self, committable: COMM) -> CommitOutcome:
+        """Commit a pre-committed transaction. Idempotent: committing twice is not an error
+        (the second call returns ``ALREADY_COMMITTED``). Never raises for the outcomes of
+        :class:`CommitOutcome`; returns ``RETRY`` for transient failures.
+        """
+
+    @abc.abstractmethod
+    def abort(self, committable: COMM) -> None:
+        """Abort a pre-committed transaction. Idempotent."""
+
+    def recover_and_commit(self, committable: COMM) -> CommitOutcome:
+        """Commit after a restore, possibly in another process than the writer. Default: ``commit``."""
+        return self.commit(committable)
+
+    def recover_and_abort(self, committable: COMM) -> None:
+        """Abort after a restore. Default: ``abort``."""
+        self.abort(committable)
+
+    @abc.abstractmethod
+    def abort_lingering(self, scope: LingeringScope[COMM]) -> int:
+        """Abort what this job and sink opened that no checkpoint holds; return how many.
+
+        Lingering transactions come from failed or speculative task attempts and from crashes
+        before a checkpoint completed. Never touch anything in ``scope.held`` or
+        ``scope.held_in_progress``, nor other jobs' transactions.
+        """
+
+    def close(self) -> None:
+        """Release driver-side clients (admin connections). Idempotent."""
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def encode(self, committable: COMM) -> dict[str, Any]:
+        """Encode a committable for checkpoint metadata (versioned JSON object)."""
+        return self.codec.to_json(committable)
+
+    def decode(self, payload: JsonObject) -> COMM:
+        """Decode a committable from checkpoint metadata.
+
+        Raises:
+            CommittableDecodeError: malformed, of another kind, or of a newer version.
+        """
+        return self.codec.from_json(payload)
+
+
+class InProgressSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
+    """A sink whose transactions may span epochs (e.g. an S3 JSON-lines file that rolls by size).
+
+    At each checkpoint the runtime calls :meth:`pre_commit` (which returns the committable of any
+    file that rolled, or ``None``) and then :meth:`snapshot_in_progress` for what is still open.
+    The next epoch's task for the same partition receives that state as
+    ``WriterContext.restored_state`` in ``begin_transaction`` and resumes it. At end of input the
+    runtime calls :meth:`finish` instead of :meth:`pre_commit`, which turns everything in
+    progress into a committable for the final checkpoint (FLIP-147).
+    """
+
+    @abc.abstractmethod
+    def snapshot_in_progress(self, txn: TXN) -> JsonObject | None:
+        """The JSON state of what stays open across the checkpoint, or ``None``.
+
+        It must be enough to resume from any process. Secrets never go into it.
+        """
+
+    @abc.abstractmethod
+    def finish(self, txn: TXN) -> COMM | None:
+        """At end of input: flush and turn in-progress data into a committable (or ``None``)."""
+
+    @abc.abstractmethod
+    def abort_in_progress(self, state: JsonObject) -> None:
+        """Abort in-progress state that will never be resumed (a restore from an older checkpoint)."""

@@ -1,0 +1,72 @@
+"""The project's exception hierarchy: one module, so callers catch by meaning, not by origin.
+
+Every error the project raises on purpose derives from :class:`TwoPhaseError`. Errors about the
+user's input (configuration, schemas, records) are raised *before* anything is written.
+"""
+
+from __future__ import annotations
+
+
+class TwoPhaseError(Exception):
+    """Base class of every error twophase raises on purpose."""
+
+
+class ConfigError(TwoPhaseError, ValueError):
+    """Bad configuration, detected before anything is written (e.g. a timeout above the broker's max)."""
+
+
+class SchemaError(TwoPhaseError, ValueError):
+    """The data's schema cannot be taken by a sink (unknown column, type clash), found before writing."""
+
+
+class RecordError(TwoPhaseError, ValueError):
+    """One record cannot be written (e.g. larger than the topic's ``max.message.bytes``).
+
+    The message names the record's position (partition, batch offset) so it can be found.
+    """
+
+
+class ServiceUnavailableError(TwoPhaseError, ConnectionError):
+    """An external system (broker, S3 endpoint) cannot be reached after retrying with backoff."""
+
+
+class CommittableDecodeError(TwoPhaseError, ValueError):
+    """Committable or checkpoint JSON is malformed, of an unknown kind, or of an unsupported version."""
+
+
+class IllegalTransitionError(TwoPhaseError, RuntimeError):
+    """A lifecycle or state-machine transition that the protocol does not allow.
+
+    Raised by the subtask lifecycle (FLIP-147 table), the checkpoint coordinator and the job
+    lifecycle alike, naming the machine, the current state and the attempted transition.
+    """
+
+    def __init__(self, machine: str, state: str, transition: str) -> None:
+        super().__init__(f"{machine}: illegal transition {transition!r} from state {state}")
+        self.machine = machine
+        self.state = state
+        self.transition = transition
+
+
+class CommitFailedError(TwoPhaseError, RuntimeError):
+    """A commit ended FATAL, or kept asking for RETRY past the retry budget. The job fails."""
+
+
+class TransactionLostError(CommitFailedError):
+    """The external system aborted a pre-committed transaction (e.g. Kafka's transaction timeout).
+
+    Data was lost. Raised loudly unless the user opted in to ignoring it, like Flink's
+    ``ignoreFailuresAfterTransactionTimeout``. The message names the sink and the transaction.
+    """
+
+
+class CheckpointStorageError(TwoPhaseError, OSError):
+    """Checkpoint storage cannot be read or written; the message names the file or object."""
+
+
+class CorruptCheckpointError(CheckpointStorageError):
+    """A checkpoint's ``_metadata`` is unreadable or invalid. Never silently skipped."""
+
+
+class JobError(TwoPhaseError, RuntimeError):
+    """A job cannot run as asked (e.g. the stored Spark query id differs from the Spark checkpoint's)."""
