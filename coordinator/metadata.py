@@ -1,0 +1,177 @@
+"""Checkpoint metadata: what one completed checkpoint records, as versioned JSON (never pickle).
+
+A checkpoint is the moment of truth of the protocol: once its ``_metadata`` is published, every
+committable in it must eventually be committed (re-committed on recovery), and everything this job
+opened that no retained checkpoint references is lingering and may be aborted.
+
+JSON shape (``format`` and ``version`` first, so any reader can refuse what it does not know)::
+
+    {"format": "twophase.checkpoint", "version": 1,
+     "job_id": "...", "checkpoint_id": 7, "kind": "checkpoint" | "savepoint" | "final",
+     "timestamp_ms": 1700000000000,
+     "source_position": {"engine": "spark", "query_id": "...", "batch_id": 6} | null,
+     "fully_finished": ["<operator id>", ...],
+     "end_of_input": false,
+     "sinks": {"<sink>": {"num_partitions": 2,
+                          "committables": [{"partition": 0, "attempt": 0, "payload": {...}}],
+                          "in_progress": {"0": {...}}}}}
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sinks.context import JsonObject
+from sinks.errors import CommittableDecodeError
+
+FORMAT = "twophase.checkpoint"
+VERSION = 1
+
+
+class CheckpointKind(enum.Enum):
+    """Why a checkpoint was taken. Savepoints are retained until the user deletes them."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+    FINAL = "final"
+
+
+@dataclass(frozen=True)
+class CommittableRecord:
+    """One pre-committed transaction of one subtask: (partition, attempt, encoded committable).
+
+    ``payload`` is the sink codec's versioned JSON object (``{"kind", "version", "body"}``).
+    """
+
+    partition: int
+    attempt: int
+    payload: JsonObject
+
+
+@dataclass(frozen=True)
+class SinkSnapshot:
+    """One sink's part of a checkpoint.
+
+    Attributes:
+        num_partitions: the parallelism the sink ran with in this checkpoint's epoch.
+        committables: pre-committed transactions to commit once this checkpoint completes.
+        in_progress: partition → in-progress state of transactions that span checkpoints.
+    """
+
+    num_partitions: int
+    committables: tuple[CommittableRecord, ...] = ()
+    in_progress: Mapping[int, JsonObject] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckpointMetadata:
+    """Everything one completed checkpoint records. See the module docstring for the JSON shape.
+
+    Attributes:
+        job_id: the job's stable id.
+        checkpoint_id: monotonically increasing, ≥ 1.
+        kind: checkpoint, savepoint or final.
+        timestamp_ms: when the checkpoint completed, ms since the epoch.
+        sinks: sink name → its snapshot.
+        source_position: engine position the checkpoint covers (Spark: query id and batch id).
+        fully_finished: operator ids all of whose subtasks had finished (FLIP-147); skipped on restore.
+        end_of_input: the job had reached end of input; restoring from it replays nothing.
+    """
+
+    job_id: str
+    checkpoint_id: int
+    kind: CheckpointKind
+    timestamp_ms: int
+    sinks: Mapping[str, SinkSnapshot]
+    source_position: JsonObject | None = None
+    fully_finished: tuple[str, ...] = ()
+    end_of_input: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The versioned JSON object described in the module docstring."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "job_id": self.job_id,
+            "checkpoint_id": self.checkpoint_id,
+            "kind": self.kind.value,
+            "timestamp_ms": self.timestamp_ms,
+            "source_position": dict(self.source_position) if self.source_position is not None else None,
+            "fully_finished": list(self.fully_finished),
+            "end_of_input": self.end_of_input,
+            "sinks": {
+                name: {
+                    "num_partitions": snap.num_partitions,
+                    "committables": [
+                        {"partition": c.partition, "attempt": c.attempt, "payload": dict(c.payload)}
+                        for c in snap.committables
+                    ],
+                    "in_progress": {str(p): dict(s) for p, s in sorted(snap.in_progress.items())},
+                }
+                for name, snap in sorted(self.sinks.items())
+            },
+        }
+
+    def dumps(self) -> bytes:
+        """UTF-8 JSON bytes, keys sorted, for ``_metadata`` files."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> CheckpointMetadata:
+        """Parse and validate a metadata object.
+
+        Raises:
+            CommittableDecodeError: wrong format, unsupported version, or missing/mistyped fields.
+        """
+        if not isinstance(obj, Mapping) or obj.get("format") != FORMAT:
+            raise CommittableDecodeError(f"not a {FORMAT} object")
+        if obj.get("version") != VERSION:
+            raise CommittableDecodeError(f"unsupported checkpoint metadata version {obj.get('version')!r}")
+        try:
+            sinks = {
+                str(name): SinkSnapshot(
+                    num_partitions=_int(s["num_partitions"]),
+                    committables=tuple(
+                        CommittableRecord(_int(c["partition"]), _int(c["attempt"]), dict(c["payload"]))
+                        for c in s["committables"]
+                    ),
+                    in_progress={int(p): dict(v) for p, v in s["in_progress"].items()},
+                )
+                for name, s in obj["sinks"].items()
+            }
+            pos = obj.get("source_position")
+            return cls(
+                job_id=str(obj["job_id"]),
+                checkpoint_id=_int(obj["checkpoint_id"]),
+                kind=CheckpointKind(obj["kind"]),
+                timestamp_ms=_int(obj["timestamp_ms"]),
+                sinks=sinks,
+                source_position=dict(pos) if pos is not None else None,
+                fully_finished=tuple(str(o) for o in obj.get("fully_finished", ())),
+                end_of_input=bool(obj.get("end_of_input", False)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CommittableDecodeError(f"invalid checkpoint metadata: {e!r}") from e
+
+    @classmethod
+    def loads(cls, data: bytes | str) -> CheckpointMetadata:
+        """Parse ``_metadata`` bytes.
+
+        Raises:
+            CommittableDecodeError: not JSON, or not valid metadata.
+        """
+        try:
+            obj = json.loads(data)
+        except ValueError as e:
+            raise CommittableDecodeError(f"checkpoint metadata is not JSON: {e}") from e
+        return cls.from_json(obj)
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"expected an integer, got {v!r:.40}")
+    return v

@@ -1,0 +1,1 @@
+"""Checkpoint storage backends: local/POSIX and S3."""

@@ -1,0 +1,88 @@
+"""The checkpoint-storage contract shared by the local/POSIX and S3 backends (DESIGN.md §5).
+
+Layout under a base location, per job::
+
+    <base>/<job-id>/chk-<n>/_metadata                  checkpoints (retained: the last N)
+    <base>/<job-id>/savepoints/sp-<n>/_metadata        savepoints (never deleted automatically)
+
+Rules every backend keeps:
+- publishing is atomic: a reader sees a complete ``_metadata`` or none (local: temp file, fsync,
+  rename; S3: PUT with ``If-None-Match: *``); publishing an id that exists raises;
+- "latest" is found by listing, never from a mutable pointer file;
+- files are created owner-only;
+- a corrupt or unreadable ``_metadata`` raises :class:`~sinks.errors.CorruptCheckpointError`
+  naming the file. Nothing silently falls back to an older checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import builtins
+from typing import Protocol
+
+from coordinator.metadata import CheckpointKind, CheckpointMetadata
+
+
+@dataclass(frozen=True, order=True)
+class CheckpointRef:
+    """Where one published checkpoint lives.
+
+    Attributes:
+        checkpoint_id: its id.
+        kind: checkpoint, savepoint or final.
+        location: the ``_metadata`` file's path or ``s3://bucket/key`` URI.
+    """
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    location: str
+
+
+class CheckpointStorage(Protocol):
+    """Durable storage of one job's checkpoints and savepoints."""
+
+    job_id: str
+
+    def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
+        """Atomically publish ``metadata`` (savepoints under ``savepoints/``).
+
+        Raises:
+            CheckpointStorageError: the id exists already, or the write failed (nothing is visible then).
+        """
+        ...
+
+    def list_checkpoints(self) -> list[CheckpointRef]:
+        """All published checkpoints and savepoints of the job, ascending by id."""
+        ...
+
+    def load(self, ref: CheckpointRef) -> CheckpointMetadata:
+        """Read one checkpoint.
+
+        Raises:
+            CorruptCheckpointError: unreadable or invalid metadata; the message names the file.
+        """
+        ...
+
+    def load_location(self, location: str) -> CheckpointMetadata:
+        """Read a checkpoint or savepoint by its location (``--from-savepoint``).
+
+        Raises:
+            CorruptCheckpointError: unreadable or invalid metadata; the message names the file.
+        """
+        ...
+
+    def latest(self) -> CheckpointMetadata | None:
+        """The newest published checkpoint or savepoint by listing, or ``None`` for a new job.
+
+        Raises:
+            CorruptCheckpointError: the newest one is corrupt (no silent fallback).
+        """
+        ...
+
+    def delete(self, ref: CheckpointRef) -> None:
+        """Delete one checkpoint's directory. Idempotent."""
+        ...
+
+    def apply_retention(self, keep: int) -> list[CheckpointRef]:
+        """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted."""
+        ...
