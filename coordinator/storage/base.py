@@ -17,7 +17,6 @@ Rules every backend keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-import builtins
 from typing import Protocol
 
 from coordinator.metadata import CheckpointKind, CheckpointMetadata
