@@ -1,0 +1,208 @@
+"""One pass over a partition's data, writing every sink: the executor side of an epoch.
+
+For one subtask set (all sinks of one partition in one epoch) it runs, per sink,
+``begin_transaction`` → ``write`` for every Arrow batch → ``pre_commit`` (and, for
+:class:`~sinks.api.InProgressSink`, ``snapshot_in_progress`` — or ``finish`` at end of input), and
+returns one :class:`Acknowledgement` per sink. Engine-agnostic: Spark's ``mapInArrow`` calls it
+with the task's partition id and attempt number, and the test harness calls it directly.
+
+On any failure every transaction still open is aborted (best effort) before the error propagates;
+whatever is left is lingering and cleaned by ``abort_lingering`` after the next checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from coordinator.faults import fault_point
+from sinks.api import InProgressSink, TwoPhaseCommitSink
+from sinks.context import JsonObject, WriterContext
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """What every task of one epoch needs to know; shipped to executors (picklable, no secrets in logs).
+
+    Attributes:
+        job_id: the job's stable id.
+        checkpoint_id: the checkpoint this epoch's transactions belong to.
+        num_partitions: the epoch's parallelism.
+        sinks: the sinks to write, in order; names are unique.
+        restored: sink name → partition → in-progress state restored from the latest checkpoint.
+        end_of_input: the epoch is the last one; spanning sinks ``finish`` instead of snapshotting.
+    """
+
+    job_id: str
+    checkpoint_id: int
+    num_partitions: int
+    sinks: tuple[AnySink, ...]
+    restored: Mapping[str, Mapping[int, JsonObject]]
+    end_of_input: bool = False
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """One subtask's acknowledgement of a checkpoint: its committable and in-progress state.
+
+    Attributes:
+        sink: the sink's name.
+        partition: the subtask index.
+        attempt: the task attempt that wrote it.
+        committable: the encoded committable (versioned JSON object), or ``None`` if empty.
+        in_progress: the in-progress state to carry into the next epoch, or ``None``.
+        records: records written (count).
+        write_ms: time spent in begin/write/pre-commit, ms.
+    """
+
+    sink: str
+    partition: int
+    attempt: int
+    committable: JsonObject | None
+    in_progress: JsonObject | None
+    records: int
+    write_ms: float
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat row for engines that return acknowledgements as data (JSON strings for nested parts)."""
+        return {
+            "sink": self.sink,
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "committable": None if self.committable is None else json.dumps(self.committable),
+            "in_progress": None if self.in_progress is None else json.dumps(self.in_progress),
+            "records": self.records,
+            "write_ms": self.write_ms,
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Acknowledgement:
+        """Inverse of :meth:`to_row`."""
+        return cls(
+            sink=str(row["sink"]),
+            partition=int(row["partition"]),
+            attempt=int(row["attempt"]),
+            committable=None if row["committable"] is None else json.loads(row["committable"]),
+            in_progress=None if row["in_progress"] is None else json.loads(row["in_progress"]),
+            records=int(row["records"]),
+            write_ms=float(row["write_ms"]),
+        )
+
+
+ACK_SCHEMA = pa.schema(
+    [
+        ("sink", pa.string()),
+        ("partition", pa.int32()),
+        ("attempt", pa.int32()),
+        ("committable", pa.string()),
+        ("in_progress", pa.string()),
+        ("records", pa.int64()),
+        ("write_ms", pa.float64()),
+    ]
+)
+"""Arrow schema of :meth:`Acknowledgement.to_row` rows (what ``mapInArrow`` yields)."""
+
+
+def write_subtasks(
+    plan: EpochPlan, partition: int, attempt: int, batches: Iterable[pa.RecordBatch]
+) -> list[Acknowledgement]:
+    """Write one partition's batches to every sink of ``plan`` and pre-commit them.
+
+    Args:
+        plan: the epoch's plan.
+        partition: this task's partition index, ``0 <= partition < plan.num_partitions``.
+        attempt: this task's attempt number.
+        batches: the partition's data, consumed once.
+
+    Returns:
+        One acknowledgement per sink, in ``plan.sinks`` order.
+
+    Raises:
+        Whatever a sink raises (``RecordError``, ``ServiceUnavailableError``, ...), after aborting
+        every transaction still open.
+    """
+    started = time.perf_counter()
+    open_txns: list[tuple[AnySink, Any]] = []
+    try:
+        for sink in plan.sinks:
+            ctx = WriterContext(
+                job_id=plan.job_id,
+                sink_name=sink.name,
+                checkpoint_id=plan.checkpoint_id,
+                partition=partition,
+                attempt=attempt,
+                num_partitions=plan.num_partitions,
+                restored_state=plan.restored.get(sink.name, {}).get(partition),
+            )
+            open_txns.append((sink, sink.begin_transaction(ctx)))
+        fault_point("before_write")
+        records = 0
+        for i, batch in enumerate(batches):
+            for sink, txn in open_txns:
+                sink.write(txn, batch)
+            records += batch.num_rows
+            if i == 0:
+                fault_point("mid_write")
+        acks = [
+            _close_subtask(plan, sink, txn, partition, attempt, records, started) for sink, txn in open_txns
+        ]
+        open_txns.clear()
+        fault_point("after_pre_commit")
+        return acks
+    except BaseException:
+        for sink, txn in open_txns:
+            try:
+                sink.abort_open(txn)
+            except Exception:  # the original error matters more; leftovers are lingering
+                log.exception(
+                    "abort_open failed: job=%s sink=%s partition=%d", plan.job_id, sink.name, partition
+                )
+        raise
+
+
+def _close_subtask(
+    plan: EpochPlan, sink: AnySink, txn: Any, partition: int, attempt: int, records: int, started: float
+) -> Acknowledgement:
+    in_progress: JsonObject | None = None
+    if isinstance(sink, InProgressSink):
+        if plan.end_of_input:
+            committable = sink.finish(txn)
+        else:
+            committable = sink.pre_commit(txn)
+            in_progress = sink.snapshot_in_progress(txn)
+    else:
+        committable = sink.pre_commit(txn)
+    return Acknowledgement(
+        sink=sink.name,
+        partition=partition,
+        attempt=attempt,
+        committable=None if committable is None else sink.encode(committable),
+        in_progress=in_progress,
+        records=records,
+        write_ms=(time.perf_counter() - started) * 1000.0,
+    )
+
+
+def sink_names_unique(sinks: Sequence[AnySink]) -> None:
+    """Check that sink names are unique within a job.
+
+    Raises:
+        ConfigError: a name is used twice.
+    """
+    from sinks.errors import ConfigError
+
+    seen: set[str] = set()
+    for s in sinks:
+        if s.name in seen:
+            raise ConfigError(f"sink name {s.name!r} is used twice in one job; names must be unique")
+        seen.add(s.name)

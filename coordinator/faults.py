@@ -1,0 +1,82 @@
+"""Named fault points for crash testing (DESIGN.md §8).
+
+``TWOPHASE_FAULT=<point>[:<n>]`` makes the process exit at once with status 137 (as if killed by
+SIGKILL) the n-th time (default 1st) it reaches ``<point>``. Several points may be given,
+comma-separated. Counting is per process: executor-side points count inside each Python worker.
+
+The exit is ``os._exit``: no ``finally`` blocks, no atexit hooks, no flushing — a real crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+ENV: Final = "TWOPHASE_FAULT"
+EXIT_STATUS: Final = 137
+
+POINTS: Final = frozenset(
+    {
+        "before_write",  # executor: transaction begun, nothing written
+        "mid_write",  # executor: after the first batch was written
+        "after_pre_commit",  # executor: pre-committed, committable not yet returned to the driver
+        "before_persist",  # driver: all acknowledgements in, checkpoint not yet persisted
+        "after_persist",  # driver: checkpoint persisted, nothing committed yet
+        "mid_commit",  # driver: after the first of several commits
+        "after_commit",  # driver: all committed, before returning to Spark
+        "during_finish",  # driver: end of input, sinks finishing, before the final checkpoint
+        "during_final_checkpoint",  # driver: final checkpoint triggered, not yet persisted
+        "during_stop_with_savepoint",  # driver: savepoint triggered, not yet persisted
+        "during_cancel",  # driver: cancel in progress
+    }
+)
+
+_lock = threading.Lock()
+_hits: Counter[str] = Counter()
+
+
+def parse(spec: str) -> dict[str, int]:
+    """Parse ``point[:n][,point[:n]...]`` into ``{point: n}``.
+
+    Raises:
+        ValueError: an unknown point or a count that is not a positive integer.
+    """
+    out: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, count = part.partition(":")
+        if name not in POINTS:
+            raise ValueError(f"{ENV}: unknown fault point {name!r}; known: {', '.join(sorted(POINTS))}")
+        n = int(count) if count else 1
+        if n < 1:
+            raise ValueError(f"{ENV}: count must be >= 1 in {part!r}")
+        out[name] = n
+    return out
+
+
+def fault_point(name: str) -> None:
+    """Mark that the process reached fault point ``name``; exit 137 if ``TWOPHASE_FAULT`` says so.
+
+    Raises:
+        ValueError: ``name`` is not a known point (a programming error), or the env var is malformed.
+    """
+    if name not in POINTS:
+        raise ValueError(f"unknown fault point {name!r}")
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    wanted = parse(spec).get(name)
+    if wanted is None:
+        return
+    with _lock:
+        _hits[name] += 1
+        hit = _hits[name]
+    if hit == wanted:
+        log.warning("fault injected: point=%s hit=%d pid=%d", name, hit, os.getpid())
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(EXIT_STATUS)
