@@ -1,0 +1,1 @@
+"""twophase benchmarks: each ``bench_*.py`` module exposes ``run() -> dict``; ``benchmarks.run`` runs them."""
