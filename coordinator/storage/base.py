@@ -3,7 +3,12 @@
 Layout under a base location, per job::
 
     <base>/<job-id>/chk-<n>/_metadata                  checkpoints (retained: the last N)
+    <base>/<job-id>/chk-<n>/_final                     empty marker of a final checkpoint
     <base>/<job-id>/savepoints/sp-<n>/_metadata        savepoints (never deleted automatically)
+
+(naming as pure functions: :mod:`coordinator.storage.layout`). Checkpoints and savepoints share one
+id sequence: an id names at most one of them. Final checkpoints count as checkpoints for retention;
+as at least one is kept, a final checkpoint stays until a later checkpoint exists.
 
 Rules every backend keeps:
 - publishing is atomic: a reader sees a complete ``_metadata`` or none (local: temp file, fsync,
@@ -11,7 +16,8 @@ Rules every backend keeps:
 - "latest" is found by listing, never from a mutable pointer file;
 - files are created owner-only;
 - a corrupt or unreadable ``_metadata`` raises :class:`~sinks.errors.CorruptCheckpointError`
-  naming the file. Nothing silently falls back to an older checkpoint.
+  naming the file. Nothing silently falls back to an older checkpoint (the backends offer
+  ``latest(fallback_to_valid=True)`` as an explicit opt-in).
 """
 
 from __future__ import annotations

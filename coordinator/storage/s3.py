@@ -1,0 +1,445 @@
+"""Checkpoint storage on S3 (or an S3-compatible server such as MinIO) through boto3.
+
+Layout: ``s3://<bucket>/<prefix>/<job-id>/chk-<n>/_metadata`` etc., as in
+:mod:`coordinator.storage.layout`.
+
+Publishing is one conditional ``PutObject`` with ``If-None-Match: *`` (DESIGN.md §5): S3 stores the
+object atomically and answers ``412 Precondition Failed`` if the key exists, so an id is never
+overwritten and a reader sees the whole object or nothing. The server must support conditional
+writes (AWS S3 since 2024, MinIO).
+
+Transient failures (throttling, 5xx, ``409 ConditionalRequestConflict``, connection errors) are
+retried with tenacity, exponential backoff with jitter. Because a retried PUT may have succeeded
+the first time, a ``412`` after a retry (ours or botocore's) is resolved by reading the object back:
+identical bytes mean our own publish landed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlparse
+
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from coordinator.metadata import CheckpointKind, CheckpointMetadata
+from coordinator.storage import layout
+from coordinator.storage.base import CheckpointRef
+from coordinator.storage.common import (
+    check_publishable,
+    decode_metadata,
+    latest_by_listing,
+    plan_retention,
+    sort_refs,
+)
+from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_TRANSIENT_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "SlowDown",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+        "ConditionalRequestConflict",  # 409: a concurrent conditional write is in flight
+        "XMinioServerNotInitialized",
+    }
+)
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_PRECONDITION_FAILED_CODES = frozenset({"PreconditionFailed", "412"})
+_DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether an S3 call that raised ``error`` is worth retrying.
+
+    True for connection and HTTP-client errors, truncated bodies, throttling, request timeouts,
+    HTTP 429 and 5xx, and ``ConditionalRequestConflict``; false for everything else (404, 403, 412…).
+    """
+    if isinstance(error, BotoConnectionError | HTTPClientError | IncompleteReadError):
+        return True
+    if isinstance(error, ClientError):
+        code = _code(error)
+        status = _status(error)
+        if code == "NotImplemented":  # 501: e.g. a server without conditional writes; retrying won't help
+            return False
+        return code in _TRANSIENT_CODES or status == 429 or status >= 500
+    return False
+
+
+class S3CheckpointStorage:
+    """Checkpoints of one job under ``s3://<bucket>/<prefix>/<job_id>/``.
+
+    Args:
+        bucket: an existing bucket.
+        prefix: key prefix shared by jobs (may be empty; surrounding ``/`` are ignored).
+        job_id: the job's stable id, one safe path segment.
+        client: a boto3 S3 client (credentials from the standard chain or explicit; never logged).
+            Give it ``retries={"total_max_attempts": 1}`` to leave retrying to this class alone.
+        retry_attempts: attempts per S3 call for transient errors (≥ 1).
+        retry_max_wait_s: cap of the exponential backoff between attempts, seconds.
+
+    Raises:
+        ConfigError: bad bucket, prefix, job id or retry settings.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        job_id: str,
+        client: S3Client,
+        *,
+        retry_attempts: int = 6,
+        retry_max_wait_s: float = 10.0,
+    ) -> None:
+        if not bucket or "/" in bucket:
+            raise ConfigError(f"invalid S3 bucket name {bucket!r}")
+        if retry_attempts < 1 or retry_max_wait_s < 0:
+            raise ConfigError("retry_attempts must be >= 1 and retry_max_wait_s >= 0")
+        self.job_id: str = layout.validate_job_id(job_id)
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if any(seg in ("", ".", "..") for seg in self.prefix.split("/")) and self.prefix:
+            raise ConfigError(f"invalid S3 key prefix {prefix!r}: empty, '.' or '..' segments")
+        self.job_prefix = f"{self.prefix}/{self.job_id}/" if self.prefix else f"{self.job_id}/"
+        self._client = client
+        self._retry_attempts = retry_attempts
+        self._retry_max_wait_s = retry_max_wait_s
+
+    def __repr__(self) -> str:
+        return f"S3CheckpointStorage({self.uri(self.job_prefix)!r})"
+
+    # -- keys ----------------------------------------------------------------------------------
+
+    def uri(self, key: str) -> str:
+        """``s3://<bucket>/<key>``."""
+        return f"s3://{self.bucket}/{key}"
+
+    def dir_key(self, checkpoint_id: int, kind: CheckpointKind) -> str:
+        """Key prefix (ending in ``/``) of checkpoint ``checkpoint_id`` of ``kind``."""
+        return f"{self.job_prefix}{layout.relative_dir(checkpoint_id, kind)}/"
+
+    def metadata_key(self, checkpoint_id: int, kind: CheckpointKind) -> str:
+        """Key of the ``_metadata`` object of checkpoint ``checkpoint_id`` of ``kind``."""
+        return self.dir_key(checkpoint_id, kind) + layout.METADATA_NAME
+
+    # -- retrying calls ------------------------------------------------------------------------
+
+    def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+        """Run one S3 call with retries of transient errors.
+
+        Non-transient ``ClientError`` propagates unchanged (callers interpret 404/412); transient
+        errors left after the last attempt and other botocore errors become CheckpointStorageError.
+        """
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "retrying S3 call job=%s op=%s uri=%s attempt=%d error=%s",
+                self.job_id, op, self.uri(key), state.attempt_number, exc,
+                extra={"job": self.job_id, "attempt": state.attempt_number},
+            )  # fmt: skip
+
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(self._retry_attempts),
+            wait=wait_exponential_jitter(multiplier=0.1, jitter=0.1, max=self._retry_max_wait_s),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(fn)
+        except ClientError as e:
+            if is_transient(e):
+                raise CheckpointStorageError(
+                    f"S3 {op} {self.uri(key)} failed after {self._retry_attempts} attempts: {e}"
+                ) from e
+            raise
+        except BotoCoreError as e:
+            raise CheckpointStorageError(f"S3 {op} {self.uri(key)} failed: {e}") from e
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self._call("HeadObject", key, lambda: self._client.head_object(Bucket=self.bucket, Key=key))
+        except ClientError as e:
+            if _code(e) in _NOT_FOUND_CODES:
+                return False
+            raise CheckpointStorageError(f"S3 HeadObject {self.uri(key)} failed: {e}") from e
+        return True
+
+    # -- publish -------------------------------------------------------------------------------
+
+    def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
+        """Publish ``metadata`` with a conditional PUT (``If-None-Match: *``).
+
+        A final checkpoint first gets its ``_final`` marker object; the marker is only read for
+        listing and a ``_metadata`` is what makes a checkpoint visible.
+
+        Returns:
+            the ref of the published checkpoint (``location`` = its ``s3://`` URI).
+
+        Raises:
+            CheckpointStorageError: the id is already published (``412``; also as the other kind),
+                the metadata belongs to another job, or S3 failed; no new checkpoint is visible then.
+        """
+        check_publishable(metadata, self.job_id)
+        cid, kind = metadata.checkpoint_id, metadata.kind
+        key = self.metadata_key(cid, kind)
+        other = CheckpointKind.CHECKPOINT if kind is CheckpointKind.SAVEPOINT else CheckpointKind.SAVEPOINT
+        for existing in (key, self.metadata_key(cid, other)):
+            if self._exists(existing):
+                raise CheckpointStorageError(
+                    f"checkpoint {cid} of job {self.job_id!r} exists: {self.uri(existing)}"
+                )
+        data = metadata.dumps()
+        self._set_final_marker(cid, final=kind is CheckpointKind.FINAL)
+
+        attempts = 0
+
+        def put() -> None:
+            nonlocal attempts
+            attempts += 1
+            self._client.put_object(
+                Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*", ContentType="application/json"
+            )
+
+        try:
+            self._call("PutObject", key, put)
+        except ClientError as e:
+            if _code(e) not in _PRECONDITION_FAILED_CODES and _status(e) != 412:
+                hint = (
+                    " (the server must support conditional writes, If-None-Match)"
+                    if _status(e) == 501
+                    else ""
+                )
+                raise CheckpointStorageError(f"S3 PutObject {self.uri(key)} failed{hint}: {e}") from e
+            retried = attempts > 1 or int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
+            if not (retried and self._read(key) == data):
+                raise CheckpointStorageError(f"checkpoint exists already: {self.uri(key)}") from e
+            log.info(
+                "conditional PUT answered 412 after a retry; our own write had landed uri=%s", self.uri(key)
+            )
+        ref = CheckpointRef(cid, kind, self.uri(key))
+        log.info(
+            "checkpoint published job=%s checkpoint=%d kind=%s location=%s bytes=%d",
+            self.job_id, cid, kind.value, ref.location, len(data),
+            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value, "location": ref.location},
+        )  # fmt: skip
+        return ref
+
+    def _set_final_marker(self, checkpoint_id: int, *, final: bool) -> None:
+        marker = self.dir_key(checkpoint_id, CheckpointKind.FINAL) + layout.FINAL_MARKER_NAME
+        try:
+            if final:
+                self._call(
+                    "PutObject",
+                    marker,
+                    lambda: self._client.put_object(Bucket=self.bucket, Key=marker, Body=b""),
+                )
+            else:  # a stale marker of a crashed final publish of this id must not mark a plain checkpoint
+                self._call(
+                    "DeleteObject", marker, lambda: self._client.delete_object(Bucket=self.bucket, Key=marker)
+                )
+        except ClientError as e:
+            raise CheckpointStorageError(f"S3 write of {self.uri(marker)} failed: {e}") from e
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def _list_keys(self, prefix: str) -> list[str]:
+        def list_all() -> list[str]:
+            keys: list[str] = []
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                keys.extend(obj["Key"] for obj in page.get("Contents", ()) if "Key" in obj)
+            return keys
+
+        try:
+            return self._call("ListObjectsV2", prefix, list_all)
+        except ClientError as e:
+            raise CheckpointStorageError(f"cannot list {self.uri(prefix)}: {e}") from e
+
+    def _scan(self) -> tuple[list[CheckpointRef], list[tuple[int, CheckpointKind]]]:
+        """Published refs, and (id, kind) of directories with objects but no ``_metadata``."""
+        seen: dict[tuple[int, CheckpointKind], set[str]] = {}
+        for key in self._list_keys(self.job_prefix):
+            parsed = _parse_rel_key(key[len(self.job_prefix) :])
+            if parsed is not None:
+                cid, is_savepoint, name = parsed
+                kind = CheckpointKind.SAVEPOINT if is_savepoint else CheckpointKind.CHECKPOINT
+                seen.setdefault((cid, kind), set()).add(name)
+        refs: list[CheckpointRef] = []
+        orphans: list[tuple[int, CheckpointKind]] = []
+        for (cid, kind), names in seen.items():
+            if layout.METADATA_NAME not in names:
+                orphans.append((cid, kind))
+                continue
+            if kind is CheckpointKind.CHECKPOINT and layout.FINAL_MARKER_NAME in names:
+                kind = CheckpointKind.FINAL
+            refs.append(CheckpointRef(cid, kind, self.uri(self.metadata_key(cid, kind))))
+        return sort_refs(refs), orphans
+
+    def list_checkpoints(self) -> list[CheckpointRef]:
+        """All published checkpoints and savepoints of the job, ascending by numeric id.
+
+        Raises:
+            CheckpointStorageError: listing failed.
+        """
+        return self._scan()[0]
+
+    def load(self, ref: CheckpointRef) -> CheckpointMetadata:
+        """Read one checkpoint of this job; its id and kind must match ``ref``.
+
+        Raises:
+            CorruptCheckpointError: unreadable or invalid metadata; the message names the ``s3://`` URI.
+            CheckpointStorageError: no such object, or S3 unavailable after retries.
+        """
+        key = self.metadata_key(ref.checkpoint_id, ref.kind)
+        return decode_metadata(self._read(key), self.uri(key), job_id=self.job_id, expected=ref)
+
+    def load_location(self, location: str) -> CheckpointMetadata:
+        """Read a checkpoint or savepoint by ``s3://bucket/key`` of its ``_metadata`` or its directory.
+
+        The metadata may belong to another job or bucket (restoring a savepoint into a new job).
+
+        Raises:
+            ConfigError: ``location`` is not an ``s3://bucket/key`` URI.
+            CorruptCheckpointError: unreadable or invalid metadata; the message names the URI.
+            CheckpointStorageError: nothing is at ``location``.
+        """
+        parsed = urlparse(location)
+        if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):
+            raise ConfigError(f"not an s3://bucket/key checkpoint location: {location}")
+        key = parsed.path.lstrip("/").rstrip("/")
+        if not key.endswith("/" + layout.METADATA_NAME) and key != layout.METADATA_NAME:
+            key = f"{key}/{layout.METADATA_NAME}"
+        uri = f"s3://{parsed.netloc}/{key}"
+        return decode_metadata(self._read(key, bucket=parsed.netloc), uri)
+
+    def _read(self, key: str, bucket: str | None = None) -> bytes:
+        bucket = bucket or self.bucket
+        uri = f"s3://{bucket}/{key}"
+
+        def get() -> bytes:
+            return self._client.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+        try:
+            return self._call("GetObject", key, get)
+        except ClientError as e:
+            if _code(e) in _NOT_FOUND_CODES:
+                raise CheckpointStorageError(f"no checkpoint metadata at {uri}") from e
+            raise CorruptCheckpointError(f"unreadable checkpoint metadata {uri}: {e}") from e
+
+    def latest(self, *, fallback_to_valid: bool = False) -> CheckpointMetadata | None:
+        """The newest published checkpoint or savepoint by listing, or ``None`` for a new job.
+
+        Args:
+            fallback_to_valid: opt-in only: skip corrupt checkpoints (logged) for the newest valid one.
+
+        Raises:
+            CorruptCheckpointError: the newest one is corrupt (and ``fallback_to_valid`` is off).
+        """
+        return latest_by_listing(self, fallback_to_valid=fallback_to_valid)
+
+    # -- delete / retention --------------------------------------------------------------------
+
+    def delete(self, ref: CheckpointRef) -> None:
+        """Delete every object of one checkpoint (savepoints too, when asked explicitly). Idempotent.
+
+        ``_metadata`` goes first, so an interrupted delete leaves an invisible leftover.
+
+        Raises:
+            CheckpointStorageError: S3 refused a deletion.
+        """
+        self._delete_dir(ref.checkpoint_id, ref.kind)
+        log.info(
+            "checkpoint deleted job=%s checkpoint=%d kind=%s", self.job_id, ref.checkpoint_id, ref.kind.value,
+            extra={"job": self.job_id, "checkpoint": ref.checkpoint_id, "kind": ref.kind.value},
+        )  # fmt: skip
+
+    def _delete_dir(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        meta = self.metadata_key(checkpoint_id, kind)
+        try:
+            self._call("DeleteObject", meta, lambda: self._client.delete_object(Bucket=self.bucket, Key=meta))
+        except ClientError as e:
+            if _code(e) not in _NOT_FOUND_CODES:
+                raise CheckpointStorageError(f"cannot delete {self.uri(meta)}: {e}") from e
+        prefix = self.dir_key(checkpoint_id, kind)
+        for batch in _chunks(self._list_keys(prefix), _DELETE_BATCH):
+            objects: Any = [{"Key": k} for k in batch]
+
+            def delete_batch(objects: Any = objects) -> Any:
+                return self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": objects, "Quiet": True}
+                )
+
+            try:
+                resp = self._call("DeleteObjects", prefix, delete_batch)
+            except ClientError as e:
+                raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {e}") from e
+            errors = [err for err in resp.get("Errors", ()) if err.get("Code") not in _NOT_FOUND_CODES]
+            if errors:
+                raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {errors[:3]}")
+
+    def apply_retention(self, keep: int) -> list[CheckpointRef]:
+        """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.
+
+        Final checkpoints count as checkpoints; savepoints are never deleted. Also removes leftovers
+        of crashed publishes (a ``_final`` marker without ``_metadata``) below the newest published id.
+
+        Raises:
+            ConfigError: ``keep`` < 1.
+            CheckpointStorageError: a deletion failed.
+        """
+        refs, orphans = self._scan()
+        doomed = plan_retention(refs, keep)
+        for ref in doomed:
+            self.delete(ref)
+        newest = refs[-1].checkpoint_id if refs else 0
+        for cid, kind in orphans:
+            if cid < newest:
+                self._delete_dir(cid, kind)
+                log.debug("cleaned publish leftovers job=%s checkpoint=%d", self.job_id, cid)
+        return doomed
+
+
+def _parse_rel_key(rel: str) -> tuple[int, bool, str] | None:
+    """(id, is savepoint, object name) of a key relative to the job prefix, or None if foreign."""
+    parts = rel.split("/")
+    if len(parts) == 2:
+        cid = layout.parse_checkpoint_dir(parts[0])
+        return (cid, False, parts[1]) if cid is not None else None
+    if len(parts) == 3 and parts[0] == layout.SAVEPOINTS_DIR:
+        cid = layout.parse_savepoint_dir(parts[1])
+        return (cid, True, parts[2]) if cid is not None else None
+    return None
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _status(error: ClientError) -> int:
+    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)

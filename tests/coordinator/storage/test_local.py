@@ -1,0 +1,364 @@
+"""LocalCheckpointStorage: the checkpoint-storage contract on a POSIX file system (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.metadata import CheckpointKind, CheckpointMetadata
+from coordinator.storage import layout
+from coordinator.storage.base import CheckpointRef
+from coordinator.storage.local import LocalCheckpointStorage
+from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+
+MakeMeta = Callable[..., CheckpointMetadata]
+CK, FIN, SP = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL, CheckpointKind.SAVEPOINT
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> LocalCheckpointStorage:
+    return LocalCheckpointStorage(tmp_path / "checkpoints", "job-1")
+
+
+def ids(storage: LocalCheckpointStorage) -> list[tuple[int, CheckpointKind]]:
+    return [(r.checkpoint_id, r.kind) for r in storage.list_checkpoints()]
+
+
+# -- round trip and layout ----------------------------------------------------------------------
+
+
+def test_new_job_has_nothing_and_creates_nothing(storage: LocalCheckpointStorage) -> None:
+    assert storage.list_checkpoints() == []
+    assert storage.latest() is None
+    assert storage.apply_retention(1) == []
+    assert not storage.base_dir.exists()
+
+
+@pytest.mark.parametrize("kind", list(CheckpointKind))
+def test_publish_list_load_round_trip(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, kind: CheckpointKind
+) -> None:
+    meta = make_meta(4, kind, end_of_input=kind is not CK)
+    ref = storage.publish(meta)
+    rel = "savepoints/sp-4" if kind is SP else "chk-4"
+    assert ref == CheckpointRef(4, kind, str(storage.base_dir / "job-1" / rel / "_metadata"))
+    assert storage.list_checkpoints() == [ref]
+    assert storage.load(ref) == meta
+    assert storage.latest() == meta
+    assert storage.load_location(ref.location) == meta
+    assert json.loads(Path(ref.location).read_bytes())["kind"] == kind.value
+
+
+def test_load_location_accepts_directory_and_file_uri(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    meta = make_meta(2, SP)
+    ref = storage.publish(meta)
+    sp_dir = Path(ref.location).parent
+    assert storage.load_location(str(sp_dir)) == meta
+    assert storage.load_location(sp_dir.as_uri()) == meta
+    with pytest.raises(ConfigError, match="not a local checkpoint location"):
+        storage.load_location("s3://bucket/x")
+
+
+def test_savepoint_of_another_job_loads_by_location(tmp_path: Path, make_meta: MakeMeta) -> None:
+    other = LocalCheckpointStorage(tmp_path, "old-job")
+    ref = other.publish(make_meta(9, SP, job_id="old-job"))
+    assert LocalCheckpointStorage(tmp_path, "new-job").load_location(ref.location).job_id == "old-job"
+
+
+def test_missing_location_is_not_reported_as_corrupt(storage: LocalCheckpointStorage) -> None:
+    with pytest.raises(CheckpointStorageError, match="no checkpoint metadata at") as info:
+        storage.load_location(str(storage.job_dir / "chk-1"))
+    assert not isinstance(info.value, CorruptCheckpointError)
+
+
+# -- publish never overwrites -------------------------------------------------------------------
+
+
+def test_publishing_an_existing_id_raises_and_keeps_the_first(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    first = make_meta(3)
+    storage.publish(first)
+    with pytest.raises(CheckpointStorageError, match="exists"):
+        storage.publish(make_meta(3, partitions=1))
+    with pytest.raises(CheckpointStorageError, match="exists"):
+        storage.publish(make_meta(3, FIN))
+    with pytest.raises(CheckpointStorageError, match="exists"):
+        storage.publish(make_meta(3, SP))  # ids are shared between checkpoints and savepoints
+    assert ids(storage) == [(3, CK)]
+    assert storage.latest() == first
+    assert [p.name for p in (storage.job_dir / "chk-3").iterdir()] == ["_metadata"]
+
+
+def test_link_refuses_an_existing_name_even_past_the_precheck(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = make_meta(5)
+    storage.publish(first)
+    monkeypatch.setattr(os.path, "lexists", lambda _p: False)  # a concurrent writer raced the check
+    with pytest.raises(CheckpointStorageError, match="exists already"):
+        storage.publish(make_meta(5, partitions=1))
+    assert storage.load(storage.list_checkpoints()[0]) == first
+    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == ["_metadata"]
+
+
+def test_metadata_of_another_job_is_refused(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
+    with pytest.raises(CheckpointStorageError, match="other-job"):
+        storage.publish(make_meta(1, job_id="other-job"))
+    assert not storage.base_dir.exists()
+
+
+# -- atomicity ----------------------------------------------------------------------------------
+
+
+def test_crash_before_link_leaves_no_visible_checkpoint(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    previous = make_meta(1)
+    storage.publish(previous)
+    # what a process killed after writing the temp file and before linking leaves behind
+    crashed = storage.job_dir / "chk-2"
+    crashed.mkdir(mode=0o700)
+    (crashed / "_metadata.tmp-deadbeef").write_bytes(make_meta(2).dumps())
+    assert ids(storage) == [(1, CK)]
+    assert storage.latest() == previous
+    # the id is still free: the next publish of 2 succeeds and the leftover is not mistaken for it
+    storage.publish(make_meta(2))
+    assert ids(storage) == [(1, CK), (2, CK)]
+
+
+@pytest.mark.parametrize("failing", ["link", "fsync", "write"])
+def test_failed_publish_raises_and_shows_previous(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    previous = make_meta(1)
+    storage.publish(previous)
+
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.EIO, f"injected {failing} failure")
+
+    if failing == "write":
+        monkeypatch.setattr(CheckpointMetadata, "dumps", lambda _self: b'{"format": "twoph')
+        monkeypatch.setattr(os, "fchmod", boom)
+    else:
+        monkeypatch.setattr(os, failing, boom)
+    with pytest.raises(CheckpointStorageError, match="injected"):
+        storage.publish(make_meta(2))
+    monkeypatch.undo()
+    assert ids(storage) == [(1, CK)]
+    assert storage.latest() == previous
+    assert not [p for p in (storage.job_dir / "chk-2").iterdir() if layout.is_temp_name(p.name)]
+    assert storage.publish(make_meta(2)).checkpoint_id == 2
+
+
+def test_stale_final_marker_does_not_mark_a_plain_checkpoint(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(os, "link", lambda *_a: (_ for _ in ()).throw(OSError(errno.EIO, "injected")))
+        with pytest.raises(CheckpointStorageError):
+            storage.publish(make_meta(1, FIN))
+    assert (storage.job_dir / "chk-1" / "_final").exists()
+    assert ids(storage) == []
+    storage.publish(make_meta(1, CK))
+    assert ids(storage) == [(1, CK)]
+    assert storage.latest() == make_meta(1, CK)
+
+
+def test_without_hard_links_publish_falls_back_to_rename(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "link", lambda *_a: (_ for _ in ()).throw(OSError(errno.EPERM, "no links")))
+    storage.publish(make_meta(1))
+    with pytest.raises(CheckpointStorageError, match="exists"):
+        storage.publish(make_meta(1, partitions=1))
+    assert storage.latest() == make_meta(1)
+    assert [p.name for p in (storage.job_dir / "chk-1").iterdir()] == ["_metadata"]
+
+
+# -- corruption ---------------------------------------------------------------------------------
+
+
+def _corrupt(storage: LocalCheckpointStorage, cid: int, data: bytes) -> Path:
+    path = storage.metadata_path(cid, CK)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "why"),
+    [
+        (lambda good: good[: len(good) // 2], "not JSON"),
+        (lambda good: b"", "not JSON"),
+        (lambda good: b"\xff\xfe garbage", "not JSON"),
+        (lambda good: b"[1, 2, 3]", "not a twophase.checkpoint object"),
+        (lambda good: good.replace(b'"format":"twophase.checkpoint"', b'"format":"other"'), "not a twophase"),
+        (
+            lambda good: good.replace(b'"version":1', b'"version":99'),
+            "unsupported checkpoint metadata version 99",
+        ),
+        (lambda good: good.replace(b'"checkpoint_id":2', b'"checkpoint_id":1'), "stored as 2"),
+        (lambda good: good.replace(b'"kind":"checkpoint"', b'"kind":"savepoint"'), "stored as 'checkpoint'"),
+        (lambda good: good.replace(b'"job_id":"job-1"', b'"job_id":"job-2"'), "belongs to job 'job-2'"),
+    ],
+)
+def test_corrupt_newest_raises_naming_the_file(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, mutate: Callable[[bytes], bytes], why: str
+) -> None:
+    older = make_meta(1)
+    storage.publish(older)
+    storage.publish(make_meta(2))
+    path = _corrupt(storage, 2, mutate(make_meta(2).dumps()))
+    with pytest.raises(CorruptCheckpointError, match=why) as info:
+        storage.latest()
+    assert str(path) in str(info.value)
+    with pytest.raises(CorruptCheckpointError, match=why):
+        storage.load(storage.list_checkpoints()[-1])
+    # only an explicit opt-in falls back to the newest valid checkpoint
+    assert storage.latest(fallback_to_valid=True) == older
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_metadata_is_corrupt(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
+    ref = storage.publish(make_meta(1))
+    os.chmod(ref.location, 0)
+    with pytest.raises(CorruptCheckpointError, match="unreadable checkpoint metadata") as info:
+        storage.latest()
+    assert ref.location in str(info.value)
+
+
+def test_read_errors_are_corrupt_even_as_root(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = storage.publish(make_meta(1))
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(CorruptCheckpointError, match="unreadable checkpoint metadata") as info:
+        storage.load(ref)
+    assert ref.location in str(info.value)
+
+
+# -- latest by listing --------------------------------------------------------------------------
+
+
+def test_latest_is_numeric_not_lexicographic(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
+    order = list(range(1, 13))
+    random.Random(7).shuffle(order)
+    for cid in order:
+        storage.publish(make_meta(cid))
+    assert [r.checkpoint_id for r in storage.list_checkpoints()] == list(range(1, 13))
+    latest = storage.latest()
+    assert latest is not None and latest.checkpoint_id == 12
+    storage.publish(make_meta(100, SP))
+    latest = storage.latest()
+    assert latest is not None and (latest.checkpoint_id, latest.kind) == (100, SP)
+
+
+def test_listing_ignores_foreign_entries(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
+    storage.publish(make_meta(9))
+    (storage.job_dir / "chk-10.tmp").mkdir()
+    (storage.job_dir / "chk-011").mkdir()
+    (storage.job_dir / "chk-12").write_text("a file, not a directory")
+    (storage.job_dir / "notes.txt").write_text("x")
+    assert ids(storage) == [(9, CK)]
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+
+def test_retention_keeps_newest_n_and_never_deletes_savepoints(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    for cid in range(1, 6):
+        storage.publish(make_meta(cid))
+    storage.publish(make_meta(6, SP))
+    storage.publish(make_meta(7))
+    storage.publish(make_meta(8, FIN, end_of_input=True))
+    deleted = storage.apply_retention(2)
+    assert [r.checkpoint_id for r in deleted] == [1, 2, 3, 4, 5]
+    assert ids(storage) == [(6, SP), (7, CK), (8, FIN)]
+    assert sorted(p.name for p in storage.job_dir.iterdir()) == ["chk-7", "chk-8", "savepoints"]
+    assert storage.apply_retention(1) == [CheckpointRef(7, CK, str(storage.metadata_path(7, CK)))]
+    assert ids(storage) == [(6, SP), (8, FIN)]  # the final checkpoint is the newest: kept
+    assert storage.apply_retention(1) == []
+
+
+def test_retention_cleans_leftovers_of_crashed_publishes(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    storage.publish(make_meta(1))
+    (storage.job_dir / "chk-1" / "_metadata.tmp-0001").write_text("left after link, before unlink")
+    crashed = storage.job_dir / "chk-2"
+    crashed.mkdir()
+    (crashed / "_metadata.tmp-0002").write_text("{")
+    storage.publish(make_meta(3))
+    in_flight = storage.job_dir / "chk-4"  # newer than anything published: may be a publish in flight
+    in_flight.mkdir()
+    (in_flight / "_metadata.tmp-0004").write_text("{")
+    assert storage.apply_retention(5) == []
+    assert sorted(p.name for p in storage.job_dir.iterdir()) == ["chk-1", "chk-3", "chk-4"]
+    assert [p.name for p in (storage.job_dir / "chk-1").iterdir()] == ["_metadata"]
+    assert (in_flight / "_metadata.tmp-0004").exists()
+
+
+def test_delete_is_idempotent(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
+    ref = storage.publish(make_meta(1, SP))
+    storage.delete(ref)
+    storage.delete(ref)
+    assert ids(storage) == []
+    assert not (storage.job_dir / "savepoints" / "sp-1").exists()
+
+
+@pytest.mark.parametrize("keep", [0, -3])
+def test_retention_refuses_keep_below_one(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, keep: int
+) -> None:
+    storage.publish(make_meta(1))
+    with pytest.raises(ConfigError):
+        storage.apply_retention(keep)
+    assert ids(storage) == [(1, CK)]
+
+
+# -- permissions and job id ---------------------------------------------------------------------
+
+
+@pytest.fixture(params=[0o000, 0o022, 0o277])
+def umask(request: pytest.FixtureRequest) -> Iterator[int]:
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def test_files_are_owner_only_whatever_the_umask(tmp_path: Path, make_meta: MakeMeta, umask: int) -> None:
+    storage = LocalCheckpointStorage(tmp_path / "new" / "base", "job-1")
+    storage.publish(make_meta(1, FIN))
+    storage.publish(make_meta(2, SP))
+    dirs = [tmp_path / "new", tmp_path / "new" / "base", storage.job_dir, storage.job_dir / "chk-1"]
+    dirs += [storage.job_dir / "savepoints", storage.job_dir / "savepoints" / "sp-2"]
+    files = [storage.job_dir / "chk-1" / "_metadata", storage.job_dir / "chk-1" / "_final"]
+    files += [storage.job_dir / "savepoints" / "sp-2" / "_metadata"]
+    for d in dirs:
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    for f in files:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+
+
+@pytest.mark.parametrize("job_id", ["../escape", "a/b", "..", "nul\x00", ""])
+def test_unsafe_job_id_refused_before_anything_is_written(tmp_path: Path, job_id: str) -> None:
+    with pytest.raises(ConfigError):
+        LocalCheckpointStorage(tmp_path / "base", job_id)
+    assert not (tmp_path / "base").exists()
