@@ -74,7 +74,7 @@ class CommittableCodec(Generic[T]):
             raise CommittableDecodeError(f"not a committable payload: {payload!r:.200}") from e
         if kind != self.kind:
             raise CommittableDecodeError(f"expected committable kind {self.kind!r}, got {kind!r}")
-        if not isinstance(version, int) or version < 1 or version > self.version:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1 or version > self.version:
             raise CommittableDecodeError(
                 f"{self.kind}: unsupported version {version!r} (this release reads 1..{self.version})"
             )

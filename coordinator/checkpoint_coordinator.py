@@ -1,0 +1,685 @@
+"""The checkpoint coordinator: triggers checkpoints, collects acknowledgements, persists, notifies.
+
+One instance per job run (a restore builds a new one). Protocol (Flink's ``CheckpointCoordinator``
+and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
+
+1. :meth:`CheckpointCoordinator.trigger` opens a :class:`PendingCheckpoint` with the next id (ids
+   increase monotonically; after a restore they continue above every id in storage) and the
+   acknowledgements it expects: one per participating (sink, partition). Fully finished sinks
+   expect none. At most ``max_concurrent_checkpoints`` may be pending; a trigger beyond raises
+   :class:`CheckpointLimitError` (no queueing: the caller, one epoch at a time, decides).
+2. :meth:`~CheckpointCoordinator.acknowledge` records one subtask's committables and in-progress
+   state. A second acknowledgement of the same (sink, partition) raises
+   :class:`DuplicateAcknowledgementError` and its committables are *not* kept: the caller aborts
+   them (``Epoch.discard``) or leaves them to ``abort_lingering``. A late acknowledgement of an
+   aborted checkpoint is discarded and its committables aborted.
+3. :meth:`~CheckpointCoordinator.complete` builds :class:`~coordinator.metadata.CheckpointMetadata`
+   and publishes it atomically, THEN the checkpoint counts as complete. Checkpoints complete in
+   trigger order: a later checkpoint's source position covers the earlier epochs, so it cannot be
+   durable without them. The metadata holds, per sink, every transaction not yet confirmed
+   committed (the checkpoint's own and older ones still pending), so the latest checkpoint alone
+   is enough to recover. Then retention keeps the newest N checkpoints (savepoints are never
+   deleted automatically).
+4. :meth:`~CheckpointCoordinator.notify_checkpoint_complete` commits every pending transaction ≤ c,
+   in checkpoint order, on every live subtask (Flink's rule: covers subsumed, skipped, late and
+   out-of-order notifications; ``notify(2)`` then ``notify(1)`` makes the second a no-op). A
+   subtask waiting for its final checkpoint closes on the first notification of a checkpoint
+   triggered after its finish() (FLIP-147).
+5. :meth:`~CheckpointCoordinator.abort_checkpoint` (failure, timeout, cancel) aborts the checkpoint
+   *and every newer pending one* (their epochs build on its data, which a replay rewrites) and the
+   pre-committed transactions they collected, and tells the subtasks
+   (``notify_checkpoint_aborted``).
+
+Checkpoint states: ``PENDING ──complete──► COMPLETED`` and ``PENDING ──abort──► ABORTED``; every
+other transition raises :class:`~sinks.errors.IllegalTransitionError`.
+
+Operators flagged fully finished (FLIP-147): a sink all of whose subtasks are FINISHED with nothing
+left to commit is recorded in ``CheckpointMetadata.fully_finished`` and skipped on restore; other
+operator ids (from the job graph) can be added per trigger.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.clock import Clock, system_clock_ms
+from coordinator.committer import CommitRequest, Committer
+from coordinator.faults import fault_point
+from coordinator.lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
+from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from coordinator.storage.base import CheckpointRef, CheckpointStorage
+from sinks.api import TwoPhaseCommitSink
+from sinks.context import JsonObject
+from sinks.errors import ConfigError, IllegalTransitionError
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+SubtaskKey = tuple[str, int]
+"""(sink name, partition)."""
+
+
+class CheckpointLimitError(IllegalTransitionError):
+    """A trigger while ``max_concurrent_checkpoints`` checkpoints are pending."""
+
+
+class DuplicateAcknowledgementError(IllegalTransitionError):
+    """A second acknowledgement of one (sink, partition) in one checkpoint; its committables are not
+    kept — abort them (``Epoch.discard``) or leave them to ``abort_lingering``."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpointing settings.
+
+    Attributes:
+        max_concurrent_checkpoints: pending checkpoints allowed at once (≥ 1).
+        checkpoint_timeout_ms: a pending checkpoint older than this is aborted by
+            :meth:`CheckpointCoordinator.check_timeouts`; ``None``: never.
+        retained_checkpoints: completed checkpoints kept (≥ 1); savepoints are never deleted.
+
+    Raises:
+        ConfigError: an out-of-range value.
+    """
+
+    max_concurrent_checkpoints: int = 1
+    checkpoint_timeout_ms: int | None = 600_000
+    retained_checkpoints: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_checkpoints < 1:
+            raise ConfigError(
+                f"max_concurrent_checkpoints must be >= 1, got {self.max_concurrent_checkpoints}"
+            )
+        if self.checkpoint_timeout_ms is not None and self.checkpoint_timeout_ms <= 0:
+            raise ConfigError(f"checkpoint_timeout_ms must be > 0, got {self.checkpoint_timeout_ms}")
+        if self.retained_checkpoints < 1:
+            raise ConfigError(f"retained_checkpoints must be >= 1, got {self.retained_checkpoints}")
+
+
+class CheckpointStatus(enum.Enum):
+    """Where one checkpoint is."""
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+@dataclass(frozen=True)
+class SubtaskAck:
+    """One received acknowledgement.
+
+    Attributes:
+        sink: sink name.
+        partition: subtask index.
+        attempt: the task attempt.
+        committables: decoded committables (0 or more).
+        in_progress: in-progress state to carry into the next epoch, or ``None``.
+        records: records the subtask wrote, if known.
+    """
+
+    sink: str
+    partition: int
+    attempt: int
+    committables: tuple[Any, ...]
+    in_progress: JsonObject | None
+    records: int | None
+
+
+@dataclass
+class PendingCheckpoint:
+    """A triggered checkpoint and its acknowledgements (see the module docstring).
+
+    Attributes:
+        checkpoint_id: its id.
+        kind: checkpoint, savepoint or final.
+        triggered_ms: trigger time, ms since the epoch.
+        expected: the (sink, partition) acknowledgements it needs.
+        num_partitions: sink → the epoch's parallelism.
+        source_position: the engine position it covers, stored in the metadata.
+        end_of_input: the job reached end of input.
+        fully_finished_operators: extra operator ids (from the job graph) to flag fully finished.
+    """
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    triggered_ms: int
+    expected: frozenset[SubtaskKey]
+    num_partitions: Mapping[str, int]
+    source_position: JsonObject | None = None
+    end_of_input: bool = False
+    fully_finished_operators: tuple[str, ...] = ()
+    status: CheckpointStatus = CheckpointStatus.PENDING
+    acks: dict[SubtaskKey, SubtaskAck] = field(default_factory=dict)
+    abort_reason: str | None = None
+
+    @property
+    def missing(self) -> frozenset[SubtaskKey]:
+        """Expected acknowledgements not yet received."""
+        return self.expected - self.acks.keys()
+
+    @property
+    def is_fully_acknowledged(self) -> bool:
+        """True once every expected acknowledgement arrived."""
+        return not self.missing
+
+    @property
+    def records(self) -> int | None:
+        """Records written in the epoch, if every acknowledgement said: the largest per-sink sum
+        (every sink of an epoch takes the same input, so this is the epoch's record count)."""
+        per_sink: dict[str, int] = {}
+        for a in self.acks.values():
+            if a.records is None:
+                return None
+            per_sink[a.sink] = per_sink.get(a.sink, 0) + a.records
+        return max(per_sink.values(), default=0)
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    """A checkpoint published to storage.
+
+    Attributes:
+        metadata: what was published.
+        ref: where.
+        persist_ms: time to build and publish, ms.
+        records: records written in its epoch, if known.
+        acknowledgements: acknowledgements it received.
+    """
+
+    metadata: CheckpointMetadata
+    ref: CheckpointRef
+    persist_ms: float
+    records: int | None
+    acknowledgements: int
+
+
+@dataclass(frozen=True)
+class NotifyResult:
+    """What one ``notify_checkpoint_complete`` did.
+
+    Attributes:
+        checkpoint_id: the notified checkpoint.
+        committed: transactions handed to the committer (committed when synchronous).
+        aborted: transactions aborted (pre-committed for later checkpoints by subtasks that closed).
+        finished: subtasks that reached FINISHED with this notification.
+        commit_ms: time spent, ms (submission time only when asynchronous).
+    """
+
+    checkpoint_id: int
+    committed: int
+    aborted: int
+    finished: int
+    commit_ms: float
+
+
+class CheckpointCoordinator:
+    """Checkpoints of one job run; see the module docstring.
+
+    Args:
+        job_id: the job's stable id.
+        sinks: the job's sinks (unique names).
+        storage: checkpoint storage.
+        committer: commits and aborts.
+        config: checkpointing settings.
+        clock: ms clock.
+        fault: fault-point hook (``"before_persist"``, ``"after_persist"``).
+        first_checkpoint_id: the next id to trigger (restored id + 1, or above every stored id).
+        restored: the checkpoint restored from, if any (in-progress state, fully finished sinks).
+
+    Not thread-safe: one driver thread drives it.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Sequence[AnySink],
+        storage: CheckpointStorage,
+        committer: Committer,
+        config: CheckpointConfig | None = None,
+        *,
+        clock: Clock = system_clock_ms,
+        fault: Callable[[str], None] = fault_point,
+        first_checkpoint_id: int = 1,
+        restored: CheckpointMetadata | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.sinks: dict[str, AnySink] = {s.name: s for s in sinks}
+        if len(self.sinks) != len(sinks):
+            raise ConfigError("sink names must be unique within a job")
+        self.storage = storage
+        self.committer = committer
+        self.config = config or CheckpointConfig()
+        self.clock = clock
+        self._fault = fault
+        self.next_checkpoint_id = max(first_checkpoint_id, 1)
+        self.last_triggered_id = self.next_checkpoint_id - 1
+        self._pending: dict[int, PendingCheckpoint] = {}
+        self._aborted: set[int] = set()
+        self.completed: list[CompletedCheckpoint] = []
+        self._completed_ids: set[int] = set()
+        self._subtasks: dict[SubtaskKey, SubtaskLifecycle[Any]] = {}
+        self.fully_finished: set[str] = set()
+        self.parallelism: dict[str, int] = {}
+        self.restored = restored
+        if restored is not None:
+            self._completed_ids.add(restored.checkpoint_id)
+            self.fully_finished.update(restored.fully_finished)
+            for name, snap in restored.sinks.items():
+                if name in self.fully_finished or name not in self.sinks:
+                    continue
+                self.parallelism[name] = snap.num_partitions
+                for p, state in snap.in_progress.items():
+                    self._subtasks[(name, p)] = SubtaskLifecycle(name, p, state, restored.checkpoint_id)
+
+    # -- subtasks ---------------------------------------------------------------------------------
+
+    def subtask(self, sink: str, partition: int) -> SubtaskLifecycle[Any]:
+        """The lifecycle of (sink, partition), created RUNNING on first use.
+
+        Raises:
+            ConfigError: unknown sink.
+        """
+        if sink not in self.sinks:
+            raise ConfigError(f"unknown sink {sink!r}; the job's sinks are {sorted(self.sinks)}")
+        key = (sink, partition)
+        lc = self._subtasks.get(key)
+        if lc is None:
+            lc = self._subtasks[key] = SubtaskLifecycle(sink, partition)
+        return lc
+
+    @property
+    def subtasks(self) -> Mapping[SubtaskKey, SubtaskLifecycle[Any]]:
+        """Every known subtask lifecycle."""
+        return self._subtasks
+
+    def live_sinks(self) -> list[str]:
+        """Sinks not fully finished, in job order."""
+        return [n for n in self.sinks if n not in self.fully_finished]
+
+    def finish_subtasks(
+        self, sinks: Iterable[str] | None = None, partitions: Iterable[int] | None = None
+    ) -> int:
+        """End of input for the RUNNING subtasks of ``sinks`` (default all): each finishes
+        (RUNNING → WAITING_FOR_FINAL_CHECKPOINT) after the newest triggered checkpoint. Creates the
+        lifecycles of ``partitions`` (default: the sink's last parallelism) that do not exist yet.
+
+        Returns:
+            how many subtasks finished.
+        """
+        n = 0
+        for name in list(sinks) if sinks is not None else self.live_sinks():
+            parts = list(partitions) if partitions is not None else range(self.parallelism.get(name, 0))
+            for p in parts:
+                self.subtask(name, p)
+            for (s, _), lc in sorted(self._subtasks.items()):
+                if s == name and lc.state is SubtaskState.RUNNING:
+                    lc.finish(self.last_triggered_id)
+                    n += 1
+        return n
+
+    # -- trigger / acknowledge --------------------------------------------------------------------
+
+    @property
+    def pending_checkpoints(self) -> list[PendingCheckpoint]:
+        """Pending checkpoints, ascending by id."""
+        return [self._pending[c] for c in sorted(self._pending)]
+
+    def pending(self, checkpoint_id: int) -> PendingCheckpoint:
+        """The pending checkpoint ``checkpoint_id``.
+
+        Raises:
+            IllegalTransitionError: it is not pending.
+        """
+        p = self._pending.get(checkpoint_id)
+        if p is None:
+            state = "ABORTED" if checkpoint_id in self._aborted else (
+                "COMPLETED" if checkpoint_id in self._completed_ids else "UNKNOWN"
+            )  # fmt: skip
+            raise IllegalTransitionError(f"checkpoint {checkpoint_id}", state, "use as pending")
+        return p
+
+    def trigger(
+        self,
+        kind: CheckpointKind,
+        participants: Mapping[str, Iterable[int]],
+        *,
+        num_partitions: Mapping[str, int] | None = None,
+        source_position: JsonObject | None = None,
+        end_of_input: bool = False,
+        fully_finished_operators: Iterable[str] = (),
+    ) -> PendingCheckpoint:
+        """Trigger the next checkpoint.
+
+        Args:
+            kind: checkpoint, savepoint or final.
+            participants: sink → partitions whose acknowledgement is expected (fully finished
+                sinks must expect none).
+            num_partitions: sink → the epoch's parallelism (default: the previous one, or the
+                number of participants).
+            source_position: the engine position the checkpoint covers.
+            end_of_input: the job reached end of input.
+            fully_finished_operators: extra operator ids to flag fully finished (from the job graph).
+
+        Raises:
+            CheckpointLimitError: ``max_concurrent_checkpoints`` are pending.
+            IllegalTransitionError: a participant is fully finished, FINISHED or CLOSED.
+            ConfigError: unknown sink.
+        """
+        if len(self._pending) >= self.config.max_concurrent_checkpoints:
+            raise CheckpointLimitError(
+                f"job {self.job_id} checkpoint coordinator",
+                f"{len(self._pending)} pending (max {self.config.max_concurrent_checkpoints})",
+                "trigger",
+            )
+        expected: set[SubtaskKey] = set()
+        for name, parts in participants.items():
+            parts = list(parts)
+            if name in self.fully_finished and parts:
+                raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
+            for p in parts:
+                lc = self.subtask(name, p)
+                if not lc.state.is_live:
+                    raise IllegalTransitionError(str(lc), lc.state.value, "trigger")
+                expected.add((name, p))
+        for name in self.sinks:
+            if num_partitions and name in num_partitions:
+                self.parallelism[name] = num_partitions[name]
+            elif name not in self.parallelism:
+                self.parallelism[name] = len({p for s, p in expected if s == name})
+        cid = self.next_checkpoint_id
+        self.next_checkpoint_id += 1
+        self.last_triggered_id = cid
+        pc = PendingCheckpoint(
+            checkpoint_id=cid,
+            kind=kind,
+            triggered_ms=self.clock(),
+            expected=frozenset(expected),
+            num_partitions=dict(self.parallelism),
+            source_position=dict(source_position) if source_position is not None else None,
+            end_of_input=end_of_input,
+            fully_finished_operators=tuple(fully_finished_operators),
+        )
+        self._pending[cid] = pc
+        log.info(
+            "checkpoint triggered job=%s checkpoint=%d kind=%s expected_acks=%d",
+            self.job_id, cid, kind.value, len(expected),
+            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value},
+        )  # fmt: skip
+        return pc
+
+    def acknowledge(
+        self,
+        checkpoint_id: int,
+        sink: str,
+        partition: int,
+        attempt: int,
+        committables: Sequence[Any] = (),
+        in_progress: JsonObject | None = None,
+        records: int | None = None,
+    ) -> bool:
+        """Record one subtask's acknowledgement of ``checkpoint_id``.
+
+        Returns:
+            True if recorded; False if the checkpoint was aborted (the committables were aborted).
+
+        Raises:
+            DuplicateAcknowledgementError: (sink, partition) already acknowledged; nothing kept.
+            IllegalTransitionError: the checkpoint is completed or unknown, or (sink, partition)
+                is not expected by it.
+        """
+        if checkpoint_id in self._aborted:
+            log.warning(
+                "late acknowledgement of aborted checkpoint discarded job=%s sink=%s checkpoint=%d "
+                "partition=%d attempt=%d",
+                self.job_id, sink, checkpoint_id, partition, attempt,
+                extra={"job": self.job_id, "sink": sink, "checkpoint": checkpoint_id,
+                       "partition": partition, "attempt": attempt},
+            )  # fmt: skip
+            for c in committables:
+                self.committer.abort(
+                    self.sinks[sink],
+                    PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock()),
+                )
+            return False
+        pc = self.pending(checkpoint_id)
+        key = (sink, partition)
+        if key not in pc.expected:
+            raise IllegalTransitionError(
+                f"checkpoint {checkpoint_id}", pc.status.value, f"acknowledge unexpected {sink}[{partition}]"
+            )
+        if key in pc.acks:
+            raise DuplicateAcknowledgementError(
+                f"checkpoint {checkpoint_id}",
+                pc.status.value,
+                f"acknowledge {sink}[{partition}] twice (attempts {pc.acks[key].attempt} and {attempt})",
+            )
+        ack = SubtaskAck(sink, partition, attempt, tuple(committables), in_progress, records)
+        self.subtask(sink, partition).snapshot(
+            checkpoint_id, attempt, ack.committables, in_progress, self.clock()
+        )
+        pc.acks[key] = ack
+        log.debug(
+            "acknowledged job=%s sink=%s checkpoint=%d partition=%d attempt=%d committables=%d",
+            self.job_id, sink, checkpoint_id, partition, attempt, len(ack.committables),
+            extra={"job": self.job_id, "sink": sink, "checkpoint": checkpoint_id,
+                   "partition": partition, "attempt": attempt},
+        )  # fmt: skip
+        return True
+
+    # -- complete / notify / abort ----------------------------------------------------------------
+
+    def _is_fully_finished(self, sink: str) -> bool:
+        lcs = [lc for (s, _), lc in self._subtasks.items() if s == sink]
+        return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
+
+    def build_metadata(self, pc: PendingCheckpoint) -> CheckpointMetadata:
+        """The metadata ``pc`` would publish now (see the module docstring)."""
+        c = pc.checkpoint_id
+        for name in self.sinks:
+            if name not in self.fully_finished and self._is_fully_finished(name):
+                self.fully_finished.add(name)
+                log.info(
+                    "sink fully finished job=%s sink=%s checkpoint=%d", self.job_id, name, c,
+                    extra={"job": self.job_id, "sink": name, "checkpoint": c},
+                )  # fmt: skip
+        snaps: dict[str, SinkSnapshot] = {}
+        for name, sink in self.sinks.items():
+            if name in self.fully_finished:
+                continue
+            lcs = sorted(((p, lc) for (s, p), lc in self._subtasks.items() if s == name), key=lambda x: x[0])
+            txns = sorted(
+                (t for _, lc in lcs for t in lc.uncommitted(c)), key=lambda t: (t.checkpoint_id, t.partition)
+            )
+            in_progress = {
+                p: state for p, lc in lcs if lc.state.is_live and (state := lc.in_progress_for(c)) is not None
+            }
+            snaps[name] = SinkSnapshot(
+                num_partitions=pc.num_partitions.get(name, self.parallelism.get(name, 0)),
+                committables=tuple(
+                    CommittableRecord(t.partition, t.attempt, sink.encode(t.committable)) for t in txns
+                ),
+                in_progress=in_progress,
+            )
+        return CheckpointMetadata(
+            job_id=self.job_id,
+            checkpoint_id=c,
+            kind=pc.kind,
+            timestamp_ms=self.clock(),
+            sinks=snaps,
+            source_position=pc.source_position,
+            fully_finished=tuple(sorted(self.fully_finished | set(pc.fully_finished_operators))),
+            end_of_input=pc.end_of_input,
+        )
+
+    def complete(self, checkpoint_id: int) -> CompletedCheckpoint:
+        """Persist checkpoint ``checkpoint_id`` atomically; it is complete once published.
+
+        Nothing is committed here: call :meth:`notify_checkpoint_complete` next. If publishing
+        fails, the checkpoint (and newer pending ones) is aborted and the error raised.
+
+        Raises:
+            IllegalTransitionError: not pending, not fully acknowledged, or an older checkpoint is
+                still pending (completion is in trigger order).
+            CheckpointStorageError: publishing failed.
+        """
+        pc = self.pending(checkpoint_id)
+        if not pc.is_fully_acknowledged:
+            missing = ", ".join(f"{s}[{p}]" for s, p in sorted(pc.missing))
+            raise IllegalTransitionError(
+                f"checkpoint {checkpoint_id}",
+                pc.status.value,
+                f"complete (missing acknowledgements: {missing})",
+            )
+        older = [c for c in self._pending if c < checkpoint_id]
+        if older:
+            raise IllegalTransitionError(
+                f"checkpoint {checkpoint_id}",
+                pc.status.value,
+                f"complete before older pending {sorted(older)}",
+            )
+        started = time.perf_counter()
+        metadata = self.build_metadata(pc)
+        self._fault("before_persist")
+        try:
+            ref = self.storage.publish(metadata)
+        except Exception as e:
+            self.abort_checkpoint(checkpoint_id, f"persist failed: {e!r}")
+            raise
+        persist_ms = (time.perf_counter() - started) * 1000.0
+        pc.status = CheckpointStatus.COMPLETED
+        del self._pending[checkpoint_id]
+        self._completed_ids.add(checkpoint_id)
+        for lc in self._subtasks.values():
+            lc.checkpoint_persisted(checkpoint_id)
+        done = CompletedCheckpoint(metadata, ref, persist_ms, pc.records, len(pc.acks))
+        self.completed.append(done)
+        log.info(
+            "checkpoint completed job=%s checkpoint=%d kind=%s committables=%d persist_ms=%.1f",
+            self.job_id, checkpoint_id, pc.kind.value,
+            sum(len(s.committables) for s in metadata.sinks.values()), persist_ms,
+            extra={"job": self.job_id, "checkpoint": checkpoint_id, "kind": pc.kind.value},
+        )  # fmt: skip
+        try:
+            self.storage.apply_retention(self.config.retained_checkpoints)
+        except Exception as e:  # old checkpoints are only garbage; never fail a completed checkpoint
+            log.warning("checkpoint retention failed job=%s: %r", self.job_id, e, extra={"job": self.job_id})
+        self._fault("after_persist")
+        return done
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> NotifyResult:
+        """Commit every pending transaction ≤ ``checkpoint_id`` on every live subtask, in order.
+
+        Raises:
+            IllegalTransitionError: ``checkpoint_id`` never completed (pending, aborted or unknown).
+            TransactionLostError, CommitFailedError: from the committer (synchronous commit).
+        """
+        if checkpoint_id not in self._completed_ids:
+            state = "PENDING" if checkpoint_id in self._pending else (
+                "ABORTED" if checkpoint_id in self._aborted else "UNKNOWN"
+            )  # fmt: skip
+            raise IllegalTransitionError(f"checkpoint {checkpoint_id}", state, "notify_checkpoint_complete")
+        started = time.perf_counter()
+        commits: list[PendingTransaction[Any]] = []
+        aborts: list[PendingTransaction[Any]] = []
+        finished = 0
+        for _, lc in sorted(self._subtasks.items()):
+            if not lc.state.is_live:
+                continue
+            actions = lc.notify_checkpoint_complete(checkpoint_id)
+            commits.extend(actions.commit)
+            aborts.extend(actions.abort)
+            finished += lc.state is SubtaskState.FINISHED
+        order = {name: i for i, name in enumerate(self.sinks)}
+        commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
+        for t in aborts:
+            self.committer.abort(self.sinks[t.sink_name], t)
+        self.committer.submit([CommitRequest(self.sinks[t.sink_name], t) for t in commits])
+        self.confirm_commits()
+        ms = (time.perf_counter() - started) * 1000.0
+        if commits or aborts or finished:
+            log.info(
+                "checkpoint notified job=%s checkpoint=%d committed=%d aborted=%d finished=%d",
+                self.job_id, checkpoint_id, len(commits), len(aborts), finished,
+                extra={"job": self.job_id, "checkpoint": checkpoint_id},
+            )  # fmt: skip
+        return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
+
+    def confirm_commits(self) -> int:
+        """Forget the transactions the committer confirmed since the last call; return how many."""
+        done = self.committer.poll_completed()
+        for r in done:
+            self._subtasks[(r.txn.sink_name, r.txn.partition)].commit_confirmed(r.txn)
+        return len(done)
+
+    def abort_checkpoint(self, checkpoint_id: int, reason: str) -> list[int]:
+        """Abort pending checkpoint ``checkpoint_id`` and every newer pending one, and abort the
+        transactions pre-committed for them (``notify_checkpoint_aborted`` on every live subtask).
+
+        Returns:
+            the aborted checkpoint ids (empty if ``checkpoint_id`` was already aborted).
+
+        Raises:
+            IllegalTransitionError: the checkpoint completed, or was never triggered.
+        """
+        if checkpoint_id in self._aborted:
+            return []
+        self.pending(checkpoint_id)
+        ids = sorted(c for c in self._pending if c >= checkpoint_id)
+        for c in ids:
+            pc = self._pending.pop(c)
+            pc.status = CheckpointStatus.ABORTED
+            pc.abort_reason = reason
+            self._aborted.add(c)
+            aborted = 0
+            for _, lc in sorted(self._subtasks.items()):
+                if lc.state.is_live:
+                    for t in lc.notify_checkpoint_aborted(c).abort:
+                        self.committer.abort(self.sinks[t.sink_name], t)
+                        aborted += 1
+            log.warning(
+                "checkpoint aborted job=%s checkpoint=%d reason=%s transactions_aborted=%d",
+                self.job_id, c, reason, aborted,
+                extra={"job": self.job_id, "checkpoint": c, "reason": reason},
+            )  # fmt: skip
+        return ids
+
+    def check_timeouts(self) -> list[int]:
+        """Abort pending checkpoints older than ``checkpoint_timeout_ms``; return the aborted ids."""
+        timeout = self.config.checkpoint_timeout_ms
+        if timeout is None:
+            return []
+        now = self.clock()
+        for c in sorted(self._pending):
+            if now - self._pending[c].triggered_ms > timeout:
+                return self.abort_checkpoint(c, f"timeout after {timeout} ms")
+        return []
+
+    def close_subtasks(self, reason: str) -> int:
+        """Failure/cancel/suspend path: abort every pending checkpoint, then close() every live
+        subtask (aborting what no durable checkpoint holds). Returns transactions aborted."""
+        before = self.committer.metrics.aborted
+        if self._pending:
+            self.abort_checkpoint(min(self._pending), reason)
+        for _, lc in sorted(self._subtasks.items()):
+            if lc.state.is_live:
+                for t in lc.close().abort:
+                    self.committer.abort(self.sinks[t.sink_name], t)
+        return self.committer.metrics.aborted - before
+
+    def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
+        """Every transaction not yet confirmed committed, in checkpoint order."""
+        return sorted(
+            (t for lc in self._subtasks.values() for t in lc.pending),
+            key=lambda t: (t.checkpoint_id, t.partition),
+        )
+
+    @property
+    def completed_ids(self) -> frozenset[int]:
+        """Ids of checkpoints completed in this run (and the restored one)."""
+        return frozenset(self._completed_ids)

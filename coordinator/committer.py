@@ -1,0 +1,439 @@
+"""The committer: commits and aborts pre-committed transactions through their sink (driver side).
+
+Outcomes (``sinks.outcome.CommitOutcome``, DESIGN.md §4) drive what happens:
+
+- ``COMMITTED`` / ``ALREADY_COMMITTED``: done.
+- ``RETRY``: retried with exponential backoff (tenacity) within a budget of attempts and time
+  (:class:`CommitPolicy`); past it :class:`~sinks.errors.CommitFailedError`. A sink raising
+  :class:`~sinks.errors.ServiceUnavailableError` counts as ``RETRY``.
+- ``FATAL`` (or any other exception from the sink): :class:`~sinks.errors.CommitFailedError`.
+- ``LOST``: :class:`~sinks.errors.TransactionLostError` naming the sink and the transaction. Only
+  during recovery (``recover_and_commit`` after a restore), and only if the user opted in with
+  ``CommitPolicy.ignore_lost_on_recovery``, is it logged as an ERROR and skipped. This mirrors
+  Flink's ``ignoreFailuresAfterTransactionTimeout``, which applies to recovery only: a transaction
+  lost while the job runs normally means the timeout is too short for the checkpoint interval,
+  which must never pass silently; one lost after a long outage is the case the flag exists for.
+
+Pre-committed transactions hold resources in the external system until committed (an open Kafka
+transaction holds back ``read_committed`` consumers and is aborted by the broker at
+``transaction.timeout.ms``). :class:`TransactionAgeMonitor` warns once per transaction when one
+passes 80% (configurable) of the configured timeout.
+
+Commits run synchronously by default. With ``CommitPolicy.async_commit`` they run on one ordered
+committer thread: the commits of checkpoint c may overlap the next epoch, commits stay in
+submission order, and an error surfaces on the next :meth:`Committer.raise_if_failed` or
+:meth:`Committer.drain`; after an error the queued commits are skipped (the job fails and
+recovery re-commits from checkpoint storage).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_result,
+    stop_after_attempt,
+    stop_after_delay,
+    stop_when_event_set,
+    wait_exponential,
+)
+
+from coordinator.clock import Clock, system_clock_ms
+from coordinator.lifecycle import PendingTransaction
+from sinks.api import TwoPhaseCommitSink
+from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
+from sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    """How commits are retried, timed and run.
+
+    Attributes:
+        max_attempts: commit attempts per transaction while the sink answers ``RETRY`` (≥ 1).
+        initial_backoff_ms: the first backoff, ms; doubles per attempt.
+        max_backoff_ms: the backoff cap, ms.
+        max_retry_time_ms: total time budget per transaction, ms (``None``: attempts only).
+        ignore_lost_on_recovery: opt-in, like Flink's ``ignoreFailuresAfterTransactionTimeout``:
+            a transaction found ``LOST`` while recovering (after a restore) is logged as an ERROR
+            and skipped instead of failing the job. Never applies outside recovery.
+        transaction_timeout_ms: the external system's transaction timeout (e.g. Kafka's
+            ``transaction.timeout.ms``), for age warnings; ``None`` disables them.
+        timeout_warning_ratio: warn when a pending transaction's age passes this fraction of
+            ``transaction_timeout_ms`` (0 < ratio ≤ 1; default 0.8).
+        async_commit: commit on an ordered committer thread instead of synchronously.
+
+    Raises:
+        ConfigError: an out-of-range value.
+    """
+
+    max_attempts: int = 8
+    initial_backoff_ms: int = 100
+    max_backoff_ms: int = 10_000
+    max_retry_time_ms: int | None = 120_000
+    ignore_lost_on_recovery: bool = False
+    transaction_timeout_ms: int | None = None
+    timeout_warning_ratio: float = 0.8
+    async_commit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError(f"commit max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_backoff_ms < 0 or self.max_backoff_ms < self.initial_backoff_ms:
+            raise ConfigError("commit backoff must satisfy 0 <= initial_backoff_ms <= max_backoff_ms")
+        if self.max_retry_time_ms is not None and self.max_retry_time_ms <= 0:
+            raise ConfigError(f"commit max_retry_time_ms must be > 0, got {self.max_retry_time_ms}")
+        if self.transaction_timeout_ms is not None and self.transaction_timeout_ms <= 0:
+            raise ConfigError(f"transaction_timeout_ms must be > 0, got {self.transaction_timeout_ms}")
+        if not 0 < self.timeout_warning_ratio <= 1:
+            raise ConfigError(f"timeout_warning_ratio must be in (0, 1], got {self.timeout_warning_ratio}")
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    """One transaction to commit.
+
+    Attributes:
+        sink: the sink that commits it.
+        txn: the pending transaction (committable, checkpoint, partition, attempt).
+        recovery: True when recovering after a restore (``recover_and_commit``).
+    """
+
+    sink: AnySink
+    txn: PendingTransaction[Any]
+    recovery: bool = False
+
+
+@dataclass(frozen=True)
+class CommitterMetrics:
+    """Cumulative committer counters.
+
+    Attributes:
+        committed: transactions committed now (``COMMITTED``).
+        already_committed: re-commits that found the transaction committed (``ALREADY_COMMITTED``).
+        aborted: transactions aborted (pre-committed ones, through ``abort``/``recover_and_abort``).
+        lost_ignored: ``LOST`` transactions skipped on recovery because the user opted in.
+        retries: commit attempts that answered ``RETRY``.
+        commit_time_ms: total time spent committing, ms.
+    """
+
+    committed: int = 0
+    already_committed: int = 0
+    aborted: int = 0
+    lost_ignored: int = 0
+    retries: int = 0
+    commit_time_ms: float = 0.0
+
+
+class TransactionAgeMonitor:
+    """Warns once per transaction when a pending one passes ``ratio`` × the transaction timeout.
+
+    Args:
+        job_id: for log fields.
+        transaction_timeout_ms: the external system's timeout, ms; ``None`` disables warnings.
+        ratio: the warning threshold as a fraction of the timeout (0.8 = 80%).
+        clock: ms clock (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        transaction_timeout_ms: int | None,
+        ratio: float = 0.8,
+        clock: Clock = system_clock_ms,
+    ) -> None:
+        self.job_id = job_id
+        self.timeout_ms = transaction_timeout_ms
+        self.ratio = ratio
+        self.clock = clock
+        self._warned: weakref.WeakSet[PendingTransaction[Any]] = weakref.WeakSet()
+
+    def check(self, pending: Iterable[PendingTransaction[Any]]) -> list[PendingTransaction[Any]]:
+        """Log a WARNING for each pending transaction newly past the threshold; return them."""
+        if self.timeout_ms is None:
+            return []
+        now = self.clock()
+        threshold = self.ratio * self.timeout_ms
+        warned: list[PendingTransaction[Any]] = []
+        for t in pending:
+            age = now - t.pre_committed_ms
+            if age >= threshold and t not in self._warned:
+                self._warned.add(t)
+                warned.append(t)
+                log.warning(
+                    "pending transaction near its timeout job=%s sink=%s checkpoint=%d partition=%d "
+                    "attempt=%d age_ms=%d timeout_ms=%d committable=%r",
+                    self.job_id, t.sink_name, t.checkpoint_id, t.partition, t.attempt, age, self.timeout_ms,
+                    t.committable,
+                    extra={
+                        "job": self.job_id, "sink": t.sink_name, "checkpoint": t.checkpoint_id,
+                        "partition": t.partition, "attempt": t.attempt, "age_ms": age,
+                    },
+                )  # fmt: skip
+        return warned
+
+
+class Committer:
+    """Commits and aborts transactions through their sinks; see the module docstring.
+
+    Args:
+        job_id: for log fields.
+        policy: retries, timeouts, async commit.
+        clock: ms clock (age warnings).
+        sleep: backoff sleep in seconds (injectable so tests do not wait); by default it waits on
+            the cancel event, so :meth:`cancel` interrupts a backoff at once.
+        fault: fault-point hook, called with ``"mid_commit"`` after the first of several commits.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        policy: CommitPolicy | None = None,
+        *,
+        clock: Clock = system_clock_ms,
+        sleep: Callable[[float], None] | None = None,
+        fault: Callable[[str], None] = lambda point: None,
+    ) -> None:
+        self.job_id = job_id
+        self.policy = policy or CommitPolicy()
+        self.clock = clock
+        self._cancel = threading.Event()
+        self._sleep = sleep if sleep is not None else self._interruptible_sleep
+        self._fault = fault
+        self.ages = TransactionAgeMonitor(
+            job_id, self.policy.transaction_timeout_ms, self.policy.timeout_warning_ratio, clock
+        )
+        self._lock = threading.Lock()
+        self._metrics = CommitterMetrics()
+        self._executor: ThreadPoolExecutor | None = None
+        self._error: BaseException | None = None
+        self._done: queue.SimpleQueue[CommitRequest] = queue.SimpleQueue()
+        self._inflight = 0
+        self._idle = threading.Condition(self._lock)
+
+    def _interruptible_sleep(self, seconds: float) -> None:
+        self._cancel.wait(seconds)
+
+    # -- single transactions --------------------------------------------------------------------
+
+    def commit(self, request: CommitRequest, *, cancellable: bool = True) -> CommitOutcome:
+        """Commit one transaction synchronously, retrying ``RETRY`` with backoff.
+
+        Returns:
+            ``COMMITTED`` or ``ALREADY_COMMITTED``; ``LOST`` only when recovering with
+            ``ignore_lost_on_recovery`` (logged as an ERROR).
+
+        Raises:
+            TransactionLostError: the external system lost the transaction (names sink and transaction).
+            CommitFailedError: ``FATAL``, an exception from the sink, the retry budget exhausted,
+                or the committer was canceled while retrying.
+        """
+        sink, t = request.sink, request.txn
+        fields = {
+            "job": self.job_id, "sink": sink.name, "checkpoint": t.checkpoint_id,
+            "partition": t.partition, "attempt": t.attempt,
+        }  # fmt: skip
+        call = sink.recover_and_commit if request.recovery else sink.commit
+        pol = self.policy
+
+        def attempt() -> CommitOutcome:
+            try:
+                return call(t.committable)
+            except ServiceUnavailableError as e:
+                log.warning("commit: service unavailable, will retry: %s", e, extra=fields)
+                return CommitOutcome.RETRY
+
+        def before_sleep(state: RetryCallState) -> None:
+            self._add(retries=1)
+            self.ages.check([t])
+            log.info(
+                "commit answered RETRY job=%s sink=%s checkpoint=%d partition=%d attempt_no=%d",
+                self.job_id, sink.name, t.checkpoint_id, t.partition, state.attempt_number, extra=fields,
+            )  # fmt: skip
+
+        stop = stop_after_attempt(pol.max_attempts)
+        if pol.max_retry_time_ms is not None:
+            stop = stop | stop_after_delay(pol.max_retry_time_ms / 1000.0)  # type: ignore[assignment]
+        if cancellable:
+            stop = stop | stop_when_event_set(self._cancel)  # type: ignore[assignment]
+        retrying = Retrying(
+            stop=stop,
+            wait=wait_exponential(
+                multiplier=pol.initial_backoff_ms / 1000.0, max=pol.max_backoff_ms / 1000.0, exp_base=2
+            ),
+            retry=retry_if_result(lambda o: o is CommitOutcome.RETRY),
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            retry_error_callback=lambda state: CommitOutcome.RETRY,
+        )
+        started = time.perf_counter()
+        try:
+            outcome: CommitOutcome = retrying(attempt)
+        except Exception as e:
+            raise CommitFailedError(
+                f"commit of sink {sink.name!r} checkpoint {t.checkpoint_id} "
+                f"partition {t.partition} raised: {e!r}"
+            ) from e
+        finally:
+            self._add(commit_time_ms=(time.perf_counter() - started) * 1000.0)
+        what = (
+            f"sink {sink.name!r} checkpoint {t.checkpoint_id} partition {t.partition} "
+            f"attempt {t.attempt} transaction {t.committable!r}"
+        )
+        if outcome is CommitOutcome.COMMITTED:
+            self._add(committed=1)
+            log.info("committed %s", what, extra=fields)
+        elif outcome is CommitOutcome.ALREADY_COMMITTED:
+            self._add(already_committed=1)
+            log.info("already committed %s", what, extra=fields)
+        elif outcome is CommitOutcome.LOST:
+            if request.recovery and pol.ignore_lost_on_recovery:
+                self._add(lost_ignored=1)
+                log.error("transaction LOST on recovery, ignored as configured: %s", what, extra=fields)
+            else:
+                raise TransactionLostError(f"transaction lost by the external system: {what}")
+        elif outcome is CommitOutcome.RETRY:
+            if self._cancel.is_set():
+                raise CommitFailedError(f"commit canceled while retrying: {what}")
+            raise CommitFailedError(f"commit kept answering RETRY past the retry budget: {what}")
+        else:
+            raise CommitFailedError(f"commit failed ({outcome.name}): {what}")
+        return outcome
+
+    def abort(self, sink: AnySink, txn: PendingTransaction[Any], *, recovery: bool = False) -> None:
+        """Abort one pre-committed transaction (idempotent in the sink).
+
+        Raises:
+            Whatever the sink's ``abort``/``recover_and_abort`` raises.
+        """
+        (sink.recover_and_abort if recovery else sink.abort)(txn.committable)
+        self._add(aborted=1)
+        log.info(
+            "aborted sink=%s checkpoint=%d partition=%d attempt=%d transaction=%r",
+            sink.name, txn.checkpoint_id, txn.partition, txn.attempt, txn.committable,
+            extra={"job": self.job_id, "sink": sink.name, "checkpoint": txn.checkpoint_id,
+                   "partition": txn.partition, "attempt": txn.attempt},
+        )  # fmt: skip
+
+    # -- batches (sync or ordered async) ---------------------------------------------------------
+
+    def submit(self, requests: Sequence[CommitRequest]) -> None:
+        """Commit ``requests`` in order: now, or queued on the committer thread (``async_commit``).
+
+        Completed requests are reported by :meth:`poll_completed`.
+
+        Raises:
+            The first error of an earlier asynchronous batch; synchronously, the errors of :meth:`commit`.
+        """
+        self.raise_if_failed()
+        if not requests:
+            return
+        if not self.policy.async_commit:
+            self._run(requests)
+            return
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"committer-{self.job_id}"
+                )
+            self._inflight += 1
+        self._executor.submit(self._run_async, list(requests))
+
+    def _run(self, requests: Sequence[CommitRequest]) -> None:
+        for i, r in enumerate(requests):
+            if i == 1:
+                self._fault("mid_commit")
+            self.commit(r)
+            self._done.put(r)
+
+    def _run_async(self, requests: list[CommitRequest]) -> None:
+        try:
+            if self._error is None:  # after an error, later commits are skipped: order is kept
+                self._run(requests)
+        except BaseException as e:
+            with self._lock:
+                if self._error is None:
+                    self._error = e
+            log.error("asynchronous commit failed job=%s: %r", self.job_id, e, extra={"job": self.job_id})
+        finally:
+            with self._idle:
+                self._inflight -= 1
+                self._idle.notify_all()
+
+    def poll_completed(self) -> list[CommitRequest]:
+        """Requests committed since the last poll, in commit order."""
+        out: list[CommitRequest] = []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def raise_if_failed(self) -> None:
+        """Raise the first error of an asynchronous commit, if any (it stays raised until reset)."""
+        with self._lock:
+            err = self._error
+        if err is not None:
+            raise err
+
+    def drain(self, timeout_s: float | None = None) -> None:
+        """Wait until every queued commit has run, then raise the first error if any.
+
+        Raises:
+            CommitFailedError: the wait timed out, or a commit failed.
+        """
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s):
+                raise CommitFailedError(f"asynchronous commits still running after {timeout_s} s")
+        self.raise_if_failed()
+
+    @property
+    def busy(self) -> bool:
+        """True while asynchronous commits are queued or running."""
+        with self._lock:
+            return self._inflight > 0
+
+    def cancel(self) -> None:
+        """Stop retrying at once (cancel): a backoff in progress ends and the commit fails."""
+        self._cancel.set()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the committer thread; queued commits not yet started are dropped if ``wait`` is False."""
+        ex = self._executor
+        self._executor = None
+        if ex is not None:
+            ex.shutdown(wait=wait, cancel_futures=not wait)
+
+    # -- metrics ----------------------------------------------------------------------------------
+
+    def _add(self, **delta: float) -> None:
+        with self._lock:
+            m = self._metrics
+            self._metrics = CommitterMetrics(
+                committed=m.committed + int(delta.get("committed", 0)),
+                already_committed=m.already_committed + int(delta.get("already_committed", 0)),
+                aborted=m.aborted + int(delta.get("aborted", 0)),
+                lost_ignored=m.lost_ignored + int(delta.get("lost_ignored", 0)),
+                retries=m.retries + int(delta.get("retries", 0)),
+                commit_time_ms=m.commit_time_ms + float(delta.get("commit_time_ms", 0.0)),
+            )
+
+    @property
+    def metrics(self) -> CommitterMetrics:
+        """A snapshot of the cumulative counters."""
+        with self._lock:
+            return self._metrics

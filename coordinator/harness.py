@@ -1,0 +1,290 @@
+"""A deterministic, in-process test harness for two-phase-commit sinks (like Flink's operator test
+harnesses). Not a data engine: data at scale runs on Spark.
+
+It drives real :class:`~coordinator.runtime.JobRuntime` objects over in-memory checkpoint storage
+with a manual clock, and runs each subtask's ``begin_transaction`` → ``write`` → ``pre_commit``
+(``snapshot_in_progress``) in-process, so tests can script any interleaving:
+
+- concurrent checkpoints: several :meth:`TwoPhaseHarness.begin_epoch` before completing any
+  (with ``CheckpointConfig.max_concurrent_checkpoints`` > 1);
+- late, lost and out-of-order notifications: ``complete(epoch, notify=False)`` then
+  :meth:`TwoPhaseHarness.notify` in any order, or never;
+- failures at every step: :meth:`TwoPhaseHarness.crash_at` arms a named fault point
+  (:data:`coordinator.faults.POINTS`); reaching it raises :class:`SimulatedCrash`;
+- a driver crash and a restart in another process: :meth:`TwoPhaseHarness.restart_process`
+  abandons the runtime (nothing is closed, committed or aborted) and builds a new one over the
+  same storage and the same sinks (whose external system outlives the process, like a broker).
+
+Typical use::
+
+    h = TwoPhaseHarness([sink])
+    h.restore()
+    h.write_epoch([[batch(["a", "b"])], [batch(["c"])]])   # 2 partitions, checkpoint 1, committed
+    h.runtime.finish()                                       # final checkpoint
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from coordinator.clock import ManualClock
+from coordinator.faults import POINTS
+from coordinator.metadata import CheckpointMetadata
+from coordinator.runtime import CheckpointMetrics, Epoch, JobRuntime, RestoreResult, RuntimeConfig
+from coordinator.storage.memory import InMemoryCheckpointStorage
+from sinks.api import InProgressSink, TwoPhaseCommitSink
+from sinks.context import JsonObject
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+R = TypeVar("R")
+
+
+class SimulatedCrash(BaseException):
+    """Raised at an armed fault point: the harness's stand-in for the process dying there.
+
+    A ``BaseException`` (like ``SystemExit``), so the runtime's error handling — which catches
+    ``Exception`` to fail the job and clean up — does not run: a killed process cleans nothing up.
+
+    Attributes:
+        point: the fault point's name.
+    """
+
+    def __init__(self, point: str) -> None:
+        super().__init__(f"simulated crash at {point}")
+        self.point = point
+
+
+class FaultScript:
+    """A fault hook (``Callable[[str], None]``) that raises :class:`SimulatedCrash` at the n-th hit
+    of an armed point. Counts every point it sees in :attr:`hits`."""
+
+    def __init__(self) -> None:
+        self.hits: Counter[str] = Counter()
+        self._armed: dict[str, int] = {}
+
+    def arm(self, point: str, nth: int = 1) -> None:
+        """Crash the ``nth`` time ``point`` is reached from now on.
+
+        Raises:
+            ValueError: unknown point, or ``nth`` < 1.
+        """
+        if point not in POINTS:
+            raise ValueError(f"unknown fault point {point!r}; known: {sorted(POINTS)}")
+        if nth < 1:
+            raise ValueError("nth must be >= 1")
+        self._armed[point] = self.hits[point] + nth
+
+    def disarm(self) -> None:
+        """Disarm every point."""
+        self._armed.clear()
+
+    def __call__(self, point: str) -> None:
+        if point not in POINTS:
+            raise ValueError(f"unknown fault point {point!r}")
+        self.hits[point] += 1
+        if self._armed.get(point) == self.hits[point]:
+            del self._armed[point]
+            log.warning("harness: simulated crash at %s", point)
+            raise SimulatedCrash(point)
+
+
+@dataclass(frozen=True)
+class SubtaskResult:
+    """What one in-process subtask produced.
+
+    Attributes:
+        sink: sink name.
+        partition: subtask index.
+        attempt: the attempt number.
+        committable: the decoded committable, or ``None`` (empty transaction).
+        in_progress: the in-progress state snapshotted, or ``None``.
+        records: records written.
+        acknowledged: whether it was acknowledged (False for a discarded duplicate).
+    """
+
+    sink: str
+    partition: int
+    attempt: int
+    committable: Any
+    in_progress: JsonObject | None
+    records: int
+    acknowledged: bool
+
+
+def batch(keys: Sequence[str], column: str = "key") -> pa.RecordBatch:
+    """An Arrow batch with one string column (``key`` by default) holding ``keys``."""
+    return pa.RecordBatch.from_pydict({column: pa.array(list(keys), pa.string())})
+
+
+class TwoPhaseHarness:
+    """Drives sinks through the protocol in-process; see the module docstring.
+
+    Args:
+        sinks: the job's sinks (their external system must outlive runtimes).
+        job_id: the job id.
+        config: runtime settings (default: retention 3, no restarts' delay matters: the clock is manual).
+        storage: checkpoint storage (default: a new in-memory one).
+        clock: the manual clock (also used as the sleep of restarts and commit backoff).
+
+    Attributes:
+        runtime: the current runtime (replaced by :meth:`restart_process`).
+        faults: the fault script shared by every runtime of this harness.
+    """
+
+    def __init__(
+        self,
+        sinks: Sequence[AnySink],
+        *,
+        job_id: str = "harness-job",
+        config: RuntimeConfig | None = None,
+        storage: InMemoryCheckpointStorage | None = None,
+        clock: ManualClock | None = None,
+    ) -> None:
+        self.sinks = list(sinks)
+        self.job_id = job_id
+        self.config = config or RuntimeConfig()
+        self.storage = storage or InMemoryCheckpointStorage(job_id)
+        self.clock = clock or ManualClock()
+        self.faults = FaultScript()
+        self.runtimes: list[JobRuntime] = []
+        self.runtime = self._new_runtime()
+
+    def _new_runtime(self) -> JobRuntime:
+        rt = JobRuntime(
+            self.job_id,
+            self.sinks,
+            self.storage,
+            self.config,
+            clock=self.clock,
+            sleep=self.clock.sleep,
+            commit_sleep=self.clock.sleep,
+            fault=self.faults,
+        )
+        self.runtimes.append(rt)
+        return rt
+
+    def sink(self, name: str) -> AnySink:
+        """The sink called ``name``."""
+        return next(s for s in self.sinks if s.name == name)
+
+    # -- process-level actions ----------------------------------------------------------------------
+
+    def restore(self, savepoint_location: str | None = None) -> RestoreResult:
+        """``runtime.restore(...)``."""
+        return self.runtime.restore(savepoint_location)
+
+    def restart_process(
+        self, *, restore: bool = True, savepoint_location: str | None = None
+    ) -> RestoreResult | None:
+        """Simulate the driver dying and a new one starting: abandon the runtime without closing
+        anything, build a new one over the same storage and sinks, and (by default) restore it."""
+        self.runtime.abandon()
+        self.faults.disarm()
+        self.runtime = self._new_runtime()
+        return self.runtime.restore(savepoint_location) if restore else None
+
+    def crash_at(self, point: str, nth: int = 1) -> None:
+        """Arm fault ``point`` (see :data:`coordinator.faults.POINTS`) to crash at its ``nth`` hit."""
+        self.faults.arm(point, nth)
+
+    @staticmethod
+    def expect_crash(action: Callable[[], R]) -> SimulatedCrash:
+        """Run ``action`` and return the :class:`SimulatedCrash` it raised.
+
+        Raises:
+            AssertionError: it did not crash.
+        """
+        try:
+            action()
+        except SimulatedCrash as e:
+            return e
+        raise AssertionError("expected a simulated crash")
+
+    # -- epochs ---------------------------------------------------------------------------------------
+
+    def begin_epoch(self, num_partitions: int, source_position: JsonObject | None = None) -> Epoch:
+        """``runtime.begin_epoch(...)``."""
+        return self.runtime.begin_epoch(num_partitions, source_position)
+
+    def run_subtask(
+        self,
+        epoch: Epoch,
+        sink_name: str,
+        partition: int,
+        batches: Sequence[pa.RecordBatch],
+        *,
+        attempt: int = 0,
+        acknowledge: bool = True,
+    ) -> SubtaskResult:
+        """Run one subtask in-process: ``begin_transaction`` → ``write`` each batch → ``pre_commit``
+        (and ``snapshot_in_progress``), then acknowledge it (unless told not to).
+
+        Fault points ``before_write``, ``mid_write`` (after the first batch) and ``after_pre_commit``
+        are honoured. An error before the pre-commit calls ``abort_open`` (as the executor side
+        does); a simulated crash anywhere leaves the transaction open or pre-committed: lingering.
+        """
+        sink = self.sink(sink_name)
+        ctx = epoch.writer_context(sink_name, partition, attempt)
+        txn = sink.begin_transaction(ctx)
+        records = 0
+        try:
+            self.faults("before_write")
+            for i, b in enumerate(batches):
+                sink.write(txn, b)
+                records += b.num_rows
+                if i == 0:
+                    self.faults("mid_write")
+            committable = sink.pre_commit(txn)
+            state = sink.snapshot_in_progress(txn) if isinstance(sink, InProgressSink) else None
+        except Exception:
+            try:
+                sink.abort_open(txn)
+            except Exception:
+                log.exception("harness: abort_open failed")
+            raise
+        self.faults("after_pre_commit")
+        comms = [] if committable is None else [committable]
+        acked = False
+        if acknowledge:
+            acked = epoch.acknowledge(sink_name, partition, attempt, comms, state, records)
+        return SubtaskResult(sink_name, partition, attempt, committable, state, records, acked)
+
+    def write_epoch(
+        self,
+        partitions: Sequence[Sequence[pa.RecordBatch]],
+        *,
+        source_position: JsonObject | None = None,
+        complete: bool = True,
+        notify: bool = True,
+    ) -> Epoch:
+        """One epoch: trigger, run every sink's subtask for every partition (``partitions[p]`` is
+        partition p's batches), acknowledge, and (``complete``) persist and (``notify``) commit."""
+        epoch = self.begin_epoch(len(partitions), source_position)
+        for sink_name in epoch.sinks:
+            for p, batches in enumerate(partitions):
+                self.run_subtask(epoch, sink_name, p, batches)
+        if complete:
+            self.complete(epoch, notify=notify)
+        return epoch
+
+    def complete(self, epoch: Epoch, *, notify: bool = True) -> CheckpointMetrics:
+        """``runtime.complete_epoch(epoch, notify=notify)``."""
+        return self.runtime.complete_epoch(epoch, notify=notify)
+
+    def notify(self, checkpoint_id: int) -> None:
+        """Deliver ``notify_checkpoint_complete(checkpoint_id)`` (late, repeated, out of order)."""
+        self.runtime.notify_checkpoint_complete(checkpoint_id)
+
+    # -- inspection ---------------------------------------------------------------------------------
+
+    def checkpoints(self) -> list[CheckpointMetadata]:
+        """Every published checkpoint and savepoint, ascending by id."""
+        return [self.storage.load(r) for r in self.storage.list_checkpoints()]

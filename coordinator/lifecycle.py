@@ -1,0 +1,338 @@
+"""The driver-side lifecycle of one subtask: one sink writing one partition, across epochs.
+
+It follows the FLIP-147 operator lifecycle ("Final Checkpoint and Stopping Job With Savepoint")::
+
+    RUNNING ──finish──► WAITING_FOR_FINAL_CHECKPOINT
+            (end_input(); finish(): flush into the current transaction, open no new one)
+    WAITING_FOR_FINAL_CHECKPOINT ──final_checkpoint_complete──► FINISHED
+            (the FIRST notify_checkpoint_complete(c) with c triggered AFTER finish: commit every
+             pending transaction ≤ c, then close(): abort whatever was pre-committed for later,
+             not yet durable checkpoints — checkpoint 44 in FLIP-147's 42/43/44 example)
+    RUNNING | WAITING_FOR_FINAL_CHECKPOINT ──close──► CLOSED
+            (failure, cancel or suspend: abort what no durable checkpoint holds; nothing is
+             committed; a restore takes over from checkpoint storage)
+
+``snapshot`` (a checkpoint acknowledgement), ``notify_checkpoint_complete`` and
+``notify_checkpoint_aborted`` are self-loops of RUNNING and WAITING_FOR_FINAL_CHECKPOINT. Every
+other call raises :class:`~sinks.errors.IllegalTransitionError`.
+
+The lifecycle does no I/O. It keeps the subtask's pending transactions (committables pre-committed
+for a checkpoint and not yet committed) and returns :class:`LifecycleActions` saying what to
+commit and what to abort; the checkpoint coordinator hands them to the committer and reports back
+with :meth:`SubtaskLifecycle.commit_confirmed`. Like Flink's ``TwoPhaseCommitSinkFunction``, a
+pending transaction stays in every later checkpoint until its commit is confirmed, so the latest
+checkpoint alone is enough to recover (whatever retention deleted).
+
+Pending transaction states::
+
+    PRE_COMMITTED ──checkpoint persisted──► PERSISTED ──notify──► COMMITTING ──confirmed──► (gone)
+    PRE_COMMITTED ──checkpoint aborted / close──► (aborted, gone)
+
+A PERSISTED transaction is never aborted: once its checkpoint is durable it must eventually be
+committed (re-committed on recovery).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from sinks.context import JsonObject
+from sinks.errors import IllegalTransitionError
+
+log = logging.getLogger(__name__)
+
+COMM = TypeVar("COMM")
+
+
+class SubtaskState(enum.Enum):
+    """Where one subtask is in the FLIP-147 lifecycle."""
+
+    RUNNING = "RUNNING"
+    WAITING_FOR_FINAL_CHECKPOINT = "WAITING_FOR_FINAL_CHECKPOINT"
+    FINISHED = "FINISHED"
+    CLOSED = "CLOSED"
+
+    @property
+    def is_live(self) -> bool:
+        """True while the subtask takes part in checkpoints (RUNNING or WAITING_FOR_FINAL_CHECKPOINT)."""
+        return self in (SubtaskState.RUNNING, SubtaskState.WAITING_FOR_FINAL_CHECKPOINT)
+
+
+class SubtaskTransition(enum.Enum):
+    """The named transitions of :class:`SubtaskState`."""
+
+    SNAPSHOT = "snapshot"
+    FINISH = "finish"
+    NOTIFY_CHECKPOINT_COMPLETE = "notify_checkpoint_complete"
+    NOTIFY_CHECKPOINT_ABORTED = "notify_checkpoint_aborted"
+    FINAL_CHECKPOINT_COMPLETE = "final_checkpoint_complete"
+    CLOSE = "close"
+
+
+_R, _W = SubtaskState.RUNNING, SubtaskState.WAITING_FOR_FINAL_CHECKPOINT
+T = SubtaskTransition
+
+TRANSITIONS: dict[tuple[SubtaskState, SubtaskTransition], SubtaskState] = {
+    (_R, T.SNAPSHOT): _R,
+    (_W, T.SNAPSHOT): _W,  # FLIP-147: a sink may still pre-commit (empty) transactions after finish()
+    (_R, T.NOTIFY_CHECKPOINT_COMPLETE): _R,
+    (_W, T.NOTIFY_CHECKPOINT_COMPLETE): _W,
+    (_R, T.NOTIFY_CHECKPOINT_ABORTED): _R,
+    (_W, T.NOTIFY_CHECKPOINT_ABORTED): _W,
+    (_R, T.FINISH): _W,
+    (_W, T.FINAL_CHECKPOINT_COMPLETE): SubtaskState.FINISHED,
+    (_R, T.CLOSE): SubtaskState.CLOSED,
+    (_W, T.CLOSE): SubtaskState.CLOSED,
+}
+"""The complete transition table; anything absent is illegal."""
+
+
+class TxnStatus(enum.Enum):
+    """Where one pending transaction is (see the module docstring)."""
+
+    PRE_COMMITTED = "pre_committed"
+    PERSISTED = "persisted"
+    COMMITTING = "committing"
+
+
+@dataclass(eq=False)
+class PendingTransaction(Generic[COMM]):
+    """One pre-committed transaction of one subtask, until its commit is confirmed or it is aborted.
+
+    Attributes:
+        sink_name: the sink.
+        partition: the subtask index.
+        attempt: the task attempt that pre-committed it.
+        checkpoint_id: the checkpoint it was pre-committed for.
+        committable: the sink's decoded committable.
+        pre_committed_ms: when the coordinator received it (ms since the epoch), for age warnings.
+        status: see :class:`TxnStatus`.
+    """
+
+    sink_name: str
+    partition: int
+    attempt: int
+    checkpoint_id: int
+    committable: COMM
+    pre_committed_ms: int
+    status: TxnStatus = TxnStatus.PRE_COMMITTED
+
+
+@dataclass(frozen=True)
+class LifecycleActions(Generic[COMM]):
+    """What a lifecycle call asks the caller to do, in order.
+
+    Attributes:
+        commit: transactions to commit, ascending by checkpoint id (now COMMITTING; report back
+            with :meth:`SubtaskLifecycle.commit_confirmed`).
+        abort: pre-committed transactions to abort (already forgotten by the lifecycle).
+    """
+
+    commit: tuple[PendingTransaction[COMM], ...] = ()
+    abort: tuple[PendingTransaction[COMM], ...] = ()
+
+
+@dataclass
+class SubtaskLifecycle(Generic[COMM]):
+    """The lifecycle and pending transactions of one (sink, partition); see the module docstring.
+
+    Args:
+        sink_name: the sink.
+        partition: the subtask index (≥ 0).
+        restored_in_progress: in-progress state restored from a checkpoint, or ``None``.
+        restored_checkpoint_id: the id of the checkpoint it was restored from (0 if none).
+
+    Not thread-safe: the checkpoint coordinator calls it from one thread.
+    """
+
+    sink_name: str
+    partition: int
+    restored_in_progress: JsonObject | None = None
+    restored_checkpoint_id: int = 0
+    state: SubtaskState = SubtaskState.RUNNING
+    finished_after: int | None = None
+    """Set by :meth:`finish`: the last checkpoint id triggered before finish(); checkpoints with a
+    greater id were triggered after it (FLIP-147)."""
+    _pending: list[PendingTransaction[COMM]] = field(default_factory=list)
+    _in_progress: dict[int, JsonObject | None] = field(default_factory=dict)
+    _snapshotted: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._in_progress[self.restored_checkpoint_id] = self.restored_in_progress
+
+    def __str__(self) -> str:
+        return f"subtask {self.sink_name}[{self.partition}]"
+
+    # -- transitions ----------------------------------------------------------------------------
+
+    def _apply(self, transition: SubtaskTransition) -> None:
+        target = TRANSITIONS.get((self.state, transition))
+        if target is None:
+            raise IllegalTransitionError(str(self), self.state.value, transition.value)
+        if target is not self.state:
+            log.info(
+                "subtask transition sink=%s partition=%d %s -[%s]-> %s",
+                self.sink_name, self.partition, self.state.value, transition.value, target.value,
+                extra={"sink": self.sink_name, "partition": self.partition, "transition": transition.value},
+            )  # fmt: skip
+        self.state = target
+
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        attempt: int,
+        committables: Sequence[COMM],
+        in_progress: JsonObject | None,
+        now_ms: int,
+    ) -> None:
+        """Record the subtask's acknowledgement of ``checkpoint_id``: its pre-committed transactions
+        and in-progress state.
+
+        Raises:
+            IllegalTransitionError: the subtask is FINISHED or CLOSED, or already acknowledged
+                ``checkpoint_id``.
+        """
+        if checkpoint_id in self._snapshotted:
+            raise IllegalTransitionError(str(self), self.state.value, f"snapshot #{checkpoint_id} twice")
+        self._apply(SubtaskTransition.SNAPSHOT)
+        self._snapshotted.add(checkpoint_id)
+        for c in committables:
+            self._pending.append(
+                PendingTransaction(self.sink_name, self.partition, attempt, checkpoint_id, c, now_ms)
+            )
+        self._in_progress[checkpoint_id] = in_progress
+
+    def finish(self, last_triggered_checkpoint: int) -> None:
+        """End of input: the subtask flushed into its current transaction and opens no new one.
+
+        Args:
+            last_triggered_checkpoint: the newest checkpoint id triggered so far (0 if none); only a
+                later checkpoint can be this subtask's final checkpoint.
+
+        Raises:
+            IllegalTransitionError: not RUNNING.
+        """
+        self._apply(SubtaskTransition.FINISH)
+        self.finished_after = last_triggered_checkpoint
+
+    def checkpoint_persisted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is durable: every transaction ≤ it is now held by storage."""
+        for t in self._pending:
+            if t.checkpoint_id <= checkpoint_id and t.status is TxnStatus.PRE_COMMITTED:
+                t.status = TxnStatus.PERSISTED
+        # states older than the one checkpoint_id holds are never asked for again (ordered completion)
+        held = [c for c in self._in_progress if c <= checkpoint_id]
+        if held:
+            newest = max(held)
+            for c in held:
+                if c < newest:
+                    del self._in_progress[c]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> LifecycleActions[COMM]:
+        """Commit every pending transaction ≤ ``checkpoint_id`` (Flink's rule: covers subsumed,
+        skipped, late and out-of-order notifications; an older notification after a newer one finds
+        nothing left and is a no-op).
+
+        If the subtask is WAITING_FOR_FINAL_CHECKPOINT and ``checkpoint_id`` was triggered after
+        finish(), this is its final checkpoint: it also closes (FINISHED). Transactions pre-committed
+        for later checkpoints are then committed if their checkpoint is already durable, aborted
+        otherwise (FLIP-147's 42/43/44 example).
+
+        Raises:
+            IllegalTransitionError: the subtask is FINISHED or CLOSED; or a transaction ≤
+                ``checkpoint_id`` is not durable (a notification for a checkpoint that did not complete).
+        """
+        final = (
+            self.state is SubtaskState.WAITING_FOR_FINAL_CHECKPOINT
+            and self.finished_after is not None
+            and checkpoint_id > self.finished_after
+        )
+        self._apply(SubtaskTransition.NOTIFY_CHECKPOINT_COMPLETE)
+        commit: list[PendingTransaction[COMM]] = []
+        for t in self._pending:
+            if t.checkpoint_id <= checkpoint_id:
+                if t.status is TxnStatus.PRE_COMMITTED:
+                    raise IllegalTransitionError(
+                        str(self),
+                        self.state.value,
+                        f"notify_checkpoint_complete #{checkpoint_id} (not durable)",
+                    )
+                if t.status is TxnStatus.PERSISTED:
+                    commit.append(t)
+        abort: list[PendingTransaction[COMM]] = []
+        if final:
+            for t in self._pending:
+                if t.checkpoint_id > checkpoint_id:
+                    if t.status is TxnStatus.PERSISTED:
+                        commit.append(t)  # durable: must be committed, never aborted
+                    elif t.status is TxnStatus.PRE_COMMITTED:
+                        abort.append(t)
+            self._pending = [t for t in self._pending if t not in abort]
+            self._apply(SubtaskTransition.FINAL_CHECKPOINT_COMPLETE)
+            self._in_progress = {checkpoint_id: None}
+        commit.sort(key=lambda t: t.checkpoint_id)
+        for t in commit:
+            t.status = TxnStatus.COMMITTING
+        return LifecycleActions(tuple(commit), tuple(abort))
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> LifecycleActions[COMM]:
+        """Checkpoint ``checkpoint_id`` will never complete: abort its pre-committed transactions.
+
+        Raises:
+            IllegalTransitionError: the subtask is FINISHED or CLOSED.
+        """
+        self._apply(SubtaskTransition.NOTIFY_CHECKPOINT_ABORTED)
+        abort = [t for t in self._pending if t.checkpoint_id == checkpoint_id]
+        if any(t.status is not TxnStatus.PRE_COMMITTED for t in abort):
+            raise IllegalTransitionError(
+                str(self), self.state.value, f"notify_checkpoint_aborted #{checkpoint_id} (already durable)"
+            )
+        self._pending = [t for t in self._pending if t.checkpoint_id != checkpoint_id]
+        self._in_progress.pop(checkpoint_id, None)
+        self._snapshotted.discard(checkpoint_id)
+        return LifecycleActions((), tuple(abort))
+
+    def close(self) -> LifecycleActions[COMM]:
+        """Failure, cancel or suspend path (FLIP-147: close() only): abort what is pre-committed but
+        not durable. Durable transactions are left to the restore that follows, which re-commits
+        them from storage.
+
+        Raises:
+            IllegalTransitionError: already FINISHED or CLOSED.
+        """
+        self._apply(SubtaskTransition.CLOSE)
+        abort = [t for t in self._pending if t.status is TxnStatus.PRE_COMMITTED]
+        self._pending = [t for t in self._pending if t.status is not TxnStatus.PRE_COMMITTED]
+        return LifecycleActions((), tuple(abort))
+
+    def commit_confirmed(self, txn: PendingTransaction[COMM]) -> None:
+        """The committer committed ``txn`` (COMMITTED or ALREADY_COMMITTED): forget it."""
+        self._pending = [t for t in self._pending if t is not txn]
+
+    # -- queries ----------------------------------------------------------------------------------
+
+    def uncommitted(self, up_to_checkpoint: int) -> list[PendingTransaction[COMM]]:
+        """Transactions pre-committed for checkpoints ≤ ``up_to_checkpoint`` whose commit is not
+        confirmed, ascending by checkpoint id: what checkpoint ``up_to_checkpoint`` must hold."""
+        return sorted(
+            (t for t in self._pending if t.checkpoint_id <= up_to_checkpoint), key=lambda t: t.checkpoint_id
+        )
+
+    @property
+    def pending(self) -> tuple[PendingTransaction[COMM], ...]:
+        """Every transaction not yet confirmed committed nor aborted."""
+        return tuple(self._pending)
+
+    def in_progress_for(self, checkpoint_id: int) -> JsonObject | None:
+        """The in-progress state as of checkpoint ``checkpoint_id``: the newest snapshot ≤ it."""
+        older = [c for c in self._in_progress if c <= checkpoint_id]
+        return self._in_progress[max(older)] if older else None
+
+    @property
+    def latest_in_progress(self) -> JsonObject | None:
+        """The newest in-progress state snapshotted (or restored)."""
+        return self._in_progress[max(self._in_progress)] if self._in_progress else None

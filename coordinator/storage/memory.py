@@ -1,0 +1,211 @@
+"""In-memory checkpoint storage for the test harness and unit tests.
+
+Same contract as the local and S3 backends (:mod:`coordinator.storage.base`), and the same
+backend-independent rules (:mod:`coordinator.storage.common`): metadata is stored as the JSON bytes
+of ``CheckpointMetadata.dumps`` and parsed again on every load, so tests exercise the real
+encoding; publishing an id that exists (as a checkpoint or a savepoint) raises
+:class:`~sinks.errors.CheckpointStorageError`; "latest" is the highest id by listing; retention
+deletes all but the newest N non-savepoint checkpoints (final checkpoints count as checkpoints).
+
+Locations look like ``memory://<job-id>/chk-<n>/_metadata`` and
+``memory://<job-id>/savepoints/sp-<n>/_metadata``. Several storages may share one
+:class:`MemoryStore` (a "file system"), so a new job can restore another job's savepoint by location,
+and a restarted process (a new runtime) sees what the crashed one published.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from coordinator.metadata import CheckpointKind, CheckpointMetadata
+from coordinator.storage import layout
+from coordinator.storage.base import CheckpointRef
+from coordinator.storage.common import (
+    check_publishable,
+    decode_metadata,
+    latest_by_listing,
+    plan_retention,
+    sort_refs,
+)
+from sinks.errors import CheckpointStorageError
+
+log = logging.getLogger(__name__)
+
+SCHEME = "memory://"
+
+
+class MemoryStore:
+    """A process-wide map ``location → bytes`` standing in for a file system. Thread-safe."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.lock = threading.RLock()
+
+
+class InMemoryCheckpointStorage:
+    """Checkpoints of one job, kept in memory (a :class:`MemoryStore`).
+
+    Args:
+        job_id: the job's stable id, one safe path segment.
+        store: the shared "file system"; a new one if omitted.
+
+    Attributes:
+        publish_hook: test hook called with the metadata before each publish; it may raise to
+            simulate a failed write (nothing is published then).
+        published: ids published so far, in order (including ones deleted since).
+
+    Raises:
+        ConfigError: ``job_id`` is not a safe path segment.
+    """
+
+    def __init__(self, job_id: str, store: MemoryStore | None = None) -> None:
+        self.job_id: str = layout.validate_job_id(job_id)
+        self.store = store if store is not None else MemoryStore()
+        self.publish_hook: Callable[[CheckpointMetadata], None] | None = None
+        self.published: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"InMemoryCheckpointStorage({self.job_id!r})"
+
+    def location(self, checkpoint_id: int, kind: CheckpointKind) -> str:
+        """The ``_metadata`` location of checkpoint ``checkpoint_id`` of ``kind`` (it may not exist)."""
+        rel = layout.relative_dir(checkpoint_id, kind)
+        return f"{SCHEME}{self.job_id}/{rel}/{layout.METADATA_NAME}"
+
+    def _final_marker(self, checkpoint_id: int) -> str:
+        rel = layout.relative_dir(checkpoint_id, CheckpointKind.CHECKPOINT)
+        return f"{SCHEME}{self.job_id}/{rel}/{layout.FINAL_MARKER_NAME}"
+
+    def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
+        """Publish ``metadata`` atomically (one dict assignment under a lock).
+
+        Raises:
+            CheckpointStorageError: the id exists (as a checkpoint or savepoint), the metadata
+                belongs to another job, or ``publish_hook`` failed.
+        """
+        check_publishable(metadata, self.job_id)
+        cid, kind = metadata.checkpoint_id, metadata.kind
+        with self.store.lock:
+            for k in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT):
+                if self.location(cid, k) in self.store.files:
+                    raise CheckpointStorageError(
+                        f"checkpoint {cid} of job {self.job_id!r} exists: {self.location(cid, k)}"
+                    )
+            if self.publish_hook is not None:
+                try:
+                    self.publish_hook(metadata)
+                except CheckpointStorageError:
+                    raise
+                except Exception as e:
+                    raise CheckpointStorageError(f"cannot publish checkpoint {cid}: {e}") from e
+            target = self.location(cid, kind)
+            if kind is CheckpointKind.FINAL:
+                self.store.files[self._final_marker(cid)] = b""
+            self.store.files[target] = metadata.dumps()
+            self.published.append(cid)
+        log.info(
+            "checkpoint published job=%s checkpoint=%d kind=%s location=%s",
+            self.job_id, cid, kind.value, target,
+            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value, "location": target},
+        )  # fmt: skip
+        return CheckpointRef(cid, kind, target)
+
+    def list_checkpoints(self) -> list[CheckpointRef]:
+        """All published checkpoints and savepoints of the job, ascending by id."""
+        prefix = f"{SCHEME}{self.job_id}/"
+        suffix = "/" + layout.METADATA_NAME
+        refs: list[CheckpointRef] = []
+        with self.store.lock:
+            names = [n for n in self.store.files if n.startswith(prefix) and n.endswith(suffix)]
+            for name in names:
+                parts = name[len(prefix) : -len(suffix)].split("/")
+                if len(parts) == 1 and (cid := layout.parse_checkpoint_dir(parts[0])) is not None:
+                    final = self._final_marker(cid) in self.store.files
+                    refs.append(
+                        CheckpointRef(cid, CheckpointKind.FINAL if final else CheckpointKind.CHECKPOINT, name)
+                    )
+                elif (
+                    len(parts) == 2
+                    and parts[0] == layout.SAVEPOINTS_DIR
+                    and (sid := layout.parse_savepoint_dir(parts[1])) is not None
+                ):
+                    refs.append(CheckpointRef(sid, CheckpointKind.SAVEPOINT, name))
+        return sort_refs(refs)
+
+    def _read(self, location: str) -> bytes:
+        with self.store.lock:
+            data = self.store.files.get(location)
+        if data is None:
+            raise CheckpointStorageError(f"no checkpoint at {location}")
+        return data
+
+    def load(self, ref: CheckpointRef) -> CheckpointMetadata:
+        """Read one checkpoint of this job; its id and kind must match ``ref``.
+
+        Raises:
+            CorruptCheckpointError: invalid metadata; the message names the location.
+            CheckpointStorageError: no such checkpoint.
+        """
+        location = self.location(ref.checkpoint_id, ref.kind)
+        return decode_metadata(self._read(location), location, job_id=self.job_id, expected=ref)
+
+    def load_location(self, location: str) -> CheckpointMetadata:
+        """Read a checkpoint or savepoint by location (its ``_metadata`` or its directory).
+
+        The metadata may belong to another job sharing the store.
+
+        Raises:
+            CorruptCheckpointError: invalid metadata; the message names the location.
+            CheckpointStorageError: nothing is at ``location``.
+        """
+        loc = location.rstrip("/")
+        if not loc.endswith("/" + layout.METADATA_NAME):
+            loc = f"{loc}/{layout.METADATA_NAME}"
+        return decode_metadata(self._read(loc), loc)
+
+    def latest(self, *, fallback_to_valid: bool = False) -> CheckpointMetadata | None:
+        """The newest published checkpoint or savepoint by listing, or ``None`` for a new job.
+
+        Raises:
+            CorruptCheckpointError: the newest one is corrupt (and ``fallback_to_valid`` is off).
+        """
+        return latest_by_listing(self, fallback_to_valid=fallback_to_valid)
+
+    def delete(self, ref: CheckpointRef) -> None:
+        """Delete one checkpoint (savepoints too, when asked explicitly). Idempotent."""
+        with self.store.lock:
+            self.store.files.pop(self.location(ref.checkpoint_id, ref.kind), None)
+            if ref.kind is not CheckpointKind.SAVEPOINT:
+                self.store.files.pop(self._final_marker(ref.checkpoint_id), None)
+        log.info(
+            "checkpoint deleted job=%s checkpoint=%d kind=%s", self.job_id, ref.checkpoint_id, ref.kind.value,
+            extra={"job": self.job_id, "checkpoint": ref.checkpoint_id, "kind": ref.kind.value},
+        )  # fmt: skip
+
+    def apply_retention(self, keep: int) -> list[CheckpointRef]:
+        """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.
+
+        Raises:
+            ConfigError: ``keep`` < 1.
+        """
+        doomed = plan_retention(self.list_checkpoints(), keep)
+        for ref in doomed:
+            self.delete(ref)
+        return doomed
+
+    # -- test helpers ---------------------------------------------------------------------------
+
+    def corrupt(self, checkpoint_id: int, data: bytes = b"{not json") -> None:
+        """Overwrite a published checkpoint's ``_metadata`` with ``data`` (tests of corruption).
+
+        Raises:
+            CheckpointStorageError: no checkpoint ``checkpoint_id`` is published.
+        """
+        for ref in self.list_checkpoints():
+            if ref.checkpoint_id == checkpoint_id:
+                with self.store.lock:
+                    self.store.files[ref.location] = data
+                return
+        raise CheckpointStorageError(f"no checkpoint {checkpoint_id} to corrupt")

@@ -1,0 +1,201 @@
+"""The committer: outcomes, retries (tenacity), LOST only ignored on recovery when opted in,
+pending-transaction age warnings, ordered asynchronous commit, metrics."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from coordinator.clock import ManualClock
+from coordinator.committer import CommitPolicy, CommitRequest, Committer
+from coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from coordinator.lifecycle import PendingTransaction
+from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
+from sinks.outcome import CommitOutcome
+
+
+def prepared(system: FakeExternalSystem, txn_id: str, t_ms: int = 0) -> PendingTransaction[FakeCommittable]:
+    system.begin(txn_id, "job", "s", 1)
+    system.prepared[txn_id] = [*system.open.pop(txn_id), txn_id]
+    return PendingTransaction("s", 0, 0, 1, FakeCommittable(txn_id, 1, 0, 1), t_ms)
+
+
+def committer(policy: CommitPolicy | None = None, clock: ManualClock | None = None) -> Committer:
+    clock = clock or ManualClock()
+    return Committer("job", policy, clock=clock, sleep=clock.sleep)
+
+
+def test_commit_and_recommit() -> None:
+    system = FakeExternalSystem()
+    sink = FakeSink("s", system)
+    c = committer()
+    t = prepared(system, "t1")
+    assert c.commit(CommitRequest(sink, t)) is CommitOutcome.COMMITTED
+    assert c.commit(CommitRequest(sink, t, recovery=True)) is CommitOutcome.ALREADY_COMMITTED
+    assert set(system.committed) == {"t1"}
+    m = c.metrics
+    assert (m.committed, m.already_committed, m.aborted) == (1, 1, 0)
+
+
+def test_retry_with_backoff_then_commit() -> None:
+    system = FakeExternalSystem()
+    sink = FakeSink("s", system)
+    clock = ManualClock()
+    c = committer(CommitPolicy(max_attempts=5, initial_backoff_ms=100, max_backoff_ms=1000), clock)
+    t = prepared(system, "t1")
+    system.script("t1", CommitOutcome.RETRY, CommitOutcome.RETRY, CommitOutcome.RETRY)
+    start = clock()
+    assert c.commit(CommitRequest(sink, t)) is CommitOutcome.COMMITTED
+    assert system.commit_calls == ["t1"] * 4
+    assert clock() - start == 100 + 200 + 400  # exponential backoff, slept on the injected clock
+    assert c.metrics.retries == 3
+
+
+def test_service_unavailable_counts_as_retry() -> None:
+    system = FakeExternalSystem()
+    c = committer(CommitPolicy(max_attempts=3))
+    t = prepared(system, "t1")
+    calls = []
+
+    class Flaky(FakeSink):
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            calls.append(1)
+            if len(calls) < 3:
+                raise ServiceUnavailableError("broker down")
+            return super().commit(committable)
+
+    assert c.commit(CommitRequest(Flaky("s", system), t)) is CommitOutcome.COMMITTED
+
+
+def test_retry_budget_exhausted_fails() -> None:
+    system = FakeExternalSystem()
+    c = committer(CommitPolicy(max_attempts=3))
+    t = prepared(system, "t1")
+    system.script("t1", *[CommitOutcome.RETRY] * 5)
+    with pytest.raises(CommitFailedError, match="past the retry budget"):
+        c.commit(CommitRequest(FakeSink("s", system), t))
+    assert system.commit_calls == ["t1"] * 3
+    assert set(system.committed) == set()
+
+
+def test_fatal_fails() -> None:
+    system = FakeExternalSystem()
+    t = prepared(system, "t1")
+    system.script("t1", CommitOutcome.FATAL)
+    with pytest.raises(CommitFailedError, match="FATAL"):
+        committer().commit(CommitRequest(FakeSink("s", system), t))
+
+
+def test_sink_exception_becomes_commit_failed() -> None:
+    class Broken(FakeSink):
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            raise KeyError("bug")
+
+    system = FakeExternalSystem()
+    with pytest.raises(CommitFailedError, match="raised"):
+        committer().commit(CommitRequest(Broken("s", system), prepared(system, "t1")))
+
+
+@pytest.mark.parametrize("opted_in", [False, True])
+def test_lost_during_normal_commit_always_fails(opted_in: bool) -> None:
+    system = FakeExternalSystem()
+    t = prepared(system, "t1")
+    system.script("t1", CommitOutcome.LOST)
+    c = committer(CommitPolicy(ignore_lost_on_recovery=opted_in))
+    with pytest.raises(TransactionLostError, match=r"sink 's'.*t1"):
+        c.commit(CommitRequest(FakeSink("s", system), t))
+
+
+def test_lost_during_recovery_fails_unless_opted_in(caplog: pytest.LogCaptureFixture) -> None:
+    system = FakeExternalSystem()
+    sink = FakeSink("s", system)
+    t = prepared(system, "t1")
+    system.script("t1", CommitOutcome.LOST)
+    with pytest.raises(TransactionLostError, match="t1"):
+        committer().commit(CommitRequest(sink, t, recovery=True))
+    c = committer(CommitPolicy(ignore_lost_on_recovery=True))
+    with caplog.at_level(logging.ERROR, logger="coordinator.committer"):
+        assert c.commit(CommitRequest(sink, t, recovery=True)) is CommitOutcome.LOST
+    assert any("LOST on recovery" in r.message and "t1" in r.message for r in caplog.records)
+    assert c.metrics.lost_ignored == 1
+    assert set(system.committed) == set()
+    assert system.aborted == {"t1"}
+
+
+def test_pending_transaction_warns_once_at_80_percent_of_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    system = FakeExternalSystem()
+    clock = ManualClock()
+    c = committer(CommitPolicy(transaction_timeout_ms=10_000), clock)
+    t = prepared(system, "t1", t_ms=clock())
+    with caplog.at_level(logging.WARNING, logger="coordinator.committer"):
+        clock.advance(7_999)
+        assert c.ages.check([t]) == []
+        clock.advance(1)
+        assert c.ages.check([t]) == [t]
+        clock.advance(1_000)
+        assert c.ages.check([t]) == []  # warned once
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "near its timeout" in warnings[0].message and "age_ms=8000" in warnings[0].message
+    assert warnings[0].sink == "s"
+
+
+def test_no_age_warnings_without_a_timeout() -> None:
+    system = FakeExternalSystem()
+    clock = ManualClock()
+    c = committer(CommitPolicy(), clock)
+    t = prepared(system, "t1")
+    clock.advance(10**9)
+    assert c.ages.check([t]) == []
+
+
+def test_abort_and_recover_and_abort() -> None:
+    system = FakeExternalSystem()
+    sink = FakeSink("s", system)
+    c = committer()
+    c.abort(sink, prepared(system, "t1"))
+    c.abort(sink, prepared(system, "t2"), recovery=True)
+    assert system.aborted == {"t1", "t2"}
+    assert c.metrics.aborted == 2
+
+
+def test_async_commit_is_ordered_and_surfaces_errors_on_the_next_call() -> None:
+    system = FakeExternalSystem()
+    gate = threading.Event()
+
+    class Slow(FakeSink):
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            gate.wait(5)
+            return super().commit(committable)
+
+    sink = Slow("s", system)
+    c = committer(CommitPolicy(async_commit=True, max_attempts=1))
+    t1, t2, t3 = (prepared(system, f"t{i}") for i in (1, 2, 3))
+    c.submit([CommitRequest(sink, t1), CommitRequest(sink, t2)])
+    c.submit([CommitRequest(sink, t3)])
+    assert c.busy  # the commits overlap whatever the caller does next
+    gate.set()
+    c.drain(5)
+    assert system.commit_calls == ["t1", "t2", "t3"]
+    assert [r.txn.committable.txn_id for r in c.poll_completed()] == ["t1", "t2", "t3"]
+    t4, t5 = prepared(system, "t4"), prepared(system, "t5")
+    system.script("t4", CommitOutcome.FATAL)
+    c.submit([CommitRequest(sink, t4)])
+    c.submit([CommitRequest(sink, t5)])  # may or may not see the error yet
+    with pytest.raises(CommitFailedError, match="FATAL"):
+        c.drain(5)
+    with pytest.raises(CommitFailedError):
+        c.submit([])  # the error stays raised
+    assert "t5" not in system.committed  # after an error later commits are skipped: order is kept
+    c.shutdown()
+
+
+def test_bad_policy_is_a_config_error() -> None:
+    with pytest.raises(ConfigError):
+        CommitPolicy(max_attempts=0)
+    with pytest.raises(ConfigError):
+        CommitPolicy(timeout_warning_ratio=1.5)
+    with pytest.raises(ConfigError):
+        CommitPolicy(initial_backoff_ms=10, max_backoff_ms=1)

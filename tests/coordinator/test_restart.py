@@ -1,0 +1,53 @@
+"""Restart strategies: fixed delay and exponential backoff (tenacity), at most N within a window."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.clock import ManualClock
+from coordinator.restart import RestartKind, RestartStrategy, RestartTracker
+from sinks.errors import ConfigError
+
+
+def test_fixed_delay_at_most_n_in_all() -> None:
+    t = RestartTracker(RestartStrategy.fixed_delay(max_restarts=2, delay_ms=1500), ManualClock())
+    assert [t.try_restart(), t.try_restart(), t.try_restart()] == [1.5, 1.5, None]
+
+
+def test_exponential_backoff_is_capped() -> None:
+    clock = ManualClock()
+    t = RestartTracker(RestartStrategy.exponential_backoff(5, initial_delay_ms=100, max_delay_ms=500), clock)
+    assert [t.try_restart() for _ in range(6)] == [0.1, 0.2, 0.4, 0.5, 0.5, None]
+
+
+def test_window_counts_only_recent_restarts_and_resets_the_backoff() -> None:
+    clock = ManualClock()
+    t = RestartTracker(
+        RestartStrategy.exponential_backoff(2, initial_delay_ms=100, max_delay_ms=10_000, window_ms=1000),
+        clock,
+    )
+    assert t.try_restart() == 0.1
+    clock.advance(500)
+    assert t.try_restart() == 0.2
+    assert t.try_restart() is None  # 2 within the last second
+    clock.advance(501)  # the first left the window
+    assert t.try_restart() == 0.2
+    clock.advance(10_000)
+    assert t.try_restart() == 0.1
+
+
+def test_none_never_restarts() -> None:
+    strategy = RestartStrategy.none()
+    assert strategy.kind is RestartKind.NONE
+    assert RestartTracker(strategy, ManualClock()).try_restart() is None
+
+
+def test_bad_strategies_are_config_errors() -> None:
+    with pytest.raises(ConfigError):
+        RestartStrategy(max_restarts=-1)
+    with pytest.raises(ConfigError):
+        RestartStrategy(window_ms=0)
+    with pytest.raises(ConfigError):
+        RestartStrategy(multiplier=1.0)
+    with pytest.raises(ConfigError):
+        RestartStrategy(delay_ms=10, max_delay_ms=5)
