@@ -1,0 +1,223 @@
+"""Driver side: commit or abort a pre-committed Kafka transaction with EndTxn (KIP-98, TV1).
+
+The writer never commits. It leaves its transaction open (destroying a librdkafka producer does
+not abort it), and the committable records the transactional id, producer id and epoch. The
+driver, possibly in another process after a crash, sends FindCoordinator(transaction) and
+EndTxn(commit) with exactly those. It never calls ``init_transactions`` on that id first, which
+would abort the transaction.
+
+Outcomes (DESIGN.md §7):
+
+===========================================================  =================================
+EndTxn error                                                 outcome
+===========================================================  =================================
+NONE                                                         COMMITTED
+CONCURRENT_TRANSACTIONS, NOT_COORDINATOR,                    RETRY (coordinator re-found)
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
+REQUEST_TIMED_OUT, NETWORK_EXCEPTION, no answer
+INVALID_TXN_STATE, PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,  LOST, unless DescribeTransactions
+INVALID_PRODUCER_ID_MAPPING                                  shows it committed:
+                                                             ALREADY_COMMITTED
+anything else (authorization, …)                             FATAL
+===========================================================  =================================
+
+A TV1 coordinator answers NONE to a repeated EndTxn(commit) of a completed commit, so a commit
+first looks at DescribeTransactions: the same producer id and epoch in PrepareCommit,
+CompleteCommit (or Empty, the state some coordinators show after completing) means it was
+committed before, and the answer is ALREADY_COMMITTED without sending EndTxn.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+
+import kafka.errors as kerrors
+import tenacity
+
+from connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin, TransactionSnapshot
+from connectors.kafka.committable import KafkaCommittable
+from connectors.kafka.errors import KafkaTransactionError
+from sinks.errors import ServiceUnavailableError
+from sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+
+class KafkaErrorCode(enum.IntEnum):
+    """Kafka protocol error codes the committer distinguishes (Kafka's ``Errors`` enum)."""
+
+    NONE = 0
+    REQUEST_TIMED_OUT = 7
+    NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    CONCURRENT_TRANSACTIONS = 51
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    PRODUCER_FENCED = 90
+
+
+class EndTxnVerdict(enum.Enum):
+    """What an EndTxn error code means before looking at the transaction's state."""
+
+    DONE = "done"
+    RETRY = "retry"
+    REFIND_AND_RETRY = "refind_and_retry"
+    CHECK_STATE = "check_state"
+    FATAL = "fatal"
+
+
+_VERDICTS = {
+    KafkaErrorCode.NONE: EndTxnVerdict.DONE,
+    KafkaErrorCode.CONCURRENT_TRANSACTIONS: EndTxnVerdict.RETRY,
+    KafkaErrorCode.REQUEST_TIMED_OUT: EndTxnVerdict.RETRY,
+    KafkaErrorCode.NETWORK_EXCEPTION: EndTxnVerdict.REFIND_AND_RETRY,
+    KafkaErrorCode.NOT_COORDINATOR: EndTxnVerdict.REFIND_AND_RETRY,
+    KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS: EndTxnVerdict.REFIND_AND_RETRY,
+    KafkaErrorCode.COORDINATOR_NOT_AVAILABLE: EndTxnVerdict.REFIND_AND_RETRY,
+    KafkaErrorCode.INVALID_TXN_STATE: EndTxnVerdict.CHECK_STATE,
+    KafkaErrorCode.PRODUCER_FENCED: EndTxnVerdict.CHECK_STATE,
+    KafkaErrorCode.INVALID_PRODUCER_EPOCH: EndTxnVerdict.CHECK_STATE,
+    KafkaErrorCode.INVALID_PRODUCER_ID_MAPPING: EndTxnVerdict.CHECK_STATE,
+}
+
+COMMITTED_STATES = frozenset({"PrepareCommit", "CompleteCommit", "Empty"})
+ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort", "PrepareEpochFence", "Dead"})
+
+
+def classify_end_txn(error_code: int) -> EndTxnVerdict:
+    """Map an EndTxn error code to its verdict (see the module table); unknown codes are FATAL."""
+    try:
+        return _VERDICTS[KafkaErrorCode(error_code)]
+    except (ValueError, KeyError):
+        return EndTxnVerdict.FATAL
+
+
+def _same_producer(snapshot: TransactionSnapshot, c: KafkaCommittable) -> bool:
+    return snapshot.producer_id == c.producer_id and snapshot.producer_epoch == c.producer_epoch
+
+
+def outcome_before_end_txn(snapshot: TransactionSnapshot | None, c: KafkaCommittable) -> CommitOutcome | None:
+    """ALREADY_COMMITTED when DescribeTransactions shows ``c`` committed; ``None``: send EndTxn."""
+    if snapshot is not None and _same_producer(snapshot, c) and snapshot.state in COMMITTED_STATES:
+        return CommitOutcome.ALREADY_COMMITTED
+    return None
+
+
+def outcome_after_rejection(snapshot: TransactionSnapshot | None, c: KafkaCommittable) -> CommitOutcome:
+    """The outcome after EndTxn(commit) was rejected as fenced or in an invalid state.
+
+    ALREADY_COMMITTED if the coordinator shows ``c``'s producer id and epoch committed, else LOST:
+    the transaction was aborted (timeout, or fenced by a later ``init_transactions``) or the
+    coordinator no longer knows the id.
+    """
+    return outcome_before_end_txn(snapshot, c) or CommitOutcome.LOST
+
+
+def outcome_of_end_txn(
+    error_code: int, snapshot_after: TransactionSnapshot | None, c: KafkaCommittable
+) -> CommitOutcome:
+    """The full mapping of an EndTxn(commit) answer, given the state read after a rejection."""
+    verdict = classify_end_txn(error_code)
+    if verdict is EndTxnVerdict.DONE:
+        return CommitOutcome.COMMITTED
+    if verdict in (EndTxnVerdict.RETRY, EndTxnVerdict.REFIND_AND_RETRY):
+        return CommitOutcome.RETRY
+    if verdict is EndTxnVerdict.CHECK_STATE:
+        return outcome_after_rejection(snapshot_after, c)
+    return CommitOutcome.FATAL
+
+
+class KafkaCommitter:
+    """Commits and aborts :class:`KafkaCommittable` s through a :class:`KafkaAdmin` (driver side)."""
+
+    def __init__(self, admin: KafkaAdmin, attempts: int, backoff_ms: int) -> None:
+        self._admin = admin
+        self._attempts = attempts
+        self._backoff_ms = backoff_ms
+        self._refind: set[str] = set()
+
+    def commit(self, c: KafkaCommittable) -> CommitOutcome:
+        """One commit attempt. Never raises for network trouble (RETRY); see the module table."""
+        try:
+            before = outcome_before_end_txn(self._admin.describe_transaction(c.transactional_id), c)
+            if before is not None:
+                log.info("already committed %s", _kv(c))
+                return before
+            refresh = c.transactional_id in self._refind
+            self._refind.discard(c.transactional_id)
+            code = self._admin.end_txn(
+                c.transactional_id, c.producer_id, c.producer_epoch, commit=True, refresh=refresh
+            )
+            verdict = classify_end_txn(code)
+            after = None
+            if verdict is EndTxnVerdict.REFIND_AND_RETRY:
+                self._refind.add(c.transactional_id)
+            elif verdict is EndTxnVerdict.CHECK_STATE:
+                after = self._admin.describe_transaction(c.transactional_id)
+            outcome = outcome_of_end_txn(code, after, c)
+        except NETWORK_ERRORS as e:
+            self._refind.add(c.transactional_id)
+            log.warning("commit needs retry %s error=%s", _kv(c), e)
+            return CommitOutcome.RETRY
+        except kerrors.KafkaError as e:  # authorization and other non-transient broker answers
+            log.error("commit failed %s error=%s", _kv(c), e)
+            return CommitOutcome.FATAL
+        level = logging.INFO if outcome.is_success or outcome is CommitOutcome.RETRY else logging.ERROR
+        log.log(level, "end_txn(commit) %s error_code=%d outcome=%s", _kv(c), code, outcome.name)
+        return outcome
+
+    def abort(self, c: KafkaCommittable) -> None:
+        """Abort with EndTxn(abort) and the recorded producer id/epoch, retrying transient errors.
+
+        Idempotent: a transaction already aborted or fenced is left alone; one already committed
+        cannot be aborted and is logged as an error. Only ``c``'s own producer epoch is ever
+        touched, so a newer transaction on the same id is never disturbed.
+        """
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self._attempts),
+            wait=tenacity.wait_exponential(multiplier=self._backoff_ms / 1000.0, max=10),
+            retry=tenacity.retry_if_result(lambda done: not done)
+            | tenacity.retry_if_exception_type(NETWORK_ERRORS),
+            reraise=True,
+        )
+        try:
+            retrying(self._abort_once, c)
+        except (tenacity.RetryError, *NETWORK_ERRORS) as e:  # type: ignore[misc]
+            raise ServiceUnavailableError(
+                f"EndTxn(abort) of {c.transactional_id} got no final answer after "
+                f"{self._attempts} attempts: {e}"
+            ) from None
+
+    def _abort_once(self, c: KafkaCommittable) -> bool:
+        snapshot = self._admin.describe_transaction(c.transactional_id)
+        if snapshot is None or not _same_producer(snapshot, c) or snapshot.state in ABORTED_STATES:
+            log.info("abort: nothing open %s state=%s", _kv(c), snapshot and snapshot.state)
+            return True
+        if snapshot.state in ("PrepareCommit", "CompleteCommit"):
+            log.error("abort: transaction was already committed %s", _kv(c))
+            return True
+        refresh = c.transactional_id in self._refind
+        self._refind.discard(c.transactional_id)
+        code = self._admin.end_txn(
+            c.transactional_id, c.producer_id, c.producer_epoch, commit=False, refresh=refresh
+        )
+        verdict = classify_end_txn(code)
+        if verdict is EndTxnVerdict.REFIND_AND_RETRY:
+            self._refind.add(c.transactional_id)
+        if verdict in (EndTxnVerdict.DONE, EndTxnVerdict.CHECK_STATE):
+            log.info("end_txn(abort) %s error_code=%d", _kv(c), code)
+            return True
+        if verdict is EndTxnVerdict.FATAL:
+            raise KafkaTransactionError(
+                f"EndTxn(abort) of {c.transactional_id} failed with error code {code}"
+            )
+        return False
+
+
+def _kv(c: KafkaCommittable) -> str:
+    return " ".join(f"{k}={v}" for k, v in c.log_fields().items())

@@ -1,0 +1,126 @@
+"""Driver side: abort this job's lingering Kafka transactions (Flink's TransactionAbortStrategy).
+
+A lingering transaction was opened by this job and sink but no checkpoint holds it: a failed or
+duplicate task attempt, or a crash before the checkpoint completed. It holds back the last stable
+offset, so ``read_committed`` consumers stall behind it until it times out: aborting it is a
+correctness matter.
+
+1. List ongoing transactions (ListTransactions, KIP-664; filtered on the broker by
+   ``<prefix>-<sink>-`` when it supports KIP-1152 patterns, and always on the client with
+   :func:`naming.parse_transactional_id`).
+2. If the broker cannot list them, probe the known pool instead: every
+   ``<prefix>-<sink>-<partition>-<slot>`` for ``partition < scope.max_partitions`` with
+   DescribeTransactions.
+3. Fence-abort each ongoing one whose id no held committable uses: ``init_transactions`` on that
+   id with a confluent-kafka producer, which makes the coordinator abort it and bump the epoch.
+   An id that a held committable uses is never initialised: that would abort a transaction
+   still waiting for its commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import kafka.errors as kerrors
+from confluent_kafka import KafkaException, Producer
+
+from connectors.kafka import naming
+from connectors.kafka.admin import KafkaAdmin
+from connectors.kafka.committable import KafkaCommittable
+from connectors.kafka.config import KafkaSinkConfig
+from connectors.kafka.errors import KafkaTransactionError
+from sinks.context import LingeringScope
+
+log = logging.getLogger(__name__)
+
+UNBOUNDED_CHECKPOINT = 2**62
+"""``LingeringScope.up_to_checkpoint`` when the runtime sets no bound."""
+OPEN_STATES = ("Ongoing",)
+
+Fencer = Callable[[str], None]
+
+
+def select_lingering(
+    ongoing: list[str], prefix: str, sink: str, pool_size: int, scope: LingeringScope[KafkaCommittable]
+) -> list[str]:
+    """The ids among ``ongoing`` to fence: this prefix and sink, not held, not possibly running.
+
+    When ``scope.up_to_checkpoint`` is bounded, the slot of the next checkpoint is left alone:
+    its writers may be running now. (A stale transaction in that slot is fenced by those writers'
+    own ``init_transactions``, or by the next call, whose next slot differs.)
+    """
+    held = {c.transactional_id for c in scope.held}
+    running_slot = None
+    if scope.up_to_checkpoint < UNBOUNDED_CHECKPOINT:
+        running_slot = naming.slot_for(scope.up_to_checkpoint + 1, pool_size)
+    out = []
+    for txn_id in sorted(set(ongoing)):
+        parsed = naming.parse_transactional_id(txn_id, prefix, sink)
+        if parsed is None or txn_id in held or parsed.slot == running_slot:
+            continue
+        out.append(txn_id)
+    return out
+
+
+def fence_with_producer(config: KafkaSinkConfig) -> Fencer:
+    """A fencer that runs ``init_transactions`` on an id with a throwaway producer."""
+
+    def fence(txn_id: str) -> None:
+        producer = Producer(config.producer_config(txn_id))
+        try:
+            producer.init_transactions(config.init_timeout_ms / 1000.0)
+        except KafkaException as e:
+            raise KafkaTransactionError(
+                f"fencing lingering transaction {txn_id} failed: {e.args[0].str()}"
+            ) from None
+        # No transaction is open on this producer; dropping it releases the handle.
+        del producer
+
+    return fence
+
+
+def list_ongoing(
+    admin: KafkaAdmin, config: KafkaSinkConfig, scope: LingeringScope[KafkaCommittable]
+) -> list[str]:
+    """Ongoing transactional ids of this job and sink: ListTransactions, else pool probing."""
+    prefix = config.prefix(scope.job_id)
+    try:
+        rows = admin.list_transactions(list(OPEN_STATES), naming.id_pattern(prefix, scope.sink_name))
+        return [txn_id for txn_id, _pid, state in rows if state in OPEN_STATES]
+    except (
+        kerrors.UnsupportedVersionError,
+        kerrors.IncompatibleBrokerVersion,
+        kerrors.AuthorizationError,
+    ) as e:
+        log.warning("ListTransactions unavailable (%s); probing the transactional id pool", type(e).__name__)
+    candidates = naming.pool_ids(prefix, scope.sink_name, scope.max_partitions, config.pool_size)
+    snapshots = admin.describe_transactions(candidates)
+    return [txn_id for txn_id, s in snapshots.items() if s.state in OPEN_STATES]
+
+
+def abort_lingering(
+    admin: KafkaAdmin,
+    config: KafkaSinkConfig,
+    scope: LingeringScope[KafkaCommittable],
+    fence: Fencer | None = None,
+) -> int:
+    """Fence-abort every lingering transaction of ``scope``'s job and sink; return how many.
+
+    Raises:
+        KafkaTransactionError: an id could not be fenced.
+        ServiceUnavailableError: the brokers cannot be reached.
+    """
+    fence = fence or fence_with_producer(config)
+    prefix = config.prefix(scope.job_id)
+    ongoing = list_ongoing(admin, config, scope)
+    targets = select_lingering(ongoing, prefix, scope.sink_name, config.pool_size, scope)
+    for txn_id in targets:
+        fence(txn_id)
+        log.info(
+            "lingering transaction aborted job=%s sink=%s transactional_id=%s",
+            scope.job_id,
+            scope.sink_name,
+            txn_id,
+        )
+    return len(targets)

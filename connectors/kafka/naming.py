@@ -1,0 +1,140 @@
+"""Transactional ids drawn from a bounded pool: pure functions, no I/O.
+
+A transactional id is ``<prefix>-<sink>-<partition>-<slot>`` with ``slot = checkpoint_id mod
+pool_size``. The number of ids a job ever uses is therefore ``partitions × pool_size``, whatever
+the number of checkpoints, so the broker's transaction state does not grow with time.
+
+**Pool invariant.** ``init_transactions`` on an id aborts (fences) whatever transaction that id
+still has open (KIP-98). The id of checkpoint ``c`` is reused first by checkpoint
+``c + pool_size``. So the pool is safe as long as, whenever a writer of checkpoint ``w`` opens its
+transaction, no checkpoint ``p ≡ w (mod pool_size)`` with ``p < w`` is still pending commit.
+
+The runtime commits checkpoints in order (Flink's rule: ``notify_checkpoint_complete(c)`` commits
+every pending checkpoint ≤ c) and never starts epoch ``w`` while a checkpoint older than
+``w - max_pending`` is pending: the pending ones are then a subset of ``w - max_pending .. w - 1``,
+which cannot contain ``w - pool_size`` when ``pool_size > max_pending``. That makes
+``max_pending + 1`` the minimum; we require ``pool_size >= max_pending + 2`` so the invariant
+never sits on its edge (one spare slot, e.g. for a checkpoint counted as done while its last
+commit retry is still in flight). With asynchronous commit (checkpoint ``c`` committing while
+epoch ``c + 1`` writes) ``max_pending`` is 1 and ``pool_size >= 3``.
+
+Retried attempts of the same subtask and epoch share the id, so a retry fences the failed
+attempt's transaction, which is what we want. Speculative execution of a Kafka sink task must be
+off: a speculative copy would fence the original after it had pre-committed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# The sink name is one dash-free token, so an id parses back without ambiguity even when the
+# prefix (which usually embeds the job id) contains dashes.
+SINK_NAME_PATTERN = re.compile(r"[A-Za-z0-9_.]+")
+MIN_POOL_HEADROOM = 2
+"""``pool_size`` must be at least ``max_pending_checkpoints + MIN_POOL_HEADROOM``."""
+
+
+@dataclass(frozen=True)
+class ParsedTransactionalId:
+    """A transactional id split into its parts (see :func:`parse_transactional_id`)."""
+
+    prefix: str
+    sink: str
+    partition: int
+    slot: int
+
+
+def default_prefix(job_id: str) -> str:
+    """The transactional id prefix used when the config sets none: ``twophase-<job_id>``."""
+    return f"twophase-{job_id}"
+
+
+def check_sink_name(name: str) -> None:
+    """Raise ``ValueError`` unless ``name`` is one token of ``[A-Za-z0-9_.]`` (no dash)."""
+    if not SINK_NAME_PATTERN.fullmatch(name):
+        raise ValueError(
+            f"Kafka sink name {name!r} must match [A-Za-z0-9_.]+ (it is part of transactional ids)"
+        )
+
+
+def check_pool_size(pool_size: int, max_pending_checkpoints: int) -> None:
+    """Raise ``ValueError`` unless ``pool_size >= max_pending_checkpoints + 2`` (the pool invariant)."""
+    if max_pending_checkpoints < 1:
+        raise ValueError(f"max_pending_checkpoints must be >= 1, got {max_pending_checkpoints}")
+    if pool_size < max_pending_checkpoints + MIN_POOL_HEADROOM:
+        raise ValueError(
+            f"transactional id pool_size {pool_size} must be >= max_pending_checkpoints "
+            f"({max_pending_checkpoints}) + {MIN_POOL_HEADROOM}, or a new epoch could fence a "
+            "transaction still pending commit"
+        )
+
+
+def slot_for(checkpoint_id: int, pool_size: int) -> int:
+    """The pool slot of a checkpoint: ``checkpoint_id mod pool_size``."""
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be >= 1, got {pool_size}")
+    if checkpoint_id < 0:
+        raise ValueError(f"checkpoint_id must be >= 0, got {checkpoint_id}")
+    return checkpoint_id % pool_size
+
+
+def transactional_id(prefix: str, sink: str, partition: int, slot: int) -> str:
+    """``<prefix>-<sink>-<partition>-<slot>``.
+
+    Raises:
+        ValueError: empty prefix, a sink name that is not one dash-free token, negative numbers.
+    """
+    if not prefix:
+        raise ValueError("transactional id prefix must not be empty")
+    check_sink_name(sink)
+    if partition < 0 or slot < 0:
+        raise ValueError(f"partition and slot must be >= 0, got {partition}, {slot}")
+    return f"{prefix}-{sink}-{partition}-{slot}"
+
+
+def transactional_id_for(prefix: str, sink: str, partition: int, checkpoint_id: int, pool_size: int) -> str:
+    """The transactional id a subtask (sink, partition) uses for ``checkpoint_id``."""
+    return transactional_id(prefix, sink, partition, slot_for(checkpoint_id, pool_size))
+
+
+def parse_transactional_id(txn_id: str, prefix: str, sink: str) -> ParsedTransactionalId | None:
+    """Split ``txn_id`` if it belongs to exactly this prefix and sink, else ``None``.
+
+    ``p-a-0-1`` belongs to prefix ``p`` and sink ``a``; ``p-a-b-0-1`` (sink ``a-b``, impossible
+    since sink names have no dash) and ``p-ab-0-1`` do not.
+    """
+    head = f"{prefix}-{sink}-"
+    if not txn_id.startswith(head):
+        return None
+    parts = txn_id[len(head) :].split("-")
+    if len(parts) != 2 or not all(p.isdigit() and p.isascii() for p in parts):
+        return None
+    return ParsedTransactionalId(prefix, sink, int(parts[0]), int(parts[1]))
+
+
+def id_pattern(prefix: str, sink: str) -> str:
+    """A regular expression (Java and Python syntax) matching exactly this sink's ids.
+
+    Used as ListTransactions' ``transactional_id_pattern`` (KIP-1152); results are still filtered
+    with :func:`parse_transactional_id` on the client.
+    """
+    return "^" + re.escape(f"{prefix}-{sink}-") + r"[0-9]+-[0-9]+$"
+
+
+def pool_ids(prefix: str, sink: str, max_partitions: int, pool_size: int) -> list[str]:
+    """Every id of the pool for partitions ``0 .. max_partitions - 1``: the probing fallback."""
+    return [
+        transactional_id(prefix, sink, partition, slot)
+        for partition in range(max_partitions)
+        for slot in range(pool_size)
+    ]
+
+
+def reuses_pending_slot(writing: int, pending: tuple[int, ...] | list[int], pool_size: int) -> bool:
+    """True when writing checkpoint ``writing`` would reuse the slot of a pending checkpoint.
+
+    The check the pool invariant rules out; used by tests and as a runtime assertion.
+    """
+    slot = slot_for(writing, pool_size)
+    return any(p != writing and slot_for(p, pool_size) == slot for p in pending)

@@ -1,0 +1,182 @@
+"""The exactly-once Kafka sink: a TwoPhaseCommitSink over Kafka transactions (KIP-98).
+
+Executor side (:mod:`~connectors.kafka.writer`): a transactional producer per subtask on a pooled
+transactional id, pre-committed by flushing. Driver side (:mod:`~connectors.kafka.committer`,
+:mod:`~connectors.kafka.lingering`): EndTxn(commit) with the recorded producer id and epoch,
+and fence-aborting lingering transactions.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.kafka import lingering, naming, serializers
+from connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
+from connectors.kafka.committable import CODEC, KafkaCommittable
+from connectors.kafka.committer import KafkaCommitter
+from connectors.kafka.config import KafkaSinkConfig
+from connectors.kafka.writer import KafkaTransaction
+from sinks.api import TwoPhaseCommitSink
+from sinks.context import LingeringScope, WriterContext
+from sinks.errors import ConfigError, ServiceUnavailableError
+from sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+
+class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
+    """Writes Arrow rows to Kafka exactly once (DESIGN.md §7).
+
+    Args:
+        name: the sink's name within the job: ``[A-Za-z0-9_.]+`` (part of transactional ids).
+        config: see :class:`~connectors.kafka.config.KafkaSinkConfig`.
+
+    Raises:
+        ConfigError: an invalid name.
+
+    The instance is pickled to executors and holds configuration only (plus the topic's
+    ``max.message.bytes`` once :meth:`check_config` has read it); driver-side admin connections
+    are opened lazily and never pickled.
+    """
+
+    def __init__(self, name: str, config: KafkaSinkConfig) -> None:
+        try:
+            naming.check_sink_name(name)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.name = name
+        self.config = config
+        self.codec = CODEC
+        self.topic_max_message_bytes: int | None = None
+        self._admin: KafkaAdmin | None = None
+        self._committer: KafkaCommitter | None = None
+
+    def __repr__(self) -> str:
+        return f"KafkaSink(name={self.name!r}, config={self.config!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        state["_committer"] = None
+        return state
+
+    # --- start-up checks -------------------------------------------------------------------------
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the schema against the column mapping, then :meth:`check_config` (driver side).
+
+        Raises:
+            SchemaError: a mapped column is missing or of a type the sink cannot write.
+            ConfigError / ServiceUnavailableError: see :meth:`check_config`.
+        """
+        serializers.check_schema(schema, self.config)
+        self.check_config()
+
+    def check_config(self) -> None:
+        """Check the brokers before anything is written (driver side).
+
+        - ``transaction_timeout_ms`` ≤ every broker's ``transaction.max.timeout.ms``
+          (DescribeConfigs); otherwise ``init_transactions`` would fail on every executor.
+        - ``topic`` exists, or is created when ``create_topic`` is set.
+        - reads the topic's ``max.message.bytes`` so writers refuse larger records up front.
+
+        Raises:
+            ConfigError: timeout above the broker's maximum; unknown topic without create_topic.
+            ServiceUnavailableError: the brokers cannot be reached after retries with backoff.
+        """
+        admin = self._connected_admin()
+        config = self.config
+        try:
+            limits = [int(v) for v in admin.broker_config("transaction.max.timeout.ms")]
+            if limits and config.transaction_timeout_ms > min(limits):
+                raise ConfigError(
+                    f"Kafka sink {self.name!r}: transaction_timeout_ms={config.transaction_timeout_ms} "
+                    f"exceeds the broker's transaction.max.timeout.ms={min(limits)}"
+                )
+            if config.topic is not None:
+                if not admin.topic_exists(config.topic):
+                    if not config.create_topic:
+                        raise ConfigError(
+                            f"Kafka sink {self.name!r}: topic {config.topic!r} does not exist "
+                            "(set create_topic=True to create it)"
+                        )
+                    admin.create_topic(
+                        config.topic, config.new_topic_partitions, config.new_topic_replication_factor
+                    )
+                    log.info("topic created sink=%s topic=%s", self.name, config.topic)
+                limit = admin.topic_config(config.topic, "max.message.bytes")
+                self.topic_max_message_bytes = int(limit) if limit is not None else None
+        except NETWORK_ERRORS as e:
+            raise ServiceUnavailableError(
+                f"Kafka brokers {config.bootstrap_servers} stopped answering during start-up checks: {e}"
+            ) from None
+
+    # --- executor side ---------------------------------------------------------------------------
+
+    def begin_transaction(self, ctx: WriterContext) -> KafkaTransaction:
+        """Open the subtask's transaction on ``<prefix>-<sink>-<partition>-<checkpoint mod pool_size>``."""
+        return KafkaTransaction.open(self.config, ctx, self.topic_max_message_bytes)
+
+    def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
+        """Produce every row of ``batch`` (see :meth:`KafkaTransaction.write`)."""
+        txn.write(batch)
+
+    def pre_commit(self, txn: KafkaTransaction) -> KafkaCommittable | None:
+        """Flush; the committable, or ``None`` for an empty transaction (aborted)."""
+        return txn.pre_commit()
+
+    def abort_open(self, txn: KafkaTransaction) -> None:
+        """Best-effort abort of a transaction never pre-committed."""
+        txn.abort_open()
+
+    # --- driver side -----------------------------------------------------------------------------
+
+    def commit(self, committable: KafkaCommittable) -> CommitOutcome:
+        """EndTxn(commit) with the recorded id, producer id and epoch.
+
+        See :mod:`~connectors.kafka.committer` for the outcomes; unreachable brokers give RETRY.
+        """
+        try:
+            return self._the_committer().commit(committable)
+        except ServiceUnavailableError as e:
+            log.warning("commit needs retry sink=%s error=%s", self.name, e)
+            return CommitOutcome.RETRY
+
+    def abort(self, committable: KafkaCommittable) -> None:
+        """EndTxn(abort) with the recorded producer id and epoch; idempotent.
+
+        Raises:
+            ServiceUnavailableError: no final answer after retries.
+        """
+        self._the_committer().abort(committable)
+
+    def abort_lingering(self, scope: LingeringScope[KafkaCommittable]) -> int:
+        """Fence-abort this job's and sink's ongoing transactions that ``scope.held`` does not use."""
+        try:
+            return lingering.abort_lingering(self._connected_admin(), self.config, scope)
+        except NETWORK_ERRORS as e:
+            raise ServiceUnavailableError(
+                f"Kafka brokers {self.config.bootstrap_servers} stopped answering while aborting "
+                f"lingering transactions: {e}"
+            ) from None
+
+    def close(self) -> None:
+        """Close the driver-side admin connection. Idempotent."""
+        admin, self._admin, self._committer = self._admin, None, None
+        if admin is not None:
+            admin.close()
+
+    def _connected_admin(self) -> KafkaAdmin:
+        if self._admin is None:
+            self._admin = KafkaAdmin.connect(self.config)
+        return self._admin
+
+    def _the_committer(self) -> KafkaCommitter:
+        if self._committer is None:
+            self._committer = KafkaCommitter(
+                self._connected_admin(), self.config.connect_attempts, self.config.connect_backoff_ms
+            )
+        return self._committer

@@ -1,0 +1,160 @@
+"""EndTxn error codes to commit outcomes, and the committer's protocol against an in-memory fake."""
+
+from __future__ import annotations
+
+import kafka.errors as kerrors
+import pytest
+
+from connectors.kafka import KafkaCommittable
+from connectors.kafka.admin import TransactionSnapshot
+from connectors.kafka.committer import (
+    EndTxnVerdict,
+    KafkaCommitter,
+    KafkaErrorCode,
+    classify_end_txn,
+    outcome_after_rejection,
+    outcome_before_end_txn,
+    outcome_of_end_txn,
+)
+from sinks.outcome import CommitOutcome
+
+C = KafkaCommittable(
+    "p-s-0-1", producer_id=7, producer_epoch=3, topic_partitions=(("t", 0),), record_count=5, checkpoint_id=1
+)
+
+
+def snap(state: str, pid: int = 7, epoch: int = 3) -> TransactionSnapshot:
+    return TransactionSnapshot(C.transactional_id, state, pid, epoch, 60_000, 0)
+
+
+@pytest.mark.parametrize(
+    ("code", "after", "outcome"),
+    [
+        (KafkaErrorCode.NONE, None, CommitOutcome.COMMITTED),
+        (KafkaErrorCode.CONCURRENT_TRANSACTIONS, None, CommitOutcome.RETRY),
+        (KafkaErrorCode.NOT_COORDINATOR, None, CommitOutcome.RETRY),
+        (KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None, CommitOutcome.RETRY),
+        (KafkaErrorCode.COORDINATOR_NOT_AVAILABLE, None, CommitOutcome.RETRY),
+        (KafkaErrorCode.REQUEST_TIMED_OUT, None, CommitOutcome.RETRY),
+        (KafkaErrorCode.NETWORK_EXCEPTION, None, CommitOutcome.RETRY),
+        # rejected: LOST unless the coordinator shows this very transaction committed
+        (KafkaErrorCode.INVALID_TXN_STATE, snap("CompleteAbort", epoch=4), CommitOutcome.LOST),
+        (KafkaErrorCode.PRODUCER_FENCED, snap("CompleteAbort", epoch=4), CommitOutcome.LOST),
+        (KafkaErrorCode.INVALID_PRODUCER_EPOCH, snap("Ongoing", epoch=5), CommitOutcome.LOST),
+        (KafkaErrorCode.INVALID_PRODUCER_ID_MAPPING, None, CommitOutcome.LOST),
+        (KafkaErrorCode.INVALID_TXN_STATE, snap("CompleteCommit"), CommitOutcome.ALREADY_COMMITTED),
+        (KafkaErrorCode.PRODUCER_FENCED, snap("CompleteCommit"), CommitOutcome.ALREADY_COMMITTED),
+        (KafkaErrorCode.INVALID_PRODUCER_EPOCH, snap("PrepareCommit"), CommitOutcome.ALREADY_COMMITTED),
+        (KafkaErrorCode.INVALID_TXN_STATE, snap("Empty"), CommitOutcome.ALREADY_COMMITTED),
+        # a later epoch committed something else: ours is not known to be committed
+        (KafkaErrorCode.PRODUCER_FENCED, snap("CompleteCommit", epoch=4), CommitOutcome.LOST),
+        (KafkaErrorCode.PRODUCER_FENCED, snap("CompleteCommit", pid=8), CommitOutcome.LOST),
+        (KafkaErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None, CommitOutcome.FATAL),
+        (12345, None, CommitOutcome.FATAL),
+        (-1, None, CommitOutcome.FATAL),
+    ],
+)
+def test_end_txn_outcome_table(code: int, after: TransactionSnapshot | None, outcome: CommitOutcome) -> None:
+    assert outcome_of_end_txn(code, after, C) is outcome
+
+
+def test_verdicts() -> None:
+    assert classify_end_txn(0) is EndTxnVerdict.DONE
+    assert classify_end_txn(16) is EndTxnVerdict.REFIND_AND_RETRY
+    assert classify_end_txn(51) is EndTxnVerdict.RETRY
+    assert classify_end_txn(90) is EndTxnVerdict.CHECK_STATE
+
+
+@pytest.mark.parametrize("state", ["CompleteCommit", "PrepareCommit", "Empty"])
+def test_recommit_is_recognised_before_end_txn(state: str) -> None:
+    assert outcome_before_end_txn(snap(state), C) is CommitOutcome.ALREADY_COMMITTED
+
+
+@pytest.mark.parametrize("s", [None, snap("Ongoing"), snap("CompleteCommit", epoch=2), snap("CompleteAbort")])
+def test_anything_else_goes_to_end_txn(s: TransactionSnapshot | None) -> None:
+    assert outcome_before_end_txn(s, C) is None
+    assert outcome_after_rejection(s, C) is CommitOutcome.LOST
+
+
+class FakeCoordinator:
+    """In-memory TV1 transaction coordinator for one id: just enough of EndTxn/DescribeTransactions."""
+
+    def __init__(self, state: str = "Ongoing", epoch: int = 3, script: list[object] | None = None) -> None:
+        self.state = state
+        self.epoch = epoch
+        self.script = list(script or [])  # error codes or exceptions returned before the real answer
+        self.end_txn_calls: list[tuple[bool, bool]] = []
+
+    def describe_transaction(self, txn_id: str) -> TransactionSnapshot | None:
+        return TransactionSnapshot(txn_id, self.state, 7, self.epoch, 60_000, 0)
+
+    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool, refresh: bool) -> int:
+        self.end_txn_calls.append((commit, refresh))
+        if self.script:
+            step = self.script.pop(0)
+            if isinstance(step, BaseException):
+                raise step
+            assert isinstance(step, int)
+            return step
+        if pid != 7 or epoch != self.epoch:
+            return KafkaErrorCode.PRODUCER_FENCED
+        if self.state == "Ongoing":
+            self.state = "CompleteCommit" if commit else "CompleteAbort"
+            return KafkaErrorCode.NONE
+        if self.state == "CompleteCommit" and commit:
+            return KafkaErrorCode.NONE  # what a TV1 coordinator answers to a repeated commit
+        return KafkaErrorCode.INVALID_TXN_STATE
+
+
+def test_commit_then_recommit_is_already_committed() -> None:
+    fake = FakeCoordinator()
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    assert committer.commit(C) is CommitOutcome.COMMITTED
+    assert committer.commit(C) is CommitOutcome.ALREADY_COMMITTED
+    assert fake.end_txn_calls == [(True, False)]
+
+
+def test_not_coordinator_retries_with_a_fresh_coordinator() -> None:
+    fake = FakeCoordinator(script=[KafkaErrorCode.NOT_COORDINATOR])
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    assert committer.commit(C) is CommitOutcome.RETRY
+    assert committer.commit(C) is CommitOutcome.COMMITTED
+    assert fake.end_txn_calls == [(True, False), (True, True)]
+
+
+def test_network_failure_is_retry_never_lost() -> None:
+    fake = FakeCoordinator(script=[kerrors.KafkaConnectionError("down")])
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    assert committer.commit(C) is CommitOutcome.RETRY
+    assert committer.commit(C) is CommitOutcome.COMMITTED
+
+
+def test_timed_out_transaction_is_lost() -> None:
+    fake = FakeCoordinator(state="CompleteAbort", epoch=4)  # the coordinator bumped the epoch
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    assert committer.commit(C) is CommitOutcome.LOST
+
+
+def test_abort_is_idempotent_and_never_touches_newer_epochs() -> None:
+    fake = FakeCoordinator()
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    committer.abort(C)
+    assert fake.state == "CompleteAbort"
+    committer.abort(C)
+    assert fake.end_txn_calls == [(False, False)]
+    newer = FakeCoordinator(state="Ongoing", epoch=9)
+    KafkaCommitter(newer, attempts=3, backoff_ms=1).abort(C)  # type: ignore[arg-type]
+    assert newer.state == "Ongoing" and newer.end_txn_calls == []
+
+
+def test_abort_retries_transient_errors() -> None:
+    fake = FakeCoordinator(
+        script=[KafkaErrorCode.CONCURRENT_TRANSACTIONS, KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
+    )
+    KafkaCommitter(fake, attempts=5, backoff_ms=1).abort(C)  # type: ignore[arg-type]
+    assert len(fake.end_txn_calls) == 3 and fake.end_txn_calls[-1] == (False, True)
+
+
+def test_authorization_failure_is_fatal_not_an_exception() -> None:
+    fake = FakeCoordinator(script=[kerrors.TransactionalIdAuthorizationFailedError("denied")])
+    assert KafkaCommitter(fake, attempts=3, backoff_ms=1).commit(C) is CommitOutcome.FATAL  # type: ignore[arg-type]
