@@ -1,0 +1,142 @@
+"""Driver side of the S3 sink: complete (commit) or abort the multipart uploads of a committable.
+
+Commit of one file is CompleteMultipartUpload with the recorded parts and ETags (retried on
+transient errors, including a 200 response carrying an error, see ``uploads``). Idempotence and
+recovery follow Flink's ``S3Committer.commitAfterRecovery``:
+
+| CompleteMultipartUpload says                    | outcome            |
+|-------------------------------------------------|--------------------|
+| OK                                              | COMMITTED          |
+| NoSuchUpload, object exists with the byte count | ALREADY_COMMITTED  |
+| NoSuchUpload, object missing or of another size | LOST               |
+| InvalidPart / InvalidPartOrder / EntityTooSmall | LOST (parts gone)  |
+| transient error after every retry               | RETRY              |
+| anything else (access denied...)                | FATAL              |
+
+After a successful (or earlier) commit, the file's temporary tail objects are deleted (best
+effort: leftovers are removed by ``abort_lingering``). A committable's files are committed one by
+one; the outcome is the worst of theirs (FATAL > LOST > RETRY > COMMITTED > ALREADY_COMMITTED),
+and re-committing after RETRY only touches files not yet complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from connectors.s3.committable import PendingFile, S3Committable
+from connectors.s3.uploads import S3Ops, error_code, is_transient
+from sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+_SEVERITY = {
+    CommitOutcome.ALREADY_COMMITTED: 0,
+    CommitOutcome.COMMITTED: 1,
+    CommitOutcome.RETRY: 2,
+    CommitOutcome.LOST: 3,
+    CommitOutcome.FATAL: 4,
+}
+
+_PARTS_GONE = frozenset({"InvalidPart", "InvalidPartOrder", "EntityTooSmall"})
+
+
+def combine_outcomes(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
+    """The outcome of a multi-file commit: the most severe of its files' outcomes.
+
+    Raises:
+        ValueError: no outcomes.
+    """
+    items = list(outcomes)
+    if not items:
+        raise ValueError("no outcomes to combine")
+    return max(items, key=_SEVERITY.__getitem__)
+
+
+def _verify_after_no_such_upload(ops: S3Ops, f: PendingFile) -> CommitOutcome:
+    size = ops.object_size(f.key)
+    if size is None:
+        log.error("commit lost: upload gone and object missing: bucket=%s key=%s", f.bucket, f.key)
+        return CommitOutcome.LOST
+    if size != f.byte_count:
+        log.error(
+            "commit lost: upload gone and object has %d bytes, expected %d: bucket=%s key=%s",
+            size,
+            f.byte_count,
+            f.bucket,
+            f.key,
+        )
+        return CommitOutcome.LOST
+    return CommitOutcome.ALREADY_COMMITTED
+
+
+def commit_file(ops: S3Ops, f: PendingFile) -> CommitOutcome:
+    """Complete one file's multipart upload; see the module table for outcomes. Never raises."""
+    try:
+        ops.complete_upload(f.key, f.upload_id, f.parts)
+        outcome = CommitOutcome.COMMITTED
+    except ClientError as e:
+        code = error_code(e)
+        if code == "NoSuchUpload":
+            try:
+                outcome = _verify_after_no_such_upload(ops, f)
+            except Exception as head_error:
+                log.warning("commit: cannot check %s after NoSuchUpload: %s", f.key, head_error)
+                return CommitOutcome.RETRY if is_transient(head_error) else CommitOutcome.FATAL
+        elif code in _PARTS_GONE:
+            log.error("commit lost: parts no longer match (%s): bucket=%s key=%s", code, f.bucket, f.key)
+            return CommitOutcome.LOST
+        elif is_transient(e):
+            log.warning("commit: transient error after retries (%s): key=%s", code, f.key)
+            return CommitOutcome.RETRY
+        else:
+            log.error("commit failed (%s): bucket=%s key=%s", code, f.bucket, f.key)
+            return CommitOutcome.FATAL
+    except Exception as e:
+        if is_transient(e):
+            log.warning("commit: transient error after retries (%s): key=%s", type(e).__name__, f.key)
+            return CommitOutcome.RETRY
+        log.exception("commit failed: bucket=%s key=%s", f.bucket, f.key)
+        return CommitOutcome.FATAL
+    if outcome.is_success and f.tail_prefix:
+        delete_tails(ops, f.tail_prefix)
+    return outcome
+
+
+def delete_tails(ops: S3Ops, tail_prefix: str) -> int:
+    """Delete every tail object of one file (best effort); returns how many were deleted."""
+    try:
+        return ops.delete_keys(ops.list_keys(tail_prefix))
+    except (ClientError, BotoCoreError, RuntimeError, OSError) as e:
+        log.warning("could not delete tails under %s (left for abort_lingering): %s", tail_prefix, e)
+        return 0
+
+
+def commit(ops: S3Ops, committable: S3Committable, sink: str = "") -> CommitOutcome:
+    """Commit every file of ``committable``; the combined outcome (see :func:`combine_outcomes`)."""
+    outcomes = [commit_file(ops, f) for f in committable.files]
+    result = combine_outcomes(outcomes)
+    log.info(
+        "commit: sink=%s bucket=%s files=%d outcome=%s records=%d bytes=%d",
+        sink,
+        ops.bucket,
+        len(committable.files),
+        result.name,
+        sum(f.record_count for f in committable.files),
+        sum(f.byte_count for f in committable.files),
+    )
+    return result
+
+
+def abort(ops: S3Ops, committable: S3Committable) -> None:
+    """Abort every file's multipart upload and delete its tails. Idempotent.
+
+    Raises:
+        ServiceUnavailableError / ConfigError: S3 keeps failing or access is denied.
+    """
+    for f in committable.files:
+        ops.abort_upload(f.key, f.upload_id)
+        if f.tail_prefix:
+            delete_tails(ops, f.tail_prefix)

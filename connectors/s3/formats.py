@@ -1,0 +1,255 @@
+"""File formats: Arrow batches → bytes of one file, whole batches at a time.
+
+- Parquet via ``pyarrow.parquet.ParquetWriter``, batches buffered into row groups of
+  ``parquet_row_group_bytes``. Not resumable: the footer is written on close, so Parquet files
+  roll on every checkpoint.
+- JSON lines: with ``json_column`` (pre-encoded JSON strings, e.g. Spark's ``to_json``), joined
+  with newlines by Arrow kernels; otherwise each row is encoded with ``json`` (dates and
+  timestamps ISO-8601, decimals as strings, binary as base64).
+- CSV via ``pyarrow.csv`` (header once per file when configured; never repeated when a file is
+  resumed in a later epoch).
+
+Encoders write into an :class:`OutputBuffer`, from which the writer drains upload parts.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import json
+from typing import Any, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from connectors.s3.config import FileFormat, S3SinkConfig
+from sinks.errors import RecordError, SchemaError
+
+CONTENT_TYPES = {
+    FileFormat.PARQUET: "application/vnd.apache.parquet",
+    FileFormat.JSON_LINES: "application/x-ndjson",
+    FileFormat.CSV: "text/csv",
+}
+"""Content-Type of data files per format."""
+
+
+class OutputBuffer:
+    """A write-only, file-like byte sink whose front can be drained (as upload parts).
+
+    ``tell()`` counts every byte ever written, including drained ones, because the Parquet writer
+    records column chunk offsets from it.
+    """
+
+    def __init__(self, initial: bytes = b"", position: int = 0) -> None:
+        self._buf = bytearray(initial)
+        self._position = position + len(initial)
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data``; returns its length."""
+        self._buf += data
+        n = len(memoryview(data).cast("B"))
+        self._position += n
+        return n
+
+    def tell(self) -> int:
+        """Bytes ever written (drained or not)."""
+        return self._position
+
+    def flush(self) -> None:
+        """Nothing to flush: data stays buffered until drained."""
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        """Mark closed; buffered bytes stay drainable."""
+        self.closed = True
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def drain(self, n: int) -> bytes:
+        """Remove and return the first ``n`` buffered bytes."""
+        chunk = bytes(self._buf[:n])
+        del self._buf[:n]
+        return chunk
+
+    def drain_all(self) -> bytes:
+        """Remove and return every buffered byte."""
+        return self.drain(len(self._buf))
+
+
+class FileEncoder(Protocol):
+    """Encodes batches of one file into an :class:`OutputBuffer`."""
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Encode one batch (whose schema is the file's)."""
+
+    def close(self) -> None:
+        """Write whatever ends the file (Parquet footer); no more writes."""
+
+
+def validate_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
+    """Check that ``schema`` fits the configuration; return the schema written into files.
+
+    Returns:
+        ``schema`` without the partition columns (and, with ``json_column``, only that column).
+
+    Raises:
+        SchemaError: a partition column is missing or nested, no data column is left, CSV gets a
+            nested column, or ``json_column`` is missing or not a string.
+    """
+    names = set(schema.names)
+    for col in config.partition_by:
+        if col not in names:
+            raise SchemaError(f"partition column {col!r} not in the data's columns {schema.names}")
+        t = schema.field(col).type
+        if pa.types.is_nested(t) or pa.types.is_dictionary(t) or pa.types.is_binary(t):
+            raise SchemaError(f"partition column {col!r} has type {t}; only primitive types partition")
+    data_fields = [f for f in schema if f.name not in config.partition_by]
+    if not data_fields:
+        raise SchemaError("every column is a partition column; nothing would be written into files")
+    fmt = config.file_format
+    if config.json_column is not None:
+        if config.json_column not in names:
+            raise SchemaError(f"json_column {config.json_column!r} not in the data's columns {schema.names}")
+        t = schema.field(config.json_column).type
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise SchemaError(f"json_column {config.json_column!r} must be a string column, got {t}")
+        return pa.schema([schema.field(config.json_column)])
+    if fmt is FileFormat.CSV:
+        for f in data_fields:
+            if pa.types.is_nested(f.type):
+                raise SchemaError(f"CSV cannot hold nested column {f.name!r} of type {f.type}")
+    return pa.schema(data_fields, metadata=schema.metadata)
+
+
+def open_encoder(config: S3SinkConfig, schema: pa.Schema, out: OutputBuffer, *, resumed: bool) -> FileEncoder:
+    """An encoder for one file of ``config``'s format, writing into ``out``.
+
+    Args:
+        config: the sink configuration.
+        schema: the file's schema (from :func:`validate_schema`).
+        out: where encoded bytes go.
+        resumed: the file already holds data from an earlier epoch (no CSV header; Parquet never).
+
+    Raises:
+        ValueError: ``resumed`` for Parquet (it cannot be resumed).
+    """
+    fmt = config.file_format
+    if fmt is FileFormat.PARQUET:
+        if resumed:
+            raise ValueError("a Parquet file cannot be resumed")
+        return _ParquetEncoder(config, schema, out)
+    if fmt is FileFormat.CSV:
+        return _CsvEncoder(out, header=config.csv_header and not resumed)
+    if config.json_column is not None:
+        return _JsonColumnEncoder(out, config.json_column)
+    return _JsonRowEncoder(out)
+
+
+class _ParquetEncoder:
+    """Buffers batches into row groups of about ``parquet_row_group_bytes`` (Arrow bytes): one row
+    group per small Spark batch (10,000 rows by default) would compress poorly."""
+
+    def __init__(self, config: S3SinkConfig, schema: pa.Schema, out: OutputBuffer) -> None:
+        self._schema = schema
+        self._row_group_bytes = config.parquet_row_group_bytes
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_bytes = 0
+        self._writer = pq.ParquetWriter(out, schema, compression=config.parquet_compression)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.schema != self._schema:
+            # Spark may hand over batches differing only in nullability or metadata.
+            batch = pa.RecordBatch.from_arrays(batch.columns, schema=self._schema)
+        self._pending.append(batch)
+        self._pending_bytes += batch.nbytes
+        if self._pending_bytes >= self._row_group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            table = pa.Table.from_batches(self._pending, schema=self._schema)
+            self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+            self._pending.clear()
+            self._pending_bytes = 0
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+
+class _CsvEncoder:
+    def __init__(self, out: OutputBuffer, *, header: bool) -> None:
+        self._out = out
+        self._header = header
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(batch, sink, write_options=pacsv.WriteOptions(include_header=self._header))
+        self._header = False
+        self._out.write(sink.getvalue().to_pybytes())
+
+    def close(self) -> None:
+        pass
+
+
+class _JsonColumnEncoder:
+    def __init__(self, out: OutputBuffer, column: str) -> None:
+        self._out = out
+        self._column = column
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        col = batch.column(self._column).cast(pa.large_string())
+        if col.null_count:
+            first = pc.index(pc.is_null(col), True).as_py()
+            raise RecordError(f"json_column {self._column!r} is null at batch row {first}")
+        # One list holding every value, joined by Arrow: no per-row Python.
+        one_list = pa.LargeListArray.from_arrays(pa.array([0, len(col)], pa.int64()), col)
+        joined = pc.binary_join(one_list, pa.scalar("\n", pa.large_string()))
+        self._out.write(joined[0].as_buffer().to_pybytes() + b"\n")
+
+    def close(self) -> None:
+        pass
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+class _JsonRowEncoder:
+    def __init__(self, out: OutputBuffer) -> None:
+        self._out = out
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        lines = []
+        for i, row in enumerate(batch.to_pylist()):
+            try:
+                lines.append(
+                    json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+                )
+            except (TypeError, ValueError) as e:
+                raise RecordError(f"row {i} of the batch cannot be encoded as JSON: {e}") from e
+        if lines:
+            self._out.write(("\n".join(lines) + "\n").encode())
+
+    def close(self) -> None:
+        pass

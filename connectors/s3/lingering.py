@@ -1,0 +1,114 @@
+"""Lingering cleanup of the S3 sink: abort uploads and delete tails that no checkpoint holds.
+
+What this job and sink opened is recognised by its key: data files carry :func:`naming.job_token`
+(and the checkpoint that opened them) in their name, tails live under
+``<prefix>/_twophase/<token>/tails/``. Other jobs' and sinks' objects are never touched.
+
+- An upload is aborted iff its key is one of ours, the checkpoint that opened it is
+  ``<= scope.up_to_checkpoint``, and no held committable or held in-progress state names its
+  upload id (retained checkpoints and savepoints are never broken).
+- A tail object is deleted iff it is ours, the checkpoint that wrote it is
+  ``<= scope.up_to_checkpoint`` and no held in-progress state names it.
+
+MinIO matches ListMultipartUploads' ``Prefix`` only as an exact key, so the whole bucket's
+uploads are listed and filtered here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from connectors.s3 import naming
+from connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
+from connectors.s3.uploads import ListedUpload, S3Ops
+from sinks.context import LingeringScope
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HeldObjects:
+    """What retained checkpoints and savepoints reference: never aborted nor deleted."""
+
+    upload_ids: frozenset[str]
+    tail_keys: frozenset[str]
+
+
+def held_objects(scope: LingeringScope[S3Committable]) -> HeldObjects:
+    """Collect the upload ids and tail keys referenced by ``scope.held`` and ``scope.held_in_progress``.
+
+    Raises:
+        CommittableDecodeError: a held in-progress state cannot be decoded; nothing may be aborted
+            when it is unknown what is held.
+    """
+    uploads: set[str] = set()
+    tails: set[str] = set()
+    for committable in scope.held:
+        uploads.update(f.upload_id for f in committable.files)
+    for payload in scope.held_in_progress:
+        for f in IN_PROGRESS_CODEC.from_json(payload).files:
+            uploads.add(f.upload_id)
+            if f.tail_key is not None:
+                tails.add(f.tail_key)
+    return HeldObjects(upload_ids=frozenset(uploads), tail_keys=frozenset(tails))
+
+
+def uploads_to_abort(
+    uploads: Iterable[ListedUpload], prefix: str, token: str, held: HeldObjects, up_to_checkpoint: int
+) -> list[ListedUpload]:
+    """The listed uploads that are this job's and sink's, in scope, and held by no checkpoint."""
+    out = []
+    for u in uploads:
+        parsed = naming.parse_data_key(prefix, u.key)
+        if parsed is None or parsed.token != token or parsed.checkpoint_id > up_to_checkpoint:
+            continue
+        if u.upload_id not in held.upload_ids:
+            out.append(u)
+    return out
+
+
+def tails_to_delete(
+    keys: Iterable[str], prefix: str, token: str, held: HeldObjects, up_to_checkpoint: int
+) -> list[str]:
+    """The listed tail keys that are this job's and sink's, in scope, and held by no checkpoint."""
+    out = []
+    for key in keys:
+        parsed = naming.parse_tail_key(prefix, token, key)
+        if parsed is None or parsed.checkpoint_id > up_to_checkpoint:
+            continue
+        if key not in held.tail_keys:
+            out.append(key)
+    return out
+
+
+def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
+    """Abort this job's and sink's lingering uploads and delete its orphaned tails.
+
+    Returns:
+        How many multipart uploads were aborted (deleted tails are logged, not counted).
+
+    Raises:
+        CommittableDecodeError: a held in-progress state is unreadable (nothing is aborted).
+        ServiceUnavailableError / ConfigError: S3 keeps failing or access is denied.
+    """
+    held = held_objects(scope)
+    token = naming.job_token(scope.job_id, scope.sink_name)
+    prefix = ops.config.prefix
+    victims = uploads_to_abort(ops.list_uploads(), prefix, token, held, scope.up_to_checkpoint)
+    aborted = sum(1 for u in victims if ops.abort_upload(u.key, u.upload_id))
+    tails = tails_to_delete(
+        ops.list_keys(naming.tails_root(prefix, token)), prefix, token, held, scope.up_to_checkpoint
+    )
+    if tails:
+        ops.delete_keys(tails)
+    log.info(
+        "abort_lingering: job=%s sink=%s up_to_checkpoint=%d aborted_uploads=%d deleted_tails=%d",
+        scope.job_id,
+        scope.sink_name,
+        scope.up_to_checkpoint,
+        aborted,
+        len(tails),
+    )
+    return aborted

@@ -1,0 +1,152 @@
+"""The S3 two-phase-commit sink: one class for Parquet, JSON lines and CSV.
+
+``S3Sink`` is an :class:`~sinks.api.InProgressSink` for every format, so the runtime treats all
+formats alike:
+
+- Parquet rolls every file at each checkpoint, so ``pre_commit`` returns everything written,
+  ``snapshot_in_progress`` returns ``None`` and ``finish`` equals ``pre_commit``.
+- JSON lines and CSV keep files open across checkpoints per :class:`RollingPolicy`:
+  ``pre_commit`` returns the files that rolled, ``snapshot_in_progress`` the open ones (upload
+  id, parts so far, the sub-5 MiB tail as a temporary object), the next epoch's task for the same
+  partition resumes them from ``WriterContext.restored_state``, and ``finish`` (end of input)
+  rolls everything into the committable of the final checkpoint (FLIP-147).
+
+Transaction = multipart upload per file (DESIGN.md §7): begin = CreateMultipartUpload at a file's
+first row, write = buffered UploadPart, pre-commit = the last part, commit =
+CompleteMultipartUpload. Data becomes visible only on commit.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from connectors.s3 import committer, lingering
+from connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC, S3Committable
+from connectors.s3.config import S3SinkConfig
+from connectors.s3.formats import validate_schema
+from connectors.s3.uploads import ClientFactory, S3Ops, cached_client
+from connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
+from sinks.api import InProgressSink
+from sinks.context import JsonObject, LingeringScope, WriterContext
+from sinks.errors import ConfigError
+from sinks.outcome import CommitOutcome
+
+
+class S3Sink(InProgressSink[S3Transaction, S3Committable]):
+    """Exactly-once files on S3 (or MinIO) through multipart uploads.
+
+    Args:
+        name: the sink's name, unique within the job; with the job id it forms the key token.
+        config: where and how to write (:class:`S3SinkConfig`).
+        client_factory: makes the boto3 S3 client from ``config`` (default: one cached client per
+            process and configuration). Tests inject fakes; must be picklable for Spark.
+        clock: wall clock in ms since the epoch, for the rolling policy (default: ``time.time``).
+
+    Raises:
+        ConfigError: an empty name.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: S3SinkConfig,
+        *,
+        client_factory: ClientFactory | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not name or not isinstance(name, str):
+            raise ConfigError("an S3 sink needs a non-empty name")
+        if not isinstance(config, S3SinkConfig):
+            raise ConfigError(f"config must be an S3SinkConfig, got {type(config).__name__}")
+        self.name = name
+        self.config = config
+        self.codec = COMMITTABLE_CODEC
+        self._client_factory = client_factory
+        self._clock = clock or wall_clock_ms
+
+    def __repr__(self) -> str:
+        return f"S3Sink(name={self.name!r}, config={self.config!r})"
+
+    def _ops(self) -> S3Ops:
+        client = (self._client_factory or cached_client)(self.config)
+        return S3Ops(client, self.config)
+
+    # --- checks before anything is written -----------------------------------------------------
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the schema against the configuration, then that the bucket exists and is accessible.
+
+        Raises:
+            SchemaError: a partition column is missing or nested, CSV gets nested data, ...
+            ConfigError: the bucket does not exist or the credentials are denied.
+            ServiceUnavailableError: the endpoint cannot be reached.
+        """
+        validate_schema(self.config, schema)
+        self._ops().head_bucket()
+
+    # --- executor side -------------------------------------------------------------------------
+
+    def begin_transaction(self, ctx: WriterContext) -> S3Transaction:
+        """Open the subtask's transaction; restored in-progress files are resumed lazily.
+
+        Raises:
+            CommittableDecodeError / ConfigError: ``ctx.restored_state`` is not this sink's.
+        """
+        return S3Transaction(ctx, self.config, self._ops(), self._clock)
+
+    def write(self, txn: S3Transaction, batch: pa.RecordBatch) -> None:
+        """Write one Arrow batch (split by partition path; full parts uploaded as they fill).
+
+        Raises:
+            SchemaError / RecordError: the batch cannot be written.
+            ConfigError: bucket missing or access denied; ServiceUnavailableError: S3 unreachable.
+            TransactionLostError: a resumed upload or tail vanished.
+        """
+        txn.write(batch)
+
+    def pre_commit(self, txn: S3Transaction) -> S3Committable | None:
+        """Upload the last part of every file that rolls now; return them, or ``None``."""
+        return txn.pre_commit()
+
+    def snapshot_in_progress(self, txn: S3Transaction) -> JsonObject | None:
+        """The ``s3.in_progress`` state of files still open (row formats), or ``None``."""
+        return txn.snapshot_in_progress()
+
+    def finish(self, txn: S3Transaction) -> S3Committable | None:
+        """End of input: roll every file, including restored ones (FLIP-147)."""
+        return txn.finish()
+
+    def abort_open(self, txn: S3Transaction) -> None:
+        """Abort uploads the transaction created (resumed ones stay: a checkpoint holds them)."""
+        txn.abort_open()
+
+    # --- driver side ---------------------------------------------------------------------------
+
+    def commit(self, committable: S3Committable) -> CommitOutcome:
+        """CompleteMultipartUpload every file; idempotent (see ``committer`` for the outcome table)."""
+        return committer.commit(self._ops(), committable, sink=self.name)
+
+    def abort(self, committable: S3Committable) -> None:
+        """Abort every file's upload and delete its tails. Idempotent."""
+        committer.abort(self._ops(), committable)
+
+    def abort_in_progress(self, state: JsonObject) -> None:
+        """Delete the tail objects of an in-progress state that will never be resumed.
+
+        The multipart uploads are left to :meth:`abort_lingering`: a file spanning checkpoints
+        keeps one upload id in every checkpoint it spans, so this state's upload may still be held
+        by the checkpoint being restored. ``abort_lingering`` sees everything that is held.
+
+        Raises:
+            CommittableDecodeError: ``state`` is not an S3 in-progress state.
+        """
+        tails = [f.tail_key for f in IN_PROGRESS_CODEC.from_json(state).files if f.tail_key is not None]
+        if tails:
+            self._ops().delete_keys(tails)
+
+    def abort_lingering(self, scope: LingeringScope[S3Committable]) -> int:
+        """Abort this job's and sink's uploads no checkpoint holds; delete orphaned tails.
+
+        Returns the number of aborted uploads (see ``lingering``).
+        """
+        return lingering.abort_lingering(self._ops(), scope)
