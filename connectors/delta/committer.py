@@ -1,0 +1,227 @@
+"""Driver side of the Delta sink: ONE Delta commit per checkpoint, idempotent through ``txn``.
+
+All subtasks' Add actions of checkpoint ``c`` go into a single commit together with
+``txn(appId="<job-id>:<sink>", version=c, lastUpdated=now)`` (Delta PROTOCOL.md, "Transaction
+Identifiers": a writer records the latest version it committed per appId, and readers of the log
+find it in the snapshot). Every attempt first reloads the table and returns ``ALREADY_COMMITTED``
+if ``txn`` version ≥ ``c`` (delta-rs does not check this itself). A concurrent commit makes
+delta-rs fail with ``CommitFailedError`` (its own retries are off, so every retry goes through this
+re-check); tenacity then reloads and tries again, up to ``commit_attempts`` times.
+
+Commits must happen in checkpoint order (the coordinator commits every pending checkpoint ≤ c in
+order, DESIGN.md §5): once ``c`` is committed, an older checkpoint counts as committed too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+import tenacity
+from deltalake import DeltaTable, Schema
+from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolError, SchemaMismatchError
+from deltalake.transaction import (
+    AddAction,
+    CommitProperties,
+    RemoveAction,
+    Transaction,
+    create_table_with_add_actions,
+)
+
+from connectors.delta import naming
+from connectors.delta.committable import DeltaCommittable
+from connectors.delta.config import DeltaSinkConfig
+from connectors.delta.filesystem import open_location
+from connectors.delta.lingering import META_APP_ID, META_CHECKPOINT, load_table
+from connectors.delta.schema import fields_for, new_columns
+from sinks.errors import SchemaError
+from sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+
+class _Conflict(Exception):
+    """A concurrent writer won the race; reload and re-check."""
+
+
+class _Lost(Exception):
+    """A data file to be added is gone or has another size."""
+
+
+class DeltaCommitter:
+    """Commits checkpoints of one Delta sink. Holds no clients; safe to build in any process.
+
+    Args:
+        config: the sink's configuration.
+        sink_name: for log fields only.
+    """
+
+    def __init__(self, config: DeltaSinkConfig, sink_name: str) -> None:
+        self._config = config
+        self._sink_name = sink_name
+
+    def commit_checkpoint(
+        self, checkpoint_id: int, committables: Sequence[DeltaCommittable]
+    ) -> CommitOutcome:
+        """Commit all ``committables`` of checkpoint ``checkpoint_id`` as one Delta commit.
+
+        Args:
+            checkpoint_id: the checkpoint; every committable must carry it.
+            committables: every subtask's committable of this sink for the checkpoint (at most
+                one per partition). Empty: nothing to commit, ``COMMITTED``.
+
+        Returns:
+            ``COMMITTED``; ``ALREADY_COMMITTED`` if the table's ``txn`` version for the appId is
+            ≥ ``checkpoint_id``; ``LOST`` if a data file is missing or truncated; ``RETRY`` after
+            ``commit_attempts`` conflicts or a storage failure; ``FATAL`` for inconsistent
+            committables, a schema mismatch with the table, or an unknown error. Never raises.
+        """
+        fields: dict[str, object] = {"sink": self._sink_name, "checkpoint": checkpoint_id}
+        if not committables:
+            log.info("nothing to commit", extra=fields)
+            return CommitOutcome.COMMITTED
+        problem = self._inconsistency(checkpoint_id, committables)
+        if problem is not None:
+            log.error("refusing to commit: %s", problem, extra=fields)
+            return CommitOutcome.FATAL
+        fields["job_app_id"] = committables[0].app_id
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Conflict),
+            stop=tenacity.stop_after_attempt(self._config.commit_attempts),
+            wait=tenacity.wait_random_exponential(
+                multiplier=0.05, max=self._config.commit_backoff_max_ms / 1000
+            ),
+            before_sleep=lambda rs: log.info(
+                "commit conflict, reloading attempt=%d", rs.attempt_number, extra=fields
+            ),
+            reraise=True,
+        )
+        try:
+            outcome: CommitOutcome = retrying(self._attempt, checkpoint_id, committables)
+        except _Conflict:
+            log.warning("still conflicting after %d attempts", self._config.commit_attempts, extra=fields)
+            return CommitOutcome.RETRY
+        except _Lost as e:
+            log.error("data file lost: %s", e, extra=fields)
+            return CommitOutcome.LOST
+        except (SchemaError, SchemaMismatchError, DeltaProtocolError) as e:
+            log.error("cannot commit: %s", e, extra=fields)
+            return CommitOutcome.FATAL
+        except (DeltaError, OSError) as e:
+            log.warning("commit failed, transient: %s", str(e).splitlines()[0], extra=fields)
+            return CommitOutcome.RETRY
+        except Exception:
+            log.exception("commit failed", extra=fields)
+            return CommitOutcome.FATAL
+        rows = sum(c.num_records for c in committables)
+        files = sum(len(c.adds) for c in committables)
+        log.info("outcome=%s files=%d rows=%d", outcome.value, files, rows, extra=fields)
+        return outcome
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _inconsistency(self, checkpoint_id: int, committables: Sequence[DeltaCommittable]) -> str | None:
+        first = committables[0]
+        partitions = [c.partition for c in committables]
+        if len(set(partitions)) != len(partitions):
+            return f"two committables for one partition: {sorted(partitions)}"
+        for c in committables:
+            if c.checkpoint_id != checkpoint_id:
+                return f"committable of checkpoint {c.checkpoint_id} in checkpoint {checkpoint_id}"
+            if c.table_uri != self._config.table_uri:
+                return f"committable for table {c.table_uri!r}, sink writes {self._config.table_uri!r}"
+            if c.app_id != first.app_id:
+                return f"committables of two appIds: {first.app_id!r}, {c.app_id!r}"
+            if c.schema_json != first.schema_json:
+                return "subtasks wrote different schemas"
+            if c.partition_columns != self._config.partition_by:
+                return (
+                    f"partition columns {c.partition_columns} differ from config {self._config.partition_by}"
+                )
+            if not c.adds:
+                return f"committable of partition {c.partition} has no files"
+        return None
+
+    def _attempt(self, checkpoint_id: int, committables: Sequence[DeltaCommittable]) -> CommitOutcome:
+        first = committables[0]
+        table = load_table(self._config)
+        if table is not None:
+            version = table.transaction_version(first.app_id)
+            if version is not None and version >= checkpoint_id:
+                return CommitOutcome.ALREADY_COMMITTED
+        self._check_files(committables)
+        adds = [
+            AddAction(
+                naming.decode_add_path(a.path),  # delta-rs URI-encodes the path itself
+                a.size,
+                a.partition_values_dict,
+                a.modification_time,
+                True,
+                a.stats,
+            )
+            for c in committables
+            for a in c.adds
+        ]
+        now_ms = int(time.time() * 1000)
+        properties = CommitProperties(
+            custom_metadata={META_APP_ID: first.app_id, META_CHECKPOINT: checkpoint_id},
+            max_commit_retries=0,
+            app_transactions=[Transaction(first.app_id, checkpoint_id, now_ms)],
+        )
+        try:
+            if table is None:
+                create_table_with_add_actions(
+                    self._config.table_uri,
+                    Schema.from_json(first.schema_json),
+                    adds,
+                    mode="error",
+                    partition_by=list(self._config.partition_by),
+                    name=self._config.table_name,
+                    configuration=dict(self._config.table_configuration) or None,
+                    storage_options=self._config.delta_storage_options(),
+                    commit_properties=properties,
+                )
+            else:
+                schema = self._table_schema(table, first.schema_json)
+                actions: list[AddAction | RemoveAction] = list(adds)
+                table.create_write_transaction(
+                    actions,
+                    "append",
+                    schema,
+                    partition_by=list(self._config.partition_by),
+                    commit_properties=properties,
+                )
+        except CommitFailedError as e:
+            raise _Conflict(str(e)) from e
+        except DeltaError as e:
+            if table is None and "already exists" in str(e).lower():
+                raise _Conflict(str(e)) from e  # another committer created it first
+            raise
+        return CommitOutcome.COMMITTED
+
+    def _table_schema(self, table: DeltaTable, data_schema_json: str) -> Schema:
+        """Check the data against the table; add new columns first if ``merge_schema`` allows."""
+        if list(table.metadata().partition_columns) != list(self._config.partition_by):
+            raise SchemaError(
+                f"table is partitioned by {table.metadata().partition_columns}, "
+                f"sink by {list(self._config.partition_by)}"
+            )
+        table_json = table.schema().to_json()
+        added = new_columns(table_json, data_schema_json, merge_schema=self._config.merge_schema)
+        if added:
+            # A metadata-only commit; adding nullable columns is idempotent in effect (a retry
+            # sees them and adds nothing), and files without them read back as null.
+            table.alter.add_columns(list(fields_for(data_schema_json, added).fields))
+            table = load_table(self._config) or table
+            log.info("added columns %s", added, extra={"sink": self._sink_name})
+        return table.schema()
+
+    def _check_files(self, committables: Sequence[DeltaCommittable]) -> None:
+        location = open_location(self._config)
+        rels = [naming.decode_add_path(a.path) for c in committables for a in c.adds]
+        sizes = {naming.decode_add_path(a.path): a.size for c in committables for a in c.adds}
+        for info in location.fs.get_file_info([location.path(r) for r in rels]):
+            rel = location.relative(info.path)
+            if info.size is None or info.size != sizes[rel]:
+                raise _Lost(f"{rel}: expected {sizes[rel]} bytes, found {info.size}")

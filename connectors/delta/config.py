@@ -1,0 +1,148 @@
+"""Configuration of the Delta sink: a frozen dataclass, validated when built (before anything is written)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from sinks.errors import ConfigError
+
+COMPRESSIONS = frozenset({"snappy", "zstd", "gzip", "lz4", "brotli", "none"})
+"""Parquet codecs Spark's Parquet reader understands (``none`` = uncompressed)."""
+
+_LOCAL_SCHEMES = ("", "file")
+_S3_SCHEMES = ("s3", "s3a")
+
+
+@dataclass(frozen=True)
+class DeltaSinkConfig:
+    """Where and how the Delta sink writes.
+
+    Attributes:
+        table_uri: the table root: a local path (``/data/t``, ``file:///data/t``) or
+            ``s3://bucket/prefix`` (``s3a://`` is accepted too). Local paths are made absolute.
+        partition_by: partition columns, in directory order (Hive-style ``col=value`` folders).
+            They must be columns of the data; their values go into the Add action's
+            ``partitionValues`` and not into the Parquet files (Delta PROTOCOL.md, "Add File").
+        storage_options: object-store options in delta-rs spelling (keys are case-insensitive), e.g.
+            ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
+            ``AWS_ALLOW_HTTP``. Passed to delta-rs as given and translated for pyarrow's S3 file
+            system. Secrets: never logged, never part of ``repr`` nor of any committable.
+        s3_conditional_put: value of delta-rs's ``aws_conditional_put`` option added for ``s3://``
+            tables unless ``storage_options`` sets it: ``"etag"`` makes commits safe through the
+            server's conditional PUT (MinIO, R2, AWS S3), so no DynamoDB lock is needed.
+            ``None`` adds nothing.
+        target_file_size_bytes: a data file is closed (and a new one opened) once it reaches this
+            many bytes (bytes, > 0). Checked after each row group, so files overshoot by < 1 row group.
+        row_group_rows: rows buffered per open file before a Parquet row group is written (> 0).
+        compression: Parquet codec, one of :data:`COMPRESSIONS`.
+        compression_level: codec level, or ``None`` for the codec's default.
+        merge_schema: allow data with new nullable top-level columns; they are added to the table
+            schema (one metadata-only commit before the data commit). Type changes are never allowed.
+        string_stats_prefix_length: string min/max stats keep this many leading characters, like
+            delta-spark's ``dataSkippingStringPrefixLength`` (> 0).
+        commit_attempts: how many times a checkpoint's commit reloads the table, re-checks its
+            ``txn`` version and tries again after a commit conflict (≥ 1).
+        commit_backoff_max_ms: upper bound of the exponential backoff between those attempts (ms).
+        table_name: optional table name stored in the Delta metadata on creation.
+        table_configuration: optional table properties stored on creation (``delta.*`` keys).
+
+    Raises:
+        ConfigError: an empty or unsupported ``table_uri``, duplicate or empty partition columns,
+            an unknown codec, or a non-positive size or count.
+    """
+
+    table_uri: str
+    partition_by: tuple[str, ...] = ()
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    s3_conditional_put: str | None = "etag"
+    target_file_size_bytes: int = 128 * 1024 * 1024
+    row_group_rows: int = 1_048_576
+    compression: str = "snappy"
+    compression_level: int | None = None
+    merge_schema: bool = False
+    string_stats_prefix_length: int = 32
+    commit_attempts: int = 10
+    commit_backoff_max_ms: int = 2_000
+    table_name: str | None = None
+    table_configuration: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table_uri, str) or not self.table_uri.strip():
+            raise ConfigError("DeltaSinkConfig.table_uri must be a non-empty path or s3:// URI")
+        scheme = urlsplit(self.table_uri).scheme.lower()
+        if len(scheme) == 1:  # a Windows drive letter, not a scheme
+            scheme = ""
+        if scheme in _LOCAL_SCHEMES:
+            path = self.table_uri[len("file://") :] if scheme == "file" else self.table_uri
+            object.__setattr__(self, "table_uri", os.path.abspath(path).rstrip("/") or "/")
+        elif scheme in _S3_SCHEMES:
+            parts = urlsplit(self.table_uri)
+            if not parts.netloc:
+                raise ConfigError(f"DeltaSinkConfig.table_uri {self.table_uri!r} names no bucket")
+            object.__setattr__(self, "table_uri", self.table_uri.rstrip("/"))
+        else:
+            raise ConfigError(
+                f"DeltaSinkConfig.table_uri scheme {scheme!r} is not supported (local path or s3://)"
+            )
+        partition_by = _as_tuple(self.partition_by, "partition_by")
+        if any(not isinstance(c, str) or not c for c in partition_by):
+            raise ConfigError(f"DeltaSinkConfig.partition_by has an empty column name: {partition_by!r}")
+        if len(set(partition_by)) != len(partition_by):
+            raise ConfigError(f"DeltaSinkConfig.partition_by repeats a column: {partition_by!r}")
+        object.__setattr__(self, "partition_by", partition_by)
+        options = dict(self.storage_options)
+        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in options.items()):
+            raise ConfigError("DeltaSinkConfig.storage_options must map str to str")
+        object.__setattr__(self, "storage_options", options)
+        object.__setattr__(self, "table_configuration", dict(self.table_configuration))
+        if self.compression not in COMPRESSIONS:
+            raise ConfigError(
+                f"DeltaSinkConfig.compression {self.compression!r} is not one of {sorted(COMPRESSIONS)}"
+            )
+        for name in (
+            "target_file_size_bytes",
+            "row_group_rows",
+            "string_stats_prefix_length",
+            "commit_attempts",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"DeltaSinkConfig.{name} must be a positive int, got {value!r}")
+        if self.commit_backoff_max_ms < 0:
+            raise ConfigError("DeltaSinkConfig.commit_backoff_max_ms must be >= 0")
+
+    @property
+    def is_s3(self) -> bool:
+        """True for ``s3://``/``s3a://`` tables."""
+        return urlsplit(self.table_uri).scheme.lower() in _S3_SCHEMES
+
+    def delta_storage_options(self) -> dict[str, str] | None:
+        """The options handed to delta-rs: ``storage_options`` plus ``aws_conditional_put`` for S3.
+
+        Contains secrets: never log the result.
+        """
+        options = dict(self.storage_options)
+        lowered = {k.lower() for k in options}
+        if self.is_s3 and self.s3_conditional_put is not None and "aws_conditional_put" not in lowered:
+            options["aws_conditional_put"] = self.s3_conditional_put
+        return options or None
+
+    def option(self, *names: str) -> str | None:
+        """The first storage option present among ``names`` (compared case-insensitively)."""
+        lowered = {k.lower(): v for k, v in self.storage_options.items()}
+        for name in names:
+            if name.lower() in lowered:
+                return lowered[name.lower()]
+        return None
+
+
+def _as_tuple(value: Any, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence):
+        return tuple(value)
+    raise ConfigError(f"DeltaSinkConfig.{name} must be a sequence of column names, got {value!r}")

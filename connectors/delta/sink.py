@@ -1,0 +1,250 @@
+"""The Delta Lake two-phase-commit sink: executor-side writer plus driver-side per-checkpoint committer.
+
+Protocol (DESIGN.md §7 "Delta"): each subtask writes Parquet data files under the table root
+and pre-commits them as a :class:`DeltaCommittable` (its Add actions). Delta needs ONE commit per
+checkpoint holding every subtask's Adds, so the coordinator commits a checkpoint of this sink
+with :meth:`DeltaSink.commit_checkpoint` (all its committables at once) instead of calling
+:meth:`DeltaSink.commit` per committable. ``commit`` alone is only safe for a single-partition
+epoch and returns ``FATAL`` otherwise (committing one subtask's Adds under the checkpoint's
+``txn`` version would make the others look already committed, losing their data).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from connectors.delta import naming
+from connectors.delta.committable import CODEC, DeltaCommittable
+from connectors.delta.committer import DeltaCommitter
+from connectors.delta.config import DeltaSinkConfig
+from connectors.delta.filesystem import TableLocation, open_location
+from connectors.delta.lingering import ReferenceIndex, delete_unreferenced, load_table, own_files
+from connectors.delta.schema import delta_schema_json, new_columns
+from connectors.delta.writer import DeltaFileWriter
+from sinks.api import TwoPhaseCommitSink
+from sinks.context import LingeringScope, WriterContext
+from sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
+from sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeltaTransaction:
+    """One subtask's open transaction: its context and file writer. Lives only inside the task.
+
+    ``state`` is ``"open"`` → ``"pre_committed"`` | ``"aborted"``; other transitions raise
+    :class:`~sinks.errors.IllegalTransitionError`.
+    """
+
+    ctx: WriterContext
+    writer: DeltaFileWriter
+    state: str = "open"
+
+    def transition(self, action: str, to: str) -> None:
+        """Move from ``open`` to ``to`` for ``action``, or raise IllegalTransitionError."""
+        if self.state != "open":
+            raise IllegalTransitionError("delta transaction", self.state, action)
+        self.state = to
+
+
+class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DeltaCommittable]):
+    """Exactly-once Delta Lake sink.
+
+    Args:
+        name: the sink's name, unique and stable within the job; with the job id it forms the
+            ``txn.appId`` ``"<job-id>:<name>"`` and the file-name token.
+        config: where and how to write (:class:`DeltaSinkConfig`).
+
+    Driver-side entry points: :meth:`validate` (before writing), :meth:`commit_checkpoint` (per
+    completed checkpoint, in checkpoint order), :meth:`abort` and :meth:`abort_lingering`.
+    """
+
+    codec = CODEC
+
+    def __init__(self, name: str, config: DeltaSinkConfig) -> None:
+        if not name or ":" in name:
+            raise ConfigError(f"Delta sink name must be non-empty and free of ':', got {name!r}")
+        self.name = name
+        self.config = config
+
+    def __repr__(self) -> str:
+        return f"DeltaSink(name={self.name!r}, config={self.config!r})"
+
+    # --- driver side, before writing ---------------------------------------------------------
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check ``schema`` and the table root before anything is written.
+
+        Raises:
+            SchemaError: partition columns missing or of a non-partitionable type, a type with no
+                Delta counterpart, or a clash with the existing table's schema or partitioning
+                (new columns only with ``merge_schema``).
+            ConfigError: a local table root that cannot be created or written, bad S3 options.
+            ServiceUnavailableError: the table's storage cannot be reached.
+        """
+        data_json = delta_schema_json(schema, self.config.partition_by)
+        self._check_root()
+        try:
+            table = load_table(self.config)
+        except OSError as e:
+            raise ServiceUnavailableError(f"cannot read Delta table {self.config.table_uri}: {e}") from e
+        except Exception as e:
+            raise ServiceUnavailableError(
+                f"cannot read Delta table {self.config.table_uri}: {str(e).splitlines()[0]}"
+            ) from e
+        if table is None:
+            return
+        partition_columns = list(table.metadata().partition_columns)
+        if partition_columns != list(self.config.partition_by):
+            raise SchemaError(
+                f"Delta table {self.config.table_uri} is partitioned by {partition_columns}, "
+                f"the sink by {list(self.config.partition_by)}"
+            )
+        new_columns(table.schema().to_json(), data_json, merge_schema=self.config.merge_schema)
+
+    # --- executor side -----------------------------------------------------------------------
+
+    def begin_transaction(self, ctx: WriterContext) -> DeltaTransaction:
+        """Open a transaction; files are created lazily when rows arrive.
+
+        Raises:
+            ConfigError: S3 options pyarrow cannot use.
+        """
+        return DeltaTransaction(ctx, DeltaFileWriter(self.config, ctx, self._location()))
+
+    def write(self, txn: DeltaTransaction, batch: pa.RecordBatch) -> None:
+        """Append an Arrow batch (see :class:`~connectors.delta.writer.DeltaFileWriter` for errors)."""
+        if txn.state != "open":
+            raise IllegalTransitionError("delta transaction", txn.state, "write")
+        txn.writer.write(batch)
+
+    def pre_commit(self, txn: DeltaTransaction) -> DeltaCommittable | None:
+        """Close all data files; return their Add actions, or ``None`` if no row was written."""
+        txn.transition("pre_commit", "pre_committed")
+        adds = txn.writer.finish()
+        if not adds:
+            return None
+        assert txn.writer.schema_json is not None
+        ctx = txn.ctx
+        committable = DeltaCommittable(
+            table_uri=self.config.table_uri,
+            app_id=naming.app_id(ctx.job_id, ctx.sink_name),
+            checkpoint_id=ctx.checkpoint_id,
+            partition=ctx.partition,
+            attempt=ctx.attempt,
+            num_partitions=ctx.num_partitions,
+            schema_json=txn.writer.schema_json,
+            partition_columns=self.config.partition_by,
+            adds=tuple(adds),
+        )
+        log.info("pre-committed files=%d rows=%d", len(adds), committable.num_records, extra=ctx.log_fields())
+        return committable
+
+    def abort_open(self, txn: DeltaTransaction) -> None:
+        """Delete the files of a transaction never pre-committed. Best effort."""
+        if txn.state == "open":
+            txn.state = "aborted"
+            txn.writer.abort()
+
+    # --- driver side -------------------------------------------------------------------------
+
+    def commit_checkpoint(
+        self, checkpoint_id: int, committables: Sequence[DeltaCommittable]
+    ) -> CommitOutcome:
+        """Commit every committable of this sink for ``checkpoint_id`` as ONE Delta commit.
+
+        Idempotent (``ALREADY_COMMITTED`` when the table's ``txn`` version for the appId is ≥
+        ``checkpoint_id``), so it also serves recovery. Call it per completed checkpoint in
+        increasing checkpoint order with all the checkpoint's committables of this sink. See
+        :meth:`connectors.delta.committer.DeltaCommitter.commit_checkpoint` for the outcomes.
+        """
+        return DeltaCommitter(self.config, self.name).commit_checkpoint(checkpoint_id, committables)
+
+    def recover_and_commit_checkpoint(
+        self, checkpoint_id: int, committables: Sequence[DeltaCommittable]
+    ) -> CommitOutcome:
+        """After a restore: the same as :meth:`commit_checkpoint` (which is idempotent)."""
+        return self.commit_checkpoint(checkpoint_id, committables)
+
+    def commit(self, committable: DeltaCommittable) -> CommitOutcome:
+        """Commit one committable: only valid when its epoch ran with one partition.
+
+        Returns ``FATAL`` (and logs why) for multi-partition epochs: use :meth:`commit_checkpoint`.
+        """
+        if committable.num_partitions == 1:
+            return self.commit_checkpoint(committable.checkpoint_id, [committable])
+        log.error(
+            "DeltaSink.commit called per committable for a %d-partition epoch; Delta needs one commit "
+            "per checkpoint: the runtime must call commit_checkpoint(checkpoint_id, committables)",
+            committable.num_partitions,
+            extra={"sink": self.name, "checkpoint": committable.checkpoint_id},
+        )
+        return CommitOutcome.FATAL
+
+    def abort(self, committable: DeltaCommittable) -> None:
+        """Delete the committable's files unless a commit references them. Idempotent."""
+        location = self._location()
+        index = ReferenceIndex(self.config, load_table(self.config), committable.app_id)
+        candidates = [(naming.decode_add_path(a.path), committable.checkpoint_id) for a in committable.adds]
+        deleted = delete_unreferenced(
+            location, index, candidates, {"sink": self.name, "checkpoint": committable.checkpoint_id}
+        )
+        log.info(
+            "aborted files=%d", deleted, extra={"sink": self.name, "checkpoint": committable.checkpoint_id}
+        )
+
+    def abort_lingering(self, scope: LingeringScope[DeltaCommittable]) -> int:
+        """Delete this job's and sink's data files of checkpoints ≤ ``scope.up_to_checkpoint``
+        that neither ``scope.held`` nor any commit references; return how many were deleted.
+
+        Files are recognised by the job/sink token in their names (``naming``); other writers'
+        files never match. See :mod:`connectors.delta.lingering` for how "referenced" is decided.
+        """
+        location = self._location()
+        token = naming.job_token(scope.job_id, scope.sink_name)
+        held = {naming.decode_add_path(a.path) for c in scope.held for a in c.adds}
+        candidates = [
+            (rel, parsed.checkpoint_id)
+            for rel, parsed in own_files(location, token)
+            if parsed.checkpoint_id <= scope.up_to_checkpoint and rel not in held
+        ]
+        if not candidates:
+            return 0
+        app = naming.app_id(scope.job_id, scope.sink_name)
+        index = ReferenceIndex(self.config, load_table(self.config), app)
+        fields: dict[str, object] = {"job": scope.job_id, "sink": scope.sink_name}
+        deleted = delete_unreferenced(location, index, candidates, fields)
+        log.info("aborted lingering files=%d", deleted, extra=fields)
+        return deleted
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _location(self) -> TableLocation:
+        try:
+            return open_location(self.config)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"Delta sink {self.name!r}: unusable storage options: {e}") from e
+
+    def _check_root(self) -> None:
+        location = self._location()
+        if location.is_local:
+            try:
+                os.makedirs(location.root, exist_ok=True)
+            except OSError as e:
+                raise ConfigError(f"Delta table root {location.root} cannot be created: {e}") from e
+            if not os.access(location.root, os.W_OK | os.X_OK):
+                raise ConfigError(f"Delta table root {location.root} is not writable")
+            return
+        bucket = location.root.split("/", 1)[0]
+        try:
+            info = location.fs.get_file_info(bucket)
+        except OSError as e:
+            raise ServiceUnavailableError(f"cannot reach S3 bucket {bucket!r}: {e}") from e
+        if info.type.name == "NotFound":
+            raise ConfigError(f"S3 bucket {bucket!r} of {self.config.table_uri} does not exist")

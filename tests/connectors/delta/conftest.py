@@ -1,0 +1,71 @@
+"""Fixtures of the Delta sink's unit tests: local tables in tmp paths, a way to run one checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
+from sinks.context import WriterContext
+
+JOB = "job-1"
+
+WriteCheckpoint = Callable[..., list[DeltaCommittable]]
+
+
+@pytest.fixture
+def table_path(tmp_path: Path) -> str:
+    return str(tmp_path / "table")
+
+
+@pytest.fixture
+def make_sink(table_path: str) -> Callable[..., DeltaSink]:
+    def make(name: str = "delta", **overrides: object) -> DeltaSink:
+        options: dict[str, object] = {"table_uri": table_path, **overrides}
+        return DeltaSink(name, DeltaSinkConfig(**options))  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+def write_checkpoint() -> WriteCheckpoint:
+    """Run the executor side of one checkpoint: one subtask per element of ``partitions``.
+
+    ``partitions[i]`` is the list of batches partition i writes. Returns the non-empty committables.
+    """
+
+    def write(
+        sink: DeltaSink,
+        checkpoint_id: int,
+        partitions: Sequence[Sequence[pa.RecordBatch]],
+        job_id: str = JOB,
+        attempt: int = 0,
+    ) -> list[DeltaCommittable]:
+        out = []
+        for p, batches in enumerate(partitions):
+            ctx = WriterContext(job_id, sink.name, checkpoint_id, p, attempt, len(partitions))
+            txn = sink.begin_transaction(ctx)
+            for b in batches:
+                sink.write(txn, b)
+            c = sink.pre_commit(txn)
+            if c is not None:
+                out.append(c)
+        return out
+
+    return write
+
+
+def _files_under(root: str) -> set[str]:
+    base = Path(root)
+    if not base.exists():
+        return set()
+    return {str(p.relative_to(base)) for p in base.rglob("*") if p.is_file() and "_delta_log" not in p.parts}
+
+
+@pytest.fixture
+def files_under() -> Callable[[str], set[str]]:
+    """Every data file under a root (relative paths), outside ``_delta_log``."""
+    return _files_under

@@ -1,0 +1,448 @@
+"""The Delta sink end to end on local tables: write, pre-commit, commit per checkpoint, read back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import glob
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+import connectors.delta.committer as committer_module
+from connectors.delta import CODEC, DeltaCommittable, DeltaSink
+from connectors.delta.lingering import load_table as real_load
+from sinks.context import LingeringScope, WriterContext
+from sinks.errors import ConfigError, RecordError, SchemaError
+from sinks.outcome import CommitOutcome
+
+JOB = "job-1"
+UTC = dt.UTC
+
+SCHEMA = pa.schema(
+    [
+        ("id", pa.int64()),
+        ("name", pa.string()),
+        ("amount", pa.decimal128(12, 2)),
+        ("ts", pa.timestamp("us", "UTC")),
+        ("country", pa.string()),
+    ]
+)
+
+
+def batch(ids: list[int], country: str | None = "fr") -> pa.RecordBatch:
+    return pa.record_batch(
+        [
+            pa.array(ids, pa.int64()),
+            pa.array([None if i % 5 == 0 else f"näme-{i}-日本" for i in ids]),
+            pa.array([None if i % 7 == 0 else decimal.Decimal(i) / 100 for i in ids], pa.decimal128(12, 2)),
+            pa.array(
+                [dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(microseconds=i * 1001) for i in ids],
+                pa.timestamp("us", "UTC"),
+            ),
+            pa.array([country] * len(ids), pa.string()),
+        ],
+        schema=SCHEMA,
+    )
+
+
+def expected_rows(ids: list[int], country: str | None = "fr") -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = pa.Table.from_batches([batch(ids, country)]).to_pylist()
+    return rows
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    table = DeltaTable(path).to_pyarrow_table()
+    rows = table.select(SCHEMA.names).to_pylist()
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def log_actions(path: str, version: int) -> list[dict[str, Any]]:
+    with open(os.path.join(path, "_delta_log", f"{version:020d}.json")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+Sink = Callable[..., DeltaSink]
+
+
+def test_one_commit_per_checkpoint_with_all_subtasks_and_txn(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    sink = make_sink(partition_by=("country",))
+    sink.validate(SCHEMA)
+    comms = write_checkpoint(
+        sink, 1, [[batch([1, 2, 3]), batch([4, 5], "de")], [batch([6, 7], None), batch([8], "a b:c/é")], []]
+    )
+    assert [c.partition for c in comms] == [0, 1]  # the empty third subtask yields no committable
+    assert not DeltaTable.is_deltatable(table_path)  # files exist but are no table yet
+
+    assert sink.commit_checkpoint(1, comms) is CommitOutcome.COMMITTED
+
+    t = DeltaTable(table_path)
+    assert t.version() == 0
+    assert t.transaction_version("job-1:delta") == 1
+    assert t.metadata().partition_columns == ["country"]
+    want = expected_rows([1, 2, 3]) + expected_rows([4, 5], "de") + expected_rows([6, 7], None)
+    want += expected_rows([8], "a b:c/é")
+    assert read_rows(table_path) == sorted(want, key=lambda r: r["id"])
+    actions = log_actions(table_path, 0)
+    txns = [a["txn"] for a in actions if "txn" in a]
+    assert [(x["appId"], x["version"]) for x in txns] == [("job-1:delta", 1)]
+    adds = [a["add"] for a in actions if "add" in a]
+    assert len(adds) == 4
+    by_country = {a["partitionValues"]["country"]: a for a in adds}
+    assert set(by_country) == {"fr", "de", None, "a b:c/é"}
+    assert by_country["a b:c/é"]["path"].startswith("country=a%20b%253Ac%252F%C3%A9/part-00001-1-")
+    assert by_country[None]["path"].startswith("country=__HIVE_DEFAULT_PARTITION__/part-00001-1-")
+    stats = json.loads(by_country["fr"]["stats"])
+    assert stats["numRecords"] == 3
+    assert stats["minValues"]["id"] == 1 and stats["maxValues"]["id"] == 3
+    assert stats["nullCount"] == {"id": 0, "name": 0, "amount": 0, "ts": 0}
+    assert "country" not in stats["minValues"]  # partition columns are not in the files
+
+
+def test_committables_round_trip_through_the_codec(make_sink: Sink, write_checkpoint: Any) -> None:
+    sink = make_sink(partition_by=("country",))
+    comms = write_checkpoint(sink, 3, [[batch([1, 2]), batch([3], None)]])
+    for c in comms:
+        payload = json.loads(json.dumps(sink.encode(c)))
+        assert payload["kind"] == "delta.add_files" and payload["version"] == 1
+        assert sink.decode(payload) == c
+        assert CODEC.loads(CODEC.dumps(c)) == c
+
+
+def test_committing_a_checkpoint_twice_is_one_version(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    sink = make_sink()
+    comms = write_checkpoint(sink, 1, [[batch([1, 2])], [batch([3])]])
+    assert sink.commit_checkpoint(1, comms) is CommitOutcome.COMMITTED
+    # a recovery in another process: a fresh sink with the decoded committables
+    again = make_sink()
+    decoded = [again.decode(json.loads(json.dumps(sink.encode(c)))) for c in comms]
+    assert again.recover_and_commit_checkpoint(1, decoded) is CommitOutcome.ALREADY_COMMITTED
+    assert DeltaTable(table_path).version() == 0
+    comms2 = write_checkpoint(sink, 2, [[batch([4])], [batch([5])]])
+    assert sink.commit_checkpoint(2, comms2) is CommitOutcome.COMMITTED
+    assert sink.commit_checkpoint(2, comms2) is CommitOutcome.ALREADY_COMMITTED
+    assert sink.commit_checkpoint(1, comms) is CommitOutcome.ALREADY_COMMITTED
+    t = DeltaTable(table_path)
+    assert t.version() == 1 and t.transaction_version("job-1:delta") == 2
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3, 4, 5]
+    assert len(t.history()) == 2
+
+
+def test_concurrent_append_between_reload_and_commit_is_retried(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = make_sink()
+    assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
+    comms = write_checkpoint(sink, 2, [[batch([2])], [batch([3])]])
+    loads = []
+
+    def load_then_someone_appends(config: Any, version: int | None = None) -> DeltaTable | None:
+        table = real_load(config, version)
+        loads.append(table)
+        if len(loads) == 1:  # another writer commits after our reload, before our commit
+            write_deltalake(table_path, pa.Table.from_batches([batch([100])]), mode="append")
+        return table
+
+    monkeypatch.setattr(committer_module, "load_table", load_then_someone_appends)
+    assert sink.commit_checkpoint(2, comms) is CommitOutcome.COMMITTED
+    assert len(loads) == 2
+    t = DeltaTable(table_path)
+    assert t.version() == 2 and t.transaction_version("job-1:delta") == 2
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3, 100]
+
+
+def test_same_checkpoint_committed_concurrently_by_another_process(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = make_sink()
+    assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
+    comms = write_checkpoint(sink, 2, [[batch([2])], [batch([3])]])
+    calls = []
+
+    def load_then_twin_commits(config: Any, version: int | None = None) -> DeltaTable | None:
+        table = real_load(config, version)
+        calls.append(1)
+        if len(calls) == 1:
+            monkeypatch.setattr(committer_module, "load_table", real_load)
+            assert make_sink().commit_checkpoint(2, comms) is CommitOutcome.COMMITTED
+            monkeypatch.setattr(committer_module, "load_table", load_then_twin_commits)
+        return table
+
+    monkeypatch.setattr(committer_module, "load_table", load_then_twin_commits)
+    assert sink.commit_checkpoint(2, comms) is CommitOutcome.ALREADY_COMMITTED
+    assert DeltaTable(table_path).version() == 1
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3]
+
+
+def test_table_created_on_first_commit_with_the_data_schema(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    sink = make_sink(partition_by=("country",), table_name="orders")
+    comms = write_checkpoint(sink, 7, [[batch([1])]])
+    assert sink.commit_checkpoint(7, comms) is CommitOutcome.COMMITTED
+    t = DeltaTable(table_path)
+    fields = {f["name"]: f["type"] for f in json.loads(t.schema().to_json())["fields"]}
+    assert fields == {
+        "id": "long",
+        "name": "string",
+        "amount": "decimal(12,2)",
+        "ts": "timestamp",
+        "country": "string",
+    }
+    assert t.metadata().name == "orders"
+    assert [h["operation"] for h in t.history()] == ["CREATE TABLE"]
+
+
+def test_schema_mismatch_refused_before_any_file_is_written(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any
+) -> None:
+    sink = make_sink()
+    assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
+    before = files_under(table_path)
+    clash = pa.schema([("id", pa.string()), ("name", pa.string())])
+    with pytest.raises(SchemaError, match=r"'id': table long, data string"):
+        sink.validate(clash)
+    extra = SCHEMA.append(pa.field("extra", pa.int32()))
+    with pytest.raises(SchemaError, match=r"\['extra'\] are not in the Delta table"):
+        sink.validate(extra)
+    with pytest.raises(SchemaError, match="partitioned by"):
+        make_sink(partition_by=("country",)).validate(SCHEMA)
+    assert files_under(table_path) == before
+    assert DeltaTable(table_path).version() == 0
+
+
+def test_bad_schemas_refused_by_validate(make_sink: Sink, table_path: str, files_under: Any) -> None:
+    with pytest.raises(SchemaError, match="partition column 'nope'"):
+        make_sink(partition_by=("nope",)).validate(SCHEMA)
+    with pytest.raises(SchemaError, match="unsigned"):
+        make_sink().validate(pa.schema([("u", pa.uint32())]))
+    with pytest.raises(SchemaError, match="no Delta equivalent"):
+        make_sink().validate(pa.schema([("t", pa.time64("us"))]))
+    with pytest.raises(SchemaError, match="cannot partition"):
+        make_sink(partition_by=("b",)).validate(pa.schema([("b", pa.binary()), ("x", pa.int64())]))
+    assert files_under(table_path) == set()
+
+
+def test_merge_schema_adds_nullable_columns(make_sink: Sink, write_checkpoint: Any, table_path: str) -> None:
+    sink = make_sink()
+    assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
+    merging = make_sink(merge_schema=True)
+    wider = pa.Table.from_batches([batch([2])]).append_column("note", pa.array(["n"]))
+    merging.validate(wider.schema)
+    comms = write_checkpoint(merging, 2, [wider.to_batches()])
+    assert merging.commit_checkpoint(2, comms) is CommitOutcome.COMMITTED
+    rows = DeltaTable(table_path).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["note"]) for r in rows) == [(1, None), (2, "n")]
+
+
+def test_batch_with_another_schema_is_refused(make_sink: Sink) -> None:
+    sink = make_sink()
+    txn = sink.begin_transaction(WriterContext(JOB, "delta", 1, 0, 0, 1))
+    sink.write(txn, batch([1]))
+    with pytest.raises(SchemaError, match="unlike the first batch"):
+        sink.write(txn, pa.record_batch({"id": pa.array(["x"])}))
+    sink.abort_open(txn)
+    assert txn.writer.created_paths and not any(
+        os.path.exists(os.path.join(sink.config.table_uri, p)) for p in txn.writer.created_paths
+    )
+
+
+def test_nanosecond_timestamps_that_lose_precision_are_a_record_error(make_sink: Sink) -> None:
+    sink = make_sink()
+    txn = sink.begin_transaction(WriterContext(JOB, "delta", 1, 0, 0, 1))
+    ok = pa.record_batch({"ts": pa.array([1_000, 2_000], pa.timestamp("ns", "UTC"))})
+    sink.write(txn, ok)
+    with pytest.raises(RecordError, match="batch 2 of partition 0"):
+        sink.write(txn, pa.record_batch({"ts": pa.array([1_001], pa.timestamp("ns", "UTC"))}))
+    sink.abort_open(txn)
+
+
+def test_unwritable_path_is_a_config_error_and_nothing_is_committed(
+    tmp_path: Path, make_sink: Sink, write_checkpoint: Any
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as root: permissions are not enforced")
+        sink = make_sink(table_uri=str(locked / "table"))
+        with pytest.raises(ConfigError, match="cannot be created"):
+            sink.validate(SCHEMA)
+        with pytest.raises(ConfigError, match="not writable"):
+            write_checkpoint(sink, 1, [[batch([1])]])
+        assert not DeltaTable.is_deltatable(str(locked / "table"))
+    finally:
+        locked.chmod(0o700)
+
+
+def test_table_root_under_a_file_is_a_config_error(
+    tmp_path: Path, make_sink: Sink, write_checkpoint: Any
+) -> None:
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("not a directory")
+    sink = make_sink(table_uri=str(blocker / "table"))
+    with pytest.raises(ConfigError, match="cannot be created"):
+        sink.validate(SCHEMA)
+    with pytest.raises(ConfigError, match="not writable"):
+        write_checkpoint(sink, 1, [[batch([1])]])
+    assert blocker.read_text() == "not a directory"
+
+
+def test_missing_data_file_is_lost_and_nothing_committed(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    sink = make_sink()
+    comms = write_checkpoint(sink, 1, [[batch([1])], [batch([2])]])
+    os.remove(os.path.join(table_path, comms[1].adds[0].path))
+    assert sink.commit_checkpoint(1, comms) is CommitOutcome.LOST
+    assert not DeltaTable.is_deltatable(table_path)
+
+
+def test_per_committable_commit_refused_for_several_partitions(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    sink = make_sink()
+    comms = write_checkpoint(sink, 1, [[batch([1])], [batch([2])]])
+    assert sink.commit(comms[0]) is CommitOutcome.FATAL
+    assert not DeltaTable.is_deltatable(table_path)
+    single = write_checkpoint(sink, 2, [[batch([3])]])
+    assert sink.commit(single[0]) is CommitOutcome.COMMITTED
+    assert [r["id"] for r in read_rows(table_path)] == [3]
+
+
+def test_inconsistent_committables_are_fatal(make_sink: Sink, write_checkpoint: Any, table_path: str) -> None:
+    sink = make_sink()
+    one = write_checkpoint(sink, 1, [[batch([1])]])
+    two = write_checkpoint(sink, 2, [[batch([2])]])
+    assert sink.commit_checkpoint(2, one + two) is CommitOutcome.FATAL
+    assert sink.commit_checkpoint(1, one + one) is CommitOutcome.FATAL
+    assert not DeltaTable.is_deltatable(table_path)
+    assert sink.commit_checkpoint(1, []) is CommitOutcome.COMMITTED
+
+
+def test_files_roll_at_the_target_size(make_sink: Sink, write_checkpoint: Any, table_path: str) -> None:
+    sink = make_sink(target_file_size_bytes=1, row_group_rows=2, compression="zstd")
+    comms = write_checkpoint(sink, 1, [[batch([1, 2]), batch([3, 4]), batch([5])]])
+    assert len(comms[0].adds) == 3
+    assert [json.loads(a.stats)["numRecords"] for a in comms[0].adds] == [2, 2, 1]
+    assert sink.commit_checkpoint(1, comms) is CommitOutcome.COMMITTED
+    assert read_rows(table_path) == expected_rows([1, 2, 3, 4, 5])
+
+
+def test_empty_transaction_yields_no_committable_and_no_file(
+    make_sink: Sink, table_path: str, files_under: Any
+) -> None:
+    sink = make_sink()
+    txn = sink.begin_transaction(WriterContext(JOB, "delta", 1, 0, 0, 1))
+    sink.write(txn, batch([]))
+    assert sink.pre_commit(txn) is None
+    assert files_under(table_path) == set()
+
+
+def test_abort_deletes_files_unless_committed(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any
+) -> None:
+    sink = make_sink()
+    committed = write_checkpoint(sink, 1, [[batch([1])]])
+    assert sink.commit_checkpoint(1, committed) is CommitOutcome.COMMITTED
+    sink.abort(committed[0])  # referenced by a commit: kept
+    aborted = write_checkpoint(sink, 2, [[batch([2])]])
+    sink.abort(aborted[0])
+    sink.abort(aborted[0])  # idempotent
+    assert files_under(table_path) == {committed[0].adds[0].path}
+    assert [r["id"] for r in read_rows(table_path)] == [1]
+
+
+def test_abort_lingering_deletes_only_our_unreferenced_files(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any
+) -> None:
+    sink = make_sink(partition_by=("country",))
+    # checkpoint 1: attempt 0 failed mid-way (files left), attempt 1 succeeded and was committed
+    failed = write_checkpoint(sink, 1, [[batch([1])], [batch([2], "de")]], attempt=0)
+    ok = write_checkpoint(sink, 1, [[batch([1])], [batch([2], "de")]], attempt=1)
+    assert sink.commit_checkpoint(1, ok) is CommitOutcome.COMMITTED
+    # checkpoint 2 never completed; 3 is held by a retained checkpoint; 9 is still being written
+    never = write_checkpoint(sink, 2, [[batch([3])]])
+    held = write_checkpoint(sink, 3, [[batch([4])]])
+    running = write_checkpoint(sink, 9, [[batch([5])]])
+    # another job's sink and another writer of the same table
+    other_job = write_checkpoint(sink, 2, [[batch([6])]], job_id="job-2")
+    write_deltalake(
+        table_path, pa.Table.from_batches([batch([7], "fr")]), mode="append", partition_by=["country"]
+    )
+    foreign = {p for p in files_under(table_path) if "part-00000-" in p and "-c000" in p}
+    assert len(foreign) == 1
+
+    scope = LingeringScope[DeltaCommittable](JOB, "delta", held=tuple(held), up_to_checkpoint=8)
+    assert sink.abort_lingering(scope) == 3
+    remaining = files_under(table_path)
+
+    def paths(comms: list[DeltaCommittable]) -> set[str]:
+        return {a.path for c in comms for a in c.adds}
+
+    assert not (remaining & (paths(failed) | paths(never)))
+    assert {p for p in remaining if p.endswith(".parquet")} >= (
+        {p.replace("%20", " ") for p in paths(ok)} | paths(held) | paths(running) | paths(other_job) | foreign
+    )
+    assert sink.abort_lingering(scope) == 0
+    assert sorted(r["id"] for r in read_rows(table_path)) == [1, 2, 7]
+    # once the retained checkpoint is gone and newer ones are in scope, they go too
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 2
+
+
+def test_abort_lingering_before_the_table_exists(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any
+) -> None:
+    sink = make_sink()
+    write_checkpoint(sink, 1, [[batch([1])], [batch([2])]])
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 2
+    assert files_under(table_path) == set()
+
+
+def test_lingering_after_log_mentions_checkpoint_of_other_commit(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    """Files of a skipped checkpoint (2 aborted, 3 committed) are unreferenced though txn ≥ 2."""
+    sink = make_sink()
+    assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
+    skipped = write_checkpoint(sink, 2, [[batch([2])]])
+    assert sink.commit_checkpoint(3, write_checkpoint(sink, 3, [[batch([3])]])) is CommitOutcome.COMMITTED
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 1
+    assert not os.path.exists(os.path.join(table_path, skipped[0].adds[0].path))
+    assert [r["id"] for r in read_rows(table_path)] == [1, 3]
+    assert len(glob.glob(os.path.join(table_path, "*.parquet"))) == 2
+
+
+def test_two_committers_racing_to_create_the_table(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = make_sink()
+    comms = write_checkpoint(sink, 1, [[batch([1])], [batch([2])]])
+    calls = []
+
+    def no_table_yet_then_twin_creates(config: Any, version: int | None = None) -> DeltaTable | None:
+        table = real_load(config, version)
+        calls.append(table)
+        if len(calls) == 1:
+            assert table is None
+            monkeypatch.setattr(committer_module, "load_table", real_load)
+            assert make_sink().commit_checkpoint(1, comms) is CommitOutcome.COMMITTED
+            monkeypatch.setattr(committer_module, "load_table", no_table_yet_then_twin_creates)
+        return table
+
+    monkeypatch.setattr(committer_module, "load_table", no_table_yet_then_twin_creates)
+    assert sink.commit_checkpoint(1, comms) is CommitOutcome.ALREADY_COMMITTED
+    assert len(calls) == 2
+    assert DeltaTable(table_path).version() == 0
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2]
