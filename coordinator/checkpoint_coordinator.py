@@ -22,7 +22,9 @@ and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
    deleted automatically).
 4. :meth:`~CheckpointCoordinator.notify_checkpoint_complete` commits every pending transaction ≤ c,
    in checkpoint order, on every live subtask (Flink's rule: covers subsumed, skipped, late and
-   out-of-order notifications; ``notify(2)`` then ``notify(1)`` makes the second a no-op). A
+   out-of-order notifications; ``notify(2)`` then ``notify(1)`` makes the second a no-op); for a
+   :class:`~sinks.api.CheckpointCommitSink`, the transactions of one checkpoint together, with one
+   ``commit_checkpoint`` call. A
    subtask waiting for its final checkpoint closes on the first notification of a checkpoint
    triggered after its finish() (FLIP-147).
 5. :meth:`~CheckpointCoordinator.abort_checkpoint` (failure, timeout, cancel) aborts the checkpoint
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.clock import Clock, system_clock_ms
-from coordinator.committer import CommitRequest, Committer
+from coordinator.committer import Committer, commit_requests
 from coordinator.faults import fault_point
 from coordinator.lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
 from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
@@ -502,7 +504,8 @@ class CheckpointCoordinator:
             snaps[name] = SinkSnapshot(
                 num_partitions=pc.num_partitions.get(name, self.parallelism.get(name, 0)),
                 committables=tuple(
-                    CommittableRecord(t.partition, t.attempt, sink.encode(t.committable)) for t in txns
+                    CommittableRecord(t.partition, t.attempt, sink.encode(t.committable), t.checkpoint_id)
+                    for t in txns
                 ),
                 in_progress=in_progress,
             )
@@ -599,7 +602,8 @@ class CheckpointCoordinator:
         commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
         for t in aborts:
             self.committer.abort(self.sinks[t.sink_name], t)
-        self.committer.submit([CommitRequest(self.sinks[t.sink_name], t) for t in commits])
+        # a CheckpointCommitSink's transactions of one checkpoint go out as ONE request
+        self.committer.submit(commit_requests(self.sinks, commits))
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
         if commits or aborts or finished:
@@ -611,11 +615,14 @@ class CheckpointCoordinator:
         return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
 
     def confirm_commits(self) -> int:
-        """Forget the transactions the committer confirmed since the last call; return how many."""
-        done = self.committer.poll_completed()
-        for r in done:
-            self._subtasks[(r.txn.sink_name, r.txn.partition)].commit_confirmed(r.txn)
-        return len(done)
+        """Forget the transactions the committer confirmed since the last call (every transaction of
+        each completed request); return how many transactions."""
+        n = 0
+        for r in self.committer.poll_completed():
+            for t in r.txns:
+                self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+                n += 1
+        return n
 
     def abort_checkpoint(self, checkpoint_id: int, reason: str) -> list[int]:
         """Abort pending checkpoint ``checkpoint_id`` and every newer pending one, and abort the

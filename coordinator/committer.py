@@ -19,6 +19,13 @@ transaction holds back ``read_committed`` consumers and is aborted by the broker
 ``transaction.timeout.ms``). :class:`TransactionAgeMonitor` warns once per transaction when one
 passes 80% (configurable) of the configured timeout.
 
+Sinks that implement :class:`~sinks.api.CheckpointCommitSink` (Delta: one table commit per
+checkpoint, idempotent through ``txn(appId, version)``) are committed per (sink, checkpoint): one
+:class:`CommitRequest` holds every pending transaction of that sink and checkpoint and is committed
+with ONE ``commit_checkpoint`` / ``recover_and_commit_checkpoint`` call (Flink Sink V2's global
+committer). :func:`commit_requests` builds the requests. Retries, ``LOST`` handling, ordering,
+asynchronous commit and confirmation work on whole requests; metrics count transactions.
+
 Commits run synchronously by default. With ``CommitPolicy.async_commit`` they run on one ordered
 committer thread: the commits of checkpoint c may overlap the next epoch, commits stay in
 submission order, and an error surfaces on the next :meth:`Committer.raise_if_failed` or
@@ -33,7 +40,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +57,7 @@ from tenacity import (
 
 from coordinator.clock import Clock, system_clock_ms
 from coordinator.lifecycle import PendingTransaction
-from sinks.api import TwoPhaseCommitSink
+from sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
 from sinks.outcome import CommitOutcome
 
@@ -103,19 +110,95 @@ class CommitPolicy:
             raise ConfigError(f"timeout_warning_ratio must be in (0, 1], got {self.timeout_warning_ratio}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CommitRequest:
-    """One transaction to commit.
+    """One commit call: one transaction of a per-committable sink, or every pending transaction of
+    one checkpoint of a :class:`~sinks.api.CheckpointCommitSink` (committed together with one
+    ``commit_checkpoint`` call).
 
-    Attributes:
+    Args:
         sink: the sink that commits it.
-        txn: the pending transaction (committable, checkpoint, partition, attempt).
-        recovery: True when recovering after a restore (``recover_and_commit``).
+        txns: the pending transaction, or a sequence of them (non-empty; exactly one for a
+            per-committable sink; for a checkpoint-commit sink all of that sink and of one
+            checkpoint, ascending by partition).
+        recovery: True when recovering after a restore (``recover_and_commit[_checkpoint]``).
+
+    Raises:
+        ValueError: an empty request, several transactions for a per-committable sink, or
+            transactions of another sink or of several checkpoints.
     """
 
     sink: AnySink
-    txn: PendingTransaction[Any]
-    recovery: bool = False
+    txns: tuple[PendingTransaction[Any], ...]
+    recovery: bool
+
+    def __init__(
+        self,
+        sink: AnySink,
+        txns: PendingTransaction[Any] | Sequence[PendingTransaction[Any]],
+        recovery: bool = False,
+    ) -> None:
+        group = (txns,) if isinstance(txns, PendingTransaction) else tuple(txns)
+        if not group:
+            raise ValueError(f"an empty commit request for sink {sink.name!r}")
+        if len(group) > 1 and not isinstance(sink, CheckpointCommitSink):
+            raise ValueError(f"sink {sink.name!r} commits one transaction per request, got {len(group)}")
+        if {t.sink_name for t in group} != {sink.name}:
+            raise ValueError(f"commit request for sink {sink.name!r} holds transactions of other sinks")
+        if len({t.checkpoint_id for t in group}) != 1:
+            raise ValueError(f"commit request for sink {sink.name!r} spans several checkpoints")
+        object.__setattr__(self, "sink", sink)
+        object.__setattr__(self, "txns", group)
+        object.__setattr__(self, "recovery", recovery)
+
+    @property
+    def txn(self) -> PendingTransaction[Any]:
+        """The first transaction (the only one for a per-committable sink)."""
+        return self.txns[0]
+
+    @property
+    def checkpoint_id(self) -> int:
+        """The checkpoint every transaction of the request was pre-committed for."""
+        return self.txns[0].checkpoint_id
+
+    @property
+    def per_checkpoint(self) -> bool:
+        """True when committed with ``commit_checkpoint`` (the sink is a CheckpointCommitSink)."""
+        return isinstance(self.sink, CheckpointCommitSink)
+
+
+def commit_requests(
+    sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]], *, recovery: bool = False
+) -> list[CommitRequest]:
+    """Turn pending transactions into commit requests, keeping their order.
+
+    A per-committable sink's transaction becomes a request of its own. The transactions of one
+    (sink, checkpoint) of a :class:`~sinks.api.CheckpointCommitSink` become ONE request, placed
+    where its first transaction was, holding them ascending by partition; so transactions given
+    in checkpoint order yield requests in checkpoint order.
+
+    Raises:
+        KeyError: a transaction of a sink not in ``sinks``.
+    """
+    out: list[CommitRequest | list[PendingTransaction[Any]]] = []
+    groups: dict[tuple[str, int], list[PendingTransaction[Any]]] = {}
+    for t in txns:
+        sink = sinks[t.sink_name]
+        if not isinstance(sink, CheckpointCommitSink):
+            out.append(CommitRequest(sink, t, recovery))
+            continue
+        key = (t.sink_name, t.checkpoint_id)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            out.append(group)
+        group.append(t)
+    return [
+        r
+        if isinstance(r, CommitRequest)
+        else CommitRequest(sinks[r[0].sink_name], sorted(r, key=lambda t: (t.partition, t.attempt)), recovery)
+        for r in out
+    ]
 
 
 @dataclass(frozen=True)
@@ -123,7 +206,8 @@ class CommitterMetrics:
     """Cumulative committer counters.
 
     Attributes:
-        committed: transactions committed now (``COMMITTED``).
+        committed: transactions committed now (``COMMITTED``; a checkpoint commit counts each of
+            its transactions).
         already_committed: re-commits that found the transaction committed (``ALREADY_COMMITTED``).
         aborted: transactions aborted (pre-committed ones, through ``abort``/``recover_and_abort``).
         lost_ignored: ``LOST`` transactions skipped on recovery because the user opted in.
@@ -231,38 +315,59 @@ class Committer:
     # -- single transactions --------------------------------------------------------------------
 
     def commit(self, request: CommitRequest, *, cancellable: bool = True) -> CommitOutcome:
-        """Commit one transaction synchronously, retrying ``RETRY`` with backoff.
+        """Commit one request synchronously, retrying ``RETRY`` with backoff: ``commit`` /
+        ``recover_and_commit`` for a per-committable sink; ONE ``commit_checkpoint`` /
+        ``recover_and_commit_checkpoint`` call with every committable of the request for a
+        checkpoint-commit sink (its outcome covers all of them).
 
         Returns:
             ``COMMITTED`` or ``ALREADY_COMMITTED``; ``LOST`` only when recovering with
             ``ignore_lost_on_recovery`` (logged as an ERROR).
 
         Raises:
-            TransactionLostError: the external system lost the transaction (names sink and transaction).
+            TransactionLostError: the external system lost the transaction(s) (names sink and transactions).
             CommitFailedError: ``FATAL``, an exception from the sink, the retry budget exhausted,
                 or the committer was canceled while retrying.
         """
-        sink, t = request.sink, request.txn
-        fields = {
+        sink, txns = request.sink, request.txns
+        t = txns[0]
+        partitions = [x.partition for x in txns]
+        fields: dict[str, Any] = {
             "job": self.job_id, "sink": sink.name, "checkpoint": t.checkpoint_id,
-            "partition": t.partition, "attempt": t.attempt,
+            "partition": t.partition if len(txns) == 1 else partitions, "attempt": t.attempt,
+            "transactions": len(txns),
         }  # fmt: skip
-        call = sink.recover_and_commit if request.recovery else sink.commit
+        call: Callable[[], CommitOutcome]
+        if isinstance(sink, CheckpointCommitSink):
+            commit_checkpoint = (
+                sink.recover_and_commit_checkpoint if request.recovery else sink.commit_checkpoint
+            )
+            committables = [x.committable for x in txns]
+
+            def call() -> CommitOutcome:
+                return commit_checkpoint(t.checkpoint_id, committables)
+        else:
+            commit_one = sink.recover_and_commit if request.recovery else sink.commit
+
+            def call() -> CommitOutcome:
+                return commit_one(t.committable)
+
         pol = self.policy
 
         def attempt() -> CommitOutcome:
             try:
-                return call(t.committable)
+                return call()
             except ServiceUnavailableError as e:
                 log.warning("commit: service unavailable, will retry: %s", e, extra=fields)
                 return CommitOutcome.RETRY
 
         def before_sleep(state: RetryCallState) -> None:
             self._add(retries=1)
-            self.ages.check([t])
+            self.ages.check(txns)
             log.info(
-                "commit answered RETRY job=%s sink=%s checkpoint=%d partition=%d attempt_no=%d",
-                self.job_id, sink.name, t.checkpoint_id, t.partition, state.attempt_number, extra=fields,
+                "commit answered RETRY job=%s sink=%s checkpoint=%d partition=%s attempt_no=%d",
+                self.job_id, sink.name, t.checkpoint_id, fields["partition"], state.attempt_number,
+                extra=fields,
             )  # fmt: skip
 
         stop = stop_after_attempt(pol.max_attempts)
@@ -286,23 +391,31 @@ class Committer:
         except Exception as e:
             raise CommitFailedError(
                 f"commit of sink {sink.name!r} checkpoint {t.checkpoint_id} "
-                f"partition {t.partition} raised: {e!r}"
+                f"partition {fields['partition']} raised: {e!r}"
             ) from e
         finally:
             self._add(commit_time_ms=(time.perf_counter() - started) * 1000.0)
-        what = (
-            f"sink {sink.name!r} checkpoint {t.checkpoint_id} partition {t.partition} "
-            f"attempt {t.attempt} transaction {t.committable!r}"
-        )
+        if len(txns) == 1 and not request.per_checkpoint:
+            what = (
+                f"sink {sink.name!r} checkpoint {t.checkpoint_id} partition {t.partition} "
+                f"attempt {t.attempt} transaction {t.committable!r}"
+            )
+        else:
+            what = (
+                f"sink {sink.name!r} checkpoint {t.checkpoint_id} partitions {partitions} "
+                f"({len(txns)} transactions, one checkpoint commit) transactions "
+                f"{[x.committable for x in txns]!r}"
+            )
+        n = len(txns)
         if outcome is CommitOutcome.COMMITTED:
-            self._add(committed=1)
+            self._add(committed=n)
             log.info("committed %s", what, extra=fields)
         elif outcome is CommitOutcome.ALREADY_COMMITTED:
-            self._add(already_committed=1)
+            self._add(already_committed=n)
             log.info("already committed %s", what, extra=fields)
         elif outcome is CommitOutcome.LOST:
             if request.recovery and pol.ignore_lost_on_recovery:
-                self._add(lost_ignored=1)
+                self._add(lost_ignored=n)
                 log.error("transaction LOST on recovery, ignored as configured: %s", what, extra=fields)
             else:
                 raise TransactionLostError(f"transaction lost by the external system: {what}")
@@ -334,7 +447,9 @@ class Committer:
     def submit(self, requests: Sequence[CommitRequest]) -> None:
         """Commit ``requests`` in order: now, or queued on the committer thread (``async_commit``).
 
-        Completed requests are reported by :meth:`poll_completed`.
+        Completed requests are reported by :meth:`poll_completed` (every transaction of a request
+        is committed once the request is). Fault point ``mid_commit`` fires after the first of
+        several requests.
 
         Raises:
             The first error of an earlier asynchronous batch; synchronously, the errors of :meth:`commit`.

@@ -9,17 +9,21 @@ Transaction ids are deterministic: ``<sink>-c<checkpoint>-p<partition>-a<attempt
 because a checkpoint id was reused after a crash before persist), so tests can assert exact sets.
 Protocol violations (abort after commit, commit of an unknown transaction, resume of a finished
 file) are recorded in ``FakeExternalSystem.violations``; tests assert it stays empty.
+
+:class:`FakeCheckpointSink` is a :class:`~sinks.api.CheckpointCommitSink`: like Delta, it commits
+all transactions of one checkpoint at once and is idempotent through a per-(job, sink) "last
+committed checkpoint" version; each call is recorded in ``FakeExternalSystem.checkpoint_calls``.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sinks.api import InProgressSink, TwoPhaseCommitSink
+from sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
 from sinks.codec import CommittableCodec
 from sinks.context import JsonObject, LingeringScope, WriterContext
 from sinks.outcome import CommitOutcome
@@ -38,6 +42,23 @@ class FakeCommittable:
 CODEC: CommittableCodec[FakeCommittable] = CommittableCodec(FakeCommittable, "test.fake", version=1)
 
 
+@dataclass(frozen=True)
+class CheckpointCommitCall:
+    """One recorded ``commit_checkpoint`` / ``recover_and_commit_checkpoint`` call.
+
+    Attributes:
+        sink: the sink's name.
+        checkpoint_id: the checkpoint committed.
+        txn_ids: the committables' transaction ids, in the order given.
+        recovery: True for ``recover_and_commit_checkpoint``.
+    """
+
+    sink: str
+    checkpoint_id: int
+    txn_ids: tuple[str, ...]
+    recovery: bool
+
+
 @dataclass
 class FakeExternalSystem:
     """The "external system" shared by the fake sinks of a test."""
@@ -52,6 +73,11 @@ class FakeExternalSystem:
     violations: list[str] = field(default_factory=list)
     scripted: dict[str, list[CommitOutcome]] = field(default_factory=lambda: defaultdict(list))
     outcome_hook: Callable[[str], CommitOutcome | None] | None = None
+    checkpoint_calls: list[CheckpointCommitCall] = field(default_factory=list)
+    checkpoint_versions: dict[tuple[str, str], int] = field(default_factory=dict)
+    scripted_checkpoints: dict[tuple[str, int], list[CommitOutcome]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
 
     def begin(self, txn_id: str, job: str, sink: str, checkpoint: int) -> str:
         """Open ``txn_id``; if that name was used before (a checkpoint id reused after a crash
@@ -96,6 +122,50 @@ class FakeExternalSystem:
             return CommitOutcome.COMMITTED
         self.violations.append(f"commit of unknown transaction {txn_id}")
         return CommitOutcome.FATAL
+
+    def script_checkpoint(self, sink: str, checkpoint_id: int, *outcomes: CommitOutcome) -> None:
+        """The next checkpoint commits of (``sink``, ``checkpoint_id``) answer ``outcomes`` first."""
+        self.scripted_checkpoints[(sink, checkpoint_id)].extend(outcomes)
+
+    def do_commit_checkpoint(
+        self, sink: str, checkpoint_id: int, txn_ids: Sequence[str], recovery: bool
+    ) -> CommitOutcome:
+        """Commit ``txn_ids`` of (``sink``, ``checkpoint_id``) atomically, like one Delta commit
+        with ``txn(appId=<job>:<sink>, version=checkpoint_id)``: ``ALREADY_COMMITTED`` once the
+        (job, sink) version is ≥ ``checkpoint_id``; ``LOST`` if any transaction was aborted (then
+        nothing is committed). A call after a newer checkpoint committed while some of its
+        transactions are still uncommitted (out-of-order commits drop data) is a violation."""
+        self.checkpoint_calls.append(CheckpointCommitCall(sink, checkpoint_id, tuple(txn_ids), recovery))
+        if self.scripted_checkpoints.get((sink, checkpoint_id)):
+            outcome = self.scripted_checkpoints[(sink, checkpoint_id)].pop(0)
+            if outcome is CommitOutcome.LOST:
+                for t in txn_ids:  # the system timed them out
+                    if t in self.prepared:
+                        del self.prepared[t]
+                        self.aborted.add(t)
+            return outcome
+        unknown = [t for t in txn_ids if t not in self.owner]
+        if not txn_ids or unknown:
+            self.violations.append(f"checkpoint commit of unknown transactions {unknown} ({sink})")
+            return CommitOutcome.FATAL
+        key = (self.owner[txn_ids[0]][0], sink)
+        version = self.checkpoint_versions.get(key)
+        if version is not None and version >= checkpoint_id:
+            dropped = [t for t in txn_ids if t not in self.committed]
+            if dropped:
+                self.violations.append(
+                    f"{sink} checkpoint {checkpoint_id} committed after {version}: {dropped} dropped"
+                )
+            return CommitOutcome.ALREADY_COMMITTED
+        if any(t in self.aborted for t in txn_ids):
+            return CommitOutcome.LOST
+        if any(t not in self.prepared for t in txn_ids):
+            self.violations.append(f"{sink} checkpoint {checkpoint_id} partially committed before: {txn_ids}")
+            return CommitOutcome.FATAL
+        for t in txn_ids:
+            self.committed[t] = self.prepared.pop(t)
+        self.checkpoint_versions[key] = checkpoint_id
+        return CommitOutcome.COMMITTED
 
     def do_abort(self, txn_id: str) -> None:
         if txn_id in self.committed:
@@ -259,6 +329,32 @@ class FakeInProgressSink(InProgressSink[FakeTxn, FakeCommittable]):
 
     def abort_lingering(self, scope: LingeringScope[FakeCommittable]) -> int:
         return self.system.abort_lingering(scope)
+
+
+class FakeCheckpointSink(FakeSink, CheckpointCommitSink[FakeTxn, FakeCommittable]):
+    """A fake sink committed per checkpoint (like Delta): :meth:`commit_checkpoint` commits every
+    transaction of one checkpoint at once (see :meth:`FakeExternalSystem.do_commit_checkpoint`).
+    The per-committable :meth:`commit` is a protocol violation (the runtime must group) and
+    answers ``FATAL``.
+    """
+
+    def commit(self, committable: FakeCommittable) -> CommitOutcome:
+        self.system.violations.append(
+            f"per-committable commit of {committable.txn_id} on checkpoint-commit sink {self.name}"
+        )
+        return CommitOutcome.FATAL
+
+    def commit_checkpoint(self, checkpoint_id: int, committables: Sequence[FakeCommittable]) -> CommitOutcome:
+        return self.system.do_commit_checkpoint(
+            self.name, checkpoint_id, [c.txn_id for c in committables], recovery=False
+        )
+
+    def recover_and_commit_checkpoint(
+        self, checkpoint_id: int, committables: Sequence[FakeCommittable]
+    ) -> CommitOutcome:
+        return self.system.do_commit_checkpoint(
+            self.name, checkpoint_id, [c.txn_id for c in committables], recovery=True
+        )
 
 
 def keys(*ks: str) -> list[str]:

@@ -13,7 +13,8 @@ JSON shape (``format`` and ``version`` first, so any reader can refuse what it d
      "fully_finished": ["<operator id>", ...],
      "end_of_input": false,
      "sinks": {"<sink>": {"num_partitions": 2,
-                          "committables": [{"partition": 0, "attempt": 0, "payload": {...}}],
+                          "committables": [{"partition": 0, "attempt": 0, "checkpoint_id": 7,
+                                            "payload": {...}}],
                           "in_progress": {"0": {...}}}}}
 """
 
@@ -45,11 +46,16 @@ class CommittableRecord:
     """One pre-committed transaction of one subtask: (partition, attempt, encoded committable).
 
     ``payload`` is the sink codec's versioned JSON object (``{"kind", "version", "body"}``).
+    ``checkpoint_id`` is the checkpoint it was pre-committed for, which may be older than the
+    checkpoint holding it (a transaction stays in every checkpoint until its commit is confirmed);
+    ``None`` in metadata written before it was recorded (readers then assume the holding
+    checkpoint). Checkpoint-commit sinks need it to commit each checkpoint as its own group.
     """
 
     partition: int
     attempt: int
     payload: JsonObject
+    checkpoint_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,7 @@ class CheckpointMetadata:
                     "num_partitions": snap.num_partitions,
                     "committables": [
                         {"partition": c.partition, "attempt": c.attempt, "payload": dict(c.payload)}
+                        | ({} if c.checkpoint_id is None else {"checkpoint_id": c.checkpoint_id})
                         for c in snap.committables
                     ],
                     "in_progress": {str(p): dict(s) for p, s in sorted(snap.in_progress.items())},
@@ -136,7 +143,12 @@ class CheckpointMetadata:
                 str(name): SinkSnapshot(
                     num_partitions=_int(s["num_partitions"]),
                     committables=tuple(
-                        CommittableRecord(_int(c["partition"]), _int(c["attempt"]), dict(c["payload"]))
+                        CommittableRecord(
+                            _int(c["partition"]),
+                            _int(c["attempt"]),
+                            dict(c["payload"]),
+                            None if c.get("checkpoint_id") is None else _int(c["checkpoint_id"]),
+                        )
                         for c in s["committables"]
                     ),
                     in_progress={int(p): dict(v) for p, v in s["in_progress"].items()},

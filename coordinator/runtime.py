@@ -30,7 +30,9 @@ or wrap the whole run in ``rt.run_with_restarts(body)``. A batch write is one ep
 Decisions worth knowing:
 
 - Restore: ``recover_and_commit`` every committable of the restored checkpoint (the latest, or a
-  savepoint), skipping fully finished sinks; then ``abort_lingering`` per sink, with every
+  savepoint), skipping fully finished sinks (a :class:`~sinks.api.CheckpointCommitSink`:
+  ``recover_and_commit_checkpoint`` once per checkpoint its committables were pre-committed for,
+  in checkpoint order); then ``abort_lingering`` per sink, with every
   committable and in-progress state of every retained checkpoint and savepoint held (never
   aborted). New checkpoint ids continue above every id in storage.
 - Rescale (the number of partitions changes): new partitions start empty. In-progress state of
@@ -79,7 +81,7 @@ from coordinator.checkpoint_coordinator import (
     PendingCheckpoint,
 )
 from coordinator.clock import Clock, system_clock_ms
-from coordinator.committer import CommitPolicy, CommitRequest, Committer, CommitterMetrics
+from coordinator.committer import CommitPolicy, Committer, CommitterMetrics, commit_requests
 from coordinator.faults import fault_point
 from coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from coordinator.lifecycle import PendingTransaction
@@ -577,17 +579,22 @@ class JobRuntime:
                 if name in fully_finished:
                     continue
                 sink = self.sinks[name]
-                for rec in snap.committables:
-                    txn = PendingTransaction(
+                txns = [
+                    PendingTransaction(
                         name,
                         rec.partition,
                         rec.attempt,
-                        meta.checkpoint_id,
+                        meta.checkpoint_id if rec.checkpoint_id is None else rec.checkpoint_id,
                         sink.decode(rec.payload),
                         self.clock(),
                     )
-                    self._committer.commit(CommitRequest(sink, txn, recovery=True))
-                    recommitted += 1
+                    for rec in snap.committables
+                ]
+                txns.sort(key=lambda t: t.checkpoint_id)  # stable: metadata order within a checkpoint
+                # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order
+                for request in commit_requests(self.sinks, txns, recovery=True):
+                    self._committer.commit(request)
+                    recommitted += len(request.txns)
         max_id = max(
             [self._max_triggered, *(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
         )
@@ -1088,9 +1095,10 @@ class JobRuntime:
         # a published checkpoint promised its transactions: commit them before deleting it
         if coord is not None:
             committer = self._new_committer()
-            for t in coord.uncommitted_transactions():
-                committer.commit(CommitRequest(self.sinks[t.sink_name], t), cancellable=False)
-                coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+            for request in commit_requests(self.sinks, coord.uncommitted_transactions()):
+                committer.commit(request, cancellable=False)
+                for t in request.txns:
+                    coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
             self._past_committer_metrics.append(committer.metrics)
         # in-progress state may continue across checkpoints (one upload, growing): state that a
         # savepoint may still resume is identified by (sink, partition), never aborted here

@@ -3,7 +3,7 @@
 This package imports nothing else from the project (DESIGN.md §3).
 """
 
-from sinks.api import InProgressSink, TwoPhaseCommitSink
+from sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
 from sinks.codec import CommittableCodec
 from sinks.context import JsonObject, LingeringScope, WriterContext
 from sinks.errors import (
@@ -23,6 +23,7 @@ from sinks.errors import (
 from sinks.outcome import CommitOutcome
 
 __all__ = [
+    "CheckpointCommitSink",
     "CheckpointStorageError",
     "CommitFailedError",
     "CommitOutcome",

@@ -19,12 +19,14 @@ Two type parameters keep the two sides apart:
   process with it alone.
 
 Sinks whose transactions span epochs (an S3 JSON-lines file rolling by size) also implement
-:class:`InProgressSink`.
+:class:`InProgressSink`. Sinks that must commit all committables of one checkpoint at once (Delta:
+one table commit per checkpoint) implement :class:`CheckpointCommitSink`.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
@@ -163,3 +165,51 @@ class InProgressSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
     @abc.abstractmethod
     def abort_in_progress(self, state: JsonObject) -> None:
         """Abort in-progress state that will never be resumed (a restore from an older checkpoint)."""
+
+
+class CheckpointCommitSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
+    """A sink that commits every committable of one checkpoint in ONE call (like Flink Sink V2's
+    global committer), for systems where one commit per checkpoint is what makes the commit atomic
+    and idempotent: Delta Lake commits all subtasks' Add actions together with
+    ``txn(appId, version=<checkpoint id>)`` (Delta PROTOCOL.md, "Transaction Identifiers").
+
+    For such a sink the runtime never calls :meth:`commit` / :meth:`recover_and_commit`. It groups
+    the pending transactions by checkpoint and calls :meth:`commit_checkpoint` (or
+    :meth:`recover_and_commit_checkpoint` after a restore):
+
+    - once per completed checkpoint that holds committables of this sink, with ALL of them (every
+      subtask's acknowledged committables), never an empty sequence;
+    - in increasing checkpoint order; a later checkpoint's call starts only after the earlier
+      one answered ``COMMITTED`` or ``ALREADY_COMMITTED`` (or, on recovery with the user's
+      opt-in, ``LOST``);
+    - possibly again for the same checkpoint (a retry, a recovery, a replayed notification): the
+      call must be idempotent.
+
+    The outcome covers the whole checkpoint (nothing is ever committed partially): ``COMMITTED``,
+    ``ALREADY_COMMITTED`` (committed earlier, or a newer checkpoint already committed: checkpoints
+    commit in order, so an older one counts as committed), ``RETRY`` (transient: the runtime
+    retries the same call with backoff), ``LOST`` (some data of the checkpoint is gone: nothing was
+    committed; the runtime fails unless recovering with the user's opt-in) or ``FATAL``. Aborts stay
+    per committable (:meth:`abort`).
+    """
+
+    @abc.abstractmethod
+    def commit_checkpoint(self, checkpoint_id: int, committables: Sequence[COMM]) -> CommitOutcome:
+        """Commit all of this sink's committables of ``checkpoint_id`` atomically, as one commit.
+
+        Args:
+            checkpoint_id: the completed checkpoint (≥ 1).
+            committables: every committable of this sink pre-committed for it (non-empty, ascending
+                by partition).
+
+        Returns:
+            The :class:`CommitOutcome` of the whole checkpoint (see the class docstring). Never
+            raises for those outcomes; may raise ``ServiceUnavailableError`` (counted as ``RETRY``).
+        """
+
+    def recover_and_commit_checkpoint(
+        self, checkpoint_id: int, committables: Sequence[COMM]
+    ) -> CommitOutcome:
+        """Commit a checkpoint after a restore, possibly in another process than the writers.
+        Default: :meth:`commit_checkpoint` (which must be idempotent)."""
+        return self.commit_checkpoint(checkpoint_id, committables)

@@ -26,7 +26,7 @@ from connectors.delta.filesystem import TableLocation, open_location
 from connectors.delta.lingering import ReferenceIndex, delete_unreferenced, load_table, own_files
 from connectors.delta.schema import delta_schema_json, new_columns
 from connectors.delta.writer import DeltaFileWriter
-from sinks.api import TwoPhaseCommitSink
+from sinks.api import CheckpointCommitSink
 from sinks.context import LingeringScope, WriterContext
 from sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
 from sinks.outcome import CommitOutcome
@@ -53,7 +53,7 @@ class DeltaTransaction:
         self.state = to
 
 
-class DeltaSink(TwoPhaseCommitSink[DeltaTransaction, DeltaCommittable]):
+class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
     """Exactly-once Delta Lake sink.
 
     Args:
