@@ -2,7 +2,9 @@
 
 ``TWOPHASE_FAULT=<point>[:<n>]`` makes the process exit at once with status 137 (as if killed by
 SIGKILL) the n-th time (default 1st) it reaches ``<point>``. Several points may be given,
-comma-separated. Counting is per process: executor-side points count inside each Python worker.
+comma-separated. Counting is per process, unless ``TWOPHASE_FAULT_STATE`` names a directory: then
+hits are counted across every process that shares it (one file per hit, created atomically), so
+that an executor-side fault that kills a Python worker fires once, not once per new worker.
 
 The exit is ``os._exit``: no ``finally`` blocks, no atexit hooks, no flushing — a real crash.
 """
@@ -18,6 +20,7 @@ from typing import Final
 log = logging.getLogger(__name__)
 
 ENV: Final = "TWOPHASE_FAULT"
+STATE_ENV: Final = "TWOPHASE_FAULT_STATE"
 EXIT_STATUS: Final = 137
 
 POINTS: Final = frozenset(
@@ -72,11 +75,30 @@ def fault_point(name: str) -> None:
     wanted = parse(spec).get(name)
     if wanted is None:
         return
-    with _lock:
-        _hits[name] += 1
-        hit = _hits[name]
+    state_dir = os.environ.get(STATE_ENV)
+    hit = _shared_hit(state_dir, name) if state_dir else _local_hit(name)
     if hit == wanted:
         log.warning("fault injected: point=%s hit=%d pid=%d", name, hit, os.getpid())
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(EXIT_STATUS)
+
+
+def _local_hit(name: str) -> int:
+    with _lock:
+        _hits[name] += 1
+        return _hits[name]
+
+
+def _shared_hit(state_dir: str, name: str) -> int:
+    """Record one hit as a new file ``<name>.<k>`` (O_EXCL, so concurrent processes never share k)."""
+    os.makedirs(state_dir, exist_ok=True)
+    k = 1
+    while True:
+        try:
+            fd = os.open(os.path.join(state_dir, f"{name}.{k}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            k += 1
+            continue
+        os.close(fd)
+        return k

@@ -46,10 +46,15 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
     Attributes:
         name: stable within a job; part of every transaction name.
         codec: encodes committables (``COMM``) as versioned JSON for checkpoint metadata.
+        speculation_safe: False when two concurrent attempts of one subtask would interfere (e.g.
+            Kafka's pooled transactional ids: a speculative attempt's ``init_transactions`` fences
+            the first attempt's pre-committed transaction). The runtime then refuses to run with
+            Spark speculation on.
     """
 
     name: str
     codec: CommittableCodec[COMM]
+    speculation_safe: bool = True
 
     # --- executor side -------------------------------------------------------------------------
 

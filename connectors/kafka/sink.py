@@ -42,6 +42,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     are opened lazily and never pickled.
     """
 
+    # attempts of one subtask share a transactional id: a second, concurrent attempt would fence
+    # the first one's pre-committed transaction
+    speculation_safe = False
+
     def __init__(self, name: str, config: KafkaSinkConfig) -> None:
         try:
             naming.check_sink_name(name)

@@ -1,0 +1,1 @@
+"""Execution on Spark (DESIGN.md §6): the only part of ``coordinator`` that imports pyspark."""

@@ -1,0 +1,137 @@
+"""What a job refuses before it writes anything on Spark (DESIGN.md §6 "Requirements")."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sinks.api import TwoPhaseCommitSink
+from sinks.context import JsonObject
+from sinks.errors import ConfigError, JobError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SUPPORTED_OUTPUT_MODES = frozenset({"append", "update"})
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,99}$")
+
+
+def job_id_from_name(name: str) -> str:
+    """A stable job id from a job name: lower case, runs of other characters as ``_``.
+
+    The id is part of every transaction name and checkpoint path, so it is restricted to
+    ``[a-z0-9_.]`` (no ``-``: Kafka transactional ids use it as a separator).
+
+    Raises:
+        ConfigError: the name has no usable character.
+    """
+    job_id = re.sub(r"[^a-z0-9_.]+", "_", name.strip().lower()).strip("_.")
+    if not job_id:
+        raise ConfigError(f"job name {name!r} yields an empty job id; give job_id explicitly")
+    return job_id[:100]
+
+
+def check_job_id(job_id: str) -> str:
+    """Validate an explicit job id (``[A-Za-z0-9][A-Za-z0-9_.]*``, at most 100 characters).
+
+    Raises:
+        ConfigError: the id has other characters.
+    """
+    if not _JOB_ID.match(job_id):
+        raise ConfigError(
+            f"job id {job_id!r} must match {_JOB_ID.pattern}: it is part of transaction names and paths"
+        )
+    return job_id
+
+
+def check_stream_options(output_mode: str, options: Mapping[str, str]) -> None:
+    """Refuse stream settings under which exactly-once cannot hold.
+
+    Raises:
+        ConfigError: ``asyncProgressTrackingEnabled`` is on (Spark would commit offsets before the
+            batch's checkpoint is durable), or the output mode is not append/update (complete
+            mode rewrites the whole result every batch, which a 2PC append sink cannot take).
+    """
+    for key, value in options.items():
+        if key.lower() == "asyncprogresstrackingenabled" and str(value).strip().lower() == "true":
+            raise ConfigError(
+                "asyncProgressTrackingEnabled must be off: Spark would mark batches done before "
+                "their checkpoint is durable, breaking exactly-once"
+            )
+        if key.lower() == "checkpointlocation":
+            raise ConfigError("pass the Spark checkpoint location as spark_checkpoint_location=")
+    if output_mode.lower() not in SUPPORTED_OUTPUT_MODES:
+        raise ConfigError(
+            f"output mode {output_mode!r} is not supported; use one of {sorted(SUPPORTED_OUTPUT_MODES)}"
+        )
+
+
+def check_speculation(speculation: str | None, sinks: Sequence[TwoPhaseCommitSink[Any, Any]]) -> None:
+    """Refuse Spark speculation when a sink cannot take two concurrent attempts of one subtask.
+
+    Args:
+        speculation: the value of ``spark.speculation`` (``"true"``/``"false"``/``None``).
+        sinks: the job's sinks.
+
+    Raises:
+        ConfigError: speculation is on and a sink is not ``speculation_safe``.
+    """
+    unsafe = [s.name for s in sinks if not s.speculation_safe]
+    if str(speculation).strip().lower() == "true" and unsafe:
+        raise ConfigError(
+            f"spark.speculation is on, but sinks {unsafe} cannot run two attempts of one task at once "
+            "(e.g. a speculative Kafka attempt would fence the first attempt's transaction); "
+            "turn speculation off for this job"
+        )
+
+
+def read_spark_query_id(spark: SparkSession, location: str) -> str | None:
+    """The query id stored in a Spark checkpoint location's ``metadata`` file, or ``None`` if new.
+
+    Read through Hadoop's FileSystem, so local, ``file:`` and ``s3a:`` locations all work.
+
+    Raises:
+        JobError: the file exists but cannot be parsed.
+    """
+    # classic PySpark only: Hadoop's FileSystem through py4j
+    jvm: Any = spark._jvm
+    hconf = spark._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path(location.rstrip("/") + "/metadata")
+    fs = path.getFileSystem(hconf)
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(stream, "UTF-8"))
+        line = reader.readLine()
+    finally:
+        stream.close()
+    try:
+        return str(json.loads(line)["id"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise JobError(f"unreadable Spark checkpoint metadata at {location}/metadata: {e!r}") from e
+
+
+def check_query_id(stored: JsonObject | None, spark_query_id: str | None, location: str) -> None:
+    """Refuse to resume a job against another Spark checkpoint than the one it was checkpointed with.
+
+    Args:
+        stored: the restored checkpoint's source position (``{"engine": "spark", "query_id", ...}``).
+        spark_query_id: the id in the Spark checkpoint location, ``None`` if it is new.
+        location: the Spark checkpoint location (for the message).
+
+    Raises:
+        JobError: the job's checkpoint names a Spark query and the location holds another one or
+            none (a new location would replay the stream from the start: duplicates).
+    """
+    if stored is None or stored.get("engine") != "spark":
+        return
+    if stored.get("query_id") != spark_query_id:
+        raise JobError(
+            f"the job's checkpoint belongs to Spark query {stored.get('query_id')!r}, but the Spark "
+            f"checkpoint location {location} holds {spark_query_id or 'no query'}: resuming against a "
+            "different Spark checkpoint is refused (it would replay or skip data); use the original "
+            "location, or a new job name"
+        )
