@@ -396,6 +396,7 @@ class JobRuntime:
         self._coord: CheckpointCoordinator | None = None
         self._meta_cache: dict[str, CheckpointMetadata] = {}
         self._restored: CheckpointMetadata | None = None
+        self._restore_held: dict[str, tuple[Any, ...]] = {}
         self._last_completed: CheckpointMetadata | None = None
         self._epochs_since_restore = 0
         self._max_triggered = 0
@@ -513,12 +514,20 @@ class JobRuntime:
 
     # -- restore ----------------------------------------------------------------------------------
 
-    def restore(self, savepoint_location: str | None = None) -> RestoreResult:
+    def restore(
+        self, savepoint_location: str | None = None, *, held: Mapping[str, Sequence[Any]] | None = None
+    ) -> RestoreResult:
         """Start (CREATED) or finish a restart (RESTARTING): restore, recover, clean up, RUNNING.
 
         Loads ``savepoint_location`` or the latest checkpoint by listing; ``recover_and_commit``
         its committables (fully finished sinks skipped); ``abort_lingering`` per live sink with
         every retained checkpoint's and savepoint's committables and in-progress states held.
+
+        Args:
+            savepoint_location: resume from this savepoint instead of the latest checkpoint.
+            held: sink name → committables (decoded) pre-committed for an epoch that is about to
+                be acknowledged but is in no checkpoint yet (the Data Source facade, whose tasks
+                write before the driver restores); the lingering cleanup keeps them.
 
         Raises:
             IllegalTransitionError: not CREATED or RESTARTING.
@@ -537,11 +546,14 @@ class JobRuntime:
                 raise IllegalTransitionError(f"job {self.job_id}", state.value, "restore")
             self._check_canceled()
             try:
+                self._restore_held = {k: tuple(v) for k, v in (held or {}).items()}
                 result = self._restore(savepoint_location)
             except Exception as e:
                 if self.lifecycle.state is JobState.RESTARTING and not self._cancel_requested.is_set():
                     self._fail(e)
                 raise
+            finally:
+                self._restore_held = {}
             self._transition(done_transition)
             return result
 
@@ -679,6 +691,8 @@ class JobRuntime:
                 if s == sink.name and lc.state.is_live and (st := lc.latest_in_progress) is not None:
                     held_ip[_canonical(st)] = st
             max_partitions = max(max_partitions, self._coord.parallelism.get(sink.name, 0))
+        for committable in self._restore_held.get(sink.name, ()):
+            held[_canonical(sink.encode(committable))] = committable
         return LingeringScope(
             job_id=self.job_id,
             sink_name=sink.name,
@@ -733,12 +747,23 @@ class JobRuntime:
             )  # fmt: skip
             return True
 
-    def begin_epoch(self, num_partitions: int, source_position: JsonObject | None = None) -> Epoch:
+    def begin_epoch(
+        self,
+        num_partitions: int,
+        source_position: JsonObject | None = None,
+        *,
+        checkpoint_id: int | None = None,
+    ) -> Epoch:
         """Step 2: trigger the epoch's checkpoint; every live sink expects one acknowledgement per
         partition ``0 <= p < num_partitions``. In-progress state of partitions beyond
         ``num_partitions`` (rescale) is handed over: finished on the driver into this checkpoint.
 
+        ``checkpoint_id`` forces the id (ids then follow the engine's batch ids, as the Data Source
+        facade needs, whose tasks name their transactions before the driver triggers); it must be
+        at least the next id.
+
         Raises:
+            JobError: ``checkpoint_id`` is below the next id (storage holds newer checkpoints).
             IllegalTransitionError: not RUNNING; CheckpointLimitError: too many pending checkpoints.
             ConfigError: ``num_partitions`` < 1.
             CommitFailedError, TransactionLostError: an earlier asynchronous commit failed.
@@ -751,6 +776,13 @@ class JobRuntime:
             coord = self._coordinator()
             with self._guard():
                 self._housekeeping()
+                if checkpoint_id is not None:
+                    if checkpoint_id < coord.next_checkpoint_id:
+                        raise JobError(
+                            f"job {self.job_id}: checkpoint {checkpoint_id} asked for, but the next id is "
+                            f"{coord.next_checkpoint_id} (storage holds newer checkpoints)"
+                        )
+                    coord.next_checkpoint_id = checkpoint_id
                 participants: dict[str, set[int]] = {}
                 handover: list[tuple[str, int, int]] = []
                 for name in coord.live_sinks():

@@ -80,7 +80,6 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -98,7 +97,7 @@ from coordinator.spark.checks import check_job_id, job_id_from_name
 from coordinator.storage import open_storage
 from coordinator.storage.base import CheckpointStorage
 from sinks.api import InProgressSink, TwoPhaseCommitSink
-from sinks.context import JsonObject, LingeringScope
+from sinks.context import JsonObject
 from sinks.errors import ConfigError, JobError
 
 log = logging.getLogger(__name__)
@@ -331,8 +330,7 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
         fresh = [self.sink.decode(p) for m in written if (p := m.payload()) is not None]
         runtime = JobRuntime(job_id, [self.sink], self.settings.open_storage(), self.config)
         try:
-            with _held_during_restore(self.sink, fresh):
-                restored = runtime.restore()
+            restored = runtime.restore(held={self.sink.name: fresh})
             if runtime.replay_check(position):
                 aborted = self._abort_unheld(runtime.storage, fresh)
                 log.info(
@@ -345,18 +343,9 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
                     f"batch {batchId}: tasks skipped it as already checkpointed, but the latest checkpoint "
                     f"({restored.checkpoint_id}) does not cover it; checkpoint storage changed meanwhile"
                 )
-            checkpoint_id = checkpoint_id_for_batch(batchId)
-            coord = runtime.coordinator
-            if coord.next_checkpoint_id > checkpoint_id:
-                raise JobError(
-                    f"job {job_id}: batch {batchId} needs checkpoint {checkpoint_id}, but storage already "
-                    f"holds checkpoint {coord.next_checkpoint_id - 1}; this checkpoint directory was "
-                    "used by another writer of the job (use a new job id)"
-                )
-            coord.next_checkpoint_id = checkpoint_id  # ids follow batch ids; the gaps are empty batches
-            epoch = runtime.begin_epoch(len(msgs), position)
-            if epoch.checkpoint_id != checkpoint_id:  # pragma: no cover - guarded above
-                raise JobError(f"checkpoint {epoch.checkpoint_id} triggered for batch {batchId}")
+            # ids follow batch ids (the gaps are empty batches); a lower next id means another
+            # writer used this checkpoint directory
+            epoch = runtime.begin_epoch(len(msgs), position, checkpoint_id=checkpoint_id_for_batch(batchId))
             for m in msgs:
                 epoch.acknowledge_encoded(m.sink, m.partition, m.attempt, m.payload(), None, m.records)
             metrics = runtime.complete_epoch(epoch)
@@ -445,30 +434,6 @@ def _int_property(value: str | None, name: str) -> int:
     if value is None or not value.strip().lstrip("-").isdigit():
         raise JobError(f"the task's {name!r} local property is {value!r}: not a streaming micro-batch write")
     return int(value)
-
-
-@contextmanager
-def _held_during_restore(sink: AnySink, committables: Sequence[Any]) -> Iterator[None]:
-    """While restoring, ``sink.abort_lingering`` also holds ``committables``.
-
-    The facade's tasks pre-commit BEFORE the commit worker restores, so the epoch being
-    acknowledged is not in any checkpoint yet; ``JobRuntime.restore`` would abort it as lingering.
-    JobRuntime has no parameter for extra held transactions, so the instance's method is shadowed
-    for the duration of the restore only (the class, and isinstance checks, stay unchanged).
-    """
-    if not committables:
-        yield
-        return
-    original: Callable[[LingeringScope[Any]], int] = sink.abort_lingering
-
-    def abort_lingering(scope: LingeringScope[Any]) -> int:
-        return original(replace(scope, held=(*scope.held, *committables)))
-
-    setattr(sink, "abort_lingering", abort_lingering)  # noqa: B010 - instance attribute, on purpose
-    try:
-        yield
-    finally:
-        delattr(sink, "abort_lingering")
 
 
 class TwoPhaseDataSource(DataSource):

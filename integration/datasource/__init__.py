@@ -1,0 +1,1 @@
+"""End-to-end tests of the Python Data Source facade (``coordinator.spark.datasource``) on real Spark."""

@@ -1,0 +1,89 @@
+"""A small twophase job run as its own process by the exactly-once suites, so crashes are real exits.
+
+Input: a folder of Parquet files with one ``id`` column. Output: one JSON-lines file sink per name
+in ``--sinks``. Exit status 0 when the job ended as asked, 137 when a fault point fired.
+
+    python -m integration.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
+        [--action finish|stop|savepoint|drain|cancel] [--after-batches N] [--from-savepoint LOC]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from coordinator.spark.job import Job
+from integration.testing.file_sink import JsonLinesFileSink
+
+
+def _spark(master: str):  # type: ignore[no-untyped-def]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName("twophase-jobscript")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the job; print one JSON line with the outcome on success."""
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--root", required=True)
+    p.add_argument("--job", default="eo")
+    p.add_argument("--mode", choices=["batch", "stream"], default="stream")
+    p.add_argument("--sinks", default="a")
+    p.add_argument("--files-per-trigger", type=int, default=1)
+    p.add_argument("--action", choices=["finish", "stop", "savepoint", "drain", "cancel"], default="finish")
+    p.add_argument("--after-batches", type=int, default=2)
+    p.add_argument("--from-savepoint")
+    p.add_argument("--master", default="local[2,4]")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    root = Path(args.root)
+    spark = _spark(args.master)
+    spark.sparkContext.setLogLevel("ERROR")
+    job = Job(spark, args.job, str(root / "chk"), from_savepoint=args.from_savepoint)
+    for name in args.sinks.split(","):
+        job.sink(JsonLinesFileSink(name, root / "out"))
+    if args.mode == "batch":
+        df = spark.read.parquet(str(root / "input"))
+        result = job.write(df)
+        print(json.dumps({"state": result.state.value, "epochs": len(result.epochs)}), flush=True)
+        return 0
+    df = (
+        spark.readStream.schema("id long")
+        .option("maxFilesPerTrigger", args.files_per_trigger)
+        .parquet(str(root / "input"))
+    )
+    if args.action == "finish":
+        handle = job.start(df, spark_checkpoint_location=str(root / "spark"), trigger={"availableNow": True})
+        handle.await_termination()
+        print(json.dumps({"state": handle.status.value, "epochs": len(handle.metrics)}), flush=True)
+        return 0
+    handle = job.start(
+        df, spark_checkpoint_location=str(root / "spark"), trigger={"processingTime": "200 milliseconds"}
+    )
+    while len(handle.metrics) < args.after_batches and not handle.await_termination(0.2):
+        pass
+    if args.action == "cancel":
+        handle.cancel()
+        print(json.dumps({"state": handle.status.value, "epochs": len(handle.metrics)}), flush=True)
+        return 0
+    ref = handle.stop(savepoint=args.action in ("savepoint", "drain"), drain=args.action == "drain")
+    out = {"state": handle.status.value, "epochs": len(handle.metrics), "location": ref.location}
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Running the job script in subprocesses and checking exactly-once from the outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from integration.testing.file_sink import read_committed, staging_files
+
+REPO = Path(__file__).resolve().parents[2]
+FAULT_EXIT = 137
+
+
+def make_input(root: Path, files: int = 4, rows_per_file: int = 50, start: int = 0) -> list[int]:
+    """Write ``files`` Parquet files of consecutive ids under ``root/input``; return the ids."""
+    d = root / "input"
+    d.mkdir(parents=True, exist_ok=True)
+    ids: list[int] = []
+    existing = len(list(d.glob("*.parquet")))
+    for i in range(files):
+        chunk = list(range(start + i * rows_per_file, start + (i + 1) * rows_per_file))
+        tmp = d / f".f{existing + i:04d}.tmp"
+        pq.write_table(pa.table({"id": pa.array(chunk, pa.int64())}), tmp)
+        tmp.rename(d / f"f{existing + i:04d}.parquet")
+        ids.extend(chunk)
+    return ids
+
+
+@dataclass(frozen=True)
+class Run:
+    """One process run of the job script."""
+
+    returncode: int
+    outcome: dict[str, object] | None
+    log: str
+
+
+def run_job(root: Path, *args: str, fault: str | None = None, timeout: float = 300) -> Run:
+    """Run the job script once; ``fault`` sets ``TWOPHASE_FAULT`` (counted across processes)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_FAULT")}
+    env["PYSPARK_PYTHON"] = sys.executable
+    if fault:
+        env["TWOPHASE_FAULT"] = fault
+        env["TWOPHASE_FAULT_STATE"] = str(root / "fault-state" / fault.replace(":", "_"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "integration.exactly_once.jobscript", "--root", str(root), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    outcome = None
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            outcome = json.loads(line)
+            break
+    return Run(proc.returncode, outcome, proc.stdout[-4000:] + proc.stderr[-8000:])
+
+
+def committed_ids(root: Path, sink: str) -> Counter[int]:
+    """The multiset of ids a downstream reader sees in ``sink``."""
+    return Counter(int(r["id"]) for r in read_committed(root / "out", sink))
+
+
+def assert_exactly_once(root: Path, sinks: list[str], expected: list[int], job: str = "eo") -> None:
+    """Every sink holds exactly the expected ids once, and no staging (lingering) file is left."""
+    want = Counter(expected)
+    for sink in sinks:
+        got = committed_ids(root, sink)
+        missing = want - got
+        dupes = got - want
+        assert not missing and not dupes, (
+            f"sink {sink}: {sum(missing.values())} missing, {sum(dupes.values())} duplicated "
+            f"(e.g. missing {sorted(missing)[:5]}, duplicated {sorted(dupes)[:5]})"
+        )
+        assert staging_files(root / "out", job, sink) == [], f"sink {sink}: lingering staging files"

@@ -1,0 +1,52 @@
+"""Stop, savepoint, drain, cancel and resume on Spark, each a real process; exactly-once at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from integration.exactly_once.support import assert_exactly_once, committed_ids, make_input, run_job
+from integration.testing.file_sink import staging_files
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _stop_then_resume(root: Path, action: str, *, from_savepoint: bool) -> None:
+    expected = make_input(root, files=6)
+    stopped = run_job(root, "--action", action, "--after-batches", "2")
+    assert stopped.returncode == 0, stopped.log
+    assert stopped.outcome is not None
+    # stopped between batches: whatever was committed is a prefix of whole input files
+    partial = committed_ids(root, "a")
+    assert max(partial.values(), default=1) == 1 and len(partial) % 50 == 0 and len(partial) < len(expected)
+    assert staging_files(root / "out", "eo", "a") == []
+    expected += make_input(root, files=2, start=10_000)  # more input arrives while stopped
+    args = ["--from-savepoint", str(stopped.outcome["location"])] if from_savepoint else []
+    resumed = run_job(root, *args)
+    assert resumed.returncode == 0, resumed.log
+    assert resumed.outcome is not None and resumed.outcome["state"] == "FINISHED"
+    assert_exactly_once(root, ["a"], expected)
+
+
+def test_stop_with_savepoint_no_drain_then_resume(tmp_path: Path) -> None:
+    _stop_then_resume(tmp_path, "savepoint", from_savepoint=True)
+
+
+def test_stop_with_savepoint_drain_then_resume(tmp_path: Path) -> None:
+    _stop_then_resume(tmp_path, "drain", from_savepoint=True)
+
+
+def test_plain_stop_then_resume_from_latest_checkpoint(tmp_path: Path) -> None:
+    _stop_then_resume(tmp_path, "stop", from_savepoint=False)
+
+
+def test_cancel_then_resume(tmp_path: Path) -> None:
+    expected = make_input(tmp_path, files=6)
+    canceled = run_job(tmp_path, "--action", "cancel", "--after-batches", "2")
+    assert canceled.returncode == 0, canceled.log
+    assert canceled.outcome is not None and canceled.outcome["state"] == "CANCELED"
+    assert staging_files(tmp_path / "out", "eo", "a") == []  # open transactions aborted
+    resumed = run_job(tmp_path)
+    assert resumed.returncode == 0, resumed.log
+    assert_exactly_once(tmp_path, ["a"], expected)
