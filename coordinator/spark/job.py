@@ -181,7 +181,8 @@ class Job:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         check_speculation(self.spark.sparkContext.getConf().get("spark.speculation", "false"), self._sinks)
-        schema = to_arrow_schema(df.schema)
+        # Spark's Arrow batches label timestamps with the session time zone
+        schema = to_arrow_schema(df.schema, timezone=self.spark.conf.get("spark.sql.session.timeZone"))
         for s in self._sinks:
             s.validate(schema)
 

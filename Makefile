@@ -1,0 +1,67 @@
+# twophase: `make demo` and `make test` work on a fresh machine with Python 3.11, JDK 17, Maven and Go.
+# Heavy caches live outside the repository and are reused by every clone: ~/.cache/twophase
+# (override with TWOPHASE_CACHE) for Kafka's and Spark's jars and the MinIO binary, plus ~/.m2,
+# Go's and pip's own caches. Nothing is downloaded or built twice.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.twophase-installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv prepare demo test lint format services-up services-down services-status bench chaos clean
+
+help:
+	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
+	@echo "make test           lint, then pytest tests integration (starts services on demand)"
+	@echo "make lint           ruff check, ruff format --check, mypy --strict sinks coordinator"
+	@echo "make services-up    run Kafka and MinIO in the background for development"
+	@echo "make services-down  stop them"
+	@echo "make bench / chaos  benchmarks / failure-injection suite"
+
+# the virtualenv; pip runs again only when setup.cfg or pyproject.toml changed
+venv: $(STAMP)
+$(STAMP): setup.cfg pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11" >&2; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# Kafka's and Spark's jars (Maven) and the MinIO binary (go install); each step is skipped when cached
+prepare: venv
+	$(BIN)/twophase services prepare
+
+demo: prepare
+	$(BIN)/twophase demo
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy sinks coordinator
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint prepare
+	$(BIN)/pytest tests integration $(PYTEST_ARGS)
+
+services-up: prepare
+	$(BIN)/twophase services up
+
+services-down: venv
+	$(BIN)/twophase services down
+
+services-status: venv
+	$(BIN)/twophase services status
+
+bench: prepare
+	@if [ -f benchmarks/run.py ]; then $(BIN)/python benchmarks/run.py; else echo "no benchmarks yet (benchmarks/run.py)"; fi
+
+# exit status 5 = no chaos test collected yet
+chaos: prepare
+	$(BIN)/pytest -m chaos integration $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,52 @@
+"""Session-scoped fixtures for real services; each starts only when a test asks for it.
+
+- ``kafka_bootstrap`` (str, ``"127.0.0.1:port"``): a broker that can run transactions.
+- ``s3_endpoint`` (:class:`integration.services.S3Endpoint`): a working S3 server (MinIO).
+- ``spark`` (SparkSession): ``local[2]`` with Delta, the Kafka source and s3a jars.
+- ``spark_s3`` (SparkSession): the same session, with s3a pointed at ``s3_endpoint``.
+
+Endpoints in ``TWOPHASE_*`` environment variables are used instead of native services. A service
+that cannot start makes the requesting tests error with the reason; nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from integration.services import S3Endpoint, kafka_service, s3_service
+from integration.spark import build_spark_session, configure_s3a
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    """Bootstrap servers of a Kafka broker ready for transactions, for the whole test session."""
+    with kafka_service() as bootstrap:
+        yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[S3Endpoint]:
+    """An S3 endpoint (MinIO unless ``TWOPHASE_S3_ENDPOINT`` is set), for the whole test session."""
+    with s3_service() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The test session's one local[2] SparkSession (Delta, Kafka source, s3a jars)."""
+    session = build_spark_session("twophase-integration")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_s3(spark: SparkSession, s3_endpoint: S3Endpoint) -> SparkSession:
+    """The same SparkSession as ``spark``, with s3a configured for ``s3_endpoint``."""
+    configure_s3a(spark, s3_endpoint)
+    return spark

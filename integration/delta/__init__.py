@@ -1,0 +1,1 @@
+"""Delta sink on real Spark: a mapInArrow driver of the sink and delta-spark read-back tests."""

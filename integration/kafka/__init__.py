@@ -1,0 +1,1 @@
+"""Integration tests of the Kafka connector against a real broker (marker ``kafka``)."""

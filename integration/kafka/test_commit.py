@@ -1,0 +1,109 @@
+"""Committing on the driver what a writer in another process pre-committed (real broker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.kafka import KafkaSink
+from integration.kafka.support import (
+    create_topic,
+    decode,
+    expected,
+    read_json_line,
+    rows,
+    sink_config,
+    unique,
+    wait_for_state,
+    wait_until_stable,
+    write_one,
+    writer_process,
+)
+from integration.readback import read_topic
+from sinks.outcome import CommitOutcome
+
+pytestmark = pytest.mark.kafka
+
+
+def test_commit_from_another_process_then_recommit(kafka_bootstrap: str) -> None:
+    topic, job = unique("commit"), unique("job")
+    create_topic(kafka_bootstrap, topic, partitions=3)
+    with writer_process("precommit", kafka_bootstrap, topic, job, "out", "1", "0", "500") as proc:
+        payload = read_json_line(proc)
+        assert proc.wait(timeout=60) == 0
+    committable = decode(payload["committable"])
+    assert committable.record_count == 500
+    assert {tp[0] for tp in committable.topic_partitions} == {topic}
+    assert read_topic(kafka_bootstrap, topic, "read_committed") == []  # pre-committed only
+
+    sink = KafkaSink("out", sink_config(kafka_bootstrap, topic, job))
+    try:
+        assert sink.recover_and_commit(committable) is CommitOutcome.COMMITTED
+        assert sink.commit(committable) is CommitOutcome.ALREADY_COMMITTED
+        got = read_topic(kafka_bootstrap, topic, "read_committed")
+        assert sorted(got) == sorted(expected("c1-p0-a0", 500))  # exactly once
+        # a fresh driver process (new sink, new connections) re-commits idempotently too
+        fresh = KafkaSink("out", sink_config(kafka_bootstrap, topic, job))
+        assert fresh.recover_and_commit(committable) is CommitOutcome.ALREADY_COMMITTED
+        fresh.close()
+        assert wait_until_stable(kafka_bootstrap, topic)
+        assert sorted(read_topic(kafka_bootstrap, topic, "read_committed")) == sorted(
+            expected("c1-p0-a0", 500)
+        )
+    finally:
+        sink.close()
+
+
+def test_transaction_aborted_by_timeout_is_lost(kafka_bootstrap: str) -> None:
+    topic, job = unique("timeout"), unique("job")
+    create_topic(kafka_bootstrap, topic)
+    config = sink_config(
+        kafka_bootstrap, topic, job, transaction_timeout_ms=2000, max_epoch_ms=1000, max_commit_delay_ms=1000
+    )
+    sink = KafkaSink("out", config)
+    try:
+        committable = write_one(sink, job, 1, 0, rows("late", 50))
+        # the coordinator aborts it after transaction.timeout.ms and bumps the epoch
+        aborted = wait_for_state(config, committable.transactional_id, {"CompleteAbort"}, timeout_s=60)
+        assert aborted.producer_epoch > committable.producer_epoch
+        assert sink.commit(committable) is CommitOutcome.LOST
+        assert sink.commit(committable) is CommitOutcome.LOST
+        assert wait_until_stable(kafka_bootstrap, topic)
+        assert read_topic(kafka_bootstrap, topic, "read_committed") == []
+    finally:
+        sink.close()
+
+
+def test_abort_of_a_pre_committed_transaction(kafka_bootstrap: str) -> None:
+    topic, job = unique("abort"), unique("job")
+    create_topic(kafka_bootstrap, topic)
+    config = sink_config(kafka_bootstrap, topic, job)
+    sink = KafkaSink("out", config)
+    try:
+        committable = write_one(sink, job, 1, 0, rows("gone", 10))
+        sink.abort(committable)
+        sink.abort(committable)  # idempotent
+        assert (
+            wait_for_state(config, committable.transactional_id, {"CompleteAbort"}, 30).state
+            == "CompleteAbort"
+        )
+        assert sink.commit(committable) is CommitOutcome.LOST
+        assert wait_until_stable(kafka_bootstrap, topic)
+        assert read_topic(kafka_bootstrap, topic, "read_committed") == []
+    finally:
+        sink.close()
+
+
+def test_empty_transaction_has_no_committable_and_leaves_nothing_open(kafka_bootstrap: str) -> None:
+    import pyarrow as pa
+
+    from integration.kafka.support import ongoing_with_prefix
+    from sinks.context import WriterContext
+
+    topic, job = unique("empty"), unique("job")
+    create_topic(kafka_bootstrap, topic)
+    config = sink_config(kafka_bootstrap, topic, job)
+    sink = KafkaSink("out", config)
+    txn = sink.begin_transaction(WriterContext(job, "out", 1, 0, 0, 1))
+    sink.write(txn, pa.record_batch({"key": pa.array([], pa.string()), "value": pa.array([], pa.binary())}))
+    assert sink.pre_commit(txn) is None
+    assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == []

@@ -1,0 +1,1 @@
+"""Integration tests of the S3 sink against a real S3 server (MinIO)."""

@@ -1,0 +1,56 @@
+"""Real services for integration tests, the demo and development: Kafka (KRaft) and S3 (MinIO).
+
+Public API:
+
+- :class:`S3Endpoint` — frozen endpoint + credentials; ``boto3_client()``, ``storage_options()``.
+- :func:`kafka_service` — context manager yielding a bootstrap string ``"127.0.0.1:port"``.
+- :func:`s3_service` — context manager yielding an :class:`S3Endpoint`.
+- :func:`services_up`, :func:`services_down`, :func:`services_status` — the ``twophase services``
+  commands.
+- Version pins (``KAFKA_VERSION``, ``MINIO_MODULE_VERSION``, ...) shared with docker-compose.yml.
+
+Environment: ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_S3_ACCESS_KEY``,
+``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION`` select external services; ``TWOPHASE_KAFKA_PORT``,
+``TWOPHASE_S3_PORT`` fix the native services' ports; ``TWOPHASE_CONNECT_TIMEOUT_S`` and
+``TWOPHASE_START_TIMEOUT_S`` bound the waits; ``TWOPHASE_CACHE`` moves the cache.
+"""
+
+from integration.services.cache import cache_dir
+from integration.services.launcher import (
+    ServiceStatus,
+    kafka_service,
+    s3_service,
+    services_down,
+    services_status,
+    services_up,
+)
+from integration.services.s3 import S3Endpoint
+from integration.services.versions import (
+    DELTA_JAR_VERSION,
+    HADOOP_VERSION,
+    KAFKA_IMAGE,
+    KAFKA_VERSION,
+    MINIO_COMMIT,
+    MINIO_MODULE,
+    MINIO_MODULE_VERSION,
+    SPARK_VERSION,
+)
+
+__all__ = [
+    "DELTA_JAR_VERSION",
+    "HADOOP_VERSION",
+    "KAFKA_IMAGE",
+    "KAFKA_VERSION",
+    "MINIO_COMMIT",
+    "MINIO_MODULE",
+    "MINIO_MODULE_VERSION",
+    "SPARK_VERSION",
+    "S3Endpoint",
+    "ServiceStatus",
+    "cache_dir",
+    "kafka_service",
+    "s3_service",
+    "services_down",
+    "services_status",
+    "services_up",
+]

@@ -1,0 +1,117 @@
+"""Local SparkSessions with Delta, the Kafka source and s3a, from jars resolved once by Maven.
+
+The jars of ``services/jvm/spark/pom.xml`` are copied into ``<cache>/spark-jars-<digest>`` on first
+use and handed to Spark with ``spark.jars``, so starting a session never touches the network (no
+``spark.jars.packages``). Jars whose artifact pyspark already ships (Spark, Scala, Hadoop client,
+Jackson, logging, ...) are left out, so pyspark's own versions win.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from integration.services.cache import cache_dir
+from integration.services.maven import JVM_DIR, pom_digest, resolve_jars
+from integration.services.s3 import S3Endpoint
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SPARK_POM = JVM_DIR / "spark" / "pom.xml"
+_JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+\.\d+[\w.\-]*)\.jar$")
+
+
+def _artifact(jar: Path) -> str:
+    match = _JAR_NAME.match(jar.name)
+    return match.group("artifact") if match else jar.stem
+
+
+def pyspark_jars_dir() -> Path:
+    """The ``jars`` folder of the installed pyspark."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def spark_jars() -> list[str]:
+    """Absolute paths of the extra jars (Delta, spark-sql-kafka, hadoop-aws + AWS SDK v2 bundle).
+
+    Resolved by Maven on the first call (then cached); jars of artifacts pyspark already ships are
+    dropped.
+
+    Raises:
+        ServiceUnavailableError: Maven is missing or cannot resolve the POM.
+    """
+    out_dir = cache_dir() / f"spark-jars-{pom_digest(SPARK_POM)[:12]}"
+    shipped = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
+    return [str(jar) for jar in resolve_jars(SPARK_POM, out_dir) if _artifact(jar) not in shipped]
+
+
+def s3a_conf(s3: S3Endpoint) -> dict[str, str]:
+    """Hadoop s3a settings (without the ``spark.hadoop.`` prefix) for ``s3``: path style, static keys."""
+    return {
+        "fs.s3a.endpoint": s3.endpoint_url,
+        "fs.s3a.endpoint.region": s3.region,
+        "fs.s3a.access.key": s3.access_key,
+        "fs.s3a.secret.key": s3.secret_key,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": str(s3.endpoint_url.startswith("https://")).lower(),
+        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+    }
+
+
+def configure_s3a(spark: SparkSession, s3: S3Endpoint) -> None:
+    """Point an existing session's s3a file system at ``s3`` (used when S3 starts after Spark)."""
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in s3a_conf(s3).items():
+        hadoop_conf.set(key, value)
+        spark.conf.set(key, value)
+
+
+def build_spark_session(
+    app_name: str, extra_conf: dict[str, str] | None = None, s3: S3Endpoint | None = None
+) -> SparkSession:
+    """A ``local[2]`` SparkSession with Delta's SQL extension and catalog, Kafka source and s3a.
+
+    Args:
+        app_name: Spark application name.
+        extra_conf: further Spark settings, applied last (they win).
+        s3: when given, s3a is configured for this endpoint (path-style, static credentials).
+
+    Returns the session from ``getOrCreate()``: settings only take effect if no session exists yet.
+
+    Raises:
+        ServiceUnavailableError: the jars cannot be resolved.
+    """
+    from pyspark.sql import SparkSession
+
+    scratch = Path(tempfile.mkdtemp(prefix="twophase-spark-"))
+    conf: dict[str, str] = {
+        "spark.jars": ",".join(spark_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.warehouse.dir": str(scratch / "warehouse"),
+        "spark.local.dir": str(scratch / "local"),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={scratch / 'derby'}",
+    }
+    if s3 is not None:
+        conf.update({f"spark.hadoop.{key}": value for key, value in s3a_conf(s3).items()})
+    conf.update(extra_conf or {})
+    # Python workers must run this interpreter (pyarrow, the project's packages); PySpark reads
+    # PYSPARK_PYTHON when the SparkContext starts
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master("local[2]").appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,129 @@
+"""docker-compose.yml and the Dockerfiles agree with the native launcher's pins and broker settings.
+
+There is no Docker engine here, so the files are parsed, not run.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from integration.services import versions
+from integration.services.kafka import server_properties
+from integration.services.maven import JVM_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "integration" / "docker"
+POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+#: broker settings that change behaviour; listener wiring differs by design (container network)
+SEMANTIC_KAFKA_SETTINGS = (
+    "process.roles",
+    "node.id",
+    "num.partitions",
+    "offsets.topic.replication.factor",
+    "offsets.topic.num.partitions",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "transaction.state.log.num.partitions",
+    "transaction.max.timeout.ms",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+    "group.initial.rebalance.delay.ms",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _native_settings() -> dict[str, str]:
+    text = server_properties(Path("/data"), 9092, 9093)
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def _dockerfile_args(path: Path) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", path.read_text(), flags=re.MULTILINE))
+
+
+def test_services_present(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"kafka", "minio", "app"}
+
+
+def test_kafka_image_and_settings_match_native_broker(compose: dict[str, Any]) -> None:
+    kafka = compose["services"]["kafka"]
+    assert kafka["image"] == versions.KAFKA_IMAGE == f"apache/kafka:{versions.KAFKA_VERSION}"
+    env = kafka["environment"]
+    native = _native_settings()
+    for key in SEMANTIC_KAFKA_SETTINGS:
+        assert env["KAFKA_" + key.upper().replace(".", "_")] == native[key], key
+
+
+def test_minio_built_from_the_pinned_module(compose: dict[str, Any]) -> None:
+    for service, dockerfile in (("minio", "minio.Dockerfile"), ("app", "app.Dockerfile")):
+        build = compose["services"][service]["build"]
+        assert build["dockerfile"] == f"integration/docker/{dockerfile}"
+        assert build["args"] == {
+            "GO_IMAGE": versions.GO_IMAGE,
+            "MINIO_MODULE_VERSION": versions.MINIO_MODULE_VERSION,
+        }
+        text = (DOCKER / dockerfile).read_text()
+        assert _dockerfile_args(DOCKER / dockerfile) == build["args"]
+        assert f"go install {versions.MINIO_MODULE}@${{MINIO_MODULE_VERSION}}" in text
+    app = (DOCKER / "app.Dockerfile").read_text()
+    assert f"/bin/minio-{versions.MINIO_COMMIT}/minio" in app
+
+
+def test_app_toolchain_matches_native_requirements() -> None:
+    app = (DOCKER / "app.Dockerfile").read_text()
+    assert f"FROM python:{versions.PYTHON_VERSION}-" in app
+    assert f"openjdk-{versions.JAVA_VERSION}-" in app
+
+
+def test_ports_bind_localhost_only(compose: dict[str, Any]) -> None:
+    published = [port for service in compose["services"].values() for port in service.get("ports", [])]
+    assert published
+    assert all(str(port).startswith("127.0.0.1:") for port in published)
+    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9000", "9001"}
+
+
+def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:
+    env = compose["services"]["app"]["environment"]
+    kafka_env = compose["services"]["kafka"]["environment"]
+    assert f"INTERNAL://{env['TWOPHASE_KAFKA_BOOTSTRAP']}" in kafka_env["KAFKA_ADVERTISED_LISTENERS"]
+    assert env["TWOPHASE_S3_ENDPOINT"] == "http://minio:9000"
+    minio_env = compose["services"]["minio"]["environment"]
+    assert env["TWOPHASE_S3_ACCESS_KEY"] == minio_env["MINIO_ROOT_USER"]
+    assert env["TWOPHASE_S3_SECRET_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
+    assert set(compose["services"]["app"]["depends_on"]) == {"kafka", "minio"}
+
+
+def test_maven_poms_match_pins() -> None:
+    kafka = ET.parse(JVM_DIR / "kafka" / "pom.xml").getroot()
+    assert kafka.findtext("m:properties/m:kafka.version", namespaces=POM_NS) == versions.KAFKA_VERSION
+    spark = ET.parse(JVM_DIR / "spark" / "pom.xml").getroot()
+    assert spark.findtext("m:properties/m:spark.version", namespaces=POM_NS) == versions.SPARK_VERSION
+    assert spark.findtext("m:properties/m:delta.version", namespaces=POM_NS) == versions.DELTA_JAR_VERSION
+    assert spark.findtext("m:properties/m:hadoop.version", namespaces=POM_NS) == versions.HADOOP_VERSION
+
+
+def test_hadoop_aws_matches_pyspark_hadoop_client() -> None:
+    from integration.spark import pyspark_jars_dir
+
+    clients = sorted(jar.name for jar in pyspark_jars_dir().glob("hadoop-client-api-*.jar"))
+    assert clients == [f"hadoop-client-api-{versions.HADOOP_VERSION}.jar"]
+
+
+def test_pyspark_version_matches_pin() -> None:
+    import pyspark
+
+    assert pyspark.__version__ == versions.SPARK_VERSION
