@@ -1,4 +1,5 @@
-"""The ``twophase`` command line: ``services up|down|status`` and ``demo``.
+"""The ``twophase`` command line: ``services up|down|status|prepare``, and the flights job's
+``demo``, ``verify``, ``checkpoints list|show`` and ``lingering``.
 
 Errors twophase raises on purpose (bad configuration, unreachable services) end the command with a
 single line on stderr and exit status 1.
@@ -14,6 +15,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from integration.flights_commands import checkpoints, demo, lingering, verify
 from integration.services import ServiceStatus, services_down, services_status, services_up
 from sinks.errors import TwoPhaseError
 
@@ -94,21 +96,9 @@ def services_status_command() -> None:
     console.print(_status_table(services_status()))
 
 
-@main.command()
-def demo() -> None:
-    """End-to-end smoke run against the real services; exit status 1 when a check fails."""
-    from integration.demo import run_demo
-
-    with console.status("running the demo against Kafka and S3 ..."):
-        checks = run_demo()
-    table = Table(title="twophase demo")
-    for column in ("check", "result", "detail"):
-        table.add_column(column)
-    for check in checks:
-        table.add_row(check.name, "[green]✓[/green]" if check.ok else "[red]✗[/red]", check.detail)
-    console.print(table)
-    if not all(check.ok for check in checks):
-        raise SystemExit(1)
+# the flights job's commands: demo, verify, checkpoints list|show, lingering [--abort]
+for _command in (demo, verify, checkpoints, lingering):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

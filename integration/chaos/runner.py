@@ -1,0 +1,380 @@
+"""The chaos suite's trials: crash the flights job, restart it until it finishes, verify exactly-once.
+
+A trial prepares a fresh flights run (own job id, topic, S3 prefix, Delta table), then runs
+``python -m integration.jobs.flights --work-dir DIR`` as a subprocess (its own process group:
+driver, Spark JVM and Python workers), in one of two ways:
+
+- ``fault``: with ``TWOPHASE_FAULT=<point>:<n>`` (and ``TWOPHASE_FAULT_STATE``, so the n-th hit is
+  counted across processes and fires once). Driver points make the driver exit 137; executor
+  points kill a Python worker, Spark retries the task (``local[2,4]``) and the job carries on.
+- ``kill``: SIGKILL to the whole process group at seeded random moments, from outside.
+
+Then it restarts the job without faults until it exits 0 (FINISHED), and verifies every sink
+(:func:`integration.verify.verify_run`): each record exactly once (Kafka read_committed, S3
+Parquet, Delta) and zero lingering transactions, pending uploads or unreferenced files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from coordinator.faults import ENV as FAULT_ENV
+from coordinator.faults import EXIT_STATUS, POINTS, STATE_ENV
+from integration.jobs.flights import FlightsEndpoints, FlightsJobSpec
+from integration.verify import VerifyReport, verify_run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO = Path(__file__).resolve().parents[2]
+
+DRIVER_POINTS = (
+    "before_persist",
+    "after_persist",
+    "mid_commit",
+    "after_commit",
+    "during_finish",
+    "during_final_checkpoint",
+)
+"""Driver fault points a bounded flights job reaches (stop-with-savepoint and cancel do not apply)."""
+EXECUTOR_POINTS = ("before_write", "mid_write", "after_pre_commit")
+"""Executor fault points: reached once per task (per partition and attempt) of every epoch."""
+assert set(DRIVER_POINTS) | set(EXECUTOR_POINTS) <= POINTS
+
+TASKS_PER_EPOCH = 2
+"""Partitions per micro-batch with ``local[2]`` (the file source packs the batch's files in two)."""
+
+
+def fault_hits(point: str, batches: int) -> int:
+    """How many times a fresh run of ``batches`` micro-batches reaches ``point``.
+
+    Every epoch and the final checkpoint persist and commit; only epochs commit several sinks
+    (``mid_commit``); the final checkpoint holds no committable (Parquet, Kafka and Delta
+    pre-commit everything per epoch). Executor points fire once per task.
+    """
+    if point in ("before_persist", "after_persist", "after_commit"):
+        return batches + 1
+    if point == "mid_commit":
+        return batches
+    if point in ("during_finish", "during_final_checkpoint"):
+        return 1
+    if point in EXECUTOR_POINTS:
+        return batches * TASKS_PER_EPOCH
+    raise ValueError(f"fault point {point!r} does not apply to the flights job")
+
+
+def fault_matrix(batches: int) -> list[str]:
+    """Every ``point:n`` the job reaches, round-robin over the points (every point's first hit,
+    then every point's second, ...), so that a run cut short still covers every point."""
+    points = (*DRIVER_POINTS, *EXECUTOR_POINTS)
+    rounds = max(fault_hits(p, batches) for p in points)
+    return [f"{p}:{n}" for n in range(1, rounds + 1) for p in points if n <= fault_hits(p, batches)]
+
+
+@dataclass(frozen=True)
+class TrialPlan:
+    """One trial.
+
+    Attributes:
+        index: the trial's number (0-based).
+        kind: ``fault`` or ``kill``.
+        fault: ``point:n`` for a fault trial.
+        kill_after_s: for a kill trial, seconds after each start at which to SIGKILL, one per kill.
+    """
+
+    index: int
+    kind: str
+    fault: str | None = None
+    kill_after_s: tuple[float, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """A short description."""
+        if self.kind == "fault":
+            return f"fault {self.fault}"
+        return "kill -9 at " + ", ".join(f"{t:.1f}s" for t in self.kill_after_s)
+
+
+def plan_trials(
+    trials: int,
+    batches: int,
+    seed: int,
+    kill_share: float = 0.25,
+    kill_window_s: tuple[float, float] = (4.0, 30.0),
+) -> list[TrialPlan]:
+    """``trials`` trials: the fault matrix in order (repeated as needed) with every
+    ``round(1 / kill_share)``-th trial a kill trial (1 or 2 kills at seeded random moments)."""
+    rng = random.Random(seed)
+    matrix = fault_matrix(batches)
+    every = max(1, round(1 / kill_share)) if kill_share > 0 else 0
+    plans: list[TrialPlan] = []
+    k = 0
+    for i in range(trials):
+        if every and i % every == every - 1:
+            kills = tuple(round(rng.uniform(*kill_window_s), 1) for _ in range(rng.choice((1, 1, 2))))
+            plans.append(TrialPlan(i, "kill", kill_after_s=kills))
+        else:
+            plans.append(TrialPlan(i, "fault", fault=matrix[k % len(matrix)]))
+            k += 1
+    return plans
+
+
+@dataclass
+class TrialResult:
+    """What one trial did and found.
+
+    Attributes:
+        plan: the trial.
+        job_id: its flights job id.
+        exit_codes: of every process run, in order.
+        kills: SIGKILLs sent.
+        fault_fired: the fault made a process exit 137 (driver) or was recorded (executor).
+        restarts: process runs after the first.
+        report: the verification, if it ran.
+        violations: what broke exactly-once or left lingering state (empty: the trial passed).
+        seconds: the trial's wall time.
+    """
+
+    plan: TrialPlan
+    job_id: str
+    exit_codes: list[int] = field(default_factory=list)
+    kills: int = 0
+    fault_fired: bool = False
+    restarts: int = 0
+    report: VerifyReport | None = None
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        """No violation."""
+        return not self.violations
+
+
+def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
+    """Environment variables that point a job process at ``endpoints``."""
+    s3 = endpoints.s3
+    return {
+        "TWOPHASE_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
+        "TWOPHASE_S3_ENDPOINT": s3.endpoint_url,
+        "TWOPHASE_S3_ACCESS_KEY": s3.access_key,
+        "TWOPHASE_S3_SECRET_KEY": s3.secret_key,
+        "TWOPHASE_S3_REGION": s3.region,
+    }
+
+
+def run_job_process(
+    work_dir: Path,
+    endpoints: FlightsEndpoints,
+    log_path: Path,
+    fault: str | None = None,
+    fault_state: Path | None = None,
+    kill_after_s: float | None = None,
+    timeout_s: float = 600.0,
+) -> tuple[int, bool]:
+    """Run the flights job of ``work_dir`` once in its own process group.
+
+    Returns:
+        (exit status — negative for a signal —, whether this call sent SIGKILL).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(FAULT_ENV)}
+    env.update(service_env(endpoints))
+    env["PYSPARK_PYTHON"] = sys.executable
+    if fault is not None:
+        env[FAULT_ENV] = fault
+        env[STATE_ENV] = str(fault_state or work_dir / "fault-state")
+    with log_path.open("ab") as log:
+        log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "integration.jobs.flights", "--work-dir", str(work_dir)],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # its own process group: driver, JVM and workers die together
+        )
+        killed = False
+        try:
+            proc.wait(timeout=kill_after_s if kill_after_s is not None else timeout_s)
+        except subprocess.TimeoutExpired:
+            # a kill trial's moment, or a hung run: kill -9 the whole group from outside
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            killed = kill_after_s is not None
+            if not killed:
+                return -999, False
+        return proc.returncode, killed
+
+
+def run_trial(
+    plan: TrialPlan,
+    base: Path,
+    endpoints: FlightsEndpoints,
+    spark: SparkSession | None,
+    days: int,
+    files_per_trigger: int,
+    run_id: str,
+    max_restarts: int = 6,
+    keep: bool = False,
+) -> TrialResult:
+    """Run one trial (see the module docstring) and verify the outcome."""
+    started = time.perf_counter()
+    job_id = f"chaos_{run_id}_{plan.index:03d}"
+    work_dir = base / job_id
+    spec = FlightsJobSpec(
+        job_id=job_id, work_dir=str(work_dir), days=days, files_per_trigger=files_per_trigger
+    )
+    spec.save()
+    log_path = work_dir / "job.log"
+    result = TrialResult(plan, job_id)
+    if plan.kind == "fault":
+        assert plan.fault is not None
+        code, _ = run_job_process(work_dir, endpoints, log_path, fault=plan.fault)
+        result.exit_codes.append(code)
+        point, _, hit = plan.fault.partition(":")
+        reached = (work_dir / "fault-state" / f"{point}.{hit or 1}").exists()
+        result.fault_fired = code == EXIT_STATUS if point in DRIVER_POINTS else reached
+    else:
+        for delay in plan.kill_after_s:
+            code, killed = run_job_process(work_dir, endpoints, log_path, kill_after_s=delay)
+            result.exit_codes.append(code)
+            result.kills += int(killed)
+            if code == 0:
+                break
+    while (not result.exit_codes or result.exit_codes[-1] != 0) and len(result.exit_codes) <= max_restarts:
+        code, _ = run_job_process(work_dir, endpoints, log_path)
+        result.exit_codes.append(code)
+    result.restarts = len(result.exit_codes) - 1
+    if result.exit_codes[-1] != 0:
+        result.violations.append(f"job did not finish after {result.restarts} restarts: {result.exit_codes}")
+    if plan.kind == "fault" and not result.fault_fired:
+        result.violations.append(f"fault {plan.fault} never fired")
+    if any(c not in (0, EXIT_STATUS, -signal.SIGKILL) for c in result.exit_codes):
+        result.violations.append(f"unexpected exit status in {result.exit_codes}")
+    report = verify_run(spec, endpoints, spark)
+    result.report = report
+    for s in report.sinks:
+        if s.error is not None:
+            result.violations.append(f"{s.sink}: {s.error}")
+            continue
+        if not s.exactly_once:
+            result.violations.append(
+                f"{s.sink}: {s.records} records, {s.duplicates} duplicated, {s.missing} missing, "
+                f"{s.unexpected} unexpected, content {'ok' if s.content_ok else 'differs'}"
+            )
+        if s.lingering:
+            result.violations.append(f"{s.sink}: lingering {s.lingering_detail}")
+    if not report.checkpoint_ok:
+        result.violations.append(f"job not finished: {report.checkpoint_detail}")
+    result.seconds = time.perf_counter() - started
+    if result.passed and not keep:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return result
+
+
+def run_trials(
+    plans: Iterable[TrialPlan],
+    base: Path,
+    endpoints: FlightsEndpoints,
+    spark: SparkSession | None,
+    days: int,
+    files_per_trigger: int,
+    on_result: Callable[[TrialResult], None] | None = None,
+    deadline: float | None = None,
+) -> list[TrialResult]:
+    """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value)."""
+    run_id = uuid.uuid4().hex[:8]
+    results = []
+    for plan in plans:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def write_report(path: Path, results: list[TrialResult], params: dict[str, object]) -> None:
+    """Write the chaos report (Markdown): what was run, totals, one row per trial."""
+    violations = sum(len(r.violations) for r in results)
+    kills = sum(r.kills for r in results)
+    faults = sum(1 for r in results if r.plan.kind == "fault")
+    fired = sum(1 for r in results if r.plan.kind == "fault" and r.fault_fired)
+    restarts = sum(r.restarts for r in results)
+    points = sorted({r.plan.fault for r in results if r.plan.fault})
+    lines = [
+        "# Chaos report: the flights job under crashes",
+        "",
+        "Generated by `python -m integration.chaos.run` (module `integration/chaos/`). Each trial runs the",
+        "flights job (Kafka + S3 Parquet + Delta, one checkpoint per micro-batch, bounded `availableNow`)",
+        "in a subprocess, crashes it — a named fault point (`TWOPHASE_FAULT`, exit 137; executor points",
+        "kill a Python worker once) or `kill -9` of the whole process group at a seeded random moment —,",
+        "restarts it until it finishes, then reads every sink back: Kafka `read_committed`, S3 Parquet",
+        "with pyarrow, Delta with delta-spark. A violation is any duplicate, missing or altered record,",
+        "any open Kafka transaction of the job, pending multipart upload under its prefix, unreferenced",
+        "Delta data file, or a job that did not end with its final checkpoint.",
+        "",
+        "## What was run",
+        "",
+        *(f"- {k}: {v}" for k, v in params.items()),
+        "",
+        "## Totals",
+        "",
+        f"- trials: {len(results)} ({faults} fault injections, {len(results) - faults} kill -9 trials)",
+        f"- faults fired: {fired} of {faults}; fault points covered: {len({p.split(':')[0] for p in points})}"
+        f" ({len(points)} distinct point:hit combinations)",
+        f"- kill -9 sent: {kills}",
+        f"- restarts (process runs after the first): {restarts}",
+        f"- trials passed: {sum(1 for r in results if r.passed)} of {len(results)}",
+        f"- **violations: {violations}**",
+        "",
+        "## Trials",
+        "",
+        "| # | trial | exit codes | restarts | kafka | s3 | delta | lingering | s | result |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        recs = {s.sink: s for s in r.report.sinks} if r.report is not None else {}
+
+        def cell(name: str, recs: dict[str, object] = recs) -> str:
+            s = recs.get(name)
+            return "" if s is None else f"{s.records}"  # type: ignore[attr-defined]
+
+        lingering = sum(s.lingering for s in r.report.sinks) if r.report is not None else "?"
+        verdict = "pass" if r.passed else "**FAIL**: " + "; ".join(r.violations)
+        lines.append(
+            f"| {r.plan.index} | {r.plan.label} | {' '.join(map(str, r.exit_codes))} | {r.restarts} | "
+            f"{cell('kafka')} | {cell('s3')} | {cell('delta')} | {lingering} | {r.seconds:.0f} | {verdict} |"
+        )
+    path.write_text("\n".join(lines) + "\n")
+
+
+def result_json(r: TrialResult) -> str:
+    """One trial as a JSON line (for logs)."""
+    return json.dumps(
+        {
+            "trial": r.plan.index,
+            "plan": r.plan.label,
+            "job": r.job_id,
+            "exit_codes": r.exit_codes,
+            "kills": r.kills,
+            "restarts": r.restarts,
+            "passed": r.passed,
+            "violations": r.violations,
+            "seconds": round(r.seconds, 1),
+        }
+    )

