@@ -27,6 +27,9 @@ class DeltaSinkConfig:
         partition_by: partition columns, in directory order (Hive-style ``col=value`` folders).
             They must be columns of the data; their values go into the Add action's
             ``partitionValues`` and not into the Parquet files (Delta PROTOCOL.md, "Add File").
+        columns: the sink's projection of each incoming batch (DESIGN.md §6): only these columns, in
+            this order, are written (the partition columns must be among them); other columns of
+            the batch are ignored. ``None`` = every column. Non-empty, distinct names.
         storage_options: object-store options in delta-rs spelling (keys are case-insensitive), e.g.
             ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
             ``AWS_ALLOW_HTTP``. Passed to delta-rs as given and translated for pyarrow's S3 file
@@ -52,11 +55,13 @@ class DeltaSinkConfig:
 
     Raises:
         ConfigError: an empty or unsupported ``table_uri``, duplicate or empty partition columns,
+            an empty ``columns``, a repeated or empty name in it, a partition column outside it,
             an unknown codec, or a non-positive size or count.
     """
 
     table_uri: str
     partition_by: tuple[str, ...] = ()
+    columns: tuple[str, ...] | None = None
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     s3_conditional_put: str | None = "etag"
     target_file_size_bytes: int = 128 * 1024 * 1024
@@ -94,6 +99,14 @@ class DeltaSinkConfig:
         if len(set(partition_by)) != len(partition_by):
             raise ConfigError(f"DeltaSinkConfig.partition_by repeats a column: {partition_by!r}")
         object.__setattr__(self, "partition_by", partition_by)
+        if self.columns is not None:
+            columns = _columns(self.columns)
+            outside = [c for c in partition_by if c not in columns]
+            if outside:
+                raise ConfigError(
+                    f"DeltaSinkConfig.partition_by {outside} are not among columns {list(columns)}"
+                )
+            object.__setattr__(self, "columns", columns)
         options = dict(self.storage_options)
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in options.items()):
             raise ConfigError("DeltaSinkConfig.storage_options must map str to str")
@@ -146,3 +159,18 @@ def _as_tuple(value: Any, name: str) -> tuple[str, ...]:
     if isinstance(value, Sequence):
         return tuple(value)
     raise ConfigError(f"DeltaSinkConfig.{name} must be a sequence of column names, got {value!r}")
+
+
+def _columns(value: object) -> tuple[str, ...]:
+    # A bare string is refused: ("a") for ("a",) is a common slip, and "abc" is no column list.
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigError(f"DeltaSinkConfig.columns must be a sequence of column names, got {value!r}")
+    names = tuple(value)
+    if not names:
+        raise ConfigError("DeltaSinkConfig.columns must name at least one column (None = every column)")
+    if any(not isinstance(c, str) or not c for c in names):
+        raise ConfigError(f"DeltaSinkConfig.columns has an empty or non-string name: {names!r}")
+    repeated = sorted({c for c in names if names.count(c) > 1})
+    if repeated:
+        raise ConfigError(f"DeltaSinkConfig.columns repeats {repeated}")
+    return names

@@ -4,8 +4,14 @@ Rules (checked before any file is written):
 
 - unsigned integers, time-of-day, durations, intervals and other types without a Delta type are
   refused (Spark never produces them; cast upstream);
-- timestamps are written in microseconds (Delta stores µs); with a time zone they are Delta
-  ``timestamp``, without one ``timestamp_ntz``;
+- timestamps are written in microseconds (Delta stores µs). With a time zone (any label: Spark
+  uses the session time zone, e.g. ``Etc/UTC`` or ``America/New_York``) they are instants and
+  become Delta ``timestamp``, written as ``timestamp[us, UTC]``: Arrow stores zoned timestamps as
+  UTC-based counts, so changing the label alone is exact. Without a time zone they become
+  ``timestamp_ntz`` (values kept as they are). Seconds and milliseconds widen to µs exactly; a
+  nanosecond value that is not a whole number of µs is refused at write time (``RecordError``)
+  rather than truncated: truncate upstream if sub-µs precision does not matter (Spark timestamps
+  are µs already);
 - against an existing table, every data column must exist in the table with the same type
   (nullability is not compared); table columns missing from the data read back as null; new
   columns are refused unless ``merge_schema`` is on, and then they are added as nullable.
@@ -24,8 +30,25 @@ from connectors.delta.partitions import check_partition_type
 from sinks.errors import SchemaError
 
 
+def project_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
+    """``schema`` reduced to ``columns``, in that order (``schema`` itself for ``None``).
+
+    Raises:
+        SchemaError: columns missing from ``schema``, naming every one of them.
+    """
+    if columns is None:
+        return schema
+    missing = [c for c in columns if schema.get_field_index(c) < 0]
+    if missing:
+        raise SchemaError(
+            f"columns {missing} of the sink's projection are not in the data's columns {schema.names}"
+        )
+    return pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+
+
 def writable_arrow_type(type_: pa.DataType, column: str) -> pa.DataType:
-    """The Arrow type a column is written as (timestamps in µs, dictionaries decoded).
+    """The Arrow type a column is written as (dictionaries decoded; timestamps in µs, zoned ones
+    labelled ``UTC``, the only zone delta-rs and Delta's ``timestamp`` know).
 
     Raises:
         SchemaError: a type with no Delta counterpart.
@@ -33,7 +56,8 @@ def writable_arrow_type(type_: pa.DataType, column: str) -> pa.DataType:
     if pa.types.is_dictionary(type_):
         return writable_arrow_type(type_.value_type, column)
     if pa.types.is_timestamp(type_):
-        return pa.timestamp("us", type_.tz)
+        # Zoned values are UTC instants whatever the label, so relabelling is exact.
+        return pa.timestamp("us", None if type_.tz is None else "UTC")
     if pa.types.is_unsigned_integer(type_):
         raise SchemaError(f"column {column!r}: unsigned {type_} has no Delta type; cast it to a signed type")
     if pa.types.is_struct(type_):

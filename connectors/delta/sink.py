@@ -24,7 +24,7 @@ from connectors.delta.committer import DeltaCommitter
 from connectors.delta.config import DeltaSinkConfig
 from connectors.delta.filesystem import TableLocation, open_location
 from connectors.delta.lingering import ReferenceIndex, delete_unreferenced, load_table, own_files
-from connectors.delta.schema import delta_schema_json, new_columns
+from connectors.delta.schema import delta_schema_json, new_columns, project_schema
 from connectors.delta.writer import DeltaFileWriter
 from sinks.api import CheckpointCommitSink
 from sinks.context import LingeringScope, WriterContext
@@ -79,16 +79,17 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
     # --- driver side, before writing ---------------------------------------------------------
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check ``schema`` and the table root before anything is written.
+        """Check ``schema`` (projected to ``config.columns``) and the table root before anything is written.
 
         Raises:
-            SchemaError: partition columns missing or of a non-partitionable type, a type with no
+            SchemaError: columns of the projection missing (all of them named), partition columns
+                missing or of a non-partitionable type, a type with no
                 Delta counterpart, or a clash with the existing table's schema or partitioning
                 (new columns only with ``merge_schema``).
             ConfigError: a local table root that cannot be created or written, bad S3 options.
             ServiceUnavailableError: the table's storage cannot be reached.
         """
-        data_json = delta_schema_json(schema, self.config.partition_by)
+        data_json = delta_schema_json(project_schema(schema, self.config.columns), self.config.partition_by)
         self._check_root()
         try:
             table = load_table(self.config)
@@ -119,7 +120,8 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         return DeltaTransaction(ctx, DeltaFileWriter(self.config, ctx, self._location()))
 
     def write(self, txn: DeltaTransaction, batch: pa.RecordBatch) -> None:
-        """Append an Arrow batch (see :class:`~connectors.delta.writer.DeltaFileWriter` for errors)."""
+        """Append an Arrow batch, only ``config.columns`` of it (see
+        :class:`~connectors.delta.writer.DeltaFileWriter` for errors)."""
         if txn.state != "open":
             raise IllegalTransitionError("delta transaction", txn.state, "write")
         txn.writer.write(batch)

@@ -23,7 +23,7 @@ from connectors.delta.committable import DeltaAddFile
 from connectors.delta.config import DeltaSinkConfig
 from connectors.delta.filesystem import TableLocation
 from connectors.delta.partitions import split_by_partition
-from connectors.delta.schema import delta_schema_json, writable_schema
+from connectors.delta.schema import delta_schema_json, project_schema, writable_schema
 from connectors.delta.stats import StatsCollector
 from sinks.context import WriterContext
 from sinks.errors import ConfigError, RecordError, SchemaError, ServiceUnavailableError
@@ -51,8 +51,10 @@ class DeltaFileWriter:
         location: the table root's file system.
 
     Errors from :meth:`write` and :meth:`finish`:
-        SchemaError: a batch's schema differs from the first batch's, or cannot be written.
-        RecordError: a value cannot be written (e.g. a timestamp not representable in µs).
+        SchemaError: a batch lacks a column of ``config.columns``, its (projected) schema differs
+            from the first batch's, or cannot be written.
+        RecordError: a value cannot be written (e.g. a nanosecond timestamp not representable in
+            µs: it is refused, never truncated).
         ConfigError: the table root is not writable (permission denied).
         ServiceUnavailableError: storage failed (after pyarrow's own retries).
     """
@@ -81,10 +83,13 @@ class DeltaFileWriter:
         return tuple(self._created)
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """Split ``batch`` by partition and append it to the open files."""
+        """Project ``batch`` to ``config.columns``, split it by partition and append it to the open files."""
         self._batches += 1
         if batch.num_rows == 0:
             return
+        if self._config.columns is not None:
+            project_schema(batch.schema, self._config.columns)  # names the missing columns, if any
+            batch = batch.select(list(self._config.columns))  # zero-copy
         self._check_schema(batch.schema)
         assert self._file_schema is not None
         table = pa.Table.from_batches([batch])

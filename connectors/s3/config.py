@@ -48,6 +48,26 @@ PARQUET_COMPRESSIONS = frozenset({"none", "snappy", "gzip", "brotli", "lz4", "zs
 _SECRET_FIELDS = frozenset({"access_key_id", "secret_access_key", "session_token"})
 
 
+def validate_columns(columns: object) -> tuple[str, ...]:
+    """A ``columns`` projection as a tuple of names.
+
+    Raises:
+        ConfigError: not a sequence of strings (a bare string is refused), empty, an empty name or
+            a repeated name.
+    """
+    if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
+        raise ConfigError(f"columns must be a tuple of column names, got {columns!r}")
+    names = tuple(columns)
+    if not names:
+        raise ConfigError("columns must name at least one column (None = every column)")
+    if not all(isinstance(c, str) and c for c in names):
+        raise ConfigError(f"columns must be non-empty strings, got {names!r}")
+    repeated = sorted({c for c in names if names.count(c) > 1})
+    if repeated:
+        raise ConfigError(f"columns repeats {repeated}")
+    return names
+
+
 class FileFormat(enum.Enum):
     """Output file format.
 
@@ -111,6 +131,9 @@ class S3SinkConfig:
             Allowed characters: letters, digits, ``! - _ . * ' ( ) / =``.
         format: ``FileFormat`` or its value (``"parquet"``, ``"jsonl"``, ``"csv"``).
         partition_by: Hive-style partition columns, in path order. They are not written into files.
+        columns: the sink's projection of each incoming batch (DESIGN.md §6): only these columns, in
+            this order, are written (and the partition columns, which must be among them); other
+            columns of the batch are ignored. ``None`` = every column. Non-empty, distinct names.
         part_size_bytes: size of the multipart upload parts (bytes, 5 MiB..5 GiB); also the memory
             buffered per open file.
         rolling: the rolling policy (row formats; Parquet uses only ``max_file_bytes``).
@@ -142,6 +165,7 @@ class S3SinkConfig:
     prefix: str
     format: FileFormat | str = FileFormat.PARQUET
     partition_by: tuple[str, ...] = ()
+    columns: tuple[str, ...] | None = None
     part_size_bytes: int = 8 * MiB
     rolling: RollingPolicy = field(default_factory=RollingPolicy)
     max_open_files: int = 64
@@ -177,6 +201,15 @@ class S3SinkConfig:
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         if any(not c for c in self.partition_by) or len(set(self.partition_by)) != len(self.partition_by):
             raise ConfigError(f"partition_by must be distinct non-empty names, got {self.partition_by!r}")
+        if self.columns is not None:
+            object.__setattr__(self, "columns", validate_columns(self.columns))
+            outside = [c for c in self.partition_by if c not in self.columns]
+            if outside:
+                raise ConfigError(f"partition columns {outside} are not among columns {list(self.columns)}")
+            if self.json_column is not None and self.json_column not in self.columns:
+                raise ConfigError(
+                    f"json_column {self.json_column!r} is not among columns {list(self.columns)}"
+                )
         if not MIN_PART_BYTES <= self.part_size_bytes <= MAX_PART_BYTES:
             raise ConfigError(
                 f"part_size_bytes must be within {MIN_PART_BYTES}..{MAX_PART_BYTES} (S3 limits), "

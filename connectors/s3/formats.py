@@ -96,16 +96,47 @@ class FileEncoder(Protocol):
         """Write whatever ends the file (Parquet footer); no more writes."""
 
 
-def validate_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
-    """Check that ``schema`` fits the configuration; return the schema written into files.
-
-    Returns:
-        ``schema`` without the partition columns (and, with ``json_column``, only that column).
+def project_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
+    """``schema`` reduced to ``config.columns``, in that order (``schema`` itself without a projection).
 
     Raises:
-        SchemaError: a partition column is missing or nested, no data column is left, CSV gets a
-            nested column, or ``json_column`` is missing or not a string.
+        SchemaError: columns of the projection missing from ``schema``, naming every one of them.
     """
+    if config.columns is None:
+        return schema
+    missing = [c for c in config.columns if schema.get_field_index(c) < 0]
+    if missing:
+        raise SchemaError(
+            f"columns {missing} of the sink's projection are not in the data's columns {schema.names}"
+        )
+    return pa.schema([schema.field(c) for c in config.columns], metadata=schema.metadata)
+
+
+def project_batch(config: S3SinkConfig, batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` reduced to ``config.columns`` (zero-copy ``RecordBatch.select``); as is without one.
+
+    Raises:
+        SchemaError: columns of the projection missing from the batch.
+    """
+    if config.columns is None:
+        return batch
+    project_schema(config, batch.schema)  # names the missing columns, if any
+    return batch.select(list(config.columns))
+
+
+def validate_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
+    """Check that the incoming data's ``schema`` fits the configuration; return the files' schema.
+
+    Returns:
+        ``schema`` projected to ``columns`` (:func:`project_schema`), without the partition columns
+        (and, with ``json_column``, only that column).
+
+    Raises:
+        SchemaError: a column of the projection is missing, a partition column is missing or
+            nested, no data column is left, CSV gets a nested column, or ``json_column`` is missing
+            or not a string.
+    """
+    schema = project_schema(config, schema)
     names = set(schema.names)
     for col in config.partition_by:
         if col not in names:

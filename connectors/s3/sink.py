@@ -76,10 +76,12 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
     # --- checks before anything is written -----------------------------------------------------
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the schema against the configuration, then that the bucket exists and is accessible.
+        """Check the schema (projected to ``config.columns``) against the configuration, then that
+        the bucket exists and is accessible. Nothing is written.
 
         Raises:
-            SchemaError: a partition column is missing or nested, CSV gets nested data, ...
+            SchemaError: a column of the projection is missing (all of them named), a partition
+                column is missing or nested, CSV gets nested data, ...
             ConfigError: the bucket does not exist or the credentials are denied.
             ServiceUnavailableError: the endpoint cannot be reached.
         """
@@ -97,10 +99,11 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         return S3Transaction(ctx, self.config, self._ops(), self._clock)
 
     def write(self, txn: S3Transaction, batch: pa.RecordBatch) -> None:
-        """Write one Arrow batch (split by partition path; full parts uploaded as they fill).
+        """Write one Arrow batch: only ``config.columns`` of it (every column without a projection),
+        split by partition path; full parts are uploaded as they fill.
 
         Raises:
-            SchemaError / RecordError: the batch cannot be written.
+            SchemaError / RecordError: the batch cannot be written (e.g. a projected column is missing).
             ConfigError: bucket missing or access denied; ServiceUnavailableError: S3 unreachable.
             TransactionLostError: a resumed upload or tail vanished.
         """

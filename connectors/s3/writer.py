@@ -38,7 +38,14 @@ from connectors.s3.committable import (
     UploadedPart,
 )
 from connectors.s3.config import S3SinkConfig
-from connectors.s3.formats import CONTENT_TYPES, FileEncoder, OutputBuffer, open_encoder, validate_schema
+from connectors.s3.formats import (
+    CONTENT_TYPES,
+    FileEncoder,
+    OutputBuffer,
+    open_encoder,
+    project_batch,
+    validate_schema,
+)
 from connectors.s3.rolling import (
     FileStats,
     TailAction,
@@ -315,10 +322,17 @@ class S3Transaction:
     # --- writing -------------------------------------------------------------------------------
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """Write one batch: split by partition path, append to each path's file, roll on limits."""
+        """Write one batch: project it to ``config.columns``, split it by partition path, append to
+        each path's file, roll on limits.
+
+        Raises:
+            SchemaError: the batch lacks a column of the projection or does not fit the configuration.
+        """
         self._transition("write")
         if batch.num_rows == 0:
             return
+        # Project first: splitting by partition then filters only the columns written.
+        batch = project_batch(self.config, batch)
         if self.file_schema is None:
             self.file_schema = validate_schema(self.config, batch.schema)
         now = self.clock()
