@@ -124,12 +124,15 @@ def test_driver_side_crash_then_rerun_is_exactly_once(tmp_path: Path, fault: str
     assert not (tmp_path / "spark" / "commits" / "1").exists()
     checkpoint_id, _ = latest_position(tmp_path)
     if fault.startswith("after_persist"):
-        # durable, not committed: Spark's abort() after the failed commit must not have aborted it
+        # checkpoint 2 is durable: Spark's abort() after the failed commit must not abort it. The
+        # abort worker restores, which may already re-commit it (a durable checkpoint's promise),
+        # so batch 1 is either still staged or committed, never lost and never twice.
         assert checkpoint_id == 2
-        assert len(staging_files(tmp_path / "out", JOB, SINK)) == 1
+        staged = len(staging_files(tmp_path / "out", JOB, SINK))
+        assert (staged, committed(tmp_path)) in [(1, Counter(expected[:40])), (0, Counter(expected[:80]))]
     else:
         assert checkpoint_id == 1
-    assert committed(tmp_path) == Counter(expected[:40])
+        assert committed(tmp_path) == Counter(expected[:40])
     rerun = run_script(tmp_path, None)
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-4000:]
     assert_exactly_once(tmp_path, expected)
