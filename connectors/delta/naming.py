@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+from sinks.naming import hive_partition_path
+
 """Folder value of a null partition value (Hive, Spark, delta-spark)."""
 
 TOKEN_HEX_DIGITS = 12
 
-_CHARS_TO_ESCAPE = frozenset([chr(c) for c in range(0x01, 0x20)] + list("\"#%'*/:=?\\\x7f{[]^"))
 _FILE_NAME = re.compile(
     r"^part-(?P<partition>\d{5,})-(?P<checkpoint>\d+)-(?P<token>[0-9a-f]{12})-(?P<uuid>[0-9a-f]{32})\.parquet$"
 )
@@ -95,28 +95,13 @@ def parse_data_file_name(name: str) -> DataFileName | None:
     return DataFileName(int(m["partition"]), int(m["checkpoint"]), m["token"], m["uuid"])
 
 
-def escape_path_name(value: str) -> str:
-    """Escape one partition column name or value for a folder name, as Spark/Hive do (``%XX``, uppercase)."""
-    return "".join(f"%{ord(ch):02X}" if ch in _CHARS_TO_ESCAPE else ch for ch in value)
-
-
-def unescape_path_name(value: str) -> str:
-    """Inverse of :func:`escape_path_name`."""
-    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m[1], 16)), value)
-
-
 def partition_directory(columns: Sequence[str], values: Sequence[str | None]) -> str:
     """``col1=v1/col2=v2`` for serialized partition values (``None`` → the Hive default partition).
 
     Raises:
         ValueError: ``columns`` and ``values`` differ in length.
     """
-    if len(columns) != len(values):
-        raise ValueError(f"{len(columns)} partition columns but {len(values)} values")
-    return "/".join(
-        f"{escape_path_name(c)}={HIVE_DEFAULT_PARTITION if v is None else escape_path_name(v)}"
-        for c, v in zip(columns, values, strict=True)
-    )
+    return hive_partition_path(columns, values)
 
 
 def data_file_path(directory: str, name: str) -> str:

@@ -26,7 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sinks import naming as sinks_naming
 from sinks.errors import ConfigError
+from sinks.naming import HIVE_DEFAULT_PARTITION
 
 TOKEN_HEX = 12
 """Length of :func:`job_token` (hex digits, 48 bits)."""
@@ -40,7 +42,6 @@ MAX_KEY_BYTES = 1024
 MAX_PREFIX_BYTES = 512
 """Our limit on the key prefix, leaving room for partition paths and file names."""
 
-HIVE_DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 """How Hive and Spark name the partition of null (or empty-string) values."""
 
 # AWS's "safe characters" for object keys plus '=' (Hive-style folders in a prefix). Anything else
@@ -51,7 +52,6 @@ _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _IPV4_RE = re.compile(r"\d+\.\d+\.\d+\.\d+")
 
 # Characters Hive's FileUtils.escapePathName escapes in partition values (%XX, upper-case hex).
-_HIVE_ESCAPE = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
 
 _TOKEN_RE = re.compile(f"[0-9a-f]{{{TOKEN_HEX}}}")
 _DATA_NAME_RE = re.compile(
@@ -139,25 +139,13 @@ def format_partition_value(value: Any) -> str:
     return str(value)
 
 
-def escape_path_name(text: str) -> str:
-    """Escape a partition column name or value as Hive's ``escapePathName`` does (``%XX``)."""
-    if text == HIVE_DEFAULT_PARTITION:
-        return text
-    return "".join(f"%{ord(c):02X}" if c in _HIVE_ESCAPE else c for c in text)
-
-
 def hive_partition_path(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
     """The Hive-style path of one partition: ``col=value/col2=value2`` (``""`` without columns).
 
     Raises:
         ValueError: ``columns`` and ``values`` differ in length.
     """
-    if len(columns) != len(values):
-        raise ValueError(f"{len(columns)} partition columns but {len(values)} values")
-    return "/".join(
-        f"{escape_path_name(c)}={escape_path_name(format_partition_value(v))}"
-        for c, v in zip(columns, values, strict=True)
-    )
+    return sinks_naming.hive_partition_path(columns, [format_partition_value(v) for v in values])
 
 
 def data_key(

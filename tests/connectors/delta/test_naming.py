@@ -50,14 +50,6 @@ def test_data_file_name_rejects_bad_parts() -> None:
         naming.data_file_name(0, 1, "xyz", "0" * 32)
 
 
-def test_escape_path_name_matches_spark() -> None:
-    assert naming.escape_path_name("a b:c/d=e%f") == "a b%3Ac%2Fd%3De%25f"
-    assert naming.escape_path_name("é{x}[y]^#?*'\"\\") == "é%7Bx}%5By%5D%5E%23%3F%2A%27%22%5C"
-    assert naming.escape_path_name("tab\there\x7f") == "tab%09here%7F"
-    for value in ["a b:c/d=e%f", "é{x}", "\x01"]:
-        assert naming.unescape_path_name(naming.escape_path_name(value)) == value
-
-
 def test_partition_directory() -> None:
     assert naming.partition_directory(["p", "q"], ["a/b", None]) == "p=a%2Fb/q=__HIVE_DEFAULT_PARTITION__"
     assert naming.partition_directory([], []) == ""
