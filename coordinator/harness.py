@@ -257,6 +257,26 @@ class TwoPhaseHarness:
             acked = epoch.acknowledge(sink_name, partition, attempt, comms, state, records)
         return SubtaskResult(sink_name, partition, attempt, committable, state, records, acked)
 
+    def run_to_finish(self, epochs: Sequence[tuple[JsonObject, Sequence[Sequence[pa.RecordBatch]]]]) -> int:
+        """Drive ``epochs`` (source position, partitions) and finish, as an engine would across
+        driver crashes: an epoch the latest checkpoint covers is skipped (replay check), and on a
+        :class:`SimulatedCrash` the process restarts and the epochs run again.
+
+        Returns:
+            How many times the process crashed.
+        """
+        crashes = 0
+        while True:
+            try:
+                for position, partitions in epochs:
+                    if not self.runtime.replay_check(position):
+                        self.write_epoch(partitions, source_position=position)
+                self.runtime.finish()
+                return crashes
+            except SimulatedCrash:
+                crashes += 1
+                self.restart_process()
+
     def write_epoch(
         self,
         partitions: Sequence[Sequence[pa.RecordBatch]],

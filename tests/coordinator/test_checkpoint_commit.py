@@ -22,7 +22,7 @@ from coordinator.fakes import (
     FakeSink,
 )
 from coordinator.faults import POINTS
-from coordinator.harness import SimulatedCrash, TwoPhaseHarness, batch
+from coordinator.harness import TwoPhaseHarness, batch
 from coordinator.job_lifecycle import JobState
 from coordinator.lifecycle import PendingTransaction
 from coordinator.metadata import CheckpointMetadata
@@ -345,20 +345,7 @@ def test_crash_at_every_point_then_restart_is_exactly_once(point: str, spec: tup
     h.restore()
     h.crash_at(point, nth=2 if point not in ("during_finish", "during_final_checkpoint") else 1)
     epochs = [1, 2, 3, 4]
-    crashed = False
-    while True:
-        try:
-            for n in epochs:
-                if h.runtime.replay_check(pos(n)):
-                    continue
-                h.write_epoch(data(n, parts=2), source_position=pos(n))
-            h.runtime.finish()
-            break
-        except SimulatedCrash:
-            assert not crashed, "crashed twice"
-            crashed = True
-            h.restart_process()
-    assert crashed
+    assert h.run_to_finish([(pos(n), data(n, parts=2)) for n in epochs]) == 1
     for s in spec:
         assert records_of(system, s) == expected(epochs, parts=2), s
     committed_checkpoints = [c.checkpoint_id for c in system.checkpoint_calls]
