@@ -138,7 +138,7 @@ def _family(make_sink: Callable[[str, str], Any], rounds: int, scratch: Path) ->
 
 def run() -> dict[str, Any]:
     """Run both sink families; see the module docstring."""
-    from connectors.s3 import S3Sink, S3SinkConfig
+    from connectors.s3 import S3Sink
     from integration.services import s3_service
     from integration.testing.file_sink import JsonLinesFileSink
 
@@ -159,14 +159,10 @@ def run() -> dict[str, Any]:
             def s3_sink(name: str, job: str) -> Any:
                 return S3Sink(
                     name,
-                    S3SinkConfig(
+                    endpoint.sink_config(
                         bucket=BUCKET,
                         prefix=f"{prefix}/{job}/{name}",
                         format="jsonl",
-                        endpoint_url=endpoint.endpoint_url,
-                        region=endpoint.region,
-                        access_key_id=endpoint.access_key,
-                        secret_access_key=endpoint.secret_key,
                     ),
                 )
 

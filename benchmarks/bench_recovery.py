@@ -187,7 +187,7 @@ def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
 
 
 def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
-    from connectors.s3 import S3Sink, S3SinkConfig
+    from connectors.s3 import S3Sink
     from integration.services import s3_service
 
     times: list[float] = []
@@ -201,14 +201,10 @@ def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
             def sink(prefix: str = prefix) -> Any:
                 return S3Sink(
                     "s3",
-                    S3SinkConfig(
+                    endpoint.sink_config(
                         bucket=BUCKET,
                         prefix=prefix,
                         format="parquet",
-                        endpoint_url=endpoint.endpoint_url,
-                        region=endpoint.region,
-                        access_key_id=endpoint.access_key,
-                        secret_access_key=endpoint.secret_key,
                     ),
                 )
 

@@ -90,14 +90,10 @@ def run() -> dict[str, Any]:
             )
 
             def config(prefix: str) -> S3SinkConfig:
-                return S3SinkConfig(
+                return endpoint.sink_config(
                     bucket=BUCKET,
                     prefix=prefix,
                     format="parquet",
-                    endpoint_url=endpoint.endpoint_url,
-                    region=endpoint.region,
-                    access_key_id=endpoint.access_key,
-                    secret_access_key=endpoint.secret_key,
                 )
 
             def twophase(r: int) -> object:

@@ -49,7 +49,7 @@ import click
 
 from connectors.delta import DeltaSinkConfig
 from connectors.kafka import KafkaSinkConfig
-from connectors.s3 import FileFormat, S3SinkConfig
+from connectors.s3 import FileFormat
 from coordinator.committer import CommitPolicy
 from coordinator.job_lifecycle import JobState
 from coordinator.runtime import CheckpointMetrics, RuntimeConfig
@@ -237,16 +237,12 @@ def build_sinks(
     s3 = endpoints.s3
     s3_sink = FlightsS3Sink(
         S3_SINK,
-        S3SinkConfig(
+        s3.sink_config(
             bucket=spec.bucket,
             prefix=spec.s3_prefix,
             format=FileFormat.PARQUET,
             partition_by=("origin", "month"),
             columns=TYPED_COLUMNS,
-            endpoint_url=s3.endpoint_url,
-            region=s3.region,
-            access_key_id=s3.access_key,
-            secret_access_key=s3.secret_key,
         ),
     )
     delta_options = s3.storage_options() if spec.delta_uri.startswith(("s3://", "s3a://")) else {}

@@ -43,12 +43,6 @@ def make_config(s3_endpoint: S3Endpoint, bucket: str) -> Callable[..., S3SinkCon
         fields.setdefault("bucket", bucket)
         fields.setdefault("prefix", "warehouse/out")
         fields.setdefault("retry_initial_backoff_ms", 50)
-        return S3SinkConfig(
-            endpoint_url=s3_endpoint.endpoint_url,
-            region=s3_endpoint.region,
-            access_key_id=s3_endpoint.access_key,
-            secret_access_key=s3_endpoint.secret_key,
-            **fields,
-        )
+        return s3_endpoint.sink_config(**fields)
 
     return make

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import tenacity
@@ -27,6 +27,8 @@ from sinks.errors import ConfigError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+    from connectors.s3 import S3SinkConfig
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,23 @@ class S3Endpoint:
                 read_timeout=60,
                 retries={"mode": "standard", "max_attempts": max_attempts},
             ),
+        )
+
+    def sink_config(self, **fields: Any) -> S3SinkConfig:
+        """An :class:`~connectors.s3.S3SinkConfig` writing to this endpoint; ``fields`` are the
+        config's other fields (``bucket``, ``prefix``, ``format``, ...).
+
+        Raises:
+            ConfigError: invalid fields (from the config's validation).
+        """
+        from connectors.s3 import S3SinkConfig
+
+        return S3SinkConfig(
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.access_key,
+            secret_access_key=self.secret_key,
+            **fields,
         )
 
     def storage_options(self) -> dict[str, str]:
