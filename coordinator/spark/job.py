@@ -277,9 +277,9 @@ def run_epoch(runtime: JobRuntime, df: DataFrame, position: JsonObject, batch_id
         Whatever the Spark job or the runtime raise; the epoch's checkpoint is aborted first.
     """
     started = time.perf_counter()
-    if df.rdd.getNumPartitions() == 0:
-        df = df.repartition(1)  # an empty input still acknowledges its checkpoint from one task
     partitions = df.rdd.getNumPartitions()
+    if partitions == 0:
+        df, partitions = df.repartition(1), 1  # an empty input still acknowledges its checkpoint
     epoch = runtime.begin_epoch(partitions, position)
     plan = EpochPlan(
         job_id=runtime.job_id,
