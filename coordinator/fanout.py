@@ -24,6 +24,7 @@ import pyarrow as pa
 from coordinator.faults import fault_point
 from sinks.api import InProgressSink, TwoPhaseCommitSink
 from sinks.context import JsonObject, WriterContext
+from sinks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +200,6 @@ def sink_names_unique(sinks: Sequence[AnySink]) -> None:
     Raises:
         ConfigError: a name is used twice.
     """
-    from sinks.errors import ConfigError
-
     seen: set[str] = set()
     for s in sinks:
         if s.name in seen:

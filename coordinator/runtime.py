@@ -82,6 +82,7 @@ from coordinator.checkpoint_coordinator import (
 )
 from coordinator.clock import Clock, system_clock_ms
 from coordinator.committer import CommitPolicy, Committer, CommitterMetrics, commit_requests
+from coordinator.fanout import sink_names_unique
 from coordinator.faults import fault_point
 from coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from coordinator.lifecycle import PendingTransaction
@@ -372,13 +373,8 @@ class JobRuntime:
         fault: Callable[[str], None] = fault_point,
     ) -> None:
         self.job_id = job_id
-        self.sinks: dict[str, AnySink] = {}
-        for s in sinks:
-            if s.name in self.sinks:
-                raise ConfigError(
-                    f"sink name {s.name!r} is used twice in job {job_id!r}; names must be unique"
-                )
-            self.sinks[s.name] = s
+        sink_names_unique(sinks)
+        self.sinks: dict[str, AnySink] = {s.name: s for s in sinks}
         if storage.job_id != job_id:
             raise ConfigError(f"checkpoint storage of job {storage.job_id!r} given to job {job_id!r}")
         self.storage = storage
