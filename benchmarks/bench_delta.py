@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -133,15 +132,7 @@ def run() -> dict[str, Any]:
             "delta_spark": common.ratio(times, "twophase", "delta_spark"),
             "delta_spark_txn": common.ratio(times, "twophase", "delta_spark_txn"),
         },
-        "twophase_epoch_median": {
-            "epoch_ms": round(statistics.median(e.epoch_ms for e in epochs), 1),
-            "write_ms": round(statistics.median(e.write_ms for e in epochs), 1),
-            "persist_ms": round(statistics.median(e.persist_ms for e in epochs), 1),
-            "commit_ms": round(statistics.median(e.commit_ms for e in epochs), 1),
-            "coordinator_share": round(statistics.median(e.coordinator_share for e in epochs), 4),
-            "coordinator_share_range": f"{min(e.coordinator_share for e in epochs):.4f}–"
-            f"{max(e.coordinator_share for e in epochs):.4f}",
-        },
+        "twophase_epoch_median": common.epoch_summary(epochs),
     }
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -152,13 +151,7 @@ def run() -> dict[str, Any]:
             for w, t in times.items()
         },
         "ratio_2pc_over_spark_s3a": common.ratio(times, "twophase_s3", "spark_s3a"),
-        "twophase_epoch_median": {
-            "epoch_ms": round(statistics.median(e.epoch_ms for e in epochs), 1),
-            "write_ms": round(statistics.median(e.write_ms for e in epochs), 1),
-            "persist_ms": round(statistics.median(e.persist_ms for e in epochs), 1),
-            "commit_ms": round(statistics.median(e.commit_ms for e in epochs), 1),
-            "coordinator_share": round(statistics.median(e.coordinator_share for e in epochs), 4),
-        },
+        "twophase_epoch_median": common.epoch_summary(epochs),
     }
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from coordinator.spark.job import EpochMetrics
     from integration.services.s3 import S3Endpoint
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,19 @@ def summary(times_s: Sequence[float], rows: int | None = None) -> dict[str, Any]
         out["rows_per_s"] = int(rows / med)
         out["rows_per_s_range"] = f"{int(rows / max(times_s)):,}–{int(rows / min(times_s)):,}"
     return out
+
+
+def epoch_summary(epochs: Sequence[EpochMetrics]) -> dict[str, Any]:
+    """Medians of the 2PC job's epochs: times in ms and the coordinator's share (min–max too)."""
+    shares = [e.coordinator_share for e in epochs]
+    return {
+        "epoch_ms": round(statistics.median(e.epoch_ms for e in epochs), 1),
+        "write_ms": round(statistics.median(e.write_ms for e in epochs), 1),
+        "persist_ms": round(statistics.median(e.persist_ms for e in epochs), 1),
+        "commit_ms": round(statistics.median(e.commit_ms for e in epochs), 1),
+        "coordinator_share": round(statistics.median(shares), 4),
+        "coordinator_share_range": f"{min(shares):.4f}–{max(shares):.4f}",
+    }
 
 
 def ratio(times: Mapping[str, Sequence[float]], ours: str, theirs: str) -> dict[str, Any]:
