@@ -81,10 +81,18 @@ from coordinator.checkpoint_coordinator import (
     PendingCheckpoint,
 )
 from coordinator.clock import Clock, system_clock_ms
-from coordinator.committer import CommitPolicy, Committer, CommitterMetrics, commit_requests
+from coordinator.committer import (
+    CommitPolicy,
+    CommitRequest,
+    Committer,
+    CommitterMetrics,
+    commit_requests,
+    sink_concurrency,
+)
 from coordinator.fanout import sink_names_unique
 from coordinator.faults import fault_point
 from coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
+from coordinator.lanes import Lane, run_lanes
 from coordinator.lifecycle import PendingTransaction
 from coordinator.metadata import CheckpointKind, CheckpointMetadata
 from coordinator.restart import RestartStrategy, RestartTracker
@@ -583,6 +591,7 @@ class JobRuntime:
         recommitted = 0
         lost_before = self._committer.metrics.lost_ignored
         if meta is not None:
+            requests: list[CommitRequest] = []
             for name, snap in meta.sinks.items():
                 if name in fully_finished:
                     continue
@@ -600,9 +609,10 @@ class JobRuntime:
                 ]
                 txns.sort(key=lambda t: t.checkpoint_id)  # stable: metadata order within a checkpoint
                 # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order
-                for request in commit_requests(self.sinks, txns, recovery=True):
-                    self._committer.commit(request)
-                    recommitted += len(request.txns)
+                requests.extend(commit_requests(self.sinks, txns, recovery=True))
+            # the sinks recover concurrently (one lane each), see Committer.commit_all
+            self._committer.commit_all(requests)
+            recommitted = sum(len(r.txns) for r in requests)
         max_id = max(
             [self._max_triggered, *(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
         )
@@ -802,47 +812,64 @@ class JobRuntime:
                 )
                 self._max_triggered = pc.checkpoint_id
                 try:
-                    for name, p, n in handover:
-                        self._finish_in_process(pc, name, p, n)
+                    self._finish_in_process(pc, handover)
                 except Exception as e:
                     coord.abort_checkpoint(pc.checkpoint_id, f"handover of in-progress state failed: {e!r}")
                     raise
                 self._epochs_since_restore += 1
                 return Epoch(self, pc, num_partitions)
 
-    def _finish_in_process(
-        self, pc: PendingCheckpoint, name: str, partition: int, num_partitions: int
-    ) -> None:
-        """Turn (sink, partition)'s in-progress state into a committable of ``pc`` on the driver."""
-        sink = self.sinks[name]
-        assert isinstance(sink, InProgressSink)
+    def _finish_in_process(self, pc: PendingCheckpoint, subtasks: Sequence[tuple[str, int, int]]) -> None:
+        """Turn each ``(sink, partition, num_partitions)``'s in-progress state into a committable
+        of ``pc`` on the driver: the sinks concurrently, a sink's partitions up to its
+        ``commit_concurrency`` at once (the same driver-side clients as its commits). All are
+        acknowledged only if all succeed."""
         coord = self._coordinator()
-        ctx = WriterContext(
-            job_id=self.job_id,
-            sink_name=name,
-            checkpoint_id=pc.checkpoint_id,
-            partition=partition,
-            attempt=0,
-            num_partitions=max(num_partitions, partition + 1),
-            restored_state=coord.subtask(name, partition).in_progress_for(pc.checkpoint_id - 1),
-        )
-        txn = sink.begin_transaction(ctx)
-        try:
-            committable = sink.finish(txn)
-        except Exception:
+        finished: dict[tuple[str, int], Any] = {}
+
+        def finish_one(subtask: tuple[str, int, int]) -> None:
+            name, partition, num_partitions = subtask
+            sink = self.sinks[name]
+            assert isinstance(sink, InProgressSink)
+            ctx = WriterContext(
+                job_id=self.job_id,
+                sink_name=name,
+                checkpoint_id=pc.checkpoint_id,
+                partition=partition,
+                attempt=0,
+                num_partitions=max(num_partitions, partition + 1),
+                restored_state=coord.subtask(name, partition).in_progress_for(pc.checkpoint_id - 1),
+            )
+            txn = sink.begin_transaction(ctx)
             try:
-                sink.abort_open(txn)
+                finished[(name, partition)] = sink.finish(txn)
             except Exception:
-                log.exception("abort_open failed job=%s sink=%s partition=%d", self.job_id, name, partition)
-            raise
-        coord.acknowledge(
-            pc.checkpoint_id, name, partition, 0, [] if committable is None else [committable], None, 0
-        )
-        log.info(
-            "in-progress state finished on the driver job=%s sink=%s checkpoint=%d partition=%d",
-            self.job_id, name, pc.checkpoint_id, partition,
-            extra={"job": self.job_id, "sink": name, "checkpoint": pc.checkpoint_id, "partition": partition},
-        )  # fmt: skip
+                try:
+                    sink.abort_open(txn)
+                except Exception:
+                    log.exception(
+                        "abort_open failed job=%s sink=%s partition=%d", self.job_id, name, partition
+                    )
+                raise
+
+        by_sink: dict[str, list[tuple[str, int, int]]] = {}
+        for subtask in subtasks:
+            by_sink.setdefault(subtask[0], []).append(subtask)
+        lanes = [
+            Lane(name, tuple(group), min(sink_concurrency(self.sinks[name]), len(group)))
+            for name, group in by_sink.items()
+        ]
+        run_lanes(lanes, finish_one, thread_prefix=f"finish-{self.job_id}")
+        for (name, partition), committable in sorted(finished.items()):
+            coord.acknowledge(
+                pc.checkpoint_id, name, partition, 0, [] if committable is None else [committable], None, 0
+            )
+            log.info(
+                "in-progress state finished on the driver job=%s sink=%s checkpoint=%d partition=%d",
+                self.job_id, name, pc.checkpoint_id, partition,
+                extra={"job": self.job_id, "sink": name, "checkpoint": pc.checkpoint_id,
+                       "partition": partition},
+            )  # fmt: skip
 
     def complete_epoch(
         self, epoch: Epoch, *, notify: bool = True, abort_lingering: bool | None = None
@@ -1006,9 +1033,9 @@ class JobRuntime:
             end_of_input=True,
         )
         self._max_triggered = pc.checkpoint_id
-        for name, parts in participants.items():
-            for p in parts:
-                self._finish_in_process(pc, name, p, coord.parallelism.get(name, p + 1))
+        self._finish_in_process(
+            pc, [(n, p, coord.parallelism.get(n, p + 1)) for n, parts in participants.items() for p in parts]
+        )
         self._fault(fault)
         metrics = self._complete(pc.checkpoint_id, notify=True, abort_lingering=False)
         self._committer.drain(self.config.commit_drain_timeout_s)
@@ -1123,8 +1150,13 @@ class JobRuntime:
         # a published checkpoint promised its transactions: commit them before deleting it
         if coord is not None:
             committer = self._new_committer()
-            for request in commit_requests(self.sinks, coord.uncommitted_transactions()):
-                committer.commit(request, cancellable=False)
+            done: list[CommitRequest] = []
+            committer.commit_all(
+                commit_requests(self.sinks, coord.uncommitted_transactions()),
+                cancellable=False,
+                on_done=done.append,
+            )
+            for request in done:
                 for t in request.txns:
                     coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
             self._past_committer_metrics.append(committer.metrics)

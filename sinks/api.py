@@ -50,11 +50,17 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
             Kafka's pooled transactional ids: a speculative attempt's ``init_transactions`` fences
             the first attempt's pre-committed transaction). The runtime then refuses to run with
             Spark speculation on.
+        commit_concurrency: how many ``commit`` / ``recover_and_commit`` calls of this sink, each
+            on a different committable, the driver may run at once (≥ 1; 1: one at a time). Only
+            sinks whose commits are independent of each other and whose driver-side clients are
+            thread-safe raise it. It never applies to a :class:`CheckpointCommitSink`, whose
+            checkpoints are committed one after another, in checkpoint order.
     """
 
     name: str
     codec: CommittableCodec[COMM]
     speculation_safe: bool = True
+    commit_concurrency: int = 1
 
     # --- executor side -------------------------------------------------------------------------
 

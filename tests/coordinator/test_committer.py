@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import pytest
 
 from coordinator.clock import ManualClock
-from coordinator.committer import CommitPolicy, CommitRequest, Committer
-from coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_lanes
+from coordinator.fakes import FakeCheckpointSink, FakeCommittable, FakeExternalSystem, FakeSink
 from coordinator.lifecycle import PendingTransaction
 from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
 from sinks.outcome import CommitOutcome
@@ -199,3 +200,102 @@ def test_bad_policy_is_a_config_error() -> None:
         CommitPolicy(timeout_warning_ratio=1.5)
     with pytest.raises(ConfigError):
         CommitPolicy(initial_backoff_ms=10, max_backoff_ms=1)
+
+
+def _pending(
+    system: FakeExternalSystem, sink: str, txn_id: str, checkpoint: int = 1
+) -> PendingTransaction[Any]:
+    system.begin(txn_id, "job", sink, checkpoint)
+    system.prepared[txn_id] = [*system.open.pop(txn_id), txn_id]
+    return PendingTransaction(sink, 0, 0, checkpoint, FakeCommittable(txn_id, checkpoint, 0, 1), 0)
+
+
+def test_commit_lanes_one_per_sink_in_order_with_the_sinks_concurrency() -> None:
+    system = FakeExternalSystem()
+    a, b, d = FakeSink("a", system), FakeSink("b", system), FakeCheckpointSink("d", system)
+    b.commit_concurrency = 4
+    d.commit_concurrency = 4  # ignored: checkpoints commit one after another
+    reqs = [
+        CommitRequest(a, _pending(system, "a", "a1")),
+        CommitRequest(b, _pending(system, "b", "b1")),
+        CommitRequest(d, _pending(system, "d", "d1", 1)),
+        CommitRequest(a, _pending(system, "a", "a2")),
+        CommitRequest(d, _pending(system, "d", "d2", 2)),
+        CommitRequest(b, _pending(system, "b", "b2")),
+    ]
+    lanes = commit_lanes(reqs)
+    assert [(ln.name, ln.parallelism) for ln in lanes] == [("a", 1), ("b", 2), ("d", 1)]
+    assert [[r.txn.committable.txn_id for r in ln.items] for ln in lanes] == [
+        ["a1", "a2"],
+        ["b1", "b2"],
+        ["d1", "d2"],
+    ]
+    assert commit_lanes([]) == []
+    a.commit_concurrency = 0
+    with pytest.raises(ConfigError, match="commit_concurrency"):
+        commit_lanes(reqs)
+
+
+def _overlap_sink(name: str, system: FakeExternalSystem, parties: int) -> tuple[FakeSink, list[str]]:
+    """A sink whose commits wait until ``parties`` commits run at the same time (or 5 s)."""
+    barrier = threading.Barrier(parties, timeout=5)
+    seen: list[str] = []
+
+    class Overlapping(FakeSink):
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            try:
+                barrier.wait()
+                seen.append("together")
+            except threading.BrokenBarrierError:
+                seen.append("alone")
+            return super().commit(committable)
+
+    return Overlapping(name, system), seen
+
+
+def test_commit_all_runs_sinks_and_independent_committables_concurrently() -> None:
+    system = FakeExternalSystem()
+    s3like, seen = _overlap_sink("s", system, parties=3)
+    s3like.commit_concurrency = 3
+    reqs = [CommitRequest(s3like, _pending(system, "s", f"s{i}")) for i in range(3)]
+    done: list[CommitRequest] = []
+    committer().commit_all(reqs, on_done=done.append)
+    assert seen == ["together"] * 3  # all three were in commit() at once
+    assert set(system.committed) == {"s0", "s1", "s2"}
+    assert {r.txn.committable.txn_id for r in done} == {"s0", "s1", "s2"}
+
+    # two sinks of parallelism 1 (one lane each): their commits run at the same time
+    system = FakeExternalSystem()
+    barrier = threading.Barrier(2, timeout=5)
+    together: list[str] = []
+
+    class Lane(FakeSink):
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            barrier.wait()
+            together.append(committable.txn_id)
+            return super().commit(committable)
+
+    x, y = Lane("x", system), Lane("y", system)
+    committer().commit_all(
+        [CommitRequest(x, _pending(system, "x", "x1")), CommitRequest(y, _pending(system, "y", "y1"))]
+    )
+    assert sorted(together) == ["x1", "y1"]
+
+
+def test_commit_all_keeps_a_sinks_order_and_stops_after_an_error() -> None:
+    system = FakeExternalSystem()
+    d = FakeCheckpointSink("d", system)
+    k = FakeSink("k", system)
+    reqs = [
+        CommitRequest(d, _pending(system, "d", "d1", 1)),
+        CommitRequest(k, _pending(system, "k", "k1", 1)),
+        CommitRequest(d, _pending(system, "d", "d2", 2)),
+        CommitRequest(d, _pending(system, "d", "d3", 3)),
+    ]
+    system.scripted_checkpoints[("d", 2)].append(CommitOutcome.FATAL)
+    with pytest.raises(CommitFailedError, match="FATAL"):
+        committer(CommitPolicy(max_attempts=1)).commit_all(reqs)
+    assert [c.checkpoint_id for c in system.checkpoint_calls] == [1, 2]  # 3 never before 2
+    assert "d3" not in system.committed and "d3" in system.prepared  # left for recovery
+    assert "k1" not in system.aborted  # the other lane committed it or left it pre-committed
+    assert system.violations == []
