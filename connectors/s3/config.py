@@ -27,6 +27,9 @@ MAX_PART_BYTES = 5 * 1024 * MiB
 MAX_PARTS = 10_000
 """S3's maximum number of parts in one multipart upload."""
 
+MAX_UPLOADS_IN_FLIGHT = 16
+"""Upper bound of ``S3SinkConfig.uploads_in_flight`` (each is a part held in memory)."""
+
 STORAGE_CLASSES = frozenset(
     {
         "STANDARD",
@@ -136,6 +139,9 @@ class S3SinkConfig:
             columns of the batch are ignored. ``None`` = every column. Non-empty, distinct names.
         part_size_bytes: size of the multipart upload parts (bytes, 5 MiB..5 GiB); also the memory
             buffered per open file.
+        uploads_in_flight: parts of one open file uploaded in the background while encoding goes
+            on (threads of the subtask, 0..16; 0 = every part uploaded synchronously). Memory per
+            open file grows by up to this many parts; pre-commit waits for all of them.
         rolling: the rolling policy (row formats; Parquet uses only ``max_file_bytes``).
         max_open_files: per subtask; opening one more rolls the least recently written file.
         parquet_compression: Parquet codec (``none``, ``snappy``, ``gzip``, ``brotli``, ``lz4``, ``zstd``).
@@ -167,6 +173,7 @@ class S3SinkConfig:
     partition_by: tuple[str, ...] = ()
     columns: tuple[str, ...] | None = None
     part_size_bytes: int = 8 * MiB
+    uploads_in_flight: int = 2
     rolling: RollingPolicy = field(default_factory=RollingPolicy)
     max_open_files: int = 64
     parquet_compression: str = "snappy"
@@ -214,6 +221,10 @@ class S3SinkConfig:
             raise ConfigError(
                 f"part_size_bytes must be within {MIN_PART_BYTES}..{MAX_PART_BYTES} (S3 limits), "
                 f"got {self.part_size_bytes}"
+            )
+        if not 0 <= self.uploads_in_flight <= MAX_UPLOADS_IN_FLIGHT:
+            raise ConfigError(
+                f"uploads_in_flight must be within 0..{MAX_UPLOADS_IN_FLIGHT}, got {self.uploads_in_flight}"
             )
         if not isinstance(self.rolling, RollingPolicy):
             raise ConfigError("rolling must be a RollingPolicy")

@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,7 +36,6 @@ from connectors.s3.committable import (
     InProgressState,
     PendingFile,
     S3Committable,
-    UploadedPart,
 )
 from connectors.s3.config import S3SinkConfig
 from connectors.s3.formats import (
@@ -46,6 +46,7 @@ from connectors.s3.formats import (
     project_batch,
     validate_schema,
 )
+from connectors.s3.part_uploads import PartUploads
 from connectors.s3.rolling import (
     FileStats,
     TailAction,
@@ -139,6 +140,7 @@ class OpenFile:
         opened_at_ms: int,
         restored: InProgressFile | None = None,
         tail: bytes = b"",
+        pool: ThreadPoolExecutor | None = None,
     ) -> None:
         self.ops = ops
         self.config = config
@@ -147,7 +149,9 @@ class OpenFile:
         self.token = token
         self.file_id = file_id
         self.upload_id = upload_id
-        self.parts: list[UploadedPart] = list(restored.parts) if restored else []
+        self.parts = PartUploads(
+            ops, key, upload_id, restored.parts if restored else (), pool, max(1, config.uploads_in_flight)
+        )
         self.record_count = restored.record_count if restored else 0
         self.opened_at_ms = restored.opened_at_ms if restored else opened_at_ms
         self.last_write_ms = restored.last_write_ms if restored else opened_at_ms
@@ -160,15 +164,11 @@ class OpenFile:
         self.tails_written: list[str] = []
         """Tail objects written by this task (deleted by ``abort_open``)."""
 
-    @property
-    def uploaded_bytes(self) -> int:
-        return sum(p.size for p in self.parts)
-
     def stats(self) -> FileStats:
         """The rolling policy's view of this file."""
         return FileStats(
             byte_count=self.buffer.tell(),
-            parts_used=self.parts[-1].number if self.parts else 0,
+            parts_used=self.parts.last_number,
             opened_at_ms=self.opened_at_ms,
             last_write_ms=self.last_write_ms,
         )
@@ -185,22 +185,22 @@ class OpenFile:
             self._upload(self.buffer.drain(self.config.part_size_bytes))
 
     def _upload(self, data: bytes) -> None:
-        number = self.parts[-1].number + 1 if self.parts else 1
-        self.parts.append(self.ops.upload_part(self.key, self.upload_id, number, data))
+        self.parts.add(data)
 
     def close(self) -> PendingFile:
         """End the file (Parquet footer), upload the last part; return it pending completion."""
         self.encoder.close()
         self._upload_full_parts()
         rest = self.buffer.drain_all()
-        if rest or not self.parts:
+        if rest or not self.parts.last_number:
             self._upload(rest)
+        parts = self.parts.wait()
         return PendingFile(
             bucket=self.config.bucket,
             key=self.key,
             upload_id=self.upload_id,
-            parts=tuple(self.parts),
-            byte_count=self.uploaded_bytes,
+            parts=parts,
+            byte_count=self.parts.byte_count,
             record_count=self.record_count,
             tail_prefix=naming.tail_prefix(self.config.prefix, self.token, self.file_id)
             if self.has_tails
@@ -226,14 +226,15 @@ class OpenFile:
             self.ops.put_object(tail_key, rest)
             self.tails_written.append(tail_key)
             self.has_tails = True
+        parts = self.parts.wait()
         return InProgressFile(
             partition_path=self.partition_path,
             bucket=self.config.bucket,
             key=self.key,
             file_id=self.file_id,
             upload_id=self.upload_id,
-            parts=tuple(self.parts),
-            uploaded_bytes=self.uploaded_bytes,
+            parts=parts,
+            uploaded_bytes=self.parts.byte_count,
             tail_key=tail_key,
             tail_size=len(rest) if tail_key else 0,
             record_count=self.record_count,
@@ -283,6 +284,7 @@ class S3Transaction:
         """Upload id → key of every upload this transaction created (``abort_open`` aborts them)."""
         self.file_schema: pa.Schema | None = None
         self.records = 0
+        self._upload_pool: ThreadPoolExecutor | None = None
         if ctx.restored_state is not None:
             if not config.file_format.spans_checkpoints:
                 raise ConfigError(
@@ -313,6 +315,22 @@ class S3Transaction:
             raise IllegalTransitionError("S3Transaction", self.state.name, name)
         if target is not None:
             self.state = target
+
+    def _pool(self) -> ThreadPoolExecutor | None:
+        """The subtask's part-upload threads (created at the first file), or None: synchronous."""
+        if self.config.uploads_in_flight == 0:
+            return None
+        if self._upload_pool is None:
+            self._upload_pool = ThreadPoolExecutor(
+                self.config.uploads_in_flight, thread_name_prefix=f"s3-parts-{self.ctx.partition}"
+            )
+        return self._upload_pool
+
+    def _release_pool(self) -> None:
+        # every file's uploads were waited for (or settled) before this
+        pool, self._upload_pool = self._upload_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _log(self, msg: str, **fields: object) -> None:
         if log.isEnabledFor(logging.DEBUG):
@@ -382,6 +400,7 @@ class S3Transaction:
             upload_id=upload_id,
             encoder_schema=self.file_schema,
             opened_at_ms=now,
+            pool=self._pool(),
         )
 
     def _resume(self, restored: InProgressFile, now: int) -> OpenFile:
@@ -402,6 +421,7 @@ class S3Transaction:
             opened_at_ms=now,
             restored=restored,
             tail=tail,
+            pool=self._pool(),
         )
 
     def _roll(self, path: str) -> None:
@@ -430,6 +450,8 @@ class S3Transaction:
         for path in list(self.restored):
             if should_roll_on_checkpoint(_restored_stats(self.restored[path]), policy, fmt, now):
                 self._roll_restored(path)
+        if not self.files:
+            self._release_pool()
         return self._committable()
 
     def snapshot_in_progress(self) -> JsonObject | None:
@@ -439,6 +461,7 @@ class S3Transaction:
         self.tails_written.extend(t for f in self.files.values() for t in f.tails_written)
         entries.extend(self.restored.values())
         self.files.clear()
+        self._release_pool()
         if not entries:
             return None
         return IN_PROGRESS_CODEC.to_json(InProgressState(files=tuple(entries)))
@@ -450,6 +473,7 @@ class S3Transaction:
             self._roll(path)
         for path in list(self.restored):
             self._roll_restored(path)
+        self._release_pool()
         return self._committable()
 
     def abort_open(self) -> None:
@@ -462,6 +486,9 @@ class S3Transaction:
             return
         self.state = TxnState.ABORTED
         tails = self.tails_written + [t for f in self.files.values() for t in f.tails_written]
+        for f in self.files.values():
+            f.parts.settle()  # a part still uploading could outlive the abort
+        self._release_pool()
         self.files.clear()
         self.rolled.clear()
         for upload_id, key in self.created.items():

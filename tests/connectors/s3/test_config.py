@@ -59,6 +59,8 @@ def test_pass_through_put_arguments() -> None:
         ({"format": "avro"}, "unknown S3 file format"),
         ({"part_size_bytes": 5 * 1024 * 1024 - 1}, "part_size_bytes"),
         ({"part_size_bytes": 6 * 1024**3}, "part_size_bytes"),
+        ({"uploads_in_flight": -1}, "uploads_in_flight"),
+        ({"uploads_in_flight": 17}, "uploads_in_flight"),
         ({"partition_by": ("a", "a")}, "partition_by"),
         ({"partition_by": "a"}, "partition_by"),
         ({"max_open_files": 0}, "max_open_files"),

@@ -469,7 +469,19 @@ def test_vanished_tail_or_upload_is_loud(fake: Any, make_sink: MakeSink) -> None
     fake.uploads.clear()
     txn = big.begin_transaction(ctx(2, state=state))
     with pytest.raises(TransactionLostError, match="vanished"):
+        # parts upload in the background: the error surfaces at the latest when the file's state
+        # is taken (snapshot), before the subtask acknowledges the checkpoint
         big.write(txn, pa.record_batch({"v": ["z" * (6 * MiB)]}))
+        big.pre_commit(txn)
+        big.snapshot_in_progress(txn)
+    sync = make_sink(
+        format="jsonl", json_column="v", part_size_bytes=5 * MiB, rolling=NEVER_ROLL, uploads_in_flight=0
+    )
+    _, state = run_epoch(sync, 1, lines(0, 1), None)
+    fake.uploads.clear()
+    txn = sync.begin_transaction(ctx(2, state=state))
+    with pytest.raises(TransactionLostError, match="vanished"):
+        sync.write(txn, pa.record_batch({"v": ["z" * (6 * MiB)]}))
 
 
 def test_pending_file_invariants() -> None:
