@@ -69,29 +69,51 @@ class TxnState(enum.Enum):
 
 
 class ProducerStatistics:
-    """``stats_cb`` target: the latest ``eos`` object and the partitions that have messages.
+    """``stats_cb`` target: the latest statistics, parsed only when read.
+
+    librdkafka emits statistics every ``statistics.interval.ms`` while the writer produces; only
+    the ones read at open and after the final flush matter, so the callback keeps the raw JSON
+    and parsing (which grows with the number of partitions) happens on access.
 
     Attributes:
         emitted: statistics received so far (each ``poll`` may deliver some).
-        eos: the latest ``eos`` object (``producer_id``, ``producer_epoch``, ``txn_state``, …).
-        partitions: ``(topic, partition)`` with ``txmsgs > 0`` in the latest statistics.
     """
 
     def __init__(self) -> None:
         self.emitted = 0
-        self.eos: dict[str, Any] = {}
-        self.partitions: set[tuple[str, int]] = set()
+        self._raw = "{}"
+        self._parsed_at = 0
+        self._eos: dict[str, Any] = {}
+        self._partitions: set[tuple[str, int]] = set()
 
     def __call__(self, stats_json: str) -> None:
-        stats = json.loads(stats_json)
-        self.eos = dict(stats.get("eos") or {})
-        self.partitions = {
+        self._raw = stats_json
+        self.emitted += 1
+
+    def _parse(self) -> None:
+        if self._parsed_at == self.emitted:
+            return
+        stats = json.loads(self._raw)
+        self._eos = dict(stats.get("eos") or {})
+        self._partitions = {
             (topic, int(p))
             for topic, t in (stats.get("topics") or {}).items()
             for p, part in (t.get("partitions") or {}).items()
             if p != "-1" and part.get("txmsgs", 0) > 0
         }
-        self.emitted += 1
+        self._parsed_at = self.emitted
+
+    @property
+    def eos(self) -> dict[str, Any]:
+        """The latest ``eos`` object (``producer_id``, ``producer_epoch``, ``txn_state``, …)."""
+        self._parse()
+        return self._eos
+
+    @property
+    def partitions(self) -> set[tuple[str, int]]:
+        """``(topic, partition)`` with ``txmsgs > 0`` in the latest statistics."""
+        self._parse()
+        return self._partitions
 
     def producer_id_and_epoch(self) -> tuple[int, int] | None:
         """``(producer_id, producer_epoch)`` once the idempotent producer has an id, else ``None``."""

@@ -34,6 +34,14 @@ def test_partitions_with_transmitted_messages() -> None:
     assert s.partitions == {("t", 0), ("t", 2), ("u", 0)}
 
 
+def test_statistics_are_parsed_only_when_read() -> None:
+    s = ProducerStatistics()
+    for _ in range(3):
+        s("not json: never parsed, only kept until the next one")
+    s(stats({"idemp_state": "Assigned", "producer_id": 7, "producer_epoch": 1}))
+    assert s.emitted == 4 and s.producer_id_and_epoch() == (7, 1)
+
+
 class Msg:
     def topic(self) -> str:
         return "t"
