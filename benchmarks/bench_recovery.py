@@ -18,7 +18,11 @@ Per connector and round:
    (Kafka: a ``read_committed`` consumer counts ``TRANSACTIONS × ROWS_PER_TXN`` records; S3:
    ``TRANSACTIONS`` objects exist and no multipart upload is left under the prefix).
 
-Reported: restore ms median (min–max) over ``ROUNDS`` rounds and per-transaction ms.
+A sink whose default ``commit_concurrency`` is above 1 (S3: several driver threads commit its
+committables) is restored twice per round, each time from a fresh preparation: with the default
+and with ``commit_concurrency = 1`` (one after another, as before 2026-11-22); the order
+alternates per round. Reported per connector and mode: restore ms median (min–max) over
+``ROUNDS`` rounds, per-transaction ms, and the default's speed-up over one at a time.
 ``python -m benchmarks.bench_recovery``; Kafka and MinIO from the environment or started here.
 """
 
@@ -93,11 +97,13 @@ def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
     sink.close()
 
 
-def _restore(make_sink: Callable[[], Any], job_id: str, chk: Path) -> float:
+def _restore(make_sink: Callable[[], Any], job_id: str, chk: Path, concurrency: int) -> float:
     from coordinator.runtime import JobRuntime
     from coordinator.storage import open_storage
 
-    rt = JobRuntime(job_id, [make_sink()], open_storage(str(chk), job_id))
+    sink = make_sink()
+    sink.commit_concurrency = concurrency
+    rt = JobRuntime(job_id, [sink], open_storage(str(chk), job_id))
     start = time.perf_counter()
     result = rt.restore()
     elapsed = (time.perf_counter() - start) * 1000.0
@@ -137,15 +143,32 @@ def _count_committed(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def _summary(times_ms: list[float]) -> dict[str, Any]:
-    med = statistics.median(times_ms)
-    return {
-        "transactions": TRANSACTIONS,
-        "restore_ms": round(med, 1),
-        "restore_range_ms": f"{min(times_ms):.1f}–{max(times_ms):.1f}",
-        "per_transaction_ms": round(med / TRANSACTIONS, 3),
-        "n": len(times_ms),
-    }
+def _modes(default_concurrency: int, round_no: int) -> list[tuple[str, int]]:
+    """``(mode, commit_concurrency)`` to run in this round: the sink's default, and one at a time
+    when the default differs; the order alternates per round."""
+    modes = [("default", default_concurrency)]
+    if default_concurrency > 1:
+        modes.append(("one_at_a_time", 1))
+    return modes if round_no % 2 == 0 else modes[::-1]
+
+
+def _summary(connector: str, times_ms: dict[str, list[float]], concurrency: int) -> dict[str, Any]:
+    """One row per mode, ``<connector> (<mode>)``."""
+    out: dict[str, Any] = {}
+    for mode, times in times_ms.items():
+        med = statistics.median(times)
+        row: dict[str, Any] = {
+            "transactions": TRANSACTIONS,
+            "commit_concurrency": concurrency if mode == "default" else 1,
+            "restore_ms": round(med, 1),
+            "restore_range_ms": f"{min(times):.1f}–{max(times):.1f}",
+            "per_transaction_ms": round(med / TRANSACTIONS, 3),
+            "n": len(times),
+        }
+        if mode == "default" and "one_at_a_time" in times_ms:
+            row["speedup_vs_one_at_a_time"] = round(statistics.median(times_ms["one_at_a_time"]) / med, 2)
+        out[f"{connector} ({mode})"] = row
+    return out
 
 
 def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
@@ -155,11 +178,12 @@ def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
     from connectors.kafka import KafkaSink, KafkaSinkConfig
     from integration.services import kafka_service
 
-    times: list[float] = []
+    times: dict[str, list[float]] = {}
+    default = KafkaSink.commit_concurrency
     with kafka_service() as bootstrap:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         try:
-            for _ in range(rounds):
+            for mode, concurrency in (m for r in range(rounds) for m in _modes(default, r)):
                 run_id = uuid.uuid4().hex[:8]
                 topic = f"bench-recovery-{run_id}"
                 admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1)])
@@ -177,24 +201,25 @@ def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
 
                 job = f"bench-recovery-kafka-{run_id}"
                 _prepare(sink, job, scratch / "kafka")
-                times.append(_restore(sink, job, scratch / "kafka"))
+                times.setdefault(mode, []).append(_restore(sink, job, scratch / "kafka", concurrency))
                 committed = _count_committed(bootstrap, topic)
                 assert committed == TRANSACTIONS * ROWS_PER_TXN, committed
                 admin.delete_topics([topic])
         finally:
             admin.close()
-    return _summary(times)
+    return _summary("kafka_transactions", times, default)
 
 
 def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
     from connectors.s3 import S3Sink
     from integration.services import s3_service
 
-    times: list[float] = []
+    times: dict[str, list[float]] = {}
     with s3_service() as endpoint:
         endpoint.ensure_bucket(BUCKET)
         client = endpoint.boto3_client()
-        for _ in range(rounds):
+        default = S3Sink("probe", endpoint.sink_config(bucket=BUCKET, prefix="probe")).commit_concurrency
+        for mode, concurrency in (m for r in range(rounds) for m in _modes(default, r)):
             run_id = uuid.uuid4().hex[:8]
             prefix = f"recovery-{run_id}"
 
@@ -213,7 +238,7 @@ def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
             uploads = client.list_multipart_uploads(Bucket=BUCKET, MaxUploads=1000)
             pending = [u for u in uploads.get("Uploads", []) if u["Key"].startswith(prefix + "/")]
             assert len(pending) == TRANSACTIONS or uploads.get("IsTruncated"), len(pending)
-            times.append(_restore(sink, job, scratch / "s3"))
+            times.setdefault(mode, []).append(_restore(sink, job, scratch / "s3", concurrency))
             keys = [
                 o["Key"]
                 for page in client.get_paginator("list_objects_v2").paginate(
@@ -228,7 +253,7 @@ def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
                 client.delete_objects(
                     Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
                 )
-    return _summary(times)
+    return _summary("s3_multipart_uploads", times, default)
 
 
 def run() -> dict[str, Any]:
@@ -237,10 +262,7 @@ def run() -> dict[str, Any]:
     env = common.machine()
     scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-recovery-"))
     try:
-        results = {
-            "kafka_transactions": _kafka(rounds, scratch),
-            "s3_multipart_uploads": _s3(rounds, scratch),
-        }
+        results = {**_kafka(rounds, scratch), **_s3(rounds, scratch)}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return {"rows_per_transaction": ROWS_PER_TXN, "rounds": rounds, **env, "restore": results}

@@ -8,6 +8,8 @@ Same data, same MinIO, same ``local[2]`` Spark session, measured side by side in
   (each task streams its Parquet file into a multipart upload, 8 MiB parts, snappy; pre-commit =
   the last part), the checkpoint published (local checkpoint directory), CompleteMultipartUpload
   for every file on the driver, then the final checkpoint; the job is FINISHED when it returns;
+- ``twophase_s3_sync_parts``: the same with ``uploads_in_flight=0``: every part uploaded
+  synchronously by the task, as before 2026-11-22 (isolates the background part uploads);
 - ``arrow_to_python``: ``mapInArrow`` with a function that only counts the rows — no sink: what
   handing the data from the JVM to a Python worker as Arrow costs, the floor under any Python sink.
 
@@ -88,12 +90,8 @@ def run() -> dict[str, Any]:
                 .withColumn("s", F.concat(F.lit("row-"), F.col("id").cast("string")))
             )
 
-            def config(prefix: str) -> S3SinkConfig:
-                return endpoint.sink_config(
-                    bucket=BUCKET,
-                    prefix=prefix,
-                    format="parquet",
-                )
+            def config(prefix: str, **fields: Any) -> S3SinkConfig:
+                return endpoint.sink_config(bucket=BUCKET, prefix=prefix, format="parquet", **fields)
 
             def twophase(r: int) -> object:
                 sink = S3Sink("s3", config(f"twophase-{run_id}-{r}"))
@@ -101,6 +99,13 @@ def run() -> dict[str, Any]:
                 assert result.state is JobState.FINISHED, result.state
                 assert result.epochs[0].records == rows_n
                 epochs.append(result.epochs[0])
+                return result
+
+            def twophase_sync_parts(r: int) -> object:
+                sink = S3Sink("s3", config(f"sync-{run_id}-{r}", uploads_in_flight=0))
+                result = Job(spark, f"bench-s3-sync-{run_id}-{r}", str(scratch / "chk")).sink(sink).write(df)
+                assert result.state is JobState.FINISHED, result.state
+                assert result.epochs[0].records == rows_n
                 return result
 
             def spark_s3a(r: int) -> object:
@@ -112,7 +117,7 @@ def run() -> dict[str, Any]:
                 assert sum(a["records"] for a in acks) == rows_n
                 return None
 
-            prefixes = {"twophase_s3": "twophase", "spark_s3a": "spark"}
+            prefixes = {"twophase_s3": "twophase", "twophase_s3_sync_parts": "sync", "spark_s3a": "spark"}
 
             def check(writer: str, r: int, _: object) -> None:
                 if writer not in prefixes:
@@ -130,7 +135,12 @@ def run() -> dict[str, Any]:
             Job(spark, f"bench-s3-warmup-{run_id}", str(scratch / "chk")).sink(
                 S3Sink("s3", config(f"warmup-{run_id}-2pc"))
             ).write(small)
-            writers = {"twophase_s3": twophase, "spark_s3a": spark_s3a, "arrow_to_python": arrow_to_python}
+            writers = {
+                "twophase_s3": twophase,
+                "twophase_s3_sync_parts": twophase_sync_parts,
+                "spark_s3a": spark_s3a,
+                "arrow_to_python": arrow_to_python,
+            }
             times = common.side_by_side(writers, rounds, check)
             _delete_prefix(client, BUCKET, f"warmup-{run_id}")
         finally:
@@ -151,6 +161,8 @@ def run() -> dict[str, Any]:
             for w, t in times.items()
         },
         "ratio_2pc_over_spark_s3a": common.ratio(times, "twophase_s3", "spark_s3a"),
+        "ratio_sync_parts_over_spark_s3a": common.ratio(times, "twophase_s3_sync_parts", "spark_s3a"),
+        "ratio_2pc_over_sync_parts": common.ratio(times, "twophase_s3", "twophase_s3_sync_parts"),
         "twophase_epoch_median": common.epoch_summary(epochs),
     }
 
