@@ -513,12 +513,18 @@ class Committer:
         self._executor.submit(self._run_async, list(requests))
 
     def _run(self, requests: Sequence[CommitRequest]) -> None:
-        # The first request alone, so that mid_commit means "some committed, some not".
-        self.commit(requests[0])
-        self._done.put(requests[0])
-        if len(requests) > 1:
-            self._fault("mid_commit")
-            self.commit_all(requests[1:], on_done=self._done.put)
+        fired = threading.Event()
+        fire_lock = threading.Lock()
+
+        def done(r: CommitRequest) -> None:
+            self._done.put(r)
+            # mid_commit: once the first of several requests committed, whatever else is in flight
+            with fire_lock:
+                if len(requests) > 1 and not fired.is_set():
+                    fired.set()
+                    self._fault("mid_commit")
+
+        self.commit_all(requests, on_done=done)
 
     def commit_all(
         self,

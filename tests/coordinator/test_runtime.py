@@ -12,7 +12,7 @@ import pytest
 
 from coordinator.checkpoint_coordinator import CheckpointConfig
 from coordinator.committer import CommitPolicy
-from coordinator.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
+from coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeInProgressSink, FakeSink, FakeTxn
 from coordinator.faults import POINTS
 from coordinator.harness import TwoPhaseHarness, batch
 from coordinator.job_lifecycle import JobState
@@ -89,6 +89,29 @@ def test_k_sinks_finishing_share_exactly_one_final_checkpoint() -> None:
     for s in ("k1", "k2", "f1", "f2"):
         assert records_of(system, s) == expected([1])
     assert system.lingering() == set()
+
+
+def test_final_checkpoint_finishes_and_commits_the_sinks_concurrently() -> None:
+    # Both sinks' in-progress files are finished on the driver and committed; each step of one
+    # sink waits until the other sink is in the same step: only concurrent lanes get through.
+    system = FakeExternalSystem()
+    finishing, committing = threading.Barrier(2, timeout=5), threading.Barrier(2, timeout=5)
+
+    class Meeting(FakeInProgressSink):
+        def finish(self, txn: FakeTxn) -> FakeCommittable | None:
+            finishing.wait()
+            return super().finish(txn)
+
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            committing.wait()
+            return super().commit(committable)
+
+    h = TwoPhaseHarness([Meeting("f1", system, roll_records=3), Meeting("f2", system, roll_records=3)])
+    h.restore()
+    h.write_epoch(data(1, parts=1))  # one in-progress file per sink
+    h.runtime.finish()
+    assert records_of(system, "f1") == records_of(system, "f2") == expected([1], parts=1)
+    assert system.lingering() == set() and system.violations == []
 
 
 def test_batch_mode_one_epoch_then_final_checkpoint() -> None:
