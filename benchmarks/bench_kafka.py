@@ -9,6 +9,9 @@ end to end (wall clock, the Spark plan is recomputed by each: read Parquet, JSON
 - ``twophase``: ``Job(spark, name, checkpoint_dir).sink(KafkaSink(...)).write(df)`` — one epoch
   (one transactional producer per Spark partition, pre-commit, checkpoint, EndTxn from the
   driver), then the final checkpoint; the job is FINISHED when it returns;
+- ``twophase_stats_100ms``: the same with ``statistics_interval_ms=100``, the default before
+  2026-11-22 (the writer waits for statistics after opening and after the final flush: this
+  isolates that fixed cost per task);
 - ``spark_kafka``: ``df.write.format("kafka")`` — Spark's own sink (Java producer, at-least-once);
 - ``plain_confluent``: ``mapInArrow`` with one plain, NON-transactional confluent-kafka producer per
   partition (idempotent, ``acks=all``, librdkafka's defaults otherwise — exactly the producer
@@ -134,6 +137,17 @@ def run() -> dict[str, Any]:
             )
             return result
 
+        def twophase_stats_100ms(r: int) -> object:
+            config = KafkaSinkConfig(
+                bootstrap_servers=bootstrap,
+                topic=topic("twophase_stats_100ms", r),
+                statistics_interval_ms=100,
+            )
+            job = Job(spark, f"bench-kafka-s100-{run_id}-{r}", str(scratch / "chk"))
+            result = job.sink(KafkaSink("kafka", config)).write(df)
+            assert result.state is JobState.FINISHED and result.epochs[0].records == rows
+            return result
+
         def spark_kafka(r: int) -> object:
             df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
                 "topic", topic("spark_kafka", r)
@@ -151,7 +165,13 @@ def run() -> dict[str, Any]:
             df.write.format("noop").mode("overwrite").save()
             return None
 
-        writers = {"twophase": twophase, "spark_kafka": spark_kafka, "plain_confluent": plain, "noop": noop}
+        writers = {
+            "twophase": twophase,
+            "twophase_stats_100ms": twophase_stats_100ms,
+            "spark_kafka": spark_kafka,
+            "plain_confluent": plain,
+            "noop": noop,
+        }
         admin.create_topics(
             [
                 NewTopic(topic(w, r), PARTITIONS_TOPIC, 1)
@@ -195,6 +215,7 @@ def run() -> dict[str, Any]:
         "ratios_2pc_over": {
             "spark_kafka": common.ratio(times, "twophase", "spark_kafka"),
             "plain_confluent": common.ratio(times, "twophase", "plain_confluent"),
+            "twophase_stats_100ms": common.ratio(times, "twophase", "twophase_stats_100ms"),
         },
         "twophase_epoch_median_ms": {
             k: round(statistics.median(e[k] for e in epochs), 3 if k == "coordinator_share" else 1)
