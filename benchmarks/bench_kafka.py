@@ -117,14 +117,17 @@ def run() -> dict[str, Any]:
         def topic(writer: str, r: int) -> str:
             return f"bench-{run_id}-{writer}-{r}"
 
-        def twophase(r: int) -> object:
-            sink = KafkaSink(
-                "kafka", KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic("twophase", r))
-            )
-            result = Job(spark, f"bench-kafka-{run_id}-{r}", str(scratch / "chk")).sink(sink).write(df)
+        def run_2pc(writer: str, r: int, **fields: Any) -> Any:
+            config = KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic(writer, r), **fields)
+            job = Job(spark, f"bench-kafka-{writer}-{run_id}-{r}", str(scratch / "chk"))
+            result = job.sink(KafkaSink("kafka", config)).write(df)
             assert result.state is JobState.FINISHED, result.state
+            assert result.epochs[0].records == rows, (result.epochs[0].records, rows)
+            return result
+
+        def twophase(r: int) -> object:
+            result = run_2pc("twophase", r)
             e = result.epochs[0]
-            assert e.records == rows, (e.records, rows)
             epochs.append(
                 {
                     "epoch_ms": e.epoch_ms,
@@ -138,15 +141,7 @@ def run() -> dict[str, Any]:
             return result
 
         def twophase_stats_100ms(r: int) -> object:
-            config = KafkaSinkConfig(
-                bootstrap_servers=bootstrap,
-                topic=topic("twophase_stats_100ms", r),
-                statistics_interval_ms=100,
-            )
-            job = Job(spark, f"bench-kafka-s100-{run_id}-{r}", str(scratch / "chk"))
-            result = job.sink(KafkaSink("kafka", config)).write(df)
-            assert result.state is JobState.FINISHED and result.epochs[0].records == rows
-            return result
+            return run_2pc("twophase_stats_100ms", r, statistics_interval_ms=100)
 
         def spark_kafka(r: int) -> object:
             df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(

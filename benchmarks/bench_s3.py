@@ -93,20 +93,20 @@ def run() -> dict[str, Any]:
             def config(prefix: str, **fields: Any) -> S3SinkConfig:
                 return endpoint.sink_config(bucket=BUCKET, prefix=prefix, format="parquet", **fields)
 
-            def twophase(r: int) -> object:
-                sink = S3Sink("s3", config(f"twophase-{run_id}-{r}"))
-                result = Job(spark, f"bench-s3-{run_id}-{r}", str(scratch / "chk")).sink(sink).write(df)
+            def run_2pc(tag: str, r: int, **fields: Any) -> Any:
+                sink = S3Sink("s3", config(f"{tag}-{run_id}-{r}", **fields))
+                result = Job(spark, f"bench-s3-{tag}-{run_id}-{r}", str(scratch / "chk")).sink(sink).write(df)
                 assert result.state is JobState.FINISHED, result.state
                 assert result.epochs[0].records == rows_n
+                return result
+
+            def twophase(r: int) -> object:
+                result = run_2pc("twophase", r)
                 epochs.append(result.epochs[0])
                 return result
 
             def twophase_sync_parts(r: int) -> object:
-                sink = S3Sink("s3", config(f"sync-{run_id}-{r}", uploads_in_flight=0))
-                result = Job(spark, f"bench-s3-sync-{run_id}-{r}", str(scratch / "chk")).sink(sink).write(df)
-                assert result.state is JobState.FINISHED, result.state
-                assert result.epochs[0].records == rows_n
-                return result
+                return run_2pc("sync", r, uploads_in_flight=0)
 
             def spark_s3a(r: int) -> object:
                 df.write.mode("overwrite").parquet(f"s3a://{BUCKET}/spark-{run_id}-{r}")
