@@ -63,7 +63,7 @@ from tenacity import (
 )
 
 from coordinator.clock import Clock, system_clock_ms
-from coordinator.lanes import Lane, run_lanes
+from coordinator.lanes import Lane, group_lanes, run_lanes
 from coordinator.lifecycle import PendingTransaction
 from sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
@@ -220,15 +220,13 @@ def commit_lanes(requests: Sequence[CommitRequest]) -> list[Lane[CommitRequest]]
     Raises:
         ConfigError: a sink declares ``commit_concurrency`` < 1.
     """
-    by_sink: dict[str, list[CommitRequest]] = {}
-    for r in requests:
-        by_sink.setdefault(r.sink.name, []).append(r)
-    lanes: list[Lane[CommitRequest]] = []
-    for name, group in by_sink.items():
-        sink = group[0].sink
-        parallelism = 1 if isinstance(sink, CheckpointCommitSink) else sink_concurrency(sink)
-        lanes.append(Lane(name, tuple(group), min(parallelism, len(group))))
-    return lanes
+    sinks = {r.sink.name: r.sink for r in requests}
+
+    def parallelism(name: str) -> int:
+        sink = sinks[name]
+        return 1 if isinstance(sink, CheckpointCommitSink) else sink_concurrency(sink)
+
+    return group_lanes(requests, lambda r: r.sink.name, parallelism)
 
 
 def sink_concurrency(sink: AnySink) -> int:
@@ -513,15 +511,15 @@ class Committer:
         self._executor.submit(self._run_async, list(requests))
 
     def _run(self, requests: Sequence[CommitRequest]) -> None:
-        fired = threading.Event()
+        fired = [len(requests) < 2]  # mid_commit only applies to several requests
         fire_lock = threading.Lock()
 
         def done(r: CommitRequest) -> None:
             self._done.put(r)
             # mid_commit: once the first of several requests committed, whatever else is in flight
             with fire_lock:
-                if len(requests) > 1 and not fired.is_set():
-                    fired.set()
+                if not fired[0]:
+                    fired[0] = True
                     self._fault("mid_commit")
 
         self.commit_all(requests, on_done=done)

@@ -10,7 +10,7 @@ checkpoint should not cost k times one).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -29,6 +29,17 @@ class Lane(Generic[T]):
     def __post_init__(self) -> None:
         if self.parallelism < 1:
             raise ValueError(f"lane {self.name!r}: parallelism must be >= 1, got {self.parallelism}")
+
+
+def group_lanes(
+    items: Iterable[T], name_of: Callable[[T], str], parallelism_of: Callable[[str], int]
+) -> list[Lane[T]]:
+    """One lane per name (``name_of(item)``), in order of first appearance, each keeping its
+    items' order; a lane's parallelism is ``parallelism_of(name)`` capped at its number of items."""
+    groups: dict[str, list[T]] = {}
+    for item in items:
+        groups.setdefault(name_of(item), []).append(item)
+    return [Lane(name, tuple(group), min(parallelism_of(name), len(group))) for name, group in groups.items()]
 
 
 def run_lanes(lanes: Sequence[Lane[T]], fn: Callable[[T], None], *, thread_prefix: str) -> None:

@@ -92,7 +92,7 @@ from coordinator.committer import (
 from coordinator.fanout import sink_names_unique
 from coordinator.faults import fault_point
 from coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
-from coordinator.lanes import Lane, run_lanes
+from coordinator.lanes import group_lanes, run_lanes
 from coordinator.lifecycle import PendingTransaction
 from coordinator.metadata import CheckpointKind, CheckpointMetadata
 from coordinator.restart import RestartStrategy, RestartTracker
@@ -852,13 +852,7 @@ class JobRuntime:
                     )
                 raise
 
-        by_sink: dict[str, list[tuple[str, int, int]]] = {}
-        for subtask in subtasks:
-            by_sink.setdefault(subtask[0], []).append(subtask)
-        lanes = [
-            Lane(name, tuple(group), min(sink_concurrency(self.sinks[name]), len(group)))
-            for name, group in by_sink.items()
-        ]
+        lanes = group_lanes(subtasks, lambda s: s[0], lambda name: sink_concurrency(self.sinks[name]))
         run_lanes(lanes, finish_one, thread_prefix=f"finish-{self.job_id}")
         for (name, partition), committable in sorted(finished.items()):
             coord.acknowledge(
@@ -1151,14 +1145,16 @@ class JobRuntime:
         if coord is not None:
             committer = self._new_committer()
             done: list[CommitRequest] = []
-            committer.commit_all(
-                commit_requests(self.sinks, coord.uncommitted_transactions()),
-                cancellable=False,
-                on_done=done.append,
-            )
-            for request in done:
-                for t in request.txns:
-                    coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+            try:
+                committer.commit_all(
+                    commit_requests(self.sinks, coord.uncommitted_transactions()),
+                    cancellable=False,
+                    on_done=done.append,
+                )
+            finally:  # confirmed here, on one thread: a subtask's pending list is not thread-safe
+                for request in done:
+                    for t in request.txns:
+                        coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
             self._past_committer_metrics.append(committer.metrics)
         # in-progress state may continue across checkpoints (one upload, growing): state that a
         # savepoint may still resume is identified by (sink, partition), never aborted here

@@ -46,6 +46,10 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         ConfigError: an empty name.
     """
 
+    # committables are independent uploads and boto3 clients are thread-safe (the client's pool
+    # holds 10 connections)
+    commit_concurrency = 8
+
     def __init__(
         self,
         name: str,
@@ -61,9 +65,6 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         self.name = name
         # attempts resuming one spanning file would upload over each other's parts
         self.speculation_safe = config.file_format is not FileFormat.PARQUET
-        # committables are independent uploads and boto3 clients are thread-safe (the client's
-        # pool holds 10 connections)
-        self.commit_concurrency = 8
         self.config = config
         self.codec = COMMITTABLE_CODEC
         self._client_factory = client_factory
