@@ -15,14 +15,14 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
 	@echo "make test           lint, then pytest tests integration (starts services on demand)"
-	@echo "make lint           ruff check, ruff format --check, mypy --strict sinks coordinator"
+	@echo "make lint           ruff check, ruff format --check, mypy --strict on every package"
 	@echo "make services-up    run Kafka and MinIO in the background for development"
 	@echo "make services-down  stop them"
 	@echo "make bench / chaos  benchmarks / failure-injection suite"
 
 # the virtualenv; pip runs again only when setup.cfg or pyproject.toml changed
 venv: $(STAMP)
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -38,7 +38,8 @@ demo: prepare
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy sinks coordinator
+	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/twophase
+	$(BIN)/mypy
 
 format: venv
 	$(BIN)/ruff check --fix .
@@ -63,7 +64,7 @@ bench: prepare
 # The quick subset runs in `make test` (pytest marker `chaos`).
 CHAOS_TRIALS ?= 100
 chaos: prepare
-	$(BIN)/python -m integration.chaos.run --trials $(CHAOS_TRIALS) --report CHAOS.md
+	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report CHAOS.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from coordinator.storage.local import LocalCheckpointStorage
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.storage.local import LocalCheckpointStorage
 
 RUNS = 7
 SIZES = (1_000, 10_000)

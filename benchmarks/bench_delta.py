@@ -47,9 +47,9 @@ def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring."""
     from pyspark.sql import functions as F
 
-    from connectors.delta import DeltaSink, DeltaSinkConfig
-    from coordinator.job_lifecycle import JobState
-    from coordinator.spark.job import Job
+    from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
+    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.spark.job import Job
 
     rows_n = common.scaled(ROWS)
     rounds = common.runs(ROUNDS)

@@ -7,7 +7,7 @@ committing sink by sink: k single-sink jobs finishing one after another (k final
 
 Each round, for each k and each sink family, builds fresh jobs over fresh storage, runs one epoch
 of ``PARTITIONS`` partitions × ``ROWS_PER_PARTITION`` rows in-process
-(``coordinator.fanout.write_subtasks``, the code a Spark task runs; checkpoint published and
+(``twophase.coordinator.fanout.write_subtasks``, the code a Spark task runs; checkpoint published and
 committed), then times **end of input → FINISHED**:
 
 - ``shared``: ``JobRuntime.finish()`` of one job holding the k sinks;
@@ -15,7 +15,7 @@ committed), then times **end of input → FINISHED**:
 
 Sink families:
 
-- ``file``: ``integration.testing.file_sink.JsonLinesFileSink`` (local files; its data is committed
+- ``file``: ``twophase.integration.testing.file_sink.JsonLinesFileSink`` (local files; its data is committed
   with the epoch's checkpoint, so the final checkpoint carries no data: the cost is the
   checkpoint itself — finish the subtasks, publish, lingering clean-up);
 - ``s3_jsonl``: ``S3Sink`` writing JSON lines that span checkpoints (MinIO): each partition's file
@@ -62,7 +62,7 @@ def _batch(partition: int) -> Any:
 
 
 def _run_epoch(runtime: Any) -> None:
-    from coordinator.fanout import EpochPlan, write_subtasks
+    from twophase.coordinator.fanout import EpochPlan, write_subtasks
 
     epoch = runtime.begin_epoch(PARTITIONS, {"engine": "bench", "batch": 0})
     plan = EpochPlan(
@@ -81,8 +81,8 @@ def _run_epoch(runtime: Any) -> None:
 
 
 def _runtime(job_id: str, sinks: Sequence[Any], chk_dir: Path) -> Any:
-    from coordinator.runtime import JobRuntime
-    from coordinator.storage import open_storage
+    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.storage import open_storage
 
     rt = JobRuntime(job_id, sinks, open_storage(str(chk_dir), job_id))
     rt.restore()
@@ -94,7 +94,7 @@ def _measure(
     make_sink: Callable[[str, str], Any], k: int, scratch: Path, tag: str
 ) -> tuple[float, float, float, float]:
     """(shared finish ms, sink-by-sink finish ms, shared persist ms, shared commit ms)."""
-    from coordinator.job_lifecycle import JobState
+    from twophase.coordinator.job_lifecycle import JobState
 
     job = f"fin-{tag}"
     shared = _runtime(job, [make_sink(f"s{i}", job) for i in range(k)], scratch / "chk")
@@ -138,9 +138,9 @@ def _family(make_sink: Callable[[str, str], Any], rounds: int, scratch: Path) ->
 
 def run() -> dict[str, Any]:
     """Run both sink families; see the module docstring."""
-    from connectors.s3 import S3Sink
-    from integration.services import s3_service
-    from integration.testing.file_sink import JsonLinesFileSink
+    from twophase.connectors.s3 import S3Sink
+    from twophase.integration.services import s3_service
+    from twophase.integration.testing.file_sink import JsonLinesFileSink
 
     rounds = common.runs(ROUNDS)
     env = common.machine()

@@ -95,10 +95,10 @@ def run() -> dict[str, Any]:
     from kafka.admin import NewTopic
     from pyspark.sql import functions as F
 
-    from connectors.kafka import KafkaSink, KafkaSinkConfig
-    from coordinator.job_lifecycle import JobState
-    from coordinator.spark.job import Job
-    from integration.services import kafka_service
+    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.spark.job import Job
+    from twophase.integration.services import kafka_service
 
     rounds = common.runs(ROUNDS)
     copies = max(1, round(COPIES * float(__import__("os").environ.get("TWOPHASE_BENCH_SCALE", "1"))))

@@ -3,7 +3,7 @@
 Per connector and round:
 
 1. **Prepare** (untimed): a job with one sink runs one epoch of ``TRANSACTIONS`` partitions, each
-   subtask through the real sink (``coordinator.fanout.write_subtasks``: begin_transaction → write
+   subtask through the real sink (``twophase.coordinator.fanout.write_subtasks``: begin_transaction → write
    ``ROWS_PER_TXN`` rows → pre_commit, in a thread pool), every acknowledgement is given, and the
    checkpoint is published; then the driver "dies" at the ``after_persist`` fault point, before
    any commit (``JobRuntime.abandon()``). That leaves ``TRANSACTIONS`` pre-committed transactions
@@ -66,9 +66,9 @@ def _batch(partition: int) -> Any:
 
 
 def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
-    from coordinator.fanout import EpochPlan, write_subtasks
-    from coordinator.runtime import JobRuntime
-    from coordinator.storage import open_storage
+    from twophase.coordinator.fanout import EpochPlan, write_subtasks
+    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.storage import open_storage
 
     sink = make_sink()
     rt = JobRuntime(job_id, [sink], open_storage(str(chk), job_id), fault=_die_after_persist)
@@ -98,8 +98,8 @@ def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
 
 
 def _restore(make_sink: Callable[[], Any], job_id: str, chk: Path, concurrency: int) -> float:
-    from coordinator.runtime import JobRuntime
-    from coordinator.storage import open_storage
+    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.storage import open_storage
 
     sink = make_sink()
     sink.commit_concurrency = concurrency
@@ -175,8 +175,8 @@ def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
 
-    from connectors.kafka import KafkaSink, KafkaSinkConfig
-    from integration.services import kafka_service
+    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+    from twophase.integration.services import kafka_service
 
     times: dict[str, list[float]] = {}
     default = KafkaSink.commit_concurrency
@@ -211,8 +211,8 @@ def _kafka(rounds: int, scratch: Path) -> dict[str, Any]:
 
 
 def _s3(rounds: int, scratch: Path) -> dict[str, Any]:
-    from connectors.s3 import S3Sink
-    from integration.services import s3_service
+    from twophase.connectors.s3 import S3Sink
+    from twophase.integration.services import s3_service
 
     times: dict[str, list[float]] = {}
     with s3_service() as endpoint:

@@ -66,10 +66,10 @@ def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring for what is measured."""
     from pyspark.sql import functions as F
 
-    from connectors.s3 import S3Sink, S3SinkConfig
-    from coordinator.job_lifecycle import JobState
-    from coordinator.spark.job import Job
-    from integration.services import s3_service
+    from twophase.connectors.s3 import S3Sink, S3SinkConfig
+    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.spark.job import Job
+    from twophase.integration.services import s3_service
 
     rows_n = common.scaled(ROWS)
     rounds = common.runs(ROUNDS)

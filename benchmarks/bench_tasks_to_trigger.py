@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from coordinator.graph import (
+from twophase.coordinator.graph import (
     DistributionPattern,
     Edge,
     JobGraph,

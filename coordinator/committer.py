@@ -1,13 +1,13 @@
 """The committer: commits and aborts pre-committed transactions through their sink (driver side).
 
-Outcomes (``sinks.outcome.CommitOutcome``, DESIGN.md §4) drive what happens:
+Outcomes (``twophase.sinks.outcome.CommitOutcome``, DESIGN.md §4) drive what happens:
 
 - ``COMMITTED`` / ``ALREADY_COMMITTED``: done.
 - ``RETRY``: retried with exponential backoff (tenacity) within a budget of attempts and time
-  (:class:`CommitPolicy`); past it :class:`~sinks.errors.CommitFailedError`. A sink raising
-  :class:`~sinks.errors.ServiceUnavailableError` counts as ``RETRY``.
-- ``FATAL`` (or any other exception from the sink): :class:`~sinks.errors.CommitFailedError`.
-- ``LOST``: :class:`~sinks.errors.TransactionLostError` naming the sink and the transaction. Only
+  (:class:`CommitPolicy`); past it :class:`~twophase.sinks.errors.CommitFailedError`. A sink raising
+  :class:`~twophase.sinks.errors.ServiceUnavailableError` counts as ``RETRY``.
+- ``FATAL`` (or any other exception from the sink): :class:`~twophase.sinks.errors.CommitFailedError`.
+- ``LOST``: :class:`~twophase.sinks.errors.TransactionLostError` naming the sink and the transaction. Only
   during recovery (``recover_and_commit`` after a restore), and only if the user opted in with
   ``CommitPolicy.ignore_lost_on_recovery``, is it logged as an ERROR and skipped. This mirrors
   Flink's ``ignoreFailuresAfterTransactionTimeout``, which applies to recovery only: a transaction
@@ -19,7 +19,7 @@ transaction holds back ``read_committed`` consumers and is aborted by the broker
 ``transaction.timeout.ms``). :class:`TransactionAgeMonitor` warns once per transaction when one
 passes 80% (configurable) of the configured timeout.
 
-Sinks that implement :class:`~sinks.api.CheckpointCommitSink` (Delta: one table commit per
+Sinks that implement :class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per
 checkpoint, idempotent through ``txn(appId, version)``) are committed per (sink, checkpoint): one
 :class:`CommitRequest` holds every pending transaction of that sink and checkpoint and is committed
 with ONE ``commit_checkpoint`` / ``recover_and_commit_checkpoint`` call (Flink Sink V2's global
@@ -62,12 +62,17 @@ from tenacity import (
     wait_exponential,
 )
 
-from coordinator.clock import Clock, system_clock_ms
-from coordinator.lanes import Lane, group_lanes, run_lanes
-from coordinator.lifecycle import PendingTransaction
-from sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
-from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
-from sinks.outcome import CommitOutcome
+from twophase.coordinator.clock import Clock, system_clock_ms
+from twophase.coordinator.lanes import Lane, group_lanes, run_lanes
+from twophase.coordinator.lifecycle import PendingTransaction
+from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.errors import (
+    CommitFailedError,
+    ConfigError,
+    ServiceUnavailableError,
+    TransactionLostError,
+)
+from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +126,7 @@ class CommitPolicy:
 @dataclass(frozen=True, init=False)
 class CommitRequest:
     """One commit call: one transaction of a per-committable sink, or every pending transaction of
-    one checkpoint of a :class:`~sinks.api.CheckpointCommitSink` (committed together with one
+    one checkpoint of a :class:`~twophase.sinks.api.CheckpointCommitSink` (committed together with one
     ``commit_checkpoint`` call).
 
     Args:
@@ -181,7 +186,7 @@ def commit_requests(
     """Turn pending transactions into commit requests, keeping their order.
 
     A per-committable sink's transaction becomes a request of its own. The transactions of one
-    (sink, checkpoint) of a :class:`~sinks.api.CheckpointCommitSink` become ONE request, placed
+    (sink, checkpoint) of a :class:`~twophase.sinks.api.CheckpointCommitSink` become ONE request, placed
     where its first transaction was, holding them ascending by partition; so transactions given
     in checkpoint order yield requests in checkpoint order.
 
@@ -213,7 +218,7 @@ def commit_lanes(requests: Sequence[CommitRequest]) -> list[Lane[CommitRequest]]
     """Split ``requests`` into one lane per sink (named after it), in order of first appearance,
     keeping each sink's requests in their given order.
 
-    A :class:`~sinks.api.CheckpointCommitSink`'s lane always has parallelism 1: its checkpoints
+    A :class:`~twophase.sinks.api.CheckpointCommitSink`'s lane always has parallelism 1: its checkpoints
     commit one after another, in order. Another sink's lane has its ``commit_concurrency``, capped
     at the number of its requests.
 

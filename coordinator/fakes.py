@@ -1,4 +1,4 @@
-"""In-memory two-phase-commit sinks for protocol tests (with :mod:`coordinator.harness`).
+"""In-memory two-phase-commit sinks for protocol tests (with :mod:`twophase.coordinator.harness`).
 
 They record the exact sets of committed, aborted and lingering transactions in a
 :class:`FakeExternalSystem` that outlives runtimes (like a broker outlives a driver), with
@@ -10,7 +10,7 @@ because a checkpoint id was reused after a crash before persist), so tests can a
 Protocol violations (abort after commit, commit of an unknown transaction, resume of a finished
 file) are recorded in ``FakeExternalSystem.violations``; tests assert it stays empty.
 
-:class:`FakeCheckpointSink` is a :class:`~sinks.api.CheckpointCommitSink`: like Delta, it commits
+:class:`FakeCheckpointSink` is a :class:`~twophase.sinks.api.CheckpointCommitSink`: like Delta, it commits
 all transactions of one checkpoint at once and is idempotent through a per-(job, sink) "last
 committed checkpoint" version; each call is recorded in ``FakeExternalSystem.checkpoint_calls``.
 """
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
-from sinks.codec import CommittableCodec
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.outcome import CommitOutcome
+from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.outcome import CommitOutcome
 
 
 @dataclass(frozen=True)

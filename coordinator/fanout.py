@@ -2,7 +2,7 @@
 
 For one subtask set (all sinks of one partition in one epoch) it runs, per sink,
 ``begin_transaction`` → ``write`` for every Arrow batch → ``pre_commit`` (and, for
-:class:`~sinks.api.InProgressSink`, ``snapshot_in_progress`` — or ``finish`` at end of input), and
+:class:`~twophase.sinks.api.InProgressSink`, ``snapshot_in_progress`` — or ``finish`` at end of input), and
 returns one :class:`Acknowledgement` per sink. Engine-agnostic: Spark's ``mapInArrow`` calls it
 with the task's partition id and attempt number, and the test harness calls it directly.
 
@@ -21,10 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from coordinator.faults import fault_point
-from sinks.api import InProgressSink, TwoPhaseCommitSink
-from sinks.context import JsonObject, WriterContext
-from sinks.errors import ConfigError
+from twophase.coordinator.faults import fault_point
+from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject, WriterContext
+from twophase.sinks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError
 
 __all__ = [
     "CheckpointPlan",

@@ -1,7 +1,7 @@
 """A deterministic, in-process test harness for two-phase-commit sinks (like Flink's operator test
 harnesses). Not a data engine: data at scale runs on Spark.
 
-It drives real :class:`~coordinator.runtime.JobRuntime` objects over in-memory checkpoint storage
+It drives real :class:`~twophase.coordinator.runtime.JobRuntime` objects over in-memory checkpoint storage
 with a manual clock, and runs each subtask's ``begin_transaction`` → ``write`` → ``pre_commit``
 (``snapshot_in_progress``) in-process, so tests can script any interleaving:
 
@@ -10,7 +10,7 @@ with a manual clock, and runs each subtask's ``begin_transaction`` → ``write``
 - late, lost and out-of-order notifications: ``complete(epoch, notify=False)`` then
   :meth:`TwoPhaseHarness.notify` in any order, or never;
 - failures at every step: :meth:`TwoPhaseHarness.crash_at` arms a named fault point
-  (:data:`coordinator.faults.POINTS`); reaching it raises :class:`SimulatedCrash`;
+  (:data:`twophase.coordinator.faults.POINTS`); reaching it raises :class:`SimulatedCrash`;
 - a driver crash and a restart in another process: :meth:`TwoPhaseHarness.restart_process`
   abandons the runtime (nothing is closed, committed or aborted) and builds a new one over the
   same storage and the same sinks (whose external system outlives the process, like a broker).
@@ -33,13 +33,13 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from coordinator.clock import ManualClock
-from coordinator.faults import POINTS
-from coordinator.metadata import CheckpointMetadata
-from coordinator.runtime import CheckpointMetrics, Epoch, JobRuntime, RestoreResult, RuntimeConfig
-from coordinator.storage.memory import InMemoryCheckpointStorage
-from sinks.api import InProgressSink, TwoPhaseCommitSink
-from sinks.context import JsonObject
+from twophase.coordinator.clock import ManualClock
+from twophase.coordinator.faults import POINTS
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.runtime import CheckpointMetrics, Epoch, JobRuntime, RestoreResult, RuntimeConfig
+from twophase.coordinator.storage.memory import InMemoryCheckpointStorage
+from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class TwoPhaseHarness:
         return self.runtime.restore(savepoint_location) if restore else None
 
     def crash_at(self, point: str, nth: int = 1) -> None:
-        """Arm fault ``point`` (see :data:`coordinator.faults.POINTS`) to crash at its ``nth`` hit."""
+        """Arm fault ``point`` (:data:`~twophase.coordinator.faults.POINTS`) to crash at its ``nth`` hit."""
         self.faults.arm(point, nth)
 
     @staticmethod

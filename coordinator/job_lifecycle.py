@@ -22,7 +22,7 @@ import enum
 import logging
 import threading
 
-from sinks.errors import IllegalTransitionError
+from twophase.sinks.errors import IllegalTransitionError
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ It follows the FLIP-147 operator lifecycle ("Final Checkpoint and Stopping Job W
 
 ``snapshot`` (a checkpoint acknowledgement), ``notify_checkpoint_complete`` and
 ``notify_checkpoint_aborted`` are self-loops of RUNNING and WAITING_FOR_FINAL_CHECKPOINT. Every
-other call raises :class:`~sinks.errors.IllegalTransitionError`.
+other call raises :class:`~twophase.sinks.errors.IllegalTransitionError`.
 
 The lifecycle does no I/O. It keeps the subtask's pending transactions (committables pre-committed
 for a checkpoint and not yet committed) and returns :class:`LifecycleActions` saying what to
@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from sinks.context import JsonObject
-from sinks.errors import IllegalTransitionError
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import IllegalTransitionError
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sinks.context import JsonObject
-from sinks.errors import CommittableDecodeError
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import CommittableDecodeError
 
 FORMAT = "twophase.checkpoint"
 VERSION = 1

@@ -18,8 +18,8 @@ from tenacity import RetryCallState, Retrying, wait_exponential, wait_fixed
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from coordinator.clock import Clock, system_clock_ms
-from sinks.errors import ConfigError
+from twophase.coordinator.clock import Clock, system_clock_ms
+from twophase.sinks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

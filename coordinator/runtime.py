@@ -1,7 +1,7 @@
 """The job runtime: what an execution layer (Spark, the test harness) drives, epoch by epoch.
 
 Engine-agnostic (no Spark import). It ties together the job lifecycle
-(:mod:`coordinator.job_lifecycle`), the checkpoint coordinator, the committer, checkpoint storage
+(:mod:`twophase.coordinator.job_lifecycle`), the checkpoint coordinator, the committer, checkpoint storage
 and the restart strategy, and implements the job actions of DESIGN.md §5.
 
 Streaming flow, per micro-batch N (DESIGN.md §6)::
@@ -30,7 +30,7 @@ or wrap the whole run in ``rt.run_with_restarts(body)``. A batch write is one ep
 Decisions worth knowing:
 
 - Restore: ``recover_and_commit`` every committable of the restored checkpoint (the latest, or a
-  savepoint), skipping fully finished sinks (a :class:`~sinks.api.CheckpointCommitSink`:
+  savepoint), skipping fully finished sinks (a :class:`~twophase.sinks.api.CheckpointCommitSink`:
   ``recover_and_commit_checkpoint`` once per checkpoint its committables were pre-committed for,
   in checkpoint order); then ``abort_lingering`` per sink, with every
   committable and in-progress state of every retained checkpoint and savepoint held (never
@@ -73,15 +73,15 @@ from typing import Any, TypeVar
 
 from tenacity import Retrying, retry_if_exception
 
-from coordinator.checkpoint_coordinator import (
+from twophase.coordinator.checkpoint_coordinator import (
     CheckpointConfig,
     CheckpointCoordinator,
     CompletedCheckpoint,
     NotifyResult,
     PendingCheckpoint,
 )
-from coordinator.clock import Clock, system_clock_ms
-from coordinator.committer import (
+from twophase.coordinator.clock import Clock, system_clock_ms
+from twophase.coordinator.committer import (
     CommitPolicy,
     CommitRequest,
     Committer,
@@ -89,17 +89,17 @@ from coordinator.committer import (
     commit_requests,
     sink_concurrency,
 )
-from coordinator.fanout import sink_names_unique
-from coordinator.faults import fault_point
-from coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
-from coordinator.lanes import group_lanes, run_lanes
-from coordinator.lifecycle import PendingTransaction
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.restart import RestartStrategy, RestartTracker
-from coordinator.storage.base import CheckpointRef, CheckpointStorage
-from sinks.api import InProgressSink, TwoPhaseCommitSink
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.errors import ConfigError, IllegalTransitionError, JobError
+from twophase.coordinator.fanout import sink_names_unique
+from twophase.coordinator.faults import fault_point
+from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
+from twophase.coordinator.lanes import group_lanes, run_lanes
+from twophase.coordinator.lifecycle import PendingTransaction
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.restart import RestartStrategy, RestartTracker
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError
 
 log = logging.getLogger(__name__)
 
@@ -361,7 +361,7 @@ class JobRuntime:
         clock: ms clock (checkpoint timestamps, timeouts, age warnings, restart windows).
         sleep: sleep in seconds (restart delays); commit backoff uses the committer's own.
         commit_sleep: backoff sleep of commit retries (default: interruptible by cancel).
-        fault: fault-point hook (default :func:`coordinator.faults.fault_point`, driven by
+        fault: fault-point hook (default :func:`twophase.coordinator.faults.fault_point`, driven by
             ``TWOPHASE_FAULT``); the harness injects exceptions through it.
 
     Raises:

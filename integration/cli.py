@@ -15,9 +15,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from integration.flights_commands import checkpoints, demo, lingering, verify
-from integration.services import ServiceStatus, services_down, services_status, services_up
-from sinks.errors import TwoPhaseError
+from twophase.integration.flights_commands import checkpoints, demo, lingering, verify
+from twophase.integration.services import ServiceStatus, services_down, services_status, services_up
+from twophase.sinks.errors import TwoPhaseError
 
 console = Console()
 
@@ -66,9 +66,9 @@ def _status_table(rows: list[ServiceStatus]) -> Table:
 @services.command("prepare")
 def services_prepare_command() -> None:
     """Resolve Kafka's and Spark's jars (Maven) and build MinIO (go install), unless cached."""
-    from integration.services.kafka import kafka_libs
-    from integration.services.s3 import minio_binary
-    from integration.spark import spark_jars
+    from twophase.integration.services.kafka import kafka_libs
+    from twophase.integration.services.s3 import minio_binary
+    from twophase.integration.spark import spark_jars
 
     with console.status("resolving jars and building MinIO (cached after the first time) ..."):
         kafka = kafka_libs()

@@ -1,7 +1,7 @@
 """Session-scoped fixtures for real services; each starts only when a test asks for it.
 
 - ``kafka_bootstrap`` (str, ``"127.0.0.1:port"``): a broker that can run transactions.
-- ``s3_endpoint`` (:class:`integration.services.S3Endpoint`): a working S3 server (MinIO).
+- ``s3_endpoint`` (:class:`twophase.integration.services.S3Endpoint`): a working S3 server (MinIO).
 - ``spark`` (SparkSession): ``local[2]`` with Delta, the Kafka source and s3a jars.
 - ``spark_s3`` (SparkSession): the same session, with s3a pointed at ``s3_endpoint``.
 
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from integration.services import S3Endpoint, kafka_service, s3_service
-from integration.spark import build_spark_session, configure_s3a
+from twophase.integration.services import S3Endpoint, kafka_service, s3_service
+from twophase.integration.spark import build_spark_session, configure_s3a
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

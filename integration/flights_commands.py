@@ -2,13 +2,13 @@
 
 Register them in the ``twophase`` click group (``integration/cli.py``)::
 
-    from integration.flights_commands import checkpoints, demo, lingering, verify
+    from twophase.integration.flights_commands import checkpoints, demo, lingering, verify
 
     for command in (demo, verify, checkpoints, lingering):
         main.add_command(command)
 
 (``add_command`` replaces an earlier command of the same name, e.g. the old ``demo``.) Errors
-twophase raises on purpose (:class:`~sinks.errors.TwoPhaseError`) are turned into one-line
+twophase raises on purpose (:class:`~twophase.sinks.errors.TwoPhaseError`) are turned into one-line
 messages by the group; these commands exit with status 1 when a verification fails.
 
 Runs live in ``<cache>/flights-runs/<job id>`` unless ``--work-dir`` says otherwise; the commands
@@ -32,9 +32,9 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from coordinator.storage import open_storage
-from coordinator.storage.base import CheckpointStorage
-from integration.jobs.flights import (
+from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage.base import CheckpointStorage
+from twophase.integration.jobs.flights import (
     FlightsEndpoints,
     FlightsJobSpec,
     FlightsProgress,
@@ -44,10 +44,10 @@ from integration.jobs.flights import (
     flights_spark_session,
     run_flights,
 )
-from integration.jobs.flights_sinks import SinkCounters
-from integration.services import cache_dir
-from integration.verify import VerifyReport, verify_run
-from sinks.errors import ConfigError
+from twophase.integration.jobs.flights_sinks import SinkCounters
+from twophase.integration.services import cache_dir
+from twophase.integration.verify import VerifyReport, verify_run
+from twophase.sinks.errors import ConfigError
 
 console = Console()
 
@@ -222,7 +222,7 @@ def _new_spec(
 
 
 def _services_are_temporary() -> bool:
-    from integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
+    from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
 
     kafka = env_kafka_bootstrap() is not None or recorded_alive("kafka") is not None
     s3 = env_s3_endpoint() is not None or recorded_alive("s3") is not None
@@ -270,7 +270,7 @@ def demo(
     spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri)
     temporary = _services_are_temporary()
     with contextlib.ExitStack() as stack:
-        from integration.services import kafka_service, s3_service
+        from twophase.integration.services import kafka_service, s3_service
 
         with console.status("starting Kafka and MinIO (or finding running ones) ..."):
             bootstrap = stack.enter_context(kafka_service())
@@ -435,7 +435,7 @@ def checkpoints_show(
 
 
 def _lingering_rows(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[tuple[str, str, list[str]]]:
-    from integration.verify import open_kafka_transactions, pending_uploads, unreferenced_delta_files
+    from twophase.integration.verify import open_kafka_transactions, pending_uploads, unreferenced_delta_files
 
     orphans, _, _ = unreferenced_delta_files(spec, endpoints)
     return [
@@ -455,7 +455,7 @@ def lingering(work_dir: Path | None, abort: bool) -> None:
     are re-committed (idempotent) and every sink's ``abort_lingering`` aborts what no retained
     checkpoint holds. Never run it while the job runs: its open transactions would be aborted.
     """
-    from coordinator.runtime import JobRuntime
+    from twophase.coordinator.runtime import JobRuntime
 
     spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
     endpoints = endpoints_from_environment()

@@ -8,7 +8,7 @@ from typing import Literal
 import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from sinks.errors import ServiceUnavailableError
+from twophase.sinks.errors import ServiceUnavailableError
 
 Isolation = Literal["read_committed", "read_uncommitted"]
 

@@ -15,9 +15,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from integration.services.cache import cache_dir
-from integration.services.maven import JVM_DIR, pom_digest, resolve_jars
-from integration.services.s3 import S3Endpoint
+from twophase.integration.services.cache import cache_dir
+from twophase.integration.services.maven import JVM_DIR, pom_digest, resolve_jars
+from twophase.integration.services.s3 import S3Endpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import pytest
 from botocore.exceptions import ClientError
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from coordinator.storage import S3Options, open_storage
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.s3 import S3CheckpointStorage
-from integration.services.s3 import S3Endpoint
-from sinks.errors import CheckpointStorageError, CorruptCheckpointError
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.storage import S3Options, open_storage
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.s3 import S3CheckpointStorage
+from twophase.integration.services.s3 import S3Endpoint
+from twophase.sinks.errors import CheckpointStorageError, CorruptCheckpointError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

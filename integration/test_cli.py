@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from integration.services import S3Endpoint
-from integration.services.process import free_port, pid_alive
+from twophase.integration.services import S3Endpoint
+from twophase.integration.services.process import free_port, pid_alive
 
 TWOPHASE = str(Path(sys.executable).parent / "twophase")
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from integration.services import versions
-from integration.services.kafka import server_properties
-from integration.services.maven import JVM_DIR
+from twophase.integration.services import versions
+from twophase.integration.services.kafka import server_properties
+from twophase.integration.services.maven import JVM_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKER = ROOT / "integration" / "docker"
@@ -117,7 +117,7 @@ def test_maven_poms_match_pins() -> None:
 
 
 def test_hadoop_aws_matches_pyspark_hadoop_client() -> None:
-    from integration.spark import pyspark_jars_dir
+    from twophase.integration.spark import pyspark_jars_dir
 
     clients = sorted(jar.name for jar in pyspark_jars_dir().glob("hadoop-client-api-*.jar"))
     assert clients == [f"hadoop-client-api-{versions.HADOOP_VERSION}.jar"]

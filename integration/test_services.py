@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 import pytest
 from botocore.exceptions import ClientError
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
-from integration.readback import read_topic
-from integration.services import S3Endpoint
+from twophase.integration.readback import read_topic
+from twophase.integration.services import S3Endpoint
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
 PART = 5 * 1024 * 1024  # minimum size of a non-final multipart part, bytes
 
@@ -77,7 +82,7 @@ def test_completed_multipart_upload_reads_back_exactly(s3_endpoint: S3Endpoint) 
     client = s3_endpoint.boto3_client()
     data = [bytes([n]) * PART for n in (1, 2)] + [b"last part"]
     upload = client.create_multipart_upload(Bucket=bucket, Key="obj")["UploadId"]
-    parts = [
+    parts: list[CompletedPartTypeDef] = [
         {
             "PartNumber": i,
             "ETag": client.upload_part(Bucket=bucket, Key="obj", UploadId=upload, PartNumber=i, Body=d)[

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
-from integration.services import S3Endpoint
+from twophase.integration.services import S3Endpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

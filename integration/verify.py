@@ -9,7 +9,7 @@ input (DESIGN.md §8):
   a fast path without Spark.
 
 Each comparison checks the count, duplicate and missing ``flight_id`` s, the ids' fingerprint
-(:func:`integration.jobs.flights_data.fingerprint`) and a content checksum over columns every
+(:func:`twophase.integration.jobs.flights_data.fingerprint`) and a content checksum over columns every
 sink carries (:data:`CONTENT_COLUMNS`). Lingering state is reported per sink: open Kafka
 transactions with the job's transactional-id prefix (ListTransactions), pending multipart uploads
 under the S3 prefix, and Delta data files of the job that no commit references. A sink is
@@ -32,11 +32,11 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from connectors.kafka import naming as kafka_naming
-from coordinator.metadata import CheckpointKind
-from coordinator.storage import open_storage
-from integration.jobs import flights_data
-from integration.jobs.flights import (
+from twophase.connectors.kafka import naming as kafka_naming
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.storage import open_storage
+from twophase.integration.jobs import flights_data
+from twophase.integration.jobs.flights import (
     DELTA_SINK,
     KAFKA_SINK,
     S3_SINK,
@@ -235,7 +235,7 @@ def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa
 
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    from sinks.errors import ServiceUnavailableError
+    from twophase.sinks.errors import ServiceUnavailableError
 
     consumer = Consumer(
         {
@@ -264,7 +264,7 @@ def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa
             for message in consumer.consume(10_000, 0.5):
                 error = message.error()
                 if error is None:
-                    values.append(message.value())
+                    values.append(message.value() or b"")
                 elif error.code() == KafkaError._PARTITION_EOF:
                     at_end.add(int(message.partition() or 0))
                 else:
@@ -278,7 +278,7 @@ def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa
 
 def open_kafka_transactions(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[str]:
     """Open (Ongoing, PrepareCommit, PrepareAbort) transactional ids of the job's Kafka sink."""
-    from connectors.kafka.admin import KafkaAdmin
+    from twophase.connectors.kafka.admin import KafkaAdmin
 
     kafka, _, _ = build_sinks(spec, endpoints)
     prefix = kafka.config.prefix(spec.job_id)
@@ -402,9 +402,9 @@ def unreferenced_delta_files(spec: FlightsJobSpec, endpoints: FlightsEndpoints) 
     Returns:
         (unreferenced relative paths, data files of the job, table version).
     """
-    from connectors.delta import naming as delta_naming
-    from connectors.delta.filesystem import open_location
-    from connectors.delta.lingering import load_table, own_files, snapshot_paths
+    from twophase.connectors.delta import naming as delta_naming
+    from twophase.connectors.delta.filesystem import open_location
+    from twophase.connectors.delta.lingering import load_table, own_files, snapshot_paths
 
     _, _, delta = build_sinks(spec, endpoints)
     table = load_table(delta.config)

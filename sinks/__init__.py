@@ -3,10 +3,10 @@
 This package imports nothing else from the project (DESIGN.md §3).
 """
 
-from sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
-from sinks.codec import CommittableCodec
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.errors import (
+from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import (
     CheckpointStorageError,
     CommitFailedError,
     CommittableDecodeError,
@@ -20,7 +20,7 @@ from sinks.errors import (
     TransactionLostError,
     TwoPhaseError,
 )
-from sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome
 
 __all__ = [
     "CheckpointCommitSink",

@@ -31,9 +31,9 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from sinks.codec import CommittableCodec
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.outcome import CommitOutcome
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.outcome import CommitOutcome
 
 TXN = TypeVar("TXN")
 COMM = TypeVar("COMM")

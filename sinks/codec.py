@@ -8,7 +8,7 @@ nested frozen dataclasses, string-keyed mappings) and is stored as::
     {"kind": "<kind>", "version": <int>, "body": {<fields>}}
 
 ``bytes`` fields are stored as ``{"$b64": "..."}``. A payload of another kind or a newer version
-than the codec knows raises :class:`~sinks.errors.CommittableDecodeError`.
+than the codec knows raises :class:`~twophase.sinks.errors.CommittableDecodeError`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-from sinks.errors import CommittableDecodeError
+from twophase.sinks.errors import CommittableDecodeError
 
 T = TypeVar("T")
 

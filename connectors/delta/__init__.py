@@ -9,15 +9,8 @@ Public API: :class:`DeltaSinkConfig`, :class:`DeltaSink` (with ``commit_checkpoi
 :class:`DeltaCommittable`, :class:`DeltaAddFile`.
 """
 
-from connectors.delta.committable import CODEC, DeltaAddFile, DeltaCommittable
-from connectors.delta.config import DeltaSinkConfig
-from connectors.delta.sink import DeltaSink, DeltaTransaction
+from twophase.connectors.delta.committable import DeltaAddFile, DeltaCommittable
+from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.sink import DeltaSink
 
-__all__ = [
-    "CODEC",
-    "DeltaAddFile",
-    "DeltaCommittable",
-    "DeltaSink",
-    "DeltaSinkConfig",
-    "DeltaTransaction",
-]
+__all__ = ["DeltaAddFile", "DeltaCommittable", "DeltaSink", "DeltaSinkConfig"]

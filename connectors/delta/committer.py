@@ -29,14 +29,14 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from connectors.delta import naming
-from connectors.delta.committable import DeltaCommittable
-from connectors.delta.config import DeltaSinkConfig
-from connectors.delta.filesystem import open_location
-from connectors.delta.lingering import META_APP_ID, META_CHECKPOINT, load_table
-from connectors.delta.schema import fields_for, new_columns
-from sinks.errors import SchemaError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.delta import naming
+from twophase.connectors.delta.committable import DeltaCommittable
+from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.filesystem import open_location
+from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT, load_table
+from twophase.connectors.delta.schema import fields_for, new_columns
+from twophase.sinks.errors import SchemaError
+from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError
 
 COMPRESSIONS = frozenset({"snappy", "zstd", "gzip", "lz4", "brotli", "none"})
 """Parquet codecs Spark's Parquet reader understands (``none`` = uncompressed)."""

@@ -12,7 +12,7 @@ import boto3
 import pyarrow.fs as pafs
 from botocore.config import Config
 
-from connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.config import DeltaSinkConfig
 
 _TRUE = {"1", "true", "yes", "on"}
 

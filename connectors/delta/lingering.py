@@ -27,9 +27,9 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from connectors.delta import naming
-from connectors.delta.config import DeltaSinkConfig
-from connectors.delta.filesystem import TableLocation
+from twophase.connectors.delta import naming
+from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.filesystem import TableLocation
 
 log = logging.getLogger(__name__)
 

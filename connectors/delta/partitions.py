@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sinks.errors import SchemaError
+from twophase.sinks.errors import SchemaError
 
 _ROW_INDEX = "__twophase_row__"
 

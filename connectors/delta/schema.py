@@ -26,8 +26,8 @@ from typing import Any
 import pyarrow as pa
 from deltalake import Schema
 
-from connectors.delta.partitions import check_partition_type
-from sinks.errors import SchemaError
+from twophase.connectors.delta.partitions import check_partition_type
+from twophase.sinks.errors import SchemaError
 
 
 def project_schema(schema: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:

@@ -18,18 +18,18 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from connectors.delta import naming
-from connectors.delta.committable import CODEC, DeltaCommittable
-from connectors.delta.committer import DeltaCommitter
-from connectors.delta.config import DeltaSinkConfig
-from connectors.delta.filesystem import TableLocation, open_location
-from connectors.delta.lingering import ReferenceIndex, delete_unreferenced, load_table, own_files
-from connectors.delta.schema import delta_schema_json, new_columns, project_schema
-from connectors.delta.writer import DeltaFileWriter
-from sinks.api import CheckpointCommitSink
-from sinks.context import LingeringScope, WriterContext
-from sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.delta import naming
+from twophase.connectors.delta.committable import CODEC, DeltaCommittable
+from twophase.connectors.delta.committer import DeltaCommitter
+from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.filesystem import TableLocation, open_location
+from twophase.connectors.delta.lingering import ReferenceIndex, delete_unreferenced, load_table, own_files
+from twophase.connectors.delta.schema import delta_schema_json, new_columns, project_schema
+from twophase.connectors.delta.writer import DeltaFileWriter
+from twophase.sinks.api import CheckpointCommitSink
+from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
+from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class DeltaTransaction:
     """One subtask's open transaction: its context and file writer. Lives only inside the task.
 
     ``state`` is ``"open"`` → ``"pre_committed"`` | ``"aborted"``; other transitions raise
-    :class:`~sinks.errors.IllegalTransitionError`.
+    :class:`~twophase.sinks.errors.IllegalTransitionError`.
     """
 
     ctx: WriterContext
@@ -121,7 +121,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
 
     def write(self, txn: DeltaTransaction, batch: pa.RecordBatch) -> None:
         """Append an Arrow batch, only ``config.columns`` of it (see
-        :class:`~connectors.delta.writer.DeltaFileWriter` for errors)."""
+        :class:`~twophase.connectors.delta.writer.DeltaFileWriter` for errors)."""
         if txn.state != "open":
             raise IllegalTransitionError("delta transaction", txn.state, "write")
         txn.writer.write(batch)
@@ -164,7 +164,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         Idempotent (``ALREADY_COMMITTED`` when the table's ``txn`` version for the appId is ≥
         ``checkpoint_id``), so it also serves recovery. Call it per completed checkpoint in
         increasing checkpoint order with all the checkpoint's committables of this sink. See
-        :meth:`connectors.delta.committer.DeltaCommitter.commit_checkpoint` for the outcomes.
+        :meth:`twophase.connectors.delta.committer.DeltaCommitter.commit_checkpoint` for the outcomes.
         """
         return DeltaCommitter(self.config, self.name).commit_checkpoint(checkpoint_id, committables)
 
@@ -206,7 +206,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         that neither ``scope.held`` nor any commit references; return how many were deleted.
 
         Files are recognised by the job/sink token in their names (``naming``); other writers'
-        files never match. See :mod:`connectors.delta.lingering` for how "referenced" is decided.
+        files never match. See :mod:`twophase.connectors.delta.lingering` for how "referenced" is decided.
         """
         location = self._location()
         token = naming.job_token(scope.job_id, scope.sink_name)

@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.delta import naming
-from connectors.delta.committable import DeltaAddFile
-from connectors.delta.config import DeltaSinkConfig
-from connectors.delta.filesystem import TableLocation
-from connectors.delta.partitions import split_by_partition
-from connectors.delta.schema import delta_schema_json, project_schema, writable_schema
-from connectors.delta.stats import StatsCollector
-from sinks.context import WriterContext
-from sinks.errors import ConfigError, RecordError, SchemaError, ServiceUnavailableError
+from twophase.connectors.delta import naming
+from twophase.connectors.delta.committable import DeltaAddFile
+from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.filesystem import TableLocation
+from twophase.connectors.delta.partitions import split_by_partition
+from twophase.connectors.delta.schema import delta_schema_json, project_schema, writable_schema
+from twophase.connectors.delta.stats import StatsCollector
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import ConfigError, RecordError, SchemaError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

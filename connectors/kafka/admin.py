@@ -22,8 +22,8 @@ from kafka.protocol.admin.transactions import DescribeTransactionsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer.transaction import EndTxnRequest
 
-from connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
-from sinks.errors import ServiceUnavailableError
+from twophase.connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
+from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sinks.codec import CommittableCodec
+from twophase.sinks.codec import CommittableCodec
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class KafkaCommittable:
     """A pre-committed Kafka transaction (encoded as versioned JSON by :data:`CODEC`).
 
     Attributes:
-        transactional_id: ``<prefix>-<sink>-<partition>-<slot>`` (see :mod:`connectors.kafka.naming`).
+        transactional_id: ``<prefix>-<sink>-<partition>-<slot>`` (see ``naming``).
         producer_id: the producer id the coordinator assigned at ``init_transactions``.
         producer_epoch: the producer epoch of that ``init_transactions``.
         topic_partitions: the ``(topic, partition)`` pairs written, sorted; partition ``-1``

@@ -35,11 +35,11 @@ import logging
 import kafka.errors as kerrors
 import tenacity
 
-from connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin, TransactionSnapshot
-from connectors.kafka.committable import KafkaCommittable
-from connectors.kafka.errors import KafkaTransactionError
-from sinks.errors import ServiceUnavailableError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin, TransactionSnapshot
+from twophase.connectors.kafka.committable import KafkaCommittable
+from twophase.connectors.kafka.errors import KafkaTransactionError
+from twophase.sinks.errors import ServiceUnavailableError
+from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 

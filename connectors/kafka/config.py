@@ -12,8 +12,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from connectors.kafka import naming
-from sinks.errors import ConfigError
+from twophase.connectors.kafka import naming
+from twophase.sinks.errors import ConfigError
 
 ConfigValue = str | int | float | bool
 Format = Literal["auto", "bytes", "string", "json"]
@@ -103,7 +103,7 @@ class FrozenSettings(Mapping[str, ConfigValue]):
 
 @dataclass(frozen=True, repr=False)
 class KafkaSinkConfig:
-    """Configuration of :class:`~connectors.kafka.sink.KafkaSink`.
+    """Configuration of :class:`~twophase.connectors.kafka.sink.KafkaSink`.
 
     Attributes:
         bootstrap_servers: ``host:port[,host:port]``.
@@ -115,7 +115,7 @@ class KafkaSinkConfig:
         pool_size: transactional ids per partition (slot = checkpoint id mod pool_size).
         max_pending_checkpoints: the most checkpoints the runtime keeps pending commit while the
             next epoch writes (1 with asynchronous commit). ``pool_size`` must be at least this
-            plus 2 (see :mod:`connectors.kafka.naming`).
+            plus 2 (see :mod:`twophase.connectors.kafka.naming`).
         transaction_timeout_ms: librdkafka ``transaction.timeout.ms`` (ms). Must be at least
             ``max_epoch_ms + max_commit_delay_ms`` and at most the broker's
             ``transaction.max.timeout.ms`` (checked at start). The coordinator warns when a

@@ -1,8 +1,8 @@
-"""Errors specific to the Kafka connector (all derive from :class:`sinks.errors.TwoPhaseError`)."""
+"""Errors specific to the Kafka connector (all derive from :class:`twophase.sinks.errors.TwoPhaseError`)."""
 
 from __future__ import annotations
 
-from sinks.errors import TwoPhaseError
+from twophase.sinks.errors import TwoPhaseError
 
 
 class KafkaTransactionError(TwoPhaseError, RuntimeError):

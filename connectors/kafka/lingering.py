@@ -25,12 +25,12 @@ from collections.abc import Callable
 import kafka.errors as kerrors
 from confluent_kafka import KafkaException, Producer
 
-from connectors.kafka import naming
-from connectors.kafka.admin import KafkaAdmin
-from connectors.kafka.committable import KafkaCommittable
-from connectors.kafka.config import KafkaSinkConfig
-from connectors.kafka.errors import KafkaTransactionError
-from sinks.context import LingeringScope
+from twophase.connectors.kafka import naming
+from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.committable import KafkaCommittable
+from twophase.connectors.kafka.config import KafkaSinkConfig
+from twophase.connectors.kafka.errors import KafkaTransactionError
+from twophase.sinks.context import LingeringScope
 
 log = logging.getLogger(__name__)
 

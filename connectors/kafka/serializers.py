@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.kafka.config import Format, KafkaSinkConfig
-from sinks.errors import SchemaError
+from twophase.connectors.kafka.config import Format, KafkaSinkConfig
+from twophase.sinks.errors import SchemaError
 
 Payload = bytes | str | None
 Headers = list[tuple[str, bytes | str | None]]

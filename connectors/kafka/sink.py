@@ -1,8 +1,8 @@
 """The exactly-once Kafka sink: a TwoPhaseCommitSink over Kafka transactions (KIP-98).
 
-Executor side (:mod:`~connectors.kafka.writer`): a transactional producer per subtask on a pooled
-transactional id, pre-committed by flushing. Driver side (:mod:`~connectors.kafka.committer`,
-:mod:`~connectors.kafka.lingering`): EndTxn(commit) with the recorded producer id and epoch,
+Executor side (:mod:`~twophase.connectors.kafka.writer`): a transactional producer per subtask on a pooled
+transactional id, pre-committed by flushing. Driver side (:mod:`~twophase.connectors.kafka.committer`,
+:mod:`~twophase.connectors.kafka.lingering`): EndTxn(commit) with the recorded producer id and epoch,
 and fence-aborting lingering transactions.
 """
 
@@ -14,16 +14,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.kafka import lingering, naming, serializers
-from connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
-from connectors.kafka.committable import CODEC, KafkaCommittable
-from connectors.kafka.committer import KafkaCommitter
-from connectors.kafka.config import KafkaSinkConfig
-from connectors.kafka.writer import KafkaTransaction
-from sinks.api import TwoPhaseCommitSink
-from sinks.context import LingeringScope, WriterContext
-from sinks.errors import ConfigError, ServiceUnavailableError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.kafka import lingering, naming, serializers
+from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
+from twophase.connectors.kafka.committable import CODEC, KafkaCommittable
+from twophase.connectors.kafka.committer import KafkaCommitter
+from twophase.connectors.kafka.config import KafkaSinkConfig
+from twophase.connectors.kafka.writer import KafkaTransaction
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
 
     Args:
         name: the sink's name within the job: ``[A-Za-z0-9_.]+`` (part of transactional ids).
-        config: see :class:`~connectors.kafka.config.KafkaSinkConfig`.
+        config: see :class:`~twophase.connectors.kafka.config.KafkaSinkConfig`.
 
     Raises:
         ConfigError: an invalid name.
@@ -152,7 +152,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def commit(self, committable: KafkaCommittable) -> CommitOutcome:
         """EndTxn(commit) with the recorded id, producer id and epoch.
 
-        See :mod:`~connectors.kafka.committer` for the outcomes; unreachable brokers give RETRY.
+        See :mod:`~twophase.connectors.kafka.committer` for the outcomes; unreachable brokers give RETRY.
         """
         try:
             return self._the_committer().commit(committable)

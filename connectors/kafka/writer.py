@@ -3,7 +3,7 @@
 ``open`` → ``write`` (whole Arrow batches) → ``pre_commit`` (flush; the committable) — and never
 commit. The producer is then dropped: destroying a librdkafka producer leaves its transaction
 open (checked against a real broker in ``integration/kafka/test_facts.py``), and the driver
-commits it with EndTxn (:mod:`connectors.kafka.committer`).
+commits it with EndTxn (:mod:`twophase.connectors.kafka.committer`).
 
 librdkafka does not expose its producer id and epoch through an API; its statistics do (the
 ``eos`` object of STATISTICS.md, delivered to ``stats_cb`` from ``poll``). The writer reads them
@@ -32,12 +32,12 @@ import pyarrow.compute as pc
 import tenacity
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from connectors.kafka import naming, serializers
-from connectors.kafka.committable import KafkaCommittable
-from connectors.kafka.config import KafkaSinkConfig
-from connectors.kafka.errors import KafkaTransactionError
-from sinks.context import WriterContext
-from sinks.errors import IllegalTransitionError, RecordError, ServiceUnavailableError
+from twophase.connectors.kafka import naming, serializers
+from twophase.connectors.kafka.committable import KafkaCommittable
+from twophase.connectors.kafka.config import KafkaSinkConfig
+from twophase.connectors.kafka.errors import KafkaTransactionError
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import IllegalTransitionError, RecordError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sinks.codec import CommittableCodec
+from twophase.sinks.codec import CommittableCodec
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from collections.abc import Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from connectors.s3.committable import PendingFile, S3Committable
-from connectors.s3.uploads import S3Ops, error_code, is_transient
-from sinks.outcome import CommitOutcome
+from twophase.connectors.s3.committable import PendingFile, S3Committable
+from twophase.connectors.s3.uploads import S3Ops, error_code, is_transient
+from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 

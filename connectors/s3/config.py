@@ -13,8 +13,8 @@ import enum
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from connectors.s3.naming import normalize_prefix, validate_bucket
-from sinks.errors import ConfigError
+from twophase.connectors.s3.naming import normalize_prefix, validate_bucket
+from twophase.sinks.errors import ConfigError
 
 MiB = 1024 * 1024
 

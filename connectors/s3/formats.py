@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from connectors.s3.config import FileFormat, S3SinkConfig
-from sinks.errors import RecordError, SchemaError
+from twophase.connectors.s3.config import FileFormat, S3SinkConfig
+from twophase.sinks.errors import RecordError, SchemaError
 
 CONTENT_TYPES = {
     FileFormat.PARQUET: "application/vnd.apache.parquet",

@@ -20,10 +20,10 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from connectors.s3 import naming
-from connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
-from connectors.s3.uploads import ListedUpload, S3Ops
-from sinks.context import LingeringScope
+from twophase.connectors.s3 import naming
+from twophase.connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
+from twophase.connectors.s3.uploads import ListedUpload, S3Ops
+from twophase.sinks.context import LingeringScope
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, RollingPolicy
+from twophase.connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, RollingPolicy
 
 
 @dataclass(frozen=True)

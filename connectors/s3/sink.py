@@ -1,6 +1,6 @@
 """The S3 two-phase-commit sink: one class for Parquet, JSON lines and CSV.
 
-``S3Sink`` is an :class:`~sinks.api.InProgressSink` for every format, so the runtime treats all
+``S3Sink`` is an :class:`~twophase.sinks.api.InProgressSink` for every format, so the runtime treats all
 formats alike:
 
 - Parquet rolls every file at each checkpoint, so ``pre_commit`` returns everything written,
@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from connectors.s3 import committer, lingering
-from connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC, S3Committable
-from connectors.s3.config import FileFormat, S3SinkConfig
-from connectors.s3.formats import validate_schema
-from connectors.s3.uploads import ClientFactory, S3Ops, cached_client
-from connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
-from sinks.api import InProgressSink
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.errors import ConfigError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.s3 import committer, lingering
+from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC, S3Committable
+from twophase.connectors.s3.config import FileFormat, S3SinkConfig
+from twophase.connectors.s3.formats import validate_schema
+from twophase.connectors.s3.uploads import ClientFactory, S3Ops, cached_client
+from twophase.connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
+from twophase.sinks.api import InProgressSink
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import ConfigError
+from twophase.sinks.outcome import CommitOutcome
 
 
 class S3Sink(InProgressSink[S3Transaction, S3Committable]):

@@ -11,7 +11,7 @@ such a response to status 500 before parsing, so it surfaces as a ``ClientError`
 code (e.g. ``InternalError``) and is retried here like any 5xx. As a second line of defence a
 completion response without an ``ETag`` is treated as transient too.
 
-Errors after retries are typed (``sinks.errors``): a missing bucket or denied credentials →
+Errors after retries are typed (``twophase.sinks.errors``): a missing bucket or denied credentials →
 ``ConfigError``; still transient → ``ServiceUnavailableError``; an upload or tail that vanished
 while resuming → ``TransactionLostError``.
 """
@@ -37,9 +37,9 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from connectors.s3.committable import UploadedPart
-from connectors.s3.config import S3SinkConfig
-from sinks.errors import ConfigError, ServiceUnavailableError, TransactionLostError
+from twophase.connectors.s3.committable import UploadedPart
+from twophase.connectors.s3.config import S3SinkConfig
+from twophase.sinks.errors import ConfigError, ServiceUnavailableError, TransactionLostError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -29,16 +29,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.s3 import naming
-from connectors.s3.committable import (
+from twophase.connectors.s3 import naming
+from twophase.connectors.s3.committable import (
     IN_PROGRESS_CODEC,
     InProgressFile,
     InProgressState,
     PendingFile,
     S3Committable,
 )
-from connectors.s3.config import S3SinkConfig
-from connectors.s3.formats import (
+from twophase.connectors.s3.config import S3SinkConfig
+from twophase.connectors.s3.formats import (
     CONTENT_TYPES,
     FileEncoder,
     OutputBuffer,
@@ -46,8 +46,8 @@ from connectors.s3.formats import (
     project_batch,
     validate_schema,
 )
-from connectors.s3.part_uploads import PartUploads
-from connectors.s3.rolling import (
+from twophase.connectors.s3.part_uploads import PartUploads
+from twophase.connectors.s3.rolling import (
     FileStats,
     TailAction,
     full_parts,
@@ -55,9 +55,9 @@ from connectors.s3.rolling import (
     should_roll_on_checkpoint,
     tail_action,
 )
-from connectors.s3.uploads import S3Ops
-from sinks.context import JsonObject, WriterContext
-from sinks.errors import ConfigError, IllegalTransitionError, RecordError
+from twophase.connectors.s3.uploads import S3Ops
+from twophase.sinks.context import JsonObject, WriterContext
+from twophase.sinks.errors import ConfigError, IllegalTransitionError, RecordError
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sinks.api import TwoPhaseCommitSink
-from sinks.context import JsonObject
-from sinks.errors import ConfigError, JobError
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import ConfigError, JobError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -37,7 +37,7 @@ Per micro-batch N (DESIGN.md §6, in the order the facade can run it):
 1. **Write** (tasks): replay check first — if our latest checkpoint already covers N (a crash
    after step 3 and before Spark's commit log), the task writes nothing (re-writing could fence
    the durable but uncommitted transactions, e.g. Kafka's). Otherwise ``begin_transaction`` →
-   ``write`` each Arrow batch → ``pre_commit`` (:func:`coordinator.fanout.write_subtasks`); the
+   ``write`` each Arrow batch → ``pre_commit`` (:func:`twophase.coordinator.fanout.write_subtasks`); the
    task returns a :class:`TwoPhaseCommitMessage` with the encoded committable.
 2. **Restore** (commit worker): open storage, ``JobRuntime.restore()`` — re-commit the latest
    checkpoint's committables, abort lingering transactions (the messages' committables are held:
@@ -55,14 +55,14 @@ after persist, before Spark's log      tasks skip N; restore re-commits N's comm
 after Spark's commit log               nothing to do
 =====================================  =========================================================
 
-Limitations of the facade (use :class:`coordinator.spark.job.Job` for these):
+Limitations of the facade (use :class:`twophase.coordinator.spark.job.Job` for these):
 
 - single sink per query;
 - **no end-of-input hook**: a Python data source writer never learns that a bounded stream
   (``availableNow``) ended, so no final checkpoint (FLIP-147) is taken. Every batch's data is
   committed with that batch's checkpoint instead, so bounded streams lose nothing — but sinks whose
-  transactions span epochs (:class:`~sinks.api.InProgressSink`) would leave their last in-progress
-  data uncommitted, so they are refused with :class:`~sinks.errors.ConfigError`;
+  transactions span epochs (:class:`~twophase.sinks.api.InProgressSink`) would leave their last in-progress
+  data uncommitted, so they are refused with :class:`~twophase.sinks.errors.ConfigError`;
 - ``WriterContext.num_partitions`` in tasks is a lower bound (``partition + 1``): Spark's Python
   data source API does not tell tasks the write's parallelism. The checkpoint records the true
   parallelism (the number of commit messages);
@@ -91,14 +91,14 @@ except ImportError as e:  # pragma: no cover - depends on the installed pyspark
     raise ImportError("the twophase Python Data Source facade needs pyspark >= 4.1") from e
 from pyspark.sql.types import StructType
 
-from coordinator.fanout import EpochPlan, write_subtasks
-from coordinator.runtime import JobRuntime, RuntimeConfig, position_covers
-from coordinator.spark.checks import check_job_id, job_id_from_name
-from coordinator.storage import open_storage
-from coordinator.storage.base import CheckpointStorage
-from sinks.api import InProgressSink, TwoPhaseCommitSink
-from sinks.context import JsonObject
-from sinks.errors import ConfigError, JobError
+from twophase.coordinator.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.runtime import JobRuntime, RuntimeConfig, position_covers
+from twophase.coordinator.spark.checks import check_job_id, job_id_from_name
+from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage.base import CheckpointStorage
+from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import ConfigError, JobError
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
     coordinator state comes from checkpoint storage.
 
     Args:
-        sink: the job's one sink (not an :class:`~sinks.api.InProgressSink`).
+        sink: the job's one sink (not an :class:`~twophase.sinks.api.InProgressSink`).
         settings: the facade's options.
         config: runtime settings (synchronous commit).
     """
@@ -244,7 +244,7 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
 
         Raises:
             JobError: not in a streaming write's task (no batch id), or our checkpoint belongs to
-                another Spark query (see :func:`coordinator.runtime.position_covers`).
+                another Spark query (see :func:`twophase.coordinator.runtime.position_covers`).
             Whatever the sink raises, after aborting its open transaction.
         """
         from pyspark import TaskContext  # executor side: the worker has pyspark
@@ -484,7 +484,7 @@ class TwoPhaseDataSource(DataSource):
 
         Raises:
             ConfigError: bad options (see :class:`FacadeSettings`), complete output mode
-                (``overwrite``), an :class:`~sinks.api.InProgressSink` (no end-of-input hook),
+                (``overwrite``), an :class:`~twophase.sinks.api.InProgressSink` (no end-of-input hook),
                 asynchronous commit.
             SchemaError: the sink cannot take ``schema``.
         """

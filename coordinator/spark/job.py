@@ -34,10 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coordinator.fanout import Acknowledgement, EpochPlan, sink_names_unique
-from coordinator.job_lifecycle import JobState
-from coordinator.runtime import CheckpointMetrics, JobRuntime, RuntimeConfig
-from coordinator.spark.checks import (
+from twophase.coordinator.fanout import Acknowledgement, EpochPlan, sink_names_unique
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.runtime import CheckpointMetrics, JobRuntime, RuntimeConfig
+from twophase.coordinator.spark.checks import (
     check_job_id,
     check_query_id,
     check_speculation,
@@ -45,12 +45,12 @@ from coordinator.spark.checks import (
     job_id_from_name,
     read_spark_query_id,
 )
-from coordinator.spark.tasks import epoch_task
-from coordinator.storage import open_storage
-from coordinator.storage.base import CheckpointRef, CheckpointStorage
-from sinks.api import TwoPhaseCommitSink
-from sinks.context import JsonObject
-from sinks.errors import ConfigError, JobError, TwoPhaseError
+from twophase.coordinator.spark.tasks import epoch_task
+from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import ConfigError, JobError, TwoPhaseError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,7 +64,7 @@ ACK_DDL = (
     "sink string, partition int, attempt int, committable string, in_progress string, "
     "records bigint, write_ms double"
 )
-"""Spark DDL of :data:`coordinator.fanout.ACK_SCHEMA` (what ``mapInArrow`` returns)."""
+"""Spark DDL of :data:`twophase.coordinator.fanout.ACK_SCHEMA` (what ``mapInArrow`` returns)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The executor side on Spark: the function ``mapInArrow`` runs in every task of an epoch.
 
-Each task writes its partition to every sink in one pass (:func:`coordinator.fanout.write_subtasks`)
-and yields its acknowledgements as one Arrow batch of :data:`coordinator.fanout.ACK_SCHEMA`.
+Each task writes its partition to every sink in one pass (:func:`twophase.coordinator.fanout.write_subtasks`)
+and yields its acknowledgements as one Arrow batch of :data:`twophase.coordinator.fanout.ACK_SCHEMA`.
 Collecting those rows on the driver is the checkpoint's acknowledgement: Spark returns exactly one
 successful attempt per partition.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from coordinator.fanout import ACK_SCHEMA, EpochPlan, write_subtasks
+from twophase.coordinator.fanout import ACK_SCHEMA, EpochPlan, write_subtasks
 
 
 def epoch_task(plan: EpochPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -2,8 +2,8 @@
 
 Locations:
 
-- a plain path or ``file:///abs/path`` → :class:`~coordinator.storage.local.LocalCheckpointStorage`;
-- ``s3://bucket[/prefix]`` → :class:`~coordinator.storage.s3.S3CheckpointStorage`.
+- a plain path or ``file:///abs/path`` → :class:`~twophase.coordinator.storage.local.LocalCheckpointStorage`;
+- ``s3://bucket[/prefix]`` → :class:`~twophase.coordinator.storage.s3.S3CheckpointStorage`.
 
 S3 settings come from explicit :class:`S3Options`, else the environment (``TWOPHASE_S3_ENDPOINT``,
 ``TWOPHASE_S3_ACCESS_KEY``, ``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION``), else boto3's own
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from coordinator.storage.base import CheckpointRef, CheckpointStorage
-from coordinator.storage.layout import validate_job_id
-from coordinator.storage.local import LocalCheckpointStorage, local_path
-from sinks.errors import ConfigError
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.coordinator.storage.layout import validate_job_id
+from twophase.coordinator.storage.local import LocalCheckpointStorage, local_path
+from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -143,7 +143,7 @@ def open_storage(
     if scheme in ("", "file"):
         return LocalCheckpointStorage(local_path(location), job_id)
     if scheme == "s3":
-        from coordinator.storage.s3 import S3CheckpointStorage
+        from twophase.coordinator.storage.s3 import S3CheckpointStorage
 
         parsed = urlparse(location)
         if not parsed.netloc:

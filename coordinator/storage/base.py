@@ -6,7 +6,7 @@ Layout under a base location, per job::
     <base>/<job-id>/chk-<n>/_final                     empty marker of a final checkpoint
     <base>/<job-id>/savepoints/sp-<n>/_metadata        savepoints (never deleted automatically)
 
-(naming as pure functions: :mod:`coordinator.storage.layout`). Checkpoints and savepoints share one
+(naming as pure functions: :mod:`twophase.coordinator.storage.layout`). Checkpoints and savepoints share one
 id sequence: an id names at most one of them. Final checkpoints count as checkpoints for retention;
 as at least one is kept, a final checkpoint stays until a later checkpoint exists.
 
@@ -15,7 +15,7 @@ Rules every backend keeps:
   rename; S3: PUT with ``If-None-Match: *``); publishing an id that exists raises;
 - "latest" is found by listing, never from a mutable pointer file;
 - files are created owner-only;
-- a corrupt or unreadable ``_metadata`` raises :class:`~sinks.errors.CorruptCheckpointError`
+- a corrupt or unreadable ``_metadata`` raises :class:`~twophase.sinks.errors.CorruptCheckpointError`
   naming the file. Nothing silently falls back to an older checkpoint (the backends offer
   ``latest(fallback_to_valid=True)`` as an explicit opt-in).
 """
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 
 
 @dataclass(frozen=True, order=True)

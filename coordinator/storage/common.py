@@ -8,9 +8,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.storage.base import CheckpointRef, CheckpointStorage
-from sinks.errors import CheckpointStorageError, CommittableDecodeError, ConfigError, CorruptCheckpointError
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.errors import (
+    CheckpointStorageError,
+    CommittableDecodeError,
+    ConfigError,
+    CorruptCheckpointError,
+)
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
-from coordinator.metadata import CheckpointKind
-from sinks.errors import ConfigError
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.sinks.errors import ConfigError
 
 METADATA_NAME = "_metadata"
 FINAL_MARKER_NAME = "_final"

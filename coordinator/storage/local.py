@@ -1,6 +1,6 @@
 """Checkpoint storage on a local or POSIX (shared) file system.
 
-Layout and rules: :mod:`coordinator.storage.base` and :mod:`coordinator.storage.layout`.
+Layout and rules: :mod:`twophase.coordinator.storage.base` and :mod:`twophase.coordinator.storage.layout`.
 
 Publishing is atomic and never overwrites (DESIGN.md §5): the JSON is written to
 ``chk-<n>/_metadata.tmp-<random>`` (owner-only, flushed and fsynced), then hard-linked to
@@ -27,17 +27,17 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.storage import layout
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.common import (
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage import layout
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
     plan_retention,
     sort_refs,
 )
-from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,7 @@ class LocalCheckpointStorage:
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.
 
-        Final checkpoints count as checkpoints (see :func:`~coordinator.storage.common.plan_retention`);
+        Final checkpoints count as checkpoints (:func:`~twophase.coordinator.storage.common.plan_retention`);
         savepoints are never deleted. Also removes leftovers of crashed publishes: temp files, and
         directories without ``_metadata`` whose id is below the newest published id.
 

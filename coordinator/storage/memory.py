@@ -1,10 +1,10 @@
 """In-memory checkpoint storage for the test harness and unit tests.
 
-Same contract as the local and S3 backends (:mod:`coordinator.storage.base`), and the same
-backend-independent rules (:mod:`coordinator.storage.common`): metadata is stored as the JSON bytes
+Same contract as the local and S3 backends (:mod:`twophase.coordinator.storage.base`), and the same
+backend-independent rules (:mod:`twophase.coordinator.storage.common`): metadata is stored as the JSON bytes
 of ``CheckpointMetadata.dumps`` and parsed again on every load, so tests exercise the real
 encoding; publishing an id that exists (as a checkpoint or a savepoint) raises
-:class:`~sinks.errors.CheckpointStorageError`; "latest" is the highest id by listing; retention
+:class:`~twophase.sinks.errors.CheckpointStorageError`; "latest" is the highest id by listing; retention
 deletes all but the newest N non-savepoint checkpoints (final checkpoints count as checkpoints).
 
 Locations look like ``memory://<job-id>/chk-<n>/_metadata`` and
@@ -19,17 +19,17 @@ import logging
 import threading
 from collections.abc import Callable
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.storage import layout
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.common import (
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage import layout
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
     plan_retention,
     sort_refs,
 )
-from sinks.errors import CheckpointStorageError
+from twophase.sinks.errors import CheckpointStorageError
 
 log = logging.getLogger(__name__)
 

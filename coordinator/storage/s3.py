@@ -1,7 +1,7 @@
 """Checkpoint storage on S3 (or an S3-compatible server such as MinIO) through boto3.
 
 Layout: ``s3://<bucket>/<prefix>/<job-id>/chk-<n>/_metadata`` etc., as in
-:mod:`coordinator.storage.layout`.
+:mod:`twophase.coordinator.storage.layout`.
 
 Publishing is one conditional ``PutObject`` with ``If-None-Match: *`` (DESIGN.md §5): S3 stores the
 object atomically and answers ``412 Precondition Failed`` if the key exists, so an id is never
@@ -25,17 +25,17 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, Inc
 from botocore.exceptions import ConnectionError as BotoConnectionError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.storage import layout
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.common import (
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage import layout
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
     plan_retention,
     sort_refs,
 )
-from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

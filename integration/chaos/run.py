@@ -1,6 +1,6 @@
 """The full chaos matrix from the command line; writes ``CHAOS.md``.
 
-    python -m integration.chaos.run --trials 100 [--days 14] [--files-per-trigger 7] [--seed 1]
+    python -m twophase.integration.chaos.run --trials 100 [--days 14] [--files-per-trigger 7] [--seed 1]
         [--report CHAOS.md] [--max-minutes M]
 
 Uses running services (``TWOPHASE_*`` or ``twophase services up``) or starts native ones for the
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import click
 
-from integration.chaos.runner import fault_matrix, plan_trials, result_json, run_trials, write_report
-from integration.jobs.flights import FlightsEndpoints, flights_spark_session
+from twophase.integration.chaos.runner import fault_matrix, plan_trials, result_json, run_trials, write_report
+from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
 
 
 @click.command()
@@ -51,7 +51,7 @@ def main(
 ) -> None:
     """Run TRIALS chaos trials of the flights job and write the report."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from integration.services import kafka_service, s3_service
+    from twophase.integration.services import kafka_service, s3_service
 
     batches = math.ceil(days / files_per_trigger)
     plans = plan_trials(trials, batches, seed, kill_share)
@@ -77,7 +77,7 @@ def main(
         spark.stop()
     minutes = (time.monotonic() - started) / 60
     params: dict[str, object] = {
-        "command": f"`python -m integration.chaos.run --trials {trials} --days {days} "
+        "command": f"`python -m twophase.integration.chaos.run --trials {trials} --days {days} "
         f"--files-per-trigger {files_per_trigger} --seed {seed} --kill-share {kill_share}"
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + "`",

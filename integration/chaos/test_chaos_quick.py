@@ -2,7 +2,7 @@
 restarted until it finished, each sink verified exactly once with nothing lingering.
 
 The full matrix (every applicable fault point and hit, plus kill -9 at seeded random moments, ≥ 100
-trials) runs with ``python -m integration.chaos.run --trials 100`` and writes ``CHAOS.md``.
+trials) runs with ``python -m twophase.integration.chaos.run --trials 100`` and writes ``CHAOS.md``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from integration.chaos.runner import TrialPlan, run_trial
-from integration.jobs.flights import FlightsEndpoints
-from integration.services import S3Endpoint
+from twophase.integration.chaos.runner import TrialPlan, run_trial
+from twophase.integration.jobs.flights import FlightsEndpoints
+from twophase.integration.services import S3Endpoint
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,1 +1,1 @@
-"""End-to-end tests of the Python Data Source facade (``coordinator.spark.datasource``) on real Spark."""
+"""End-to-end tests of the Python Data Source facade (``coordinator/spark/datasource.py``) on Spark."""

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from integration.datasource.jsonl_format import JsonLinesTwoPhase
+from twophase.integration.datasource.jsonl_format import JsonLinesTwoPhase
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

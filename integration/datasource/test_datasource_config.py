@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from coordinator.fakes import FakeExternalSystem, FakeInProgressSink
-from coordinator.spark.datasource import (
+from twophase.coordinator.fakes import FakeExternalSystem, FakeInProgressSink
+from twophase.coordinator.spark.datasource import (
     FacadeSettings,
     TwoPhaseDataSource,
     TwoPhaseStreamWriter,
     checkpoint_id_for_batch,
 )
-from integration.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
-from integration.testing.file_sink import JsonLinesFileSink
-from sinks.api import TwoPhaseCommitSink
-from sinks.errors import ConfigError
+from twophase.integration.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
+from twophase.integration.testing.file_sink import JsonLinesFileSink
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import ConfigError
 
 SCHEMA = StructType([StructField("id", LongType())])
 

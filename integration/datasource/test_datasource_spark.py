@@ -1,7 +1,7 @@
 """The facade on real Spark (local[2]): ``writeStream.format("twophase-jsonl")`` is exactly-once.
 
 In-process runs use the shared session; crash runs use their own process
-(:mod:`integration.datasource.streamscript`) so that ``TWOPHASE_FAULT`` exits are real.
+(:mod:`twophase.integration.datasource.streamscript`) so that ``TWOPHASE_FAULT`` exits are real.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from coordinator.storage import open_storage
-from integration.datasource.streamscript import SINK, start_query
-from integration.exactly_once.support import make_input
-from integration.testing.file_sink import read_committed, staging_files
+from twophase.coordinator.storage import open_storage
+from twophase.integration.datasource.streamscript import SINK, start_query
+from twophase.integration.exactly_once.support import make_input
+from twophase.integration.testing.file_sink import read_committed, staging_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.spark
 
 JOB = "ds"
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = "integration.datasource.streamscript"
+SCRIPT = "twophase.integration.datasource.streamscript"
 
 
 def committed(root: Path) -> Counter[int]:

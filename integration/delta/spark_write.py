@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from connectors.delta import DeltaCommittable, DeltaSink
-from sinks.context import WriterContext
-from sinks.outcome import CommitOutcome
+from twophase.connectors.delta import DeltaCommittable, DeltaSink
+from twophase.sinks.context import WriterContext
+from twophase.sinks.outcome import CommitOutcome
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

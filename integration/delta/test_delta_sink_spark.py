@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from integration.delta.spark_write import write_and_commit, write_epoch
-from integration.services import S3Endpoint
-from sinks.context import LingeringScope
-from sinks.outcome import CommitOutcome
+from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
+from twophase.integration.delta.spark_write import write_and_commit, write_epoch
+from twophase.integration.services import S3Endpoint
+from twophase.sinks.context import LingeringScope
+from twophase.sinks.outcome import CommitOutcome
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -3,7 +3,7 @@
 Input: a folder of Parquet files with one ``id`` column. Output: one JSON-lines file sink per name
 in ``--sinks``. Exit status 0 when the job ended as asked, 137 when a fault point fired.
 
-    python -m integration.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
+    python -m twophase.integration.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
         [--action finish|stop|savepoint|drain|cancel] [--after-batches N] [--from-savepoint LOC]
 """
 
@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from coordinator.spark.job import Job
-from integration.testing.file_sink import JsonLinesFileSink
+from twophase.coordinator.spark.job import Job
+from twophase.integration.testing.file_sink import JsonLinesFileSink
 
 
 def _spark(master: str):  # type: ignore[no-untyped-def]

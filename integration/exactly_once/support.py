@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from integration.testing.file_sink import read_committed, staging_files
+from twophase.integration.testing.file_sink import read_committed, staging_files
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_EXIT = 137
@@ -51,7 +51,7 @@ def run_job(root: Path, *args: str, fault: str | None = None, timeout: float = 3
         env["TWOPHASE_FAULT"] = fault
         env["TWOPHASE_FAULT_STATE"] = str(root / "fault-state" / fault.replace(":", "_"))
     proc = subprocess.run(
-        [sys.executable, "-m", "integration.exactly_once.jobscript", "--root", str(root), *args],
+        [sys.executable, "-m", "twophase.integration.exactly_once.jobscript", "--root", str(root), *args],
         cwd=REPO,
         env=env,
         capture_output=True,

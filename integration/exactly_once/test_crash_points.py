@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.exactly_once.support import FAULT_EXIT, assert_exactly_once, make_input, run_job
+from twophase.integration.exactly_once.support import FAULT_EXIT, assert_exactly_once, make_input, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

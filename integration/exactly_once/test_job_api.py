@@ -9,14 +9,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from coordinator.checkpoint_coordinator import CheckpointConfig
-from coordinator.job_lifecycle import JobState
-from coordinator.restart import RestartStrategy
-from coordinator.runtime import RuntimeConfig
-from coordinator.spark.job import Job, JobHandle
-from integration.exactly_once.support import assert_exactly_once, make_input
-from integration.testing.file_sink import JsonLinesFileSink, _OpenFile
-from sinks.errors import ConfigError, JobError, SchemaError
+from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime import RuntimeConfig
+from twophase.coordinator.spark.job import Job, JobHandle
+from twophase.integration.exactly_once.support import assert_exactly_once, make_input
+from twophase.integration.testing.file_sink import JsonLinesFileSink, _OpenFile
+from twophase.sinks.errors import ConfigError, JobError, SchemaError
 
 pytestmark = [pytest.mark.spark]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from coordinator.storage import open_storage
-from integration.flights_commands import checkpoints
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.storage import open_storage
+from twophase.integration.flights_commands import checkpoints
 
 
 def _publish(root: Path) -> None:

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coordinator.job_lifecycle import JobState
-from coordinator.storage import open_storage
-from integration.jobs import flights_data
-from integration.jobs.flights import (
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.storage import open_storage
+from twophase.integration.jobs import flights_data
+from twophase.integration.jobs.flights import (
     DELTA_SINK,
     KAFKA_SINK,
     S3_SINK,
@@ -29,8 +29,8 @@ from integration.jobs.flights import (
     FlightsJobSpec,
     run_flights,
 )
-from integration.services import S3Endpoint
-from integration.verify import CONTENT_COLUMNS, compare, expected_input, read_kafka, verify_run
+from twophase.integration.services import S3Endpoint
+from twophase.integration.verify import CONTENT_COLUMNS, compare, expected_input, read_kafka, verify_run
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,9 +92,9 @@ def test_flights_subset_lands_exactly_once_in_kafka_s3_and_delta(
     assert first["origin_name"] == "Newark Liberty Intl" and first["origin_tzone"] == "America/New_York"
     assert first["delay_class"] == "on_time"
     # 05:15 in New York (EST, UTC-5) is 10:15 UTC
-    epoch_s = (
-        delta.where("flight_id = '2013-01-01-0000'").selectExpr("unix_timestamp(sched_dep_at)").first()[0]
-    )
+    row = delta.where("flight_id = '2013-01-01-0000'").selectExpr("unix_timestamp(sched_dep_at)").first()
+    assert row is not None
+    epoch_s = row[0]
     assert epoch_s == dt.datetime(2013, 1, 1, 10, 15, tzinfo=dt.UTC).timestamp()
     classes = {r["delay_class"] for r in rows.values()}
     assert classes <= {"cancelled", "on_time", "minor", "moderate", "severe"} and "cancelled" in classes
@@ -121,8 +121,10 @@ def test_flights_subset_lands_exactly_once_in_kafka_s3_and_delta(
         consumer.close()
     assert messages
     for message in messages:
-        value = json.loads(message.value())
-        assert message.key().decode() == value["flight_id"] and set(value) <= set(TYPED_COLUMNS)
+        raw_key, raw_value = message.key(), message.value()
+        assert raw_key is not None and raw_value is not None
+        value = json.loads(raw_value)
+        assert raw_key.decode() == value["flight_id"] and set(value) <= set(TYPED_COLUMNS)
 
 
 def test_verifier_detects_duplicates_missing_and_altered_records() -> None:

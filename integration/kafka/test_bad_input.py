@@ -7,11 +7,11 @@ import socket
 import pyarrow as pa
 import pytest
 
-from connectors.kafka import KafkaSink, KafkaSinkConfig
-from integration.kafka.support import create_topic, ongoing_with_prefix, sink_config, unique
-from integration.readback import read_topic
-from sinks.context import WriterContext
-from sinks.errors import ConfigError, RecordError, ServiceUnavailableError
+from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.integration.kafka.support import create_topic, ongoing_with_prefix, sink_config, unique
+from twophase.integration.readback import read_topic
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import ConfigError, RecordError, ServiceUnavailableError
 
 pytestmark = pytest.mark.kafka
 

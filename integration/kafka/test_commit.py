@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.kafka import KafkaSink
-from integration.kafka.support import (
+from twophase.connectors.kafka import KafkaSink
+from twophase.integration.kafka.support import (
     create_topic,
     decode,
     expected,
@@ -18,8 +18,8 @@ from integration.kafka.support import (
     write_one,
     writer_process,
 )
-from integration.readback import read_topic
-from sinks.outcome import CommitOutcome
+from twophase.integration.readback import read_topic
+from twophase.sinks.outcome import CommitOutcome
 
 pytestmark = pytest.mark.kafka
 
@@ -96,8 +96,8 @@ def test_abort_of_a_pre_committed_transaction(kafka_bootstrap: str) -> None:
 def test_empty_transaction_has_no_committable_and_leaves_nothing_open(kafka_bootstrap: str) -> None:
     import pyarrow as pa
 
-    from integration.kafka.support import ongoing_with_prefix
-    from sinks.context import WriterContext
+    from twophase.integration.kafka.support import ongoing_with_prefix
+    from twophase.sinks.context import WriterContext
 
     topic, job = unique("empty"), unique("job")
     create_topic(kafka_bootstrap, topic)

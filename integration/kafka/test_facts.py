@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.kafka.admin import KafkaAdmin
-from connectors.kafka.committer import KafkaErrorCode
-from integration.kafka.support import (
+from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.committer import KafkaErrorCode
+from twophase.integration.kafka.support import (
     create_topic,
     describe,
     read_json_line,
@@ -23,7 +23,7 @@ from integration.kafka.support import (
     wait_until_stable,
     writer_process,
 )
-from integration.readback import read_topic
+from twophase.integration.readback import read_topic
 
 pytestmark = pytest.mark.kafka
 

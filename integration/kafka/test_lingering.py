@@ -6,8 +6,8 @@ import signal
 
 import pytest
 
-from connectors.kafka import KafkaCommittable, KafkaSink
-from integration.kafka.support import (
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink
+from twophase.integration.kafka.support import (
     create_topic,
     end_offsets,
     expected,
@@ -21,9 +21,9 @@ from integration.kafka.support import (
     write_one,
     writer_process,
 )
-from integration.readback import read_topic
-from sinks.context import LingeringScope, WriterContext
-from sinks.outcome import CommitOutcome
+from twophase.integration.readback import read_topic
+from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.outcome import CommitOutcome
 
 pytestmark = pytest.mark.kafka
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from connectors.kafka import KafkaCommittable, KafkaSink, naming
-from integration.kafka.support import (
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink, naming
+from twophase.integration.kafka.support import (
     all_with_prefix,
     create_topic,
     expected,
@@ -19,9 +19,9 @@ from integration.kafka.support import (
     wait_until_stable,
     write_one,
 )
-from integration.readback import read_topic
-from sinks.context import LingeringScope
-from sinks.outcome import CommitOutcome
+from twophase.integration.readback import read_topic
+from twophase.sinks.context import LingeringScope
+from twophase.sinks.outcome import CommitOutcome
 
 pytestmark = pytest.mark.kafka
 log = logging.getLogger(__name__)

@@ -7,9 +7,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from connectors.kafka import KafkaSink
-from integration.kafka.support import create_topic, read_records, sink_config, unique, write_one
-from sinks.outcome import CommitOutcome
+from twophase.connectors.kafka import KafkaSink
+from twophase.integration.kafka.support import create_topic, read_records, sink_config, unique, write_one
+from twophase.sinks.outcome import CommitOutcome
 
 pytestmark = pytest.mark.kafka
 

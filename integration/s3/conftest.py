@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from connectors.s3 import S3SinkConfig
-from integration.services import S3Endpoint
+from twophase.connectors.s3 import S3SinkConfig
+from twophase.integration.services import S3Endpoint
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

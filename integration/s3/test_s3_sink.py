@@ -22,14 +22,15 @@ import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pytest
 
-from connectors.s3 import IN_PROGRESS_CODEC, RollingPolicy, S3Committable, S3Sink, S3SinkConfig
-from connectors.s3.config import MiB
-from connectors.s3.naming import TEMP_DIR
-from integration.s3.worker import rows
-from integration.services import S3Endpoint
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.errors import ConfigError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkConfig
+from twophase.connectors.s3.committable import IN_PROGRESS_CODEC
+from twophase.connectors.s3.config import MiB
+from twophase.connectors.s3.naming import TEMP_DIR
+from twophase.integration.s3.worker import rows
+from twophase.integration.services import S3Endpoint
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import ConfigError
+from twophase.sinks.outcome import CommitOutcome
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -257,7 +258,7 @@ def run_worker(
         "TWOPHASE_S3_REGION": endpoint.region,
     }
     return subprocess.run(
-        [sys.executable, "-m", "integration.s3.worker", str(path)],
+        [sys.executable, "-m", "twophase.integration.s3.worker", str(path)],
         env=env,
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,

@@ -1,6 +1,6 @@
 """A separate process that runs one S3 sink epoch, for tests that need a NEW process.
 
-Usage: ``python -m integration.s3.worker REQUEST.json``; the endpoint and credentials come from
+Usage: ``python -m twophase.integration.s3.worker REQUEST.json``; the endpoint and credentials come from
 ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_S3_ACCESS_KEY``, ``TWOPHASE_S3_SECRET_KEY`` and
 ``TWOPHASE_S3_REGION`` (never from argv, which other users can read).
 
@@ -25,8 +25,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.s3 import RollingPolicy, S3Sink, S3SinkConfig
-from sinks.context import WriterContext
+from twophase.connectors.s3 import RollingPolicy, S3Sink, S3SinkConfig
+from twophase.sinks.context import WriterContext
 
 
 def rows(first: int, count: int) -> pa.RecordBatch:

@@ -15,8 +15,8 @@ Environment: ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_
 ``TWOPHASE_START_TIMEOUT_S`` bound the waits; ``TWOPHASE_CACHE`` moves the cache.
 """
 
-from integration.services.cache import cache_dir
-from integration.services.launcher import (
+from twophase.integration.services.cache import cache_dir
+from twophase.integration.services.launcher import (
     ServiceStatus,
     kafka_service,
     s3_service,
@@ -24,8 +24,8 @@ from integration.services.launcher import (
     services_status,
     services_up,
 )
-from integration.services.s3 import S3Endpoint
-from integration.services.versions import (
+from twophase.integration.services.s3 import S3Endpoint
+from twophase.integration.services.versions import (
     DELTA_JAR_VERSION,
     HADOOP_VERSION,
     KAFKA_IMAGE,

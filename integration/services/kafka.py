@@ -21,11 +21,11 @@ from typing import Any
 import tenacity
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from integration.services.cache import cache_dir
-from integration.services.maven import JVM_DIR, resolve_jars
-from integration.services.process import HOST, ManagedProcess
-from integration.services.versions import KAFKA_VERSION
-from sinks.errors import ServiceUnavailableError
+from twophase.integration.services.cache import cache_dir
+from twophase.integration.services.maven import JVM_DIR, resolve_jars
+from twophase.integration.services.process import HOST, ManagedProcess
+from twophase.integration.services.versions import KAFKA_VERSION
+from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from integration.services.cache import file_lock, run_dir
-from integration.services.kafka import start_kafka, wait_kafka_ready
-from integration.services.process import HOST, ManagedProcess, claim_port, kill_group, pid_alive
-from integration.services.s3 import DEFAULT_REGION, S3Endpoint, local_credentials, start_minio, wait_s3_ready
-from sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.integration.services.cache import file_lock, run_dir
+from twophase.integration.services.kafka import start_kafka, wait_kafka_ready
+from twophase.integration.services.process import HOST, ManagedProcess, claim_port, kill_group, pid_alive
+from twophase.integration.services.s3 import (
+    DEFAULT_REGION,
+    S3Endpoint,
+    local_credentials,
+    start_minio,
+    wait_s3_ready,
+)
+from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from integration.services.cache import file_lock
-from sinks.errors import ServiceUnavailableError
+from twophase.integration.services.cache import file_lock
+from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import tenacity
 
-from sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

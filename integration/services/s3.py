@@ -20,15 +20,15 @@ import tenacity
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from integration.services.cache import cache_dir, file_lock
-from integration.services.process import HOST, ManagedProcess
-from integration.services.versions import MINIO_COMMIT, MINIO_MODULE, MINIO_MODULE_VERSION
-from sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.integration.services.cache import cache_dir, file_lock
+from twophase.integration.services.process import HOST, ManagedProcess
+from twophase.integration.services.versions import MINIO_COMMIT, MINIO_MODULE, MINIO_MODULE_VERSION
+from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-    from connectors.s3 import S3SinkConfig
+    from twophase.connectors.s3 import S3SinkConfig
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +71,13 @@ class S3Endpoint:
         )
 
     def sink_config(self, **fields: Any) -> S3SinkConfig:
-        """An :class:`~connectors.s3.S3SinkConfig` writing to this endpoint; ``fields`` are the
+        """An :class:`~twophase.connectors.s3.S3SinkConfig` writing to this endpoint; ``fields`` are the
         config's other fields (``bucket``, ``prefix``, ``format``, ...).
 
         Raises:
             ConfigError: invalid fields (from the config's validation).
         """
-        from connectors.s3 import S3SinkConfig
+        from twophase.connectors.s3 import S3SinkConfig
 
         return S3SinkConfig(
             endpoint_url=self.endpoint_url,

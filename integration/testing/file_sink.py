@@ -25,10 +25,10 @@ from typing import IO, Any
 
 import pyarrow as pa
 
-from sinks.api import TwoPhaseCommitSink
-from sinks.codec import CommittableCodec
-from sinks.context import LingeringScope, WriterContext
-from sinks.outcome import CommitOutcome
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.outcome import CommitOutcome
 
 _STAGING = re.compile(r"^c(\d+)-p(\d+)-a(\d+)-[0-9a-f]{32}\.jsonl$")
 

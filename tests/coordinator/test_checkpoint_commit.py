@@ -1,4 +1,4 @@
-"""Checkpoint-commit sinks (``sinks.api.CheckpointCommitSink``, like Delta): the runtime commits all
+"""Checkpoint-commit sinks (``twophase.sinks.api.CheckpointCommitSink``, like Delta): the runtime commits all
 of one sink's transactions of one checkpoint with ONE ``commit_checkpoint`` call, in checkpoint
 order, through every path that commits (notify, subsumed notify, restore, replay check, cancel
 with DELETE, async commit), with retries, LOST handling and metrics as for per-committable sinks."""
@@ -10,10 +10,10 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pytest
 
-from coordinator.checkpoint_coordinator import CheckpointConfig
-from coordinator.clock import ManualClock
-from coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_requests
-from coordinator.fakes import (
+from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.clock import ManualClock
+from twophase.coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_requests
+from twophase.coordinator.fakes import (
     CheckpointCommitCall,
     FakeCheckpointSink,
     FakeCommittable,
@@ -21,16 +21,16 @@ from coordinator.fakes import (
     FakeInProgressSink,
     FakeSink,
 )
-from coordinator.faults import POINTS
-from coordinator.harness import TwoPhaseHarness, batch
-from coordinator.job_lifecycle import JobState
-from coordinator.lifecycle import PendingTransaction
-from coordinator.metadata import CheckpointMetadata
-from coordinator.restart import RestartStrategy
-from coordinator.runtime import CleanupMode, RuntimeConfig
-from sinks import CheckpointCommitSink
-from sinks.errors import CommitFailedError, JobError, TransactionLostError
-from sinks.outcome import CommitOutcome
+from twophase.coordinator.faults import POINTS
+from twophase.coordinator.harness import TwoPhaseHarness, batch
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.lifecycle import PendingTransaction
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime import CleanupMode, RuntimeConfig
+from twophase.sinks import CheckpointCommitSink
+from twophase.sinks.errors import CommitFailedError, JobError, TransactionLostError
+from twophase.sinks.outcome import CommitOutcome
 
 
 def pos(n: int) -> dict[str, object]:

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.checkpoint_coordinator import (
+from twophase.coordinator.checkpoint_coordinator import (
     CheckpointConfig,
     CheckpointCoordinator,
     CheckpointLimitError,
     CheckpointStatus,
     DuplicateAcknowledgementError,
 )
-from coordinator.clock import ManualClock
-from coordinator.committer import Committer
-from coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeSink
-from coordinator.harness import batch
-from coordinator.lifecycle import SubtaskState
-from coordinator.metadata import CheckpointKind
-from coordinator.storage.memory import InMemoryCheckpointStorage
-from sinks.context import WriterContext
-from sinks.errors import CheckpointStorageError, IllegalTransitionError
+from twophase.coordinator.clock import ManualClock
+from twophase.coordinator.committer import Committer
+from twophase.coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from twophase.coordinator.harness import batch
+from twophase.coordinator.lifecycle import SubtaskState
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.storage.memory import InMemoryCheckpointStorage
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import CheckpointStorageError, IllegalTransitionError
 
 JOB = "job"
 

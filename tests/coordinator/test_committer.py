@@ -9,12 +9,17 @@ from typing import Any
 
 import pytest
 
-from coordinator.clock import ManualClock
-from coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_lanes
-from coordinator.fakes import FakeCheckpointSink, FakeCommittable, FakeExternalSystem, FakeSink
-from coordinator.lifecycle import PendingTransaction
-from sinks.errors import CommitFailedError, ConfigError, ServiceUnavailableError, TransactionLostError
-from sinks.outcome import CommitOutcome
+from twophase.coordinator.clock import ManualClock
+from twophase.coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_lanes
+from twophase.coordinator.fakes import FakeCheckpointSink, FakeCommittable, FakeExternalSystem, FakeSink
+from twophase.coordinator.lifecycle import PendingTransaction
+from twophase.sinks.errors import (
+    CommitFailedError,
+    ConfigError,
+    ServiceUnavailableError,
+    TransactionLostError,
+)
+from twophase.sinks.outcome import CommitOutcome
 
 
 def prepared(system: FakeExternalSystem, txn_id: str, t_ms: int = 0) -> PendingTransaction[FakeCommittable]:
@@ -117,7 +122,7 @@ def test_lost_during_recovery_fails_unless_opted_in(caplog: pytest.LogCaptureFix
     with pytest.raises(TransactionLostError, match="t1"):
         committer().commit(CommitRequest(sink, t, recovery=True))
     c = committer(CommitPolicy(ignore_lost_on_recovery=True))
-    with caplog.at_level(logging.ERROR, logger="coordinator.committer"):
+    with caplog.at_level(logging.ERROR, logger="twophase.coordinator.committer"):
         assert c.commit(CommitRequest(sink, t, recovery=True)) is CommitOutcome.LOST
     assert any("LOST on recovery" in r.message and "t1" in r.message for r in caplog.records)
     assert c.metrics.lost_ignored == 1
@@ -130,7 +135,7 @@ def test_pending_transaction_warns_once_at_80_percent_of_timeout(caplog: pytest.
     clock = ManualClock()
     c = committer(CommitPolicy(transaction_timeout_ms=10_000), clock)
     t = prepared(system, "t1", t_ms=clock())
-    with caplog.at_level(logging.WARNING, logger="coordinator.committer"):
+    with caplog.at_level(logging.WARNING, logger="twophase.coordinator.committer"):
         clock.advance(7_999)
         assert c.ages.check([t]) == []
         clock.advance(1)

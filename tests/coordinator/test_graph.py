@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.graph import (
+from twophase.coordinator.graph import (
     CheckpointPlan,
     DistributionPattern,
     Edge,
@@ -34,7 +34,7 @@ from coordinator.graph import (
     running_tasks,
     tasks_to_trigger,
 )
-from sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError
 
 A2A = DistributionPattern.ALL_TO_ALL
 PW = DistributionPattern.POINTWISE

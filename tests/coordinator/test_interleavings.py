@@ -8,12 +8,12 @@ import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from coordinator.checkpoint_coordinator import CheckpointConfig
-from coordinator.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
-from coordinator.faults import POINTS
-from coordinator.harness import SimulatedCrash, TwoPhaseHarness, batch
-from coordinator.job_lifecycle import JobState
-from coordinator.runtime import Epoch, RuntimeConfig
+from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
+from twophase.coordinator.faults import POINTS
+from twophase.coordinator.harness import SimulatedCrash, TwoPhaseHarness, batch
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.runtime import Epoch, RuntimeConfig
 
 CRASH_POINTS = sorted(POINTS - {"during_cancel", "during_stop_with_savepoint"})
 

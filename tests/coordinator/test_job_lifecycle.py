@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.job_lifecycle import TRANSITIONS, JobLifecycle, JobState, JobTransition
-from sinks.errors import IllegalTransitionError
+from twophase.coordinator.job_lifecycle import TRANSITIONS, JobLifecycle, JobState, JobTransition
+from twophase.sinks.errors import IllegalTransitionError
 
 
 @pytest.mark.parametrize("state", list(JobState))

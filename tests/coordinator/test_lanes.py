@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from coordinator.lanes import Lane, run_lanes
+from twophase.coordinator.lanes import Lane, run_lanes
 
 
 def test_one_sequential_lane_runs_in_order_in_the_calling_thread() -> None:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.lifecycle import TRANSITIONS, SubtaskLifecycle, SubtaskState, SubtaskTransition, TxnStatus
-from sinks.errors import IllegalTransitionError
+from twophase.coordinator.lifecycle import (
+    TRANSITIONS,
+    SubtaskLifecycle,
+    SubtaskState,
+    SubtaskTransition,
+    TxnStatus,
+)
+from twophase.sinks.errors import IllegalTransitionError
 
 
 def ids(txns: tuple[object, ...] | list[object]) -> list[str]:

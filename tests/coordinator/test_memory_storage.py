@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from coordinator.storage.base import CheckpointStorage
-from coordinator.storage.memory import InMemoryCheckpointStorage, MemoryStore
-from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.storage.base import CheckpointStorage
+from twophase.coordinator.storage.memory import InMemoryCheckpointStorage, MemoryStore
+from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 
 def meta(cid: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT, job: str = "job") -> CheckpointMetadata:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.clock import ManualClock
-from coordinator.restart import RestartKind, RestartStrategy, RestartTracker
-from sinks.errors import ConfigError
+from twophase.coordinator.clock import ManualClock
+from twophase.coordinator.restart import RestartKind, RestartStrategy, RestartTracker
+from twophase.sinks.errors import ConfigError
 
 
 def test_fixed_delay_at_most_n_in_all() -> None:

@@ -10,16 +10,22 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pytest
 
-from coordinator.checkpoint_coordinator import CheckpointConfig
-from coordinator.committer import CommitPolicy
-from coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeInProgressSink, FakeSink, FakeTxn
-from coordinator.faults import POINTS
-from coordinator.harness import TwoPhaseHarness, batch
-from coordinator.job_lifecycle import JobState
-from coordinator.metadata import CheckpointKind
-from coordinator.restart import RestartStrategy
-from coordinator.runtime import CleanupMode, JobCanceledError, RuntimeConfig, position_covers
-from sinks.errors import (
+from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.committer import CommitPolicy
+from twophase.coordinator.fakes import (
+    FakeCommittable,
+    FakeExternalSystem,
+    FakeInProgressSink,
+    FakeSink,
+    FakeTxn,
+)
+from twophase.coordinator.faults import POINTS
+from twophase.coordinator.harness import TwoPhaseHarness, batch
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime import CleanupMode, JobCanceledError, RuntimeConfig, position_covers
+from twophase.sinks.errors import (
     CommitFailedError,
     ConfigError,
     CorruptCheckpointError,
@@ -27,7 +33,7 @@ from sinks.errors import (
     JobError,
     TransactionLostError,
 )
-from sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome
 
 
 def pos(n: int, query: str = "q1") -> dict[str, object]:
@@ -459,7 +465,7 @@ def test_pending_transaction_age_warning_during_epochs(caplog: pytest.LogCapture
     epoch = h.write_epoch(data(1), source_position=pos(1), complete=False)
     h.complete(epoch, notify=False)
     h.clock.advance(48_000)  # 80% of the transaction timeout, still not committed
-    with caplog.at_level("WARNING", logger="coordinator.committer"):
+    with caplog.at_level("WARNING", logger="twophase.coordinator.committer"):
         h.begin_epoch(2, pos(2))
     assert sum("near its timeout" in r.message for r in caplog.records) == 2
 
@@ -646,7 +652,7 @@ def test_configuration_errors() -> None:
 def test_executor_side_fanout_acknowledgements_drive_an_epoch() -> None:
     """The contract with the execution layer: coordinator.fanout writes every sink of a partition in
     one pass; its acknowledgements (encoded committables) are fed to Epoch.acknowledge_encoded."""
-    from coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
+    from twophase.coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
 
     h, system = harness("k", "f")
     h.restore()

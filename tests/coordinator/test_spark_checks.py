@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.fakes import FakeExternalSystem, FakeSink
-from coordinator.spark.checks import (
+from twophase.coordinator.fakes import FakeExternalSystem, FakeSink
+from twophase.coordinator.spark.checks import (
     check_job_id,
     check_query_id,
     check_speculation,
     check_stream_options,
     job_id_from_name,
 )
-from sinks.errors import ConfigError, JobError
+from twophase.sinks.errors import ConfigError, JobError
 
 
 @pytest.mark.parametrize(

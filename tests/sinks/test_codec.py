@@ -1,4 +1,4 @@
-"""sinks.codec: committables as versioned JSON — round trips, version refusal, upgrades, strict types."""
+"""sinks.codec: versioned JSON committables — round trips, version refusal, upgrades, strict typing."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sinks.codec import CommittableCodec
-from sinks.errors import CommittableDecodeError
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.errors import CommittableDecodeError
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from sinks.context import WriterContext
+from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
+from twophase.sinks.context import WriterContext
 
 JOB = "job-1"
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from connectors.delta import CODEC, DeltaCommittable, DeltaSink, DeltaSinkConfig
-from connectors.delta.filesystem import open_location
-from sinks.context import LingeringScope
-from sinks.errors import CommittableDecodeError, ConfigError
+from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
+from twophase.connectors.delta.committable import CODEC
+from twophase.connectors.delta.filesystem import open_location
+from twophase.sinks.context import LingeringScope
+from twophase.sinks.errors import CommittableDecodeError, ConfigError
 
 S3_OPTIONS = {
     "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",

@@ -7,9 +7,9 @@ import decimal
 
 import pytest
 
-from connectors.delta import naming
-from connectors.delta.partitions import serialize_partition_value
-from sinks.errors import SchemaError
+from twophase.connectors.delta import naming
+from twophase.connectors.delta.partitions import serialize_partition_value
+from twophase.sinks.errors import SchemaError
 
 
 def test_job_token_is_stable_short_hex_and_distinct_per_job_and_sink() -> None:

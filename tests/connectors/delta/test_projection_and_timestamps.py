@@ -15,11 +15,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from connectors.delta import DeltaSink, DeltaSinkConfig
-from connectors.delta.schema import writable_arrow_type
-from sinks.context import WriterContext
-from sinks.errors import ConfigError, RecordError, SchemaError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
+from twophase.connectors.delta.schema import writable_arrow_type
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import ConfigError, RecordError, SchemaError
+from twophase.sinks.outcome import CommitOutcome
 
 JOB = "job-1"
 Sink = Callable[..., DeltaSink]

@@ -1,5 +1,5 @@
 """The REAL Delta sink driven by the job runtime: the executor side through
-``coordinator.fanout.write_subtasks``, the driver side through ``JobRuntime`` (via the deterministic
+``twophase.coordinator.fanout.write_subtasks``, the driver side through ``JobRuntime`` (via the deterministic
 harness, which also simulates the driver crash). The runtime must commit each checkpoint of the
 sink with ONE ``commit_checkpoint`` call, so the table gets ONE Delta commit per checkpoint holding
 every partition's files and ``txn(appId=<job>:<sink>, version=<checkpoint>)``, and a restore after a
@@ -13,13 +13,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from connectors.delta import DeltaSink, DeltaSinkConfig, naming
-from connectors.delta.lingering import META_APP_ID, META_CHECKPOINT
-from coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
-from coordinator.harness import TwoPhaseHarness
-from coordinator.job_lifecycle import JobState
-from coordinator.runtime import Epoch
-from sinks import CheckpointCommitSink
+from twophase.connectors.delta import DeltaSink, DeltaSinkConfig, naming
+from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT
+from twophase.coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
+from twophase.coordinator.harness import TwoPhaseHarness
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.runtime import Epoch
+from twophase.sinks import CheckpointCommitSink
 
 pytestmark = pytest.mark.delta
 

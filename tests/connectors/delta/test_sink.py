@@ -15,12 +15,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-import connectors.delta.committer as committer_module
-from connectors.delta import CODEC, DeltaCommittable, DeltaSink
-from connectors.delta.lingering import load_table as real_load
-from sinks.context import LingeringScope, WriterContext
-from sinks.errors import ConfigError, RecordError, SchemaError
-from sinks.outcome import CommitOutcome
+import twophase.connectors.delta.committer as committer_module
+from twophase.connectors.delta import DeltaCommittable, DeltaSink
+from twophase.connectors.delta.committable import CODEC
+from twophase.connectors.delta.lingering import load_table as real_load
+from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.errors import ConfigError, RecordError, SchemaError
+from twophase.sinks.outcome import CommitOutcome
 
 JOB = "job-1"
 UTC = dt.UTC

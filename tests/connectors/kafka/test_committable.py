@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.kafka import CODEC, KafkaCommittable
-from sinks.errors import CommittableDecodeError
+from twophase.connectors.kafka.committable import CODEC, KafkaCommittable
+from twophase.sinks.errors import CommittableDecodeError
 
 committables = st.builds(
     KafkaCommittable,

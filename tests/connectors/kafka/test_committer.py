@@ -5,9 +5,9 @@ from __future__ import annotations
 import kafka.errors as kerrors
 import pytest
 
-from connectors.kafka import KafkaCommittable
-from connectors.kafka.admin import TransactionSnapshot
-from connectors.kafka.committer import (
+from twophase.connectors.kafka import KafkaCommittable
+from twophase.connectors.kafka.admin import TransactionSnapshot
+from twophase.connectors.kafka.committer import (
     EndTxnVerdict,
     KafkaCommitter,
     KafkaErrorCode,
@@ -16,7 +16,7 @@ from connectors.kafka.committer import (
     outcome_before_end_txn,
     outcome_of_end_txn,
 )
-from sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome
 
 C = KafkaCommittable(
     "p-s-0-1", producer_id=7, producer_epoch=3, topic_partitions=(("t", 0),), record_count=5, checkpoint_id=1

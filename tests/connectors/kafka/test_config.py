@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from connectors.kafka import KafkaSink, KafkaSinkConfig
-from connectors.kafka.config import admin_security_config, is_secret
-from sinks.errors import ConfigError
+from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.connectors.kafka.config import admin_security_config, is_secret
+from twophase.sinks.errors import ConfigError
 
 SECURE = {
     "security.protocol": "sasl_ssl",
@@ -134,7 +134,7 @@ def test_client_config_is_immutable() -> None:
 
 
 def test_kafka_python_debug_config_log_is_redacted(caplog: pytest.LogCaptureFixture) -> None:
-    from connectors.kafka.admin import RedactSecrets  # installs the filter on kafka-python's loggers
+    from twophase.connectors.kafka.admin import RedactSecrets  # installs the filter on kafka-python's loggers
 
     assert issubclass(RedactSecrets, logging.Filter)
     with caplog.at_level(logging.DEBUG, logger="kafka.admin.client"):

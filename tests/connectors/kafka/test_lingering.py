@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import kafka.errors as kerrors
 
-from connectors.kafka import KafkaCommittable, KafkaSinkConfig, naming
-from connectors.kafka.admin import TransactionSnapshot
-from connectors.kafka.lingering import abort_lingering, select_lingering
-from sinks.context import LingeringScope
+from twophase.connectors.kafka import KafkaCommittable, KafkaSinkConfig, naming
+from twophase.connectors.kafka.admin import TransactionSnapshot
+from twophase.connectors.kafka.lingering import abort_lingering, select_lingering
+from twophase.sinks.context import LingeringScope
 
 CFG = KafkaSinkConfig(bootstrap_servers="b:9092", topic="t", pool_size=4)
 PREFIX = CFG.prefix("job")

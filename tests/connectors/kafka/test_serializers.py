@@ -8,9 +8,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from connectors.kafka import KafkaSinkConfig
-from connectors.kafka import serializers as ser
-from sinks.errors import SchemaError
+from twophase.connectors.kafka import KafkaSinkConfig
+from twophase.connectors.kafka import serializers as ser
+from twophase.sinks.errors import SchemaError
 
 
 def config(**kw: object) -> KafkaSinkConfig:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 from botocore.exceptions import ClientError
 
-from connectors.s3 import S3Sink, S3SinkConfig
+from twophase.connectors.s3 import S3Sink, S3SinkConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

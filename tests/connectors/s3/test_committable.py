@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.s3 import (
+from twophase.connectors.s3.committable import (
     COMMITTABLE_CODEC,
     IN_PROGRESS_CODEC,
     InProgressFile,
@@ -17,7 +17,7 @@ from connectors.s3 import (
     S3Committable,
     UploadedPart,
 )
-from sinks.errors import CommittableDecodeError
+from twophase.sinks.errors import CommittableDecodeError
 
 parts_strategy = st.lists(
     st.tuples(

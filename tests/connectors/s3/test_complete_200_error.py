@@ -13,10 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from connectors.s3 import PendingFile, S3SinkConfig, UploadedPart
-from connectors.s3.committer import commit_file
-from connectors.s3.uploads import S3Ops, make_client
-from sinks.outcome import CommitOutcome
+from twophase.connectors.s3 import PendingFile, S3SinkConfig
+from twophase.connectors.s3.committable import UploadedPart
+from twophase.connectors.s3.committer import commit_file
+from twophase.connectors.s3.uploads import S3Ops, make_client
+from twophase.sinks.outcome import CommitOutcome
 
 ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from connectors.s3 import FileFormat, RollingPolicy, S3SinkConfig
-from sinks.errors import ConfigError
+from twophase.connectors.s3 import FileFormat, RollingPolicy, S3SinkConfig
+from twophase.sinks.errors import ConfigError
 
 SECRET = "s3cr3t-value-never-shown"
 

@@ -14,10 +14,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.s3 import S3SinkConfig
-from connectors.s3.formats import OutputBuffer, open_encoder, validate_schema
-from connectors.s3.writer import split_by_partition
-from sinks.errors import RecordError, SchemaError
+from twophase.connectors.s3 import S3SinkConfig
+from twophase.connectors.s3.formats import OutputBuffer, open_encoder, validate_schema
+from twophase.connectors.s3.writer import split_by_partition
+from twophase.sinks.errors import RecordError, SchemaError
 
 
 def cfg(**fields: Any) -> S3SinkConfig:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.s3 import naming
-from sinks.errors import ConfigError
+from twophase.connectors.s3 import naming
+from twophase.sinks.errors import ConfigError
 
 TOKEN = naming.job_token("job-1", "out")
 FILE_ID = "0123456789abcdef0123456789abcdef"

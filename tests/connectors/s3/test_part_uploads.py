@@ -9,10 +9,10 @@ from typing import cast
 
 import pytest
 
-from connectors.s3.committable import UploadedPart
-from connectors.s3.part_uploads import PartUploads
-from connectors.s3.uploads import S3Ops
-from sinks.errors import TransactionLostError
+from twophase.connectors.s3.committable import UploadedPart
+from twophase.connectors.s3.part_uploads import PartUploads
+from twophase.connectors.s3.uploads import S3Ops
+from twophase.sinks.errors import TransactionLostError
 
 
 class StubOps:

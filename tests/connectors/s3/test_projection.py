@@ -14,11 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.s3 import S3Sink, S3SinkConfig
-from connectors.s3.naming import parse_data_key
-from sinks.context import WriterContext
-from sinks.errors import ConfigError, SchemaError
-from sinks.outcome import CommitOutcome
+from twophase.connectors.s3 import S3Sink, S3SinkConfig
+from twophase.connectors.s3.naming import parse_data_key
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import ConfigError, SchemaError
+from twophase.sinks.outcome import CommitOutcome
 
 MakeSink = Callable[..., S3Sink]
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

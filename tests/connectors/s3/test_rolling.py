@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, MiB, RollingPolicy
-from connectors.s3.rolling import (
+from twophase.connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, MiB, RollingPolicy
+from twophase.connectors.s3.rolling import (
     FileStats,
     TailAction,
     full_parts,

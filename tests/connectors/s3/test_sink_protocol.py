@@ -14,27 +14,20 @@ import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from connectors.s3 import (
-    COMMITTABLE_CODEC,
-    IN_PROGRESS_CODEC,
-    PendingFile,
-    RollingPolicy,
-    S3Committable,
-    S3Sink,
-    S3SinkConfig,
-)
-from connectors.s3.committer import combine_outcomes
-from connectors.s3.config import MIN_PART_BYTES, MiB
-from connectors.s3.naming import job_token, parse_data_key, tails_root
-from sinks.context import JsonObject, LingeringScope, WriterContext
-from sinks.errors import (
+from twophase.connectors.s3 import PendingFile, RollingPolicy, S3Committable, S3Sink, S3SinkConfig
+from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
+from twophase.connectors.s3.committer import combine_outcomes
+from twophase.connectors.s3.config import MIN_PART_BYTES, MiB
+from twophase.connectors.s3.naming import job_token, parse_data_key, tails_root
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import (
     CommittableDecodeError,
     ConfigError,
     IllegalTransitionError,
     SchemaError,
     TransactionLostError,
 )
-from sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome
 
 MakeSink = Callable[..., S3Sink]
 MakeError = Callable[[str, int, str], ClientError]

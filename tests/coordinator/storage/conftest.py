@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 
 MakeMeta = Callable[..., CheckpointMetadata]
 

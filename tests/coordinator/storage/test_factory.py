@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from coordinator.storage import LocalCheckpointStorage, S3Options, default_s3_client, open_storage
-from coordinator.storage.s3 import S3CheckpointStorage
-from sinks.errors import ConfigError
+from twophase.coordinator.storage import LocalCheckpointStorage, S3Options, default_s3_client, open_storage
+from twophase.coordinator.storage.s3 import S3CheckpointStorage
+from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.metadata import CheckpointKind
-from coordinator.storage import layout
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.common import plan_retention, sort_refs
-from sinks.errors import ConfigError
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.storage import layout
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.common import plan_retention, sort_refs
+from twophase.sinks.errors import ConfigError
 
 CK, FIN, SP = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL, CheckpointKind.SAVEPOINT
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.storage import layout
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.local import LocalCheckpointStorage
-from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage import layout
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.local import LocalCheckpointStorage
+from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 MakeMeta = Callable[..., CheckpointMetadata]
 CK, FIN, SP = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL, CheckpointKind.SAVEPOINT

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.metadata import (
+from twophase.coordinator.metadata import (
     FORMAT,
     VERSION,
     CheckpointKind,
@@ -18,7 +18,7 @@ from coordinator.metadata import (
     CommittableRecord,
     SinkSnapshot,
 )
-from sinks.errors import CommittableDecodeError
+from twophase.sinks.errors import CommittableDecodeError
 
 MakeMeta = Callable[..., CheckpointMetadata]
 

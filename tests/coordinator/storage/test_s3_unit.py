@@ -17,10 +17,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from coordinator.metadata import CheckpointKind, CheckpointMetadata
-from coordinator.storage.base import CheckpointRef
-from coordinator.storage.s3 import S3CheckpointStorage, is_transient
-from sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.s3 import S3CheckpointStorage, is_transient
+from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

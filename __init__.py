@@ -1,0 +1,80 @@
+"""twophase: exactly-once two-phase-commit sinks (Kafka, S3, Delta) for PySpark.
+
+One line gives a pipeline everything it needs::
+
+    from twophase import Job, KafkaSink, KafkaSinkConfig, S3Sink, S3SinkConfig, DeltaSink, DeltaSinkConfig
+
+The repository's top-level folders install under this one root (setuptools ``package_dir``):
+``twophase.sinks`` (the sink API), ``twophase.coordinator`` (the runtime), ``twophase.connectors``
+(Kafka, S3, Delta) and ``twophase.integration`` (services, the CLI, the flights job).
+
+The names below are imported on first use (PEP 562), so that ``import twophase.sinks.api`` in a
+Spark task does not load boto3, deltalake and librdkafka for sinks the job does not use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    "Job": "twophase.coordinator.spark.job",
+    "JobHandle": "twophase.coordinator.spark.job",
+    "JobResult": "twophase.coordinator.spark.job",
+    "JobState": "twophase.coordinator.job_lifecycle",
+    "RuntimeConfig": "twophase.coordinator.runtime",
+    "CleanupMode": "twophase.coordinator.runtime",
+    "CheckpointConfig": "twophase.coordinator.checkpoint_coordinator",
+    "CommitPolicy": "twophase.coordinator.committer",
+    "RestartStrategy": "twophase.coordinator.restart",
+    "KafkaSink": "twophase.connectors.kafka",
+    "KafkaSinkConfig": "twophase.connectors.kafka",
+    "S3Sink": "twophase.connectors.s3",
+    "S3SinkConfig": "twophase.connectors.s3",
+    "DeltaSink": "twophase.connectors.delta",
+    "DeltaSinkConfig": "twophase.connectors.delta",
+}
+
+__all__ = [
+    "CheckpointConfig",
+    "CleanupMode",
+    "CommitPolicy",
+    "DeltaSink",
+    "DeltaSinkConfig",
+    "Job",
+    "JobHandle",
+    "JobResult",
+    "JobState",
+    "KafkaSink",
+    "KafkaSinkConfig",
+    "RestartStrategy",
+    "RuntimeConfig",
+    "S3Sink",
+    "S3SinkConfig",
+]
+
+if TYPE_CHECKING:
+    from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
+    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+    from twophase.connectors.s3 import S3Sink, S3SinkConfig
+    from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+    from twophase.coordinator.committer import CommitPolicy
+    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.restart import RestartStrategy
+    from twophase.coordinator.runtime import CleanupMode, RuntimeConfig
+    from twophase.coordinator.spark.job import Job, JobHandle, JobResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'twophase' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,0 +1,78 @@
+"""The distribution installs under ONE root, ``twophase``, and holds product code only.
+
+The repository's top-level folders keep their places; setuptools' ``package_dir`` maps the
+repository root to the package ``twophase``. These tests build the real wheel with pip and read it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE_ROOTS = ("sinks", "coordinator", "connectors", "integration")
+TEST_SUITES = frozenset(
+    {
+        "integration/kafka",
+        "integration/s3",
+        "integration/delta",
+        "integration/exactly_once",
+        "integration/datasource",
+        "integration/flights",
+        "integration/faults",
+        "integration/cluster",
+        "integration/connect",
+        "integration/testing",
+    }
+)
+"""Folders of ``integration/`` that hold test suites and their helpers: never installed."""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(ROOT)],
+        check=True,
+        timeout=600,
+    )
+    (built,) = out.glob("twophase-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def _product_packages() -> set[str]:
+    found = {"twophase"}
+    for root in CODE_ROOTS:
+        for init in (ROOT / root).rglob("__init__.py"):
+            folder = init.parent.relative_to(ROOT).as_posix()
+            if not any(folder == s or folder.startswith(s + "/") for s in TEST_SUITES):
+                found.add("twophase." + folder.replace("/", "."))
+    return found
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_only_the_twophase_root(wheel: zipfile.ZipFile) -> None:
+    tops = {PurePosixPath(n).parts[0] for n in wheel.namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"twophase"}
+
+
+@pytest.mark.slow
+def test_every_product_package_and_no_test_module_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    names = wheel.namelist()
+    packages = {str(PurePosixPath(n).parent).replace("/", ".") for n in names if n.endswith("/__init__.py")}
+    packages |= {"twophase"} if "twophase/__init__.py" in names else set()
+    assert packages == _product_packages()
+    tests = [n for n in names if PurePosixPath(n).name.startswith("test_") or n.endswith("/conftest.py")]
+    assert tests == []
+    assert "twophase/py.typed" in names
+    assert "twophase/integration/services/jvm/kafka/pom.xml" in names
+
+
+@pytest.mark.slow
+def test_the_console_script_points_into_the_root(wheel: zipfile.ZipFile) -> None:
+    (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert "twophase = twophase.integration.cli:main" in wheel.read(entry_points).decode()
