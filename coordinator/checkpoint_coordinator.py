@@ -52,9 +52,9 @@ from typing import Any
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.committer import Committer, commit_requests
 from twophase.coordinator.faults import fault_point
-from twophase.coordinator.lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.coordinator.subtask_lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, IllegalTransitionError

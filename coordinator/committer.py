@@ -64,7 +64,7 @@ from tenacity import (
 
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.lanes import Lane, group_lanes, run_lanes
-from twophase.coordinator.lifecycle import PendingTransaction
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,

@@ -93,10 +93,10 @@ from twophase.coordinator.fanout import sink_names_unique
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.lanes import group_lanes, run_lanes
-from twophase.coordinator.lifecycle import PendingTransaction
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.restart import RestartStrategy, RestartTracker
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError

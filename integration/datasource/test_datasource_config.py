@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 
-from twophase.coordinator.fakes import FakeExternalSystem, FakeInProgressSink
 from twophase.coordinator.spark.datasource import (
     FacadeSettings,
     TwoPhaseDataSource,
     TwoPhaseStreamWriter,
     checkpoint_id_for_batch,
 )
+from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink
 from twophase.integration.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
 from twophase.integration.testing.file_sink import JsonLinesFileSink
 from twophase.sinks.api import TwoPhaseCommitSink

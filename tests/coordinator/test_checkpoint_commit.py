@@ -11,9 +11,15 @@ import pyarrow as pa
 import pytest
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
-from twophase.coordinator.clock import ManualClock
 from twophase.coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_requests
-from twophase.coordinator.fakes import (
+from twophase.coordinator.faults import POINTS
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime import CleanupMode, RuntimeConfig
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.testing.clock import ManualClock
+from twophase.coordinator.testing.fakes import (
     CheckpointCommitCall,
     FakeCheckpointSink,
     FakeCommittable,
@@ -21,13 +27,7 @@ from twophase.coordinator.fakes import (
     FakeInProgressSink,
     FakeSink,
 )
-from twophase.coordinator.faults import POINTS
-from twophase.coordinator.harness import TwoPhaseHarness, batch
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.lifecycle import PendingTransaction
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import CleanupMode, RuntimeConfig
+from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks import CheckpointCommitSink
 from twophase.sinks.errors import CommitFailedError, JobError, TransactionLostError
 from twophase.sinks.outcome import CommitOutcome

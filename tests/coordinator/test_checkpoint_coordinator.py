@@ -12,13 +12,13 @@ from twophase.coordinator.checkpoint_coordinator import (
     CheckpointStatus,
     DuplicateAcknowledgementError,
 )
-from twophase.coordinator.clock import ManualClock
 from twophase.coordinator.committer import Committer
-from twophase.coordinator.fakes import FakeCommittable, FakeExternalSystem, FakeSink
-from twophase.coordinator.harness import batch
-from twophase.coordinator.lifecycle import SubtaskState
 from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.storage.memory import InMemoryCheckpointStorage
+from twophase.coordinator.subtask_lifecycle import SubtaskState
+from twophase.coordinator.testing.clock import ManualClock
+from twophase.coordinator.testing.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from twophase.coordinator.testing.harness import batch
+from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import CheckpointStorageError, IllegalTransitionError
 

@@ -9,10 +9,15 @@ from typing import Any
 
 import pytest
 
-from twophase.coordinator.clock import ManualClock
 from twophase.coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_lanes
-from twophase.coordinator.fakes import FakeCheckpointSink, FakeCommittable, FakeExternalSystem, FakeSink
-from twophase.coordinator.lifecycle import PendingTransaction
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.testing.clock import ManualClock
+from twophase.coordinator.testing.fakes import (
+    FakeCheckpointSink,
+    FakeCommittable,
+    FakeExternalSystem,
+    FakeSink,
+)
 from twophase.sinks.errors import (
     CommitFailedError,
     ConfigError,

@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
-from twophase.coordinator.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
 from twophase.coordinator.faults import POINTS
-from twophase.coordinator.harness import SimulatedCrash, TwoPhaseHarness, batch
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.runtime import Epoch, RuntimeConfig
+from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
+from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness, batch
 
 CRASH_POINTS = sorted(POINTS - {"during_cancel", "during_stop_with_savepoint"})
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.coordinator.clock import ManualClock
 from twophase.coordinator.restart import RestartKind, RestartStrategy, RestartTracker
+from twophase.coordinator.testing.clock import ManualClock
 from twophase.sinks.errors import ConfigError
 
 

@@ -12,19 +12,19 @@ import pytest
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
 from twophase.coordinator.committer import CommitPolicy
-from twophase.coordinator.fakes import (
+from twophase.coordinator.faults import POINTS
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime import CleanupMode, JobCanceledError, RuntimeConfig, position_covers
+from twophase.coordinator.testing.fakes import (
     FakeCommittable,
     FakeExternalSystem,
     FakeInProgressSink,
     FakeSink,
     FakeTxn,
 )
-from twophase.coordinator.faults import POINTS
-from twophase.coordinator.harness import TwoPhaseHarness, batch
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import CleanupMode, JobCanceledError, RuntimeConfig, position_covers
+from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks.errors import (
     CommitFailedError,
     ConfigError,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.coordinator.fakes import FakeExternalSystem, FakeSink
 from twophase.coordinator.spark.checks import (
     check_job_id,
     check_query_id,
@@ -12,6 +11,7 @@ from twophase.coordinator.spark.checks import (
     check_stream_options,
     job_id_from_name,
 )
+from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeSink
 from twophase.sinks.errors import ConfigError, JobError
 
 

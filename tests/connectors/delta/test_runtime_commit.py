@@ -16,9 +16,9 @@ from deltalake import DeltaTable
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig, naming
 from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT
 from twophase.coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
-from twophase.coordinator.harness import TwoPhaseHarness
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.runtime import Epoch
+from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.sinks import CheckpointCommitSink
 
 pytestmark = pytest.mark.delta

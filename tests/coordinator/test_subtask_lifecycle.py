@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.coordinator.lifecycle import (
+from twophase.coordinator.subtask_lifecycle import (
     TRANSITIONS,
     SubtaskLifecycle,
     SubtaskState,

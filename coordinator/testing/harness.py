@@ -33,11 +33,11 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from twophase.coordinator.clock import ManualClock
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.runtime import CheckpointMetrics, Epoch, JobRuntime, RestoreResult, RuntimeConfig
-from twophase.coordinator.storage.memory import InMemoryCheckpointStorage
+from twophase.coordinator.testing.clock import ManualClock
+from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 

@@ -6,7 +6,7 @@ import pytest
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage.base import CheckpointStorage
-from twophase.coordinator.storage.memory import InMemoryCheckpointStorage, MemoryStore
+from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage, MemoryStore
 from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 

@@ -1,0 +1,92 @@
+"""Checkpoints written by earlier releases still restore.
+
+``tests/fixtures/checkpoints_v1`` was written by the code of commit aecbfc0 (before the runtime
+was split along its seams): a job of three fake sinks (per-committable, in-progress files, one
+commit per checkpoint) whose last checkpoint was persisted but not committed, the fake external
+system's state at that moment, and one payload of every connector committable kind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from twophase.connectors.delta.committable import CODEC as DELTA_CODEC
+from twophase.connectors.kafka.committable import CODEC as KAFKA_CODEC
+from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.storage.local import LocalCheckpointStorage
+from twophase.coordinator.testing.fakes import (
+    FakeCheckpointSink,
+    FakeExternalSystem,
+    FakeInProgressSink,
+    FakeSink,
+)
+from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints_v1"
+JOB = "fixture_job"
+
+
+def _system() -> FakeExternalSystem:
+    state: dict[str, Any] = json.loads((FIXTURE / "external.json").read_text())
+    return FakeExternalSystem(
+        open={k: list(v) for k, v in state["open"].items()},
+        prepared={k: list(v) for k, v in state["prepared"].items()},
+        committed={k: list(v) for k, v in state["committed"].items()},
+        aborted=set(state["aborted"]),
+        released=set(state["released"]),
+        owner={k: (v[0], v[1], int(v[2])) for k, v in state["owner"].items()},
+    )
+
+
+def test_every_fixture_checkpoint_loads() -> None:
+    metas = [
+        CheckpointMetadata.loads(p.read_bytes())
+        for p in sorted((FIXTURE / "runtime" / JOB).glob("chk-*/_metadata"))
+    ]
+    assert [m.checkpoint_id for m in metas] == [2, 3]
+    assert metas[-1].source_position == {"engine": "spark", "query_id": "q-1", "batch_id": 2}
+
+
+@pytest.mark.parametrize(
+    ("kind", "codec"),
+    [
+        ("kafka.transaction", KAFKA_CODEC),
+        ("s3.files", COMMITTABLE_CODEC),
+        ("s3.in_progress", IN_PROGRESS_CODEC),
+        ("delta.add", DELTA_CODEC),
+    ],
+)
+def test_connector_payloads_of_v1_still_decode(kind: str, codec: Any) -> None:
+    payload = json.loads((FIXTURE / "payloads.json").read_text())[kind]
+    assert codec.to_json(codec.from_json(payload)) == payload
+
+
+def test_a_v1_checkpoint_restores_recommits_and_resumes(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE / "runtime", tmp_path / "runtime")
+    system = _system()
+    sinks = [
+        FakeSink("plain", system),
+        FakeInProgressSink("files", system, roll_records=3),
+        FakeCheckpointSink("table", system),
+    ]
+    h = TwoPhaseHarness(sinks, job_id=JOB, storage=LocalCheckpointStorage(tmp_path / "runtime", JOB))
+    restored = h.restore()
+    assert restored.checkpoint_id == 3 and restored.recommitted == 4
+    assert not h.runtime.replay_check({"engine": "spark", "query_id": "q-1", "batch_id": 3})
+    h.write_epoch(
+        [[batch(["k"])], [batch(["l"])]],
+        source_position={"engine": "spark", "query_id": "q-1", "batch_id": 3},
+    )
+    h.runtime.finish()
+    expected = list("abcdefghijkl")
+    for name in ("plain", "files", "table"):
+        got = sorted(k for txn, ks in system.committed.items() if txn.startswith(name + "-") for k in ks)
+        assert got == expected, name
+    assert system.violations == []
+    assert system.lingering() == set()
