@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "RuntimeConfig": "twophase.coordinator.runtime",
     "CleanupMode": "twophase.coordinator.runtime",
     "CheckpointConfig": "twophase.coordinator.checkpoint_coordinator",
-    "CommitPolicy": "twophase.coordinator.committer",
+    "CommitPolicy": "twophase.coordinator.committer_operator",
     "RestartStrategy": "twophase.coordinator.restart",
     "KafkaSink": "twophase.connectors.kafka",
     "KafkaSinkConfig": "twophase.connectors.kafka",
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
     from twophase.connectors.s3 import S3Sink, S3SinkConfig
     from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
-    from twophase.coordinator.committer import CommitPolicy
+    from twophase.coordinator.committer_operator import CommitPolicy
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.restart import RestartStrategy
     from twophase.coordinator.runtime import CleanupMode, RuntimeConfig

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twophase.coordinator.clock import Clock, system_clock_ms
-from twophase.coordinator.committer import Committer, commit_requests
+from twophase.coordinator.commit_requests import commit_requests
+from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
@@ -242,7 +243,7 @@ class CheckpointCoordinator:
         job_id: str,
         sinks: Sequence[AnySink],
         storage: CheckpointStorage,
-        committer: Committer,
+        committer: CommitterOperator,
         config: CheckpointConfig | None = None,
         *,
         clock: Clock = system_clock_ms,

@@ -81,14 +81,8 @@ from twophase.coordinator.checkpoint_coordinator import (
     PendingCheckpoint,
 )
 from twophase.coordinator.clock import Clock, system_clock_ms
-from twophase.coordinator.committer import (
-    CommitPolicy,
-    CommitRequest,
-    Committer,
-    CommitterMetrics,
-    commit_requests,
-    sink_concurrency,
-)
+from twophase.coordinator.commit_requests import CommitRequest, commit_requests, sink_concurrency
+from twophase.coordinator.committer_operator import CommitPolicy, CommitterMetrics, CommitterOperator
 from twophase.coordinator.fanout import sink_names_unique
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
@@ -409,8 +403,8 @@ class JobRuntime:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _new_committer(self) -> Committer:
-        return Committer(
+    def _new_committer(self) -> CommitterOperator:
+        return CommitterOperator(
             self.job_id, self.config.commit, clock=self.clock, sleep=self._commit_sleep, fault=self._fault
         )
 
@@ -505,7 +499,7 @@ class JobRuntime:
 
     @property
     def committer_metrics(self) -> CommitterMetrics:
-        """Committer counters summed over every run of this runtime."""
+        """CommitterOperator counters summed over every run of this runtime."""
         ms = [*self._past_committer_metrics, self._committer.metrics]
         return CommitterMetrics(
             committed=sum(m.committed for m in ms),
@@ -610,7 +604,7 @@ class JobRuntime:
                 txns.sort(key=lambda t: t.checkpoint_id)  # stable: metadata order within a checkpoint
                 # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order
                 requests.extend(commit_requests(self.sinks, txns, recovery=True))
-            # the sinks recover concurrently (one lane each), see Committer.commit_all
+            # the sinks recover concurrently (one lane each), see CommitterOperator.commit_all
             self._committer.commit_all(requests)
             recommitted = sum(len(r.txns) for r in requests)
         max_id = max(

@@ -50,7 +50,7 @@ import click
 from twophase.connectors.delta import DeltaSinkConfig
 from twophase.connectors.kafka import KafkaSinkConfig
 from twophase.connectors.s3 import FileFormat
-from twophase.coordinator.committer import CommitPolicy
+from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.runtime import CheckpointMetrics, RuntimeConfig
 from twophase.coordinator.spark.job import EpochMetrics, Job, JobHandle

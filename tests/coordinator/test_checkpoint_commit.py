@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
-from twophase.coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_requests
+from twophase.coordinator.commit_requests import CommitRequest, commit_requests
+from twophase.coordinator.committer_operator import CommitPolicy, CommitterOperator
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointMetadata
@@ -123,7 +124,7 @@ def test_committer_one_call_for_the_group_and_metrics_per_transaction() -> None:
         system.open.pop(name)
         txns.append(pending("g", 1, p))
     clock = ManualClock()
-    c = Committer("job", clock=clock, sleep=clock.sleep)
+    c = CommitterOperator("job", clock=clock, sleep=clock.sleep)
     c.submit([CommitRequest(g, txns)])
     assert system.checkpoint_calls == [call(1)]
     assert [r.txns for r in c.poll_completed()] == [tuple(txns)]  # every transaction confirmed

@@ -12,7 +12,7 @@ from twophase.coordinator.checkpoint_coordinator import (
     CheckpointStatus,
     DuplicateAcknowledgementError,
 )
-from twophase.coordinator.committer import Committer
+from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.coordinator.testing.clock import ManualClock
@@ -32,7 +32,7 @@ def make(
     sinks = [FakeSink(f"s{i}", system, emit_empty=emit_empty) for i in range(n_sinks)]
     storage = InMemoryCheckpointStorage(JOB)
     clock = ManualClock()
-    committer = Committer(JOB, clock=clock, sleep=clock.sleep)
+    committer = CommitterOperator(JOB, clock=clock, sleep=clock.sleep)
     cfg = CheckpointConfig(
         max_concurrent_checkpoints=max_concurrent, checkpoint_timeout_ms=timeout_ms, retained_checkpoints=5
     )

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
-from twophase.coordinator.committer import CommitPolicy
+from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind
@@ -465,7 +465,7 @@ def test_pending_transaction_age_warning_during_epochs(caplog: pytest.LogCapture
     epoch = h.write_epoch(data(1), source_position=pos(1), complete=False)
     h.complete(epoch, notify=False)
     h.clock.advance(48_000)  # 80% of the transaction timeout, still not committed
-    with caplog.at_level("WARNING", logger="twophase.coordinator.committer"):
+    with caplog.at_level("WARNING", logger="twophase.coordinator.committer_operator"):
         h.begin_epoch(2, pos(2))
     assert sum("near its timeout" in r.message for r in caplog.records) == 2
 

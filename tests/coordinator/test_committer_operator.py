@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from twophase.coordinator.committer import CommitPolicy, CommitRequest, Committer, commit_lanes
+from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
+from twophase.coordinator.committer_operator import CommitPolicy, CommitterOperator
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.fakes import (
@@ -33,9 +34,9 @@ def prepared(system: FakeExternalSystem, txn_id: str, t_ms: int = 0) -> PendingT
     return PendingTransaction("s", 0, 0, 1, FakeCommittable(txn_id, 1, 0, 1), t_ms)
 
 
-def committer(policy: CommitPolicy | None = None, clock: ManualClock | None = None) -> Committer:
+def committer(policy: CommitPolicy | None = None, clock: ManualClock | None = None) -> CommitterOperator:
     clock = clock or ManualClock()
-    return Committer("job", policy, clock=clock, sleep=clock.sleep)
+    return CommitterOperator("job", policy, clock=clock, sleep=clock.sleep)
 
 
 def test_commit_and_recommit() -> None:
@@ -127,7 +128,7 @@ def test_lost_during_recovery_fails_unless_opted_in(caplog: pytest.LogCaptureFix
     with pytest.raises(TransactionLostError, match="t1"):
         committer().commit(CommitRequest(sink, t, recovery=True))
     c = committer(CommitPolicy(ignore_lost_on_recovery=True))
-    with caplog.at_level(logging.ERROR, logger="twophase.coordinator.committer"):
+    with caplog.at_level(logging.ERROR, logger="twophase.coordinator.committer_operator"):
         assert c.commit(CommitRequest(sink, t, recovery=True)) is CommitOutcome.LOST
     assert any("LOST on recovery" in r.message and "t1" in r.message for r in caplog.records)
     assert c.metrics.lost_ignored == 1
@@ -140,7 +141,7 @@ def test_pending_transaction_warns_once_at_80_percent_of_timeout(caplog: pytest.
     clock = ManualClock()
     c = committer(CommitPolicy(transaction_timeout_ms=10_000), clock)
     t = prepared(system, "t1", t_ms=clock())
-    with caplog.at_level(logging.WARNING, logger="twophase.coordinator.committer"):
+    with caplog.at_level(logging.WARNING, logger="twophase.coordinator.committer_operator"):
         clock.advance(7_999)
         assert c.ages.check([t]) == []
         clock.advance(1)

@@ -1,4 +1,6 @@
-"""The committer: commits and aborts pre-committed transactions through their sink (driver side).
+"""The committer operator: commits and aborts pre-committed transactions through their sink
+(driver side; Flink's ``CommitterOperator``, which drives a sink's ``Committer`` such as
+``KafkaCommitter``).
 
 Outcomes (``twophase.sinks.outcome.CommitOutcome``, DESIGN.md §4) drive what happens:
 
@@ -19,22 +21,20 @@ transaction holds back ``read_committed`` consumers and is aborted by the broker
 ``transaction.timeout.ms``). :class:`TransactionAgeMonitor` warns once per transaction when one
 passes 80% (configurable) of the configured timeout.
 
-Sinks that implement :class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per
-checkpoint, idempotent through ``txn(appId, version)``) are committed per (sink, checkpoint): one
-:class:`CommitRequest` holds every pending transaction of that sink and checkpoint and is committed
-with ONE ``commit_checkpoint`` / ``recover_and_commit_checkpoint`` call (Flink Sink V2's global
-committer). :func:`commit_requests` builds the requests. Retries, ``LOST`` handling, ordering,
-asynchronous commit and confirmation work on whole requests; metrics count transactions.
+Work comes as :class:`~twophase.coordinator.commit_requests.CommitRequest` s (one transaction, or
+every transaction of one checkpoint of a checkpoint-commit sink such as Delta). Retries, ``LOST``
+handling, ordering, asynchronous commit and confirmation work on whole requests; metrics count
+transactions.
 
 Commits run synchronously by default. With ``CommitPolicy.async_commit`` they run on one ordered
 committer thread: the commits of checkpoint c may overlap the next epoch, batches stay in
-submission order, and an error surfaces on the next :meth:`Committer.raise_if_failed` or
-:meth:`Committer.drain`; after an error the queued commits are skipped (the job fails and
+submission order, and an error surfaces on the next :meth:`CommitterOperator.raise_if_failed`
+or :meth:`CommitterOperator.drain`; after an error the queued commits are skipped (the job fails and
 recovery re-commits from checkpoint storage).
 
 Within a batch (a checkpoint's notification, a restore, a cancel) the sinks commit concurrently,
-one lane per sink (:func:`commit_lanes`): the sinks of a job are independent, so k sinks finish
-in about the time of the slowest rather than the sum. A sink's own requests stay in order, except
+one lane per sink (``commit_lanes``): the sinks of a job are independent, so k sinks finish in
+about the time of the slowest rather than the sum. A sink's own requests stay in order, except
 that a sink declaring ``commit_concurrency`` > 1 (its committables are independent, e.g. S3
 multipart uploads) commits that many at once: recovering 1,000 pending uploads is not 1,000 round
 trips in a row. A checkpoint-commit sink (Delta) is always committed checkpoint after checkpoint.
@@ -46,8 +46,7 @@ import logging
 import queue
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -63,8 +62,10 @@ from tenacity import (
 )
 
 from twophase.coordinator.clock import Clock, system_clock_ms
-from twophase.coordinator.lanes import Lane, group_lanes, run_lanes
+from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
+from twophase.coordinator.lanes import run_lanes
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.transaction_ages import TransactionAgeMonitor
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
@@ -123,131 +124,6 @@ class CommitPolicy:
             raise ConfigError(f"timeout_warning_ratio must be in (0, 1], got {self.timeout_warning_ratio}")
 
 
-@dataclass(frozen=True, init=False)
-class CommitRequest:
-    """One commit call: one transaction of a per-committable sink, or every pending transaction of
-    one checkpoint of a :class:`~twophase.sinks.api.CheckpointCommitSink` (committed together with one
-    ``commit_checkpoint`` call).
-
-    Args:
-        sink: the sink that commits it.
-        txns: the pending transaction, or a sequence of them (non-empty; exactly one for a
-            per-committable sink; for a checkpoint-commit sink all of that sink and of one
-            checkpoint, ascending by partition).
-        recovery: True when recovering after a restore (``recover_and_commit[_checkpoint]``).
-
-    Raises:
-        ValueError: an empty request, several transactions for a per-committable sink, or
-            transactions of another sink or of several checkpoints.
-    """
-
-    sink: AnySink
-    txns: tuple[PendingTransaction[Any], ...]
-    recovery: bool
-
-    def __init__(
-        self,
-        sink: AnySink,
-        txns: PendingTransaction[Any] | Sequence[PendingTransaction[Any]],
-        recovery: bool = False,
-    ) -> None:
-        group = (txns,) if isinstance(txns, PendingTransaction) else tuple(txns)
-        if not group:
-            raise ValueError(f"an empty commit request for sink {sink.name!r}")
-        if len(group) > 1 and not isinstance(sink, CheckpointCommitSink):
-            raise ValueError(f"sink {sink.name!r} commits one transaction per request, got {len(group)}")
-        if {t.sink_name for t in group} != {sink.name}:
-            raise ValueError(f"commit request for sink {sink.name!r} holds transactions of other sinks")
-        if len({t.checkpoint_id for t in group}) != 1:
-            raise ValueError(f"commit request for sink {sink.name!r} spans several checkpoints")
-        object.__setattr__(self, "sink", sink)
-        object.__setattr__(self, "txns", group)
-        object.__setattr__(self, "recovery", recovery)
-
-    @property
-    def txn(self) -> PendingTransaction[Any]:
-        """The first transaction (the only one for a per-committable sink)."""
-        return self.txns[0]
-
-    @property
-    def checkpoint_id(self) -> int:
-        """The checkpoint every transaction of the request was pre-committed for."""
-        return self.txns[0].checkpoint_id
-
-    @property
-    def per_checkpoint(self) -> bool:
-        """True when committed with ``commit_checkpoint`` (the sink is a CheckpointCommitSink)."""
-        return isinstance(self.sink, CheckpointCommitSink)
-
-
-def commit_requests(
-    sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]], *, recovery: bool = False
-) -> list[CommitRequest]:
-    """Turn pending transactions into commit requests, keeping their order.
-
-    A per-committable sink's transaction becomes a request of its own. The transactions of one
-    (sink, checkpoint) of a :class:`~twophase.sinks.api.CheckpointCommitSink` become ONE request, placed
-    where its first transaction was, holding them ascending by partition; so transactions given
-    in checkpoint order yield requests in checkpoint order.
-
-    Raises:
-        KeyError: a transaction of a sink not in ``sinks``.
-    """
-    out: list[CommitRequest | list[PendingTransaction[Any]]] = []
-    groups: dict[tuple[str, int], list[PendingTransaction[Any]]] = {}
-    for t in txns:
-        sink = sinks[t.sink_name]
-        if not isinstance(sink, CheckpointCommitSink):
-            out.append(CommitRequest(sink, t, recovery))
-            continue
-        key = (t.sink_name, t.checkpoint_id)
-        group = groups.get(key)
-        if group is None:
-            group = groups[key] = []
-            out.append(group)
-        group.append(t)
-    return [
-        r
-        if isinstance(r, CommitRequest)
-        else CommitRequest(sinks[r[0].sink_name], sorted(r, key=lambda t: (t.partition, t.attempt)), recovery)
-        for r in out
-    ]
-
-
-def commit_lanes(requests: Sequence[CommitRequest]) -> list[Lane[CommitRequest]]:
-    """Split ``requests`` into one lane per sink (named after it), in order of first appearance,
-    keeping each sink's requests in their given order.
-
-    A :class:`~twophase.sinks.api.CheckpointCommitSink`'s lane always has parallelism 1: its checkpoints
-    commit one after another, in order. Another sink's lane has its ``commit_concurrency``, capped
-    at the number of its requests.
-
-    Raises:
-        ConfigError: a sink declares ``commit_concurrency`` < 1.
-    """
-    sinks = {r.sink.name: r.sink for r in requests}
-
-    def parallelism(name: str) -> int:
-        sink = sinks[name]
-        return 1 if isinstance(sink, CheckpointCommitSink) else sink_concurrency(sink)
-
-    return group_lanes(requests, lambda r: r.sink.name, parallelism)
-
-
-def sink_concurrency(sink: AnySink) -> int:
-    """The sink's ``commit_concurrency``, checked.
-
-    Raises:
-        ConfigError: it is not an int ≥ 1.
-    """
-    declared = getattr(sink, "commit_concurrency", 1)
-    if not isinstance(declared, int) or declared < 1:
-        raise ConfigError(
-            f"sink {sink.name!r} declares commit_concurrency={declared!r}; it must be an int >= 1"
-        )
-    return declared
-
-
 @dataclass(frozen=True)
 class CommitterMetrics:
     """Cumulative committer counters.
@@ -270,55 +146,7 @@ class CommitterMetrics:
     commit_time_ms: float = 0.0
 
 
-class TransactionAgeMonitor:
-    """Warns once per transaction when a pending one passes ``ratio`` × the transaction timeout.
-
-    Args:
-        job_id: for log fields.
-        transaction_timeout_ms: the external system's timeout, ms; ``None`` disables warnings.
-        ratio: the warning threshold as a fraction of the timeout (0.8 = 80%).
-        clock: ms clock (injectable for tests).
-    """
-
-    def __init__(
-        self,
-        job_id: str,
-        transaction_timeout_ms: int | None,
-        ratio: float = 0.8,
-        clock: Clock = system_clock_ms,
-    ) -> None:
-        self.job_id = job_id
-        self.timeout_ms = transaction_timeout_ms
-        self.ratio = ratio
-        self.clock = clock
-        self._warned: weakref.WeakSet[PendingTransaction[Any]] = weakref.WeakSet()
-
-    def check(self, pending: Iterable[PendingTransaction[Any]]) -> list[PendingTransaction[Any]]:
-        """Log a WARNING for each pending transaction newly past the threshold; return them."""
-        if self.timeout_ms is None:
-            return []
-        now = self.clock()
-        threshold = self.ratio * self.timeout_ms
-        warned: list[PendingTransaction[Any]] = []
-        for t in pending:
-            age = now - t.pre_committed_ms
-            if age >= threshold and t not in self._warned:
-                self._warned.add(t)
-                warned.append(t)
-                log.warning(
-                    "pending transaction near its timeout job=%s sink=%s checkpoint=%d partition=%d "
-                    "attempt=%d age_ms=%d timeout_ms=%d committable=%r",
-                    self.job_id, t.sink_name, t.checkpoint_id, t.partition, t.attempt, age, self.timeout_ms,
-                    t.committable,
-                    extra={
-                        "job": self.job_id, "sink": t.sink_name, "checkpoint": t.checkpoint_id,
-                        "partition": t.partition, "attempt": t.attempt, "age_ms": age,
-                    },
-                )  # fmt: skip
-        return warned
-
-
-class Committer:
+class CommitterOperator:
     """Commits and aborts transactions through their sinks; see the module docstring.
 
     Args:
@@ -536,8 +364,8 @@ class Committer:
         cancellable: bool = True,
         on_done: Callable[[CommitRequest], None] = lambda r: None,
     ) -> None:
-        """Commit ``requests`` (see :meth:`commit`): one lane per sink (:func:`commit_lanes`), the
-        lanes concurrently; within a lane in order, or up to its parallelism at once. Calls
+        """Commit ``requests`` (see :meth:`commit`): one lane per sink (``commit_lanes``), the lanes
+        concurrently; within a lane in order, or up to its parallelism at once. Calls
         ``on_done`` from the committing thread after each request succeeds.
 
         After the first error no lane starts another request (a checkpoint-commit sink's later
