@@ -21,12 +21,12 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "Job": "twophase.coordinator.spark.job",
-    "JobHandle": "twophase.coordinator.spark.job",
-    "JobResult": "twophase.coordinator.spark.job",
+    "JobHandle": "twophase.coordinator.spark.handle",
+    "JobResult": "twophase.coordinator.spark.results",
     "JobState": "twophase.coordinator.job_lifecycle",
-    "RuntimeConfig": "twophase.coordinator.runtime",
-    "CleanupMode": "twophase.coordinator.runtime",
-    "CheckpointConfig": "twophase.coordinator.checkpoint_coordinator",
+    "RuntimeConfig": "twophase.coordinator.runtime_config",
+    "CleanupMode": "twophase.coordinator.runtime_config",
+    "CheckpointConfig": "twophase.coordinator.checkpoint_state",
     "CommitPolicy": "twophase.coordinator.committer_operator",
     "RestartStrategy": "twophase.coordinator.restart",
     "KafkaSink": "twophase.connectors.kafka",
@@ -59,12 +59,14 @@ if TYPE_CHECKING:
     from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
     from twophase.connectors.s3 import S3Sink, S3SinkConfig
-    from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+    from twophase.coordinator.checkpoint_state import CheckpointConfig
     from twophase.coordinator.committer_operator import CommitPolicy
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.restart import RestartStrategy
-    from twophase.coordinator.runtime import CleanupMode, RuntimeConfig
-    from twophase.coordinator.spark.job import Job, JobHandle, JobResult
+    from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+    from twophase.coordinator.spark.handle import JobHandle
+    from twophase.coordinator.spark.job import Job
+    from twophase.coordinator.spark.results import JobResult
 
 
 def __getattr__(name: str) -> Any:

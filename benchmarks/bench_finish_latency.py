@@ -62,22 +62,13 @@ def _batch(partition: int) -> Any:
 
 
 def _run_epoch(runtime: Any) -> None:
-    from twophase.coordinator.fanout import EpochPlan, write_subtasks
+    from twophase.coordinator.epoch import run_epoch
+    from twophase.coordinator.fanout import write_subtasks
 
-    epoch = runtime.begin_epoch(PARTITIONS, {"engine": "bench", "batch": 0})
-    plan = EpochPlan(
-        job_id=runtime.job_id,
-        checkpoint_id=epoch.checkpoint_id,
-        num_partitions=PARTITIONS,
-        sinks=tuple(runtime.sinks[n] for n in epoch.sinks),
-        restored=epoch.restored_in_progress(),
-    )
-    for p in range(PARTITIONS):
-        for ack in write_subtasks(plan, p, 0, [_batch(p)]):
-            epoch.acknowledge_encoded(
-                ack.sink, ack.partition, ack.attempt, ack.committable, ack.in_progress, ack.records
-            )
-    runtime.complete_epoch(epoch)
+    def write(plan: Any) -> list[Any]:
+        return [ack for p in range(PARTITIONS) for ack in write_subtasks(plan, p, 0, [_batch(p)])]
+
+    run_epoch(runtime, PARTITIONS, write, {"engine": "bench", "batch": 0})
 
 
 def _runtime(job_id: str, sinks: Sequence[Any], chk_dir: Path) -> Any:

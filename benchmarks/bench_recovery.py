@@ -66,6 +66,7 @@ def _batch(partition: int) -> Any:
 
 
 def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
+    from twophase.coordinator.epoch import run_epoch
     from twophase.coordinator.fanout import EpochPlan, write_subtasks
     from twophase.coordinator.runtime import JobRuntime
     from twophase.coordinator.storage import open_storage
@@ -73,23 +74,14 @@ def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
     sink = make_sink()
     rt = JobRuntime(job_id, [sink], open_storage(str(chk), job_id), fault=_die_after_persist)
     rt.restore()
-    epoch = rt.begin_epoch(TRANSACTIONS, {"engine": "bench", "batch": 0})
-    plan = EpochPlan(
-        job_id=job_id,
-        checkpoint_id=epoch.checkpoint_id,
-        num_partitions=TRANSACTIONS,
-        sinks=(sink,),
-        restored={},
-    )
-    with ThreadPoolExecutor(PREPARE_THREADS) as pool:
-        acks = list(pool.map(lambda p: write_subtasks(plan, p, 0, [_batch(p)])[0], range(TRANSACTIONS)))
-    for ack in acks:
-        assert ack.committable is not None
-        epoch.acknowledge_encoded(
-            ack.sink, ack.partition, ack.attempt, ack.committable, ack.in_progress, ack.records
-        )
+
+    def write(plan: EpochPlan) -> list[Any]:
+        # every transaction pre-committed concurrently, as TRANSACTIONS tasks would
+        with ThreadPoolExecutor(PREPARE_THREADS) as pool:
+            return list(pool.map(lambda p: write_subtasks(plan, p, 0, [_batch(p)])[0], range(TRANSACTIONS)))
+
     try:
-        rt.complete_epoch(epoch)
+        run_epoch(rt, TRANSACTIONS, write, {"engine": "bench", "batch": 0})
         raise AssertionError("the fault point after_persist was not reached")
     except _DriverDied:
         pass

@@ -3,222 +3,60 @@
 One instance per job run (a restore builds a new one). Protocol (Flink's ``CheckpointCoordinator``
 and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
 
-1. :meth:`CheckpointCoordinator.trigger` opens a :class:`PendingCheckpoint` with the next id (ids
-   increase monotonically; after a restore they continue above every id in storage) and the
-   acknowledgements it expects: one per participating (sink, partition). Fully finished sinks
-   expect none. At most ``max_concurrent_checkpoints`` may be pending; a trigger beyond raises
-   :class:`CheckpointLimitError` (no queueing: the caller, one epoch at a time, decides).
-2. :meth:`~CheckpointCoordinator.acknowledge` records one subtask's committables and in-progress
-   state. A second acknowledgement of the same (sink, partition) raises
-   :class:`DuplicateAcknowledgementError` and its committables are *not* kept: the caller aborts
-   them (``Epoch.discard``) or leaves them to ``abort_lingering``. A late acknowledgement of an
-   aborted checkpoint is discarded and its committables aborted.
-3. :meth:`~CheckpointCoordinator.complete` builds :class:`~twophase.coordinator.metadata.CheckpointMetadata`
-   and publishes it atomically, THEN the checkpoint counts as complete. Checkpoints complete in
-   trigger order: a later checkpoint's source position covers the earlier epochs, so it cannot be
-   durable without them. The metadata holds, per sink, every transaction not yet confirmed
-   committed (the checkpoint's own and older ones still pending), so the latest checkpoint alone
-   is enough to recover. Then retention keeps the newest N checkpoints (savepoints are never
-   deleted automatically).
+1. :meth:`~CheckpointCoordinator.trigger` opens a pending checkpoint with the next id and the
+   acknowledgements it expects (one per participating sink and partition); at most
+   ``max_concurrent_checkpoints`` may be pending (no queueing: the caller decides).
+2. :meth:`~CheckpointCoordinator.acknowledge` records one subtask's committable and in-progress
+   state; a duplicate is refused and not kept; a late one for an aborted checkpoint is aborted.
+3. :meth:`~CheckpointCoordinator.complete` publishes the metadata atomically, THEN the checkpoint
+   counts as complete; checkpoints complete in trigger order. The metadata holds every
+   transaction not yet confirmed committed, so the latest checkpoint alone recovers the job.
 4. :meth:`~CheckpointCoordinator.notify_checkpoint_complete` commits every pending transaction ≤ c,
-   in checkpoint order, on every live subtask (Flink's rule: covers subsumed, skipped, late and
-   out-of-order notifications; ``notify(2)`` then ``notify(1)`` makes the second a no-op); for a
-   :class:`~twophase.sinks.api.CheckpointCommitSink`, the transactions of one checkpoint together, with one
-   ``commit_checkpoint`` call. A
-   subtask waiting for its final checkpoint closes on the first notification of a checkpoint
+   in order, on every live subtask (Flink's rule: subsumed, late and out-of-order notifications);
+   a subtask waiting for its final checkpoint closes on the first notification of a checkpoint
    triggered after its finish() (FLIP-147).
-5. :meth:`~CheckpointCoordinator.abort_checkpoint` (failure, timeout, cancel) aborts the checkpoint
-   *and every newer pending one* (their epochs build on its data, which a replay rewrites) and the
-   pre-committed transactions they collected, and tells the subtasks
-   (``notify_checkpoint_aborted``).
+5. :meth:`~CheckpointCoordinator.abort_checkpoint` aborts the checkpoint and every newer pending
+   one (their epochs build on its data) and their pre-committed transactions.
 
-Checkpoint states: ``PENDING ──complete──► COMPLETED`` and ``PENDING ──abort──► ABORTED``; every
-other transition raises :class:`~twophase.sinks.errors.IllegalTransitionError`.
-
-Operators flagged fully finished (FLIP-147): a sink all of whose subtasks are FINISHED with nothing
-left to commit is recorded in ``CheckpointMetadata.fully_finished`` and skipped on restore; other
-operator ids (from the job graph) can be added per trigger.
+A sink all of whose subtasks are FINISHED with nothing left to commit is flagged fully finished
+(FLIP-147) in the metadata and skipped on restore. States and their transitions:
+:mod:`~twophase.coordinator.checkpoint_state`.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_state import (
+    CheckpointConfig,
+    CheckpointLimitError,
+    CheckpointStatus,
+    CompletedCheckpoint,
+    DuplicateAcknowledgementError,
+    NotifyResult,
+    PendingCheckpoint,
+    SubtaskKey,
+    metadata_of,
+)
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.commit_requests import commit_requests
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import fault_point
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, IllegalTransitionError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
-SubtaskKey = tuple[str, int]
-"""(sink name, partition)."""
-
-
-class CheckpointLimitError(IllegalTransitionError):
-    """A trigger while ``max_concurrent_checkpoints`` checkpoints are pending."""
-
-
-class DuplicateAcknowledgementError(IllegalTransitionError):
-    """A second acknowledgement of one (sink, partition) in one checkpoint; its committables are not
-    kept — abort them (``Epoch.discard``) or leave them to ``abort_lingering``."""
-
-
-@dataclass(frozen=True)
-class CheckpointConfig:
-    """Checkpointing settings.
-
-    Attributes:
-        max_concurrent_checkpoints: pending checkpoints allowed at once (≥ 1).
-        checkpoint_timeout_ms: a pending checkpoint older than this is aborted by
-            :meth:`CheckpointCoordinator.check_timeouts`; ``None``: never.
-        retained_checkpoints: completed checkpoints kept (≥ 1); savepoints are never deleted.
-
-    Raises:
-        ConfigError: an out-of-range value.
-    """
-
-    max_concurrent_checkpoints: int = 1
-    checkpoint_timeout_ms: int | None = 600_000
-    retained_checkpoints: int = 1
-
-    def __post_init__(self) -> None:
-        if self.max_concurrent_checkpoints < 1:
-            raise ConfigError(
-                f"max_concurrent_checkpoints must be >= 1, got {self.max_concurrent_checkpoints}"
-            )
-        if self.checkpoint_timeout_ms is not None and self.checkpoint_timeout_ms <= 0:
-            raise ConfigError(f"checkpoint_timeout_ms must be > 0, got {self.checkpoint_timeout_ms}")
-        if self.retained_checkpoints < 1:
-            raise ConfigError(f"retained_checkpoints must be >= 1, got {self.retained_checkpoints}")
-
-
-class CheckpointStatus(enum.Enum):
-    """Where one checkpoint is."""
-
-    PENDING = "PENDING"
-    COMPLETED = "COMPLETED"
-    ABORTED = "ABORTED"
-
-
-@dataclass(frozen=True)
-class SubtaskAck:
-    """One received acknowledgement.
-
-    Attributes:
-        sink: sink name.
-        partition: subtask index.
-        attempt: the task attempt.
-        committables: decoded committables (0 or more).
-        in_progress: in-progress state to carry into the next epoch, or ``None``.
-        records: records the subtask wrote, if known.
-    """
-
-    sink: str
-    partition: int
-    attempt: int
-    committables: tuple[Any, ...]
-    in_progress: JsonObject | None
-    records: int | None
-
-
-@dataclass
-class PendingCheckpoint:
-    """A triggered checkpoint and its acknowledgements (see the module docstring).
-
-    Attributes:
-        checkpoint_id: its id.
-        kind: checkpoint, savepoint or final.
-        triggered_ms: trigger time, ms since the epoch.
-        expected: the (sink, partition) acknowledgements it needs.
-        num_partitions: sink → the epoch's parallelism.
-        source_position: the engine position it covers, stored in the metadata.
-        end_of_input: the job reached end of input.
-        fully_finished_operators: extra operator ids (from the job graph) to flag fully finished.
-    """
-
-    checkpoint_id: int
-    kind: CheckpointKind
-    triggered_ms: int
-    expected: frozenset[SubtaskKey]
-    num_partitions: Mapping[str, int]
-    source_position: JsonObject | None = None
-    end_of_input: bool = False
-    fully_finished_operators: tuple[str, ...] = ()
-    status: CheckpointStatus = CheckpointStatus.PENDING
-    acks: dict[SubtaskKey, SubtaskAck] = field(default_factory=dict)
-    abort_reason: str | None = None
-
-    @property
-    def missing(self) -> frozenset[SubtaskKey]:
-        """Expected acknowledgements not yet received."""
-        return self.expected - self.acks.keys()
-
-    @property
-    def is_fully_acknowledged(self) -> bool:
-        """True once every expected acknowledgement arrived."""
-        return not self.missing
-
-    @property
-    def records(self) -> int | None:
-        """Records written in the epoch, if every acknowledgement said: the largest per-sink sum
-        (every sink of an epoch takes the same input, so this is the epoch's record count)."""
-        per_sink: dict[str, int] = {}
-        for a in self.acks.values():
-            if a.records is None:
-                return None
-            per_sink[a.sink] = per_sink.get(a.sink, 0) + a.records
-        return max(per_sink.values(), default=0)
-
-
-@dataclass(frozen=True)
-class CompletedCheckpoint:
-    """A checkpoint published to storage.
-
-    Attributes:
-        metadata: what was published.
-        ref: where.
-        persist_ms: time to build and publish, ms.
-        records: records written in its epoch, if known.
-        acknowledgements: acknowledgements it received.
-    """
-
-    metadata: CheckpointMetadata
-    ref: CheckpointRef
-    persist_ms: float
-    records: int | None
-    acknowledgements: int
-
-
-@dataclass(frozen=True)
-class NotifyResult:
-    """What one ``notify_checkpoint_complete`` did.
-
-    Attributes:
-        checkpoint_id: the notified checkpoint.
-        committed: transactions handed to the committer (committed when synchronous).
-        aborted: transactions aborted (pre-committed for later checkpoints by subtasks that closed).
-        finished: subtasks that reached FINISHED with this notification.
-        commit_ms: time spent, ms (submission time only when asynchronous).
-    """
-
-    checkpoint_id: int
-    committed: int
-    aborted: int
-    finished: int
-    commit_ms: float
 
 
 class CheckpointCoordinator:
@@ -279,6 +117,9 @@ class CheckpointCoordinator:
                 self.parallelism[name] = snap.num_partitions
                 for p, state in snap.in_progress.items():
                     self._subtasks[(name, p)] = SubtaskLifecycle(name, p, state, restored.checkpoint_id)
+
+    def _log(self, level: int, event: str, /, **fields: Any) -> None:
+        log_event(log, level, event, job=self.job_id, **fields)
 
     # -- subtasks ---------------------------------------------------------------------------------
 
@@ -355,7 +196,6 @@ class CheckpointCoordinator:
         num_partitions: Mapping[str, int] | None = None,
         source_position: JsonObject | None = None,
         end_of_input: bool = False,
-        fully_finished_operators: Iterable[str] = (),
     ) -> PendingCheckpoint:
         """Trigger the next checkpoint.
 
@@ -367,7 +207,6 @@ class CheckpointCoordinator:
                 number of participants).
             source_position: the engine position the checkpoint covers.
             end_of_input: the job reached end of input.
-            fully_finished_operators: extra operator ids to flag fully finished (from the job graph).
 
         Raises:
             CheckpointLimitError: ``max_concurrent_checkpoints`` are pending.
@@ -406,49 +245,41 @@ class CheckpointCoordinator:
             num_partitions=dict(self.parallelism),
             source_position=dict(source_position) if source_position is not None else None,
             end_of_input=end_of_input,
-            fully_finished_operators=tuple(fully_finished_operators),
         )
         self._pending[cid] = pc
-        log.info(
-            "checkpoint triggered job=%s checkpoint=%d kind=%s expected_acks=%d",
-            self.job_id, cid, kind.value, len(expected),
-            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value},
-        )  # fmt: skip
+        self._log(
+            logging.INFO, "checkpoint triggered", checkpoint=cid, kind=kind.value, expected_acks=len(expected)
+        )
         return pc
 
-    def acknowledge(
-        self,
-        checkpoint_id: int,
-        sink: str,
-        partition: int,
-        attempt: int,
-        committables: Sequence[Any] = (),
-        in_progress: JsonObject | None = None,
-        records: int | None = None,
-    ) -> bool:
-        """Record one subtask's acknowledgement of ``checkpoint_id``.
+    def acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
+        """Record one subtask's acknowledgement of ``checkpoint_id``; its committable is decoded
+        with the sink's codec, and its payload kept as received for the checkpoint metadata.
 
         Returns:
-            True if recorded; False if the checkpoint was aborted (the committables were aborted).
+            True if recorded; False if the checkpoint was aborted (the committable was aborted).
 
         Raises:
+            CommittableDecodeError: the payload does not decode (nothing kept).
             DuplicateAcknowledgementError: (sink, partition) already acknowledged; nothing kept.
             IllegalTransitionError: the checkpoint is completed or unknown, or (sink, partition)
                 is not expected by it.
+            ConfigError: an unknown sink.
         """
+        sink, partition, attempt = ack.sink, ack.partition, ack.attempt
+        committables = self._decode(ack)
         if checkpoint_id in self._aborted:
-            log.warning(
-                "late acknowledgement of aborted checkpoint discarded job=%s sink=%s checkpoint=%d "
-                "partition=%d attempt=%d",
-                self.job_id, sink, checkpoint_id, partition, attempt,
-                extra={"job": self.job_id, "sink": sink, "checkpoint": checkpoint_id,
-                       "partition": partition, "attempt": attempt},
-            )  # fmt: skip
+            self._log(
+                logging.WARNING,
+                "late acknowledgement of aborted checkpoint discarded",
+                sink=sink,
+                checkpoint=checkpoint_id,
+                partition=partition,
+                attempt=attempt,
+            )
             for c in committables:
-                self.committer.abort(
-                    self.sinks[sink],
-                    PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock()),
-                )
+                txn = PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock())
+                self.committer.abort(self.sinks[sink], txn)
             return False
         pc = self.pending(checkpoint_id)
         key = (sink, partition)
@@ -462,18 +293,17 @@ class CheckpointCoordinator:
                 pc.status.value,
                 f"acknowledge {sink}[{partition}] twice (attempts {pc.acks[key].attempt} and {attempt})",
             )
-        ack = SubtaskAck(sink, partition, attempt, tuple(committables), in_progress, records)
+        payloads = [] if ack.committable is None else [ack.committable]
         self.subtask(sink, partition).snapshot(
-            checkpoint_id, attempt, ack.committables, in_progress, self.clock()
+            checkpoint_id, attempt, committables, ack.in_progress, self.clock(), payloads=payloads
         )
         pc.acks[key] = ack
-        log.debug(
-            "acknowledged job=%s sink=%s checkpoint=%d partition=%d attempt=%d committables=%d",
-            self.job_id, sink, checkpoint_id, partition, attempt, len(ack.committables),
-            extra={"job": self.job_id, "sink": sink, "checkpoint": checkpoint_id,
-                   "partition": partition, "attempt": attempt},
-        )  # fmt: skip
         return True
+
+    def _decode(self, ack: Acknowledgement) -> list[Any]:
+        if ack.sink not in self.sinks:
+            raise ConfigError(f"unknown sink {ack.sink!r}; the job's sinks are {sorted(self.sinks)}")
+        return [] if ack.committable is None else [self.sinks[ack.sink].decode(ack.committable)]
 
     # -- complete / notify / abort ----------------------------------------------------------------
 
@@ -482,43 +312,13 @@ class CheckpointCoordinator:
         return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
 
     def build_metadata(self, pc: PendingCheckpoint) -> CheckpointMetadata:
-        """The metadata ``pc`` would publish now (see the module docstring)."""
-        c = pc.checkpoint_id
+        """The metadata ``pc`` would publish now; first flags sinks that became fully finished."""
         for name in self.sinks:
             if name not in self.fully_finished and self._is_fully_finished(name):
                 self.fully_finished.add(name)
-                log.info(
-                    "sink fully finished job=%s sink=%s checkpoint=%d", self.job_id, name, c,
-                    extra={"job": self.job_id, "sink": name, "checkpoint": c},
-                )  # fmt: skip
-        snaps: dict[str, SinkSnapshot] = {}
-        for name, sink in self.sinks.items():
-            if name in self.fully_finished:
-                continue
-            lcs = sorted(((p, lc) for (s, p), lc in self._subtasks.items() if s == name), key=lambda x: x[0])
-            txns = sorted(
-                (t for _, lc in lcs for t in lc.uncommitted(c)), key=lambda t: (t.checkpoint_id, t.partition)
-            )
-            in_progress = {
-                p: state for p, lc in lcs if lc.state.is_live and (state := lc.in_progress_for(c)) is not None
-            }
-            snaps[name] = SinkSnapshot(
-                num_partitions=pc.num_partitions.get(name, self.parallelism.get(name, 0)),
-                committables=tuple(
-                    CommittableRecord(t.partition, t.attempt, sink.encode(t.committable), t.checkpoint_id)
-                    for t in txns
-                ),
-                in_progress=in_progress,
-            )
-        return CheckpointMetadata(
-            job_id=self.job_id,
-            checkpoint_id=c,
-            kind=pc.kind,
-            timestamp_ms=self.clock(),
-            sinks=snaps,
-            source_position=pc.source_position,
-            fully_finished=tuple(sorted(self.fully_finished | set(pc.fully_finished_operators))),
-            end_of_input=pc.end_of_input,
+                self._log(logging.INFO, "sink fully finished", sink=name, checkpoint=pc.checkpoint_id)
+        return metadata_of(
+            self.job_id, pc, self.sinks, self._subtasks, self.fully_finished, self.parallelism, self.clock()
         )
 
     def complete(self, checkpoint_id: int) -> CompletedCheckpoint:
@@ -563,12 +363,14 @@ class CheckpointCoordinator:
             lc.checkpoint_persisted(checkpoint_id)
         done = CompletedCheckpoint(metadata, ref, persist_ms, pc.records, len(pc.acks))
         self.completed.append(done)
-        log.info(
-            "checkpoint completed job=%s checkpoint=%d kind=%s committables=%d persist_ms=%.1f",
-            self.job_id, checkpoint_id, pc.kind.value,
-            sum(len(s.committables) for s in metadata.sinks.values()), persist_ms,
-            extra={"job": self.job_id, "checkpoint": checkpoint_id, "kind": pc.kind.value},
-        )  # fmt: skip
+        self._log(
+            logging.INFO,
+            "checkpoint completed",
+            checkpoint=checkpoint_id,
+            kind=pc.kind.value,
+            committables=sum(len(s.committables) for s in metadata.sinks.values()),
+            persist_ms=persist_ms,
+        )
         try:
             self.storage.apply_retention(self.config.retained_checkpoints)
         except Exception as e:  # old checkpoints are only garbage; never fail a completed checkpoint
@@ -608,11 +410,14 @@ class CheckpointCoordinator:
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
         if commits or aborts or finished:
-            log.info(
-                "checkpoint notified job=%s checkpoint=%d committed=%d aborted=%d finished=%d",
-                self.job_id, checkpoint_id, len(commits), len(aborts), finished,
-                extra={"job": self.job_id, "checkpoint": checkpoint_id},
-            )  # fmt: skip
+            self._log(
+                logging.INFO,
+                "checkpoint notified",
+                checkpoint=checkpoint_id,
+                committed=len(commits),
+                aborted=len(aborts),
+                finished=finished,
+            )
         return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
 
     def confirm_commits(self) -> int:
@@ -650,11 +455,13 @@ class CheckpointCoordinator:
                     for t in lc.notify_checkpoint_aborted(c).abort:
                         self.committer.abort(self.sinks[t.sink_name], t)
                         aborted += 1
-            log.warning(
-                "checkpoint aborted job=%s checkpoint=%d reason=%s transactions_aborted=%d",
-                self.job_id, c, reason, aborted,
-                extra={"job": self.job_id, "checkpoint": c, "reason": reason},
-            )  # fmt: skip
+            self._log(
+                logging.WARNING,
+                "checkpoint aborted",
+                checkpoint=c,
+                reason=reason,
+                transactions_aborted=aborted,
+            )
         return ids
 
     def check_timeouts(self) -> list[int]:

@@ -74,6 +74,7 @@ from twophase.sinks.errors import (
     TransactionLostError,
 )
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -239,11 +240,16 @@ class CommitterOperator:
         def before_sleep(state: RetryCallState) -> None:
             self._add(retries=1)
             self.ages.check(txns)
-            log.info(
-                "commit answered RETRY job=%s sink=%s checkpoint=%d partition=%s attempt_no=%d",
-                self.job_id, sink.name, t.checkpoint_id, fields["partition"], state.attempt_number,
-                extra=fields,
-            )  # fmt: skip
+            log_event(
+                log,
+                logging.INFO,
+                "commit answered RETRY",
+                job=self.job_id,
+                sink=sink.name,
+                checkpoint=t.checkpoint_id,
+                partition=fields["partition"],
+                attempt_no=state.attempt_number,
+            )
 
         stop = stop_after_attempt(pol.max_attempts)
         if pol.max_retry_time_ms is not None:
@@ -310,12 +316,16 @@ class CommitterOperator:
         """
         (sink.recover_and_abort if recovery else sink.abort)(txn.committable)
         self._add(aborted=1)
-        log.info(
-            "aborted sink=%s checkpoint=%d partition=%d attempt=%d transaction=%r",
-            sink.name, txn.checkpoint_id, txn.partition, txn.attempt, txn.committable,
-            extra={"job": self.job_id, "sink": sink.name, "checkpoint": txn.checkpoint_id,
-                   "partition": txn.partition, "attempt": txn.attempt},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "aborted",
+            sink=sink.name,
+            checkpoint=txn.checkpoint_id,
+            partition=txn.partition,
+            attempt=txn.attempt,
+            transaction=txn.committable,
+        )
 
     # -- batches (sync or ordered async) ---------------------------------------------------------
 

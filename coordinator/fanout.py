@@ -12,19 +12,20 @@ whatever is left is lingering and cleaned by ``abort_lingering`` after the next 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.faults import fault_point
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -52,70 +53,13 @@ class EpochPlan:
     end_of_input: bool = False
 
 
-@dataclass(frozen=True)
-class Acknowledgement:
-    """One subtask's acknowledgement of a checkpoint: its committable and in-progress state.
-
-    Attributes:
-        sink: the sink's name.
-        partition: the subtask index.
-        attempt: the task attempt that wrote it.
-        committable: the encoded committable (versioned JSON object), or ``None`` if empty.
-        in_progress: the in-progress state to carry into the next epoch, or ``None``.
-        records: records written (count).
-        write_ms: time spent in begin/write/pre-commit, ms.
-    """
-
-    sink: str
-    partition: int
-    attempt: int
-    committable: JsonObject | None
-    in_progress: JsonObject | None
-    records: int
-    write_ms: float
-
-    def to_row(self) -> dict[str, Any]:
-        """A flat row for engines that return acknowledgements as data (JSON strings for nested parts)."""
-        return {
-            "sink": self.sink,
-            "partition": self.partition,
-            "attempt": self.attempt,
-            "committable": None if self.committable is None else json.dumps(self.committable),
-            "in_progress": None if self.in_progress is None else json.dumps(self.in_progress),
-            "records": self.records,
-            "write_ms": self.write_ms,
-        }
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Acknowledgement:
-        """Inverse of :meth:`to_row`."""
-        return cls(
-            sink=str(row["sink"]),
-            partition=int(row["partition"]),
-            attempt=int(row["attempt"]),
-            committable=None if row["committable"] is None else json.loads(row["committable"]),
-            in_progress=None if row["in_progress"] is None else json.loads(row["in_progress"]),
-            records=int(row["records"]),
-            write_ms=float(row["write_ms"]),
-        )
-
-
-ACK_SCHEMA = pa.schema(
-    [
-        ("sink", pa.string()),
-        ("partition", pa.int32()),
-        ("attempt", pa.int32()),
-        ("committable", pa.string()),
-        ("in_progress", pa.string()),
-        ("records", pa.int64()),
-        ("write_ms", pa.float64()),
-    ]
-)
-"""Arrow schema of :meth:`Acknowledgement.to_row` rows (what ``mapInArrow`` yields)."""
-
-
 def write_subtasks(
-    plan: EpochPlan, partition: int, attempt: int, batches: Iterable[pa.RecordBatch]
+    plan: EpochPlan,
+    partition: int,
+    attempt: int,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    fault: Callable[[str], None] = fault_point,
 ) -> list[Acknowledgement]:
     """Write one partition's batches to every sink of ``plan`` and pre-commit them.
 
@@ -124,6 +68,8 @@ def write_subtasks(
         partition: this task's partition index, ``0 <= partition < plan.num_partitions``.
         attempt: this task's attempt number.
         batches: the partition's data, consumed once.
+        fault: fault-point hook (``before_write``, ``mid_write``, ``after_pre_commit``); the
+            default follows ``TWOPHASE_FAULT``, the harness injects its own.
 
     Returns:
         One acknowledgement per sink, in ``plan.sinks`` order.
@@ -146,27 +92,33 @@ def write_subtasks(
                 restored_state=plan.restored.get(sink.name, {}).get(partition),
             )
             open_txns.append((sink, sink.begin_transaction(ctx)))
-        fault_point("before_write")
+        fault("before_write")
         records = 0
         for i, batch in enumerate(batches):
             for sink, txn in open_txns:
                 sink.write(txn, batch)
             records += batch.num_rows
             if i == 0:
-                fault_point("mid_write")
+                fault("mid_write")
         acks = [
             _close_subtask(plan, sink, txn, partition, attempt, records, started) for sink, txn in open_txns
         ]
         open_txns.clear()
-        fault_point("after_pre_commit")
+        fault("after_pre_commit")
         return acks
     except BaseException:
         for sink, txn in open_txns:
             try:
                 sink.abort_open(txn)
             except Exception:  # the original error matters more; leftovers are lingering
-                log.exception(
-                    "abort_open failed: job=%s sink=%s partition=%d", plan.job_id, sink.name, partition
+                log_event(
+                    log,
+                    logging.ERROR,
+                    "abort_open failed",
+                    exc_info=True,
+                    job=plan.job_id,
+                    sink=sink.name,
+                    partition=partition,
                 )
         raise
 

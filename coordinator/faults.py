@@ -17,6 +17,8 @@ import threading
 from collections import Counter
 from typing import Final
 
+from twophase.sinks.structured_log import log_event
+
 log = logging.getLogger(__name__)
 
 ENV: Final = "TWOPHASE_FAULT"
@@ -78,7 +80,7 @@ def fault_point(name: str) -> None:
     state_dir = os.environ.get(STATE_ENV)
     hit = _shared_hit(state_dir, name) if state_dir else _local_hit(name)
     if hit == wanted:
-        log.warning("fault injected: point=%s hit=%d pid=%d", name, hit, os.getpid())
+        log_event(log, logging.WARNING, "fault injected", point=name, hit=hit, pid=os.getpid())
         for handler in logging.getLogger().handlers:
             handler.flush()
         os._exit(EXIT_STATUS)

@@ -111,6 +111,9 @@ class PendingTransaction(Generic[COMM]):
         committable: the sink's decoded committable.
         pre_committed_ms: when the coordinator received it (ms since the epoch), for age warnings.
         status: see :class:`TxnStatus`.
+        payload: the committable as the sink's codec encoded it (versioned JSON), kept as received
+            so that checkpoint metadata carries it without decoding and encoding again; ``None``
+            only where a test builds transactions by hand (the metadata then encodes it).
     """
 
     sink_name: str
@@ -120,6 +123,7 @@ class PendingTransaction(Generic[COMM]):
     committable: COMM
     pre_committed_ms: int
     status: TxnStatus = TxnStatus.PRE_COMMITTED
+    payload: JsonObject | None = None
 
 
 @dataclass(frozen=True)
@@ -188,9 +192,10 @@ class SubtaskLifecycle(Generic[COMM]):
         committables: Sequence[COMM],
         in_progress: JsonObject | None,
         now_ms: int,
+        payloads: Sequence[JsonObject] | None = None,
     ) -> None:
         """Record the subtask's acknowledgement of ``checkpoint_id``: its pre-committed transactions
-        and in-progress state.
+        (decoded, and ``payloads``: the same encoded, one per committable) and in-progress state.
 
         Raises:
             IllegalTransitionError: the subtask is FINISHED or CLOSED, or already acknowledged
@@ -200,9 +205,14 @@ class SubtaskLifecycle(Generic[COMM]):
             raise IllegalTransitionError(str(self), self.state.value, f"snapshot #{checkpoint_id} twice")
         self._apply(SubtaskTransition.SNAPSHOT)
         self._snapshotted.add(checkpoint_id)
-        for c in committables:
+        if payloads is not None and len(payloads) != len(committables):
+            raise ValueError(f"{self}: {len(committables)} committables but {len(payloads)} payloads")
+        for i, c in enumerate(committables):
+            payload = None if payloads is None else payloads[i]
             self._pending.append(
-                PendingTransaction(self.sink_name, self.partition, attempt, checkpoint_id, c, now_ms)
+                PendingTransaction(
+                    self.sink_name, self.partition, attempt, checkpoint_id, c, now_ms, payload=payload
+                )
             )
         self._in_progress[checkpoint_id] = in_progress
 

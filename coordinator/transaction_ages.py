@@ -15,6 +15,7 @@ from typing import Any
 
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +55,17 @@ class TransactionAgeMonitor:
             if age >= threshold and t not in self._warned:
                 self._warned.add(t)
                 warned.append(t)
-                log.warning(
-                    "pending transaction near its timeout job=%s sink=%s checkpoint=%d partition=%d "
-                    "attempt=%d age_ms=%d timeout_ms=%d committable=%r",
-                    self.job_id, t.sink_name, t.checkpoint_id, t.partition, t.attempt, age, self.timeout_ms,
-                    t.committable,
-                    extra={
-                        "job": self.job_id, "sink": t.sink_name, "checkpoint": t.checkpoint_id,
-                        "partition": t.partition, "attempt": t.attempt, "age_ms": age,
-                    },
-                )  # fmt: skip
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "pending transaction near its timeout",
+                    job=self.job_id,
+                    sink=t.sink_name,
+                    checkpoint=t.checkpoint_id,
+                    partition=t.partition,
+                    attempt=t.attempt,
+                    age_ms=age,
+                    timeout_ms=self.timeout_ms,
+                    committable=t.committable,
+                )
         return warned

@@ -37,6 +37,7 @@ from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT, lo
 from twophase.connectors.delta.schema import fields_for, new_columns
 from twophase.sinks.errors import SchemaError
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,8 @@ class DeltaCommitter:
             wait=tenacity.wait_random_exponential(
                 multiplier=0.05, max=self._config.commit_backoff_max_ms / 1000
             ),
-            before_sleep=lambda rs: log.info(
-                "commit conflict, reloading attempt=%d", rs.attempt_number, extra=fields
+            before_sleep=lambda rs: log_event(
+                log, logging.INFO, "commit conflict, reloading", attempt=rs.attempt_number
             ),
             reraise=True,
         )

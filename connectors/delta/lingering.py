@@ -30,6 +30,7 @@ from deltalake.exceptions import TableNotFoundError
 from twophase.connectors.delta import naming
 from twophase.connectors.delta.config import DeltaSinkConfig
 from twophase.connectors.delta.filesystem import TableLocation
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -139,15 +140,10 @@ def delete_unreferenced(
     for rel, checkpoint_id in candidates:
         referenced = index.is_referenced(rel, checkpoint_id)
         if referenced is None:
-            log.warning("kept undecidable file=%s", rel, extra={**log_fields, "file": rel})
+            log_event(log, logging.WARNING, "kept undecidable", file=rel)
         elif not referenced:
             doomed.append((rel, checkpoint_id))
     location.delete([rel for rel, _ in doomed])
     for rel, checkpoint_id in doomed:
-        log.info(
-            "deleted unreferenced file=%s checkpoint=%d",
-            rel,
-            checkpoint_id,
-            extra={**log_fields, "file": rel, "checkpoint": checkpoint_id},
-        )
+        log_event(log, logging.INFO, "deleted unreferenced", file=rel, checkpoint=checkpoint_id)
     return len(doomed)

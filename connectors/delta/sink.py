@@ -30,6 +30,7 @@ from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
             partition_columns=self.config.partition_by,
             adds=tuple(adds),
         )
-        log.info("pre-committed files=%d rows=%d", len(adds), committable.num_records, extra=ctx.log_fields())
+        log_event(log, logging.INFO, "pre-committed", files=len(adds), rows=committable.num_records)
         return committable
 
     def abort_open(self, txn: DeltaTransaction) -> None:
@@ -197,9 +198,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         deleted = delete_unreferenced(
             location, index, candidates, {"sink": self.name, "checkpoint": committable.checkpoint_id}
         )
-        log.info(
-            "aborted files=%d", deleted, extra={"sink": self.name, "checkpoint": committable.checkpoint_id}
-        )
+        log_event(log, logging.INFO, "aborted", files=deleted)
 
     def abort_lingering(self, scope: LingeringScope[DeltaCommittable]) -> int:
         """Delete this job's and sink's data files of checkpoints ≤ ``scope.up_to_checkpoint``
@@ -222,7 +221,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         index = ReferenceIndex(self.config, load_table(self.config), app)
         fields: dict[str, object] = {"job": scope.job_id, "sink": scope.sink_name}
         deleted = delete_unreferenced(location, index, candidates, fields)
-        log.info("aborted lingering files=%d", deleted, extra=fields)
+        log_event(log, logging.INFO, "aborted lingering", files=deleted)
         return deleted
 
     # --- helpers -----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from twophase.connectors.delta.schema import delta_schema_json, project_schema, 
 from twophase.connectors.delta.stats import StatsCollector
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, SchemaError, ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,7 @@ class DeltaFileWriter:
         try:
             self._location.delete(self._created)
         except Exception as e:  # what stays is found by abort_lingering
-            log.warning(
-                "delete failed files=%d error=%s", len(self._created), e, extra=self._ctx.log_fields()
-            )
+            log_event(log, logging.WARNING, "delete failed", files=len(self._created), error=e)
         self._finished.clear()
 
     # --- internals ---------------------------------------------------------------------------
@@ -172,7 +171,7 @@ class DeltaFileWriter:
             stream.close()
             raise
         pairs = tuple(zip(self._config.partition_by, values, strict=True))
-        log.debug("opened file=%s", rel, extra={**self._ctx.log_fields(), "file": rel})
+        log_event(log, logging.DEBUG, "opened", file=rel)
         return _OpenFile(
             rel, pairs, stream, writer, StatsCollector(schema, self._config.string_stats_prefix_length)
         )
@@ -203,13 +202,7 @@ class DeltaFileWriter:
             num_records=open_file.stats.num_records,
         )
         self._finished.append(add)
-        log.info(
-            "closed file=%s bytes=%d rows=%d",
-            open_file.relative_path,
-            size,
-            add.num_records,
-            extra={**self._ctx.log_fields(), "file": open_file.relative_path},
-        )
+        log_event(log, logging.INFO, "closed", file=open_file.relative_path, bytes=size, rows=add.num_records)
 
 
 @contextlib.contextmanager

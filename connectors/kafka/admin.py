@@ -24,6 +24,7 @@ from kafka.protocol.producer.transaction import EndTxnRequest
 
 from twophase.connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
 from twophase.sinks.errors import ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,13 @@ class KafkaAdmin:
             stop=tenacity.stop_after_attempt(config.connect_attempts),
             wait=tenacity.wait_exponential(multiplier=config.connect_backoff_ms / 1000.0, max=30),
             retry=tenacity.retry_if_exception_type(NETWORK_ERRORS),
-            before_sleep=lambda rs: log.warning(
-                "kafka unreachable bootstrap=%s attempt=%d error=%s",
-                config.bootstrap_servers,
-                rs.attempt_number,
-                rs.outcome.exception() if rs.outcome else None,
+            before_sleep=lambda rs: log_event(
+                log,
+                logging.WARNING,
+                "kafka unreachable",
+                bootstrap=config.bootstrap_servers,
+                attempt=rs.attempt_number,
+                error=rs.outcome.exception() if rs.outcome else None,
             ),
             reraise=True,
         )

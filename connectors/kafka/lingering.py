@@ -31,6 +31,7 @@ from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
 from twophase.sinks.context import LingeringScope
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +118,12 @@ def abort_lingering(
     targets = select_lingering(ongoing, prefix, scope.sink_name, config.pool_size, scope)
     for txn_id in targets:
         fence(txn_id)
-        log.info(
-            "lingering transaction aborted job=%s sink=%s transactional_id=%s",
-            scope.job_id,
-            scope.sink_name,
-            txn_id,
+        log_event(
+            log,
+            logging.INFO,
+            "lingering transaction aborted",
+            job=scope.job_id,
+            sink=scope.sink_name,
+            transactional_id=txn_id,
         )
     return len(targets)

@@ -24,6 +24,7 @@ from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
                     admin.create_topic(
                         config.topic, config.new_topic_partitions, config.new_topic_replication_factor
                     )
-                    log.info("topic created sink=%s topic=%s", self.name, config.topic)
+                    log_event(log, logging.INFO, "topic created", sink=self.name, topic=config.topic)
                 limit = admin.topic_config(config.topic, "max.message.bytes")
                 self.topic_max_message_bytes = int(limit) if limit is not None else None
         except NETWORK_ERRORS as e:
@@ -157,7 +158,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         try:
             return self._the_committer().commit(committable)
         except ServiceUnavailableError as e:
-            log.warning("commit needs retry sink=%s error=%s", self.name, e)
+            log_event(log, logging.WARNING, "commit needs retry", sink=self.name, error=e)
             return CommitOutcome.RETRY
 
     def abort(self, committable: KafkaCommittable) -> None:

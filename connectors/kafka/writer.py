@@ -38,6 +38,7 @@ from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError, RecordError, ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class ProducerErrors:
             self.count += 1
             self.messages.append(f"fatal: {err.str()}")
         else:
-            log.warning("kafka client error code=%s error=%s", err.name(), err.str())
+            log_event(log, logging.WARNING, "kafka client error", code=err.name(), error=err.str())
 
 
 class KafkaTransaction:

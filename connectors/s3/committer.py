@@ -29,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from twophase.connectors.s3.committable import PendingFile, S3Committable
 from twophase.connectors.s3.uploads import S3Ops, error_code, is_transient
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,9 @@ def combine_outcomes(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
 def _verify_after_no_such_upload(ops: S3Ops, f: PendingFile) -> CommitOutcome:
     size = ops.object_size(f.key)
     if size is None:
-        log.error("commit lost: upload gone and object missing: bucket=%s key=%s", f.bucket, f.key)
+        log_event(
+            log, logging.ERROR, "commit lost: upload gone and object missing", bucket=f.bucket, key=f.key
+        )
         return CommitOutcome.LOST
     if size != f.byte_count:
         log.error(
@@ -98,7 +101,7 @@ def commit_file(ops: S3Ops, f: PendingFile) -> CommitOutcome:
         if is_transient(e):
             log.warning("commit: transient error after retries (%s): key=%s", type(e).__name__, f.key)
             return CommitOutcome.RETRY
-        log.exception("commit failed: bucket=%s key=%s", f.bucket, f.key)
+        log_event(log, logging.ERROR, "commit failed", exc_info=True, bucket=f.bucket, key=f.key)
         return CommitOutcome.FATAL
     if outcome.is_success and f.tail_prefix:
         delete_tails(ops, f.tail_prefix)
@@ -118,14 +121,16 @@ def commit(ops: S3Ops, committable: S3Committable, sink: str = "") -> CommitOutc
     """Commit every file of ``committable``; the combined outcome (see :func:`combine_outcomes`)."""
     outcomes = [commit_file(ops, f) for f in committable.files]
     result = combine_outcomes(outcomes)
-    log.info(
-        "commit: sink=%s bucket=%s files=%d outcome=%s records=%d bytes=%d",
-        sink,
-        ops.bucket,
-        len(committable.files),
-        result.name,
-        sum(f.record_count for f in committable.files),
-        sum(f.byte_count for f in committable.files),
+    log_event(
+        log,
+        logging.INFO,
+        "commit done",
+        sink=sink,
+        bucket=ops.bucket,
+        files=len(committable.files),
+        outcome=result.name,
+        records=sum(f.record_count for f in committable.files),
+        bytes=sum(f.byte_count for f in committable.files),
     )
     return result
 

@@ -24,6 +24,7 @@ from twophase.connectors.s3 import naming
 from twophase.connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
 from twophase.connectors.s3.uploads import ListedUpload, S3Ops
 from twophase.sinks.context import LingeringScope
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -103,12 +104,14 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
     )
     if tails:
         ops.delete_keys(tails)
-    log.info(
-        "abort_lingering: job=%s sink=%s up_to_checkpoint=%d aborted_uploads=%d deleted_tails=%d",
-        scope.job_id,
-        scope.sink_name,
-        scope.up_to_checkpoint,
-        aborted,
-        len(tails),
+    log_event(
+        log,
+        logging.INFO,
+        "lingering uploads aborted",
+        job=scope.job_id,
+        sink=scope.sink_name,
+        up_to_checkpoint=scope.up_to_checkpoint,
+        aborted_uploads=aborted,
+        deleted_tails=len(tails),
     )
     return aborted

@@ -40,6 +40,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from twophase.connectors.s3.committable import UploadedPart
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError, TransactionLostError
+from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -153,11 +154,13 @@ def cached_client(config: S3SinkConfig) -> S3Client:
 
 def _log_retry(state: tenacity.RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome is not None else None
-    log.warning(
-        "s3 call failed, retrying: op=%s attempt=%d error=%s",
-        getattr(state.fn, "__name__", "?"),
-        state.attempt_number,
-        f"{type(exc).__name__}: {error_code(exc) if exc else ''}",
+    log_event(
+        log,
+        logging.WARNING,
+        "s3 call failed, retrying",
+        op=getattr(state.fn, "__name__", "?"),
+        attempt=state.attempt_number,
+        error=f"{type(exc).__name__}: {error_code(exc) if exc else ''}",
     )
 
 

@@ -1,18 +1,42 @@
-"""The executor side on Spark: the function ``mapInArrow`` runs in every task of an epoch.
+"""Spark epochs: the function ``mapInArrow`` runs in every task, and the driver's run of one epoch.
 
-Each task writes its partition to every sink in one pass (:func:`twophase.coordinator.fanout.write_subtasks`)
-and yields its acknowledgements as one Arrow batch of :data:`twophase.coordinator.fanout.ACK_SCHEMA`.
-Collecting those rows on the driver is the checkpoint's acknowledgement: Spark returns exactly one
-successful attempt per partition.
+Each task writes its partition to every sink in one pass
+(:func:`~twophase.coordinator.fanout.write_subtasks`) and yields its acknowledgements as one Arrow
+batch of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`. Collecting those rows on the
+driver is the checkpoint's acknowledgement: Spark returns exactly one successful attempt per
+partition. :func:`run_spark_epoch` is the engine's write step around the one epoch loop
+(:func:`~twophase.coordinator.epoch.run_epoch`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from twophase.coordinator.fanout import ACK_SCHEMA, EpochPlan, write_subtasks
+from twophase.coordinator.acknowledgement import ACK_SCHEMA, Acknowledgement
+from twophase.coordinator.epoch import run_epoch
+from twophase.coordinator.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.spark.results import EpochMetrics
+from twophase.sinks.context import JsonObject
+from twophase.sinks.structured_log import log_event
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+    from twophase.coordinator.runtime import JobRuntime
+
+log = logging.getLogger(__name__)
+
+
+def ack_struct_type() -> StructType:
+    """Spark's type of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA` (``mapInArrow``'s result)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(ACK_SCHEMA)
 
 
 def epoch_task(plan: EpochPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -35,3 +59,50 @@ def epoch_task(plan: EpochPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator
         yield pa.RecordBatch.from_pylist([a.to_row() for a in acks], schema=ACK_SCHEMA)
 
     return run
+
+
+def run_spark_epoch(
+    runtime: JobRuntime, df: DataFrame, position: JsonObject, batch_id: int | None
+) -> EpochMetrics:
+    """Run one epoch of ``df`` through every sink: the epoch loop with ``mapInArrow`` as its write step.
+
+    Raises:
+        Whatever the Spark job or the runtime raise; the epoch's checkpoint is aborted first.
+    """
+    partitions = df.rdd.getNumPartitions()
+    if partitions == 0:
+        df, partitions = df.repartition(1), 1  # an empty input still acknowledges its checkpoint
+
+    def write(plan: EpochPlan) -> list[Acknowledgement]:
+        rows = df.mapInArrow(epoch_task(plan), ack_struct_type()).collect()
+        return [Acknowledgement.from_row(row.asDict()) for row in rows]
+
+    result = run_epoch(runtime, partitions, write, position)
+    cm = result.checkpoint
+    metrics = EpochMetrics(
+        checkpoint_id=cm.checkpoint_id,
+        batch_id=batch_id,
+        partitions=partitions,
+        records=result.records,
+        epoch_ms=result.epoch_ms,
+        write_ms=result.write_ms,
+        persist_ms=cm.persist_ms,
+        commit_ms=cm.commit_ms,
+        transactions_committed=cm.transactions_committed,
+        transactions_aborted=cm.transactions_aborted,
+    )
+    log_event(
+        log,
+        logging.INFO,
+        "epoch done",
+        job=runtime.job_id,
+        checkpoint=metrics.checkpoint_id,
+        batch=batch_id,
+        partitions=partitions,
+        records=metrics.records,
+        epoch_ms=metrics.epoch_ms,
+        write_ms=metrics.write_ms,
+        persist_ms=metrics.persist_ms,
+        commit_ms=metrics.commit_ms,
+    )
+    return metrics

@@ -23,6 +23,7 @@ from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.storage.layout import validate_job_id
 from twophase.coordinator.storage.local import LocalCheckpointStorage, local_path
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -151,11 +152,15 @@ def open_storage(
         options = (s3_options or S3Options()).or_else(S3Options.from_env(env))
         options.validate()
         client = (s3_client_factory or default_s3_client)(options)
-        log.info(
-            "opening S3 checkpoint storage job=%s bucket=%s prefix=%s endpoint=%s",
-            job_id, parsed.netloc, parsed.path.strip("/"), options.endpoint_url or "aws-default",
-            extra={"job": job_id},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "opening S3 checkpoint storage",
+            job=job_id,
+            bucket=parsed.netloc,
+            prefix=parsed.path.strip("/"),
+            endpoint=options.endpoint_url or "aws-default",
+        )
         return S3CheckpointStorage(parsed.netloc, parsed.path, job_id, client)
     hint = " (use s3://)" if scheme in ("s3a", "s3n") else ""
     raise ConfigError(

@@ -16,6 +16,7 @@ from twophase.sinks.errors import (
     ConfigError,
     CorruptCheckpointError,
 )
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,12 @@ def latest_by_listing(
         except CorruptCheckpointError as e:
             if not fallback_to_valid:
                 raise
-            log.error(
-                "skipping corrupt checkpoint (fallback_to_valid) job=%s checkpoint=%d error=%s",
-                storage.job_id, ref.checkpoint_id, e,
-                extra={"job": storage.job_id, "checkpoint": ref.checkpoint_id},
-            )  # fmt: skip
+            log_event(
+                log,
+                logging.ERROR,
+                "skipping corrupt checkpoint (fallback_to_valid)",
+                job=storage.job_id,
+                checkpoint=ref.checkpoint_id,
+                error=e,
+            )
     return None

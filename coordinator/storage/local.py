@@ -38,6 +38,7 @@ from twophase.coordinator.storage.common import (
     sort_refs,
 )
 from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -111,11 +112,16 @@ class LocalCheckpointStorage:
         except OSError as e:
             raise CheckpointStorageError(f"cannot publish checkpoint {cid} to {target}: {e}") from e
         ref = CheckpointRef(cid, kind, str(target))
-        log.info(
-            "checkpoint published job=%s checkpoint=%d kind=%s location=%s bytes=%d",
-            self.job_id, cid, kind.value, target, len(data),
-            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value, "location": str(target)},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint published",
+            job=self.job_id,
+            checkpoint=cid,
+            kind=kind.value,
+            location=target,
+            bytes=len(data),
+        )
         return ref
 
     def _ensure_dir(self, path: Path) -> list[Path]:
@@ -170,7 +176,12 @@ class LocalCheckpointStorage:
             except OSError as e:
                 if e.errno not in _NO_HARDLINKS:
                     raise
-                log.warning("no hard links on this file system; publishing by rename path=%s", target)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "no hard links on this file system; publishing by rename",
+                    path=target,
+                )
                 if os.path.lexists(target):
                     raise CheckpointStorageError(f"checkpoint exists already: {target}") from None
                 os.replace(tmp, target)
@@ -271,10 +282,14 @@ class LocalCheckpointStorage:
             _rmtree(d)
         except OSError as e:
             raise CheckpointStorageError(f"cannot delete checkpoint {ref.checkpoint_id} at {d}: {e}") from e
-        log.info(
-            "checkpoint deleted job=%s checkpoint=%d kind=%s", self.job_id, ref.checkpoint_id, ref.kind.value,
-            extra={"job": self.job_id, "checkpoint": ref.checkpoint_id, "kind": ref.kind.value},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint deleted",
+            job=self.job_id,
+            checkpoint=ref.checkpoint_id,
+            kind=ref.kind.value,
+        )
 
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.
@@ -310,7 +325,7 @@ class LocalCheckpointStorage:
                     continue
             except OSError as e:
                 raise CheckpointStorageError(f"cannot clean up {d}: {e}") from e
-            log.debug("cleaned publish leftovers job=%s path=%s", self.job_id, d)
+            log_event(log, logging.DEBUG, "cleaned publish leftovers", job=self.job_id, path=d)
 
 
 def local_path(location: str) -> str:

@@ -36,6 +36,7 @@ from twophase.coordinator.storage.common import (
     sort_refs,
 )
 from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -152,11 +153,16 @@ class S3CheckpointStorage:
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            log.warning(
-                "retrying S3 call job=%s op=%s uri=%s attempt=%d error=%s",
-                self.job_id, op, self.uri(key), state.attempt_number, exc,
-                extra={"job": self.job_id, "attempt": state.attempt_number},
-            )  # fmt: skip
+            log_event(
+                log,
+                logging.WARNING,
+                "retrying S3 call",
+                job=self.job_id,
+                op=op,
+                uri=self.uri(key),
+                attempt=state.attempt_number,
+                error=exc,
+            )
 
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
@@ -234,15 +240,23 @@ class S3CheckpointStorage:
             retried = attempts > 1 or int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
             if not (retried and self._read(key) == data):
                 raise CheckpointStorageError(f"checkpoint exists already: {self.uri(key)}") from e
-            log.info(
-                "conditional PUT answered 412 after a retry; our own write had landed uri=%s", self.uri(key)
+            log_event(
+                log,
+                logging.INFO,
+                "conditional PUT answered 412 after a retry; our own write had landed",
+                uri=self.uri(key),
             )
         ref = CheckpointRef(cid, kind, self.uri(key))
-        log.info(
-            "checkpoint published job=%s checkpoint=%d kind=%s location=%s bytes=%d",
-            self.job_id, cid, kind.value, ref.location, len(data),
-            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value, "location": ref.location},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint published",
+            job=self.job_id,
+            checkpoint=cid,
+            kind=kind.value,
+            location=ref.location,
+            bytes=len(data),
+        )
         return ref
 
     def _set_final_marker(self, checkpoint_id: int, *, final: bool) -> None:
@@ -369,10 +383,14 @@ class S3CheckpointStorage:
             CheckpointStorageError: S3 refused a deletion.
         """
         self._delete_dir(ref.checkpoint_id, ref.kind)
-        log.info(
-            "checkpoint deleted job=%s checkpoint=%d kind=%s", self.job_id, ref.checkpoint_id, ref.kind.value,
-            extra={"job": self.job_id, "checkpoint": ref.checkpoint_id, "kind": ref.kind.value},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint deleted",
+            job=self.job_id,
+            checkpoint=ref.checkpoint_id,
+            kind=ref.kind.value,
+        )
 
     def _delete_dir(self, checkpoint_id: int, kind: CheckpointKind) -> None:
         meta = self.metadata_key(checkpoint_id, kind)
@@ -416,7 +434,7 @@ class S3CheckpointStorage:
         for cid, kind in orphans:
             if cid < newest:
                 self._delete_dir(cid, kind)
-                log.debug("cleaned publish leftovers job=%s checkpoint=%d", self.job_id, cid)
+                log_event(log, logging.DEBUG, "cleaned publish leftovers", job=self.job_id, checkpoint=cid)
         return doomed
 
 

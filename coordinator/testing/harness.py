@@ -1,9 +1,10 @@
 """A deterministic, in-process test harness for two-phase-commit sinks (like Flink's operator test
 harnesses). Not a data engine: data at scale runs on Spark.
 
-It drives real :class:`~twophase.coordinator.runtime.JobRuntime` objects over in-memory checkpoint storage
-with a manual clock, and runs each subtask's ``begin_transaction`` → ``write`` → ``pre_commit``
-(``snapshot_in_progress``) in-process, so tests can script any interleaving:
+It drives real :class:`~twophase.coordinator.runtime.JobRuntime` objects over in-memory checkpoint
+storage with a manual clock, through the production code paths: every subtask runs the executor
+loop :func:`~twophase.coordinator.fanout.write_subtasks` in-process, and a whole epoch runs the one
+epoch loop :func:`~twophase.coordinator.epoch.run_epoch`. Tests can script any interleaving:
 
 - concurrent checkpoints: several :meth:`TwoPhaseHarness.begin_epoch` before completing any
   (with ``CheckpointConfig.max_concurrent_checkpoints`` > 1);
@@ -28,17 +29,23 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.epoch import Epoch, run_epoch
+from twophase.coordinator.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.runtime import CheckpointMetrics, Epoch, JobRuntime, RestoreResult, RuntimeConfig
+from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.recovery import RestoreResult
+from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
-from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
+from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 
 log = logging.getLogger(__name__)
@@ -133,6 +140,8 @@ class TwoPhaseHarness:
         config: runtime settings (default: retention 3, no restarts' delay matters: the clock is manual).
         storage: checkpoint storage (default: a new in-memory one).
         clock: the manual clock (also used as the sleep of restarts and commit backoff).
+        real_commit_backoff: commit retries wait in real time, interruptibly by cancel (the
+            production default), instead of advancing the manual clock.
 
     Attributes:
         runtime: the current runtime (replaced by :meth:`restart_process`).
@@ -147,6 +156,7 @@ class TwoPhaseHarness:
         config: RuntimeConfig | None = None,
         storage: InMemoryCheckpointStorage | None = None,
         clock: ManualClock | None = None,
+        real_commit_backoff: bool = False,
     ) -> None:
         self.sinks = list(sinks)
         self.job_id = job_id
@@ -154,6 +164,7 @@ class TwoPhaseHarness:
         self.storage = storage or InMemoryCheckpointStorage(job_id)
         self.clock = clock or ManualClock()
         self.faults = FaultScript()
+        self._real_commit_backoff = real_commit_backoff
         self.runtimes: list[JobRuntime] = []
         self.runtime = self._new_runtime()
 
@@ -165,7 +176,7 @@ class TwoPhaseHarness:
             self.config,
             clock=self.clock,
             sleep=self.clock.sleep,
-            commit_sleep=self.clock.sleep,
+            commit_sleep=None if self._real_commit_backoff else self.clock.sleep,
             fault=self.faults,
         )
         self.runtimes.append(rt)
@@ -224,38 +235,34 @@ class TwoPhaseHarness:
         attempt: int = 0,
         acknowledge: bool = True,
     ) -> SubtaskResult:
-        """Run one subtask in-process: ``begin_transaction`` → ``write`` each batch → ``pre_commit``
-        (and ``snapshot_in_progress``), then acknowledge it (unless told not to).
+        """Run one sink's subtask in-process through the production executor loop
+        (:func:`~twophase.coordinator.fanout.write_subtasks`), then acknowledge it (unless told not to).
 
         Fault points ``before_write``, ``mid_write`` (after the first batch) and ``after_pre_commit``
         are honoured. An error before the pre-commit calls ``abort_open`` (as the executor side
         does); a simulated crash anywhere leaves the transaction open or pre-committed: lingering.
         """
-        sink = self.sink(sink_name)
-        ctx = epoch.writer_context(sink_name, partition, attempt)
-        txn = sink.begin_transaction(ctx)
-        records = 0
-        try:
-            self.faults("before_write")
-            for i, b in enumerate(batches):
-                sink.write(txn, b)
-                records += b.num_rows
-                if i == 0:
-                    self.faults("mid_write")
-            committable = sink.pre_commit(txn)
-            state = sink.snapshot_in_progress(txn) if isinstance(sink, InProgressSink) else None
-        except Exception:
-            try:
-                sink.abort_open(txn)
-            except Exception:
-                log.exception("harness: abort_open failed")
-            raise
-        self.faults("after_pre_commit")
-        comms = [] if committable is None else [committable]
-        acked = False
-        if acknowledge:
-            acked = epoch.acknowledge(sink_name, partition, attempt, comms, state, records)
-        return SubtaskResult(sink_name, partition, attempt, committable, state, records, acked)
+        plan = replace(epoch.plan(), sinks=(self.sink(sink_name),))
+        [ack] = write_subtasks(plan, partition, attempt, batches, fault=self.faults)
+        acked = epoch.acknowledge(ack) if acknowledge else False
+        return self._result(ack, acked)
+
+    def _result(self, ack: Acknowledgement, acknowledged: bool) -> SubtaskResult:
+        sink = self.sink(ack.sink)
+        committable = None if ack.committable is None else sink.decode(ack.committable)
+        return SubtaskResult(
+            ack.sink, ack.partition, ack.attempt, committable, ack.in_progress, ack.records or 0, acknowledged
+        )
+
+    def write_partitions(
+        self, plan: EpochPlan, partitions: Sequence[Sequence[pa.RecordBatch]], *, attempt: int = 0
+    ) -> list[Acknowledgement]:
+        """The harness's write step: every partition's task (all sinks in one pass) in-process."""
+        return [
+            ack
+            for p, batches in enumerate(partitions)
+            for ack in write_subtasks(plan, p, attempt, batches, fault=self.faults)
+        ]
 
     def run_to_finish(self, epochs: Sequence[tuple[JsonObject, Sequence[Sequence[pa.RecordBatch]]]]) -> int:
         """Drive ``epochs`` (source position, partitions) and finish, as an engine would across
@@ -284,13 +291,22 @@ class TwoPhaseHarness:
         source_position: JsonObject | None = None,
         complete: bool = True,
         notify: bool = True,
-    ) -> Epoch:
-        """One epoch: trigger, run every sink's subtask for every partition (``partitions[p]`` is
-        partition p's batches), acknowledge, and (``complete``) persist and (``notify``) commit."""
+    ) -> Epoch | None:
+        """One epoch: ``partitions[p]`` is partition p's batches. With ``complete`` and ``notify``
+        (the default) it is the production epoch loop (:func:`~twophase.coordinator.epoch.run_epoch`)
+        and returns ``None``; otherwise it triggers, writes and acknowledges, then persists
+        (``complete``) without the notification, and returns the epoch."""
+        if complete and notify:
+            run_epoch(
+                self.runtime,
+                len(partitions),
+                lambda plan: self.write_partitions(plan, partitions),
+                source_position,
+            )
+            return None
         epoch = self.begin_epoch(len(partitions), source_position)
-        for sink_name in epoch.sinks:
-            for p, batches in enumerate(partitions):
-                self.run_subtask(epoch, sink_name, p, batches)
+        for ack in self.write_partitions(epoch.plan(), partitions):
+            epoch.acknowledge(ack)
         if complete:
             self.complete(epoch, notify=notify)
         return epoch

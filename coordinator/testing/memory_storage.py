@@ -30,6 +30,7 @@ from twophase.coordinator.storage.common import (
     sort_refs,
 )
 from twophase.sinks.errors import CheckpointStorageError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +106,15 @@ class InMemoryCheckpointStorage:
                 self.store.files[self._final_marker(cid)] = b""
             self.store.files[target] = metadata.dumps()
             self.published.append(cid)
-        log.info(
-            "checkpoint published job=%s checkpoint=%d kind=%s location=%s",
-            self.job_id, cid, kind.value, target,
-            extra={"job": self.job_id, "checkpoint": cid, "kind": kind.value, "location": target},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint published",
+            job=self.job_id,
+            checkpoint=cid,
+            kind=kind.value,
+            location=target,
+        )
         return CheckpointRef(cid, kind, target)
 
     def list_checkpoints(self) -> list[CheckpointRef]:
@@ -179,10 +184,14 @@ class InMemoryCheckpointStorage:
             self.store.files.pop(self.location(ref.checkpoint_id, ref.kind), None)
             if ref.kind is not CheckpointKind.SAVEPOINT:
                 self.store.files.pop(self._final_marker(ref.checkpoint_id), None)
-        log.info(
-            "checkpoint deleted job=%s checkpoint=%d kind=%s", self.job_id, ref.checkpoint_id, ref.kind.value,
-            extra={"job": self.job_id, "checkpoint": ref.checkpoint_id, "kind": ref.kind.value},
-        )  # fmt: skip
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint deleted",
+            job=self.job_id,
+            checkpoint=ref.checkpoint_id,
+            kind=ref.kind.value,
+        )
 
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.

@@ -9,11 +9,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import RuntimeConfig
-from twophase.coordinator.spark.job import Job, JobHandle
+from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.spark.handle import JobHandle
+from twophase.coordinator.spark.job import Job
 from twophase.integration.exactly_once.support import assert_exactly_once, make_input
 from twophase.integration.testing.file_sink import JsonLinesFileSink, _OpenFile
 from twophase.sinks.errors import ConfigError, JobError, SchemaError

@@ -52,8 +52,11 @@ from twophase.connectors.kafka import KafkaSinkConfig
 from twophase.connectors.s3 import FileFormat
 from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.runtime import CheckpointMetrics, RuntimeConfig
-from twophase.coordinator.spark.job import EpochMetrics, Job, JobHandle
+from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.spark.handle import JobHandle
+from twophase.coordinator.spark.job import Job
+from twophase.coordinator.spark.results import EpochMetrics
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights_sinks import (
     FlightsDeltaSink,

@@ -26,6 +26,7 @@ from twophase.integration.services.maven import JVM_DIR, resolve_jars
 from twophase.integration.services.process import HOST, ManagedProcess
 from twophase.integration.services.versions import KAFKA_VERSION
 from twophase.sinks.errors import ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def wait_kafka_ready(bootstrap: str, timeout_s: float, process: ManagedProcess |
     )
     reason = retrying(attempt)
     if reason is None:
-        log.info("kafka ready bootstrap=%s", bootstrap)
+        log_event(log, logging.INFO, "kafka ready", bootstrap=bootstrap)
         return
     raise ServiceUnavailableError(
         f"Kafka at {bootstrap} is not reachable or cannot run transactions within {timeout_s:g} s ({reason})"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from twophase.integration.services.cache import file_lock
 from twophase.sinks.errors import ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def resolve_jars(pom: Path, out_dir: Path) -> list[Path]:
             "-DincludeScope=runtime",
             f"-DoutputDirectory={staging}",
         ]
-        log.info("resolving jars pom=%s out=%s", pom, out_dir)
+        log_event(log, logging.INFO, "resolving jars", pom=pom, out=out_dir)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             errors = [line for line in proc.stdout.splitlines() if "[ERROR]" in line] or [proc.stderr.strip()]

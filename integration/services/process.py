@@ -23,6 +23,7 @@ from pathlib import Path
 import tenacity
 
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ class ManagedProcess:
         if not detach:
             atexit.register(self.stop)
             _exit_on_sigterm()
-        log.info("started service=%s pid=%d log=%s", name, self.pid, log_file)
+        log_event(log, logging.INFO, "started", service=name, pid=self.pid, log=log_file)
 
     def running(self) -> bool:
         """True while the process has not exited."""
@@ -169,4 +170,4 @@ class ManagedProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=5)
         atexit.unregister(self.stop)
-        log.info("stopped service=%s pid=%d", self.name, self.pid)
+        log_event(log, logging.INFO, "stopped", service=self.name, pid=self.pid)

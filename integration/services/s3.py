@@ -24,6 +24,7 @@ from twophase.integration.services.cache import cache_dir, file_lock
 from twophase.integration.services.process import HOST, ManagedProcess
 from twophase.integration.services.versions import MINIO_COMMIT, MINIO_MODULE, MINIO_MODULE_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -235,7 +236,7 @@ def wait_s3_ready(endpoint: S3Endpoint, timeout_s: float, process: ManagedProces
     )
     reason = retrying(attempt)
     if reason is None:
-        log.info("s3 ready endpoint=%s", endpoint.endpoint_url)
+        log_event(log, logging.INFO, "s3 ready", endpoint=endpoint.endpoint_url)
         return
     raise ServiceUnavailableError(
         f"S3 at {endpoint.endpoint_url} is not reachable within {timeout_s:g} s ({reason})"

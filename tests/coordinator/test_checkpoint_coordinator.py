@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.coordinator.checkpoint_coordinator import (
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.checkpoint_state import (
     CheckpointConfig,
-    CheckpointCoordinator,
     CheckpointLimitError,
     CheckpointStatus,
     DuplicateAcknowledgementError,
@@ -58,7 +59,7 @@ def ack(
     coord: CheckpointCoordinator, c: int, sink: str, partition: int, keys: list[str], attempt: int = 0
 ) -> None:
     comm = write(coord, c, sink, partition, keys, attempt)
-    coord.acknowledge(c, sink, partition, attempt, [] if comm is None else [comm])
+    coord.acknowledge(c, Acknowledgement.of(coord.sinks[sink], partition, attempt, comm))
 
 
 def test_ids_increase_and_expected_acks_one_per_sink_and_partition() -> None:
@@ -147,7 +148,7 @@ def test_duplicate_acknowledgement_is_refused_and_not_kept() -> None:
     ack(coord, 1, "s0", 0, ["a"], attempt=0)
     dup = write(coord, 1, "s0", 0, ["a"], attempt=1)
     with pytest.raises(DuplicateAcknowledgementError):
-        coord.acknowledge(1, "s0", 0, 1, [dup])
+        coord.acknowledge(1, Acknowledgement.of(coord.sinks["s0"], 0, 1, dup))
     coord.complete(1)
     coord.notify_checkpoint_complete(1)
     assert set(system.committed) == {"s0-c1-p0-a0"}
@@ -158,9 +159,9 @@ def test_unexpected_acknowledgement_is_illegal() -> None:
     coord, *_ = make()
     coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]})
     with pytest.raises(IllegalTransitionError, match="unexpected"):
-        coord.acknowledge(1, "s0", 5, 0, [])
+        coord.acknowledge(1, Acknowledgement("s0", 5, 0))
     with pytest.raises(IllegalTransitionError, match="UNKNOWN"):
-        coord.acknowledge(9, "s0", 0, 0, [])
+        coord.acknowledge(9, Acknowledgement("s0", 0, 0))
 
 
 def test_abort_aborts_the_checkpoint_newer_pending_ones_and_their_transactions() -> None:
@@ -182,7 +183,7 @@ def test_abort_aborts_the_checkpoint_newer_pending_ones_and_their_transactions()
     late = FakeCommittable("late", 2, 0, 1)
     system.begin("late", JOB, "s0", 2)
     system.prepared["late"] = system.open.pop("late")
-    assert coord.acknowledge(2, "s0", 0, 1, [late]) is False
+    assert coord.acknowledge(2, Acknowledgement.of(coord.sinks["s0"], 0, 1, late)) is False
     assert "late" in system.aborted
 
 
@@ -236,7 +237,7 @@ def test_flip147_42_43_44_through_the_coordinator() -> None:
     assert coord.subtask("s0", 0).state is SubtaskState.WAITING_FOR_FINAL_CHECKPOINT
     for c in (42, 43, 44):
         assert coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]}).checkpoint_id == c
-        coord.acknowledge(c, "s0", 0, 0, [s.pre_commit(txn)])
+        coord.acknowledge(c, Acknowledgement.of(s, 0, 0, s.pre_commit(txn)))
         txn = s.begin_transaction(WriterContext(JOB, "s0", c + 1, 0, 0, 1))  # opened after finish
     coord.complete(42)
     coord.complete(43)
@@ -264,4 +265,4 @@ def test_illegal_checkpoint_transitions() -> None:
     with pytest.raises(IllegalTransitionError, match="COMPLETED"):
         coord.complete(1)
     with pytest.raises(IllegalTransitionError, match="COMPLETED"):
-        coord.acknowledge(1, "s0", 0, 0, [])
+        coord.acknowledge(1, Acknowledgement("s0", 0, 0))

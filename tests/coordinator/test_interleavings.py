@@ -8,10 +8,11 @@ import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.epoch import Epoch
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.runtime import Epoch, RuntimeConfig
+from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness, batch
 

@@ -10,13 +10,17 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pytest
 
-from twophase.coordinator.checkpoint_coordinator import CheckpointConfig
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.epoch import position_covers
+from twophase.coordinator.fanout import write_subtasks
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import CleanupMode, JobCanceledError, RuntimeConfig, position_covers
+from twophase.coordinator.runtime import JobCanceledError
+from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.testing.fakes import (
     FakeCommittable,
     FakeExternalSystem,
@@ -406,7 +410,7 @@ def test_duplicate_attempt_is_discarded_and_aborted() -> None:
     epoch = h.begin_epoch(1, pos(1))
     h.run_subtask(epoch, "k", 0, data(1)[0], attempt=0)
     spec = h.run_subtask(epoch, "k", 0, data(1)[0], attempt=1, acknowledge=False)  # speculative copy
-    assert epoch.discard("k", 0, 1, [spec.committable]) == 1
+    assert epoch.discard(Acknowledgement.of(h.sink("k"), 0, 1, spec.committable)) == 1
     h.complete(epoch)
     assert set(system.committed) == {"k-c1-p0-a0"} and system.aborted == {"k-c1-p0-a1"}
 
@@ -535,9 +539,7 @@ def test_cancel_issued_while_stop_hangs_takes_effect() -> None:
         entered.set()
         return CommitOutcome.RETRY  # the external system keeps asking to retry
 
-    h = TwoPhaseHarness([FakeSink("k", system)], config=cfg)
-    h.runtime._commit_sleep = None  # real, interruptible backoff for this test
-    h.runtime._committer = h.runtime._new_committer()
+    h = TwoPhaseHarness([FakeSink("k", system)], config=cfg, real_commit_backoff=True)
     h.restore()
     h.write_epoch(data(1), source_position=pos(1), notify=False)
     system.outcome_hook = hang
@@ -651,26 +653,14 @@ def test_configuration_errors() -> None:
 
 def test_executor_side_fanout_acknowledgements_drive_an_epoch() -> None:
     """The contract with the execution layer: coordinator.fanout writes every sink of a partition in
-    one pass; its acknowledgements (encoded committables) are fed to Epoch.acknowledge_encoded."""
-    from twophase.coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
-
+    one pass; its acknowledgements, shipped as Arrow rows, are fed to Epoch.acknowledge."""
     h, system = harness("k", "f")
     h.restore()
     for n in (1, 2):
         epoch = h.begin_epoch(2, pos(n))
-        plan = EpochPlan(
-            job_id=h.job_id,
-            checkpoint_id=epoch.checkpoint_id,
-            num_partitions=epoch.num_partitions,
-            sinks=tuple(h.sink(s) for s in epoch.sinks),
-            restored=epoch.restored_in_progress(),
-        )
         for p, batches in enumerate(data(n)):
-            for a in write_subtasks(plan, p, 0, batches):
-                row = Acknowledgement.from_row(a.to_row())  # as collected from Arrow rows
-                epoch.acknowledge_encoded(
-                    row.sink, row.partition, row.attempt, row.committable, row.in_progress, row.records
-                )
+            for a in write_subtasks(epoch.plan(), p, 0, batches):
+                epoch.acknowledge(Acknowledgement.from_row(a.to_row()))  # as collected from Arrow rows
         m = h.complete(epoch)
         assert m.records == 4
     h.runtime.finish()

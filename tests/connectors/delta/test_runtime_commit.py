@@ -15,9 +15,9 @@ from deltalake import DeltaTable
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig, naming
 from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT
-from twophase.coordinator.fanout import Acknowledgement, EpochPlan, write_subtasks
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.epoch import Epoch
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.runtime import Epoch
 from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.sinks import CheckpointCommitSink
 
@@ -58,19 +58,9 @@ def run_epoch(h: TwoPhaseHarness, n: int) -> Epoch:
     """Trigger checkpoint n's epoch, write every partition with fanout (as a Spark task would) and
     acknowledge the encoded committables; completing is left to the caller."""
     epoch = h.begin_epoch(PARTITIONS, pos(n))
-    plan = EpochPlan(
-        job_id=h.job_id,
-        checkpoint_id=epoch.checkpoint_id,
-        num_partitions=epoch.num_partitions,
-        sinks=tuple(h.sink(s) for s in epoch.sinks),
-        restored=epoch.restored_in_progress(),
-    )
-    for p in range(PARTITIONS):
-        for a in write_subtasks(plan, p, 0, partition_batches(n, p)):
-            row = Acknowledgement.from_row(a.to_row())  # as collected from Arrow rows
-            epoch.acknowledge_encoded(
-                row.sink, row.partition, row.attempt, row.committable, row.in_progress, row.records
-            )
+    partitions = [partition_batches(n, p) for p in range(PARTITIONS)]
+    for ack in h.write_partitions(epoch.plan(), partitions):
+        epoch.acknowledge(Acknowledgement.from_row(ack.to_row()))  # as collected from Arrow rows
     return epoch
 
 

@@ -1,171 +1,18 @@
-"""Fixtures of the S3 sink unit tests, and an in-memory fake of the boto3 S3 client calls the sink
-makes — only to exercise the protocol.
-
-It keeps S3's multipart rules that matter here (parts other than the last ≥ 5 MiB, ETags must
-match on completion, NoSuchUpload after completion/abort) and lets tests inject errors per
-operation. Real behaviour is covered by the MinIO integration tests.
-"""
+"""Fixtures of the S3 sink unit tests, on the in-memory S3 model (``coordinator.testing.s3_model``)."""
 
 from __future__ import annotations
 
-import hashlib
-import io
-import itertools
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from botocore.exceptions import ClientError
 
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
+from twophase.coordinator.testing.s3_model import S3Model, client_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-
-MIN_PART = 5 * 1024 * 1024
-
-
-def client_error(code: str, status: int, op: str) -> ClientError:
-    """A ClientError as botocore raises it."""
-    response: Any = {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
-    return ClientError(response, op)
-
-
-@dataclass
-class FakeUpload:
-    key: str
-    parts: dict[int, tuple[bytes, str]] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
-
-
-class _Paginator:
-    def __init__(self, fn: Any) -> None:
-        self._fn = fn
-
-    def paginate(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        yield self._fn(**kwargs)
-
-
-class FakeS3:
-    """The subset of ``S3Client`` the sink uses, in memory, for one or more buckets."""
-
-    def __init__(self, buckets: tuple[str, ...] = ("bucket",)) -> None:
-        self.objects: dict[tuple[str, str], bytes] = {}
-        self.uploads: dict[str, FakeUpload] = {}
-        self.buckets = set(buckets)
-        self.calls: list[str] = []
-        self.failures: dict[str, list[BaseException]] = {}
-        self._ids = itertools.count(1)
-
-    # --- test controls -------------------------------------------------------------------------
-
-    def fail(self, op: str, *errors: BaseException) -> None:
-        """Make the next calls of ``op`` raise ``errors`` in order."""
-        self.failures.setdefault(op, []).extend(errors)
-
-    def _enter(self, op: str, bucket: str) -> None:
-        self.calls.append(op)
-        queued = self.failures.get(op)
-        if queued:
-            raise queued.pop(0)
-        if bucket not in self.buckets:
-            raise client_error("NoSuchBucket", 404, op)
-
-    def object_keys(self, bucket: str = "bucket") -> list[str]:
-        return sorted(k for b, k in self.objects if b == bucket)
-
-    # --- S3 API --------------------------------------------------------------------------------
-
-    def head_bucket(self, Bucket: str) -> dict[str, Any]:
-        self._enter("head_bucket", Bucket)
-        return {}
-
-    def create_multipart_upload(self, Bucket: str, Key: str, **kwargs: Any) -> dict[str, Any]:
-        self._enter("create_multipart_upload", Bucket)
-        upload_id = f"upload-{next(self._ids)}"
-        self.uploads[upload_id] = FakeUpload(key=Key, args=kwargs)
-        return {"UploadId": upload_id, "Key": Key}
-
-    def upload_part(
-        self, Bucket: str, Key: str, UploadId: str, PartNumber: int, Body: bytes
-    ) -> dict[str, Any]:
-        self._enter("upload_part", Bucket)
-        upload = self.uploads.get(UploadId)
-        if upload is None or upload.key != Key:
-            raise client_error("NoSuchUpload", 404, "UploadPart")
-        etag = '"' + hashlib.md5(Body).hexdigest() + '"'
-        upload.parts[PartNumber] = (bytes(Body), etag)
-        return {"ETag": etag}
-
-    def complete_multipart_upload(
-        self, Bucket: str, Key: str, UploadId: str, MultipartUpload: dict[str, Any]
-    ) -> dict[str, Any]:
-        self._enter("complete_multipart_upload", Bucket)
-        upload = self.uploads.get(UploadId)
-        if upload is None or upload.key != Key:
-            raise client_error("NoSuchUpload", 404, "CompleteMultipartUpload")
-        parts = MultipartUpload["Parts"]
-        numbers = [p["PartNumber"] for p in parts]
-        if numbers != sorted(set(numbers)):
-            raise client_error("InvalidPartOrder", 400, "CompleteMultipartUpload")
-        data = io.BytesIO()
-        for i, p in enumerate(parts):
-            stored = upload.parts.get(p["PartNumber"])
-            if stored is None or stored[1] != p["ETag"]:
-                raise client_error("InvalidPart", 400, "CompleteMultipartUpload")
-            if i < len(parts) - 1 and len(stored[0]) < MIN_PART:
-                raise client_error("EntityTooSmall", 400, "CompleteMultipartUpload")
-            data.write(stored[0])
-        del self.uploads[UploadId]
-        self.objects[(Bucket, Key)] = data.getvalue()
-        return {"ETag": '"complete"', "Key": Key}
-
-    def abort_multipart_upload(self, Bucket: str, Key: str, UploadId: str) -> dict[str, Any]:
-        self._enter("abort_multipart_upload", Bucket)
-        if self.uploads.pop(UploadId, None) is None:
-            raise client_error("NoSuchUpload", 404, "AbortMultipartUpload")
-        return {}
-
-    def put_object(self, Bucket: str, Key: str, Body: bytes, **kwargs: Any) -> dict[str, Any]:
-        self._enter("put_object", Bucket)
-        self.objects[(Bucket, Key)] = bytes(Body)
-        return {"ETag": '"x"'}
-
-    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
-        self._enter("get_object", Bucket)
-        if (Bucket, Key) not in self.objects:
-            raise client_error("NoSuchKey", 404, "GetObject")
-        return {"Body": io.BytesIO(self.objects[(Bucket, Key)])}
-
-    def head_object(self, Bucket: str, Key: str) -> dict[str, Any]:
-        self._enter("head_object", Bucket)
-        if (Bucket, Key) not in self.objects:
-            raise client_error("404", 404, "HeadObject")
-        return {"ContentLength": len(self.objects[(Bucket, Key)])}
-
-    def delete_objects(self, Bucket: str, Delete: dict[str, Any]) -> dict[str, Any]:
-        self._enter("delete_objects", Bucket)
-        for obj in Delete["Objects"]:
-            self.objects.pop((Bucket, obj["Key"]), None)
-        return {}
-
-    def _list_objects_v2(self, Bucket: str, Prefix: str = "") -> dict[str, Any]:
-        self._enter("list_objects_v2", Bucket)
-        return {
-            "Contents": [{"Key": k} for b, k in sorted(self.objects) if b == Bucket and k.startswith(Prefix)]
-        }
-
-    def _list_multipart_uploads(self, Bucket: str) -> dict[str, Any]:
-        self._enter("list_multipart_uploads", Bucket)
-        return {"Uploads": [{"Key": u.key, "UploadId": uid} for uid, u in self.uploads.items()]}
-
-    def get_paginator(self, name: str) -> _Paginator:
-        fns = {
-            "list_objects_v2": self._list_objects_v2,
-            "list_multipart_uploads": self._list_multipart_uploads,
-        }
-        return _Paginator(fns[name])
 
 
 # --- fixtures ------------------------------------------------------------------------------------
@@ -182,9 +29,9 @@ class Clock:
 
 
 @pytest.fixture
-def fake() -> FakeS3:
+def fake() -> S3Model:
     """An empty in-memory S3 with one bucket named ``bucket``."""
-    return FakeS3()
+    return S3Model()
 
 
 @pytest.fixture
@@ -194,7 +41,7 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def make_sink(fake: FakeS3, clock: Clock) -> Callable[..., S3Sink]:
+def make_sink(fake: S3Model, clock: Clock) -> Callable[..., S3Sink]:
     """``make_sink(name="out", **config_fields)`` → an S3Sink on the fake, with fast retries."""
 
     def make(name: str = "out", **fields: Any) -> S3Sink:

@@ -1,4 +1,19 @@
-"""The job graph and the checkpoint plan when some subtasks have finished (DESIGN.md §5, FLIP-147).
+"""FLIP-147 Appendix 1 as a reference model: which tasks a checkpoint is triggered at when some
+have finished. No production path uses it, and here is why Spark does not need it.
+
+Flink runs long-lived tasks: when some finish (a bounded source) while others keep running,
+barriers must start at the running tasks with no running predecessor, or the checkpoint would
+never reach them. A Spark epoch is one Spark job whose tasks all end with the epoch; between
+epochs no task runs at all, and the sinks' subtasks live on the driver as lifecycles, not as tasks.
+So the runtime never routes a checkpoint around finished tasks: an epoch's checkpoint expects one
+acknowledgement per sink and partition it ran, the final checkpoint is triggered at every live
+subtask that still holds in-progress state (``coordinator.driver_finish.final_participants``), and
+a sink is flagged fully finished when all its subtasks are FINISHED with nothing pending
+(``coordinator.checkpoint_coordinator``) — one rule each, with no graph. This module stays as the
+property-tested model of the algorithm (and its benchmark) for an execution layer with
+long-running tasks.
+
+The job graph and the checkpoint plan when some subtasks have finished (FLIP-147).
 
 A :class:`JobGraph` has operators (vertices: sources, stages, sinks, each with a parallelism) joined
 by edges that are ``ALL_TO_ALL`` or ``POINTWISE``, as in Flink's ``DistributionPattern``. A

@@ -1,0 +1,100 @@
+"""The one acknowledgement type: what a subtask reports to its checkpoint.
+
+A subtask (one sink writing one partition in one epoch) acknowledges its checkpoint with the
+encoded committable of what it pre-committed and the in-progress state it carries into the next
+epoch. The same value travels every hop: the executor loop returns it
+(:func:`~twophase.coordinator.fanout.write_subtasks`), Spark ships it as an Arrow row
+(:data:`ACK_SCHEMA`) or inside a Python data source commit message, the checkpoint coordinator
+records it, and its encoded payload is written to the checkpoint metadata as received, never
+decoded and encoded again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+
+
+@dataclass(frozen=True)
+class Acknowledgement:
+    """One subtask's acknowledgement of a checkpoint.
+
+    Attributes:
+        sink: the sink's name.
+        partition: the subtask index.
+        attempt: the task attempt that wrote it.
+        committable: the encoded committable (the sink codec's versioned JSON object), or ``None``
+            for an empty transaction.
+        in_progress: the in-progress state to carry into the next epoch, or ``None``.
+        records: records written, if known.
+        write_ms: time spent in begin/write/pre-commit, ms.
+    """
+
+    sink: str
+    partition: int
+    attempt: int
+    committable: JsonObject | None = None
+    in_progress: JsonObject | None = None
+    records: int | None = None
+    write_ms: float = 0.0
+
+    @classmethod
+    def of(
+        cls,
+        sink: TwoPhaseCommitSink[Any, Any],
+        partition: int,
+        attempt: int,
+        committable: Any | None,
+        in_progress: JsonObject | None = None,
+        records: int | None = None,
+        write_ms: float = 0.0,
+    ) -> Acknowledgement:
+        """The acknowledgement of a committable made right here (encoded once, with the sink's codec)."""
+        payload = None if committable is None else sink.encode(committable)
+        return cls(sink.name, partition, attempt, payload, in_progress, records, write_ms)
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat row of :data:`ACK_SCHEMA` (JSON text for the nested parts)."""
+        return {
+            "sink": self.sink,
+            "partition": self.partition,
+            "attempt": self.attempt,
+            "committable": None if self.committable is None else json.dumps(self.committable),
+            "in_progress": None if self.in_progress is None else json.dumps(self.in_progress),
+            "records": self.records,
+            "write_ms": self.write_ms,
+        }
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Acknowledgement:
+        """Inverse of :meth:`to_row`."""
+        return cls(
+            sink=str(row["sink"]),
+            partition=int(row["partition"]),
+            attempt=int(row["attempt"]),
+            committable=None if row["committable"] is None else json.loads(row["committable"]),
+            in_progress=None if row["in_progress"] is None else json.loads(row["in_progress"]),
+            records=None if row["records"] is None else int(row["records"]),
+            write_ms=float(row["write_ms"]),
+        )
+
+
+ACK_SCHEMA = pa.schema(
+    [
+        ("sink", pa.string()),
+        ("partition", pa.int32()),
+        ("attempt", pa.int32()),
+        ("committable", pa.string()),
+        ("in_progress", pa.string()),
+        ("records", pa.int64()),
+        ("write_ms", pa.float64()),
+    ]
+)
+"""Arrow schema of :meth:`Acknowledgement.to_row` rows (what Spark's ``mapInArrow`` yields)."""

@@ -1,0 +1,204 @@
+"""What a checkpoint is while the coordinator handles it: settings, states, pending and completed
+checkpoints, and the result of a notification (see :mod:`twophase.coordinator.checkpoint_coordinator`).
+
+Checkpoint states: ``PENDING ──complete──► COMPLETED`` and ``PENDING ──abort──► ABORTED``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any
+
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.subtask_lifecycle import SubtaskLifecycle
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import ConfigError, IllegalTransitionError
+
+SubtaskKey = tuple[str, int]
+"""(sink name, partition)."""
+
+
+class CheckpointLimitError(IllegalTransitionError):
+    """A trigger while ``max_concurrent_checkpoints`` checkpoints are pending."""
+
+
+class DuplicateAcknowledgementError(IllegalTransitionError):
+    """A second acknowledgement of one (sink, partition) in one checkpoint; its committables are not
+    kept — abort them (``Epoch.discard``) or leave them to ``abort_lingering``."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpointing settings.
+
+    Attributes:
+        max_concurrent_checkpoints: pending checkpoints allowed at once (≥ 1).
+        checkpoint_timeout_ms: a pending checkpoint older than this is aborted by
+            :meth:`CheckpointCoordinator.check_timeouts`; ``None``: never.
+        retained_checkpoints: completed checkpoints kept (≥ 1); savepoints are never deleted.
+
+    Raises:
+        ConfigError: an out-of-range value.
+    """
+
+    max_concurrent_checkpoints: int = 1
+    checkpoint_timeout_ms: int | None = 600_000
+    retained_checkpoints: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_checkpoints < 1:
+            raise ConfigError(
+                f"max_concurrent_checkpoints must be >= 1, got {self.max_concurrent_checkpoints}"
+            )
+        if self.checkpoint_timeout_ms is not None and self.checkpoint_timeout_ms <= 0:
+            raise ConfigError(f"checkpoint_timeout_ms must be > 0, got {self.checkpoint_timeout_ms}")
+        if self.retained_checkpoints < 1:
+            raise ConfigError(f"retained_checkpoints must be >= 1, got {self.retained_checkpoints}")
+
+
+class CheckpointStatus(enum.Enum):
+    """Where one checkpoint is."""
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+@dataclass
+class PendingCheckpoint:
+    """A triggered checkpoint and its acknowledgements (see the module docstring).
+
+    Attributes:
+        checkpoint_id: its id.
+        kind: checkpoint, savepoint or final.
+        triggered_ms: trigger time, ms since the epoch.
+        expected: the (sink, partition) acknowledgements it needs.
+        num_partitions: sink → the epoch's parallelism.
+        source_position: the engine position it covers, stored in the metadata.
+        end_of_input: the job reached end of input.
+    """
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    triggered_ms: int
+    expected: frozenset[SubtaskKey]
+    num_partitions: Mapping[str, int]
+    source_position: JsonObject | None = None
+    end_of_input: bool = False
+    status: CheckpointStatus = CheckpointStatus.PENDING
+    acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
+    abort_reason: str | None = None
+
+    @property
+    def missing(self) -> frozenset[SubtaskKey]:
+        """Expected acknowledgements not yet received."""
+        return self.expected - self.acks.keys()
+
+    @property
+    def is_fully_acknowledged(self) -> bool:
+        """True once every expected acknowledgement arrived."""
+        return not self.missing
+
+    @property
+    def records(self) -> int | None:
+        """Records written in the epoch, if every acknowledgement said: the largest per-sink sum
+        (every sink of an epoch takes the same input, so this is the epoch's record count)."""
+        per_sink: dict[str, int] = {}
+        for a in self.acks.values():
+            if a.records is None:
+                return None
+            per_sink[a.sink] = per_sink.get(a.sink, 0) + a.records
+        return max(per_sink.values(), default=0)
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    """A checkpoint published to storage.
+
+    Attributes:
+        metadata: what was published.
+        ref: where.
+        persist_ms: time to build and publish, ms.
+        records: records written in its epoch, if known.
+        acknowledgements: acknowledgements it received.
+    """
+
+    metadata: CheckpointMetadata
+    ref: CheckpointRef
+    persist_ms: float
+    records: int | None
+    acknowledgements: int
+
+
+@dataclass(frozen=True)
+class NotifyResult:
+    """What one ``notify_checkpoint_complete`` did.
+
+    Attributes:
+        checkpoint_id: the notified checkpoint.
+        committed: transactions handed to the committer (committed when synchronous).
+        aborted: transactions aborted (pre-committed for later checkpoints by subtasks that closed).
+        finished: subtasks that reached FINISHED with this notification.
+        commit_ms: time spent, ms (submission time only when asynchronous).
+    """
+
+    checkpoint_id: int
+    committed: int
+    aborted: int
+    finished: int
+    commit_ms: float
+
+
+def metadata_of(
+    job_id: str,
+    pc: PendingCheckpoint,
+    sinks: Mapping[str, TwoPhaseCommitSink[Any, Any]],
+    subtasks: Mapping[SubtaskKey, SubtaskLifecycle[Any]],
+    fully_finished: Set[str],
+    parallelism: Mapping[str, int],
+    now_ms: int,
+) -> CheckpointMetadata:
+    """What checkpoint ``pc`` publishes: per sink not fully finished, every transaction not yet
+    confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
+    latest checkpoint alone is enough to recover), payloads as received, and the in-progress state
+    of live subtasks. A pure function of the coordinator's state."""
+    c = pc.checkpoint_id
+    snaps: dict[str, SinkSnapshot] = {}
+    for name, sink in sinks.items():
+        if name in fully_finished:
+            continue
+        lcs = sorted(((p, lc) for (s, p), lc in subtasks.items() if s == name), key=lambda x: x[0])
+        txns = sorted(
+            (t for _, lc in lcs for t in lc.uncommitted(c)), key=lambda t: (t.checkpoint_id, t.partition)
+        )
+        in_progress = {
+            p: st for p, lc in lcs if lc.state.is_live and (st := lc.in_progress_for(c)) is not None
+        }
+        snaps[name] = SinkSnapshot(
+            num_partitions=pc.num_partitions.get(name, parallelism.get(name, 0)),
+            committables=tuple(
+                CommittableRecord(
+                    t.partition,
+                    t.attempt,
+                    t.payload if t.payload is not None else sink.encode(t.committable),
+                    t.checkpoint_id,
+                )
+                for t in txns
+            ),
+            in_progress=in_progress,
+        )
+    return CheckpointMetadata(
+        job_id=job_id,
+        checkpoint_id=c,
+        kind=pc.kind,
+        timestamp_ms=now_ms,
+        sinks=snaps,
+        source_position=pc.source_position,
+        fully_finished=tuple(sorted(fully_finished)),
+        end_of_input=pc.end_of_input,
+    )

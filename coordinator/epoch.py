@@ -1,0 +1,333 @@
+"""One epoch as the execution layer sees it, and the one loop that runs an epoch.
+
+An epoch is the work between two checkpoints (DESIGN.md §6). :class:`Epoch` is its interface:
+:meth:`Epoch.plan` is what every task needs (shipped to executors), :meth:`Epoch.acknowledge`
+takes each subtask's :class:`~twophase.coordinator.acknowledgement.Acknowledgement`.
+:func:`run_epoch` is the single loop every engine runs — trigger, write, acknowledge, complete —
+with only the write step engine-specific (Spark's ``mapInArrow``, the harness in-process, the
+Python Data Source's tasks)::
+
+    result = run_epoch(runtime, num_partitions, write, position)
+
+``write(plan)`` returns the acknowledgements (one per sink and partition, duplicates allowed: a
+second acknowledgement of a (sink, partition) is discarded, its transaction aborted).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_state import DuplicateAcknowledgementError, PendingCheckpoint
+from twophase.coordinator.driver_finish import epoch_participants, finish_on_driver
+from twophase.coordinator.fanout import EpochPlan
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject, WriterContext
+from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError
+from twophase.sinks.structured_log import log_event
+
+if TYPE_CHECKING:
+    from twophase.coordinator.run_state import RunState
+    from twophase.coordinator.runtime import JobRuntime
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+WriteStep = Callable[[EpochPlan], Iterable[Acknowledgement]]
+"""The engine-specific step of an epoch: run every task of ``plan`` and return their acknowledgements."""
+
+
+def position_covers(stored: JsonObject | None, position: JsonObject) -> bool:
+    """Whether a checkpoint at ``stored`` already covers the epoch at ``position`` (replay check).
+
+    Positions with ``batch_id`` (Spark: ``{"engine", "query_id", "batch_id"}``) are covered when
+    the engine and query id match and the stored batch id is ≥; other positions when equal.
+
+    Raises:
+        JobError: the engine or query id differ: the job is being restored against another
+            engine checkpoint (e.g. a new Spark checkpoint directory), which is refused.
+    """
+    if stored is None:
+        return False
+    if "batch_id" in stored and "batch_id" in position:
+        for key in ("engine", "query_id"):
+            if stored.get(key) != position.get(key):
+                raise JobError(
+                    f"the job's checkpoint was taken with {key}={stored.get(key)!r} but the engine now "
+                    f"reports {key}={position.get(key)!r}: restoring against a different engine "
+                    f"checkpoint is refused (use a new job id, or the original checkpoint location)"
+                )
+        return int(stored["batch_id"]) >= int(position["batch_id"])
+    return dict(stored) == dict(position)
+
+
+class Epoch:
+    """One epoch's checkpoint, as the execution layer sees it (from ``JobRuntime.begin_epoch``).
+
+    Args:
+        job_id: the job.
+        pending: the epoch's pending checkpoint.
+        num_partitions: the epoch's parallelism.
+        sinks: the sinks that write in this epoch (not fully finished), in job order.
+        restored: sink → partition → in-progress state each subtask resumes (partitions below
+            ``num_partitions`` only; the rest was handed over to the driver).
+        acknowledge: records one acknowledgement of this checkpoint (the runtime's, under its lock).
+        abort: aborts one pre-committed transaction (a discarded duplicate's).
+
+    Attributes:
+        checkpoint_id: the checkpoint the epoch's transactions belong to.
+        kind: the checkpoint's kind.
+        num_partitions: the epoch's parallelism.
+        source_position: the engine position it covers.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        pending: PendingCheckpoint,
+        num_partitions: int,
+        sinks: Sequence[AnySink],
+        restored: Mapping[str, Mapping[int, JsonObject]],
+        acknowledge: Callable[[Acknowledgement], bool],
+        abort: Callable[[AnySink, PendingTransaction[Any]], None],
+    ) -> None:
+        self.job_id = job_id
+        self._pending = pending
+        self._sinks = {s.name: s for s in sinks}
+        self._restored = restored
+        self._acknowledge = acknowledge
+        self._abort = abort
+        self.checkpoint_id = pending.checkpoint_id
+        self.kind = pending.kind
+        self.num_partitions = num_partitions
+        self.source_position = pending.source_position
+
+    def __repr__(self) -> str:
+        return f"Epoch(checkpoint_id={self.checkpoint_id}, num_partitions={self.num_partitions})"
+
+    @property
+    def sinks(self) -> list[str]:
+        """Sinks that write in this epoch, in job order."""
+        return list(self._sinks)
+
+    def plan(self) -> EpochPlan:
+        """What every task of the epoch needs: shipped to executors (configuration only, no clients)."""
+        return EpochPlan(
+            job_id=self.job_id,
+            checkpoint_id=self.checkpoint_id,
+            num_partitions=self.num_partitions,
+            sinks=tuple(self._sinks.values()),
+            restored=self._restored,
+        )
+
+    def writer_context(self, sink: str, partition: int, attempt: int = 0) -> WriterContext:
+        """The context of subtask (sink, partition, attempt), with its restored in-progress state.
+
+        Raises:
+            IllegalTransitionError: the sink does not write this partition in this epoch.
+        """
+        if (sink, partition) not in self._pending.expected or partition >= self.num_partitions:
+            raise IllegalTransitionError(
+                f"checkpoint {self.checkpoint_id}",
+                self._pending.status.value,
+                f"writer_context {sink}[{partition}]",
+            )
+        return WriterContext(
+            job_id=self.job_id,
+            sink_name=sink,
+            checkpoint_id=self.checkpoint_id,
+            partition=partition,
+            attempt=attempt,
+            num_partitions=self.num_partitions,
+            restored_state=self._restored.get(sink, {}).get(partition),
+        )
+
+    def acknowledge(self, ack: Acknowledgement) -> bool:
+        """Record one subtask's acknowledgement.
+
+        Returns:
+            True if recorded; False if the checkpoint was aborted meanwhile (committable aborted).
+
+        Raises:
+            DuplicateAcknowledgementError: already acknowledged (nothing kept; see :meth:`discard`).
+            CommittableDecodeError: the committable does not decode.
+            IllegalTransitionError: not expected, or the checkpoint is no longer pending.
+        """
+        return self._acknowledge(ack)
+
+    def discard(self, ack: Acknowledgement) -> int:
+        """Abort, now, the committable of an attempt that is not acknowledged (a duplicate or
+        speculative attempt). Returns how many transactions were aborted (0 or 1)."""
+        if ack.committable is None:
+            return 0
+        sink = self._sinks[ack.sink]
+        txn = PendingTransaction(
+            ack.sink, ack.partition, ack.attempt, self.checkpoint_id, sink.decode(ack.committable), 0
+        )
+        self._abort(sink, txn)
+        return 1
+
+    @property
+    def missing(self) -> frozenset[tuple[str, int]]:
+        """(sink, partition) acknowledgements still expected."""
+        return self._pending.missing
+
+    @property
+    def is_fully_acknowledged(self) -> bool:
+        """True once every expected acknowledgement arrived."""
+        return self._pending.is_fully_acknowledged
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    """What :func:`run_epoch` did.
+
+    Attributes:
+        checkpoint: the completed checkpoint's metrics.
+        partitions: the epoch's parallelism.
+        records: records written (each sink receives all of them), from the acknowledgements.
+        write_ms: wall time of the write step (tasks writing and pre-committing), ms.
+        epoch_ms: wall time of the whole epoch, ms.
+        discarded: duplicate acknowledgements discarded (their transactions aborted).
+    """
+
+    checkpoint: CheckpointMetrics
+    partitions: int
+    records: int
+    write_ms: float
+    epoch_ms: float
+    discarded: int
+
+
+def run_epoch(
+    runtime: JobRuntime,
+    num_partitions: int,
+    write: WriteStep,
+    source_position: JsonObject | None = None,
+    *,
+    checkpoint_id: int | None = None,
+) -> EpochResult:
+    """Run one epoch: trigger its checkpoint, ``write(plan)``, acknowledge, persist and commit.
+
+    Args:
+        runtime: the job's runtime (RUNNING).
+        num_partitions: the epoch's parallelism (≥ 1).
+        write: runs the tasks and returns their acknowledgements.
+        source_position: the engine position the epoch covers.
+        checkpoint_id: force the checkpoint id (the Data Source facade: ids follow batch ids).
+
+    Raises:
+        Whatever ``write`` or the runtime raise; the epoch's checkpoint is aborted first if it is
+        still pending (its pre-committed transactions aborted).
+    """
+    started = time.perf_counter()
+    epoch = runtime.begin_epoch(num_partitions, source_position, checkpoint_id=checkpoint_id)
+    records: dict[tuple[str, int], int] = {}
+    discarded = 0
+    try:
+        write_started = time.perf_counter()
+        acks = list(write(epoch.plan()))
+        write_ms = (time.perf_counter() - write_started) * 1000.0
+        for ack in acks:
+            try:
+                epoch.acknowledge(ack)
+            except DuplicateAcknowledgementError:
+                discarded += epoch.discard(ack)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "duplicate acknowledgement discarded",
+                    job=runtime.job_id,
+                    sink=ack.sink,
+                    checkpoint=epoch.checkpoint_id,
+                    partition=ack.partition,
+                    attempt=ack.attempt,
+                )
+                continue
+            records[(ack.sink, ack.partition)] = ack.records or 0
+        metrics = runtime.complete_epoch(epoch)
+    except Exception as e:  # not BaseException: a process going down cleans nothing up; restore does
+        runtime.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
+        raise
+    per_sink: dict[str, int] = {}
+    for (sink, _), n in records.items():
+        per_sink[sink] = per_sink.get(sink, 0) + n
+    return EpochResult(
+        checkpoint=metrics,
+        partitions=num_partitions,
+        records=max(per_sink.values(), default=0),
+        write_ms=write_ms,
+        epoch_ms=(time.perf_counter() - started) * 1000.0,
+        discarded=discarded,
+    )
+
+
+def open_epoch(
+    s: RunState,
+    num_partitions: int,
+    source_position: JsonObject | None,
+    checkpoint_id: int | None,
+    *,
+    acknowledge: Callable[[int, Acknowledgement], bool],
+) -> Epoch:
+    """Trigger an epoch's checkpoint (``JobRuntime.begin_epoch``): every live sink expects one
+    acknowledgement per partition; in-progress state of partitions beyond ``num_partitions`` is
+    finished on the driver into this checkpoint (rescale handover).
+
+    Raises:
+        ConfigError: ``num_partitions`` < 1.
+        JobError: ``checkpoint_id`` is below the next id.
+        IllegalTransitionError: not RUNNING; CheckpointLimitError: too many pending checkpoints.
+    """
+    if num_partitions < 1:
+        raise ConfigError(f"an epoch needs at least one partition, got {num_partitions}")
+    with s.lock:
+        s.lifecycle.require(JobState.RUNNING, action="begin_epoch")
+        s.check_canceled()
+        coord = s.coordinator()
+        with s.guard():
+            s.housekeeping()
+            if checkpoint_id is not None:
+                if checkpoint_id < coord.next_checkpoint_id:
+                    raise JobError(
+                        f"job {s.job_id}: checkpoint {checkpoint_id} asked for, but the next id is "
+                        f"{coord.next_checkpoint_id} (storage holds newer checkpoints)"
+                    )
+                coord.next_checkpoint_id = checkpoint_id
+            participants, handover = epoch_participants(coord, s.sinks, num_partitions)
+            pc = coord.trigger(
+                CheckpointKind.CHECKPOINT,
+                participants,
+                num_partitions={n: num_partitions for n in participants},
+                source_position=source_position,
+            )
+            s.max_triggered = pc.checkpoint_id
+            try:
+                finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, handover)
+            except Exception as e:
+                coord.abort_checkpoint(pc.checkpoint_id, f"handover of in-progress state failed: {e!r}")
+                raise
+            s.epochs_since_restore += 1
+            restored: dict[str, dict[int, JsonObject]] = {}
+            for sink, p in sorted(pc.expected):
+                state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
+                if p < num_partitions and state is not None:
+                    restored.setdefault(sink, {})[p] = state
+            cid = pc.checkpoint_id
+            return Epoch(
+                s.job_id,
+                pc,
+                num_partitions,
+                s.live_sinks(list(participants)),
+                restored,
+                acknowledge=lambda ack: acknowledge(cid, ack),
+                abort=s.committer.abort,
+            )

@@ -1,0 +1,186 @@
+"""How a job ends: the final checkpoint (finish; stop with savepoint and drain), the suspend
+checkpoint (stop with savepoint without drain; plain stop) and the cleanup of a cancel.
+
+- **Final checkpoint** (FLIP-147): every live subtask finishes (flushes into its current
+  transaction, opens no new one), then ONE checkpoint is taken for all sinks — k finishing sinks
+  cost one checkpoint, not k. In-progress data is turned into committables on the driver. The
+  first notification after finish() commits everything and the subtasks close.
+- **Suspend checkpoint** ("reinforce job stop semantic"): one checkpoint holding the last source
+  position and the in-progress state, pending commits committed, subtasks closed; a resume
+  continues the same in-progress transactions and replays nothing.
+- **Cancel cleanup**: keep completed checkpoints (``RETAIN``: abort what lingers) or delete them
+  (``DELETE``, :mod:`~twophase.coordinator.cancel`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from twophase.coordinator.cancel import commit_durable, delete_checkpoints
+from twophase.coordinator.driver_finish import final_participants, finish_on_driver
+from twophase.coordinator.job_lifecycle import JobState, JobTransition
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.recovery import ALL_CHECKPOINTS
+from twophase.coordinator.run_state import RunState
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import JobError
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
+
+
+def final_checkpoint(
+    s: RunState, kind: CheckpointKind, source_position: JsonObject | None, fault: str
+) -> CheckpointMetrics:
+    """Finish every live subtask, take ONE final checkpoint of ``kind`` (FINAL, or SAVEPOINT for a
+    drained stop), commit it, abort what lingers. ``fault`` fires before it is persisted.
+
+    Raises:
+        whatever completing the checkpoint raises (storage, commit errors).
+    """
+    coord = s.coordinator()
+    coord.finish_subtasks()
+    participants = final_participants(coord, s.sinks)
+    last = s.last_completed
+    position = source_position if source_position is not None else (last.source_position if last else None)
+    pc = coord.trigger(kind, participants, source_position=position, end_of_input=True)
+    s.max_triggered = pc.checkpoint_id
+    on_driver = [(n, p, coord.parallelism.get(n, p + 1)) for n, parts in participants.items() for p in parts]
+    finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, on_driver)
+    s.fault(fault)
+    metrics = s.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
+    s.drain_commits()
+    s.abort_lingering_live(pc.checkpoint_id)
+    return metrics
+
+
+def suspend_checkpoint(s: RunState, kind: CheckpointKind, fault: str) -> CheckpointRef:
+    """Take a checkpoint of ``kind`` (SAVEPOINT, or CHECKPOINT for a plain stop) holding the
+    in-progress state, commit what is pending, close the subtasks, abort what lingers.
+
+    Returns:
+        the checkpoint's ref.
+    """
+    coord = s.coordinator()
+    last = s.last_completed
+    pc = coord.trigger(kind, {}, source_position=last.source_position if last else None)
+    s.max_triggered = pc.checkpoint_id
+    s.fault(fault)
+    s.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
+    s.drain_commits()
+    coord.close_subtasks("suspended")
+    s.abort_lingering_live(pc.checkpoint_id)
+    return coord.completed[-1].ref
+
+
+def cancel_cleanup(s: RunState, delete: bool) -> None:
+    """After a cancel closed the subtasks: abort what lingers (checkpoints kept), or commit what
+    published checkpoints promised and delete them (savepoints kept).
+
+    Raises:
+        CommitFailedError, CheckpointStorageError, ServiceUnavailableError: a step failed.
+    """
+    coord = s.coord
+    if not delete:
+        if coord is not None:
+            for name in coord.live_sinks():
+                s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS)
+        return
+    if coord is not None:
+        committer = s.new_committer()
+        try:
+            commit_durable(coord, s.sinks, committer)
+        finally:
+            s.past_committer_metrics.append(committer.metrics)
+    delete_checkpoints(s.job_id, s.sinks, s.cache, coord.live_sinks() if coord is not None else None)
+
+
+def finish_job(s: RunState, source_position: JsonObject | None) -> CheckpointMetrics | None:
+    """``JobRuntime.finish``: RUNNING → FINISHING → (final checkpoint) → FINISHED; ``None`` when
+    the job was restored from a final checkpoint and nothing ran since."""
+    with s.lock:
+        s.lifecycle.require(JobState.RUNNING, action="finish")
+        s.require_no_pending("finish")
+        s.transition(JobTransition.FINISH)
+        with s.guard():
+            s.fault("during_finish")
+            s.housekeeping()
+            restored = s.restored
+            metrics = None
+            if restored is not None and restored.end_of_input and s.epochs_since_restore == 0:
+                log_event(
+                    log,
+                    logging.INFO,
+                    "job restored from a final checkpoint: nothing to finish",
+                    job=s.job_id,
+                    checkpoint=restored.checkpoint_id,
+                )
+            else:
+                metrics = final_checkpoint(
+                    s, CheckpointKind.FINAL, source_position, "during_final_checkpoint"
+                )
+            s.transition(JobTransition.FINISHED)
+            return metrics
+
+
+def stop_with_savepoint(s: RunState, drain: bool) -> CheckpointRef:
+    """``JobRuntime.stop_with_savepoint``: STOPPING → FINISHED (drain) or SUSPENDED."""
+    with s.lock:
+        s.lifecycle.require(JobState.RUNNING, action="stop_with_savepoint")
+        s.require_no_pending("stop_with_savepoint")
+        s.transition(JobTransition.STOP)
+        with s.guard():
+            s.housekeeping()
+            if drain:
+                final_checkpoint(s, CheckpointKind.SAVEPOINT, None, "during_stop_with_savepoint")
+                ref = s.coordinator().completed[-1].ref
+                s.transition(JobTransition.STOPPED_DRAINED)
+            else:
+                ref = suspend_checkpoint(s, CheckpointKind.SAVEPOINT, "during_stop_with_savepoint")
+                s.transition(JobTransition.SUSPEND)
+            return ref
+
+
+def stop_job(s: RunState) -> CheckpointRef:
+    """``JobRuntime.stop``: STOPPING → (retained checkpoint) → SUSPENDED."""
+    with s.lock:
+        s.lifecycle.require(JobState.RUNNING, action="stop")
+        s.require_no_pending("stop")
+        s.transition(JobTransition.STOP)
+        with s.guard():
+            s.housekeeping()
+            ref = suspend_checkpoint(s, CheckpointKind.CHECKPOINT, "during_stop_with_savepoint")
+            s.transition(JobTransition.SUSPEND)
+            return ref
+
+
+def cancel_job(s: RunState) -> None:
+    """``JobRuntime.cancel``: CANCELLING at once (retries stop), then, once the running action has
+    returned, close subtasks and clean up per ``RuntimeConfig.cancel_cleanup``; CANCELED.
+
+    Raises:
+        JobError: canceled, but a cleanup step failed (logged; the job is CANCELED anyway).
+    """
+    s.lifecycle.transition(JobTransition.CANCEL)
+    s.cancel_requested.set()
+    s.committer.cancel()
+    with s.lock:
+        errors: list[BaseException] = []
+        s.fault("during_cancel")
+        if s.coord is not None:
+            try:
+                s.coord.close_subtasks("canceled")
+            except Exception as e:
+                log_event(log, logging.ERROR, "cancel: closing subtasks failed", exc_info=True, job=s.job_id)
+                errors.append(e)
+        s.committer.shutdown(wait=False)
+        try:
+            cancel_cleanup(s, delete=s.config.cancel_cleanup.value == "delete")
+        except Exception as e:
+            log_event(log, logging.ERROR, "cancel: cleanup failed", exc_info=True, job=s.job_id)
+            errors.append(e)
+        s.lifecycle.transition(JobTransition.CANCELED)
+        if errors:
+            raise JobError(f"job {s.job_id} canceled, but cleanup failed: {errors!r}") from errors[0]

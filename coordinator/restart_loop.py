@@ -1,0 +1,76 @@
+"""Running a whole job under its restart strategy (DESIGN.md §5 "failover").
+
+:func:`run_with_restarts` restores, runs the caller's body (epochs, then finish or stop), and on a
+failure fails the job, waits per the :class:`~twophase.coordinator.restart.RestartStrategy`
+(tenacity), restores and runs the body again, until it returns or the strategy is exhausted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from tenacity import Retrying, retry_if_exception
+
+from twophase.coordinator.job_lifecycle import JobState, JobTransition
+from twophase.sinks.errors import IllegalTransitionError, JobError
+
+if TYPE_CHECKING:
+    from twophase.coordinator.runtime import JobRuntime
+
+R = TypeVar("R")
+
+
+class JobCanceledError(JobError):
+    """The job was canceled while (or before) this action ran."""
+
+
+def run_with_restarts(
+    runtime: JobRuntime,
+    body: Callable[[JobRuntime], R],
+    *,
+    savepoint_location: str | None = None,
+    sleep: Callable[[float], None],
+) -> R:
+    """Run ``body(runtime)`` under the runtime's restart strategy: restore first (from
+    ``savepoint_location`` if given); on a failure, fail the job, wait, restore, run again.
+
+    Args:
+        runtime: the job's runtime (CREATED, or FAILING after an earlier failure).
+        body: drives epochs, then finishes or stops; its result is returned.
+        savepoint_location: the first restore's savepoint.
+        sleep: sleeps the restart delays (seconds).
+
+    Raises:
+        JobCanceledError: canceled. The last error: the strategy is exhausted (job FAILED), or an
+        ``IllegalTransitionError`` (a protocol mistake in ``body``; the job is FAILED).
+    """
+    retrying = Retrying(
+        stop=runtime.restarts.as_stop(),
+        wait=runtime.restarts.as_wait(),
+        sleep=sleep,
+        retry=retry_if_exception(lambda e: not isinstance(e, (JobCanceledError, IllegalTransitionError))),
+        reraise=True,
+    )
+    lifecycle = runtime.lifecycle
+    try:
+        for attempt in retrying:
+            with attempt:
+                runtime.check_canceled()
+                if lifecycle.state is JobState.FAILING:
+                    lifecycle.transition(JobTransition.RESTART)
+                    runtime.restore()
+                elif lifecycle.state is JobState.CREATED:
+                    runtime.restore(savepoint_location)
+                try:
+                    return body(runtime)
+                except JobCanceledError:
+                    raise
+                except Exception as e:
+                    runtime.fail(e)
+                    raise
+    except BaseException:
+        if lifecycle.can(JobTransition.GIVE_UP):
+            lifecycle.transition(JobTransition.GIVE_UP)
+        raise
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,282 @@
+"""The state one job runtime shares between its parts: restore, epochs, endings.
+
+:class:`RunState` holds what those parts read and change — the job's lifecycle and lock, the
+current run's checkpoint coordinator and committer operator, the checkpoint metadata cache —
+and the few steps they all take: guard an action (a protocol mistake propagates, any other error
+fails the job), complete a checkpoint (persist, notify, abort lingering, metrics), abort lingering
+transactions with everything held that may still be needed. ``JobRuntime`` is its public face.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.checkpoint_state import CompletedCheckpoint, NotifyResult
+from twophase.coordinator.clock import Clock
+from twophase.coordinator.committer_operator import CommitterMetrics, CommitterOperator
+from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.recovery import Held, MetadataCache, encoded, held_by, lingering_scope
+from twophase.coordinator.restart import RestartTracker
+from twophase.coordinator.restart_loop import JobCanceledError
+from twophase.coordinator.storage.base import CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import IllegalTransitionError, JobError
+from twophase.sinks.structured_log import log_event
+
+if TYPE_CHECKING:
+    from twophase.coordinator.runtime_config import RuntimeConfig
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+class RunState:
+    """One job runtime's shared state (see the module docstring). Not thread-safe by itself:
+    callers hold :attr:`lock`, except :meth:`check_canceled` and the cancel flag.
+
+    Args:
+        job_id: the job.
+        sinks: the job's sinks by name.
+        storage: the job's checkpoint storage.
+        config: the runtime settings.
+        clock: ms clock.
+        commit_sleep: the committer's backoff sleep (``None``: interruptible by cancel).
+        fault: the fault-point hook.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Mapping[str, AnySink],
+        storage: CheckpointStorage,
+        config: RuntimeConfig,
+        clock: Clock,
+        commit_sleep: Callable[[float], None] | None,
+        fault: Callable[[str], None],
+    ) -> None:
+        self.job_id = job_id
+        self.sinks = dict(sinks)
+        self.storage = storage
+        self.config = config
+        self.clock = clock
+        self.commit_sleep = commit_sleep
+        self.fault = fault
+        self.lifecycle = JobLifecycle(job_id)
+        self.restarts = RestartTracker(config.restart, clock)
+        self.lock = threading.RLock()
+        self.cancel_requested = threading.Event()
+        self.committer = self.new_committer()
+        self.past_committer_metrics: list[CommitterMetrics] = []
+        self.coord: CheckpointCoordinator | None = None
+        self.cache = MetadataCache(storage)
+        self.restored: CheckpointMetadata | None = None
+        self.restore_held: dict[str, tuple[JsonObject, ...]] = {}
+        self.last_completed: CheckpointMetadata | None = None
+        self.epochs_since_restore = 0
+        self.max_triggered = 0
+        self.abandoned = False
+        self.checkpoint_metrics: list[CheckpointMetrics] = []
+
+    def new_committer(self) -> CommitterOperator:
+        """A committer operator with the job's commit policy, clock, backoff sleep and faults."""
+        return CommitterOperator(
+            self.job_id, self.config.commit, clock=self.clock, sleep=self.commit_sleep, fault=self.fault
+        )
+
+    def replace_committer(self) -> None:
+        """Retire the committer of an earlier run (its metrics kept) and start a fresh one."""
+        self.past_committer_metrics.append(self.committer.metrics)
+        self.committer.shutdown(wait=False)
+        self.committer = self.new_committer()
+
+    def coordinator(self) -> CheckpointCoordinator:
+        """The current run's coordinator.
+
+        Raises:
+            JobError: the runtime was abandoned (a simulated crash).
+            IllegalTransitionError: used before restore().
+        """
+        if self.abandoned:
+            raise JobError(f"job {self.job_id}: this runtime was abandoned (simulated crash)")
+        if self.coord is None:
+            raise IllegalTransitionError(
+                f"job {self.job_id}", self.lifecycle.state.value, "use before restore()"
+            )
+        return self.coord
+
+    def check_canceled(self) -> None:
+        """Raise :class:`JobCanceledError` if a cancel was requested."""
+        if self.cancel_requested.is_set():
+            raise JobCanceledError(f"job {self.job_id} was canceled")
+
+    def transition(self, t: JobTransition) -> None:
+        """A job transition, unless a cancel took over."""
+        self.check_canceled()
+        self.lifecycle.transition(t)
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Run an action: a protocol mistake propagates as is; any other error fails the job."""
+        try:
+            yield
+        except (IllegalTransitionError, JobCanceledError):
+            raise
+        except Exception as e:
+            if self.cancel_requested.is_set():
+                raise JobCanceledError(f"job {self.job_id} was canceled during the action") from e
+            self.fail(e)
+            raise
+
+    def fail(self, error: BaseException) -> None:
+        """FAILING: abort pending checkpoints, close subtasks (aborting what is not durable)."""
+        if self.cancel_requested.is_set() or self.abandoned:
+            return
+        if self.lifecycle.state is not JobState.FAILING:
+            if not self.lifecycle.can(JobTransition.FAIL):
+                return
+            self.lifecycle.transition(JobTransition.FAIL)
+        log_event(log, logging.ERROR, "job failing", job=self.job_id, error=repr(error))
+        if self.coord is not None:
+            try:
+                self.coord.close_subtasks(f"failure: {error!r}")
+            except Exception:  # cleanup is best effort; lingering cleanup on restore finishes it
+                log_event(log, logging.ERROR, "closing subtasks after a failure failed", exc_info=True)
+        self.committer.shutdown(wait=False)
+
+    def housekeeping(self) -> None:
+        """Before an action: surface an async commit error, forget confirmed commits, time out
+        stale checkpoints, warn about transactions near their timeout."""
+        coord = self.coordinator()
+        self.committer.raise_if_failed()
+        coord.confirm_commits()
+        coord.check_timeouts()
+        self.committer.ages.check(coord.uncommitted_transactions())
+
+    def remember(self, done: CompletedCheckpoint) -> None:
+        """Keep a completed checkpoint's metadata (the latest, and in the cache)."""
+        self.cache.remember(done.ref.location, done.metadata)
+        self.last_completed = done.metadata
+
+    # -- lingering --------------------------------------------------------------------------------
+
+    def held(self, sink: AnySink, extra: CheckpointMetadata | None = None) -> Held:
+        """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus ``extra``,
+        e.g. a savepoint restored from elsewhere), what this run holds in memory, and what an
+        acknowledgement about to be recorded carries (:func:`~twophase.coordinator.recovery.held_by`)."""
+        checkpoints = self.cache.retained()
+        if extra is not None:
+            checkpoints.append(extra)
+        pending: list[JsonObject] = list(self.restore_held.get(sink.name, ()))
+        live_in_progress: list[JsonObject] = []
+        parallelism = 0
+        if self.coord is not None:
+            mine = [t for t in self.coord.uncommitted_transactions() if t.sink_name == sink.name]
+            pending.extend(encoded(sink, mine))
+            live_in_progress = [
+                st
+                for (s, _), lc in self.coord.subtasks.items()
+                if s == sink.name and lc.state.is_live and (st := lc.latest_in_progress) is not None
+            ]
+            parallelism = self.coord.parallelism.get(sink.name, 0)
+        return held_by(
+            sink.name,
+            checkpoints,
+            pending=pending,
+            live_in_progress=live_in_progress,
+            live_parallelism=parallelism,
+        )
+
+    def abort_lingering(self, sink: AnySink, up_to: int, *, extra: CheckpointMetadata | None = None) -> int:
+        """``sink.abort_lingering`` with everything held; returns how many it aborted."""
+        n = sink.abort_lingering(lingering_scope(self.job_id, sink, self.held(sink, extra), up_to))
+        if n:
+            log_event(
+                log,
+                logging.INFO,
+                "lingering transactions aborted",
+                job=self.job_id,
+                sink=sink.name,
+                count=n,
+                up_to_checkpoint=up_to,
+            )
+        return n
+
+    def abort_lingering_live(self, up_to: int) -> int:
+        """:meth:`abort_lingering` for every live sink; returns the total."""
+        return sum(self.abort_lingering(self.sinks[n], up_to) for n in self.coordinator().live_sinks())
+
+    # -- completing a checkpoint ------------------------------------------------------------------
+
+    def complete(
+        self, checkpoint_id: int, *, notify: bool, abort_lingering: bool | None
+    ) -> CheckpointMetrics:
+        """Persist checkpoint ``checkpoint_id``, then (``notify``) commit every pending transaction
+        ≤ it, then (unless other checkpoints are pending) abort what failed attempts left."""
+        coord = self.coordinator()
+        done = coord.complete(checkpoint_id)
+        self.remember(done)
+        nr = NotifyResult(checkpoint_id, 0, 0, 0, 0.0)
+        if notify:
+            nr = coord.notify_checkpoint_complete(checkpoint_id)
+            self.fault("after_commit")
+        lingering = 0
+        do_lingering = self.config.abort_lingering_each_epoch if abort_lingering is None else abort_lingering
+        if do_lingering and not coord.pending_checkpoints:
+            lingering = self.abort_lingering_live(checkpoint_id)
+        metrics = CheckpointMetrics(
+            job_id=self.job_id,
+            checkpoint_id=checkpoint_id,
+            kind=done.metadata.kind,
+            location=done.ref.location,
+            records=done.records,
+            acknowledgements=done.acknowledgements,
+            committables=sum(len(s.committables) for s in done.metadata.sinks.values()),
+            persist_ms=done.persist_ms,
+            commit_ms=nr.commit_ms,
+            transactions_committed=nr.committed,
+            transactions_aborted=nr.aborted + lingering,
+            lingering_aborted=lingering,
+        )
+        self.checkpoint_metrics.append(metrics)
+        log_event(
+            log,
+            logging.INFO,
+            "checkpoint metrics",
+            job=self.job_id,
+            checkpoint=checkpoint_id,
+            kind=metrics.kind.value,
+            records=metrics.records,
+            persist_ms=metrics.persist_ms,
+            commit_ms=metrics.commit_ms,
+            committed=metrics.transactions_committed,
+            aborted=metrics.transactions_aborted,
+        )
+        return metrics
+
+    def drain_commits(self) -> None:
+        """Wait for asynchronous commits (``commit_drain_timeout_s``) and forget confirmed ones."""
+        self.committer.drain(self.config.commit_drain_timeout_s)
+        self.coordinator().confirm_commits()
+
+    def require_no_pending(self, action: str) -> None:
+        """Raise IllegalTransitionError if checkpoints are pending (endings need none)."""
+        pending = [p.checkpoint_id for p in self.coordinator().pending_checkpoints]
+        if pending:
+            raise IllegalTransitionError(
+                f"job {self.job_id}",
+                self.lifecycle.state.value,
+                f"{action} with pending checkpoints {pending} (complete or abort them first)",
+            )
+
+    def live_sinks(self, names: Sequence[str]) -> list[AnySink]:
+        """The sinks called ``names``, in job order."""
+        return [s for n, s in self.sinks.items() if n in names]

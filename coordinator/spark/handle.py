@@ -1,0 +1,274 @@
+"""A running streaming job on Spark: ``foreachBatch`` per micro-batch, graceful stop, cancel, failover.
+
+Per micro-batch N the handler runs the replay check, then one epoch
+(:func:`~twophase.coordinator.spark.tasks.run_spark_epoch`), and only then returns, so that Spark
+writes its commit log for N after our checkpoint is durable. A graceful stop never interrupts a
+running batch: it waits for the batch in flight, then makes any later batch refuse to start (Spark
+replays it on resume), then stops the query and takes the savepoint or the final retained
+checkpoint. A failed batch fails the query; the restart strategy restores the runtime and
+restarts the query from Spark's checkpoint and ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.spark.results import EpochMetrics, JobResult
+from twophase.coordinator.spark.tasks import run_spark_epoch
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import ConfigError, JobError, TwoPhaseError
+from twophase.sinks.structured_log import log_event
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+class _StopRequested(TwoPhaseError):
+    """Raised by the batch handler once a stop began: Spark replays that batch on resume."""
+
+
+class JobHandle:
+    """A running streaming job (from :meth:`Job.start`).
+
+    Thread-safe: ``stop`` and ``cancel`` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        runtime: JobRuntime,
+        df: DataFrame,
+        *,
+        spark_checkpoint_location: str,
+        trigger: dict[str, Any],
+        output_mode: str,
+        query_name: str | None,
+        options: dict[str, str],
+    ) -> None:
+        self.runtime = runtime
+        self._df = df
+        self._location = spark_checkpoint_location
+        self._trigger = trigger
+        self._output_mode = output_mode
+        self._query_name = query_name
+        self._options = options
+        self._bounded = bool(trigger.get("availableNow") or trigger.get("once"))
+        self._batch_lock = threading.Lock()
+        self._stop_requested = threading.Event()
+        self._cancel_requested = threading.Event()
+        self._query_started = threading.Event()
+        self._done = threading.Event()
+        self._query: StreamingQuery | None = None
+        self._query_id: str | None = None
+        self._batch_error: BaseException | None = None
+        self._failure: BaseException | None = None
+        self._epochs: list[EpochMetrics] = []
+        self._final: CheckpointMetrics | None = None
+        self._stop_ref: CheckpointRef | None = None
+        self._thread = threading.Thread(
+            target=self._supervise, name=f"twophase-{runtime.job_id}", daemon=True
+        )
+
+    # -- public -----------------------------------------------------------------------------------
+
+    @property
+    def job_id(self) -> str:
+        """The job's id."""
+        return self.runtime.job_id
+
+    @property
+    def status(self) -> JobState:
+        """The job's lifecycle state (RUNNING, FINISHED, SUSPENDED, CANCELED, FAILED, ...)."""
+        return self.runtime.state
+
+    @property
+    def metrics(self) -> tuple[EpochMetrics, ...]:
+        """Metrics of every epoch run so far by this handle."""
+        return tuple(self._epochs)
+
+    @property
+    def checkpoint_metrics(self) -> tuple[CheckpointMetrics, ...]:
+        """Metrics of every checkpoint completed so far, including the final one."""
+        return tuple(self.runtime.checkpoint_metrics)
+
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The Spark query currently running, if any."""
+        return self._query
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until the job has finished, stopped, been canceled or failed.
+
+        Returns:
+            True if it terminated within ``timeout`` seconds.
+
+        Raises:
+            The job's failure (``JobError`` once the restart strategy is exhausted, commit errors).
+        """
+        if not self._done.wait(timeout):
+            return False
+        if self._failure is not None:
+            raise self._failure
+        return True
+
+    def result(self) -> JobResult:
+        """The job's outcome after termination.
+
+        Raises:
+            JobError: the job has not terminated yet.
+        """
+        if not self._done.is_set():
+            raise JobError(f"job {self.job_id} is still {self.status.value}")
+        return JobResult(self.job_id, self.status, tuple(self._epochs), self._final)
+
+    def stop(
+        self, *, savepoint: bool = False, drain: bool = False, timeout: float | None = None
+    ) -> CheckpointRef:
+        """Stop gracefully between batches (a running batch completes first).
+
+        Args:
+            savepoint: keep the last checkpoint as a savepoint (resume with ``from_savepoint``).
+            drain: finish the sinks first (FLIP-147: in-progress data committed by the final
+                checkpoint; the job is FINISHED). Without drain, in-progress state stays in the
+                savepoint and the job is SUSPENDED; a resume continues it.
+            timeout: seconds to wait for the batch in flight and the query to stop.
+
+        Returns:
+            The savepoint, or (``savepoint=False``) the final retained checkpoint: a resume from
+            it replays nothing.
+
+        Raises:
+            ConfigError: ``drain`` without ``savepoint``.
+            JobError: the job is not running, or it failed meanwhile.
+        """
+        if drain and not savepoint:
+            raise ConfigError("drain=True needs savepoint=True (stop with savepoint and drain)")
+        self._stop_requested.set()
+        self._halt_query(timeout)
+        if self._failure is not None:
+            raise JobError(f"job {self.job_id} failed before it could stop") from self._failure
+        if self.runtime.state is not JobState.RUNNING:
+            raise JobError(f"job {self.job_id} is {self.runtime.state.value}, not running: nothing to stop")
+        try:
+            ref = self.runtime.stop_with_savepoint(drain) if savepoint else self.runtime.stop()
+        finally:
+            self.runtime.close()
+            self._done.set()
+        self._stop_ref = ref
+        log_event(
+            log, logging.INFO, "job stopped", job=self.job_id, kind=ref.kind.value, location=ref.location
+        )
+        return ref
+
+    def cancel(self, timeout: float | None = None) -> None:
+        """Cancel now: the running batch is interrupted, open transactions aborted, completed
+        checkpoints kept (or deleted, per ``RuntimeConfig.cancel_cleanup``).
+
+        Raises:
+            JobError: canceled, but a cleanup step failed.
+        """
+        self._cancel_requested.set()
+        query = self._query
+        if query is not None:
+            query.stop()
+        self._thread.join(timeout)
+        try:
+            if not self.runtime.state.is_terminal:
+                self.runtime.cancel()
+        finally:
+            self.runtime.close()
+            self._done.set()
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _launch(self) -> None:
+        self._thread.start()
+
+    def _halt_query(self, timeout: float | None) -> None:
+        # waiting for the lock lets the batch in flight complete; every later batch sees the flag
+        if not self._batch_lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise JobError(f"job {self.job_id}: the running batch did not complete within {timeout}s")
+        self._batch_lock.release()
+        query = self._query
+        if query is not None:
+            query.stop()
+        self._thread.join(timeout)
+
+    def _start_query(self) -> StreamingQuery:
+        writer = (
+            self._df.writeStream.foreachBatch(self._on_batch)
+            .outputMode(self._output_mode)
+            .option("checkpointLocation", self._location)
+            .trigger(**self._trigger)
+        )
+        for key, value in self._options.items():
+            writer = writer.option(key, value)
+        if self._query_name:
+            writer = writer.queryName(self._query_name)
+        self._query_started.clear()
+        query = writer.start()
+        self._query = query
+        self._query_id = str(query.id)
+        self._query_started.set()
+        return query
+
+    def _supervise(self) -> None:
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            while not (self._cancel_requested.is_set() or self._stop_requested.is_set()):
+                self._batch_error = None
+                query = self._start_query()
+                error: BaseException | None = None
+                try:
+                    query.awaitTermination()
+                except StreamingQueryException as e:
+                    error = e
+                if self._cancel_requested.is_set() or self._stop_requested.is_set():
+                    return  # cancel() / stop() take it from here
+                if error is None and self._batch_error is None:
+                    if self._bounded:
+                        self._final = self.runtime.finish(self._last_position())
+                        self.runtime.close()
+                        return
+                    raise JobError(f"job {self.job_id}: the Spark query stopped outside twophase")
+                cause = self._batch_error or error
+                assert cause is not None
+                log_event(log, logging.WARNING, "batch failed, failing over", job=self.job_id, error=cause)
+                self.runtime.failover(cause)
+        except BaseException as e:
+            self._failure = e
+            log_event(log, logging.ERROR, "job failed", job=self.job_id, error=e)
+            try:
+                self.runtime.close()
+            except Exception:
+                log_event(log, logging.ERROR, "closing the runtime failed", exc_info=True, job=self.job_id)
+        finally:
+            if not (self._stop_requested.is_set() or self._cancel_requested.is_set()) or self._failure:
+                self._done.set()
+
+    def _last_position(self) -> JsonObject | None:
+        last = self.runtime.latest_checkpoint
+        return last.source_position if last is not None else None
+
+    def _on_batch(self, batch_df: DataFrame, batch_id: int) -> None:
+        with self._batch_lock:
+            if self._stop_requested.is_set() or self._cancel_requested.is_set():
+                raise _StopRequested(f"job {self.job_id}: stopping; batch {batch_id} is left to the resume")
+            self._query_started.wait()
+            position: JsonObject = {"engine": "spark", "query_id": self._query_id, "batch_id": batch_id}
+            try:
+                if self.runtime.replay_check(position):
+                    return
+                self._epochs.append(run_spark_epoch(self.runtime, batch_df, position, batch_id))
+            except BaseException as e:
+                self._batch_error = e
+                raise
