@@ -62,7 +62,7 @@ def summary_table(
 ) -> Any:
     """Per sink: what the items are and how many are lingering, held, undecidable (and aborted, left)."""
     columns = [Column("sink"), Column("what", "text")]
-    columns += [Column(h, "number") for h in ("lingering", "held", "undecided")]
+    columns += [Column(h, "number") for h in ("lingering", "held", "undecidable")]
     if after is not None:
         columns += [Column("aborted", "number"), Column("left", "number")]
     rows = []
@@ -131,7 +131,7 @@ def lingering(
     --job/--job-id, or a twophase.Job), or by default the flights demo run. Listed per sink: open
     Kafka transactions under the job's transactional-id prefix, pending S3 uploads and tails under
     the sink's prefix, Delta files no commit references; each lingering (no retained checkpoint
-    holds it), held (one does: it waits for its commit) or undecided (kept).
+    holds it), held (one does: it waits for its commit) or undecidable (kept).
 
     --recommit commits the latest checkpoint's committables without running the job (as a restart
     would). --abort calls every sink's abort_lingering with everything the retained checkpoints and
