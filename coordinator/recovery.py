@@ -141,7 +141,7 @@ def recovery_transactions(
     """
     out: list[PendingTransaction[Any]] = []
     for name, snap in meta.sinks.items():
-        if name in meta.fully_finished:
+        if name in meta.fully_finished or not snap.committables:
             continue
         sink = sinks[name]
         txns = [

@@ -1,9 +1,17 @@
-"""Read a Kafka topic back completely, as a verifier: what does a read_committed consumer see?"""
+"""The one Kafka read-back helper: what does a ``read_committed`` (or ``read_uncommitted``) consumer see?
+
+Every verifier in the project reads Kafka through :func:`read_topic`: the flights job's
+verification, the CLI, the connector's and the services' integration tests. It reads each partition
+from its beginning up to the end offset taken when the call starts (for ``read_committed`` the last
+stable offset, LSO, which the broker holds back at the first open transaction, KIP-98), so it
+returns once caught up and never waits for records of open transactions. Every wait is bounded.
+"""
 
 from __future__ import annotations
 
 import uuid
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal, NamedTuple
 
 import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -11,6 +19,26 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from twophase.sinks.errors import ServiceUnavailableError
 
 Isolation = Literal["read_committed", "read_uncommitted"]
+
+BATCH = 10_000
+"""Records fetched per ``consume`` call."""
+
+
+class KafkaRecord(NamedTuple):
+    """One record read back.
+
+    Attributes:
+        partition: the partition it was read from.
+        offset: its offset there.
+        key / value: raw bytes, ``None`` for a null key or value.
+        headers: ``[(name, value bytes), ...]`` or ``None`` without headers.
+    """
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
 
 
 def _consumer(bootstrap: str, isolation: Isolation) -> Consumer:
@@ -21,44 +49,78 @@ def _consumer(bootstrap: str, isolation: Isolation) -> Consumer:
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
         }
     )
 
 
+def _partitions(consumer: Consumer, bootstrap: str, topic: str, timeout_s: float) -> list[int]:
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
+    except KafkaException as e:
+        raise ServiceUnavailableError(f"Kafka {bootstrap}: cannot read metadata of {topic!r}: {e}") from None
+    if metadata.error is not None:
+        raise ServiceUnavailableError(f"topic {topic!r} on {bootstrap}: {metadata.error.str()}")
+    return sorted(metadata.partitions)
+
+
+def _watermarks(
+    consumer: Consumer, topic: str, partitions: Iterable[int], timeout_s: float
+) -> dict[int, tuple[int, int]]:
+    # cached=False: ask the broker (ListOffsets with the consumer's isolation level)
+    return {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+        for p in partitions
+    }
+
+
+def end_offsets(
+    bootstrap: str, topic: str, isolation: Isolation = "read_committed", timeout_s: float = 30.0
+) -> dict[int, int]:
+    """Per partition, the offset a consumer of ``isolation`` may read up to (ListOffsets latest).
+
+    ``read_uncommitted`` gives the high watermark; ``read_committed`` the last stable offset, which
+    an open transaction holds back (KIP-98).
+
+    Raises:
+        ServiceUnavailableError: the topic's metadata cannot be read within ``timeout_s`` seconds.
+    """
+    consumer = _consumer(bootstrap, isolation)
+    try:
+        partitions = _partitions(consumer, bootstrap, topic, timeout_s)
+        return {p: high for p, (_low, high) in _watermarks(consumer, topic, partitions, timeout_s).items()}
+    finally:
+        consumer.close()
+
+
+def is_stable(bootstrap: str, topic: str) -> bool:
+    """True when no open transaction holds ``topic`` back: the LSO equals the high watermark everywhere."""
+    return end_offsets(bootstrap, topic, "read_committed") == end_offsets(
+        bootstrap, topic, "read_uncommitted"
+    )
+
+
 def wait_until_stable(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
-    """Wait until no partition of ``topic`` has an open transaction or unwritten commit marker.
+    """Wait until no partition of ``topic`` has an open transaction or an unwritten commit marker.
 
     ``commit_transaction()`` returns once the coordinator logged the decision; the markers reach
-    the partitions a moment later (KIP-98), and until then the last stable offset (LSO) lags the
-    high watermark. Stable = LSO equals the high watermark on every partition.
+    the partitions a moment later (KIP-98), and until then the LSO lags the high watermark
+    (:func:`is_stable`).
 
     Raises:
         ServiceUnavailableError: not stable within ``timeout_s`` seconds (e.g. an open transaction).
     """
-    committed, uncommitted = _consumer(bootstrap, "read_committed"), _consumer(bootstrap, "read_uncommitted")
-    try:
-        partitions = sorted(committed.list_topics(topic, timeout=timeout_s).topics[topic].partitions)
-
-        def stable() -> bool:
-            for p in partitions:
-                tp = TopicPartition(topic, p)
-                lso = committed.get_watermark_offsets(tp, timeout=timeout_s)[1]
-                if lso != uncommitted.get_watermark_offsets(tp, timeout=timeout_s)[1]:
-                    return False
-            return True
-
-        waiting = tenacity.Retrying(
-            stop=tenacity.stop_after_delay(timeout_s),
-            wait=tenacity.wait_fixed(0.2),
-            retry=tenacity.retry_if_result(lambda done: not done),
-            retry_error_callback=lambda state: False,
+    waiting = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_fixed(0.2),
+        retry=tenacity.retry_if_result(lambda done: not done),
+        retry_error_callback=lambda state: False,
+    )
+    if not waiting(is_stable, bootstrap, topic):
+        raise ServiceUnavailableError(
+            f"{topic!r} still has open transactions after {timeout_s:g} s: last stable offsets "
+            f"{end_offsets(bootstrap, topic, 'read_committed')}, high watermarks "
+            f"{end_offsets(bootstrap, topic, 'read_uncommitted')}"
         )
-        if not waiting(stable):
-            raise ServiceUnavailableError(f"{topic!r} still has open transactions after {timeout_s:g} s")
-    finally:
-        committed.close()
-        uncommitted.close()
 
 
 def read_topic(
@@ -67,43 +129,48 @@ def read_topic(
     isolation: Isolation = "read_committed",
     timeout_s: float = 60.0,
     until_stable: bool = False,
-) -> list[tuple[bytes | None, bytes | None]]:
-    """Every record of ``topic`` visible under ``isolation``, as ``(key, value)`` in partition order.
+) -> list[KafkaRecord]:
+    """Every record of ``topic`` visible under ``isolation``, in partition and offset order.
 
-    Reads each partition from the beginning up to its end offset taken at call time (for
-    read_committed the broker stops at the last stable offset, KIP-98), so it returns once caught up:
-    records of open transactions are not waited for. Right after ``commit_transaction()`` the commit
-    markers may not be written yet; pass ``until_stable=True`` to :func:`wait_until_stable` first.
+    Reads each partition from its beginning up to its end offset taken at call time (for
+    ``read_committed`` the LSO), in batches of :data:`BATCH` records. Right after
+    ``commit_transaction()`` the commit markers may not be written yet; ``until_stable=True``
+    first waits for them (:func:`wait_until_stable`).
 
     Raises:
-        ServiceUnavailableError: the end is not reached (or, with ``until_stable``, the topic does not
-            become stable) within ``timeout_s`` seconds.
+        ServiceUnavailableError: the end is not reached (or, with ``until_stable``, the topic does
+            not become stable) within ``timeout_s`` seconds; the message names the offsets.
+        KafkaException: a consumer error other than end of partition.
     """
     if until_stable:
         wait_until_stable(bootstrap, topic, timeout_s)
     consumer = _consumer(bootstrap, isolation)
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s).topics[topic]
-        if metadata.error is not None:
-            raise ServiceUnavailableError(f"topic {topic!r} on {bootstrap}: {metadata.error.str()}")
-        partitions = sorted(metadata.partitions)
-        ends = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-            for p in partitions
-        }
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        records: dict[int, list[tuple[bytes | None, bytes | None]]] = {p: [] for p in partitions}
+        partitions = _partitions(consumer, bootstrap, topic, timeout_s)
+        marks = _watermarks(consumer, topic, partitions, timeout_s)
+        # a partition whose records all expired (low >= end) has nothing to read
+        pending = {p for p, (low, high) in marks.items() if high > max(low, 0)}
+        ends = {p: high for p, (_low, high) in marks.items()}
+        records: dict[int, list[KafkaRecord]] = {p: [] for p in partitions}
+        consumer.assign([TopicPartition(topic, p, marks[p][0]) for p in sorted(pending)])
 
         def caught_up() -> bool:
-            message = consumer.poll(0.5)
-            if message is not None:
+            for message in consumer.consume(BATCH, 0.5):
                 error = message.error()
-                if error is None:
-                    records[int(message.partition() or 0)].append((message.key(), message.value()))
-                elif error.code() != KafkaError._PARTITION_EOF:
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        continue
                     raise KafkaException(error)
-            positions = consumer.position([TopicPartition(topic, p) for p in partitions])
-            return all(tp.offset >= ends[tp.partition] or ends[tp.partition] == 0 for tp in positions)
+                p = int(message.partition() or 0)
+                records[p].append(
+                    KafkaRecord(
+                        p, int(message.offset() or 0), message.key(), message.value(), _headers(message)
+                    )
+                )
+            if pending:
+                positions = consumer.position([TopicPartition(topic, p) for p in pending])
+                pending.difference_update(tp.partition for tp in positions if tp.offset >= ends[tp.partition])
+            return not pending
 
         waiting = tenacity.Retrying(
             stop=tenacity.stop_after_delay(timeout_s),
@@ -111,7 +178,20 @@ def read_topic(
             retry_error_callback=lambda state: False,
         )
         if not waiting(caught_up):
-            raise ServiceUnavailableError(f"reading {topic!r} did not reach its end within {timeout_s:g} s")
+            raise ServiceUnavailableError(
+                f"reading {topic!r} ({isolation}) did not reach the end offsets {ends} within "
+                f"{timeout_s:g} s; partitions not caught up: {sorted(pending)}"
+            )
         return [record for p in partitions for record in records[p]]
     finally:
         consumer.close()
+
+
+def key_values(records: Iterable[KafkaRecord]) -> list[tuple[bytes | None, bytes | None]]:
+    """``(key, value)`` of each record, in the given order."""
+    return [(r.key, r.value) for r in records]
+
+
+def _headers(message: Any) -> list[tuple[str, bytes]] | None:
+    headers = message.headers()
+    return None if headers is None else [(str(k), bytes(v or b"")) for k, v in headers]

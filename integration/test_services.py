@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from twophase.integration.readback import read_topic
+from twophase.integration.readback import key_values, read_topic
 from twophase.integration.services import S3Endpoint
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def test_committed_transaction_is_read_exactly(kafka_bootstrap: str) -> None:
 
     _transaction(kafka_bootstrap, topic, produced, commit=True)
 
-    seen = read_topic(kafka_bootstrap, topic, "read_committed", until_stable=True)
+    seen = key_values(read_topic(kafka_bootstrap, topic, "read_committed", until_stable=True))
     assert sorted(seen) == sorted(produced)
 
 
@@ -66,13 +66,13 @@ def test_aborted_transaction_is_invisible_to_read_committed(kafka_bootstrap: str
     _transaction(kafka_bootstrap, topic, aborted, commit=False)
     _transaction(kafka_bootstrap, topic, after, commit=True)
 
-    assert sorted(read_topic(kafka_bootstrap, topic, "read_committed", until_stable=True)) == sorted(
-        before + after
-    )
+    assert sorted(
+        key_values(read_topic(kafka_bootstrap, topic, "read_committed", until_stable=True))
+    ) == sorted(before + after)
     # the aborted records were really written: an uncommitted reader sees them
-    assert sorted(read_topic(kafka_bootstrap, topic, "read_uncommitted", until_stable=True)) == sorted(
-        before + aborted + after
-    )
+    assert sorted(
+        key_values(read_topic(kafka_bootstrap, topic, "read_uncommitted", until_stable=True))
+    ) == sorted(before + aborted + after)
 
 
 @pytest.mark.s3

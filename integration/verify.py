@@ -19,6 +19,7 @@ verified only when all of it is clean.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections import Counter
@@ -32,7 +33,6 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from twophase.connectors.kafka import naming as kafka_naming
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.storage import open_storage
 from twophase.integration.jobs import flights_data
@@ -44,6 +44,9 @@ from twophase.integration.jobs.flights import (
     FlightsJobSpec,
     build_sinks,
 )
+from twophase.integration.lingering import SinkLingering, list_lingering
+from twophase.integration.readback import end_offsets, read_topic
+from twophase.sinks.context import LingeringScope
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,9 +55,6 @@ log = logging.getLogger(__name__)
 
 CONTENT_COLUMNS = ("flight_id", "carrier", "origin", "dest", "month", "dep_delay", "distance")
 """Columns of the input that every sink carries unchanged; their checksum compares contents."""
-
-OPEN_KAFKA_STATES = ["Ongoing", "PrepareCommit", "PrepareAbort"]
-"""Transaction states that hold back ``read_committed`` consumers (KIP-98)."""
 
 
 @dataclass(frozen=True)
@@ -220,8 +220,8 @@ def compare(sink: str, location: str, table: pa.Table, expected: Expected, **ext
 def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa.Table, int]:
     """Every committed record of ``topic`` as :data:`CONTENT_COLUMNS` (from the JSON values).
 
-    A ``read_committed`` consumer reads each partition from offset 0 until the partition reports
-    its end (the last stable offset, KIP-98), in batches of up to 10,000 records.
+    Reads with :func:`twophase.integration.readback.read_topic` (``read_committed``, up to the
+    last stable offsets).
 
     Returns:
         The table and the number of partitions.
@@ -230,68 +230,22 @@ def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa
         ServiceUnavailableError: the end is not reached within ``timeout_s`` seconds.
         KafkaException: a consumer error.
     """
-    import json
-    import uuid
-
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-    from twophase.sinks.errors import ServiceUnavailableError
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"twophase-verify-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-        if metadata.error is not None:
-            raise ServiceUnavailableError(f"topic {topic!r} on {bootstrap}: {metadata.error.str()}")
-        partitions = sorted(metadata.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        at_end: set[int] = set()
-        values: list[bytes] = []
-        deadline = time.monotonic() + timeout_s
-        while len(at_end) < len(partitions):
-            if time.monotonic() > deadline:
-                raise ServiceUnavailableError(
-                    f"reading {topic!r} did not reach its end within {timeout_s:g} s"
-                )
-            for message in consumer.consume(10_000, 0.5):
-                error = message.error()
-                if error is None:
-                    values.append(message.value() or b"")
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(int(message.partition() or 0))
-                else:
-                    raise KafkaException(error)
-    finally:
-        consumer.close()
-    rows = [json.loads(v) for v in values]
+    records = read_topic(bootstrap, topic, "read_committed", timeout_s)
+    rows = [json.loads(r.value or b"null") or {} for r in records]
     table = pa.table({c: [r.get(c) for r in rows] for c in CONTENT_COLUMNS})
-    return table, len(partitions)
+    return table, len(end_offsets(bootstrap, topic, "read_committed", timeout_s))
 
 
-def open_kafka_transactions(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[str]:
-    """Open (Ongoing, PrepareCommit, PrepareAbort) transactional ids of the job's Kafka sink."""
-    from twophase.connectors.kafka.admin import KafkaAdmin
+def lingering_items(spec: FlightsJobSpec, endpoints: FlightsEndpoints, sink: str) -> SinkLingering:
+    """Everything ``sink`` of the run left open (nothing counts as held: the run must be finished)."""
+    (found,) = [s for s in build_sinks(spec, endpoints) if s.name == sink]
+    return list_lingering(found, LingeringScope(spec.job_id, sink))
 
-    kafka, _, _ = build_sinks(spec, endpoints)
-    prefix = kafka.config.prefix(spec.job_id)
-    admin = KafkaAdmin.connect(kafka.config)
-    try:
-        rows = admin.list_transactions(OPEN_KAFKA_STATES, kafka_naming.id_pattern(prefix, KAFKA_SINK))
-    finally:
-        admin.close()
-    return sorted(
-        txn_id
-        for txn_id, _pid, state in rows
-        if state in OPEN_KAFKA_STATES and kafka_naming.parse_transactional_id(txn_id, prefix, KAFKA_SINK)
-    )
+
+def _lingering_detail(what: str, listing: SinkLingering, shown: int = 5) -> str:
+    ids = [i.id for i in listing.items]
+    more = f" (+{len(ids) - shown} more)" if len(ids) > shown else ""
+    return f"{what}: {', '.join(ids[:shown]) or 'none'}{more}"
 
 
 def verify_kafka(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
@@ -299,7 +253,7 @@ def verify_kafka(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Ex
     started = time.perf_counter()
     location = f"kafka topic {spec.topic}"
     try:
-        open_txns = open_kafka_transactions(spec, endpoints)
+        open_txns = lingering_items(spec, endpoints, KAFKA_SINK)
         table, partitions = read_kafka(endpoints.kafka_bootstrap, spec.topic)
     except Exception as e:
         return SinkReport(KAFKA_SINK, location, error=_one_line(e), seconds=time.perf_counter() - started)
@@ -308,8 +262,8 @@ def verify_kafka(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Ex
         location,
         table,
         expected,
-        lingering=len(open_txns),
-        lingering_detail=f"open transactions: {', '.join(open_txns) or 'none'}",
+        lingering=len(open_txns.items),
+        lingering_detail=_lingering_detail("open transactions", open_txns),
         detail=f"{partitions} partitions",
         seconds=time.perf_counter() - started,
     )
@@ -332,21 +286,12 @@ def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
     )
 
 
-def pending_uploads(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[str]:
-    """Keys of pending multipart uploads under the job's S3 prefix (filtered here: MinIO matches
-    ListMultipartUploads' prefix only as an exact key)."""
-    client = endpoints.s3.boto3_client()
-    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=spec.bucket)
-    root = spec.s3_prefix.strip("/") + "/"
-    return sorted(u["Key"] for page in pages for u in page.get("Uploads", []) if u["Key"].startswith(root))
-
-
 def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
     """Read the job's Parquet files (Hive partitions ``origin``/``month``) and list pending uploads."""
     started = time.perf_counter()
     location = f"s3://{spec.bucket}/{spec.s3_prefix}"
     try:
-        uploads = pending_uploads(spec, endpoints)
+        uploads = lingering_items(spec, endpoints, S3_SINK)
         dataset = ds.dataset(
             f"{spec.bucket}/{spec.s3_prefix.strip('/')}",
             filesystem=s3_filesystem(endpoints),
@@ -362,8 +307,8 @@ def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expec
         location,
         table.cast(_content_schema(table)),
         expected,
-        lingering=len(uploads),
-        lingering_detail=f"pending uploads: {', '.join(uploads) or 'none'}",
+        lingering=len(uploads.items),
+        lingering_detail=_lingering_detail("pending uploads and tails", uploads),
         detail=f"{files} Parquet files",
         seconds=time.perf_counter() - started,
     )
@@ -396,31 +341,13 @@ def read_delta(
     return table.to_pyarrow_table(columns=list(CONTENT_COLUMNS)), "deltalake"
 
 
-def unreferenced_delta_files(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[list[str], int, int]:
-    """The job's Delta data files no commit of the current snapshot references.
-
-    Returns:
-        (unreferenced relative paths, data files of the job, table version).
-    """
-    from twophase.connectors.delta import naming as delta_naming
-    from twophase.connectors.delta.filesystem import open_location
-    from twophase.connectors.delta.lingering import load_table, own_files, snapshot_paths
-
-    _, _, delta = build_sinks(spec, endpoints)
-    table = load_table(delta.config)
-    referenced = snapshot_paths(table) if table is not None else set()
-    ours = own_files(open_location(delta.config), delta_naming.job_token(spec.job_id, DELTA_SINK))
-    unreferenced = sorted(rel for rel, _ in ours if rel not in referenced)
-    return unreferenced, len(ours), table.version() if table is not None else -1
-
-
 def verify_delta(
     spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected, spark: SparkSession | None
 ) -> SinkReport:
     """Read the Delta table back and list the job's unreferenced data files."""
     started = time.perf_counter()
     try:
-        orphans, files, version = unreferenced_delta_files(spec, endpoints)
+        orphans = lingering_items(spec, endpoints, DELTA_SINK)
         table, reader = read_delta(spec, endpoints, spark)
     except Exception as e:
         return SinkReport(
@@ -431,10 +358,9 @@ def verify_delta(
         spec.delta_uri,
         table.cast(_content_schema(table)),
         expected,
-        lingering=len(orphans),
-        lingering_detail=f"unreferenced files: {', '.join(orphans[:5]) or 'none'}"
-        + (f" (+{len(orphans) - 5} more)" if len(orphans) > 5 else ""),
-        detail=f"version {version}, {files} data files, read with {reader}",
+        lingering=len(orphans.items),
+        lingering_detail=_lingering_detail("unreferenced files", orphans),
+        detail=f"{orphans.detail}, read with {reader}",
         seconds=time.perf_counter() - started,
     )
 

@@ -20,7 +20,11 @@ FAULT_EXIT = 137
 
 
 def make_input(root: Path, files: int = 4, rows_per_file: int = 50, start: int = 0) -> list[int]:
-    """Write ``files`` Parquet files of consecutive ids under ``root/input``; return the ids."""
+    """Write ``files`` Parquet files of consecutive ids under ``root/input``; return the ids.
+
+    Each file gets a modification time one second after the previous one: Spark's file source
+    takes files in modification-time order, and files written within one second would otherwise
+    reach batches in any order."""
     d = root / "input"
     d.mkdir(parents=True, exist_ok=True)
     ids: list[int] = []
@@ -29,7 +33,10 @@ def make_input(root: Path, files: int = 4, rows_per_file: int = 50, start: int =
         chunk = list(range(start + i * rows_per_file, start + (i + 1) * rows_per_file))
         tmp = d / f".f{existing + i:04d}.tmp"
         pq.write_table(pa.table({"id": pa.array(chunk, pa.int64())}), tmp)
-        tmp.rename(d / f"f{existing + i:04d}.parquet")
+        final = d / f"f{existing + i:04d}.parquet"
+        tmp.rename(final)
+        mtime = 1_700_000_000 + existing + i
+        os.utime(final, (mtime, mtime))
         ids.extend(chunk)
     return ids
 

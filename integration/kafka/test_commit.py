@@ -14,11 +14,10 @@ from twophase.integration.kafka.support import (
     sink_config,
     unique,
     wait_for_state,
-    wait_until_stable,
     write_one,
     writer_process,
 )
-from twophase.integration.readback import read_topic
+from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.outcome import CommitOutcome
 
 pytestmark = pytest.mark.kafka
@@ -39,14 +38,14 @@ def test_commit_from_another_process_then_recommit(kafka_bootstrap: str) -> None
     try:
         assert sink.recover_and_commit(committable) is CommitOutcome.COMMITTED
         assert sink.commit(committable) is CommitOutcome.ALREADY_COMMITTED
-        got = read_topic(kafka_bootstrap, topic, "read_committed")
+        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
         assert sorted(got) == sorted(expected("c1-p0-a0", 500))  # exactly once
         # a fresh driver process (new sink, new connections) re-commits idempotently too
         fresh = KafkaSink("out", sink_config(kafka_bootstrap, topic, job))
         assert fresh.recover_and_commit(committable) is CommitOutcome.ALREADY_COMMITTED
         fresh.close()
-        assert wait_until_stable(kafka_bootstrap, topic)
-        assert sorted(read_topic(kafka_bootstrap, topic, "read_committed")) == sorted(
+        wait_until_stable(kafka_bootstrap, topic)
+        assert sorted(key_values(read_topic(kafka_bootstrap, topic, "read_committed"))) == sorted(
             expected("c1-p0-a0", 500)
         )
     finally:
@@ -67,7 +66,7 @@ def test_transaction_aborted_by_timeout_is_lost(kafka_bootstrap: str) -> None:
         assert aborted.producer_epoch > committable.producer_epoch
         assert sink.commit(committable) is CommitOutcome.LOST
         assert sink.commit(committable) is CommitOutcome.LOST
-        assert wait_until_stable(kafka_bootstrap, topic)
+        wait_until_stable(kafka_bootstrap, topic)
         assert read_topic(kafka_bootstrap, topic, "read_committed") == []
     finally:
         sink.close()
@@ -87,7 +86,7 @@ def test_abort_of_a_pre_committed_transaction(kafka_bootstrap: str) -> None:
             == "CompleteAbort"
         )
         assert sink.commit(committable) is CommitOutcome.LOST
-        assert wait_until_stable(kafka_bootstrap, topic)
+        wait_until_stable(kafka_bootstrap, topic)
         assert read_topic(kafka_bootstrap, topic, "read_committed") == []
     finally:
         sink.close()

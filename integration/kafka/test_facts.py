@@ -18,12 +18,10 @@ from twophase.integration.kafka.support import (
     describe,
     read_json_line,
     sink_config,
-    stable,
     unique,
-    wait_until_stable,
     writer_process,
 )
-from twophase.integration.readback import read_topic
+from twophase.integration.readback import is_stable, key_values, read_topic, wait_until_stable
 
 pytestmark = pytest.mark.kafka
 
@@ -54,7 +52,7 @@ def test_three_facts(kafka_bootstrap: str) -> None:
     assert snapshot.state == "Ongoing"
     assert read_topic(kafka_bootstrap, topic, "read_committed") == []
     assert len(read_topic(kafka_bootstrap, topic, "read_uncommitted")) == 20
-    assert not stable(kafka_bootstrap, topic)  # the last stable offset is held back
+    assert not is_stable(kafka_bootstrap, topic)  # the last stable offset is held back
 
     # Fact 3: EndTxn(commit) from this (another) process commits it.
     admin = KafkaAdmin.connect(config)
@@ -65,6 +63,6 @@ def test_three_facts(kafka_bootstrap: str) -> None:
     finally:
         admin.close()
     assert code == KafkaErrorCode.NONE
-    got = read_topic(kafka_bootstrap, topic, "read_committed")
+    got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
     assert sorted(got) == sorted((f"raw-{i}".encode(), f"v-raw-{i}".encode()) for i in range(20))
-    assert wait_until_stable(kafka_bootstrap, topic)
+    wait_until_stable(kafka_bootstrap, topic)

@@ -9,19 +9,16 @@ import pytest
 from twophase.connectors.kafka import KafkaCommittable, KafkaSink
 from twophase.integration.kafka.support import (
     create_topic,
-    end_offsets,
     expected,
     ongoing_with_prefix,
     read_json_line,
     rows,
     sink_config,
-    stable,
     unique,
-    wait_until_stable,
     write_one,
     writer_process,
 )
-from twophase.integration.readback import read_topic
+from twophase.integration.readback import end_offsets, is_stable, key_values, read_topic, wait_until_stable
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.outcome import CommitOutcome
 
@@ -42,15 +39,15 @@ def test_writer_killed_mid_transaction_is_aborted(kafka_bootstrap: str) -> None:
             proc.send_signal(signal.SIGKILL)  # crash mid-transaction: no abort, no commit
             assert proc.wait(timeout=30) == -signal.SIGKILL
         assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == [flushed]
-        assert not stable(kafka_bootstrap, topic)  # the lingering transaction holds the LSO back
+        assert not is_stable(kafka_bootstrap, topic)  # the lingering transaction holds the LSO back
 
         scope = LingeringScope[KafkaCommittable](job, "out", held=(held,), max_partitions=2)
         assert sink.abort_lingering(scope) == 1
         assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == []
-        assert wait_until_stable(kafka_bootstrap, topic)  # the LSO advanced to the end
+        wait_until_stable(kafka_bootstrap, topic)  # the LSO advanced to the end
         high = end_offsets(kafka_bootstrap, topic, "read_uncommitted")
         assert sum(high.values()) >= 30 + 200  # the killed writer's records are in the log...
-        got = read_topic(kafka_bootstrap, topic, "read_committed")
+        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
         assert sorted(got) == sorted(expected("ok", 30))  # ...but none of them is visible
         assert sink.abort_lingering(scope) == 0  # idempotent
         assert sink.commit(held) is CommitOutcome.ALREADY_COMMITTED  # held ids were never touched
@@ -89,8 +86,8 @@ def test_retried_attempt_leaves_no_open_transaction(kafka_bootstrap: str) -> Non
         scope = LingeringScope[KafkaCommittable](job, "out", held=(p0, p1), max_partitions=2)
         assert sink.abort_lingering(scope) == 1
         assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == []
-        assert wait_until_stable(kafka_bootstrap, topic)
-        got = read_topic(kafka_bootstrap, topic, "read_committed")
+        wait_until_stable(kafka_bootstrap, topic)
+        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
         assert sorted(got) == sorted(expected("c1-p0-a0", 40) + expected("c1-p1-a1", 60))
     finally:
         sink.close()

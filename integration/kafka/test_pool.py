@@ -16,10 +16,9 @@ from twophase.integration.kafka.support import (
     rows,
     sink_config,
     unique,
-    wait_until_stable,
     write_one,
 )
-from twophase.integration.readback import read_topic
+from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.outcome import CommitOutcome
 
@@ -50,8 +49,8 @@ def test_async_commit_never_reuses_a_pending_id(kafka_bootstrap: str) -> None:
             pending = written
         for q in pending:
             assert sink.commit(q) is CommitOutcome.COMMITTED
-        assert wait_until_stable(kafka_bootstrap, topic)
-        got = read_topic(kafka_bootstrap, topic, "read_committed")
+        wait_until_stable(kafka_bootstrap, topic)
+        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
         assert sorted(got) == sorted(want)  # all visible, exactly once
         assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == []
     finally:
@@ -80,7 +79,7 @@ def test_transactional_ids_held_after_100_epochs(
         assert (
             sink.abort_lingering(LingeringScope[KafkaCommittable](job, "out", max_partitions=partitions)) == 0
         )
-        assert wait_until_stable(kafka_bootstrap, topic)
+        wait_until_stable(kafka_bootstrap, topic)
         assert len(read_topic(kafka_bootstrap, topic, "read_committed")) == 100 * partitions * 3
     finally:
         sink.close()

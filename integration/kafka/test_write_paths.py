@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.integration.kafka.support import create_topic, read_records, sink_config, unique, write_one
+from twophase.integration.kafka.support import create_topic, sink_config, unique, write_one
+from twophase.integration.readback import read_topic
 from twophase.sinks.outcome import CommitOutcome
 
 pytestmark = pytest.mark.kafka
@@ -58,9 +59,11 @@ def test_headers_partitions_topics_json_and_lineage(kafka_bootstrap: str) -> Non
     sink.close()
 
     lineage = [("twophase.job", job.encode()), ("twophase.checkpoint", b"5")]
-    got = {k: (p, v, h) for p, k, v, h in read_records(kafka_bootstrap, main)}
+    got = {
+        r.key: (r.partition, r.value, r.headers) for r in read_topic(kafka_bootstrap, main, until_stable=True)
+    }
     assert got[b"a"] == (2, json.dumps({"n": 1}, separators=(",", ":")).encode(), [("h", b"1"), *lineage])
     assert got[b"b"][0] == 0 and got[b"b"][2] == lineage
     assert got[b"d"][1] == b'{"n":4}'
-    [(_p, key, value, headers)] = read_records(kafka_bootstrap, other)
+    [(_p, _offset, key, value, headers)] = read_topic(kafka_bootstrap, other, until_stable=True)
     assert key is None and value is None and headers == lineage  # a null value is a Kafka null

