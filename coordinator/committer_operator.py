@@ -64,6 +64,7 @@ from tenacity import (
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
 from twophase.coordinator.lanes import run_lanes
+from twophase.coordinator.metrics import SinkMetricsRecorder
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.coordinator.transaction_ages import TransactionAgeMonitor
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
@@ -73,7 +74,7 @@ from twophase.sinks.errors import (
     ServiceUnavailableError,
     TransactionLostError,
 )
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,7 @@ class CommitterOperator:
         clock: Clock = system_clock_ms,
         sleep: Callable[[float], None] | None = None,
         fault: Callable[[str], None] = lambda point: None,
+        sink_metrics: SinkMetricsRecorder | None = None,
     ) -> None:
         self.job_id = job_id
         self.policy = policy or CommitPolicy()
@@ -174,6 +176,7 @@ class CommitterOperator:
         self._cancel = threading.Event()
         self._sleep = sleep if sleep is not None else self._interruptible_sleep
         self._fault = fault
+        self.sink_metrics = sink_metrics if sink_metrics is not None else SinkMetricsRecorder()
         self.ages = TransactionAgeMonitor(
             job_id, self.policy.transaction_timeout_ms, self.policy.timeout_warning_ratio, clock
         )
@@ -275,7 +278,11 @@ class CommitterOperator:
                 f"partition {fields['partition']} raised: {e!r}"
             ) from e
         finally:
-            self._add(commit_time_ms=(time.perf_counter() - started) * 1000.0)
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
+            self._add(commit_time_ms=elapsed_ms)
+        measured = outcome is CommitOutcome.COMMITTED
+        sizes = [sink.measure(x.committable) if measured else CommittableSize() for x in txns]
+        self.sink_metrics.committed(sink.name, t.checkpoint_id, outcome, sizes, elapsed_ms)
         if len(txns) == 1 and not request.per_checkpoint:
             what = (
                 f"sink {sink.name!r} checkpoint {t.checkpoint_id} partition {t.partition} "
@@ -316,6 +323,7 @@ class CommitterOperator:
         """
         (sink.recover_and_abort if recovery else sink.abort)(txn.committable)
         self._add(aborted=1)
+        self.sink_metrics.aborted(sink.name, txn.checkpoint_id)
         log_event(
             log,
             logging.INFO,

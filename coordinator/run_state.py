@@ -21,7 +21,7 @@ from twophase.coordinator.clock import Clock
 from twophase.coordinator.committer_operator import CommitterMetrics, CommitterOperator
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.recovery import Held, MetadataCache, encoded, held_by, lingering_scope
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError
@@ -73,6 +73,7 @@ class RunState:
         self.lifecycle = JobLifecycle(job_id)
         self.restarts = RestartTracker(config.restart, clock)
         self.lock = threading.RLock()
+        self.sink_metrics = SinkMetricsRecorder()
         self.cancel_requested = threading.Event()
         self.committer = self.new_committer()
         self.past_committer_metrics: list[CommitterMetrics] = []
@@ -89,7 +90,12 @@ class RunState:
     def new_committer(self) -> CommitterOperator:
         """A committer operator with the job's commit policy, clock, backoff sleep and faults."""
         return CommitterOperator(
-            self.job_id, self.config.commit, clock=self.clock, sleep=self.commit_sleep, fault=self.fault
+            self.job_id,
+            self.config.commit,
+            clock=self.clock,
+            sleep=self.commit_sleep,
+            fault=self.fault,
+            sink_metrics=self.sink_metrics,
         )
 
     def replace_committer(self) -> None:
@@ -198,6 +204,8 @@ class RunState:
     def abort_lingering(self, sink: AnySink, up_to: int, *, extra: CheckpointMetadata | None = None) -> int:
         """``sink.abort_lingering`` with everything held; returns how many it aborted."""
         n = sink.abort_lingering(lingering_scope(self.job_id, sink, self.held(sink, extra), up_to))
+        last = self.last_completed.checkpoint_id if self.last_completed is not None else 0
+        self.sink_metrics.lingering(sink.name, min(up_to, last) if up_to < 2**62 else last, n)
         if n:
             log_event(
                 log,

@@ -45,7 +45,7 @@ from twophase.coordinator.faults import fault_point
 from twophase.coordinator.job_endings import cancel_job, finish_job, stop_job, stop_with_savepoint
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.recovery import ALL_CHECKPOINTS, RestoreResult, restore_run
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError, run_with_restarts
@@ -162,6 +162,12 @@ class JobRuntime:
     def checkpoint_metrics(self) -> list[CheckpointMetrics]:
         """Metrics of every checkpoint completed by this runtime, oldest first."""
         return self._s.checkpoint_metrics
+
+    @property
+    def sink_metrics(self) -> SinkMetricsRecorder:
+        """Per sink and checkpoint: transactions committed, already committed and aborted,
+        lingering aborted, records, bytes, commit ms (``per_checkpoint()``, ``totals()``)."""
+        return self._s.sink_metrics
 
     @property
     def committer_metrics(self) -> CommitterMetrics:

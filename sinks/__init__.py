@@ -20,7 +20,7 @@ from twophase.sinks.errors import (
     TransactionLostError,
     TwoPhaseError,
 )
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 __all__ = [
     "CheckpointCommitSink",
@@ -29,6 +29,7 @@ __all__ = [
     "CommitOutcome",
     "CommittableCodec",
     "CommittableDecodeError",
+    "CommittableSize",
     "ConfigError",
     "CorruptCheckpointError",
     "IllegalTransitionError",

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 TXN = TypeVar("TXN")
 COMM = TypeVar("COMM")
@@ -132,6 +132,11 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         before a checkpoint completed. Never touch anything in ``scope.held`` or
         ``scope.held_in_progress``, nor other jobs' transactions.
         """
+
+    def measure(self, committable: COMM) -> CommittableSize:
+        """Records and bytes in ``committable``, for the runtime's per-sink metrics. Cheap, no I/O.
+        Default: unknown."""
+        return CommittableSize()
 
     def close(self) -> None:
         """Release driver-side clients (admin connections). Idempotent."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class CommitOutcome(enum.Enum):
@@ -26,3 +27,16 @@ class CommitOutcome(enum.Enum):
     def is_success(self) -> bool:
         """True for ``COMMITTED`` and ``ALREADY_COMMITTED``."""
         return self in (CommitOutcome.COMMITTED, CommitOutcome.ALREADY_COMMITTED)
+
+
+@dataclass(frozen=True)
+class CommittableSize:
+    """What one committable holds, for metrics (``TwoPhaseCommitSink.measure``).
+
+    Attributes:
+        records: records in the transaction, or ``None`` if the sink does not know.
+        bytes: bytes of data in the transaction, or ``None`` if the sink does not know.
+    """
+
+    records: int | None = None
+    bytes: int | None = None

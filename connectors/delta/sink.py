@@ -29,7 +29,7 @@ from twophase.connectors.delta.writer import DeltaFileWriter
 from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,10 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
             extra={"sink": self.name, "checkpoint": committable.checkpoint_id},
         )
         return CommitOutcome.FATAL
+
+    def measure(self, committable: DeltaCommittable) -> CommittableSize:
+        """Records and bytes of the committable's data files."""
+        return CommittableSize(committable.num_records, sum(a.size for a in committable.adds))
 
     def abort(self, committable: DeltaCommittable) -> None:
         """Delete the committable's files unless a commit references them. Idempotent."""

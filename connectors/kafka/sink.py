@@ -23,7 +23,7 @@ from twophase.connectors.kafka.writer import KafkaTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         except ServiceUnavailableError as e:
             log_event(log, logging.WARNING, "commit needs retry", sink=self.name, error=e)
             return CommitOutcome.RETRY
+
+    def measure(self, committable: KafkaCommittable) -> CommittableSize:
+        """Records in the transaction (Kafka's committable carries no byte count)."""
+        return CommittableSize(records=committable.record_count)
 
     def abort(self, committable: KafkaCommittable) -> None:
         """EndTxn(abort) with the recorded producer id and epoch; idempotent.

@@ -29,7 +29,7 @@ from twophase.connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
 from twophase.sinks.api import InProgressSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 
 class S3Sink(InProgressSink[S3Transaction, S3Committable]):
@@ -134,6 +134,11 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
     def commit(self, committable: S3Committable) -> CommitOutcome:
         """CompleteMultipartUpload every file; idempotent (see ``committer`` for the outcome table)."""
         return committer.commit(self._ops(), committable, sink=self.name)
+
+    def measure(self, committable: S3Committable) -> CommittableSize:
+        """Records and bytes of the committable's files."""
+        files = committable.files
+        return CommittableSize(sum(f.record_count for f in files), sum(f.byte_count for f in files))
 
     def abort(self, committable: S3Committable) -> None:
         """Abort every file's upload and delete its tails. Idempotent."""

@@ -26,7 +26,7 @@ import pyarrow as pa
 from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 
 @dataclass(frozen=True)
@@ -246,6 +246,9 @@ class FakeSink(TwoPhaseCommitSink[FakeTxn, FakeCommittable]):
 
     def abort_lingering(self, scope: LingeringScope[FakeCommittable]) -> int:
         return self.system.abort_lingering(scope)
+
+    def measure(self, committable: FakeCommittable) -> CommittableSize:
+        return CommittableSize(records=committable.records)
 
 
 class FakeInProgressSink(InProgressSink[FakeTxn, FakeCommittable]):

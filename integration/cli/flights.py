@@ -35,8 +35,8 @@ from twophase.integration.cli.output import (
 from twophase.integration.cli.target import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
 
 if TYPE_CHECKING:
+    from twophase.coordinator.metrics import SinkCommitMetrics
     from twophase.integration.jobs.flights import FlightsJobSpec, FlightsProgress, FlightsRun
-    from twophase.integration.jobs.flights_sinks import SinkCounters
     from twophase.integration.verify import SinkReport, VerifyReport
 
 VERIFY_KEYS = (
@@ -62,7 +62,7 @@ delta_reader_option = click.option(
 # ------------------------------------------------------------------------------------ tables
 
 
-def counters_table(counters: dict[str, SinkCounters], title: str | None = None) -> FittedTable:
+def counters_table(counters: dict[str, SinkCommitMetrics], title: str | None = None) -> FittedTable:
     """Per sink: checkpoints, transactions committed and aborted, records committed."""
     columns = [Column("sink"), *(Column(h, "number") for h in ("checkpoints", "txns", "aborted", "records"))]
     rows = [
@@ -70,7 +70,7 @@ def counters_table(counters: dict[str, SinkCounters], title: str | None = None) 
             name,
             str(len(c.checkpoints)),
             str(c.transactions_committed),
-            str(c.transactions_aborted),
+            str(c.transactions_aborted + c.lingering_aborted),
             f"{c.records_committed:,}",
         ]
         for name, c in counters.items()
@@ -102,7 +102,7 @@ class _ProgressView:
 
 def summary_table(run: FlightsRun, report: VerifyReport) -> FittedTable:
     """The demo's summary: per sink what was committed and whether it was verified."""
-    from twophase.integration.jobs.flights_sinks import SinkCounters
+    from twophase.coordinator.metrics import SinkCommitMetrics
 
     columns = [Column("sink")]
     columns += [
@@ -111,15 +111,15 @@ def summary_table(run: FlightsRun, report: VerifyReport) -> FittedTable:
     columns += [Column("verified")]
     rows = []
     for sink in report.sinks:
-        c = run.counters.get(sink.sink, SinkCounters())
+        c = run.counters.get(sink.sink, SinkCommitMetrics(sink.sink, None))
         rows.append(
             [
                 sink.sink,
                 f"{c.records_committed:,}",
                 str(len(c.checkpoints)),
                 str(c.transactions_committed),
-                str(c.transactions_aborted),
-                f"{c.commit_seconds:.2f}",
+                str(c.transactions_aborted + c.lingering_aborted),
+                f"{c.commit_ms / 1000:.2f}",
                 f"{sink.records:,}",
                 OK if sink.ok else FAIL,
             ]
@@ -209,9 +209,9 @@ def run_json(run: FlightsRun, report: VerifyReport) -> dict[str, Any]:
             name: {
                 "checkpoints": sorted(c.checkpoints),
                 "transactions_committed": c.transactions_committed,
-                "transactions_aborted": c.transactions_aborted,
+                "transactions_aborted": c.transactions_aborted + c.lingering_aborted,
                 "records_committed": c.records_committed,
-                "commit_seconds": round(c.commit_seconds, 3),
+                "commit_seconds": round(c.commit_ms / 1000, 3),
             }
             for name, c in run.counters.items()
         },

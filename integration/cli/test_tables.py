@@ -10,11 +10,11 @@ from rich.text import Text
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.metrics import SinkCommitMetrics
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.integration.cli import checkpoints, flights, lingering, services
 from twophase.integration.cli.output import Column, FittedTable, table
 from twophase.integration.jobs.flights import FlightsJobSpec, FlightsRun
-from twophase.integration.jobs.flights_sinks import SinkCounters
 from twophase.integration.lingering import ItemStatus, LingeringItem, SinkLingering
 from twophase.integration.services import ServiceStatus
 from twophase.integration.testing.cli import rendered_columns
@@ -182,7 +182,8 @@ def test_verify_and_demo_tables_fit() -> None:
     for t in flights.verification_tables(report):
         assert_fits(t)
     counters = {
-        name: SinkCounters(set(range(1, 14)), 39, 0, 2, 336_776, 12.345) for name in ("kafka", "s3", "delta")
+        name: SinkCommitMetrics(name, None, 39, 0, 2, 1, 336_776, None, 12_345.0, tuple(range(1, 14)))
+        for name in ("kafka", "s3", "delta")
     }
     spec = FlightsJobSpec("flights_20240101_120000", "/tmp/flights-run")
     run = FlightsRun(spec, JobState.FINISHED, 123.4, (), (), counters)

@@ -22,7 +22,7 @@ Every record goes to three sinks in the same checkpoints (one pass over each bat
 - S3 (MinIO): Parquet partitioned by ``origin`` and ``month``;
 - Delta table: a local path by default, or ``s3://``.
 
-Each sink takes its own projection of the shared batch (see :mod:`twophase.integration.jobs.flights_sinks`).
+Each sink takes its own projection of the shared batch (see :func:`build_sinks`).
 
 Run it with ``twophase demo``, or resume one prepared run (what the chaos suite does)::
 
@@ -47,23 +47,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from twophase.connectors.delta import DeltaSinkConfig
-from twophase.connectors.kafka import KafkaSinkConfig
-from twophase.connectors.s3 import FileFormat
+from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
+from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.connectors.s3 import FileFormat, S3Sink
 from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.metrics import CheckpointMetrics, SinkCommitMetrics
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
 from twophase.integration.jobs import flights_data
-from twophase.integration.jobs.flights_sinks import (
-    FlightsDeltaSink,
-    FlightsKafkaSink,
-    FlightsS3Sink,
-    SinkCounters,
-)
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.errors import ConfigError
 
@@ -221,15 +215,18 @@ class FlightsEndpoints:
     s3: S3Endpoint
 
 
-def build_sinks(
-    spec: FlightsJobSpec, endpoints: FlightsEndpoints
-) -> tuple[FlightsKafkaSink, FlightsS3Sink, FlightsDeltaSink]:
+def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[KafkaSink, S3Sink, DeltaSink]:
     """The job's three sinks, configured for ``spec`` (driver side; nothing is contacted yet).
+
+    Each takes its own projection of the shared batch by configuration (DESIGN.md §6): the Kafka
+    sink its key/value columns, the S3 and Delta sinks ``TYPED_COLUMNS`` (an Arrow select per
+    batch, zero-copy; nothing runs per record in Python). Delta writes Spark's zoned timestamps as
+    Delta ``timestamp``.
 
     Raises:
         ConfigError: an invalid setting.
     """
-    kafka = FlightsKafkaSink(
+    kafka = KafkaSink(
         KAFKA_SINK,
         KafkaSinkConfig(
             bootstrap_servers=endpoints.kafka_bootstrap,
@@ -243,7 +240,7 @@ def build_sinks(
         ),
     )
     s3 = endpoints.s3
-    s3_sink = FlightsS3Sink(
+    s3_sink = S3Sink(
         S3_SINK,
         s3.sink_config(
             bucket=spec.bucket,
@@ -254,7 +251,7 @@ def build_sinks(
         ),
     )
     delta_options = s3.storage_options() if spec.delta_uri.startswith(("s3://", "s3a://")) else {}
-    delta = FlightsDeltaSink(
+    delta = DeltaSink(
         DELTA_SINK,
         DeltaSinkConfig(
             table_uri=spec.delta_uri,
@@ -266,7 +263,7 @@ def build_sinks(
     return kafka, s3_sink, delta
 
 
-def runtime_config(kafka: FlightsKafkaSink) -> RuntimeConfig:
+def runtime_config(kafka: KafkaSink) -> RuntimeConfig:
     """The job's runtime settings: defaults, with Kafka's transaction timeout for age warnings."""
     return RuntimeConfig(commit=CommitPolicy(transaction_timeout_ms=kafka.config.transaction_timeout_ms))
 
@@ -335,7 +332,7 @@ class FlightsProgress:
         expected_batches: micro-batches the whole input makes.
         records: records written by this process (each sink received all of them).
         checkpoints: checkpoints completed by this process, the final one included.
-        counters: sink name → its driver-side counters.
+        counters: sink name → what the driver committed for it (the runtime's per-sink metrics).
         elapsed_s: seconds since the job started.
     """
 
@@ -345,7 +342,7 @@ class FlightsProgress:
     expected_batches: int
     records: int
     checkpoints: int
-    counters: dict[str, SinkCounters]
+    counters: dict[str, SinkCommitMetrics]
     elapsed_s: float
 
 
@@ -359,7 +356,7 @@ class FlightsRun:
         wall_s: wall time of the run, seconds (Spark session excluded).
         epochs: this process's epochs.
         checkpoints: this process's completed checkpoints, the final one last.
-        counters: sink name → its counters.
+        counters: sink name → what the driver committed for it.
     """
 
     spec: FlightsJobSpec
@@ -367,12 +364,10 @@ class FlightsRun:
     wall_s: float
     epochs: tuple[EpochMetrics, ...]
     checkpoints: tuple[CheckpointMetrics, ...]
-    counters: dict[str, SinkCounters] = field(default_factory=dict)
+    counters: dict[str, SinkCommitMetrics] = field(default_factory=dict)
 
 
-def _progress(
-    handle: JobHandle, spec: FlightsJobSpec, sinks: dict[str, SinkCounters], started: float
-) -> FlightsProgress:
+def _progress(handle: JobHandle, spec: FlightsJobSpec, started: float) -> FlightsProgress:
     epochs = handle.metrics
     return FlightsProgress(
         job_id=spec.job_id,
@@ -381,7 +376,7 @@ def _progress(
         expected_batches=spec.expected_batches,
         records=sum(m.records for m in epochs),
         checkpoints=len(handle.checkpoint_metrics),
-        counters=sinks,
+        counters=handle.runtime.sink_metrics.totals(),
         elapsed_s=time.perf_counter() - started,
     )
 
@@ -407,7 +402,6 @@ def run_flights(
     spec.save()
     endpoints.s3.ensure_bucket(spec.bucket)
     kafka, s3_sink, delta = build_sinks(spec, endpoints)
-    counters = {s.name: s.counters for s in (kafka, s3_sink, delta)}
     job = Job(spark, spec.job_id, spec.checkpoint_dir, job_id=spec.job_id, config=runtime_config(kafka))
     for s in (kafka, s3_sink, delta):
         job.sink(s)
@@ -420,16 +414,16 @@ def run_flights(
     )
     while not handle.await_termination(poll_s):
         if on_progress is not None:
-            on_progress(_progress(handle, spec, counters, started))
+            on_progress(_progress(handle, spec, started))
     if on_progress is not None:
-        on_progress(_progress(handle, spec, counters, started))
+        on_progress(_progress(handle, spec, started))
     return FlightsRun(
         spec=spec,
         state=handle.status,
         wall_s=time.perf_counter() - started,
         epochs=handle.metrics,
         checkpoints=handle.checkpoint_metrics,
-        counters=counters,
+        counters=handle.runtime.sink_metrics.totals(),
     )
 
 

@@ -447,3 +447,10 @@ def test_two_committers_racing_to_create_the_table(
     assert len(calls) == 2
     assert DeltaTable(table_path).version() == 0
     assert [r["id"] for r in read_rows(table_path)] == [1, 2]
+
+
+def test_the_sink_measures_records_and_bytes_of_a_committable(make_sink: Sink, write_checkpoint: Any) -> None:
+    sink = make_sink()
+    [c] = write_checkpoint(sink, 1, [[batch([1, 2, 3])]])
+    size = sink.measure(c)
+    assert size.records == 3 and size.bytes == sum(a.size for a in c.adds) and size.bytes > 0

@@ -77,3 +77,12 @@ def test_empty_or_unassigned_transactions_have_no_committable() -> None:
         KafkaCommittable("x", 1, 0, (), 0, 1)
     with pytest.raises(ValueError):
         KafkaCommittable("x", -1, 0, (), 1, 1)
+
+
+def test_the_sink_measures_records_of_a_committable() -> None:
+    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+    from twophase.sinks.outcome import CommittableSize
+
+    sink = KafkaSink("out", KafkaSinkConfig(bootstrap_servers="127.0.0.1:1", topic="t"))
+    c = KafkaCommittable("twophase-j-out-0-1", 7, 0, (("t", 0),), 42, 1)
+    assert sink.measure(c) == CommittableSize(records=42, bytes=None)

@@ -134,3 +134,15 @@ def test_in_progress_tail_fields_must_agree() -> None:
     }
     with pytest.raises(CommittableDecodeError):
         IN_PROGRESS_CODEC.from_json({"kind": "s3.in_progress", "version": 1, "body": body})
+
+
+def test_the_sink_measures_records_and_bytes_of_a_committable() -> None:
+    from twophase.connectors.s3 import S3Sink, S3SinkConfig
+    from twophase.sinks.outcome import CommittableSize
+
+    sink = S3Sink("out", S3SinkConfig(bucket="bucket", prefix="p"))
+    files = tuple(
+        PendingFile("b", f"p/k{i}", f"u{i}", (UploadedPart(1, '"e"', n),), n, r)
+        for i, (n, r) in enumerate([(100, 3), (50, 2)])
+    )
+    assert sink.measure(S3Committable(files)) == CommittableSize(records=5, bytes=150)
