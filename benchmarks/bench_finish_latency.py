@@ -15,7 +15,7 @@ committed), then times **end of input → FINISHED**:
 
 Sink families:
 
-- ``file``: ``twophase.integration.testing.file_sink.JsonLinesFileSink`` (local files; its data is committed
+- ``file``: ``twophase.coordinator.testing.file_sink.JsonLinesFileSink`` (local files; its data is committed
   with the epoch's checkpoint, so the final checkpoint carries no data: the cost is the
   checkpoint itself — finish the subtasks, publish, lingering clean-up);
 - ``s3_jsonl``: ``S3Sink`` writing JSON lines that span checkpoints (MinIO): each partition's file
@@ -130,8 +130,8 @@ def _family(make_sink: Callable[[str, str], Any], rounds: int, scratch: Path) ->
 def run() -> dict[str, Any]:
     """Run both sink families; see the module docstring."""
     from twophase.connectors.s3 import S3Sink
+    from twophase.coordinator.testing.file_sink import JsonLinesFileSink
     from twophase.integration.services import s3_service
-    from twophase.integration.testing.file_sink import JsonLinesFileSink
 
     rounds = common.runs(ROUNDS)
     env = common.machine()

@@ -1,5 +1,5 @@
 """The ``twophase-jsonl`` test format: the facade over
-:class:`~twophase.integration.testing.file_sink.JsonLinesFileSink`.
+:class:`~twophase.coordinator.testing.file_sink.JsonLinesFileSink`.
 
 Options: ``outputDir`` (required; the sink's root folder) and ``sinkName`` (default ``jsonl``), plus
 the facade's own (``job``, ``twophaseCheckpointDir``). Lives in ``integration/`` because
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from twophase.coordinator.spark.datasource import TwoPhaseDataSource
-from twophase.integration.testing.file_sink import JsonLinesFileSink
+from twophase.coordinator.testing.file_sink import JsonLinesFileSink
 from twophase.sinks.errors import ConfigError
 
 FORMAT = "twophase-jsonl"

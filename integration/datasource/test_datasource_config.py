@@ -15,8 +15,8 @@ from twophase.coordinator.spark.datasource import (
     checkpoint_id_for_batch,
 )
 from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink
+from twophase.coordinator.testing.file_sink import JsonLinesFileSink
 from twophase.integration.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
-from twophase.integration.testing.file_sink import JsonLinesFileSink
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 

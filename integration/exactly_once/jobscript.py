@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from twophase.coordinator.spark.job import Job
-from twophase.integration.testing.file_sink import JsonLinesFileSink
+from twophase.coordinator.testing.file_sink import JsonLinesFileSink
 
 
 def _spark(master: str):  # type: ignore[no-untyped-def]

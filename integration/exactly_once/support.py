@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twophase.integration.testing.file_sink import read_committed, staging_files
+from twophase.coordinator.testing.file_sink import read_committed, staging_files
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT_EXIT = 137

@@ -15,8 +15,8 @@ from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
+from twophase.coordinator.testing.file_sink import JsonLinesFileSink, _OpenFile
 from twophase.integration.exactly_once.support import assert_exactly_once, make_input
-from twophase.integration.testing.file_sink import JsonLinesFileSink, _OpenFile
 from twophase.sinks.errors import ConfigError, JobError, SchemaError
 
 pytestmark = [pytest.mark.spark]

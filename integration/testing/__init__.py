@@ -1,1 +1,1 @@
-"""Test-only sinks and helpers for the end-to-end suites (real 2PC semantics on a local file system)."""
+"""Test support of the end-to-end suites: running the ``twophase`` command as a user would."""

@@ -1,0 +1,90 @@
+"""coordinator.recovery: what a restore re-commits, and what lingering cleanup may never abort."""
+
+from __future__ import annotations
+
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.recovery import ALL_CHECKPOINTS, held_by, lingering_scope, recovery_transactions
+from twophase.coordinator.testing.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
+
+
+def comm(txn: str, checkpoint: int, partition: int = 0) -> dict[str, object]:
+    return CODEC.to_json(FakeCommittable(txn, checkpoint, partition, 1))
+
+
+def meta(
+    c: int,
+    sinks: dict[str, SinkSnapshot],
+    *,
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    fully_finished: tuple[str, ...] = (),
+) -> CheckpointMetadata:
+    return CheckpointMetadata("job", c, kind, 0, sinks, fully_finished=fully_finished)
+
+
+Record = tuple[int, int, dict[str, object]]
+
+
+def snap(
+    *records: Record, in_progress: dict[int, dict[str, object]] | None = None, partitions: int = 2
+) -> SinkSnapshot:
+    return SinkSnapshot(
+        partitions,
+        tuple(CommittableRecord(p, 0, payload, c) for p, c, payload in records),
+        in_progress or {},
+    )
+
+
+def test_held_is_every_committable_and_in_progress_state_of_the_given_checkpoints() -> None:
+    a1, a2, b1 = comm("a1", 1), comm("a2", 2, 1), comm("b1", 1)
+    ip = {"file": "x"}
+    checkpoints = [
+        meta(1, {"a": snap((0, 1, a1)), "b": snap((0, 1, b1))}),
+        meta(2, {"a": snap((0, 1, a1), (1, 2, a2), in_progress={1: ip}, partitions=5)}),
+    ]
+    held = held_by("a", checkpoints)
+    assert list(held.committables.values()) == [a1, a2]  # a1 once, though two checkpoints hold it
+    assert list(held.in_progress.values()) == [ip]
+    assert held.max_partitions == 5
+    assert list(held_by("b", checkpoints).committables.values()) == [b1]
+    assert held_by("c", checkpoints).committables == {}
+
+
+def test_what_the_running_job_holds_is_held_too() -> None:
+    pending, live = comm("p3", 3), {"file": "live"}
+    held = held_by("a", [], pending=[pending], live_in_progress=[live], live_parallelism=4)
+    assert list(held.committables.values()) == [pending]
+    assert list(held.in_progress.values()) == [live]
+    assert held.max_partitions == 4
+
+
+def test_equal_payloads_are_one_whatever_their_key_order() -> None:
+    p = comm("a1", 1)
+    reordered = dict(reversed(list(p.items())))
+    assert len(held_by("a", [], pending=[p, reordered]).committables) == 1
+
+
+def test_the_scope_decodes_held_committables_and_bounds_checkpoints() -> None:
+    sink = FakeSink("a", FakeExternalSystem())
+    held = held_by("a", [meta(1, {"a": snap((0, 1, comm("a1", 1)))})])
+    scope = lingering_scope("job", sink, held, ALL_CHECKPOINTS)
+    assert scope.held == (FakeCommittable("a1", 1, 0, 1),)
+    assert (scope.job_id, scope.sink_name, scope.up_to_checkpoint) == ("job", "a", ALL_CHECKPOINTS)
+
+
+def test_recovery_commits_in_checkpoint_order_and_skips_fully_finished_sinks() -> None:
+    sinks = {n: FakeSink(n, FakeExternalSystem()) for n in ("a", "done")}
+    m = meta(
+        3,
+        {
+            "a": snap((1, 3, comm("a3", 3, 1)), (0, 2, comm("a2", 2)), (0, 3, comm("a3b", 3))),
+            "done": snap((0, 3, comm("d3", 3))),
+        },
+        fully_finished=("done",),
+    )
+    txns = recovery_transactions(m, sinks, now_ms=5)
+    assert [(t.sink_name, t.checkpoint_id, t.committable.txn_id) for t in txns] == [
+        ("a", 2, "a2"),
+        ("a", 3, "a3"),
+        ("a", 3, "a3b"),
+    ]
+    assert all(t.payload is not None and t.pre_committed_ms == 5 for t in txns)
