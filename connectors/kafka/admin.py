@@ -1,37 +1,29 @@
-"""Driver-side Kafka protocol calls librdkafka does not expose, through kafka-python 3.x.
+"""Driver-side Kafka transaction calls that librdkafka does not expose: which broker to ask, and
+what its answer means.
 
-One small wrapper around ``kafka.KafkaAdminClient``: its connection manager sends kafka-python's
-own request classes (``EndTxnRequest``, ``FindCoordinatorRequest``, ``DescribeTransactionsRequest``)
-and its admin methods do ListTransactions, DescribeConfigs and CreateTopics. No wire encoding here.
-Reaching the brokers is retried with backoff (tenacity) and ends in ServiceUnavailableError.
+:class:`KafkaAdmin` routes each call to the transactional id's coordinator. It caches the
+coordinator per id (FindCoordinator, key type transaction) and sends the request through a
+:class:`~twophase.connectors.kafka.transport.TransactionTransport` (kafka-python's own request
+classes; no wire encoding here). Reaching the brokers is retried with backoff (tenacity) and
+ends in ServiceUnavailableError.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as kerrors
 import tenacity
-from kafka import KafkaAdminClient
-from kafka.admin import ConfigResource, ConfigResourceType
-from kafka.net.compat import KafkaNetClient
-from kafka.protocol.admin.transactions import DescribeTransactionsRequest
-from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
-from kafka.protocol.producer.transaction import EndTxnRequest
 
+from twophase.connectors.kafka.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
+from twophase.connectors.kafka.transport import TransactionTransport
 from twophase.sinks.errors import ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
-
-END_TXN_MIN_VERSION = 3
-END_TXN_MAX_VERSION = 4
-"""EndTxn v3/v4: transaction version 1 semantics (KIP-98), which librdkafka's transactions use.
-v5+ is KIP-890's TV2, where the coordinator bumps the epoch on every EndTxn."""
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     kerrors.KafkaConnectionError,
@@ -43,6 +35,10 @@ NETWORK_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 """Failures that mean "try again later", never "the transaction is gone"."""
+
+TRANSACTIONAL_ID_NOT_FOUND = 105
+COORDINATOR_MOVED = frozenset({14, 15, 16})
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask FindCoordinator again."""
 
 
 @dataclass(frozen=True)
@@ -62,100 +58,100 @@ class TransactionSnapshot:
 
 
 class KafkaAdmin:
-    """A connected kafka-python admin client plus the transaction calls the sink needs.
+    """The transaction calls the sink needs, each sent to the id's transaction coordinator.
 
-    Use :meth:`connect`; call :meth:`close` when done. Not thread-safe for concurrent
-    coordinator refreshes, which is fine for the driver's ordered committer.
+    Use :meth:`connect`; call :meth:`close` when done. Thread-safe: concurrent commit lanes share it.
+
+    Args:
+        transport: sends one request to one broker.
+        bootstrap_servers: for messages.
     """
 
-    def __init__(self, client: KafkaAdminClient, bootstrap_servers: str) -> None:
-        self._client = client
+    def __init__(self, transport: TransactionTransport, bootstrap_servers: str) -> None:
+        self._transport = transport
         self._bootstrap = bootstrap_servers
+        self._nodes: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, config: KafkaSinkConfig) -> KafkaAdmin:
+    def connect(cls, config: KafkaSinkConfig, clients: KafkaClients | None = None) -> KafkaAdmin:
         """Connect, retrying with exponential backoff (``connect_attempts``, ``connect_backoff_ms``).
 
         Raises:
             ServiceUnavailableError: no broker answered after all attempts (one clear line).
         """
+        clients = clients or ConfluentClients()
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(config.connect_attempts),
             wait=tenacity.wait_exponential(multiplier=config.connect_backoff_ms / 1000.0, max=30),
             retry=tenacity.retry_if_exception_type(NETWORK_ERRORS),
-            before_sleep=lambda rs: log_event(
-                log,
-                logging.WARNING,
-                "kafka unreachable",
-                bootstrap=config.bootstrap_servers,
-                attempt=rs.attempt_number,
-                error=rs.outcome.exception() if rs.outcome else None,
+            before_sleep=lambda rs: log.warning(
+                "kafka unreachable bootstrap=%s attempt=%d error=%s",
+                config.bootstrap_servers,
+                rs.attempt_number,
+                rs.outcome.exception() if rs.outcome else None,
             ),
             reraise=True,
         )
         try:
-            client = retrying(_new_admin_client, config.admin_config())
+            transport = retrying(clients.transport, config)
         except NETWORK_ERRORS as e:
             raise ServiceUnavailableError(
                 f"Kafka brokers {config.bootstrap_servers} unreachable after {config.connect_attempts} "
                 f"attempts: {type(e).__name__}: {e}"
             ) from None
-        return cls(client, config.bootstrap_servers)
+        return cls(transport, config.bootstrap_servers)
 
     def close(self) -> None:
-        """Close the connections and the client's IO thread. Idempotent."""
-        self._client.close()
+        """Close the connections. Idempotent."""
+        self._transport.close()
 
-    def _run(self, coro_fn: Any, *args: Any) -> Any:
-        # KafkaAdminClient runs its IO on a background thread; public methods block on it the same way.
-        return self._client._manager.run(coro_fn, *args)
+    # --- routing ---------------------------------------------------------------------------------
+
+    def _coordinator(self, transactional_id: str, refresh: bool) -> int:
+        with self._lock:
+            node = self._nodes.get(transactional_id)
+        if node is None or refresh:
+            node = self._transport.find_coordinator(transactional_id)
+            with self._lock:
+                self._nodes[transactional_id] = node
+        return node
+
+    def _forget(self, transactional_ids: list[str]) -> None:
+        """The cached coordinators of these ids are stale (moved, or unreachable): re-find them next
+        time. kafka-python never invalidates its own cache, so this one must."""
+        with self._lock:
+            for txn_id in transactional_ids:
+                self._nodes.pop(txn_id, None)
 
     # --- transactions --------------------------------------------------------------------------
 
     def end_txn(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, refresh: bool
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        refresh: bool = False,
     ) -> int:
         """Send EndTxn (v3/v4) to the transaction coordinator; return the response's error code.
 
         ``refresh`` re-finds the coordinator (FindCoordinator, key type transaction) instead of
-        using the cached one, after NOT_COORDINATOR and friends.
+        using the cached one. Answers that say the coordinator moved (NOT_COORDINATOR and
+        friends) and unreachable brokers drop the cached one, so the next call re-finds it.
 
         Raises:
             one of :data:`NETWORK_ERRORS`: the request did not get an answer.
         """
-
-        async def call() -> int:
-            node = await self._coordinator(transactional_id, refresh)
-            request = EndTxnRequest(
-                transactional_id=transactional_id,
-                producer_id=producer_id,
-                producer_epoch=producer_epoch,
-                committed=commit,
-                min_version=END_TXN_MIN_VERSION,
-                max_version=END_TXN_MAX_VERSION,
-            )
-            response = await self._client._manager.send(request, node_id=node)
-            return int(response.error_code)
-
-        return int(self._run(call))
-
-    async def _coordinator(self, transactional_id: str, refresh: bool) -> Any:
-        manager = self._client._manager
-        if not refresh:
-            cached = manager.cluster.get_coordinator(transactional_id, CoordinatorType.TRANSACTION)
-            if cached is not None:
-                return cached
-        request = FindCoordinatorRequest(
-            key_type=CoordinatorType.TRANSACTION.value, coordinator_keys=[transactional_id], min_version=4
-        )
-        response = await manager.send(request)
-        (found,) = response.coordinators
-        error = kerrors.for_code(found.error_code)
-        if error is not kerrors.NoError:
-            raise error(f"FindCoordinator(transaction, {transactional_id!r})")
-        return manager.cluster.add_coordinator(
-            found, CoordinatorType.TRANSACTION, transactional_id, synthesize_node_id=False
-        )
+        node = self._coordinator(transactional_id, refresh)
+        try:
+            code = self._transport.end_txn(node, transactional_id, producer_id, producer_epoch, commit)
+        except NETWORK_ERRORS:
+            self._forget([transactional_id])
+            raise
+        if code in COORDINATOR_MOVED:
+            self._forget([transactional_id])
+        return code
 
     def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TransactionSnapshot]:
         """DescribeTransactions for each id; ids the coordinator does not know are left out.
@@ -164,34 +160,33 @@ class KafkaAdmin:
             one of :data:`NETWORK_ERRORS`, or a kafka-python error for other per-id failures
             (authorization).
         """
-
-        async def call() -> dict[str, TransactionSnapshot]:
-            by_node: dict[Any, list[str]] = {}
-            for txn_id in transactional_ids:
-                by_node.setdefault(await self._coordinator(txn_id, False), []).append(txn_id)
-            out: dict[str, TransactionSnapshot] = {}
-            for node, ids in by_node.items():
-                request = DescribeTransactionsRequest(transactional_ids=ids)
-                response = await self._client._manager.send(request, node_id=node)
-                for txn in response.transaction_states:
-                    error = kerrors.for_code(txn.error_code)
-                    if error is kerrors.TransactionalIdNotFoundError:
-                        continue
-                    if error is not kerrors.NoError:
-                        raise error(f"DescribeTransactions({txn.transactional_id!r})")
-                    out[txn.transactional_id] = TransactionSnapshot(
-                        transactional_id=txn.transactional_id,
-                        state=str(txn.transaction_state),
-                        producer_id=int(txn.producer_id),
-                        producer_epoch=int(txn.producer_epoch),
-                        transaction_timeout_ms=int(txn.transaction_timeout_ms),
-                        transaction_start_time_ms=int(txn.transaction_start_time_ms),
-                    )
-            return out
-
-        if not transactional_ids:
-            return {}
-        return dict(self._run(call))
+        by_node: dict[int, list[str]] = {}
+        for txn_id in transactional_ids:
+            by_node.setdefault(self._coordinator(txn_id, False), []).append(txn_id)
+        out: dict[str, TransactionSnapshot] = {}
+        for node, ids in by_node.items():
+            try:
+                answers = self._transport.describe_transactions(node, ids)
+            except NETWORK_ERRORS:
+                self._forget(ids)
+                raise
+            for txn in answers:
+                if txn.error_code == TRANSACTIONAL_ID_NOT_FOUND:
+                    continue
+                if txn.error_code in COORDINATOR_MOVED:
+                    self._forget([txn.transactional_id])
+                error = kerrors.for_code(txn.error_code)
+                if error is not kerrors.NoError:
+                    raise error(f"DescribeTransactions({txn.transactional_id!r})")
+                out[txn.transactional_id] = TransactionSnapshot(
+                    transactional_id=txn.transactional_id,
+                    state=txn.state,
+                    producer_id=txn.producer_id,
+                    producer_epoch=txn.producer_epoch,
+                    transaction_timeout_ms=txn.transaction_timeout_ms,
+                    transaction_start_time_ms=txn.transaction_start_time_ms,
+                )
+        return out
 
     def describe_transaction(self, transactional_id: str) -> TransactionSnapshot | None:
         """DescribeTransactions for one id; ``None`` if its coordinator does not know it."""
@@ -207,59 +202,26 @@ class KafkaAdmin:
             kafka.errors.UnsupportedVersionError / IncompatibleBrokerVersion: no ListTransactions
                 (brokers < 3.0); the caller probes the id pool instead.
         """
-        try:
-            listing = self._client.list_transactions(state_filters=states, transactional_id_pattern=pattern)
-        except kerrors.UnsupportedVersionError:
-            if pattern is None:
-                raise
-            listing = self._client.list_transactions(state_filters=states)
-        return [
-            (t.transactional_id, int(t.producer_id), str(t.state.value))
-            for rows in listing.values()
-            for t in rows
-        ]
+        return self._transport.list_transactions(states, pattern)
 
     # --- configuration and topics ----------------------------------------------------------------
 
-    def broker_ids(self) -> list[int]:
-        """Node ids of the brokers in the cluster metadata."""
-        return sorted(int(b.node_id) for b in self._client._manager.cluster.brokers())
-
     def broker_config(self, key: str) -> list[str]:
         """The value of broker setting ``key`` on every broker (DescribeConfigs)."""
-        values = []
-        for broker in self.broker_ids():
-            resource = ConfigResource(ConfigResourceType.BROKER, str(broker), [key])
-            result = self._client.describe_configs([resource], config_filter="all")
-            entry = result.get("broker", {}).get(str(broker), {}).get(key)
-            if entry is not None and entry.get("value") is not None:
-                values.append(str(entry["value"]))
-        return values
+        return list(self._transport.broker_config(key))
 
     def topic_config(self, topic: str, key: str) -> str | None:
         """The value of topic setting ``key`` (DescribeConfigs), or ``None``."""
-        resource = ConfigResource(ConfigResourceType.TOPIC, topic, [key])
-        result = self._client.describe_configs([resource], config_filter="all")
-        entry = result.get("topic", {}).get(topic, {}).get(key)
-        return None if entry is None or entry.get("value") is None else str(entry["value"])
+        value = self._transport.topic_config(topic, key)
+        return None if value is None else str(value)
 
     def topic_exists(self, topic: str) -> bool:
         """True when the cluster has ``topic`` (Metadata, never auto-creating it)."""
-        (described,) = self._client.describe_topics([topic])
-        error = kerrors.for_code(described["error_code"])
-        if error is kerrors.UnknownTopicOrPartitionError:
-            return False
-        if error is not kerrors.NoError:
-            raise error(f"Metadata({topic!r})")
-        return True
+        return bool(self._transport.topic_exists(topic))
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
         """CreateTopics; a topic created concurrently by someone else is fine."""
-        with contextlib.suppress(kerrors.TopicAlreadyExistsError):
-            self._client.create_topics(
-                {topic: {"num_partitions": partitions, "replication_factor": replication_factor}},
-                wait_for_metadata=True,
-            )
+        self._transport.create_topic(topic, partitions, replication_factor)
 
 
 class RedactSecrets(logging.Filter):
@@ -286,20 +248,3 @@ def _redacted(value: Any) -> Any:
 _REDACT = RedactSecrets()
 for _name in ("kafka.admin.client", "kafka.net.manager", "kafka.net.compat"):
     logging.getLogger(_name).addFilter(_REDACT)
-
-
-def _new_admin_client(conf: dict[str, Any]) -> KafkaAdminClient:
-    # KafkaAdminClient starts its IO thread before bootstrapping and does not stop it when the
-    # bootstrap fails; keep a handle on the network client so a failed attempt leaks nothing.
-    made: list[KafkaNetClient] = []
-
-    def factory(**kwargs: Any) -> KafkaNetClient:
-        made.append(KafkaNetClient(**kwargs))
-        return made[-1]
-
-    try:
-        return KafkaAdminClient(kafka_client=factory, **conf)
-    except BaseException:
-        for net in made:
-            net.close()
-        raise

@@ -139,7 +139,6 @@ class KafkaCommitter:
         self._admin = admin
         self._attempts = attempts
         self._backoff_ms = backoff_ms
-        self._refind: set[str] = set()
 
     def commit(self, c: KafkaCommittable) -> CommitOutcome:
         """One commit attempt. Never raises for network trouble (RETRY); see the module table."""
@@ -148,20 +147,12 @@ class KafkaCommitter:
             if before is not None:
                 log.info("already committed %s", _kv(c))
                 return before
-            refresh = c.transactional_id in self._refind
-            self._refind.discard(c.transactional_id)
-            code = self._admin.end_txn(
-                c.transactional_id, c.producer_id, c.producer_epoch, commit=True, refresh=refresh
-            )
-            verdict = classify_end_txn(code)
+            code = self._admin.end_txn(c.transactional_id, c.producer_id, c.producer_epoch, commit=True)
             after = None
-            if verdict is EndTxnVerdict.REFIND_AND_RETRY:
-                self._refind.add(c.transactional_id)
-            elif verdict is EndTxnVerdict.CHECK_STATE:
+            if classify_end_txn(code) is EndTxnVerdict.CHECK_STATE:
                 after = self._admin.describe_transaction(c.transactional_id)
             outcome = outcome_of_end_txn(code, after, c)
-        except NETWORK_ERRORS as e:
-            self._refind.add(c.transactional_id)
+        except NETWORK_ERRORS as e:  # the admin re-finds the coordinator on the next attempt
             log.warning("commit needs retry %s error=%s", _kv(c), e)
             return CommitOutcome.RETRY
         except kerrors.KafkaError as e:  # authorization and other non-transient broker answers
@@ -201,14 +192,8 @@ class KafkaCommitter:
         if snapshot.state in ("PrepareCommit", "CompleteCommit"):
             log.error("abort: transaction was already committed %s", _kv(c))
             return True
-        refresh = c.transactional_id in self._refind
-        self._refind.discard(c.transactional_id)
-        code = self._admin.end_txn(
-            c.transactional_id, c.producer_id, c.producer_epoch, commit=False, refresh=refresh
-        )
+        code = self._admin.end_txn(c.transactional_id, c.producer_id, c.producer_epoch, commit=False)
         verdict = classify_end_txn(code)
-        if verdict is EndTxnVerdict.REFIND_AND_RETRY:
-            self._refind.add(c.transactional_id)
         if verdict in (EndTxnVerdict.DONE, EndTxnVerdict.CHECK_STATE):
             log.info("end_txn(abort) %s error_code=%d", _kv(c), code)
             return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import kafka.errors as kerrors
 from confluent_kafka import KafkaException, Producer
@@ -64,11 +65,13 @@ def select_lingering(
     return out
 
 
-def fence_with_producer(config: KafkaSinkConfig) -> Fencer:
+def fence_with_producer(
+    config: KafkaSinkConfig, new_producer: Callable[[dict[str, Any]], Any] = Producer
+) -> Fencer:
     """A fencer that runs ``init_transactions`` on an id with a throwaway producer."""
 
     def fence(txn_id: str) -> None:
-        producer = Producer(config.producer_config(txn_id))
+        producer = new_producer(dict(config.producer_config(txn_id)))
         try:
             producer.init_transactions(config.init_timeout_ms / 1000.0)
         except KafkaException as e:

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from twophase.connectors.kafka import lingering, naming, serializers
 from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
+from twophase.connectors.kafka.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.committable import CODEC, KafkaCommittable
 from twophase.connectors.kafka.committer import KafkaCommitter
 from twophase.connectors.kafka.config import KafkaSinkConfig
@@ -35,6 +36,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     Args:
         name: the sink's name within the job: ``[A-Za-z0-9_.]+`` (part of transactional ids).
         config: see :class:`~twophase.connectors.kafka.config.KafkaSinkConfig`.
+        clients: makes the producers and the driver's transport (default: confluent-kafka and
+            kafka-python; tests pass a model of the transaction coordinator). Pickled with the sink.
 
     Raises:
         ConfigError: an invalid name.
@@ -52,13 +55,14 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     # only contend for it (4 threads: 0.76x the speed of one, benchmarks/bench_recovery.py).
     commit_concurrency = 1
 
-    def __init__(self, name: str, config: KafkaSinkConfig) -> None:
+    def __init__(self, name: str, config: KafkaSinkConfig, *, clients: KafkaClients | None = None) -> None:
         try:
             naming.check_sink_name(name)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         self.name = name
         self.config = config
+        self.clients = clients or ConfluentClients()
         self.codec = CODEC
         self.topic_max_message_bytes: int | None = None
         self._admin: KafkaAdmin | None = None
@@ -134,7 +138,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
 
     def begin_transaction(self, ctx: WriterContext) -> KafkaTransaction:
         """Open the subtask's transaction on ``<prefix>-<sink>-<partition>-<checkpoint mod pool_size>``."""
-        return KafkaTransaction.open(self.config, ctx, self.topic_max_message_bytes)
+        return KafkaTransaction.open(self.config, ctx, self.topic_max_message_bytes, self.clients.producer)
 
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:
         """Produce every row of ``batch`` (see :meth:`KafkaTransaction.write`)."""
@@ -176,7 +180,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def abort_lingering(self, scope: LingeringScope[KafkaCommittable]) -> int:
         """Fence-abort this job's and sink's ongoing transactions that ``scope.held`` does not use."""
         try:
-            return lingering.abort_lingering(self._connected_admin(), self.config, scope)
+            fence = lingering.fence_with_producer(self.config, self.clients.producer)
+            return lingering.abort_lingering(self._connected_admin(), self.config, scope, fence)
         except NETWORK_ERRORS as e:
             raise ServiceUnavailableError(
                 f"Kafka brokers {self.config.bootstrap_servers} stopped answering while aborting "
@@ -192,7 +197,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def _connected_admin(self) -> KafkaAdmin:
         with self._connect_lock:  # concurrent commits share one connection
             if self._admin is None:
-                self._admin = KafkaAdmin.connect(self.config)
+                self._admin = KafkaAdmin.connect(self.config, self.clients)
             return self._admin
 
     def _the_committer(self) -> KafkaCommitter:

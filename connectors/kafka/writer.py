@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -198,7 +199,11 @@ class KafkaTransaction:
 
     @classmethod
     def open(
-        cls, config: KafkaSinkConfig, ctx: WriterContext, topic_max_message_bytes: int | None = None
+        cls,
+        config: KafkaSinkConfig,
+        ctx: WriterContext,
+        topic_max_message_bytes: int | None = None,
+        new_producer: Callable[[dict[str, Any]], Any] = Producer,
     ) -> KafkaTransaction:
         """Create the producer for ``ctx``'s pooled transactional id, ``init_transactions`` (which
         fences an older attempt's transaction on the same id), read the producer id and epoch
@@ -207,6 +212,8 @@ class KafkaTransaction:
         Args:
             topic_max_message_bytes: the topic's ``max.message.bytes`` if known (read on the
                 driver by ``check_config``); records above it raise RecordError before producing.
+            new_producer: makes the producer from librdkafka configuration (confluent-kafka's
+                ``Producer``; a test passes a model's).
 
         Raises:
             ServiceUnavailableError: ``init_transactions`` kept timing out.
@@ -229,7 +236,7 @@ class KafkaTransaction:
         )
         client_limit = int(conf.get("message.max.bytes", DEFAULT_CLIENT_MAX_MESSAGE_BYTES))
         limit = min(client_limit, topic_max_message_bytes or client_limit) - RECORD_OVERHEAD_BYTES
-        producer = Producer(conf)
+        producer = new_producer(conf)
         txn = cls(config, ctx, txn_id, producer, stats, errors, limit)
         try:
             txn._init_transactions()

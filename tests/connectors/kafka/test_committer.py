@@ -83,13 +83,13 @@ class FakeCoordinator:
         self.state = state
         self.epoch = epoch
         self.script = list(script or [])  # error codes or exceptions returned before the real answer
-        self.end_txn_calls: list[tuple[bool, bool]] = []
+        self.end_txn_calls: list[bool] = []
 
     def describe_transaction(self, txn_id: str) -> TransactionSnapshot | None:
         return TransactionSnapshot(txn_id, self.state, 7, self.epoch, 60_000, 0)
 
-    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool, refresh: bool) -> int:
-        self.end_txn_calls.append((commit, refresh))
+    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+        self.end_txn_calls.append(commit)
         if self.script:
             step = self.script.pop(0)
             if isinstance(step, BaseException):
@@ -111,15 +111,16 @@ def test_commit_then_recommit_is_already_committed() -> None:
     committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.COMMITTED
     assert committer.commit(C) is CommitOutcome.ALREADY_COMMITTED
-    assert fake.end_txn_calls == [(True, False)]
+    assert fake.end_txn_calls == [True]
 
 
-def test_not_coordinator_retries_with_a_fresh_coordinator() -> None:
+def test_not_coordinator_is_retry() -> None:
+    # re-finding the coordinator is the admin's part (tests/connectors/kafka/test_admin.py)
     fake = FakeCoordinator(script=[KafkaErrorCode.NOT_COORDINATOR])
     committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.RETRY
     assert committer.commit(C) is CommitOutcome.COMMITTED
-    assert fake.end_txn_calls == [(True, False), (True, True)]
+    assert fake.end_txn_calls == [True, True]
 
 
 def test_network_failure_is_retry_never_lost() -> None:
@@ -141,7 +142,7 @@ def test_abort_is_idempotent_and_never_touches_newer_epochs() -> None:
     committer.abort(C)
     assert fake.state == "CompleteAbort"
     committer.abort(C)
-    assert fake.end_txn_calls == [(False, False)]
+    assert fake.end_txn_calls == [False]
     newer = FakeCoordinator(state="Ongoing", epoch=9)
     KafkaCommitter(newer, attempts=3, backoff_ms=1).abort(C)  # type: ignore[arg-type]
     assert newer.state == "Ongoing" and newer.end_txn_calls == []
@@ -152,7 +153,7 @@ def test_abort_retries_transient_errors() -> None:
         script=[KafkaErrorCode.CONCURRENT_TRANSACTIONS, KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
     )
     KafkaCommitter(fake, attempts=5, backoff_ms=1).abort(C)  # type: ignore[arg-type]
-    assert len(fake.end_txn_calls) == 3 and fake.end_txn_calls[-1] == (False, True)
+    assert fake.end_txn_calls == [False, False, False]
 
 
 def test_authorization_failure_is_fatal_not_an_exception() -> None:

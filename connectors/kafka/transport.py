@@ -1,0 +1,248 @@
+"""The driver-side transaction calls, one request each, through kafka-python 3.x.
+
+:class:`TransactionTransport` is the seam under :class:`~twophase.connectors.kafka.admin.KafkaAdmin`:
+the admin decides which broker to ask (it caches each transactional id's coordinator and
+re-finds it after NOT_COORDINATOR and friends); a transport only sends one request to one broker
+and returns the answer. :class:`KafkaPythonTransport` sends kafka-python's own request classes
+(``FindCoordinatorRequest``, ``EndTxnRequest``, ``DescribeTransactionsRequest``) through its
+connection manager, and uses ``KafkaAdminClient`` for ListTransactions, DescribeConfigs and
+CreateTopics. No wire encoding here. Tests answer the same protocol with a model of the
+transaction coordinator (``twophase.coordinator.testing.kafka_model``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import kafka.errors as kerrors
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.net.compat import KafkaNetClient
+from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
+from kafka.protocol.producer.transaction import EndTxnRequest
+
+END_TXN_MIN_VERSION = 3
+END_TXN_MAX_VERSION = 4
+"""EndTxn v3/v4: transaction version 1 semantics (KIP-98), which librdkafka's transactions use.
+v5+ is KIP-890's TV2, where the coordinator bumps the epoch on every EndTxn."""
+
+
+@dataclass(frozen=True)
+class DescribedTransaction:
+    """One id's DescribeTransactions answer (KIP-664).
+
+    Attributes:
+        transactional_id: the id.
+        error_code: Kafka's error code for this id (0: none; 16: NOT_COORDINATOR; 105: unknown id).
+        state: the broker's state name (Empty, Ongoing, PrepareCommit, CompleteCommit, …).
+        producer_id: the current producer id.
+        producer_epoch: the current producer epoch.
+        transaction_timeout_ms: the transaction timeout, ms.
+        transaction_start_time_ms: when the Ongoing transaction started (ms since the epoch), or -1.
+    """
+
+    transactional_id: str
+    error_code: int
+    state: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = -1
+
+
+class TransactionTransport(Protocol):
+    """One request to one broker; network failures raise one of ``admin.NETWORK_ERRORS``."""
+
+    def find_coordinator(self, transactional_id: str) -> int:
+        """FindCoordinator (key type transaction): the coordinating broker's node id.
+
+        Raises:
+            kafka.errors.CoordinatorNotAvailableError (retriable) and other broker errors.
+        """
+        ...
+
+    def end_txn(
+        self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> int:
+        """EndTxn (v3/v4) at ``node``; returns the response's error code."""
+        ...
+
+    def describe_transactions(self, node: int, transactional_ids: list[str]) -> list[Any]:
+        """DescribeTransactions at ``node``: one :class:`DescribedTransaction`-like answer per id."""
+        ...
+
+    def list_transactions(self, states: list[str], pattern: str | None) -> list[tuple[str, int, str]]:
+        """ListTransactions on every broker: ``(transactional id, producer id, state)`` rows.
+
+        Raises:
+            kafka.errors.UnsupportedVersionError / IncompatibleBrokerVersion: brokers < 3.0.
+        """
+        ...
+
+    def close(self) -> None:
+        """Close connections. Idempotent."""
+        ...
+
+    def broker_config(self, key: str) -> list[str]:
+        """The value of broker setting ``key`` on every broker (DescribeConfigs)."""
+        ...
+
+    def topic_config(self, topic: str, key: str) -> str | None:
+        """The value of topic setting ``key`` (DescribeConfigs), or ``None``."""
+        ...
+
+    def topic_exists(self, topic: str) -> bool:
+        """True when the cluster has ``topic``."""
+        ...
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+        """CreateTopics; an existing topic is fine."""
+        ...
+
+
+class KafkaPythonTransport:
+    """:class:`TransactionTransport` over a connected ``kafka.KafkaAdminClient`` (plus the broker
+    and topic configuration calls the sink's start-up checks make)."""
+
+    def __init__(self, client: KafkaAdminClient) -> None:
+        self._client = client
+
+    @classmethod
+    def connect(cls, conf: dict[str, Any]) -> KafkaPythonTransport:
+        """Bootstrap a client (one attempt; the admin retries).
+
+        Raises:
+            one of ``admin.NETWORK_ERRORS``: no broker answered.
+        """
+        # KafkaAdminClient starts its IO thread before bootstrapping and does not stop it when the
+        # bootstrap fails; keep a handle on the network client so a failed attempt leaks nothing.
+        made: list[KafkaNetClient] = []
+
+        def factory(**kwargs: Any) -> KafkaNetClient:
+            made.append(KafkaNetClient(**kwargs))
+            return made[-1]
+
+        try:
+            return cls(KafkaAdminClient(kafka_client=factory, **conf))
+        except BaseException:
+            for net in made:
+                net.close()
+            raise
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _run(self, coro_fn: Any, *args: Any) -> Any:
+        # KafkaAdminClient runs its IO on a background thread; public methods block on it the same way.
+        return self._client._manager.run(coro_fn, *args)
+
+    def find_coordinator(self, transactional_id: str) -> int:
+        async def call() -> int:
+            request = FindCoordinatorRequest(
+                key_type=CoordinatorType.TRANSACTION.value, coordinator_keys=[transactional_id], min_version=4
+            )
+            response = await self._client._manager.send(request)
+            (found,) = response.coordinators
+            error = kerrors.for_code(found.error_code)
+            if error is not kerrors.NoError:
+                raise error(f"FindCoordinator(transaction, {transactional_id!r})")
+            node = self._client._manager.cluster.add_coordinator(
+                found, CoordinatorType.TRANSACTION, transactional_id, synthesize_node_id=False
+            )
+            return int(node)
+
+        return int(self._run(call))
+
+    def end_txn(
+        self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> int:
+        async def call() -> int:
+            request = EndTxnRequest(
+                transactional_id=transactional_id,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                committed=commit,
+                min_version=END_TXN_MIN_VERSION,
+                max_version=END_TXN_MAX_VERSION,
+            )
+            response = await self._client._manager.send(request, node_id=node)
+            return int(response.error_code)
+
+        return int(self._run(call))
+
+    def describe_transactions(self, node: int, transactional_ids: list[str]) -> list[Any]:
+        async def call() -> list[DescribedTransaction]:
+            request = DescribeTransactionsRequest(transactional_ids=transactional_ids)
+            response = await self._client._manager.send(request, node_id=node)
+            return [
+                DescribedTransaction(
+                    transactional_id=t.transactional_id,
+                    error_code=int(t.error_code),
+                    state=str(t.transaction_state),
+                    producer_id=int(t.producer_id),
+                    producer_epoch=int(t.producer_epoch),
+                    transaction_timeout_ms=int(t.transaction_timeout_ms),
+                    transaction_start_time_ms=int(t.transaction_start_time_ms),
+                )
+                for t in response.transaction_states
+            ]
+
+        return list(self._run(call))
+
+    def list_transactions(self, states: list[str], pattern: str | None) -> list[tuple[str, int, str]]:
+        try:
+            listing = self._client.list_transactions(state_filters=states, transactional_id_pattern=pattern)
+        except kerrors.UnsupportedVersionError:
+            if pattern is None:
+                raise
+            listing = self._client.list_transactions(state_filters=states)
+        return [
+            (t.transactional_id, int(t.producer_id), str(t.state.value))
+            for rows in listing.values()
+            for t in rows
+        ]
+
+    # --- configuration and topics (start-up checks) ------------------------------------------
+
+    def broker_ids(self) -> list[int]:
+        """Node ids of the brokers in the cluster metadata."""
+        return sorted(int(b.node_id) for b in self._client._manager.cluster.brokers())
+
+    def broker_config(self, key: str) -> list[str]:
+        """The value of broker setting ``key`` on every broker (DescribeConfigs)."""
+        values = []
+        for broker in self.broker_ids():
+            resource = ConfigResource(ConfigResourceType.BROKER, str(broker), [key])
+            result = self._client.describe_configs([resource], config_filter="all")
+            entry = result.get("broker", {}).get(str(broker), {}).get(key)
+            if entry is not None and entry.get("value") is not None:
+                values.append(str(entry["value"]))
+        return values
+
+    def topic_config(self, topic: str, key: str) -> str | None:
+        """The value of topic setting ``key`` (DescribeConfigs), or ``None``."""
+        resource = ConfigResource(ConfigResourceType.TOPIC, topic, [key])
+        result = self._client.describe_configs([resource], config_filter="all")
+        entry = result.get("topic", {}).get(topic, {}).get(key)
+        return None if entry is None or entry.get("value") is None else str(entry["value"])
+
+    def topic_exists(self, topic: str) -> bool:
+        """True when the cluster has ``topic`` (Metadata, never auto-creating it)."""
+        (described,) = self._client.describe_topics([topic])
+        error = kerrors.for_code(described["error_code"])
+        if error is kerrors.UnknownTopicOrPartitionError:
+            return False
+        if error is not kerrors.NoError:
+            raise error(f"Metadata({topic!r})")
+        return True
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+        """CreateTopics; a topic created concurrently by someone else is fine."""
+        with contextlib.suppress(kerrors.TopicAlreadyExistsError):
+            self._client.create_topics(
+                {topic: {"num_partitions": partitions, "replication_factor": replication_factor}},
+                wait_for_metadata=True,
+            )

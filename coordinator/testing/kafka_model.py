@@ -1,0 +1,342 @@
+"""An in-memory model of Kafka's transaction coordinator, for model-based tests of the Kafka sink.
+
+The real :class:`~twophase.connectors.kafka.sink.KafkaSink` code runs against it: its writer
+through :class:`ModelProducer` (the calls it makes on a confluent-kafka ``Producer``), its
+driver-side admin through :class:`ModelTransport` (FindCoordinator, EndTxn, DescribeTransactions,
+ListTransactions). It behaves like a broker (TV1, KIP-98) where exactly-once depends on it:
+
+- ``init_transactions`` assigns a producer id at epoch 0, or bumps the epoch of a known id; a
+  transaction still Ongoing on that id is aborted first (fencing its producer);
+- a producer whose epoch was bumped is fenced: its flush fails, its EndTxn answers PRODUCER_FENCED;
+- EndTxn(commit) of the current epoch commits (records become visible to read_committed); a
+  repeated EndTxn(commit) of a completed commit answers NONE, as TV1 does; EndTxn on an aborted
+  transaction answers INVALID_TXN_STATE;
+- a transaction Ongoing longer than its timeout is aborted and its epoch bumped (:meth:`advance`);
+- transactional ids without activity for ``id_expiration_ms`` are forgotten (:meth:`advance`);
+- each id has a coordinator broker; :meth:`move_coordinators` moves them all, after which the old
+  broker answers NOT_COORDINATOR until the client re-finds the coordinator.
+
+What it leaves out: replication, partitions' leaders, quotas, and network delays.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+NONE = 0
+NOT_COORDINATOR = 16
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+TRANSACTIONAL_ID_NOT_FOUND = 105
+PRODUCER_FENCED = 90
+
+
+@dataclass
+class TxnMeta:
+    """The coordinator's state of one transactional id."""
+
+    producer_id: int
+    producer_epoch: int
+    state: str = "Empty"
+    timeout_ms: int = 60_000
+    started_ms: int = -1
+    last_update_ms: int = 0
+    records: list[tuple[str, int, bytes | None, bytes | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DescribedTxn:
+    """One DescribeTransactions answer (as the transport protocol returns it)."""
+
+    transactional_id: str
+    error_code: int
+    state: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    transaction_timeout_ms: int = 0
+    transaction_start_time_ms: int = -1
+
+
+class KafkaModel:
+    """A Kafka cluster's transaction state, in memory. See the module docstring.
+
+    Args:
+        brokers: broker node ids.
+        partitions: partitions per topic (records are placed by key hash, or the given partition).
+        id_expiration_ms: ``transactional.id.expiration.ms``.
+        clock: ms clock (shared with the runtime under test).
+    """
+
+    def __init__(
+        self,
+        brokers: Sequence[int] = (1, 2, 3),
+        *,
+        partitions: int = 3,
+        id_expiration_ms: int = 7 * 24 * 3600 * 1000,
+        clock: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.brokers = list(brokers)
+        self.partitions = partitions
+        self.id_expiration_ms = id_expiration_ms
+        self.clock = clock
+        self.txns: dict[str, TxnMeta] = {}
+        self.committed: list[tuple[str, int, bytes | None, bytes | None, str]] = []
+        """Visible records: (topic, partition, key, value, transactional id)."""
+        self._pids = itertools.count(1000)
+        self._shift = 0
+        self.events: list[str] = []
+
+    # -- cluster ------------------------------------------------------------------------------------
+
+    def coordinator_of(self, transactional_id: str) -> int:
+        """The broker that coordinates ``transactional_id`` now."""
+        h = zlib.crc32(transactional_id.encode())
+        return self.brokers[(h + self._shift) % len(self.brokers)]
+
+    def move_coordinators(self) -> None:
+        """Every transaction coordinator moves to another broker (a broker restart, a leader change)."""
+        self._shift += 1
+        self.events.append("coordinators moved")
+
+    def advance(self, now_ms: int | None = None) -> None:
+        """Apply timeouts and id expiration as of ``now_ms`` (default: the clock)."""
+        now = self.clock() if now_ms is None else now_ms
+        for txn_id, m in list(self.txns.items()):
+            if m.state == "Ongoing" and now - m.started_ms > m.timeout_ms:
+                self._abort(txn_id, m, bump=True)
+                self.events.append(f"timed out {txn_id}")
+            elif m.state != "Ongoing" and now - m.last_update_ms > self.id_expiration_ms:
+                del self.txns[txn_id]
+                self.events.append(f"expired {txn_id}")
+
+    # -- producer side (InitProducerId, AddPartitions, Produce) ------------------------------------
+
+    def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
+        """InitProducerId (TV1): a new id at epoch 0, or the known id's epoch bumped (an Ongoing
+        transaction is aborted first: the old producer is fenced)."""
+        self.advance()
+        m = self.txns.get(txn_id)
+        now = self.clock()
+        if m is None:
+            m = self.txns[txn_id] = TxnMeta(next(self._pids), 0, timeout_ms=timeout_ms, last_update_ms=now)
+            return m.producer_id, m.producer_epoch
+        if m.state == "Ongoing":
+            self._abort(txn_id, m, bump=False)
+            self.events.append(f"fenced {txn_id} epoch {m.producer_epoch}")
+        m.producer_epoch += 1
+        m.state, m.timeout_ms, m.last_update_ms = "Empty", timeout_ms, now
+        return m.producer_id, m.producer_epoch
+
+    def current(self, txn_id: str, pid: int, epoch: int) -> TxnMeta | None:
+        """The id's state if (pid, epoch) is still its current producer, else ``None`` (fenced)."""
+        self.advance()
+        m = self.txns.get(txn_id)
+        return m if m is not None and (m.producer_id, m.producer_epoch) == (pid, epoch) else None
+
+    def append(self, txn_id: str, pid: int, epoch: int, records: list[tuple[str, int, Any, Any]]) -> bool:
+        """Records of (pid, epoch) join its transaction (begun if Empty); False if it is fenced."""
+        m = self.current(txn_id, pid, epoch)
+        if m is None or m.state not in ("Empty", "Ongoing", "CompleteCommit", "CompleteAbort"):
+            return False
+        if m.state != "Ongoing":
+            m.state, m.started_ms, m.records = "Ongoing", self.clock(), []
+        m.records.extend(records)
+        m.last_update_ms = self.clock()
+        return True
+
+    def _abort(self, txn_id: str, m: TxnMeta, *, bump: bool) -> None:
+        m.state, m.records, m.last_update_ms = "CompleteAbort", [], self.clock()
+        if bump:
+            m.producer_epoch += 1
+
+    # -- coordinator side (EndTxn, DescribeTransactions, ListTransactions) --------------------------
+
+    def end_txn(self, node: int, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+        """EndTxn (TV1) at broker ``node``; returns Kafka's error code."""
+        self.advance()
+        if node != self.coordinator_of(txn_id):
+            return NOT_COORDINATOR
+        m = self.txns.get(txn_id)
+        if m is None or m.producer_id != pid:
+            return INVALID_PRODUCER_ID_MAPPING
+        if epoch < m.producer_epoch:
+            return PRODUCER_FENCED
+        if epoch > m.producer_epoch:
+            return INVALID_PRODUCER_EPOCH
+        done = "CompleteCommit" if commit else "CompleteAbort"
+        if m.state == done:
+            return NONE  # a retried EndTxn of a completed transaction
+        if m.state != "Ongoing":
+            return INVALID_TXN_STATE
+        if commit:
+            self.committed.extend((t, p, k, v, txn_id) for t, p, k, v in m.records)
+        m.state, m.records, m.last_update_ms = done, [], self.clock()
+        return NONE
+
+    def describe(self, node: int, ids: Sequence[str]) -> list[DescribedTxn]:
+        """DescribeTransactions at broker ``node``."""
+        self.advance()
+        out = []
+        for txn_id in ids:
+            m = self.txns.get(txn_id)
+            if node != self.coordinator_of(txn_id):
+                out.append(DescribedTxn(txn_id, NOT_COORDINATOR))
+            elif m is None:
+                out.append(DescribedTxn(txn_id, TRANSACTIONAL_ID_NOT_FOUND))
+            else:
+                out.append(
+                    DescribedTxn(
+                        txn_id, NONE, m.state, m.producer_id, m.producer_epoch, m.timeout_ms, m.started_ms
+                    )
+                )
+        return out
+
+    def list_transactions(self, states: Sequence[str], pattern: str | None) -> list[tuple[str, int, str]]:
+        """ListTransactions on every broker, filtered by state and id pattern (KIP-1152)."""
+        self.advance()
+        rx = re.compile(pattern) if pattern else None
+        return [
+            (t, m.producer_id, m.state)
+            for t, m in sorted(self.txns.items())
+            if (not states or m.state in states) and (rx is None or rx.search(t))
+        ]
+
+    # -- inspection ---------------------------------------------------------------------------------
+
+    def ongoing(self, prefix: str = "") -> list[str]:
+        """Transactional ids with an Ongoing transaction (lingering, or pending commit)."""
+        self.advance()
+        return sorted(t for t, m in self.txns.items() if m.state == "Ongoing" and t.startswith(prefix))
+
+    def committed_values(self, topic: str | None = None) -> list[bytes | None]:
+        """Values visible to a read_committed consumer, in commit order."""
+        return [v for t, _, _, v, _ in self.committed if topic is None or t == topic]
+
+    def producer(self, conf: Mapping[str, Any]) -> ModelProducer:
+        """A producer for ``conf`` (what ``confluent_kafka.Producer(conf)`` returns)."""
+        return ModelProducer(self, conf)
+
+    def transport(self, config: object = None) -> ModelTransport:
+        """A driver-side transport (what the Kafka sink's admin speaks through); with
+        :meth:`producer`, this model is a ``KafkaClients`` for ``KafkaSink(clients=...)``."""
+        return ModelTransport(self)
+
+
+class ModelProducer:
+    """The subset of confluent-kafka's transactional ``Producer`` the Kafka writer uses."""
+
+    def __init__(self, model: KafkaModel, conf: Mapping[str, Any]) -> None:
+        self._model = model
+        self._txn_id = str(conf["transactional.id"])
+        self._timeout_ms = int(conf.get("transaction.timeout.ms", 60_000))
+        self._stats_cb = conf.get("stats_cb")
+        self._error_cb = conf.get("error_cb")
+        self._on_delivery = conf.get("on_delivery")
+        self._pid = -1
+        self._epoch = -1
+        self._buffer: list[tuple[str, int, Any, Any]] = []
+        self._sent: dict[tuple[str, int], int] = {}
+        self._txn_state = "Init"
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._pid, self._epoch = self._model.init_producer_id(self._txn_id, self._timeout_ms)
+        self._txn_state = "Ready"
+
+    def begin_transaction(self) -> None:
+        self._txn_state = "InTransaction"
+        self._sent = {}
+
+    def produce(
+        self, topic: str, value: Any = None, key: Any = None, partition: int = -1, **kwargs: Any
+    ) -> None:
+        if partition is None or partition < 0:
+            partition = (
+                zlib.crc32(key if isinstance(key, bytes) else str(key).encode()) % self._model.partitions
+            )
+        as_bytes = [x.encode() if isinstance(x, str) else x for x in (key, value)]
+        self._buffer.append((topic, partition, as_bytes[0], as_bytes[1]))
+
+    def poll(self, timeout: float | None = None) -> int:
+        if self._stats_cb is not None:
+            fenced = self._pid >= 0 and self._model.current(self._txn_id, self._pid, self._epoch) is None
+            stats = {
+                "eos": {
+                    "idemp_state": "Assigned" if self._pid >= 0 else "Init",
+                    "producer_id": self._pid,
+                    "producer_epoch": self._epoch,
+                    "txn_state": "FatalError" if fenced else self._txn_state,
+                },
+                "topics": {
+                    t: {"partitions": {str(p): {"txmsgs": n} for (tt, p), n in self._sent.items() if tt == t}}
+                    for t in {t for t, _ in self._sent}
+                },
+            }
+            self._stats_cb(json.dumps(stats))
+        return 0
+
+    def flush(self, timeout: float | None = None) -> int:
+        records, self._buffer = self._buffer, []
+        if records and not self._model.append(self._txn_id, self._pid, self._epoch, records):
+            error = KafkaError(KafkaError._FENCED, "producer fenced by a newer epoch", fatal=True)
+            if self._error_cb is not None:
+                self._error_cb(error)
+            return 0
+        for t, p, _, _ in records:
+            self._sent[(t, p)] = self._sent.get((t, p), 0) + 1
+        return 0
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._buffer = []
+        m = self._model.current(self._txn_id, self._pid, self._epoch)
+        if m is None:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+        if m.state == "Ongoing":
+            self._model.end_txn(
+                self._model.coordinator_of(self._txn_id), self._txn_id, self._pid, self._epoch, False
+            )
+        self._txn_state = "Ready"
+
+
+class ModelTransport:
+    """The driver-side transport of the Kafka sink's admin, answered by :class:`KafkaModel`."""
+
+    def __init__(self, model: KafkaModel) -> None:
+        self._model = model
+
+    def find_coordinator(self, transactional_id: str) -> int:
+        return self._model.coordinator_of(transactional_id)
+
+    def end_txn(
+        self, node: int, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> int:
+        return self._model.end_txn(node, transactional_id, producer_id, producer_epoch, commit)
+
+    def describe_transactions(self, node: int, transactional_ids: Sequence[str]) -> list[DescribedTxn]:
+        return self._model.describe(node, transactional_ids)
+
+    def list_transactions(self, states: Sequence[str], pattern: str | None) -> list[tuple[str, int, str]]:
+        return self._model.list_transactions(states, pattern)
+
+    def close(self) -> None:
+        return None
+
+    def broker_config(self, key: str) -> list[str]:
+        return []
+
+    def topic_config(self, topic: str, key: str) -> str | None:
+        return None
+
+    def topic_exists(self, topic: str) -> bool:
+        return True
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+        return None

@@ -1,0 +1,80 @@
+"""The Kafka sink's real code (writer, committer, admin, lingering cleanup) against a model of
+Kafka's transaction coordinator (coordinator.testing.kafka_model), through the production runtime."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.coordinator.testing.clock import ManualClock
+from twophase.coordinator.testing.harness import TwoPhaseHarness
+from twophase.coordinator.testing.kafka_model import KafkaModel
+
+TOPIC = "events"
+
+
+def rows(n: int, partitions: int = 2, per: int = 3) -> list[list[pa.RecordBatch]]:
+    """Epoch n's input: ``partitions`` partitions of ``per`` records, keys and values ``e<n>p<p>r<r>``."""
+    out = []
+    for p in range(partitions):
+        keys = [f"e{n}p{p}r{r}" for r in range(per)]
+        out.append([pa.record_batch({"key": keys, "value": keys})])
+    return out
+
+
+def expected(epochs: range | list[int], partitions: int = 2, per: int = 3) -> list[bytes]:
+    return sorted(f"e{n}p{p}r{r}".encode() for n in epochs for p in range(partitions) for r in range(per))
+
+
+def pos(n: int) -> dict[str, object]:
+    return {"engine": "spark", "query_id": "q", "batch_id": n}
+
+
+def setup(**config: object) -> tuple[TwoPhaseHarness, KafkaModel]:
+    clock = ManualClock()
+    model = KafkaModel(clock=clock)
+    cfg = KafkaSinkConfig(bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=100, **config)  # type: ignore[arg-type]
+    sink = KafkaSink("out", cfg, clients=model)
+    return TwoPhaseHarness([sink], job_id="job", clock=clock), model
+
+
+def committed(model: KafkaModel) -> list[bytes]:
+    return sorted(v for v in model.committed_values(TOPIC) if v is not None)
+
+
+def test_epochs_commit_exactly_once_and_nothing_lingers() -> None:
+    h, model = setup()
+    h.restore()
+    for n in (1, 2, 3):
+        h.write_epoch(rows(n), source_position=pos(n))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2, 3])
+    assert model.ongoing() == []
+
+
+def test_a_crash_before_persist_leaves_transactions_that_the_restore_aborts() -> None:
+    h, model = setup()
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1))
+    h.crash_at("before_persist")
+    h.expect_crash(lambda: h.write_epoch(rows(2), source_position=pos(2)))
+    assert len(model.ongoing()) == 2  # epoch 2's pre-committed transactions, in no checkpoint
+    h.restart_process()
+    assert model.ongoing() == []
+    h.write_epoch(rows(2), source_position=pos(2))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2])
+
+
+def test_commits_find_the_coordinator_again_after_it_moves() -> None:
+    """#14 scenario 6: after a broker restart moves the transaction coordinators, the admin's cached
+    coordinator answers NOT_COORDINATOR; commits must re-find it, not answer RETRY forever."""
+    h, model = setup(pool_size=4)
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1))  # the admin caches slot 1's coordinators
+    model.move_coordinators()
+    for n in range(2, 7):  # checkpoint 5 reuses slot 1's transactional ids
+        h.write_epoch(rows(n), source_position=pos(n))
+    h.runtime.finish()
+    assert committed(model) == expected(range(1, 7))
+    assert model.ongoing() == []
