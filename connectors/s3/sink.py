@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from twophase.connectors.s3 import committer, lingering
 from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC, S3Committable
-from twophase.connectors.s3.config import FileFormat, S3SinkConfig
+from twophase.connectors.s3.config import S3SinkConfig
 from twophase.connectors.s3.formats import validate_schema
 from twophase.connectors.s3.uploads import ClientFactory, S3Ops, cached_client
 from twophase.connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
@@ -63,8 +63,9 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         if not isinstance(config, S3SinkConfig):
             raise ConfigError(f"config must be an S3SinkConfig, got {type(config).__name__}")
         self.name = name
-        # attempts resuming one spanning file would upload over each other's parts
-        self.speculation_safe = config.file_format is not FileFormat.PARQUET
+        # attempts resuming one spanning file would upload over each other's parts (Parquet opens
+        # a new upload per attempt)
+        self.speculation_safe = not config.file_format.spans_checkpoints
         self.config = config
         self.codec = COMMITTABLE_CODEC
         self._client_factory = client_factory

@@ -480,3 +480,21 @@ def test_vanished_tail_or_upload_is_loud(fake: Any, make_sink: MakeSink) -> None
 def test_pending_file_invariants() -> None:
     with pytest.raises(ValueError):
         PendingFile("b", "k", "u", (), 0, 0)
+
+
+@pytest.mark.parametrize(("fmt", "safe"), [("parquet", True), ("jsonl", False), ("csv", False)])
+def test_only_formats_whose_files_never_span_checkpoints_are_speculation_safe(
+    make_sink: Callable[..., S3Sink], fmt: str, safe: bool
+) -> None:
+    """#14 scenario 7: two attempts of a row-format subtask resume the same upload and write over
+    each other's parts, so speculation must be refused for them; Parquet opens a new upload per
+    attempt."""
+    from twophase.coordinator.spark.checks import check_speculation
+
+    sink = make_sink(format=fmt)
+    assert sink.speculation_safe is safe
+    if safe:
+        check_speculation("true", [sink])
+    else:
+        with pytest.raises(ConfigError, match="spark.speculation is on"):
+            check_speculation("true", [sink])
