@@ -48,7 +48,12 @@ from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointStorage
-from twophase.coordinator.subtask_lifecycle import PendingTransaction, SubtaskLifecycle, SubtaskState
+from twophase.coordinator.subtask_lifecycle import (
+    PendingTransaction,
+    SubtaskLifecycle,
+    SubtaskState,
+    TxnStatus,
+)
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, IllegalTransitionError
@@ -145,27 +150,6 @@ class CheckpointCoordinator:
     def live_sinks(self) -> list[str]:
         """Sinks not fully finished, in job order."""
         return [n for n in self.sinks if n not in self.fully_finished]
-
-    def finish_subtasks(
-        self, sinks: Iterable[str] | None = None, partitions: Iterable[int] | None = None
-    ) -> int:
-        """End of input for the RUNNING subtasks of ``sinks`` (default all): each finishes
-        (RUNNING → WAITING_FOR_FINAL_CHECKPOINT) after the newest triggered checkpoint. Creates the
-        lifecycles of ``partitions`` (default: the sink's last parallelism) that do not exist yet.
-
-        Returns:
-            how many subtasks finished.
-        """
-        n = 0
-        for name in list(sinks) if sinks is not None else self.live_sinks():
-            parts = list(partitions) if partitions is not None else range(self.parallelism.get(name, 0))
-            for p in parts:
-                self.subtask(name, p)
-            for (s, _), lc in sorted(self._subtasks.items()):
-                if s == name and lc.state is SubtaskState.RUNNING:
-                    lc.finish(self.last_triggered_id)
-                    n += 1
-        return n
 
     # -- trigger / acknowledge --------------------------------------------------------------------
 
@@ -486,6 +470,11 @@ class CheckpointCoordinator:
                 for t in lc.close().abort:
                     self.committer.abort(self.sinks[t.sink_name], t)
         return self.committer.metrics.aborted - before
+
+    def durable_transactions(self) -> list[PendingTransaction[Any]]:
+        """Uncommitted transactions a published checkpoint holds (PERSISTED or COMMITTING), in
+        checkpoint order: what must be committed, never aborted."""
+        return [t for t in self.uncommitted_transactions() if t.status is not TxnStatus.PRE_COMMITTED]
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""

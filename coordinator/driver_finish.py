@@ -15,13 +15,14 @@ committable is acknowledged to the checkpoint being taken, so it commits with th
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.commit_requests import sink_concurrency
 from twophase.coordinator.lanes import group_lanes, run_lanes
+from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import WriterContext
 from twophase.sinks.structured_log import log_event
@@ -51,6 +52,29 @@ def epoch_participants(
                 participants[name].add(p)
                 handover.append((name, p, max(old, p + 1)))
     return participants, handover
+
+
+def finish_subtasks(
+    coord: CheckpointCoordinator, sinks: Iterable[str] | None = None, partitions: Iterable[int] | None = None
+) -> int:
+    """End of input for the RUNNING subtasks of ``sinks`` (default: the live ones): each finishes
+    (RUNNING → WAITING_FOR_FINAL_CHECKPOINT) after the newest triggered checkpoint, so only a later
+    checkpoint can be its final one (FLIP-147). Creates the lifecycles of ``partitions`` (default:
+    the sink's last parallelism) that do not exist yet.
+
+    Returns:
+        how many subtasks finished.
+    """
+    n = 0
+    for name in list(sinks) if sinks is not None else coord.live_sinks():
+        parts = list(partitions) if partitions is not None else range(coord.parallelism.get(name, 0))
+        for p in parts:
+            coord.subtask(name, p)
+        for (s, _), lc in sorted(coord.subtasks.items()):
+            if s == name and lc.state is SubtaskState.RUNNING:
+                lc.finish(coord.last_triggered_id)
+                n += 1
+    return n
 
 
 def final_participants(coord: CheckpointCoordinator, sinks: Mapping[str, AnySink]) -> dict[str, list[int]]:

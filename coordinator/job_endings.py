@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 
 from twophase.coordinator.cancel import commit_durable, delete_checkpoints
-from twophase.coordinator.driver_finish import final_participants, finish_on_driver
+from twophase.coordinator.driver_finish import final_participants, finish_on_driver, finish_subtasks
 from twophase.coordinator.job_lifecycle import JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
@@ -41,7 +41,7 @@ def final_checkpoint(
         whatever completing the checkpoint raises (storage, commit errors).
     """
     coord = s.coordinator()
-    coord.finish_subtasks()
+    finish_subtasks(coord)
     participants = final_participants(coord, s.sinks)
     last = s.last_completed
     position = source_position if source_position is not None else (last.source_position if last else None)

@@ -73,6 +73,7 @@ class FakeExternalSystem:
     violations: list[str] = field(default_factory=list)
     scripted: dict[str, list[CommitOutcome]] = field(default_factory=lambda: defaultdict(list))
     outcome_hook: Callable[[str], CommitOutcome | None] | None = None
+    abort_hook: Callable[[str], None] | None = None
     checkpoint_calls: list[CheckpointCommitCall] = field(default_factory=list)
     checkpoint_versions: dict[tuple[str, str], int] = field(default_factory=dict)
     scripted_checkpoints: dict[tuple[str, int], list[CommitOutcome]] = field(
@@ -168,6 +169,8 @@ class FakeExternalSystem:
         return CommitOutcome.COMMITTED
 
     def do_abort(self, txn_id: str) -> None:
+        if self.abort_hook is not None:
+            self.abort_hook(txn_id)  # may raise: the external system refused or did not answer
         if txn_id in self.committed:
             self.violations.append(f"abort of committed transaction {txn_id}")
             return

@@ -14,6 +14,7 @@ from twophase.coordinator.checkpoint_state import (
     DuplicateAcknowledgementError,
 )
 from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.driver_finish import finish_subtasks
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.coordinator.testing.clock import ManualClock
@@ -233,7 +234,7 @@ def test_flip147_42_43_44_through_the_coordinator() -> None:
     # data written before finish is in the transaction that checkpoint 42 pre-commits
     txn = s.begin_transaction(WriterContext(JOB, "s0", 42, 0, 0, 1))
     s.write(txn, batch(["last", "records"]))
-    coord.finish_subtasks(partitions=[0])
+    finish_subtasks(coord, partitions=[0])
     assert coord.subtask("s0", 0).state is SubtaskState.WAITING_FOR_FINAL_CHECKPOINT
     for c in (42, 43, 44):
         assert coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]}).checkpoint_id == c

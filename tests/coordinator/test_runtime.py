@@ -667,3 +667,30 @@ def test_executor_side_fanout_acknowledgements_drive_an_epoch() -> None:
     for s in ("k", "f"):
         assert records_of(system, s) == expected([1, 2])
     assert system.lingering() == set() and system.violations == []
+
+
+def test_cancel_with_delete_never_commits_what_no_checkpoint_made_durable() -> None:
+    """#14 scenario 9: an abort that fails part-way through cancel leaves later subtasks'
+    pre-committed transactions in memory; cancel with delete must commit only what a published
+    checkpoint holds, never those (the batch is replayed on the next run: duplicates)."""
+    cfg = RuntimeConfig(
+        cancel_cleanup=CleanupMode.DELETE, checkpoint=CheckpointConfig(retained_checkpoints=2)
+    )
+    h, system = harness("k", config=cfg)
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1))
+    epoch2 = h.write_epoch(data(2), source_position=pos(2), complete=False)  # acknowledged, not durable
+    assert epoch2 is not None
+    failed: list[str] = []
+
+    def refuse_first(txn_id: str) -> None:
+        if not failed:
+            failed.append(txn_id)
+            raise ConnectionError("the external system did not answer")
+
+    system.abort_hook = refuse_first
+    with pytest.raises(JobError, match="cleanup failed"):
+        h.runtime.cancel()
+    assert h.runtime.state is JobState.CANCELED
+    assert system.committed_records() == expected([1])  # epoch 2 never committed
+    assert not any(t.startswith("k-c2") for t in system.committed)

@@ -496,5 +496,5 @@ def test_only_formats_whose_files_never_span_checkpoints_are_speculation_safe(
     if safe:
         check_speculation("true", [sink])
     else:
-        with pytest.raises(ConfigError, match="spark.speculation is on"):
+        with pytest.raises(ConfigError, match=r"spark\.speculation is on"):
             check_speculation("true", [sink])
