@@ -6,7 +6,7 @@ rolled in the epoch (several with partition columns or size rolling)::
     {"kind": "s3.files", "version": 1, "body": {"files": [
         {"bucket": "b", "key": "p/part-00000-3-<token>-<uuid>.parquet", "upload_id": "...",
          "parts": [{"number": 1, "etag": "\\"...\\"", "size": 8388608, "checksum_crc32": null}],
-         "byte_count": 9000000, "record_count": 1000, "tail_prefix": null}]}}
+         "byte_count": 9000000, "record_count": 1000, "tail_prefix": null, "resumed": false}]}}
 
 In-progress state (``kind "s3.in_progress"``, version 1), what ``snapshot_in_progress`` returns
 and ``WriterContext.restored_state`` brings back: every file of the subtask still open::
@@ -57,6 +57,10 @@ class PendingFile:
         byte_count: the file's size in bytes (sum of part sizes); checked on recovery.
         record_count: rows in the file.
         tail_prefix: folder of temporary tail objects to delete after commit, or ``None``.
+        resumed: the file was resumed from in-progress state that an earlier, durable checkpoint
+            holds (one upload id and one tail folder for the file's whole life). Aborting this
+            committable then leaves the upload and tails to that state: a retry resumes them again,
+            and lingering cleanup removes them once no retained checkpoint holds them.
     """
 
     bucket: str
@@ -66,6 +70,7 @@ class PendingFile:
     byte_count: int
     record_count: int
     tail_prefix: str | None = None
+    resumed: bool = False
 
     def __post_init__(self) -> None:
         if not self.parts:

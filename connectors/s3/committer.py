@@ -138,10 +138,15 @@ def commit(ops: S3Ops, committable: S3Committable, sink: str = "") -> CommitOutc
 def abort(ops: S3Ops, committable: S3Committable) -> None:
     """Abort every file's multipart upload and delete its tails. Idempotent.
 
+    A resumed file (``PendingFile.resumed``) is left alone: its upload and tails are what the
+    in-progress state of an earlier, durable checkpoint holds, and a retry of the epoch resumes them.
+
     Raises:
         ServiceUnavailableError / ConfigError: S3 keeps failing or access is denied.
     """
     for f in committable.files:
+        if f.resumed:
+            continue
         ops.abort_upload(f.key, f.upload_id)
         if f.tail_prefix:
             delete_tails(ops, f.tail_prefix)

@@ -163,6 +163,7 @@ class OpenFile:
         )
         self.tails_written: list[str] = []
         """Tail objects written by this task (deleted by ``abort_open``)."""
+        self.resumed = restored is not None
 
     def stats(self) -> FileStats:
         """The rolling policy's view of this file."""
@@ -205,6 +206,7 @@ class OpenFile:
             tail_prefix=naming.tail_prefix(self.config.prefix, self.token, self.file_id)
             if self.has_tails
             else None,
+            resumed=self.resumed,
         )
 
     def snapshot(self, checkpoint_id: int, attempt: int) -> InProgressFile:
