@@ -276,7 +276,13 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         # the sinks recover concurrently (one lane each)
         s.committer.commit_all(commit_requests(s.sinks, txns, recovery=True))
         recommitted = len(txns)
-    max_id = max([s.max_triggered, *(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0])
+    # above every id in storage, and every id a sink's external system records as committed for
+    # this job (Delta's txn version): ids start again when storage is empty, keys must not repeat
+    floors = [sink.last_committed_checkpoint(s.job_id) for sink in s.sinks.values()]
+    max_id = max(
+        [s.max_triggered, *(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
+        + [f for f in floors if f is not None]
+    )
     s.coord = CheckpointCoordinator(
         s.job_id,
         list(s.sinks.values()),

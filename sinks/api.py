@@ -133,6 +133,21 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         ``scope.held_in_progress``, nor other jobs' transactions.
         """
 
+    def last_committed_checkpoint(self, job_id: str) -> int | None:
+        """The highest checkpoint id the external system records as committed for ``job_id`` and
+        this sink, if it keeps such a record (Delta: the table's ``txn`` version for appId
+        ``<job>:<sink>``, PROTOCOL.md "Transaction Identifiers"); ``None`` if it keeps none.
+
+        A restore starts new checkpoint ids above it: ids start again whenever the job's checkpoint
+        storage is empty (a new or emptied checkpoint directory, cancel with delete, a savepoint
+        restored elsewhere), and an idempotency key keyed by checkpoint id must never be reused.
+        Default: ``None``.
+
+        Raises:
+            ServiceUnavailableError: the external system cannot be reached.
+        """
+        return None
+
     def measure(self, committable: COMM) -> CommittableSize:
         """Records and bytes in ``committable``, for the runtime's per-sink metrics. Cheap, no I/O.
         Default: unknown."""

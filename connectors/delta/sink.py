@@ -190,6 +190,15 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         )
         return CommitOutcome.FATAL
 
+    def last_committed_checkpoint(self, job_id: str) -> int | None:
+        """The table's ``txn`` version for appId ``<job>:<sink>``: the highest checkpoint committed
+        (``None`` if the table or the appId does not exist yet)."""
+        table = load_table(self.config)
+        if table is None:
+            return None
+        version = table.transaction_version(naming.app_id(job_id, self.name))
+        return None if version is None else int(version)
+
     def measure(self, committable: DeltaCommittable) -> CommittableSize:
         """Records and bytes of the committable's data files."""
         return CommittableSize(committable.num_records, sum(a.size for a in committable.adds))

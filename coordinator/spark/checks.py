@@ -114,19 +114,51 @@ def read_spark_query_id(spark: SparkSession, location: str) -> str | None:
         raise JobError(f"unreadable Spark checkpoint metadata at {location}/metadata: {e!r}") from e
 
 
-def check_query_id(stored: JsonObject | None, spark_query_id: str | None, location: str) -> None:
+def read_spark_last_committed_batch(spark: SparkSession, location: str) -> int | None:
+    """The highest batch id in a Spark checkpoint location's commit log (``commits/<n>``), or ``None``."""
+    jvm: Any = spark._jvm
+    hconf = spark._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path(location.rstrip("/") + "/commits")
+    fs = path.getFileSystem(hconf)
+    if not fs.exists(path):
+        return None
+    batches = [int(n) for s in fs.listStatus(path) if (n := str(s.getPath().getName())).isdigit()]
+    return max(batches, default=None)
+
+
+def check_query_id(
+    stored: JsonObject | None,
+    spark_query_id: str | None,
+    location: str,
+    *,
+    committed_batch: int | None = None,
+) -> None:
     """Refuse to resume a job against another Spark checkpoint than the one it was checkpointed with.
 
     Args:
-        stored: the restored checkpoint's source position (``{"engine": "spark", "query_id", ...}``).
+        stored: the restored checkpoint's source position (``{"engine": "spark", "query_id", ...}``),
+            ``None`` when the job has no checkpoint.
         spark_query_id: the id in the Spark checkpoint location, ``None`` if it is new.
         location: the Spark checkpoint location (for the message).
+        committed_batch: the highest batch in the Spark checkpoint's commit log, ``None`` if none.
 
     Raises:
         JobError: the job's checkpoint names a Spark query and the location holds another one or
-            none (a new location would replay the stream from the start: duplicates).
+            none (a new location would replay the stream from the start: duplicates); or the job
+            has no checkpoint while Spark has committed batches (Spark would not replay them, and
+            what the job's lost checkpoints held — commits still pending, files in progress —
+            would be gone silently).
     """
-    if stored is None or stored.get("engine") != "spark":
+    if stored is None:
+        if committed_batch is not None:
+            raise JobError(
+                f"the job has no checkpoint, but the Spark checkpoint location {location} holds query "
+                f"{spark_query_id!r} with committed batch {committed_batch}: Spark would resume after it "
+                "and what the job's missing checkpoints held would be lost; restore the job's "
+                "checkpoint directory, or start with a new Spark checkpoint location"
+            )
+        return
+    if stored.get("engine") != "spark":
         return
     if stored.get("query_id") != spark_query_id:
         raise JobError(

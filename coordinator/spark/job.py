@@ -41,6 +41,7 @@ from twophase.coordinator.spark.checks import (
     check_speculation,
     check_stream_options,
     job_id_from_name,
+    read_spark_last_committed_batch,
     read_spark_query_id,
 )
 from twophase.coordinator.spark.handle import JobHandle
@@ -198,6 +199,7 @@ class Job:
             restored.source_position,
             read_spark_query_id(self.spark, spark_checkpoint_location),
             spark_checkpoint_location,
+            committed_batch=read_spark_last_committed_batch(self.spark, spark_checkpoint_location),
         )
         handle = JobHandle(
             runtime,

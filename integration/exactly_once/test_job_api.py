@@ -145,6 +145,19 @@ def test_resuming_against_another_spark_checkpoint_is_refused(spark: Any, tmp_pa
     assert sorted(p.name for p in (tmp_path / "out" / "data" / "a").iterdir()) == before
 
 
+def test_an_empty_job_checkpoint_is_refused_against_a_spark_checkpoint_with_commits(
+    spark: Any, tmp_path: Path
+) -> None:
+    """#14 scenario 2: a new (or emptied) checkpoint_dir with the old Spark checkpoint would resume
+    after Spark's last committed batch with nothing of what the job's checkpoints held."""
+    make_input(tmp_path, files=2)
+    job = Job(spark, "eo", str(tmp_path / "chk")).sink(JsonLinesFileSink("a", tmp_path / "out"))
+    assert _start_bounded(job, spark, tmp_path).await_termination(300)
+    fresh = Job(spark, "eo", str(tmp_path / "chk-new")).sink(JsonLinesFileSink("a", tmp_path / "out"))
+    with pytest.raises(JobError, match="the job has no checkpoint"):
+        _start_bounded(fresh, spark, tmp_path)
+
+
 def test_checkpoint_metadata_is_versioned_json_with_encoded_committables(spark: Any, tmp_path: Path) -> None:
     make_input(tmp_path, files=2)
     df = spark.read.parquet(str(tmp_path / "input"))

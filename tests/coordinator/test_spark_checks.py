@@ -73,3 +73,12 @@ def test_speculation_is_refused_only_for_unsafe_sinks() -> None:
     check_speculation(None, [unsafe])
     with pytest.raises(ConfigError, match="unsafe"):
         check_speculation("true", [safe, unsafe])
+
+
+def test_an_empty_job_checkpoint_refuses_a_spark_checkpoint_with_committed_batches() -> None:
+    """#14 scenario 2: Spark resumes after its last committed batch; if the job's own checkpoints
+    are gone (a new or emptied checkpoint_dir, cancel with delete), what they held — commits still
+    pending, files in progress — would be lost silently, and checkpoint ids would start again."""
+    check_query_id(None, "q1", "/spark", committed_batch=None)  # Spark wrote offsets, committed nothing
+    with pytest.raises(JobError, match=r"no checkpoint.*committed batch 4"):
+        check_query_id(None, "q1", "/spark", committed_batch=4)
