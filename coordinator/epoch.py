@@ -302,6 +302,7 @@ def open_epoch(
                         f"{coord.next_checkpoint_id} (storage holds newer checkpoints)"
                     )
                 coord.next_checkpoint_id = checkpoint_id
+            hold_back_for_pending_commits(s, coord.next_checkpoint_id)
             participants, handover = epoch_participants(coord, s.sinks, num_partitions)
             pc = coord.trigger(
                 CheckpointKind.CHECKPOINT,
@@ -331,3 +332,45 @@ def open_epoch(
                 acknowledge=lambda ack: acknowledge(cid, ack),
                 abort=s.committer.abort,
             )
+
+
+def too_old_for(s: RunState, writing: int) -> dict[str, list[int]]:
+    """Per sink declaring ``max_pending_checkpoints``: the uncommitted (or pending) checkpoints
+    older than ``writing - max_pending_checkpoints`` — the ones epoch ``writing`` must not start
+    beside (Kafka: it would re-initialise their pooled transactional ids and fence them)."""
+    coord = s.coordinator()
+    pending = [p.checkpoint_id for p in coord.pending_checkpoints]
+    out: dict[str, list[int]] = {}
+    for name in coord.live_sinks():
+        limit = s.sinks[name].max_pending_checkpoints
+        if limit is None:
+            continue
+        ids = {t.checkpoint_id for t in coord.uncommitted_transactions() if t.sink_name == name} | set(
+            pending
+        )
+        old = sorted(c for c in ids if c < writing - limit)
+        if old:
+            out[name] = old
+    return out
+
+
+def hold_back_for_pending_commits(s: RunState, writing: int) -> None:
+    """Before epoch ``writing`` starts: if a sink's ``max_pending_checkpoints`` would be exceeded,
+    wait for the asynchronous commits (``commit_drain_timeout_s``), then check again.
+
+    Raises:
+        JobError: still exceeded (commits that cannot finish, or more checkpoints pending than the
+            sink allows: e.g. ``max_concurrent_checkpoints`` above Kafka's ``max_pending_checkpoints``).
+    """
+    if not too_old_for(s, writing):
+        return
+    log_event(log, logging.INFO, "epoch waits for pending commits", job=s.job_id, checkpoint=writing)
+    s.drain_commits()
+    still = too_old_for(s, writing)
+    if still:
+        raise JobError(
+            f"job {s.job_id}: checkpoint {writing} cannot start while checkpoints {still} are not "
+            "committed: the sinks allow at most max_pending_checkpoints uncommitted checkpoints (Kafka: "
+            "the transactional id pool would fence them); raise the sink's pool_size and "
+            "max_pending_checkpoints, or lower max_concurrent_checkpoints"
+        )

@@ -55,12 +55,18 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
             sinks whose commits are independent of each other and whose driver-side clients are
             thread-safe raise it. It never applies to a :class:`CheckpointCommitSink`, whose
             checkpoints are committed one after another, in checkpoint order.
+        max_pending_checkpoints: how many checkpoints may still await commit when the next epoch
+            starts writing (``None``: no limit). A sink that reuses names (Kafka's pooled
+            transactional ids) declares it: the runtime then never starts epoch ``w`` while a
+            checkpoint older than ``w - max_pending_checkpoints`` is uncommitted (it waits for
+            asynchronous commits first).
     """
 
     name: str
     codec: CommittableCodec[COMM]
     speculation_safe: bool = True
     commit_concurrency: int = 1
+    max_pending_checkpoints: int | None = None
 
     # --- executor side -------------------------------------------------------------------------
 

@@ -63,6 +63,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         self.name = name
         self.config = config
         self.clients = clients or ConfluentClients()
+        # the pool invariant (naming.py): epoch w reuses the ids of checkpoint w - pool_size
+        self.max_pending_checkpoints = config.max_pending_checkpoints
         self.codec = CODEC
         self.topic_max_message_bytes: int | None = None
         self._admin: KafkaAdmin | None = None

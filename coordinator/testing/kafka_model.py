@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,8 @@ class KafkaModel:
         self._pids = itertools.count(1000)
         self._shift = 0
         self.events: list[str] = []
+        self.end_txn_gate: threading.Event | None = None
+        """When set to an Event, EndTxn waits until it is set (a slow commit, a stalled broker)."""
 
     # -- cluster ------------------------------------------------------------------------------------
 
@@ -162,6 +165,9 @@ class KafkaModel:
 
     def end_txn(self, node: int, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
         """EndTxn (TV1) at broker ``node``; returns Kafka's error code."""
+        gate = self.end_txn_gate
+        if gate is not None and not gate.wait(timeout=30):
+            raise TimeoutError("the model's EndTxn gate stayed closed for 30 s")
         self.advance()
         if node != self.coordinator_of(txn_id):
             return NOT_COORDINATOR

@@ -3,9 +3,13 @@ Kafka's transaction coordinator (coordinator.testing.kafka_model), through the p
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.coordinator.testing.kafka_model import KafkaModel
@@ -30,12 +34,12 @@ def pos(n: int) -> dict[str, object]:
     return {"engine": "spark", "query_id": "q", "batch_id": n}
 
 
-def setup(**config: object) -> tuple[TwoPhaseHarness, KafkaModel]:
+def setup(runtime: RuntimeConfig | None = None, **config: object) -> tuple[TwoPhaseHarness, KafkaModel]:
     clock = ManualClock()
     model = KafkaModel(clock=clock)
     cfg = KafkaSinkConfig(bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=100, **config)  # type: ignore[arg-type]
     sink = KafkaSink("out", cfg, clients=model)
-    return TwoPhaseHarness([sink], job_id="job", clock=clock), model
+    return TwoPhaseHarness([sink], job_id="job", clock=clock, config=runtime), model
 
 
 def committed(model: KafkaModel) -> list[bytes]:
@@ -77,4 +81,20 @@ def test_commits_find_the_coordinator_again_after_it_moves() -> None:
         h.write_epoch(rows(n), source_position=pos(n))
     h.runtime.finish()
     assert committed(model) == expected(range(1, 7))
+    assert model.ongoing() == []
+
+
+def test_async_commit_never_lets_the_pool_wrap_onto_a_checkpoint_still_committing() -> None:
+    """#14 scenario 3: with asynchronous commit, checkpoint c commits while later epochs write. A
+    slow commit must hold back the epoch whose pooled transactional id is c's, or that epoch's
+    init_transactions fences c's durable transaction (LOST)."""
+    # max_pending_checkpoints=1: slots repeat every 3 checkpoints
+    h, model = setup(RuntimeConfig(commit=CommitPolicy(async_commit=True)), pool_size=3)
+    h.restore()
+    model.end_txn_gate = threading.Event()  # checkpoint 1's commit stalls
+    threading.Timer(0.5, model.end_txn_gate.set).start()
+    for n in range(1, 6):
+        h.write_epoch(rows(n), source_position=pos(n))
+    h.runtime.finish()
+    assert committed(model) == expected(range(1, 6))
     assert model.ongoing() == []
