@@ -44,12 +44,17 @@ class DeleteCleanup:
 
 
 def commit_durable(
-    coord: CheckpointCoordinator, sinks: Mapping[str, AnySink], committer: CommitterOperator
+    coord: CheckpointCoordinator,
+    sinks: Mapping[str, AnySink],
+    committer: CommitterOperator,
+    stored: set[int],
 ) -> None:
     """Commit what the job's published checkpoints promised before they are deleted — durable
     transactions only: a transaction still PRE_COMMITTED belongs to a checkpoint that never
     completed (an abort that failed part-way leaves such ones behind) and is lingering, aborted by
-    the cleanup that follows. The commits that succeed are confirmed even when a later one fails.
+    the cleanup that follows. An IN_DOUBT one (its checkpoint's publish had an unknown outcome) is
+    committed if its checkpoint is in storage (``stored`` ids), else left to that cleanup too. The
+    commits that succeed are confirmed even when a later one fails.
 
     Raises:
         CommitFailedError, TransactionLostError: a commit failed.
@@ -57,7 +62,9 @@ def commit_durable(
     done: list[CommitRequest] = []
     try:
         committer.commit_all(
-            commit_requests(sinks, coord.durable_transactions()), cancellable=False, on_done=done.append
+            commit_requests(sinks, coord.durable_transactions(landed=stored)),
+            cancellable=False,
+            on_done=done.append,
         )
     finally:  # confirmed here, on one thread: a subtask's pending list is not thread-safe
         for request in done:

@@ -16,18 +16,17 @@ and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
    a subtask waiting for its final checkpoint closes on the first notification of a checkpoint
    triggered after its finish() (FLIP-147).
 5. :meth:`~CheckpointCoordinator.abort_checkpoint` aborts the checkpoint and every newer pending
-   one (their epochs build on its data) and their pre-committed transactions.
+   one (their epochs build on its data) and their pre-committed transactions. A publish whose
+   outcome is unknown aborts nothing of its own: its transactions stay in doubt for the restore.
 
-A sink all of whose subtasks are FINISHED with nothing left to commit is flagged fully finished
-(FLIP-147) in the metadata and skipped on restore. States and their transitions:
-:mod:`~twophase.coordinator.checkpoint_state`.
+Sinks whose subtasks all FINISHED with nothing left to commit are flagged fully finished (FLIP-147).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from twophase.coordinator.acknowledgement import Acknowledgement
@@ -56,7 +55,7 @@ from twophase.coordinator.subtask_lifecycle import (
 )
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import ConfigError, IllegalTransitionError
+from twophase.sinks.errors import CheckpointPublishUnknownError, ConfigError, IllegalTransitionError
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -181,16 +180,9 @@ class CheckpointCoordinator:
         source_position: JsonObject | None = None,
         end_of_input: bool = False,
     ) -> PendingCheckpoint:
-        """Trigger the next checkpoint.
-
-        Args:
-            kind: checkpoint, savepoint or final.
-            participants: sink → partitions whose acknowledgement is expected (fully finished
-                sinks must expect none).
-            num_partitions: sink → the epoch's parallelism (default: the previous one, or the
-                number of participants).
-            source_position: the engine position the checkpoint covers.
-            end_of_input: the job reached end of input.
+        """Trigger the next checkpoint of ``kind``, expecting acknowledgements from
+        ``participants`` (sink → partitions; fully finished sinks expect none). ``num_partitions``:
+        sink → the epoch's parallelism (default: the previous one, or the number of participants).
 
         Raises:
             CheckpointLimitError: ``max_concurrent_checkpoints`` are pending.
@@ -240,15 +232,12 @@ class CheckpointCoordinator:
         """Record one subtask's acknowledgement of ``checkpoint_id``; its committable is decoded
         with the sink's codec, and its payload kept as received for the checkpoint metadata.
 
-        Returns:
-            True if recorded; False if the checkpoint was aborted (the committable was aborted).
+        Returns True if recorded, False if the checkpoint was aborted (its committable aborted).
 
         Raises:
-            CommittableDecodeError: the payload does not decode (nothing kept).
+            CommittableDecodeError, ConfigError: the payload does not decode; an unknown sink.
             DuplicateAcknowledgementError: (sink, partition) already acknowledged; nothing kept.
-            IllegalTransitionError: the checkpoint is completed or unknown, or (sink, partition)
-                is not expected by it.
-            ConfigError: an unknown sink.
+            IllegalTransitionError: the checkpoint is not pending, or (sink, partition) unexpected.
         """
         sink, partition, attempt = ack.sink, ack.partition, ack.attempt
         committables = self._decode(ack)
@@ -309,12 +298,12 @@ class CheckpointCoordinator:
         """Persist checkpoint ``checkpoint_id`` atomically; it is complete once published.
 
         Nothing is committed here: call :meth:`notify_checkpoint_complete` next. If publishing
-        fails, the checkpoint (and newer pending ones) is aborted and the error raised.
+        fails, the checkpoint (and newer pending ones) is aborted and the error raised; if its
+        outcome is unknown, its transactions are kept in doubt instead (never aborted).
 
         Raises:
-            IllegalTransitionError: not pending, not fully acknowledged, or an older checkpoint is
-                still pending (completion is in trigger order).
-            CheckpointStorageError: publishing failed.
+            IllegalTransitionError: not pending, not fully acknowledged, or an older one pending.
+            CheckpointStorageError: publishing failed (CheckpointPublishUnknownError: maybe not).
         """
         pc = self.pending(checkpoint_id)
         if not pc.is_fully_acknowledged:
@@ -336,6 +325,9 @@ class CheckpointCoordinator:
         self._fault("before_persist")
         try:
             ref = self.storage.publish(metadata)
+        except CheckpointPublishUnknownError as e:
+            self._in_doubt(pc, e)
+            raise
         except Exception as e:
             self.abort_checkpoint(checkpoint_id, f"persist failed: {e!r}")
             raise
@@ -361,6 +353,20 @@ class CheckpointCoordinator:
             log.warning("checkpoint retention failed job=%s: %r", self.job_id, e, extra={"job": self.job_id})
         self._fault("after_persist")
         return done
+
+    def _in_doubt(self, pc: PendingCheckpoint, error: BaseException) -> None:
+        """The checkpoint may or may not be durable: keep its transactions (never abort what may be
+        durable), abort newer pending checkpoints (they are not), and let the job fail."""
+        c = pc.checkpoint_id
+        del self._pending[c]
+        pc.status = CheckpointStatus.IN_DOUBT
+        self._aborted.add(c)
+        for lc in self._subtasks.values():
+            lc.checkpoint_in_doubt(c)
+        self._log(logging.ERROR, "checkpoint publish outcome unknown", checkpoint=c, error=repr(error))
+        newer = [n for n in self._pending if n > c]
+        if newer:
+            self.abort_checkpoint(min(newer), f"an older checkpoint's publish outcome is unknown: {error!r}")
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> NotifyResult:
         """Commit every pending transaction ≤ ``checkpoint_id`` on every live subtask, in order.
@@ -471,10 +477,14 @@ class CheckpointCoordinator:
                     self.committer.abort(self.sinks[t.sink_name], t)
         return self.committer.metrics.aborted - before
 
-    def durable_transactions(self) -> list[PendingTransaction[Any]]:
-        """Uncommitted transactions a published checkpoint holds (PERSISTED or COMMITTING), in
-        checkpoint order: what must be committed, never aborted."""
-        return [t for t in self.uncommitted_transactions() if t.status is not TxnStatus.PRE_COMMITTED]
+    def durable_transactions(self, landed: Set[int] = frozenset()) -> list[PendingTransaction[Any]]:
+        """Uncommitted transactions a published checkpoint holds (PERSISTED or COMMITTING, and
+        IN_DOUBT ones of checkpoints in ``landed``), in checkpoint order: what must be committed."""
+        return [
+            t
+            for t in self.uncommitted_transactions()
+            if t.status.is_durable or (t.status is TxnStatus.IN_DOUBT and t.checkpoint_id in landed)
+        ]
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""

@@ -67,6 +67,8 @@ class CheckpointStatus(enum.Enum):
     PENDING = "PENDING"
     COMPLETED = "COMPLETED"
     ABORTED = "ABORTED"
+    IN_DOUBT = "IN_DOUBT"
+    """Publishing failed with an unknown outcome: it may be durable; the restore decides."""
 
 
 @dataclass

@@ -91,7 +91,8 @@ def cancel_cleanup(s: RunState, delete: bool) -> None:
     if coord is not None:
         committer = s.new_committer()
         try:
-            commit_durable(coord, s.sinks, committer)
+            stored = {r.checkpoint_id for r in s.storage.list_checkpoints()}
+            commit_durable(coord, s.sinks, committer, stored)
         finally:
             s.past_committer_metrics.append(committer.metrics)
     delete_checkpoints(s.job_id, s.sinks, s.cache, coord.live_sinks() if coord is not None else None)

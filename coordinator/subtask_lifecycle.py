@@ -27,9 +27,11 @@ Pending transaction states::
 
     PRE_COMMITTED ──checkpoint persisted──► PERSISTED ──notify──► COMMITTING ──confirmed──► (gone)
     PRE_COMMITTED ──checkpoint aborted / close──► (aborted, gone)
+    PRE_COMMITTED ──publish outcome unknown──► IN_DOUBT   (kept; the restore decides)
 
 A PERSISTED transaction is never aborted: once its checkpoint is durable it must eventually be
-committed (re-committed on recovery).
+committed (re-committed on recovery). An IN_DOUBT one is never aborted or committed by this run
+either: its checkpoint may be durable; the job fails and the restore reads storage to know.
 """
 
 from __future__ import annotations
@@ -97,6 +99,12 @@ class TxnStatus(enum.Enum):
     PRE_COMMITTED = "pre_committed"
     PERSISTED = "persisted"
     COMMITTING = "committing"
+    IN_DOUBT = "in_doubt"
+
+    @property
+    def is_durable(self) -> bool:
+        """True once the transaction's checkpoint is known to be published (it must be committed)."""
+        return self in (TxnStatus.PERSISTED, TxnStatus.COMMITTING)
 
 
 @dataclass(eq=False)
@@ -241,6 +249,13 @@ class SubtaskLifecycle(Generic[COMM]):
             for c in held:
                 if c < newest:
                     del self._in_progress[c]
+
+    def checkpoint_in_doubt(self, checkpoint_id: int) -> None:
+        """Publishing checkpoint ``checkpoint_id`` had an unknown outcome: its transactions may be
+        durable, so they are kept (IN_DOUBT) — ``close`` does not abort them — for the restore."""
+        for t in self._pending:
+            if t.checkpoint_id <= checkpoint_id and t.status is TxnStatus.PRE_COMMITTED:
+                t.status = TxnStatus.IN_DOUBT
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> LifecycleActions[COMM]:
         """Commit every pending transaction ≤ ``checkpoint_id`` (Flink's rule: covers subsumed,

@@ -64,6 +64,13 @@ class CheckpointStorageError(TwoPhaseError, OSError):
     """Checkpoint storage cannot be read or written; the message names the file or object."""
 
 
+class CheckpointPublishUnknownError(CheckpointStorageError):
+    """Publishing a checkpoint failed after it may have become visible: the outcome is unknown
+    (an S3 PUT whose every retry failed without a definitive answer; a directory fsync that failed
+    after the link). Its transactions are neither committed nor aborted; the job fails and the
+    restore decides from what storage shows."""
+
+
 class CorruptCheckpointError(CheckpointStorageError):
     """A checkpoint's ``_metadata`` is unreadable or invalid. Never silently skipped."""
 

@@ -37,7 +37,12 @@ from twophase.coordinator.storage.common import (
     plan_retention,
     sort_refs,
 )
-from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.errors import (
+    CheckpointPublishUnknownError,
+    CheckpointStorageError,
+    ConfigError,
+    CorruptCheckpointError,
+)
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -104,13 +109,19 @@ class LocalCheckpointStorage:
             created = self._ensure_dir(target.parent)
             self._set_final_marker(target.parent, final=kind is CheckpointKind.FINAL)
             self._write_new(target, data)
-            # the new _metadata name, and the name of every directory this publish created
-            for d in {target.parent, *(c.parent for c in created)}:
-                _fsync_dir(d)
         except CheckpointStorageError:
             raise
         except OSError as e:
             raise CheckpointStorageError(f"cannot publish checkpoint {cid} to {target}: {e}") from e
+        try:
+            # the new _metadata name, and the name of every directory this publish created
+            for d in {target.parent, *(c.parent for c in created)}:
+                _fsync_dir(d)
+        except OSError as e:  # linked, so visible now, but maybe not durable across a crash
+            raise CheckpointPublishUnknownError(
+                f"checkpoint {cid} at {target} is linked but its directory fsync failed, so it may "
+                f"or may not survive a crash: {e}"
+            ) from e
         ref = CheckpointRef(cid, kind, str(target))
         log_event(
             log,

@@ -35,7 +35,12 @@ from twophase.coordinator.storage.common import (
     plan_retention,
     sort_refs,
 )
-from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.errors import (
+    CheckpointPublishUnknownError,
+    CheckpointStorageError,
+    ConfigError,
+    CorruptCheckpointError,
+)
 from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
@@ -229,6 +234,12 @@ class S3CheckpointStorage:
 
         try:
             self._call("PutObject", key, put)
+        except CheckpointStorageError as e:
+            # transient failures to the last attempt: any attempt may have landed unanswered
+            raise CheckpointPublishUnknownError(
+                f"S3 PutObject {self.uri(key)}: every attempt failed without a definitive answer; "
+                f"the checkpoint may have landed: {e}"
+            ) from e
         except ClientError as e:
             if _code(e) not in _PRECONDITION_FAILED_CODES and _status(e) != 412:
                 hint = (

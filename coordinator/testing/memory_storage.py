@@ -29,7 +29,7 @@ from twophase.coordinator.storage.common import (
     plan_retention,
     sort_refs,
 )
-from twophase.sinks.errors import CheckpointStorageError
+from twophase.sinks.errors import CheckpointPublishUnknownError, CheckpointStorageError
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,9 @@ class InMemoryCheckpointStorage:
     Attributes:
         publish_hook: test hook called with the metadata before each publish; it may raise to
             simulate a failed write (nothing is published then).
+        after_publish_hook: test hook called after the metadata became visible; it may raise to
+            simulate a write whose outcome the writer never learns (the error is raised as
+            :class:`~twophase.sinks.errors.CheckpointPublishUnknownError`; the checkpoint stays).
         published: ids published so far, in order (including ones deleted since).
 
     Raises:
@@ -65,6 +68,7 @@ class InMemoryCheckpointStorage:
         self.job_id: str = layout.validate_job_id(job_id)
         self.store = store if store is not None else MemoryStore()
         self.publish_hook: Callable[[CheckpointMetadata], None] | None = None
+        self.after_publish_hook: Callable[[CheckpointMetadata], None] | None = None
         self.published: list[int] = []
 
     def __repr__(self) -> str:
@@ -106,6 +110,11 @@ class InMemoryCheckpointStorage:
                 self.store.files[self._final_marker(cid)] = b""
             self.store.files[target] = metadata.dumps()
             self.published.append(cid)
+            if self.after_publish_hook is not None:
+                try:
+                    self.after_publish_hook(metadata)
+                except Exception as e:
+                    raise CheckpointPublishUnknownError(f"checkpoint {cid}: outcome unknown: {e}") from e
         log_event(
             log,
             logging.INFO,

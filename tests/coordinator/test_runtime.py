@@ -17,7 +17,7 @@ from twophase.coordinator.epoch import position_covers
 from twophase.coordinator.fanout import write_subtasks
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime import JobCanceledError
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
@@ -30,6 +30,7 @@ from twophase.coordinator.testing.fakes import (
 )
 from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks.errors import (
+    CheckpointPublishUnknownError,
     CommitFailedError,
     ConfigError,
     CorruptCheckpointError,
@@ -694,3 +695,42 @@ def test_cancel_with_delete_never_commits_what_no_checkpoint_made_durable() -> N
     assert h.runtime.state is JobState.CANCELED
     assert system.committed_records() == expected([1])  # epoch 2 never committed
     assert not any(t.startswith("k-c2") for t in system.committed)
+
+
+@pytest.mark.parametrize("final", [False, True])
+@pytest.mark.parametrize("ignore_lost", [False, True])
+def test_a_publish_whose_outcome_is_unknown_never_aborts_what_may_be_durable(
+    final: bool, ignore_lost: bool
+) -> None:
+    """#14 scenario 4: the checkpoint landed but the writer never learned it (an S3 PUT whose every
+    retry failed without seeing 412; a directory fsync that failed after the link). Aborting its
+    transactions would lose a durable checkpoint's data: LOST on restore, or, with
+    ignore_lost_on_recovery, the batch silently skipped."""
+    cfg = RuntimeConfig(
+        checkpoint=CheckpointConfig(retained_checkpoints=2),
+        commit=CommitPolicy(ignore_lost_on_recovery=ignore_lost),
+    )
+    h, system = harness("k", "f", config=cfg)
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1))
+
+    def unknown(meta: CheckpointMetadata) -> None:
+        if meta.checkpoint_id == 2:
+            raise TimeoutError("no answer to the PUT, but it landed")
+
+    h.storage.after_publish_hook = unknown
+    with pytest.raises(CheckpointPublishUnknownError):
+        if final:
+            h.runtime.finish()
+        else:
+            h.write_epoch(data(2), source_position=pos(2))
+    assert h.runtime.state is JobState.FAILING
+    h.storage.after_publish_hook = None
+    h.restart_process()  # the restore finds checkpoint 2 and re-commits it
+    if not final:
+        assert h.runtime.replay_check(pos(2))  # the engine replays batch 2: covered, nothing written
+    h.runtime.finish()
+    epochs = [1] if final else [1, 2]
+    for s in ("k", "f"):
+        assert records_of(system, s) == expected(epochs)
+    assert system.lingering() == set() and system.violations == []

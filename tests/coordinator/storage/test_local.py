@@ -16,7 +16,12 @@ from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.local import LocalCheckpointStorage
-from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.errors import (
+    CheckpointPublishUnknownError,
+    CheckpointStorageError,
+    ConfigError,
+    CorruptCheckpointError,
+)
 
 MakeMeta = Callable[..., CheckpointMetadata]
 CK, FIN, SP = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL, CheckpointKind.SAVEPOINT
@@ -362,3 +367,20 @@ def test_unsafe_job_id_refused_before_anything_is_written(tmp_path: Path, job_id
     with pytest.raises(ConfigError):
         LocalCheckpointStorage(tmp_path / "base", job_id)
     assert not (tmp_path / "base").exists()
+
+
+def test_a_directory_fsync_that_fails_after_the_link_has_an_unknown_outcome(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#14 scenario 4: the new _metadata is linked (visible) but maybe not durable."""
+    import twophase.coordinator.storage.local as local
+
+    storage = LocalCheckpointStorage(tmp_path, "job")
+    meta = CheckpointMetadata("job", 1, CheckpointKind.CHECKPOINT, 0, {})
+
+    def fail(path: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(local, "_fsync_dir", fail)
+    with pytest.raises(CheckpointPublishUnknownError, match="may"):
+        storage.publish(meta)

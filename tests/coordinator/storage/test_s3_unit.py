@@ -20,7 +20,12 @@ from botocore.stub import Stubber
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.s3 import S3CheckpointStorage, is_transient
-from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
+from twophase.sinks.errors import (
+    CheckpointPublishUnknownError,
+    CheckpointStorageError,
+    ConfigError,
+    CorruptCheckpointError,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -203,3 +208,26 @@ def test_server_without_conditional_writes_fails_clearly(
     stub.add_client_error("put_object", "NotImplemented", http_status_code=501)
     with pytest.raises(CheckpointStorageError, match="must support conditional writes"):
         storage.publish(make_meta(2))
+
+
+def test_a_put_whose_retries_all_failed_transiently_has_an_unknown_outcome(
+    stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
+) -> None:
+    """#14 scenario 4: any of the attempts may have landed while only its answer was lost."""
+    meta = make_meta(2)
+    _expect_publish_prelude(stub)
+    for _ in range(3):
+        stub.add_client_error("put_object", "InternalError", http_status_code=500)
+    with pytest.raises(CheckpointPublishUnknownError, match="may have landed"):
+        storage.publish(meta)
+
+
+def test_a_put_refused_for_good_is_a_plain_failure(
+    stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
+) -> None:
+    meta = make_meta(2)
+    _expect_publish_prelude(stub)
+    stub.add_client_error("put_object", "AccessDenied", http_status_code=403)
+    with pytest.raises(CheckpointStorageError) as info:
+        storage.publish(meta)
+    assert not isinstance(info.value, CheckpointPublishUnknownError)
