@@ -251,11 +251,13 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     """
     if s.coord is not None:
         s.replace_committer()
+    refs = s.storage.list_checkpoints()
     if savepoint_location is not None:
         meta: CheckpointMetadata | None = s.storage.load_location(savepoint_location)
+        location: str | None = savepoint_location
     else:
         meta = s.storage.latest()
-    refs = s.storage.list_checkpoints()
+        location = next((r.location for r in refs if meta and r.checkpoint_id == meta.checkpoint_id), None)
     lost_before = s.committer.metrics.lost_ignored
     recommitted = 0
     if meta is not None:
@@ -271,16 +273,24 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         check_restorable(meta, s.sinks, s.job_id)
         if savepoint_location is not None:
             s.cache.remember(savepoint_location, meta)
-        txns = recovery_transactions(meta, s.sinks, s.clock())
+        committed = location is not None and s.storage.is_committed(location)
+        txns = [] if committed else recovery_transactions(meta, s.sinks, s.clock())
         # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order;
         # the sinks recover concurrently (one lane each)
         s.committer.commit_all(commit_requests(s.sinks, txns, recovery=True))
         recommitted = len(txns)
+        if location is not None and not committed:
+            try:  # everything it holds is committed now
+                s.storage.mark_committed(location)
+            except Exception as e:
+                log_event(log, logging.WARNING, "committed marker not written", job=s.job_id, error=repr(e))
     # above every id in storage, and every id a sink's external system records as committed for
     # this job (Delta's txn version): ids start again when storage is empty, keys must not repeat
     floors = [sink.last_committed_checkpoint(s.job_id) for sink in s.sinks.values()]
+    # not above ids that failed epochs of this process used: nothing durable holds them, and
+    # reusing them keeps a name pool (Kafka) away from the restored checkpoint's names
     max_id = max(
-        [s.max_triggered, *(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
+        [*(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
         + [f for f in floors if f is not None]
     )
     s.coord = CheckpointCoordinator(
@@ -299,6 +309,8 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     }
     s.restored = meta
     s.last_completed = meta
+    s.last_location = location
+    s.marked_committed = meta.checkpoint_id if meta is not None and location is not None else None
     s.epochs_since_restore = 0
     result = RestoreResult(
         checkpoint_id=meta.checkpoint_id if meta else None,

@@ -82,6 +82,10 @@ class RunState:
         self.restored: CheckpointMetadata | None = None
         self.restore_held: dict[str, tuple[JsonObject, ...]] = {}
         self.last_completed: CheckpointMetadata | None = None
+        self.last_location: str | None = None
+        """Where ``last_completed`` was published (or restored from)."""
+        self.marked_committed: int | None = None
+        """The newest checkpoint whose committed marker this run wrote (or found)."""
         self.epochs_since_restore = 0
         self.max_triggered = 0
         self.abandoned = False
@@ -164,6 +168,7 @@ class RunState:
         coord = self.coordinator()
         self.committer.raise_if_failed()
         coord.confirm_commits()
+        self.mark_committed_if_done()
         coord.check_timeouts()
         self.committer.ages.check(coord.uncommitted_transactions())
 
@@ -171,6 +176,24 @@ class RunState:
         """Keep a completed checkpoint's metadata (the latest, and in the cache)."""
         self.cache.remember(done.ref.location, done.metadata)
         self.last_completed = done.metadata
+        self.last_location = done.ref.location
+
+    def mark_committed_if_done(self) -> None:
+        """Once every transaction the latest completed checkpoint holds is confirmed committed,
+        write its committed marker (best effort): a restore from it then re-commits nothing. Kafka
+        cannot tell a long-committed transaction from an aborted one once its transactional id was
+        reused or expired, so re-committing would report LOST for visible data."""
+        last, coord, location = self.last_completed, self.coord, self.last_location
+        if last is None or coord is None or location is None or self.marked_committed == last.checkpoint_id:
+            return
+        if any(t.checkpoint_id <= last.checkpoint_id for t in coord.uncommitted_transactions()):
+            return
+        try:
+            self.storage.mark_committed(location)
+        except Exception as e:  # only an optimisation of the restore: never fail the job for it
+            log_event(log, logging.WARNING, "committed marker not written", job=self.job_id, error=repr(e))
+            return
+        self.marked_committed = last.checkpoint_id
 
     # -- lingering --------------------------------------------------------------------------------
 
@@ -235,6 +258,7 @@ class RunState:
         nr = NotifyResult(checkpoint_id, 0, 0, 0, 0.0)
         if notify:
             nr = coord.notify_checkpoint_complete(checkpoint_id)
+            self.mark_committed_if_done()
             self.fault("after_commit")
         lingering = 0
         do_lingering = self.config.abort_lingering_each_epoch if abort_lingering is None else abort_lingering
@@ -274,6 +298,7 @@ class RunState:
         """Wait for asynchronous commits (``commit_drain_timeout_s``) and forget confirmed ones."""
         self.committer.drain(self.config.commit_drain_timeout_s)
         self.coordinator().confirm_commits()
+        self.mark_committed_if_done()
 
     def require_no_pending(self, action: str) -> None:
         """Raise IllegalTransitionError if checkpoints are pending (endings need none)."""

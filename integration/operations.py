@@ -50,11 +50,13 @@ class JobCheckpoints:
         job_id: the job.
         refs: the retained checkpoints and savepoints, ascending by id.
         metas: their metadata, in the same order.
+        committed: the latest one carries its committed marker (nothing left to re-commit).
     """
 
     job_id: str
     refs: tuple[CheckpointRef, ...]
     metas: tuple[CheckpointMetadata, ...]
+    committed: bool = False
 
     @classmethod
     def load(cls, storage: CheckpointStorage) -> JobCheckpoints:
@@ -66,7 +68,8 @@ class JobCheckpoints:
             CheckpointStorageError: the storage cannot be listed.
         """
         refs = tuple(storage.list_checkpoints())
-        return cls(storage.job_id, refs, tuple(storage.load(ref) for ref in refs))
+        committed = bool(refs) and storage.is_committed(refs[-1].location)
+        return cls(storage.job_id, refs, tuple(storage.load(ref) for ref in refs), committed)
 
     @property
     def latest(self) -> CheckpointMetadata | None:
@@ -161,6 +164,8 @@ def recommit_latest(job_id: str, sinks: Sequence[AnySink], checkpoints: JobCheck
     meta = checkpoints.latest
     if meta is None:
         return RecommitReport(None, {})
+    if checkpoints.committed:  # its committed marker: everything it holds is committed already
+        return RecommitReport(meta.checkpoint_id, {})
     finished = set(meta.fully_finished)
     unknown = sorted(
         n for n, s in meta.sinks.items() if n not in by_name and n not in finished and s.committables

@@ -121,6 +121,19 @@ def test_publish_list_load_round_trip(
     assert keys(client, bucket) == expected
 
 
+def test_the_committed_marker_is_an_object_beside_the_metadata_and_goes_with_it(
+    storage: S3CheckpointStorage, client: S3Client, bucket: str
+) -> None:
+    ref = storage.publish(metadata(4, CheckpointKind.CHECKPOINT))
+    assert not storage.is_committed(ref.location)
+    storage.mark_committed(ref.location)
+    assert storage.is_committed(ref.location)
+    assert f"{PREFIX}/job-1/chk-4/_committed" in keys(client, bucket)
+    assert storage.list_checkpoints() == [ref]  # a marker is not a checkpoint
+    storage.delete(ref)
+    assert keys(client, bucket) == []
+
+
 def test_new_job_is_empty(storage: S3CheckpointStorage) -> None:
     assert storage.list_checkpoints() == []
     assert storage.latest() is None

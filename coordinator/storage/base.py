@@ -84,6 +84,23 @@ class CheckpointStorage(Protocol):
         """
         ...
 
+    def mark_committed(self, location: str) -> None:
+        """Record that every transaction of the checkpoint at ``location`` (its ``_metadata`` or
+        directory) is committed: an empty ``_committed`` beside it. Idempotent.
+
+        Raises:
+            CheckpointStorageError: the marker cannot be written (callers treat it as best effort).
+        """
+        ...
+
+    def is_committed(self, location: str) -> bool:
+        """True if :meth:`mark_committed` ran for the checkpoint at ``location``.
+
+        Raises:
+            CheckpointStorageError: storage cannot be read.
+        """
+        ...
+
     def delete(self, ref: CheckpointRef) -> None:
         """Delete one checkpoint's directory. Idempotent."""
         ...

@@ -4,6 +4,7 @@ Layout relative to ``<base>/<job-id>/`` (DESIGN.md §5)::
 
     chk-<n>/_metadata              a checkpoint (kind ``checkpoint`` or ``final``)
     chk-<n>/_final                 empty marker: chk-<n> is a final checkpoint (written before _metadata)
+    chk-<n>/_committed             empty marker: every transaction chk-<n> holds is committed
     savepoints/sp-<n>/_metadata    a savepoint
 
 ``<n>`` is the decimal checkpoint id without leading zeros (≥ 1). Ids are ordered numerically,
@@ -24,6 +25,10 @@ from twophase.sinks.errors import ConfigError
 
 METADATA_NAME = "_metadata"
 FINAL_MARKER_NAME = "_final"
+COMMITTED_MARKER_NAME = "_committed"
+"""Written after every transaction a checkpoint holds was confirmed committed: a restore from it
+has nothing to re-commit (Kafka cannot tell a long-committed transaction from an aborted one once
+its id was reused or expired)."""
 SAVEPOINTS_DIR = "savepoints"
 CHECKPOINT_PREFIX = "chk-"
 SAVEPOINT_PREFIX = "sp-"
@@ -34,6 +39,14 @@ MAX_JOB_ID_LENGTH = 200
 
 _CHK_RE = re.compile(r"chk-([1-9][0-9]*)")
 _SP_RE = re.compile(r"sp-([1-9][0-9]*)")
+
+
+def committed_marker_of(metadata_location: str) -> str:
+    """The ``_committed`` marker beside a checkpoint's ``_metadata`` (a location or its directory)."""
+    loc = metadata_location.rstrip("/")
+    if loc.endswith("/" + METADATA_NAME):
+        loc = loc[: -len(METADATA_NAME) - 1]
+    return f"{loc}/{COMMITTED_MARKER_NAME}"
 
 
 def validate_job_id(job_id: str) -> str:

@@ -276,6 +276,27 @@ class LocalCheckpointStorage:
 
     # -- delete / retention --------------------------------------------------------------------
 
+    def mark_committed(self, location: str) -> None:
+        """An empty ``_committed`` beside the checkpoint's ``_metadata``, fsynced. Idempotent.
+
+        Raises:
+            CheckpointStorageError: it cannot be written.
+        """
+        marker = Path(layout.committed_marker_of(local_path(location)))
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(marker.parent)
+        except OSError as e:
+            raise CheckpointStorageError(f"cannot write {marker}: {e}") from e
+
+    def is_committed(self, location: str) -> bool:
+        """True if the checkpoint's ``_committed`` marker exists."""
+        return Path(layout.committed_marker_of(local_path(location))).exists()
+
     def delete(self, ref: CheckpointRef) -> None:
         """Delete one checkpoint's directory (savepoints too, when asked explicitly). Idempotent.
 

@@ -358,6 +358,35 @@ class S3CheckpointStorage:
         uri = f"s3://{parsed.netloc}/{key}"
         return decode_metadata(self._read(key, bucket=parsed.netloc), uri)
 
+    def _marker_key(self, location: str) -> tuple[str, str]:
+        parsed = urlparse(location)
+        if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):
+            raise ConfigError(f"not an s3://bucket/key checkpoint location: {location}")
+        return parsed.netloc, layout.committed_marker_of(parsed.path.lstrip("/"))
+
+    def mark_committed(self, location: str) -> None:
+        """An empty ``_committed`` object beside the checkpoint's ``_metadata``. Idempotent.
+
+        Raises:
+            CheckpointStorageError: it cannot be written.
+        """
+        bucket, key = self._marker_key(location)
+        try:
+            self._call("PutObject", key, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=b""))
+        except ClientError as e:
+            raise CheckpointStorageError(f"S3 write of s3://{bucket}/{key} failed: {e}") from e
+
+    def is_committed(self, location: str) -> bool:
+        """True if the checkpoint's ``_committed`` object exists."""
+        bucket, key = self._marker_key(location)
+        try:
+            self._call("HeadObject", key, lambda: self._client.head_object(Bucket=bucket, Key=key))
+        except ClientError as e:
+            if _code(e) in _NOT_FOUND_CODES:
+                return False
+            raise CheckpointStorageError(f"S3 HeadObject s3://{bucket}/{key} failed: {e}") from e
+        return True
+
     def _read(self, key: str, bucket: str | None = None) -> bytes:
         bucket = bucket or self.bucket
         uri = f"s3://{bucket}/{key}"

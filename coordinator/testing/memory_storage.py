@@ -187,10 +187,21 @@ class InMemoryCheckpointStorage:
         """
         return latest_by_listing(self, fallback_to_valid=fallback_to_valid)
 
+    def mark_committed(self, location: str) -> None:
+        """An empty ``_committed`` beside the checkpoint's ``_metadata``. Idempotent."""
+        with self.store.lock:
+            self.store.files[layout.committed_marker_of(location)] = b""
+
+    def is_committed(self, location: str) -> bool:
+        """True if the checkpoint's ``_committed`` marker exists."""
+        with self.store.lock:
+            return layout.committed_marker_of(location) in self.store.files
+
     def delete(self, ref: CheckpointRef) -> None:
         """Delete one checkpoint (savepoints too, when asked explicitly). Idempotent."""
         with self.store.lock:
             self.store.files.pop(self.location(ref.checkpoint_id, ref.kind), None)
+            self.store.files.pop(layout.committed_marker_of(self.location(ref.checkpoint_id, ref.kind)), None)
             if ref.kind is not CheckpointKind.SAVEPOINT:
                 self.store.files.pop(self._final_marker(ref.checkpoint_id), None)
         log_event(

@@ -45,13 +45,16 @@ def test_recovery_counts_already_committed_and_lingering_aborts() -> None:
     )
     h.restore()
     h.write_epoch(data(1), source_position=pos(1))
-    h.crash_at("before_persist")  # epoch 2 pre-committed, never durable: lingering after restart
-    h.expect_crash(lambda: h.write_epoch(data(2), source_position=pos(2)))
+    h.write_epoch(data(2), source_position=pos(2), notify=False)  # durable, not yet committed
+    h.crash_at("before_persist")  # epoch 3 pre-committed, never durable: lingering after restart
+    h.expect_crash(lambda: h.write_epoch(data(3), source_position=pos(3)))
     h.restart_process()
     totals = h.runtime.sink_metrics.totals()["a"]
-    # the restore re-committed checkpoint 1's two transactions and aborted epoch 2's two
-    assert (totals.transactions_already_committed, totals.lingering_aborted) == (2, 2)
-    assert totals.transactions_committed == 0 and totals.checkpoints == (1,)
+    # the restore committed checkpoint 2's two transactions and aborted epoch 3's two
+    assert (totals.transactions_committed, totals.lingering_aborted) == (2, 2)
+    assert totals.transactions_already_committed == 0 and totals.checkpoints == (2,)
+    h.restart_process()  # checkpoint 2 is marked committed now: nothing is re-committed
+    assert h.runtime.sink_metrics.totals() == {}
 
 
 def test_bytes_sum_only_what_sinks_report() -> None:

@@ -98,3 +98,67 @@ def test_async_commit_never_lets_the_pool_wrap_onto_a_checkpoint_still_committin
     h.runtime.finish()
     assert committed(model) == expected(range(1, 6))
     assert model.ongoing() == []
+
+
+def _fail_publish(h: TwoPhaseHarness, *ids: int) -> None:
+    from twophase.coordinator.metadata import CheckpointMetadata
+
+    def hook(meta: CheckpointMetadata) -> None:
+        if meta.checkpoint_id in ids:
+            raise OSError("checkpoint storage refused the write")
+
+    h.storage.publish_hook = hook
+
+
+def test_epochs_failing_in_process_never_turn_a_committed_checkpoint_into_lost() -> None:
+    """#14 scenario 5: epochs that fail before their checkpoint is durable, with in-process
+    failovers, must not use up checkpoint ids until one re-initialises the transactional ids of
+    the latest (committed) checkpoint: the next restore would re-commit it, be answered
+    PRODUCER_FENCED, report LOST and refuse to start although the data is visible."""
+    from twophase.coordinator.restart import RestartStrategy
+
+    h, model = setup(RuntimeConfig(restart=RestartStrategy.fixed_delay(10, 0)), pool_size=4)
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1))
+    _fail_publish(h, *range(2, 20))
+    for _ in range(5):  # five failed attempts at batch 2, each followed by a failover
+        try:
+            h.write_epoch(rows(2), source_position=pos(2))
+        except Exception as e:
+            h.runtime.failover(e)
+    h.storage.publish_hook = None
+    h.write_epoch(rows(2), source_position=pos(2))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2])
+    assert model.ongoing() == []
+
+
+def test_restoring_an_older_savepoint_never_reports_its_committed_transactions_lost() -> None:
+    h, model = setup(pool_size=4)
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1), notify=False)  # commit not notified yet (async, late)
+    savepoint = h.runtime.stop_with_savepoint(drain=False)  # holds checkpoint 1's transactions; commits
+    h.restart_process(savepoint_location=savepoint.location)
+    for n in range(2, 8):  # later checkpoints reuse the savepoint's slots
+        h.write_epoch(rows(n), source_position=pos(n))
+    h.runtime.stop()
+    h.restart_process(savepoint_location=savepoint.location)  # the user goes back to the savepoint
+    for n in range(2, 4):
+        h.write_epoch(rows(n), source_position=pos(n))
+    h.runtime.finish()
+    assert committed(model) == expected([1, *range(2, 8), 2, 3])
+    assert model.ongoing() == []
+
+
+def test_a_restore_after_transactional_id_expiration_never_reports_committed_data_lost() -> None:
+    h, model = setup()
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1), notify=False)
+    h.runtime.stop()  # holds checkpoint 1's transactions and commits them; the job stays away
+    # longer than transactional.id.expiration.ms
+    h.clock.advance(model.id_expiration_ms + 1)
+    model.advance()
+    h.restart_process()
+    h.write_epoch(rows(2), source_position=pos(2))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2])

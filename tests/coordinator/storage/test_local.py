@@ -384,3 +384,14 @@ def test_a_directory_fsync_that_fails_after_the_link_has_an_unknown_outcome(
     monkeypatch.setattr(local, "_fsync_dir", fail)
     with pytest.raises(CheckpointPublishUnknownError, match="may"):
         storage.publish(meta)
+
+
+def test_the_committed_marker_sits_beside_the_metadata_and_goes_with_the_checkpoint(tmp_path: Path) -> None:
+    storage = LocalCheckpointStorage(tmp_path, "job")
+    ref = storage.publish(CheckpointMetadata("job", 1, CheckpointKind.CHECKPOINT, 0, {}))
+    assert not storage.is_committed(ref.location)
+    storage.mark_committed(ref.location)
+    storage.mark_committed(ref.location)  # idempotent
+    assert storage.is_committed(ref.location) and storage.is_committed(str(Path(ref.location).parent))
+    storage.delete(ref)
+    assert not storage.is_committed(ref.location)
