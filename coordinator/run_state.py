@@ -253,6 +253,7 @@ class RunState:
         """Persist checkpoint ``checkpoint_id``, then (``notify``) commit every pending transaction
         ≤ it, then (unless other checkpoints are pending) abort what failed attempts left."""
         coord = self.coordinator()
+        self.verify_acknowledged(checkpoint_id)
         done = coord.complete(checkpoint_id)
         self.remember(done)
         nr = NotifyResult(checkpoint_id, 0, 0, 0, 0.0)
@@ -293,6 +294,28 @@ class RunState:
             aborted=metrics.transactions_aborted,
         )
         return metrics
+
+    def verify_acknowledged(self, checkpoint_id: int) -> None:
+        """Before persisting: every sink verifies what the acknowledged attempts pre-committed
+        (``verify_pre_committed``); a failure aborts the checkpoint, so nothing fenced is persisted.
+
+        Raises:
+            ConcurrentAttemptError, ServiceUnavailableError: from a sink (the checkpoint is aborted).
+        """
+        coord = self.coordinator()
+        pc = coord.pending(checkpoint_id)
+        for name in coord.live_sinks():
+            acks = [a for (s, _), a in sorted(pc.acks.items()) if s == name]
+            if not acks:
+                continue
+            sink = self.sinks[name]
+            committables = [sink.decode(a.committable) for a in acks if a.committable is not None]
+            states = [a.in_progress for a in acks if a.in_progress is not None]
+            try:
+                sink.verify_pre_committed(committables, states)
+            except Exception as e:
+                coord.abort_checkpoint(checkpoint_id, f"verification before persist failed: {e!r}")
+                raise
 
     def drain_commits(self) -> None:
         """Wait for asynchronous commits (``commit_drain_timeout_s``) and forget confirmed ones."""

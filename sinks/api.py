@@ -103,6 +103,20 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         and yields no committable.
         """
 
+    def verify_pre_committed(self, committables: Sequence[COMM], in_progress: Sequence[JsonObject]) -> None:
+        """Driver side, after every acknowledgement of a checkpoint arrived and before it is
+        persisted: check that what the acknowledged attempts pre-committed (and keep in progress)
+        is still as they left it. Spark may run other attempts of a subtask beside the one it
+        acknowledges (zombies after a stage retry, speculative copies); one that fenced or
+        overwrote the acknowledged transaction must be caught here, while the epoch can still be
+        retried, never after the checkpoint is durable. Default: nothing to check (every attempt
+        writes its own transaction, e.g. files with unique names).
+
+        Raises:
+            ConcurrentAttemptError: a transaction was fenced or changed (names it).
+            ServiceUnavailableError: the external system cannot be reached.
+        """
+
     def abort_open(self, txn: TXN) -> None:
         """Best-effort abort of a transaction that was never pre-committed (task failure, close()).
 

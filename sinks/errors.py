@@ -60,6 +60,12 @@ class TransactionLostError(CommitFailedError):
     """
 
 
+class ConcurrentAttemptError(TwoPhaseError, RuntimeError):
+    """A pre-committed transaction is no longer as its acknowledged attempt left it: another attempt
+    of the same subtask (a zombie after a stage retry, a speculative copy) fenced or overwrote it.
+    Found before the checkpoint is persisted, so nothing is lost: the epoch fails and is retried."""
+
+
 class CheckpointStorageError(TwoPhaseError, OSError):
     """Checkpoint storage cannot be read or written; the message names the file or object."""
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+import tenacity
 
 from twophase.connectors.kafka import lingering, naming, serializers
 from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
@@ -22,8 +24,8 @@ from twophase.connectors.kafka.committer import KafkaCommitter
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.writer import KafkaTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.context import LingeringScope, WriterContext
-from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import ConcurrentAttemptError, ConfigError, ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 from twophase.sinks.structured_log import log_event
 
@@ -166,6 +168,40 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         except ServiceUnavailableError as e:
             log_event(log, logging.WARNING, "commit needs retry", sink=self.name, error=e)
             return CommitOutcome.RETRY
+
+    def verify_pre_committed(
+        self, committables: Sequence[KafkaCommittable], in_progress: Sequence[JsonObject]
+    ) -> None:
+        """Each transaction is still Ongoing under the acknowledged producer id and epoch
+        (DescribeTransactions): another attempt's ``init_transactions`` on the same pooled id
+        would have fenced it (KIP-98) and bumped the epoch.
+
+        Raises:
+            ConcurrentAttemptError: a transaction was fenced or ended (named).
+            ServiceUnavailableError: the brokers cannot be reached.
+        """
+        if not committables:
+            return
+        ids = [c.transactional_id for c in committables]
+        retrying = tenacity.Retrying(  # the admin re-finds a moved coordinator between attempts
+            stop=tenacity.stop_after_attempt(self.config.connect_attempts),
+            wait=tenacity.wait_exponential(multiplier=self.config.connect_backoff_ms / 1000.0, max=10),
+            retry=tenacity.retry_if_exception_type(NETWORK_ERRORS),
+            reraise=True,
+        )
+        try:
+            states = retrying(lambda: self._connected_admin().describe_transactions(ids))
+        except NETWORK_ERRORS as e:
+            raise ServiceUnavailableError(f"Kafka unreachable while verifying transactions: {e}") from None
+        for c in committables:
+            s = states.get(c.transactional_id)
+            now = None if s is None else (s.state, s.producer_id, s.producer_epoch)
+            if now != ("Ongoing", c.producer_id, c.producer_epoch):
+                raise ConcurrentAttemptError(
+                    f"Kafka sink {self.name!r}: transaction {c.transactional_id} of checkpoint "
+                    f"{c.checkpoint_id} was pre-committed as producer {c.producer_id}/{c.producer_epoch} "
+                    f"but is now {now}: another attempt of the same subtask fenced it"
+                )
 
     def measure(self, committable: KafkaCommittable) -> CommittableSize:
         """Records in the transaction (Kafka's committable carries no byte count)."""

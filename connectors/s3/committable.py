@@ -111,6 +111,8 @@ class InProgressFile:
         opened_at_ms: when the file was opened (ms since the epoch), for the rollover interval.
         last_write_ms: when the file was last written (ms since the epoch), for inactivity.
         has_tails: whether any tail object was ever written for the file (cleanup after commit).
+        resumed: the attempt resumed the file from an earlier checkpoint's state, so other attempts
+            of the same subtask could have written to the same upload (checked before persisting).
     """
 
     partition_path: str
@@ -126,6 +128,7 @@ class InProgressFile:
     opened_at_ms: int
     last_write_ms: int
     has_tails: bool
+    resumed: bool = False
 
     def __post_init__(self) -> None:
         if sum(p.size for p in self.parts) != self.uploaded_bytes:

@@ -18,17 +18,25 @@ CompleteMultipartUpload. Data becomes visible only on commit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyarrow as pa
+from botocore.exceptions import ClientError
 
 from twophase.connectors.s3 import committer, lingering
-from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC, S3Committable
+from twophase.connectors.s3.committable import (
+    COMMITTABLE_CODEC,
+    IN_PROGRESS_CODEC,
+    S3Committable,
+    UploadedPart,
+)
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.connectors.s3.formats import validate_schema
 from twophase.connectors.s3.uploads import ClientFactory, S3Ops, cached_client
 from twophase.connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
 from twophase.sinks.api import InProgressSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
-from twophase.sinks.errors import ConfigError
+from twophase.sinks.errors import ConcurrentAttemptError, ConfigError
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 
@@ -135,6 +143,41 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
     def commit(self, committable: S3Committable) -> CommitOutcome:
         """CompleteMultipartUpload every file; idempotent (see ``committer`` for the outcome table)."""
         return committer.commit(self._ops(), committable, sink=self.name)
+
+    def verify_pre_committed(
+        self, committables: Sequence[S3Committable], in_progress: Sequence[JsonObject]
+    ) -> None:
+        """Row formats: every file the acknowledged attempt resumed still holds the parts it
+        recorded (ListParts, ETags): another attempt resuming the same upload uploads the same part
+        numbers and overwrites them. Files an attempt opened itself have uploads of their own.
+
+        Raises:
+            ConcurrentAttemptError: a part was overwritten, or the upload is gone (named).
+        """
+        if not self.config.file_format.spans_checkpoints:
+            return
+        files: list[tuple[str, str, tuple[UploadedPart, ...]]] = [
+            (f.key, f.upload_id, f.parts) for c in committables for f in c.files if f.resumed
+        ]
+        for state in in_progress:
+            files += [
+                (f.key, f.upload_id, f.parts) for f in IN_PROGRESS_CODEC.from_json(state).files if f.resumed
+            ]
+        ops = self._ops()
+        for key, upload_id, parts in files:
+            try:
+                now = ops.list_parts(key, upload_id)
+            except ClientError as e:
+                raise ConcurrentAttemptError(
+                    f"S3 sink {self.name!r}: the upload of s3://{self.config.bucket}/{key} is gone ({e}); "
+                    "another attempt of the same subtask completed or aborted it"
+                ) from e
+            changed = [p.number for p in parts if now.get(p.number) != p.etag]
+            if changed:
+                raise ConcurrentAttemptError(
+                    f"S3 sink {self.name!r}: parts {changed} of s3://{self.config.bucket}/{key} were "
+                    "overwritten by another attempt of the same subtask resuming the same upload"
+                )
 
     def measure(self, committable: S3Committable) -> CommittableSize:
         """Records and bytes of the committable's files."""

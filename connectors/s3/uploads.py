@@ -390,6 +390,22 @@ class S3Ops:
 
         return self._call("list objects", listing)
 
+    def list_parts(self, key: str, upload_id: str) -> dict[int, str]:
+        """The parts an open multipart upload holds now (all pages): part number → ETag.
+
+        Raises:
+            ClientError: NoSuchUpload (the upload was completed or aborted).
+            ServiceUnavailableError: S3 cannot be reached after retries.
+        """
+
+        def listing() -> dict[int, str]:
+            pages = self.client.get_paginator("list_parts").paginate(
+                Bucket=self.bucket, Key=key, UploadId=upload_id
+            )
+            return {int(p["PartNumber"]): str(p["ETag"]) for page in pages for p in page.get("Parts", [])}
+
+        return self._call("list parts", listing)
+
     def list_uploads(self) -> list[ListedUpload]:
         """Every pending multipart upload in the bucket (all pages).
 

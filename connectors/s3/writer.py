@@ -243,6 +243,7 @@ class OpenFile:
             opened_at_ms=self.opened_at_ms,
             last_write_ms=self.last_write_ms,
             has_tails=self.has_tails,
+            resumed=self.resumed,
         )
 
 

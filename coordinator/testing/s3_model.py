@@ -155,8 +155,19 @@ class S3Model:
         self._enter("list_multipart_uploads", Bucket)
         return {"Uploads": [{"Key": u.key, "UploadId": uid} for uid, u in self.uploads.items()]}
 
+    def _list_parts(self, Bucket: str, Key: str, UploadId: str) -> dict[str, Any]:
+        self._enter("list_parts", Bucket)
+        upload = self.uploads.get(UploadId)
+        if upload is None or upload.key != Key:
+            raise client_error("NoSuchUpload", 404, "ListParts")
+        parts = [
+            {"PartNumber": n, "ETag": etag, "Size": len(b)} for n, (b, etag) in sorted(upload.parts.items())
+        ]
+        return {"Parts": parts}
+
     def get_paginator(self, name: str) -> _Paginator:
         fns = {
+            "list_parts": self._list_parts,
             "list_objects_v2": self._list_objects_v2,
             "list_multipart_uploads": self._list_multipart_uploads,
         }

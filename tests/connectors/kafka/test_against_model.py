@@ -162,3 +162,29 @@ def test_a_restore_after_transactional_id_expiration_never_reports_committed_dat
     h.write_epoch(rows(2), source_position=pos(2))
     h.runtime.finish()
     assert committed(model) == expected([1, 2])
+
+
+def test_a_zombie_attempt_that_fences_the_acknowledged_transaction_is_caught_before_persist() -> None:
+    """#14 scenario 8: after a stage retry Spark keeps old attempts running beside new ones and takes
+    the first success per partition. A zombie's init_transactions on the shared transactional id
+    fences the acknowledged attempt's pre-committed transaction; persisting that would be LOST
+    after the checkpoint (data gone). The runtime verifies before persisting and retries the epoch."""
+    from twophase.coordinator.restart import RestartStrategy
+
+    h, model = setup(RuntimeConfig(restart=RestartStrategy.fixed_delay(3, 0)))
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1))
+    epoch = h.begin_epoch(2, pos(2))
+    for p, batches in enumerate(rows(2)):
+        h.run_subtask(epoch, "out", p, batches)  # the attempts Spark acknowledges
+    h.run_subtask(epoch, "out", 0, rows(2)[0], attempt=0, acknowledge=False)  # a zombie, still running
+    try:
+        h.complete(epoch)
+        raise AssertionError("a fenced transaction was persisted")
+    except Exception as e:
+        assert "another attempt" in str(e)
+        h.runtime.failover(e)
+    h.write_epoch(rows(2), source_position=pos(2))  # the engine retries the batch
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2])
+    assert model.ongoing() == []

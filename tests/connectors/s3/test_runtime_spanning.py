@@ -84,3 +84,31 @@ def test_s3_model_keeps_s3_multipart_rules(fake: Any) -> None:
         Bucket="bucket", Key="k", UploadId=upload, MultipartUpload={"Parts": parts}
     )
     assert fake.objects[("bucket", "k")] == big + b"tail"
+
+
+def test_a_zombie_attempt_overwriting_a_resumed_files_parts_is_caught_before_persist(
+    fake: S3Model, make_sink: MakeSink
+) -> None:
+    """#14 scenario 8 for files that span checkpoints: a zombie attempt resumes the same upload
+    and uploads the same part numbers with other bytes; persisting the acknowledged attempt's
+    parts would make the completion fail (InvalidPart): the file's durable data lost."""
+    from twophase.coordinator.restart import RestartStrategy
+    from twophase.coordinator.runtime_config import RuntimeConfig
+
+    big = 6 * 1024 * 1024 // 8  # ids of ~8 bytes of JSON each: a bit over one 5 MiB part
+    sink = make_sink(format="jsonl", part_size_bytes=5 * 1024 * 1024)
+    h = TwoPhaseHarness([sink], job_id="job", config=RuntimeConfig(restart=RestartStrategy.fixed_delay(3, 0)))
+    h.restore()
+    h.write_epoch([[lines(list(range(big)))]], source_position=pos(1))  # part 1 + a tail, in progress
+    epoch = h.begin_epoch(1, pos(2))
+    second = list(range(big, 2 * big))
+    h.run_subtask(epoch, "out", 0, [lines(second)])  # acknowledged: resumes, uploads part 2
+    zombie = list(range(10 * big, 11 * big))
+    h.run_subtask(epoch, "out", 0, [lines(zombie)], attempt=1, acknowledge=False)  # part 2 again
+    with pytest.raises(Exception, match="overwritten by another attempt") as info:
+        h.complete(epoch)
+    h.runtime.failover(info.value)
+    h.write_epoch([[lines(second)]], source_position=pos(2))  # the engine retries the batch
+    h.runtime.finish()
+    assert committed_ids(fake) == list(range(2 * big))
+    assert fake.uploads == {}
