@@ -396,7 +396,9 @@ class CheckpointCoordinator:
         for t in aborts:
             self.committer.abort(self.sinks[t.sink_name], t)
         # a CheckpointCommitSink's transactions of one checkpoint go out as ONE request
+        before = self.committer.metrics
         self.committer.submit(commit_requests(self.sinks, commits))
+        after = self.committer.metrics
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
         if commits or aborts or finished:
@@ -408,7 +410,12 @@ class CheckpointCoordinator:
                 aborted=len(aborts),
                 finished=finished,
             )
-        return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
+        if self.committer.policy.async_commit:
+            return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
+        already = after.already_committed - before.already_committed
+        return NotifyResult(
+            checkpoint_id, after.committed - before.committed, len(aborts), finished, ms, already
+        )
 
     def confirm_commits(self) -> int:
         """Forget the transactions the committer confirmed since the last call (every transaction of

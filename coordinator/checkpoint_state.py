@@ -143,10 +143,12 @@ class NotifyResult:
 
     Attributes:
         checkpoint_id: the notified checkpoint.
-        committed: transactions handed to the committer (committed when synchronous).
+        committed: transactions committed now (synchronous commit); with asynchronous commit,
+            those handed to the committer thread.
         aborted: transactions aborted (pre-committed for later checkpoints by subtasks that closed).
         finished: subtasks that reached FINISHED with this notification.
         commit_ms: time spent, ms (submission time only when asynchronous).
+        already_committed: transactions found committed earlier (synchronous commit).
     """
 
     checkpoint_id: int
@@ -154,6 +156,7 @@ class NotifyResult:
     aborted: int
     finished: int
     commit_ms: float
+    already_committed: int = 0
 
 
 def metadata_of(

@@ -26,7 +26,9 @@ class CheckpointMetrics:
         committables: committables in its metadata (its own and older ones still pending).
         persist_ms: time to build and publish the metadata, ms.
         commit_ms: time to commit (submission time only with async commit), ms.
-        transactions_committed: transactions committed by its notification.
+        transactions_committed: transactions committed by its notification (handed to the
+            committer thread, with asynchronous commit).
+        transactions_already_committed: transactions its notification found committed earlier.
         transactions_aborted: transactions aborted by its notification and lingering cleanup.
         lingering_aborted: of those, aborted by ``abort_lingering``.
     """
@@ -43,6 +45,7 @@ class CheckpointMetrics:
     transactions_committed: int
     transactions_aborted: int
     lingering_aborted: int
+    transactions_already_committed: int = 0
 
 
 @dataclass(frozen=True)

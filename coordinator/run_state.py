@@ -278,6 +278,7 @@ class RunState:
             transactions_committed=nr.committed,
             transactions_aborted=nr.aborted + lingering,
             lingering_aborted=lingering,
+            transactions_already_committed=nr.already_committed,
         )
         self.checkpoint_metrics.append(metrics)
         log_event(

@@ -64,3 +64,14 @@ def test_bytes_sum_only_what_sinks_report() -> None:
     r.committed("s", 2, CommitOutcome.RETRY, [CommittableSize(9, 9)], 2.0)
     t = r.totals()["s"]
     assert (t.records_committed, t.bytes_committed, t.commit_ms, t.checkpoints) == (6, 100, 8.0, (1, 2))
+
+
+def test_checkpoint_metrics_count_only_transactions_committed_now() -> None:
+    """#14 scenario 10: an ALREADY_COMMITTED answer is not a transaction this checkpoint committed."""
+    system = FakeExternalSystem()
+    h = TwoPhaseHarness([FakeSink("a", system)])
+    h.restore()
+    system.script("a-c1-p0-a0", CommitOutcome.ALREADY_COMMITTED)  # committed by an earlier process
+    h.write_epoch(data(1), source_position=pos(1))
+    m = h.runtime.checkpoint_metrics[-1]
+    assert (m.transactions_committed, m.transactions_already_committed) == (1, 1)
