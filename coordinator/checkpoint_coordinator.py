@@ -402,14 +402,8 @@ class CheckpointCoordinator:
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
         if commits or aborts or finished:
-            self._log(
-                logging.INFO,
-                "checkpoint notified",
-                checkpoint=checkpoint_id,
-                committed=len(commits),
-                aborted=len(aborts),
-                finished=finished,
-            )
+            counts = {"committed": len(commits), "aborted": len(aborts), "finished": finished}
+            self._log(logging.INFO, "checkpoint notified", checkpoint=checkpoint_id, **counts)
         if self.committer.policy.async_commit:
             return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
         already = after.already_committed - before.already_committed
