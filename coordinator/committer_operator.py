@@ -46,7 +46,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -169,6 +169,7 @@ class CommitterOperator:
         sleep: Callable[[float], None] | None = None,
         fault: Callable[[str], None] = lambda point: None,
         sink_metrics: SinkMetricsRecorder | None = None,
+        sink_timeouts: Mapping[str, int] | None = None,
     ) -> None:
         self.job_id = job_id
         self.policy = policy or CommitPolicy()
@@ -178,7 +179,11 @@ class CommitterOperator:
         self._fault = fault
         self.sink_metrics = sink_metrics if sink_metrics is not None else SinkMetricsRecorder()
         self.ages = TransactionAgeMonitor(
-            job_id, self.policy.transaction_timeout_ms, self.policy.timeout_warning_ratio, clock
+            job_id,
+            self.policy.transaction_timeout_ms,
+            self.policy.timeout_warning_ratio,
+            clock,
+            sink_timeouts,
         )
         self._lock = threading.Lock()
         self._metrics = CommitterMetrics()

@@ -100,6 +100,9 @@ class RunState:
             sleep=self.commit_sleep,
             fault=self.fault,
             sink_metrics=self.sink_metrics,
+            sink_timeouts={
+                n: t for n, s in self.sinks.items() if (t := s.transaction_timeout_ms) is not None
+            },
         )
 
     def replace_committer(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twophase.coordinator.clock import Clock, system_clock_ms
@@ -25,9 +25,12 @@ class TransactionAgeMonitor:
 
     Args:
         job_id: for log fields.
-        transaction_timeout_ms: the external system's timeout, ms; ``None`` disables warnings.
+        transaction_timeout_ms: the timeout set in the commit policy, ms, or ``None``.
         ratio: the warning threshold as a fraction of the timeout (0.8 = 80%).
         clock: ms clock (injectable for tests).
+        sink_timeouts: sink name → the timeout the sink itself reports
+            (``TwoPhaseCommitSink.transaction_timeout_ms``, e.g. Kafka's ``transaction.timeout.ms``).
+            A transaction's timeout is the smaller of the two; with neither, no warning.
     """
 
     def __init__(
@@ -36,23 +39,26 @@ class TransactionAgeMonitor:
         transaction_timeout_ms: int | None,
         ratio: float = 0.8,
         clock: Clock = system_clock_ms,
+        sink_timeouts: Mapping[str, int] | None = None,
     ) -> None:
         self.job_id = job_id
         self.timeout_ms = transaction_timeout_ms
+        self.sink_timeouts = dict(sink_timeouts or {})
         self.ratio = ratio
         self.clock = clock
         self._warned: weakref.WeakSet[PendingTransaction[Any]] = weakref.WeakSet()
 
     def check(self, pending: Iterable[PendingTransaction[Any]]) -> list[PendingTransaction[Any]]:
         """Log a WARNING for each pending transaction newly past the threshold; return them."""
-        if self.timeout_ms is None:
-            return []
         now = self.clock()
-        threshold = self.ratio * self.timeout_ms
         warned: list[PendingTransaction[Any]] = []
         for t in pending:
+            known = [x for x in (self.timeout_ms, self.sink_timeouts.get(t.sink_name)) if x is not None]
+            if not known:
+                continue
+            timeout = min(known)
             age = now - t.pre_committed_ms
-            if age >= threshold and t not in self._warned:
+            if age >= self.ratio * timeout and t not in self._warned:
                 self._warned.add(t)
                 warned.append(t)
                 log_event(
@@ -65,7 +71,7 @@ class TransactionAgeMonitor:
                     partition=t.partition,
                     attempt=t.attempt,
                     age_ms=age,
-                    timeout_ms=self.timeout_ms,
+                    timeout_ms=timeout,
                     committable=t.committable,
                 )
         return warned

@@ -60,6 +60,9 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
             transactional ids) declares it: the runtime then never starts epoch ``w`` while a
             checkpoint older than ``w - max_pending_checkpoints`` is uncommitted (it waits for
             asynchronous commits first).
+        transaction_timeout_ms: after how long the external system aborts a pre-committed
+            transaction on its own (ms; ``None``: never). The runtime warns when a pending one
+            passes 80% of it (``CommitPolicy.timeout_warning_ratio``).
     """
 
     name: str
@@ -67,6 +70,7 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
     speculation_safe: bool = True
     commit_concurrency: int = 1
     max_pending_checkpoints: int | None = None
+    transaction_timeout_ms: int | None = None
 
     # --- executor side -------------------------------------------------------------------------
 

@@ -67,6 +67,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         self.clients = clients or ConfluentClients()
         # the pool invariant (naming.py): epoch w reuses the ids of checkpoint w - pool_size
         self.max_pending_checkpoints = config.max_pending_checkpoints
+        self.transaction_timeout_ms = config.transaction_timeout_ms  # the broker aborts after it
         self.codec = CODEC
         self.topic_max_message_bytes: int | None = None
         self._admin: KafkaAdmin | None = None

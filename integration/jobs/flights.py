@@ -50,7 +50,6 @@ import click
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.s3 import FileFormat, S3Sink
-from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics, SinkCommitMetrics
 from twophase.coordinator.runtime_config import RuntimeConfig
@@ -264,8 +263,9 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
 
 
 def runtime_config(kafka: KafkaSink) -> RuntimeConfig:
-    """The job's runtime settings: defaults, with Kafka's transaction timeout for age warnings."""
-    return RuntimeConfig(commit=CommitPolicy(transaction_timeout_ms=kafka.config.transaction_timeout_ms))
+    """The job's runtime settings: the defaults (the Kafka sink's own transaction timeout drives the
+    age warnings)."""
+    return RuntimeConfig()
 
 
 def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:

@@ -4,6 +4,7 @@ committed records and aborted/lingering transactions."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 
@@ -734,3 +735,20 @@ def test_a_publish_whose_outcome_is_unknown_never_aborts_what_may_be_durable(
     for s in ("k", "f"):
         assert records_of(system, s) == expected(epochs)
     assert system.lingering() == set() and system.violations == []
+
+
+def test_age_warnings_take_the_sinks_own_transaction_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    """#14 scenario 10: a sink that knows its transaction timeout (Kafka's transaction.timeout.ms)
+    gets warnings at 80% of it without the user repeating it in CommitPolicy."""
+    system = FakeExternalSystem()
+    sink = FakeSink("k", system)
+    sink.transaction_timeout_ms = 1_000
+    h = TwoPhaseHarness(
+        [sink], config=RuntimeConfig(checkpoint=CheckpointConfig(max_concurrent_checkpoints=2))
+    )
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1), notify=False)  # durable, not committed yet
+    h.clock.advance(850)
+    with caplog.at_level(logging.WARNING, logger="twophase.coordinator.transaction_ages"):
+        h.begin_epoch(2, pos(2))
+    assert any("near its timeout" in r.getMessage() for r in caplog.records)
