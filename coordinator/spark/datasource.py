@@ -86,7 +86,12 @@ except ImportError as e:  # pragma: no cover - depends on the installed pyspark
 from pyspark.sql.types import StructType
 
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.spark.facade_options import FacadeSettings, checkpoint_id_for_batch, lower_keys
+from twophase.coordinator.spark.facade_options import (
+    OPTION_SPECULATION,
+    FacadeSettings,
+    checkpoint_id_for_batch,
+    lower_keys,
+)
 from twophase.coordinator.spark.facade_writer import TwoPhaseCommitMessage, TwoPhaseStreamWriter
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
@@ -108,7 +113,9 @@ class TwoPhaseDataSource(DataSource):
 
     Options (case-insensitive): ``job`` (job name; the id is derived as in the Job API) or
     ``jobId``; ``twophaseCheckpointDir`` (required); ``checkpointLocation`` (Spark's, required by
-    Spark); anything the sink needs. ``asyncProgressTrackingEnabled=true`` is refused.
+    Spark); ``speculation=false`` (required for sinks that are not speculation-safe: this data
+    source cannot read ``spark.speculation``); anything the sink needs.
+    ``asyncProgressTrackingEnabled=true`` is refused.
 
     Attributes:
         format_name: the name given to ``writeStream.format``, e.g. ``"twophase-kafka"``.
@@ -166,6 +173,12 @@ class TwoPhaseDataSource(DataSource):
                 f"sink {sink.name!r} keeps transactions open across batches (InProgressSink); the Python "
                 "Data Source facade has no end-of-input hook to finish them (FLIP-147 final checkpoint): "
                 "use coordinator.spark.job.Job"
+            )
+        if not sink.speculation_safe and options.get(OPTION_SPECULATION, "").strip().lower() != "false":
+            raise ConfigError(
+                f"sink {sink.name!r} cannot take two concurrent attempts of one task; this data source "
+                "cannot read spark.speculation, so state that it is off for the query with "
+                '.option("speculation", "false") (and keep spark.speculation off)'
             )
         config = self.runtime_config(options)
         if config.commit.async_commit:

@@ -25,6 +25,8 @@ OPTION_JOB = "job"
 OPTION_JOB_ID = "jobid"
 OPTION_CHECKPOINT_DIR = "twophasecheckpointdir"
 OPTION_ASYNC_PROGRESS = "asyncprogresstrackingenabled"
+OPTION_SPECULATION = "speculation"
+"""``speculation=false`` states that ``spark.speculation`` is off (the facade's worker cannot read it)."""
 
 
 def checkpoint_id_for_batch(batch_id: int) -> int:

@@ -104,3 +104,22 @@ def test_checkpoint_ids_follow_batch_ids() -> None:
     assert [checkpoint_id_for_batch(b) for b in (0, 1, 41)] == [1, 2, 42]
     with pytest.raises(ConfigError):
         checkpoint_id_for_batch(-1)
+
+
+def test_a_sink_unsafe_under_speculation_needs_speculation_stated_off(tmp_path: Path) -> None:
+    """#14 scenario 10: the facade's worker cannot read spark.speculation; a sink that cannot take
+    two concurrent attempts of one task is refused unless the query states speculation is off."""
+
+    class Unsafe(TwoPhaseDataSource):
+        format_name = "twophase-unsafe"
+
+        def build_sink(self, options: Mapping[str, str]) -> TwoPhaseCommitSink[object, object]:
+            sink = JsonLinesFileSink("s", options["outputdir"])
+            sink.speculation_safe = False
+            return sink  # type: ignore[return-value]
+
+    with pytest.raises(ConfigError, match="speculation"):
+        Unsafe(options(tmp_path)).streamWriter(SCHEMA, False)
+    Unsafe(options(tmp_path, speculation="false")).streamWriter(SCHEMA, False)
+    with pytest.raises(ConfigError, match="speculation"):
+        Unsafe(options(tmp_path, speculation="true")).streamWriter(SCHEMA, False)
