@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -12,7 +13,7 @@ from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, JobError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 SUPPORTED_OUTPUT_MODES = frozenset({"append", "update"})
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]{0,99}$")
@@ -167,3 +168,37 @@ def check_query_id(
             "different Spark checkpoint is refused (it would replay or skip data); use the original "
             "location, or a new job name"
         )
+
+
+def input_fingerprint(df: DataFrame) -> str:
+    """A fingerprint of a batch write's input: the plan's semantic hash and its input files.
+
+    The same DataFrame built the same way in another process gives the same fingerprint (a
+    resumed write must be recognised); other files or another plan give another. Files rewritten in
+    place under the same names are not told apart.
+    """
+    material = json.dumps([df.semanticHash(), sorted(df.inputFiles())])
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+
+
+def batch_position(job_id: str, stored: JsonObject | None, fingerprint: str) -> JsonObject:
+    """The source position of a batch write (one epoch) with input ``fingerprint``, checked against
+    the job's latest checkpoint: a re-run of the same write is a replay (commit what is pending,
+    write nothing twice); a re-run with other input is refused.
+
+    Checkpoints written before fingerprints were recorded carry none and count as the same input.
+
+    Raises:
+        JobError: the job already wrote other input under this job id.
+    """
+    position: JsonObject = {"engine": "spark-batch", "job": job_id, "input": fingerprint}
+    if stored is None or stored.get("engine") != "spark-batch" or stored.get("job") != job_id:
+        return position
+    if "input" not in stored:
+        return stored  # older checkpoints: the write's identity was its job id alone
+    if stored["input"] != fingerprint:
+        raise JobError(
+            f"job {job_id!r} already wrote other input (fingerprint {stored['input']}, now "
+            f"{fingerprint}); a batch job id names one write: use a new job name for new data"
+        )
+    return position

@@ -32,14 +32,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.fanout import sink_names_unique
+from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.checks import (
+    batch_position,
     check_job_id,
     check_query_id,
     check_speculation,
     check_stream_options,
+    input_fingerprint,
     job_id_from_name,
     read_spark_last_committed_batch,
     read_spark_query_id,
@@ -50,7 +53,6 @@ from twophase.coordinator.spark.tasks import run_spark_epoch
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -133,17 +135,23 @@ class Job:
         """Batch write: one epoch, then the final checkpoint; every record exactly once.
 
         Re-running the same job after a crash resumes it: a write whose checkpoint completed is
-        not written again, only committed and finished. A job id names one write; use a new name
-        for a new one.
+        not written again, only committed and finished. A job id names one write (its input is
+        fingerprinted); use a new name for a new one.
 
         Raises:
             SchemaError, ConfigError: a sink cannot take the data (before anything is written).
+            JobError: the job already wrote other input (before anything is written).
             JobError: the restart strategy is exhausted (the job FAILED); CommitFailedError,
                 TransactionLostError: commits failed.
         """
         self._validate(df)
         runtime = self._runtime()
-        position: JsonObject = {"engine": "spark-batch", "job": self.job_id}
+        if self.from_savepoint is not None:
+            last: CheckpointMetadata | None = runtime.storage.load_location(self.from_savepoint)
+        else:
+            last = runtime.storage.latest()
+        stored = last.source_position if last is not None else None
+        position = batch_position(self.job_id, stored, input_fingerprint(df))
         epochs: list[EpochMetrics] = []
 
         def body(rt: JobRuntime) -> CheckpointMetrics | None:

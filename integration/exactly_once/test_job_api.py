@@ -73,6 +73,20 @@ def test_batch_write_twice_with_one_job_id_writes_once(spark: Any, tmp_path: Pat
     assert_exactly_once(tmp_path, ["a"], expected)
 
 
+def test_batch_write_rerun_with_other_input_is_refused(spark: Any, tmp_path: Path) -> None:
+    """#14 scenario 10: a write() re-run under the same job name with other input must not be
+    taken for a replay of the completed write (its data silently skipped)."""
+    expected = make_input(tmp_path, files=2)
+    other = make_input(tmp_path / "other", files=1, start=10_000)
+    job = Job(spark, "eo", str(tmp_path / "chk")).sink(JsonLinesFileSink("a", tmp_path / "out"))
+    job.write(spark.read.parquet(str(tmp_path / "input")))
+    again = Job(spark, "eo", str(tmp_path / "chk")).sink(JsonLinesFileSink("a", tmp_path / "out"))
+    with pytest.raises(JobError, match="already wrote other input"):
+        again.write(spark.read.parquet(str(tmp_path / "other" / "input")))
+    assert other and expected
+    assert_exactly_once(tmp_path, ["a"], expected)
+
+
 def test_restart_strategy_exhausted_fails_the_job(spark: Any, tmp_path: Path) -> None:
     make_input(tmp_path, files=1)
     config = RuntimeConfig(restart=RestartStrategy.fixed_delay(max_restarts=2, delay_ms=0))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twophase.coordinator.spark.checks import (
+    batch_position,
     check_job_id,
     check_query_id,
     check_speculation,
@@ -82,3 +83,18 @@ def test_an_empty_job_checkpoint_refuses_a_spark_checkpoint_with_committed_batch
     check_query_id(None, "q1", "/spark", committed_batch=None)  # Spark wrote offsets, committed nothing
     with pytest.raises(JobError, match=r"no checkpoint.*committed batch 4"):
         check_query_id(None, "q1", "/spark", committed_batch=4)
+
+
+def test_a_batch_rerun_is_a_replay_only_with_the_same_input() -> None:
+    fresh = batch_position("j", None, "fp1")
+    assert fresh == {"engine": "spark-batch", "job": "j", "input": "fp1"}
+    assert batch_position("j", fresh, "fp1") == fresh  # the same write again: a replay
+    with pytest.raises(JobError, match="already wrote other input"):
+        batch_position("j", fresh, "fp2")
+    old = {"engine": "spark-batch", "job": "j"}  # checkpoints from before input fingerprints
+    assert batch_position("j", old, "fp2") == old
+    assert batch_position("j", {"engine": "spark", "query_id": "q", "batch_id": 3}, "fp") == {
+        "engine": "spark-batch",
+        "job": "j",
+        "input": "fp",
+    }
