@@ -356,6 +356,8 @@ def too_old_for(s: RunState, writing: int) -> dict[str, list[int]]:
 
 def hold_back_for_pending_commits(s: RunState, writing: int) -> None:
     """Before epoch ``writing`` starts: if a sink's ``max_pending_checkpoints`` would be exceeded,
+    commit what completed checkpoints hold (their notifications may have been lost: a completed
+    checkpoint may be committed any time after it completed, FLIP-147's rule is "never before"),
     wait for the asynchronous commits (``commit_drain_timeout_s``), then check again.
 
     Raises:
@@ -365,6 +367,8 @@ def hold_back_for_pending_commits(s: RunState, writing: int) -> None:
     if not too_old_for(s, writing):
         return
     log_event(log, logging.INFO, "epoch waits for pending commits", job=s.job_id, checkpoint=writing)
+    if s.last_completed is not None:
+        s.coordinator().notify_checkpoint_complete(s.last_completed.checkpoint_id)
     s.drain_commits()
     still = too_old_for(s, writing)
     if still:

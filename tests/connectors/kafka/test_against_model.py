@@ -188,3 +188,18 @@ def test_a_zombie_attempt_that_fences_the_acknowledged_transaction_is_caught_bef
     h.runtime.finish()
     assert committed(model) == expected([1, 2])
     assert model.ongoing() == []
+
+
+def test_lost_notifications_never_stop_the_job_when_the_pool_would_wrap() -> None:
+    """Found by the model-based test: two completed checkpoints whose notifications were lost held
+    back the next epoch (its pooled ids would fence them) with a JobError. A completed checkpoint
+    may be committed at any time after it completed; the epoch commits them first."""
+    h, model = setup(pool_size=3)
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1))
+    h.write_epoch(rows(2), source_position=pos(2), notify=False)
+    h.write_epoch(rows(3), source_position=pos(3), notify=False)
+    h.write_epoch(rows(4), source_position=pos(4))
+    h.runtime.finish()
+    assert committed(model) == expected(range(1, 5))
+    assert model.ongoing() == []
