@@ -10,7 +10,7 @@ STAMP := $(VENV)/.twophase-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv prepare demo test lint format services-up services-down services-status bench chaos clean
+.PHONY: help venv prepare demo test lint format services-up services-down services-status bench chaos model-check clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
@@ -19,6 +19,7 @@ help:
 	@echo "make services-up    run Kafka and MinIO in the background for development"
 	@echo "make services-down  stop them"
 	@echo "make bench / chaos  benchmarks / failure-injection suite"
+	@echo "make model-check    the model-based protocol test at length (thousands of random job lives)"
 
 # the virtualenv; pip runs again only when setup.cfg or pyproject.toml changed
 venv: $(STAMP)
@@ -65,6 +66,16 @@ bench: prepare
 CHAOS_TRIALS ?= 100
 chaos: prepare
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report CHAOS.md
+
+# the model-based protocol test (tests/coordinator/test_protocol_model.py) at length: the fixed
+# (derandomized) examples, then each random seed; `make test` runs 30 fixed examples
+MODEL_EXAMPLES ?= 5000
+MODEL_SEEDS ?= 1 2 3
+model-check: venv
+	TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/coordinator/test_protocol_model.py -q -p no:cacheprovider --hypothesis-show-statistics
+	for seed in $(MODEL_SEEDS); do \
+	  TWOPHASE_MODEL_SEED=$$seed TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/coordinator/test_protocol_model.py -q -p no:cacheprovider --hypothesis-show-statistics || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -21,6 +21,7 @@ What it leaves out: replication, partitions' leaders, quotas, and network delays
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
@@ -28,7 +29,7 @@ import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -39,6 +40,21 @@ INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 TRANSACTIONAL_ID_NOT_FOUND = 105
 PRODUCER_FENCED = 90
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Run the method under the model's lock: a broker serialises a transactional id's requests,
+    and an asynchronous committer calls the model from its own thread."""
+
+    @functools.wraps(method)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with args[0].lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return run
 
 
 @dataclass
@@ -95,6 +111,10 @@ class KafkaModel:
         self._pids = itertools.count(1000)
         self._shift = 0
         self.events: list[str] = []
+        self.timed_out: dict[tuple[str, int, int], list[tuple[str, int, Any, Any]]] = {}
+        """(transactional id, producer id, epoch) → the records of a transaction the coordinator
+        aborted because it outlived its timeout (truly lost)."""
+        self.lock = threading.RLock()
         self.end_txn_gate: threading.Event | None = None
         """When set to an Event, EndTxn waits until it is set (a slow commit, a stalled broker)."""
 
@@ -110,11 +130,13 @@ class KafkaModel:
         self._shift += 1
         self.events.append("coordinators moved")
 
+    @_locked
     def advance(self, now_ms: int | None = None) -> None:
         """Apply timeouts and id expiration as of ``now_ms`` (default: the clock)."""
         now = self.clock() if now_ms is None else now_ms
         for txn_id, m in list(self.txns.items()):
             if m.state == "Ongoing" and now - m.started_ms > m.timeout_ms:
+                self.timed_out[(txn_id, m.producer_id, m.producer_epoch)] = list(m.records)
                 self._abort(txn_id, m, bump=True)
                 self.events.append(f"timed out {txn_id}")
             elif m.state != "Ongoing" and now - m.last_update_ms > self.id_expiration_ms:
@@ -123,6 +145,7 @@ class KafkaModel:
 
     # -- producer side (InitProducerId, AddPartitions, Produce) ------------------------------------
 
+    @_locked
     def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
         """InitProducerId (TV1): a new id at epoch 0, or the known id's epoch bumped (an Ongoing
         transaction is aborted first: the old producer is fenced)."""
@@ -139,12 +162,14 @@ class KafkaModel:
         m.state, m.timeout_ms, m.last_update_ms = "Empty", timeout_ms, now
         return m.producer_id, m.producer_epoch
 
+    @_locked
     def current(self, txn_id: str, pid: int, epoch: int) -> TxnMeta | None:
         """The id's state if (pid, epoch) is still its current producer, else ``None`` (fenced)."""
         self.advance()
         m = self.txns.get(txn_id)
         return m if m is not None and (m.producer_id, m.producer_epoch) == (pid, epoch) else None
 
+    @_locked
     def append(self, txn_id: str, pid: int, epoch: int, records: list[tuple[str, int, Any, Any]]) -> bool:
         """Records of (pid, epoch) join its transaction (begun if Empty); False if it is fenced."""
         m = self.current(txn_id, pid, epoch)
@@ -168,6 +193,10 @@ class KafkaModel:
         gate = self.end_txn_gate
         if gate is not None and not gate.wait(timeout=30):
             raise TimeoutError("the model's EndTxn gate stayed closed for 30 s")
+        with self.lock:
+            return self._end_txn(node, txn_id, pid, epoch, commit)
+
+    def _end_txn(self, node: int, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
         self.advance()
         if node != self.coordinator_of(txn_id):
             return NOT_COORDINATOR
@@ -188,6 +217,7 @@ class KafkaModel:
         m.state, m.records, m.last_update_ms = done, [], self.clock()
         return NONE
 
+    @_locked
     def describe(self, node: int, ids: Sequence[str]) -> list[DescribedTxn]:
         """DescribeTransactions at broker ``node``."""
         self.advance()
@@ -206,6 +236,7 @@ class KafkaModel:
                 )
         return out
 
+    @_locked
     def list_transactions(self, states: Sequence[str], pattern: str | None) -> list[tuple[str, int, str]]:
         """ListTransactions on every broker, filtered by state and id pattern (KIP-1152)."""
         self.advance()
@@ -218,6 +249,7 @@ class KafkaModel:
 
     # -- inspection ---------------------------------------------------------------------------------
 
+    @_locked
     def ongoing(self, prefix: str = "") -> list[str]:
         """Transactional ids with an Ongoing transaction (lingering, or pending commit)."""
         self.advance()

@@ -1,0 +1,174 @@
+"""What an engine's tasks and a checkpoint store do to a job, for model-based tests.
+
+:func:`run_tasks` runs one epoch's tasks in-process the way Spark runs them: one task per
+partition through the production executor loop, each following a :data:`TASK_PLANS` entry (a
+task that fails and is retried, an executor lost mid-task with nothing cleaned up, a zombie or
+speculative attempt finishing after the winner, a stage that fails). :class:`RecordingStorage`
+remembers every checkpoint that landed, and :func:`publish_fault` makes the next publish fail
+the ways a store fails (refused; unknown outcome, landed or not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import pyarrow as pa
+
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage, MemoryStore
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import CheckpointPublishUnknownError
+
+TASK_PLANS: Final = ("ok", "fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+"""How one partition's task goes:
+
+- ``ok``: attempt 0 succeeds;
+- ``fails``: attempt 0 raises at the fault point (its executor loop aborts what it opened),
+  attempt 1 succeeds;
+- ``lost``: attempt 0's executor dies at the fault point (nothing cleaned up), attempt 1 succeeds;
+- ``zombie_reports``: attempt 0 succeeds, then attempt 1 of the same partition runs to the end
+  and reports too (a speculative copy, a zombie of a lost stage): the epoch discards its report;
+- ``zombie_silent``: the same, but the late attempt's report never arrives;
+- ``stage_fails``: the task fails every attempt; the epoch fails.
+"""
+
+TASK_POINTS: Final = ("before_write", "mid_write", "after_pre_commit")
+PUBLISH_FAULTS: Final = ("ok", "refused", "unknown_landed", "unknown_not_landed")
+
+
+class TaskFailure(Exception):
+    """A task raised: its executor loop aborts what it opened; Spark retries it."""
+
+
+class ExecutorLost(BaseException):
+    """The executor died mid-task: nothing is cleaned up (a ``BaseException``, like a kill)."""
+
+
+def key_value_batch(keys: Sequence[str]) -> pa.RecordBatch:
+    """A batch with string columns ``key`` and ``value``, both ``keys``."""
+    return pa.record_batch({"key": pa.array(keys, pa.string()), "value": pa.array(keys, pa.string())})
+
+
+def _raise_at(point: str, error: BaseException) -> Callable[[str], None]:
+    def hook(reached: str) -> None:
+        if reached == point:
+            raise error
+
+    return hook
+
+
+def _no_fault(point: str) -> None:
+    return None
+
+
+@contextmanager
+def _killed(sinks: Sequence[TwoPhaseCommitSink[Any, Any]]) -> Iterator[None]:
+    """A dead executor runs no clean-up: ``abort_open`` does nothing while the task dies."""
+    for sink in sinks:
+        sink.abort_open = lambda txn: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for sink in sinks:
+            del sink.abort_open
+
+
+def _retried(
+    plan: EpochPlan, p: int, batches: list[pa.RecordBatch], how: str, point: str
+) -> list[Acknowledgement]:
+    error: BaseException = TaskFailure(point) if how == "fails" else ExecutorLost(point)
+    try:
+        if how == "lost":
+            with _killed(plan.sinks):
+                first = write_subtasks(plan, p, 0, batches, fault=_raise_at(point, error))
+        else:
+            first = write_subtasks(plan, p, 0, batches, fault=_raise_at(point, error))
+    except (TaskFailure, ExecutorLost):
+        return write_subtasks(plan, p, 1, batches, fault=_no_fault)
+    return first  # the point was never reached (nothing to write)
+
+
+def run_tasks(
+    plan: EpochPlan, records: Sequence[str], plans: Sequence[str], point: str
+) -> list[Acknowledgement]:
+    """Run the epoch's tasks: partition ``p`` writes ``records[p::num_partitions]`` (as two
+    batches) and goes as ``plans[p]`` says; ``point`` (one of :data:`TASK_POINTS`) is where
+    failing attempts fail. Returns the reports the driver receives, in arrival order.
+
+    Raises:
+        TaskFailure: a ``stage_fails`` partition.
+        ValueError: an unknown plan, or fewer plans than partitions.
+    """
+    if len(plans) < plan.num_partitions:
+        raise ValueError(f"{len(plans)} task plans for {plan.num_partitions} partitions")
+    acks: list[Acknowledgement] = []
+    for p in range(plan.num_partitions):
+        keys = list(records[p :: plan.num_partitions])
+        batches = [key_value_batch(keys[:1]), key_value_batch(keys[1:])] if keys else []
+        how = plans[p]
+        if how == "ok":
+            acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)
+        elif how in ("fails", "lost"):
+            acks += _retried(plan, p, batches, how, point)
+        elif how in ("zombie_reports", "zombie_silent"):
+            acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)
+            late = write_subtasks(plan, p, 1, batches, fault=_no_fault)
+            if how == "zombie_reports":
+                acks += late
+        elif how == "stage_fails":
+            raise TaskFailure(f"partition {p} failed every attempt")
+        else:
+            raise ValueError(f"unknown task plan {how!r}; known: {TASK_PLANS}")
+    return acks
+
+
+class RecordingStorage(InMemoryCheckpointStorage):
+    """In-memory checkpoint storage that remembers every metadata that landed (including one whose
+    publish then reported an unknown outcome), in order, in :attr:`landed`."""
+
+    def __init__(self, job_id: str, store: MemoryStore) -> None:
+        super().__init__(job_id, store)
+        self.landed: list[CheckpointMetadata] = []
+
+    def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
+        """See :meth:`InMemoryCheckpointStorage.publish`."""
+        before = len(self.published)
+        try:
+            return super().publish(metadata)
+        finally:
+            if len(self.published) > before:
+                self.landed.append(metadata)
+
+
+def _once(error: BaseException) -> Callable[[CheckpointMetadata], None]:
+    fired = [False]
+
+    def hook(meta: CheckpointMetadata) -> None:
+        if not fired[0]:
+            fired[0] = True
+            raise error
+
+    return hook
+
+
+def publish_fault(storage: InMemoryCheckpointStorage, mode: str) -> None:
+    """Make ``storage``'s next publish fail as ``mode`` (:data:`PUBLISH_FAULTS`) says: ``refused``
+    (nothing lands), ``unknown_landed`` (it lands, the writer hears an error),
+    ``unknown_not_landed`` (a timeout: nothing lands, the writer cannot know).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode == "refused":
+        storage.publish_hook = _once(OSError("checkpoint storage refused the write"))
+    elif mode == "unknown_landed":
+        storage.after_publish_hook = _once(OSError("connection reset after the write"))
+    elif mode == "unknown_not_landed":
+        storage.publish_hook = _once(CheckpointPublishUnknownError("timed out; it may not have landed"))
+    elif mode != "ok":
+        raise ValueError(f"unknown publish fault {mode!r}; known: {PUBLISH_FAULTS}")

@@ -1,0 +1,480 @@
+"""Model-based test of the whole protocol: random lives of a job, checked against an accounting.
+
+The real runtime drives the real Kafka sink (on the Kafka transaction-coordinator model), the real
+S3 sink (on the S3 model; JSON lines that span checkpoints, small rolled files, or Parquet) and a
+Delta checkpoint-commit sink (on the Delta log model), all three at once, through what happens to
+jobs in production, in any order hypothesis finds:
+
+- epochs at 1–6 partitions (the count changes from epoch to epoch), with empty partitions; tasks
+  that fail and are retried, executors lost mid-task (nothing cleaned up), zombie and speculative
+  attempts that finish after the winner (reported or not), stages that fail;
+- the driver dying at every fault point, or between steps, and staying down for a while (past
+  Kafka's transaction timeout, past ``transactional.id.expiration.ms``);
+- checkpoint publishes refused, or with an unknown outcome (landed or not); lost notifications;
+- asynchronous commit with stalled commits; moved transaction coordinators; Delta commit
+  conflicts; S3 throttling;
+- finish, stop with savepoint (drain or not), stop, cancel (retain or delete), resume from the
+  latest checkpoint or from an older savepoint (the engine rewinds to it), and a new query over a
+  fresh checkpoint directory.
+
+The accounting: a published (durable) epoch checkpoint promises its epoch's records, once, to
+every sink; nothing else may land. After every step, nothing landed more often than promised;
+at the end (the job driven to FINISHED), every promise is kept exactly and nothing lingers (open
+Kafka transactions, multipart uploads, temporary objects, unreferenced Delta files). Two
+exceptions, both loud: a durable Kafka transaction the broker aborted while the driver was down
+past the transaction timeout must fail the restore with ``TransactionLostError`` (the test then
+restarts with ``ignore_lost_on_recovery`` and stops expecting exactly those records); and a cancel
+with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to what it committed).
+
+``TWOPHASE_MODEL_EXAMPLES`` (default 30) sets the examples; ``TWOPHASE_MODEL_SEED`` a random seed
+(default: derandomized, the same examples every run). ``make model-check`` runs thousands.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.connectors.s3 import S3Sink, S3SinkConfig
+from twophase.connectors.s3.config import RollingPolicy
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.epoch import DuplicateAcknowledgementError, run_epoch
+from twophase.coordinator.fanout import EpochPlan
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.testing.delta_model import ModelDeltaSink
+from twophase.coordinator.testing.engine_tasks import (
+    TASK_POINTS,
+    RecordingStorage,
+    TaskFailure,
+    publish_fault,
+    run_tasks,
+)
+from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
+from twophase.coordinator.testing.memory_storage import MemoryStore
+from twophase.coordinator.testing.s3_model import client_error
+from twophase.coordinator.testing.world import World
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import (
+    CheckpointStorageError,
+    CommitFailedError,
+    ConcurrentAttemptError,
+    ServiceUnavailableError,
+    TransactionLostError,
+)
+
+JOB = "job"
+TOPIC = "events"
+S3_PREFIX = "data/s"
+SINKS = ("k", "s", "d")
+DRIVER_POINTS = ("before_persist", "after_persist", "mid_commit", "after_commit")
+END_POINTS = (*DRIVER_POINTS, "during_finish", "during_final_checkpoint", "during_stop_with_savepoint")
+TASKS = ("ok",) * 12 + ("fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed")
+DOWN_MS = (0, 5_000, 700_000, 8 * 24 * 3600 * 1000)  # nothing, seconds, > transaction timeout, > id expiry
+ROLLING = {
+    "spanning": ("jsonl", RollingPolicy()),
+    "small": ("jsonl", RollingPolicy(max_file_bytes=60)),
+    "on_checkpoint": ("jsonl", RollingPolicy(on_checkpoint=True)),
+    "parquet": ("parquet", RollingPolicy()),
+}
+T = TypeVar("T")
+
+
+# the errors a job may meet on these paths; anything else is a bug and fails the test
+EXPECTED = (
+    CheckpointStorageError,
+    ConcurrentAttemptError,
+    CommitFailedError,
+    ServiceUnavailableError,
+    TaskFailure,
+)
+
+
+class ProtocolModel(RuleBasedStateMachine):
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world = World()
+        self.expected: dict[str, Counter[str]] = {s: Counter() for s in SINKS}
+        self.query = 1
+        self.next_batch = 1
+        self.inputs: dict[tuple[int, int], list[str]] = {}
+        self.running_epoch: tuple[int, list[str]] | None = None  # (checkpoint id, records)
+        self.seen = 0  # landed metadata of the current storage already accounted
+        self.durable_kafka: set[tuple[str, int, int]] = set()
+        self.lost: set[tuple[str, int, int]] = set()
+        self.savepoints: list[tuple[str, int]] = []  # (location, the engine's next batch)
+        self.phase = "running"  # running | stopped | deleted
+        self.gates: list[threading.Event] = []
+
+    # -- set-up ------------------------------------------------------------------------------------
+
+    @initialize(
+        async_commit=st.booleans(),
+        retained=st.integers(1, 3),
+        pool_size=st.integers(3, 5),
+        rolling=st.sampled_from(sorted(ROLLING)),
+        cleanup=st.sampled_from(CleanupMode),
+    )
+    def start(
+        self, async_commit: bool, retained: int, pool_size: int, rolling: str, cleanup: CleanupMode
+    ) -> None:
+        fmt, policy = ROLLING[rolling]
+        kafka_config = KafkaSinkConfig(
+            bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=100, pool_size=pool_size
+        )
+        s3_config = S3SinkConfig(
+            bucket="bucket",
+            prefix=S3_PREFIX,
+            format=fmt,
+            rolling=policy,
+            retry_initial_backoff_ms=1,
+            retry_max_backoff_ms=2,
+        )
+        self.sinks: list[TwoPhaseCommitSink[Any, Any]] = [
+            KafkaSink("k", kafka_config, clients=self.world.kafka),
+            S3Sink("s", s3_config, client_factory=lambda _c: self.world.s3, clock=self.world.clock),  # type: ignore[arg-type,return-value]
+            ModelDeltaSink("d", self.world.delta),
+        ]
+        self.config = RuntimeConfig(
+            checkpoint=CheckpointConfig(retained_checkpoints=retained),
+            commit=CommitPolicy(async_commit=async_commit),
+            restart=RestartStrategy.fixed_delay(1_000_000, 0),
+            cancel_cleanup=cleanup,
+        )
+        self.h = self.harness(MemoryStore())
+        self.restart(fresh=True)
+
+    def harness(self, store: MemoryStore) -> TwoPhaseHarness:
+        self.storage = RecordingStorage(JOB, store)
+        self.seen = 0
+        return TwoPhaseHarness(
+            self.sinks, job_id=JOB, config=self.config, storage=self.storage, clock=self.world.clock
+        )
+
+    # -- the accounting ----------------------------------------------------------------------------
+
+    def account(self) -> None:
+        """Promise the records of the epoch checkpoint that landed; note Kafka's durable transactions."""
+        for meta in self.storage.landed[self.seen :]:
+            if self.running_epoch is not None and meta.checkpoint_id == self.running_epoch[0]:
+                for sink in SINKS:
+                    self.expected[sink].update(self.running_epoch[1])
+                self.running_epoch = None
+            snap = meta.sinks.get("k")
+            for c in snap.committables if snap is not None else ():
+                txn = self.sinks[0].decode(c.payload)
+                self.durable_kafka.add((txn.transactional_id, txn.producer_id, txn.producer_epoch))
+        self.seen = len(self.storage.landed)
+
+    def readback(self) -> dict[str, Counter[str]]:
+        return {
+            "k": self.world.kafka_records(TOPIC),
+            "s": self.world.s3_records(S3_PREFIX, "key"),
+            "d": self.world.delta_records(),
+        }
+
+    @invariant()
+    def nothing_lands_that_no_durable_checkpoint_promised(self) -> None:
+        if not hasattr(self, "h"):
+            return
+        for sink, got in self.readback().items():
+            extra = got - self.expected[sink]
+            assert not extra, f"sink {sink}: landed without a promise or twice: {sorted(extra)[:10]}"
+
+    # -- the engine's reactions --------------------------------------------------------------------
+
+    def act(self, body: Callable[[], T], down_ms: int = 0) -> T | None:
+        """Run one action of the job; a crash restarts the driver after ``down_ms``, an error
+        fails over."""
+        try:
+            return body()
+        except SimulatedCrash as crash:
+            event(f"driver crashed at {crash.point}")
+            self.account()
+            self.world.clock.advance(down_ms)
+            self.restart()
+        except EXPECTED as e:
+            event(f"failed over after {type(e).__name__}")
+            self.account()
+            self.fail_over(e)
+        finally:
+            self.h.faults.disarm()
+            self.storage.publish_hook = self.storage.after_publish_hook = None
+            self.account()
+            self.running_epoch = None
+        return None
+
+    def fail_over(self, error: BaseException) -> None:
+        """What a restarted query does: fail over in-process (restore from the latest checkpoint)."""
+        rt = self.h.runtime
+        if rt.state not in (JobState.RUNNING, JobState.FAILING):
+            self.phase = "stopped"
+            return
+        for _ in range(5):
+            try:
+                rt.failover(error)
+                self.phase = "running"
+                return
+            except TransactionLostError as e:
+                self.on_lost(e)
+                self.restart(ignore_lost=True)
+                return
+            except EXPECTED as e:  # the restore failed too (an injected fault): fail over again
+                error = e
+        raise AssertionError(f"fail-over kept failing: {error!r}")
+
+    def restart(
+        self, *, ignore_lost: bool = False, savepoint: str | None = None, fresh: bool = False
+    ) -> None:
+        """A new driver process restores (the previous one abandoned: nothing closed or committed)."""
+        for _ in range(3):
+            if ignore_lost:
+                self.h.config = replace(
+                    self.config, commit=replace(self.config.commit, ignore_lost_on_recovery=True)
+                )
+            try:
+                if fresh:
+                    self.h.restore()
+                else:
+                    self.h.restart_process(savepoint_location=savepoint)
+                self.phase = "running"
+                return
+            except TransactionLostError as e:
+                self.on_lost(e)
+                ignore_lost, fresh = True, False
+            finally:
+                self.h.config = self.config
+        raise AssertionError("the restore kept failing")
+
+    def on_lost(self, error: TransactionLostError) -> None:
+        """LOST must be true: a durable Kafka transaction the broker aborted on its timeout."""
+        timed_out = self.world.kafka.timed_out
+        lost = (self.durable_kafka & set(timed_out)) - self.lost
+        assert lost, f"a restore reported LOST, but no durable transaction timed out: {error}"
+        event("LOST reported and ignored on request")
+        for key in lost:
+            self.expected["k"].subtract(v.decode() for _, _, _, v in timed_out[key])
+        self.lost |= lost
+
+    # -- epochs ------------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(
+        parts=st.integers(1, 6),
+        size=st.integers(0, 8),
+        tasks=st.lists(st.sampled_from(TASKS), min_size=6, max_size=6),
+        point=st.sampled_from(TASK_POINTS),
+        driver=st.none() | st.sampled_from(DRIVER_POINTS),
+        publish=st.sampled_from(PUBLISH),
+        notify=st.sampled_from((True, True, True, False)),
+        down_ms=st.sampled_from(DOWN_MS),
+    )
+    def epoch(
+        self,
+        parts: int,
+        size: int,
+        tasks: list[str],
+        point: str,
+        driver: str | None,
+        publish: str,
+        notify: bool,
+        down_ms: int,
+    ) -> None:
+        """The engine's next batch (the same records when it is retried, any partition count)."""
+        n = self.next_batch
+        records = self.inputs.setdefault((self.query, n), [f"q{self.query}b{n}r{i}" for i in range(size)])
+        position = {"engine": "spark", "query_id": f"q{self.query}", "batch_id": n}
+
+        def body() -> bool:
+            rt = self.h.runtime
+            if rt.replay_check(position):
+                return True
+            if driver is not None:
+                self.h.crash_at(driver)
+            publish_fault(self.storage, publish)
+
+            def write(plan: EpochPlan) -> list[Acknowledgement]:
+                self.running_epoch = (plan.checkpoint_id, records)
+                return run_tasks(plan, records, tasks, point)
+
+            if notify:
+                run_epoch(rt, parts, write, position)
+                return True
+            epoch = rt.begin_epoch(parts, position)  # the notification is lost: a later one commits
+            try:
+                for ack in write(epoch.plan()):
+                    try:
+                        epoch.acknowledge(ack)
+                    except DuplicateAcknowledgementError:
+                        epoch.discard(ack)
+                rt.complete_epoch(epoch, notify=False)
+            except Exception:
+                rt.abort_epoch_if_pending(epoch, "epoch failed")
+                raise
+            return True
+
+        if self.act(body, down_ms):
+            self.next_batch += 1
+
+    # -- the outside world -------------------------------------------------------------------------
+
+    @precondition(lambda self: self.phase != "deleted")
+    @rule(down_ms=st.sampled_from(DOWN_MS))
+    def driver_dies(self, down_ms: int) -> None:
+        """The driver dies between steps and stays down ``down_ms``; a running job restarts."""
+        self.h.runtime.abandon()
+        self.world.clock.advance(down_ms)
+        if self.phase == "running":
+            self.restart()
+
+    @rule()
+    def transaction_coordinators_move(self) -> None:
+        self.world.kafka.move_coordinators()
+
+    @rule(n=st.integers(1, 3))
+    def another_delta_writer_wins(self, n: int) -> None:
+        self.world.delta.conflicts = min(3, self.world.delta.conflicts + n)  # fewer than the retries
+
+    @rule(op=st.sampled_from(["upload_part", "complete_multipart_upload", "put_object", "list_parts"]))
+    def s3_throttles(self, op: str) -> None:
+        self.world.s3.fail(op, client_error("SlowDown", 503, op))
+
+    @rule(ms=st.sampled_from((20, 100)))
+    def commits_stall(self, ms: int) -> None:
+        gate = threading.Event()
+        self.gates.append(gate)
+        self.world.kafka.end_txn_gate = gate
+        threading.Timer(ms / 1000, gate.set).start()
+
+    # -- ends and restarts -------------------------------------------------------------------------
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(
+        how=st.sampled_from(["finish", "drain", "savepoint", "stop", "cancel"]),
+        driver=st.none() | st.sampled_from(END_POINTS),
+        publish=st.sampled_from(PUBLISH),
+        down_ms=st.sampled_from(DOWN_MS),
+    )
+    def end(self, how: str, driver: str | None, publish: str, down_ms: int) -> None:
+        rt = self.h.runtime
+        delete = how == "cancel" and self.config.cancel_cleanup is CleanupMode.DELETE
+        if how == "cancel":
+            driver = "during_cancel" if driver is not None and not delete else None
+        if driver is not None:
+            self.h.crash_at(driver)
+        publish_fault(self.storage, publish)
+
+        def body() -> None:
+            if how == "finish":
+                rt.finish()
+            elif how in ("drain", "savepoint"):
+                ref = rt.stop_with_savepoint(drain=how == "drain")
+                self.savepoints.append((ref.location, self.next_batch))
+            elif how == "stop":
+                rt.stop()
+            else:
+                rt.cancel()
+
+        self.act(body, down_ms)
+        if self.h.runtime is rt and rt.state in (JobState.FINISHED, JobState.SUSPENDED, JobState.CANCELED):
+            self.phase = "stopped"
+        elif how == "cancel" and self.h.runtime is not rt:  # died while canceling: canceled
+            self.h.runtime.abandon()
+            self.phase = "stopped"
+        if delete and self.phase == "stopped":
+            self.after_delete()
+
+    def after_delete(self) -> None:
+        """Cancel with DELETE committed what checkpoints promised and discarded in-progress files."""
+        got = self.readback()
+        for sink in ("k", "d"):
+            assert got[sink] == +self.expected[sink], f"sink {sink} after cancel with delete"
+        assert not got["s"] - self.expected["s"]
+        self.expected["s"] = got["s"]
+        self.phase = "deleted"
+
+    @precondition(lambda self: self.phase == "stopped")
+    @rule(older=st.booleans(), pick=st.integers(0, 10))
+    def resume(self, older: bool, pick: int) -> None:
+        """Resume the query from the latest checkpoint, or rewind it to an older savepoint."""
+        clean = self.h.runtime.state in (JobState.FINISHED, JobState.SUSPENDED)
+        if older and clean and self.savepoints:
+            location, self.next_batch = self.savepoints[pick % len(self.savepoints)]
+            event("resumed from an older savepoint")
+            self.restart(savepoint=location)
+        else:
+            self.restart()
+
+    @precondition(lambda self: self.phase == "deleted" or self.h.runtime.state is JobState.FINISHED)
+    @rule()
+    def new_query_with_a_fresh_checkpoint_directory(self) -> None:
+        self.h.runtime.abandon()
+        self.query += 1
+        self.next_batch = 1
+        self.savepoints = []
+        self.h = self.harness(MemoryStore())
+        self.restart(fresh=True)
+
+    # -- the end -----------------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        for gate in self.gates:
+            gate.set()
+        if not hasattr(self, "h"):
+            return
+        for _ in range(20):
+            if self.phase == "deleted":
+                self.new_query_with_a_fresh_checkpoint_directory()
+            elif self.phase == "stopped" and self.h.runtime.state is not JobState.FINISHED:
+                self.restart()
+            elif self.phase == "running" and self.h.runtime.state is JobState.FAILING:
+                self.fail_over(RuntimeError("the query restarts"))
+            elif self.phase == "running":
+                self.act(self.h.runtime.finish)
+                if self.h.runtime.state is JobState.FINISHED:
+                    self.phase = "stopped"
+            if self.phase == "stopped" and self.h.runtime.state is JobState.FINISHED:
+                break
+        else:
+            raise AssertionError("the job never finished")
+        self.h.runtime.close()
+        got = self.readback()
+        for sink in SINKS:
+            want = +self.expected[sink]
+            assert got[sink] == want, (
+                f"sink {sink}: missing {sorted(want - got[sink])[:10]}, extra {sorted(got[sink] - want)[:10]}"
+            )
+        assert self.world.lingering(S3_PREFIX) == {"kafka": [], "s3": [], "delta": []}
+
+
+ProtocolModel.TestCase.settings = settings(
+    max_examples=int(os.environ.get("TWOPHASE_MODEL_EXAMPLES", "30")),
+    stateful_step_count=int(os.environ.get("TWOPHASE_MODEL_STEPS", "30")),
+    deadline=None,
+    derandomize="TWOPHASE_MODEL_SEED" not in os.environ,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+if "TWOPHASE_MODEL_SEED" in os.environ:
+    from hypothesis import seed
+
+    ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[misc]
+
+logging.getLogger("twophase").setLevel(logging.CRITICAL)
+TestProtocolModel = ProtocolModel.TestCase
