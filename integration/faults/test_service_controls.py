@@ -9,6 +9,8 @@ import uuid
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
+from twophase.connectors.kafka import KafkaSinkConfig
+from twophase.connectors.kafka.admin import KafkaAdmin
 from twophase.integration.services.kafka import try_init_transactions
 from twophase.integration.services.kafka_cluster import TRANSACTION_STATE_TOPIC, KafkaCluster
 from twophase.integration.services.minio_server import MinioServer
@@ -22,6 +24,21 @@ def test_cluster_is_replicated_and_the_coordinator_moves_when_killed(kafka_clust
     assert kafka_cluster.broker_ids == (1, 2, 3)
     state = [row for row in kafka_cluster.partition_state() if row[0] == TRANSACTION_STATE_TOPIC]
     assert [(p, len(replicas), len(isr)) for _t, p, _l, replicas, isr in state] == [(0, 3, 3)]
+
+    # a topic created with the cluster's defaults (as the job's sink creates it) is replicated too
+    topic = f"controls-{uuid.uuid4().hex[:6]}"
+    admin = KafkaAdmin.connect(KafkaSinkConfig(bootstrap_servers=kafka_cluster.bootstrap, topic=topic))
+    try:
+        admin.create_topic(topic, -1, -1)
+        assert admin.topic_config(topic, "min.insync.replicas") == "2"
+    finally:
+        admin.close()
+    layout = [
+        (len(replicas), len(isr))
+        for t, _p, _l, replicas, isr in kafka_cluster.partition_state()
+        if t == topic
+    ]
+    assert layout == [(3, 3)] * 3
 
     txn_id = f"twophase-controls-{uuid.uuid4().hex[:6]}"
     first = kafka_cluster.coordinator_of(txn_id)

@@ -53,13 +53,19 @@ _COMMON = {
 }
 
 
-def controller_properties(data_dir: Path, controller_port: int) -> dict[str, str]:
+def controller_properties(data_dir: Path, controller_port: int, brokers: int) -> dict[str, str]:
     """``server.properties`` of the dedicated controller (a one-voter static quorum).
 
+    In KRaft the controller creates topics, so the defaults of new topics (partitions, replication
+    factor, ``min.insync.replicas``) must be set here: the brokers' own values are not used for a
+    CreateTopics without explicit settings (seen with Kafka 4.4: replication 1, min ISR 1).
     A broker that misses heartbeats for ``broker.session.timeout.ms`` (6 s here, 9 s by default) is
     fenced and its partition leaderships move.
     """
     return {
+        "num.partitions": "3",
+        "default.replication.factor": str(brokers),
+        "min.insync.replicas": str(max(brokers - 1, 1)),
         **_COMMON,
         "process.roles": "controller",
         "node.id": str(CONTROLLER_ID),
@@ -160,7 +166,7 @@ class KafkaCluster:
             (
                 CONTROLLER_ID,
                 root / "controller",
-                controller_properties(root / "controller", controller_port),
+                controller_properties(root / "controller", controller_port, brokers),
                 CONTROLLER_HEAP,
                 controller_port,
             )
