@@ -10,7 +10,7 @@ STAMP := $(VENV)/.twophase-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv prepare demo test lint format services-up services-down services-status bench chaos model-check clean
+.PHONY: help venv prepare demo test lint format services-up services-down services-status bench chaos faults model-check clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
@@ -19,6 +19,7 @@ help:
 	@echo "make services-up    run Kafka and MinIO in the background for development"
 	@echo "make services-down  stop them"
 	@echo "make bench / chaos  benchmarks / failure-injection suite"
+	@echo "make faults         service faults: 3-broker Kafka cluster and MinIO killed, paused, restarted"
 	@echo "make model-check    the model-based protocol test at length (thousands of random job lives)"
 
 # the virtualenv; pip runs again only when setup.cfg or pyproject.toml changed
@@ -46,8 +47,9 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# the long service-fault cases (marker faults_long) run in `make faults` / `make chaos` instead
 test: lint prepare
-	$(BIN)/pytest tests integration $(PYTEST_ARGS)
+	$(BIN)/pytest tests integration -m "not faults_long" $(PYTEST_ARGS)
 
 services-up: prepare
 	$(BIN)/twophase services up
@@ -66,6 +68,12 @@ bench: prepare
 CHAOS_TRIALS ?= 100
 chaos: prepare
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report CHAOS.md
+	$(MAKE) faults
+
+# every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
+# one line per case (moment, restarts, time to recover) in build/faults-report.jsonl
+faults: prepare
+	$(BIN)/pytest -m faults integration/faults $(PYTEST_ARGS)
 
 # the model-based protocol test (tests/coordinator/test_protocol_model.py) at length: the fixed
 # (derandomized) examples, then each random seed; `make test` runs 30 fixed examples

@@ -4,8 +4,16 @@
 - ``s3_endpoint`` (:class:`twophase.integration.services.S3Endpoint`): a working S3 server (MinIO).
 - ``spark`` (SparkSession): ``local[2]`` with Delta, the Kafka source and s3a jars.
 - ``spark_s3`` (SparkSession): the same session, with s3a pointed at ``s3_endpoint``.
+- ``kafka_cluster`` (:class:`~twophase.integration.services.kafka_cluster.KafkaCluster`): a native
+  three-broker KRaft cluster (one controller; replication 3, min ISR 2) whose brokers tests may
+  kill, pause and restart. Session scope: it starts once (~20 s); tests that break it call
+  ``kafka_cluster.heal()`` first (``integration/faults`` does so before every test).
+- ``minio_controls`` (:class:`~twophase.integration.services.minio_server.MinioServer`): a native
+  MinIO, separate from ``s3_endpoint``, that tests may kill, restart, pause and restrict with IAM
+  policies. Session scope, healed the same way.
 
-Endpoints in ``TWOPHASE_*`` environment variables are used instead of native services. A service
+Endpoints in ``TWOPHASE_*`` environment variables are used instead of native services (not for
+``kafka_cluster`` and ``minio_controls``: faults need the processes, so those are always native). A service
 that cannot start makes the requesting tests error with the reason; nothing is skipped silently.
 """
 
@@ -17,6 +25,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from twophase.integration.services import S3Endpoint, kafka_service, s3_service
+from twophase.integration.services.kafka_cluster import KafkaCluster, kafka_cluster_service
+from twophase.integration.services.minio_server import MinioServer, minio_server
 from twophase.integration.spark import build_spark_session, configure_s3a
 
 if TYPE_CHECKING:
@@ -50,3 +60,17 @@ def spark_s3(spark: SparkSession, s3_endpoint: S3Endpoint) -> SparkSession:
     """The same SparkSession as ``spark``, with s3a configured for ``s3_endpoint``."""
     configure_s3a(spark, s3_endpoint)
     return spark
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """A native three-broker Kafka cluster (always native), for the whole test session."""
+    with kafka_cluster_service() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def minio_controls() -> Iterator[MinioServer]:
+    """A native MinIO that tests may kill, restart, pause and restrict, for the whole session."""
+    with minio_server() as server:
+        yield server

@@ -126,6 +126,7 @@ class FlightsJobSpec:
         files_per_trigger: input files (days) per micro-batch.
         topic: the Kafka topic (created with ``kafka_partitions`` partitions if missing).
         kafka_partitions: partitions of a topic the job creates.
+        kafka_replication: replication factor of a topic the job creates (-1: the brokers' default).
         bucket: the S3 bucket (created if missing).
         s3_prefix: key prefix of the S3 Parquet output.
         delta_uri: the Delta table: a local path or ``s3://bucket/prefix``.
@@ -137,6 +138,7 @@ class FlightsJobSpec:
     files_per_trigger: int = 31
     topic: str = ""
     kafka_partitions: int = 3
+    kafka_replication: int = 1
     bucket: str = "twophase-flights"
     s3_prefix: str = ""
     delta_uri: str = ""
@@ -234,7 +236,7 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
             value_column=VALUE_COLUMN,
             create_topic=True,
             new_topic_partitions=spec.kafka_partitions,
-            new_topic_replication_factor=1,
+            new_topic_replication_factor=spec.kafka_replication,
             client_config={"linger.ms": 20, "compression.type": "lz4"},
         ),
     )

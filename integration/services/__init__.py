@@ -5,6 +5,11 @@ Public API:
 - :class:`S3Endpoint` — frozen endpoint + credentials; ``boto3_client()``, ``storage_options()``.
 - :func:`kafka_service` — context manager yielding a bootstrap string ``"127.0.0.1:port"``.
 - :func:`s3_service` — context manager yielding an :class:`S3Endpoint`.
+- :func:`kafka_cluster_service` — context manager yielding a :class:`KafkaCluster`: a native
+  three-broker KRaft cluster whose brokers can be killed, paused and restarted (fault tests only;
+  the single broker stays the default).
+- :func:`minio_server` — context manager yielding a :class:`MinioServer`: a native MinIO that can be
+  killed, restarted on the same data directory and port, paused, and restricted by IAM policies.
 - :func:`services_up`, :func:`services_down`, :func:`services_status` — the ``twophase services``
   commands.
 - Version pins (``KAFKA_VERSION``, ``MINIO_MODULE_VERSION``, ...) shared with docker-compose.yml.
@@ -16,6 +21,7 @@ Environment: ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_
 """
 
 from twophase.integration.services.cache import cache_dir
+from twophase.integration.services.kafka_cluster import KafkaCluster, kafka_cluster_service
 from twophase.integration.services.launcher import (
     ServiceStatus,
     kafka_service,
@@ -24,6 +30,7 @@ from twophase.integration.services.launcher import (
     services_status,
     services_up,
 )
+from twophase.integration.services.minio_server import MinioServer, minio_server
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.integration.services.versions import (
     DELTA_JAR_VERSION,
@@ -45,10 +52,14 @@ __all__ = [
     "MINIO_MODULE",
     "MINIO_MODULE_VERSION",
     "SPARK_VERSION",
+    "KafkaCluster",
+    "MinioServer",
     "S3Endpoint",
     "ServiceStatus",
     "cache_dir",
+    "kafka_cluster_service",
     "kafka_service",
+    "minio_server",
     "s3_service",
     "services_down",
     "services_status",

@@ -113,9 +113,68 @@ def _java() -> str:
     return java
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
+    """A fresh KRaft cluster id."""
     # KRaft cluster ids are 16 random bytes in URL-safe base64 without padding (22 characters)
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def kafka_jvm(data_dir: Path) -> list[str]:
+    """``java`` with the log4j2 configuration and Kafka's classpath for a node living in ``data_dir``
+    (writes ``log4j2.properties``; the node's server log goes to ``data_dir/logs``).
+
+    Raises:
+        ServiceUnavailableError: Java or Maven is missing, or Kafka's jars cannot be resolved.
+    """
+    libs = kafka_libs()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = data_dir / "logs"
+    log_dir.mkdir(exist_ok=True)
+    log4j = data_dir / "log4j2.properties"
+    log4j.write_text(LOG4J2_CONFIG.format(log_dir=log_dir))
+    return [_java(), f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
+
+
+def format_storage(jvm: list[str], props: Path, cluster_id: str) -> None:
+    """Format a KRaft node's log directories with ``cluster_id`` unless they are formatted already.
+
+    Raises:
+        ServiceUnavailableError: the storage tool failed (its last output line).
+    """
+    if (props.parent / "kraft-logs" / "meta.properties").exists():
+        return
+    fmt = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(props)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fmt.returncode != 0:
+        lines = [line for line in (fmt.stderr + fmt.stdout).splitlines() if line.strip()]
+        raise ServiceUnavailableError(
+            f"Kafka storage format failed: {lines[-1] if lines else fmt.returncode}"
+        )
+
+
+def start_node(
+    name: str, jvm: list[str], props: Path, heap: str = HEAP, detach: bool = False
+) -> ManagedProcess:
+    """Start ``kafka.Kafka props`` (a formatted node) with a fixed ``heap`` (e.g. ``"768m"``).
+
+    The process's stdout and stderr go to ``<props folder>/kafka.out``.
+    """
+    argv = [
+        jvm[0],
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        *jvm[1:],
+        "kafka.Kafka",
+        str(props),
+    ]
+    data_dir = props.parent
+    return ManagedProcess(name, argv, data_dir / "kafka.out", dict(os.environ), cwd=data_dir, detach=detach)
 
 
 def start_kafka(data_dir: Path, port: int, controller_port: int, detach: bool = False) -> ManagedProcess:
@@ -124,41 +183,11 @@ def start_kafka(data_dir: Path, port: int, controller_port: int, detach: bool = 
     Call :func:`wait_kafka_ready` afterwards. Raises ServiceUnavailableError when Java/Maven are
     missing or formatting the storage fails.
     """
-    libs = kafka_libs()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log_dir = data_dir / "logs"
-    log_dir.mkdir(exist_ok=True)
+    jvm = kafka_jvm(data_dir)
     props = data_dir / "server.properties"
     props.write_text(server_properties(data_dir, port, controller_port))
-    log4j = data_dir / "log4j2.properties"
-    log4j.write_text(LOG4J2_CONFIG.format(log_dir=log_dir))
-    java = _java()
-    jvm = [java, f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
-    if not (data_dir / "kraft-logs" / "meta.properties").exists():
-        fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={_cluster_id()}", "-c", str(props)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if fmt.returncode != 0:
-            lines = [line for line in (fmt.stderr + fmt.stdout).splitlines() if line.strip()]
-            raise ServiceUnavailableError(
-                f"Kafka storage format failed: {lines[-1] if lines else fmt.returncode}"
-            )
-    argv = [
-        *jvm[:1],
-        f"-Xms{HEAP}",
-        f"-Xmx{HEAP}",
-        "-XX:+UseG1GC",
-        "-Djava.awt.headless=true",
-        *jvm[1:],
-        "kafka.Kafka",
-        str(props),
-    ]
-    return ManagedProcess(
-        "kafka", argv, data_dir / "kafka.out", dict(os.environ), cwd=data_dir, detach=detach
-    )
+    format_storage(jvm, props, new_cluster_id())
+    return start_node("kafka", jvm, props, detach=detach)
 
 
 def _producer_config(bootstrap: str, errors: list[str]) -> dict[str, Any]:

@@ -145,6 +145,7 @@ class ManagedProcess:
                 start_new_session=True,
             )
         self.pid = self._popen.pid
+        self.paused = False
         if not detach:
             atexit.register(self.stop)
             _exit_on_sigterm()
@@ -163,9 +164,45 @@ class ManagedProcess:
         kept = [line.strip() for line in text.splitlines() if line.strip()]
         return " | ".join(kept[-lines:])
 
-    def stop(self) -> None:
-        """Stop the whole process group (SIGTERM, then SIGKILL after a grace period); idempotent."""
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash: no shutdown hooks) and reap it; idempotent."""
         if self._popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+        self._reap()
+        log.warning("killed service=%s pid=%d signal=SIGKILL", self.name, self.pid)
+
+    def pause(self) -> None:
+        """SIGSTOP the whole process group: it keeps its sockets but answers nothing until resumed.
+
+        Raises:
+            ProcessLookupError: the process has exited.
+        """
+        os.killpg(self.pid, signal.SIGSTOP)
+        self.paused = True
+        log.warning("paused service=%s pid=%d signal=SIGSTOP", self.name, self.pid)
+
+    def resume(self) -> None:
+        """SIGCONT the whole process group (after :meth:`pause`); a no-op when it has exited."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGCONT)
+        if self.paused:
+            log.warning("resumed service=%s pid=%d signal=SIGCONT", self.name, self.pid)
+        self.paused = False
+
+    def _reap(self) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=5)
+        atexit.unregister(self.stop)
+
+    def stop(self) -> None:
+        """Stop the whole process group (SIGTERM, then SIGKILL after a grace period); idempotent.
+
+        A paused process is resumed first, so that it can act on SIGTERM.
+        """
+        if self._popen.poll() is None:
+            if self.paused:
+                self.resume()
             kill_group(self.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=5)
