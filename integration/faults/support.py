@@ -34,10 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from twophase.coordinator.committer import CommitPolicy
+from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import JobRuntime, RuntimeConfig
+from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark import job as spark_job
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.integration.jobs.flights import (
