@@ -13,21 +13,26 @@ correctness matter.
    DescribeTransactions.
 3. Fence-abort each ongoing one whose id no held committable uses: ``init_transactions`` on that
    id with a confluent-kafka producer, which makes the coordinator abort it and bump the epoch.
-   An id that a held committable uses is never initialised: that would abort a transaction
-   still waiting for its commit.
+4. An ongoing transaction on an id a held committable uses is fenced only when DescribeTransactions
+   shows another producer id or epoch than the held committable's: holding is by transaction, not
+   by id. The held transaction is then already over (its epoch was bumped when the pooled id was
+   re-initialised), and the ongoing one is a later attempt's (a zombie's) that no checkpoint
+   holds. A held transaction still at its own epoch is never initialised: that would abort a
+   transaction still waiting for its commit.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import kafka.errors as kerrors
 from confluent_kafka import KafkaException, Producer
 
 from twophase.connectors.kafka import naming
-from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.admin import KafkaAdmin, TransactionSnapshot
 from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
@@ -63,6 +68,24 @@ def select_lingering(
             continue
         out.append(txn_id)
     return out
+
+
+def not_the_held_transactions(
+    snapshots: dict[str, TransactionSnapshot], held: tuple[KafkaCommittable, ...]
+) -> list[str]:
+    """Ids whose ongoing transaction (``snapshots``, from DescribeTransactions) is not the held
+    committable's: another producer id or epoch. Ids no longer ongoing are left alone.
+
+    Args:
+        snapshots: transactional id → its coordinator's state.
+        held: committables retained checkpoints and savepoints hold.
+    """
+    mine = {c.transactional_id: (c.producer_id, c.producer_epoch) for c in held}
+    return sorted(
+        t
+        for t, s in snapshots.items()
+        if s.state in OPEN_STATES and t in mine and (s.producer_id, s.producer_epoch) != mine[t]
+    )
 
 
 def fence_with_producer(
@@ -119,6 +142,10 @@ def abort_lingering(
     prefix = config.prefix(scope.job_id)
     ongoing = list_ongoing(admin, config, scope)
     targets = select_lingering(ongoing, prefix, scope.sink_name, config.pool_size, scope)
+    unheld = select_lingering(ongoing, prefix, scope.sink_name, config.pool_size, replace(scope, held=()))
+    on_held_ids = [t for t in unheld if t not in targets]
+    if on_held_ids:
+        targets += not_the_held_transactions(admin.describe_transactions(on_held_ids), scope.held)
     for txn_id in targets:
         fence(txn_id)
         log_event(

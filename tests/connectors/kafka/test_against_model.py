@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pytest
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.coordinator.committer_operator import CommitPolicy
@@ -13,6 +14,7 @@ from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.coordinator.testing.kafka_model import KafkaModel
+from twophase.sinks.errors import ConcurrentAttemptError
 
 TOPIC = "events"
 
@@ -202,4 +204,32 @@ def test_lost_notifications_never_stop_the_job_when_the_pool_would_wrap() -> Non
     h.write_epoch(rows(4), source_position=pos(4))
     h.runtime.finish()
     assert committed(model) == expected(range(1, 5))
+    assert model.ongoing() == []
+
+
+def test_a_zombie_on_an_id_a_retained_checkpoint_names_never_lingers() -> None:
+    """Found by the model-based test: with asynchronous commit (no committed marker yet) and three
+    retained checkpoints, checkpoint 1 still names the pooled ids that epoch 4 reuses. A zombie
+    attempt of epoch 4 fences the acknowledged transaction (the epoch fails over) and leaves its
+    own Ongoing on such an id; the restore's lingering cleanup must abort it."""
+    from twophase.coordinator.checkpoint_state import CheckpointConfig
+    from twophase.coordinator.fanout import write_subtasks
+
+    cfg = RuntimeConfig(
+        checkpoint=CheckpointConfig(retained_checkpoints=3), commit=CommitPolicy(async_commit=True)
+    )
+    h, model = setup(cfg, pool_size=3)
+    h.restore()
+    for n in (1, 2, 3):
+        h.write_epoch(rows(n), source_position=pos(n))
+    epoch = h.begin_epoch(2, pos(4))
+    for p, batches in enumerate(rows(4)):
+        [ack] = write_subtasks(epoch.plan(), p, 0, batches)
+        epoch.acknowledge(ack)
+    write_subtasks(epoch.plan(), 0, 1, rows(4)[0])  # the zombie: same partition, after the winner
+    with pytest.raises(ConcurrentAttemptError):
+        h.complete(epoch)
+    h.runtime.failover(ConcurrentAttemptError("zombie"))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2, 3])
     assert model.ongoing() == []

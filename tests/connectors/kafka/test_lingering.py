@@ -71,3 +71,32 @@ def test_probing_the_pool_when_list_transactions_is_unavailable() -> None:
     n = abort_lingering(admin, CFG, scope, fence=fenced.append)  # type: ignore[arg-type]
     assert sorted(admin.described) == sorted(naming.pool_ids(PREFIX, "out", 3, 4))
     assert n == 2 and fenced == [tid(0, 1), tid(2, 0)]  # partition 5 is outside the probed pool
+
+
+class EpochAdmin(FakeAdmin):
+    """Each ongoing id answers DescribeTransactions with its own producer epoch."""
+
+    def __init__(self, epochs: dict[str, int]) -> None:
+        super().__init__(list(epochs))
+        self.epochs = epochs
+
+    def describe_transactions(self, ids: list[str]) -> dict[str, TransactionSnapshot]:
+        self.described.extend(ids)
+        return {
+            t: TransactionSnapshot(t, "Ongoing", 1, self.epochs[t], 60_000, 0)
+            for t in ids
+            if t in self.epochs
+        }
+
+
+def test_an_ongoing_transaction_that_is_not_the_held_one_on_a_held_id_is_fenced() -> None:
+    """Found by the model-based test: a retained checkpoint names an id (its committed transaction,
+    epoch 0); a zombie attempt of a later epoch reused the pooled id (epoch 1) and left it Ongoing.
+    Holding is by transaction, not by id: the held one is gone, the zombie's lingers and stalls
+    read_committed consumers until the broker's timeout. It must be fenced; a held transaction
+    still at its own epoch never is."""
+    admin = EpochAdmin({tid(0, 1): 1, tid(1, 1): 0})
+    fenced: list[str] = []
+    scope = LingeringScope[KafkaCommittable]("job", "out", held=(held(tid(0, 1)), held(tid(1, 1))))
+    n = abort_lingering(admin, CFG, scope, fence=fenced.append)  # type: ignore[arg-type]
+    assert n == 1 and fenced == [tid(0, 1)]
