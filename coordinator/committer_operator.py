@@ -82,6 +82,14 @@ log = logging.getLogger(__name__)
 AnySink = TwoPhaseCommitSink[Any, Any]
 
 
+LOST_WAY_FORWARD = (
+    "Its records are not in the sink (e.g. the external system's transaction timeout passed while "
+    "the job was down) unless the sink logged that it cannot tell. To restart anyway, set "
+    "CommitPolicy(ignore_lost_on_recovery=True): lost transactions are then logged as errors and skipped."
+)
+"""What a :class:`~twophase.sinks.errors.TransactionLostError` tells the user to do."""
+
+
 @dataclass(frozen=True)
 class CommitPolicy:
     """How commits are retried, timed and run.
@@ -311,7 +319,9 @@ class CommitterOperator:
                 self._add(lost_ignored=n)
                 log.error("transaction LOST on recovery, ignored as configured: %s", what, extra=fields)
             else:
-                raise TransactionLostError(f"transaction lost by the external system: {what}")
+                raise TransactionLostError(
+                    f"transaction lost by the external system: {what}. {LOST_WAY_FORWARD}"
+                )
         elif outcome is CommitOutcome.RETRY:
             if self._cancel.is_set():
                 raise CommitFailedError(f"commit canceled while retrying: {what}")

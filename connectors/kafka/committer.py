@@ -115,7 +115,15 @@ def outcome_after_rejection(snapshot: TransactionSnapshot | None, c: KafkaCommit
     the transaction was aborted (timeout, or fenced by a later ``init_transactions``) or the
     coordinator no longer knows the id.
     """
-    return outcome_before_end_txn(snapshot, c) or CommitOutcome.LOST
+    outcome = outcome_before_end_txn(snapshot, c) or CommitOutcome.LOST
+    if snapshot is None:  # ambiguous: the loss may be a false alarm
+        log.error(
+            "transactional id unknown to its coordinator: the transaction may have committed or been "
+            "aborted; its id expired (transactional.id.expiration.ms) or the topic was recreated. "
+            "Check the topic for its records before skipping it %s",
+            _kv(c),
+        )
+    return outcome
 
 
 def outcome_of_end_txn(

@@ -35,12 +35,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any, TypeVar
 
+import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -284,11 +286,19 @@ class ProtocolModel(RuleBasedStateMachine):
         raise AssertionError("the restore kept failing")
 
     def on_lost(self, error: TransactionLostError) -> None:
-        """LOST must be true: a durable Kafka transaction the broker aborted on its timeout."""
+        """LOST must be true: a durable Kafka transaction the broker aborted on its timeout; or
+        unknowable: the broker forgot the transactional id (``transactional.id.expiration.ms``
+        passed while the driver was down, before a committed marker was written). Flink's
+        KafkaCommitter cannot tell either and fails the same way."""
         timed_out = self.world.kafka.timed_out
         lost = (self.durable_kafka & set(timed_out)) - self.lost
-        self.check(lost, f"a restore reported LOST, but no durable transaction timed out: {error}")
-        event("LOST reported and ignored on request")
+        expired = {e.split(" ", 1)[1] for e in self.world.kafka.events if e.startswith("expired ")}
+        named = set(re.findall(r"transactional_id='([^']+)'", str(error)))
+        self.check(
+            lost or (named and named <= expired),
+            f"a restore reported LOST, but no durable transaction timed out or was forgotten: {error}",
+        )
+        event("LOST reported and ignored on request" if lost else "LOST unknowable (id expired)")
         for key in lost:
             self.expected["k"].subtract(v.decode() for _, _, _, v in timed_out[key])
         self.lost |= lost
@@ -487,10 +497,8 @@ class ProtocolModel(RuleBasedStateMachine):
         got = self.readback()
         for sink in SINKS:
             want = +self.expected[sink]
-            self.check(
-                got[sink] == want,
-                f"sink {sink}: missing {sorted(want - got[sink])[:10]}, extra {sorted(got[sink] - want)[:10]}",
-            )
+            missing, extra = sorted(want - got[sink])[:10], sorted(got[sink] - want)[:10]
+            self.check(got[sink] == want, f"sink {sink}: missing {missing}, extra {extra}")
         lingering = self.world.lingering(S3_PREFIX)
         self.check(lingering == {"kafka": [], "s3": [], "delta": []}, f"lingering: {lingering}")
 
@@ -511,5 +519,14 @@ if "TWOPHASE_MODEL_SEED" in os.environ:
 
     ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[misc]
 
-logging.getLogger("twophase").setLevel(logging.CRITICAL)
 TestProtocolModel = ProtocolModel.TestCase
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    """Thousands of lives log millions of lines; only failures matter here."""
+    logger = logging.getLogger("twophase")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    yield
+    logger.setLevel(level)
