@@ -7,22 +7,54 @@ failure fails the job, waits per the :class:`~twophase.coordinator.restart.Resta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from tenacity import Retrying, retry_if_exception
 
 from twophase.coordinator.job_lifecycle import JobState, JobTransition
-from twophase.sinks.errors import IllegalTransitionError, JobError
+from twophase.sinks.errors import (
+    CorruptCheckpointError,
+    IllegalTransitionError,
+    JobError,
+    TransactionLostError,
+)
+from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.runtime import JobRuntime
 
+log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 
 class JobCanceledError(JobError):
     """The job was canceled while (or before) this action ran."""
+
+
+FINAL_ERRORS = (JobError, IllegalTransitionError, TransactionLostError, CorruptCheckpointError)
+"""Errors a restart cannot cure: the strategy exhausted or a cancel (JobError), a protocol
+mistake, a lost transaction (the user must decide), an unreadable checkpoint."""
+
+
+def fail_over(runtime: JobRuntime, cause: BaseException) -> None:
+    """Fail over after ``cause`` (``runtime.failover``), again and again while the restore itself
+    fails (a service still down when the restart delay ended), as the restart strategy allows.
+
+    Raises:
+        JobError: the strategy is exhausted (the job is FAILED), or the job was canceled.
+        TransactionLostError, CorruptCheckpointError, IllegalTransitionError: no restart cures them.
+    """
+    while True:
+        try:
+            runtime.failover(cause)
+            return
+        except FINAL_ERRORS:
+            raise
+        except Exception as e:
+            log_event(log, logging.WARNING, "restore failed, failing over again", job=runtime.job_id, error=e)
+            cause = e
 
 
 def run_with_restarts(

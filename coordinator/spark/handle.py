@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.restart_loop import fail_over
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.spark.results import EpochMetrics, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
@@ -243,7 +244,7 @@ class JobHandle:
                 cause = self._batch_error or error
                 assert cause is not None
                 log_event(log, logging.WARNING, "batch failed, failing over", job=self.job_id, error=cause)
-                self.runtime.failover(cause)
+                fail_over(self.runtime, cause)
         except BaseException as e:
             self._failure = e
             log_event(log, logging.ERROR, "job failed", job=self.job_id, error=e)

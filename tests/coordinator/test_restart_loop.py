@@ -1,0 +1,60 @@
+"""Failing over while a service is still down: the restore itself fails and is retried."""
+
+from __future__ import annotations
+
+import pytest
+
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.restart_loop import fail_over
+from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeSink
+from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
+from twophase.sinks.errors import JobError, ServiceUnavailableError
+
+
+def harness(restarts: int) -> tuple[TwoPhaseHarness, FakeExternalSystem, list[str]]:
+    """A job whose epoch 2 failed after pre-commit (its transaction lingers), and whose external
+    system refuses the next ``outages`` aborts (set by the test)."""
+    system = FakeExternalSystem()
+    cfg = RuntimeConfig(restart=RestartStrategy.fixed_delay(restarts, 0))
+    h = TwoPhaseHarness([FakeSink("k", system)], config=cfg)
+    h.restore()
+    h.write_epoch([[batch(["a"])]])
+    epoch = h.write_epoch([[batch(["b"])]], complete=False)
+    assert epoch is not None
+    refused: list[str] = []
+    return h, system, refused
+
+
+def test_a_restore_that_fails_while_the_service_is_down_is_retried_by_the_strategy() -> None:
+    """Found by the fault suite (broker killed mid-write): the restore's lingering cleanup met the
+    broker still down, and the streaming job died instead of failing over again."""
+    h, system, refused = harness(restarts=5)
+    outage = [2]
+
+    def abort(txn_id: str) -> None:
+        if outage[0] > 0:
+            outage[0] -= 1
+            refused.append(txn_id)
+            raise ServiceUnavailableError("brokers stopped answering")
+
+    system.abort_hook = abort
+    fail_over(h.runtime, RuntimeError("a task failed"))
+    assert h.runtime.state is JobState.RUNNING
+    assert len(refused) == 2 and system.lingering() == set()
+    h.write_epoch([[batch(["b"])]])
+    h.runtime.finish()
+    assert sorted(r for recs in system.committed.values() for r in recs) == ["a", "b"]
+
+
+def test_failing_over_gives_up_when_the_strategy_is_exhausted() -> None:
+    h, system, _ = harness(restarts=2)
+
+    def abort(txn_id: str) -> None:
+        raise ServiceUnavailableError("brokers stopped answering")
+
+    system.abort_hook = abort
+    with pytest.raises(JobError, match="restart strategy exhausted"):
+        fail_over(h.runtime, RuntimeError("a task failed"))
+    assert h.runtime.state is JobState.FAILED
