@@ -159,7 +159,7 @@ class ProtocolModel(RuleBasedStateMachine):
     ) -> None:
         fmt, policy = ROLLING[rolling]
         kafka_config = KafkaSinkConfig(
-            bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=100, pool_size=pool_size
+            bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=10_000, pool_size=pool_size
         )
         s3_config = S3SinkConfig(
             bucket="bucket",

@@ -39,7 +39,7 @@ def pos(n: int) -> dict[str, object]:
 def setup(runtime: RuntimeConfig | None = None, **config: object) -> tuple[TwoPhaseHarness, KafkaModel]:
     clock = ManualClock()
     model = KafkaModel(clock=clock)
-    cfg = KafkaSinkConfig(bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=100, **config)  # type: ignore[arg-type]
+    cfg = KafkaSinkConfig(bootstrap_servers="model:9092", topic=TOPIC, stats_wait_ms=10_000, **config)  # type: ignore[arg-type]
     sink = KafkaSink("out", cfg, clients=model)
     return TwoPhaseHarness([sink], job_id="job", clock=clock, config=runtime), model
 
