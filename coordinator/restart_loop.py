@@ -23,7 +23,9 @@ from twophase.sinks.errors import (
 from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
+    from twophase.coordinator.metrics import CheckpointMetrics
     from twophase.coordinator.runtime import JobRuntime
+    from twophase.sinks.context import JsonObject
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -55,6 +57,27 @@ def fail_over(runtime: JobRuntime, cause: BaseException) -> None:
         except Exception as e:
             log_event(log, logging.WARNING, "restore failed, failing over again", job=runtime.job_id, error=e)
             cause = e
+
+
+def finish_with_restarts(runtime: JobRuntime, source_position: JsonObject | None) -> CheckpointMetrics | None:
+    """``runtime.finish`` (end of input); when it fails (e.g. its lingering cleanup meets a broker
+    still down after the final checkpoint committed), fail over (:func:`fail_over`) and finish
+    again: restored from the final checkpoint, the second finish has nothing left to do.
+
+    Returns:
+        the final checkpoint's metrics, or ``None`` when it finished after a fail-over from it.
+
+    Raises:
+        as :func:`fail_over`.
+    """
+    while True:
+        try:
+            return runtime.finish(source_position)
+        except FINAL_ERRORS:
+            raise
+        except Exception as e:
+            log_event(log, logging.WARNING, "finish failed, failing over", job=runtime.job_id, error=e)
+            fail_over(runtime, e)
 
 
 def run_with_restarts(

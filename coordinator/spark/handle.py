@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.restart_loop import fail_over
+from twophase.coordinator.restart_loop import fail_over, finish_with_restarts
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.spark.results import EpochMetrics, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
@@ -237,7 +237,7 @@ class JobHandle:
                     return  # cancel() / stop() take it from here
                 if error is None and self._batch_error is None:
                     if self._bounded:
-                        self._final = self.runtime.finish(self._last_position())
+                        self._final = finish_with_restarts(self.runtime, self._last_position())
                         self.runtime.close()
                         return
                     raise JobError(f"job {self.job_id}: the Spark query stopped outside twophase")

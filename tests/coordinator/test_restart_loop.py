@@ -6,7 +6,7 @@ import pytest
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.restart_loop import fail_over
+from twophase.coordinator.restart_loop import fail_over, finish_with_restarts
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeSink
 from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
@@ -58,3 +58,29 @@ def test_failing_over_gives_up_when_the_strategy_is_exhausted() -> None:
     with pytest.raises(JobError, match="restart strategy exhausted"):
         fail_over(h.runtime, RuntimeError("a task failed"))
     assert h.runtime.state is JobState.FAILED
+
+
+def test_a_finish_whose_lingering_cleanup_fails_fails_over_and_finishes() -> None:
+    """Found by the fault suite (broker killed during the final checkpoint): the final checkpoint
+    committed, its lingering cleanup met the broker down, and the streaming job died. It fails
+    over (restored from the final checkpoint) and finishes with nothing left to do."""
+    system = FakeExternalSystem()
+    cfg = RuntimeConfig(restart=RestartStrategy.fixed_delay(5, 0), abort_lingering_each_epoch=False)
+    h = TwoPhaseHarness([FakeSink("k", system)], config=cfg)
+    h.restore()
+    epoch = h.begin_epoch(1)
+    h.run_subtask(epoch, "k", 0, [batch(["a"])])
+    h.run_subtask(epoch, "k", 0, [batch(["a"])], attempt=1, acknowledge=False)  # lingers
+    h.complete(epoch)
+    outage = [2]
+
+    def abort(txn_id: str) -> None:
+        if outage[0] > 0:
+            outage[0] -= 1
+            raise ServiceUnavailableError("brokers stopped answering")
+
+    system.abort_hook = abort
+    finish_with_restarts(h.runtime, None)
+    assert h.runtime.state is JobState.FINISHED
+    assert system.lingering() == set()
+    assert sorted(r for recs in system.committed.values() for r in recs) == ["a"]
