@@ -28,10 +28,11 @@ Classic PySpark only (``foreachBatch`` runs in this driver process; Spark Connec
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.fanout import sink_names_unique
+from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.runtime import JobRuntime
@@ -76,6 +77,8 @@ class Job:
         from_savepoint: a savepoint's location to resume from instead of the latest checkpoint.
         storage: checkpoint storage to use instead of opening ``checkpoint_dir`` (tests, custom S3
             clients).
+        fault: the driver's fault-point hook (fault-injection suites; default: the
+            ``TWOPHASE_FAULT`` environment variable, :mod:`twophase.coordinator.faults`).
 
     Raises:
         ConfigError: a bad name, job id or checkpoint location.
@@ -91,6 +94,7 @@ class Job:
         config: RuntimeConfig | None = None,
         from_savepoint: str | None = None,
         storage: CheckpointStorage | None = None,
+        fault: Callable[[str], None] = fault_point,
     ) -> None:
         self.spark = spark
         self.name = name
@@ -99,6 +103,7 @@ class Job:
         self.config = config or RuntimeConfig()
         self.from_savepoint = from_savepoint
         self._storage = storage
+        self._fault = fault
         self._sinks: list[AnySink] = []
 
     def sink(self, sink: AnySink) -> Job:
@@ -120,7 +125,7 @@ class Job:
         if not self._sinks:
             raise ConfigError(f"job {self.job_id} has no sinks; add one with .sink(...)")
         storage = self._storage or open_storage(self.checkpoint_dir, self.job_id)
-        return JobRuntime(self.job_id, self._sinks, storage, self.config)
+        return JobRuntime(self.job_id, self._sinks, storage, self.config, fault=self._fault)
 
     def _validate(self, df: DataFrame) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema

@@ -19,7 +19,6 @@ process. Time to recover is from the injection to the next checkpoint whose comm
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -27,19 +26,18 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from unittest import mock
 
+from twophase.connectors.kafka import KafkaSink
 from twophase.coordinator.committer_operator import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.spark import job as spark_job
+from twophase.coordinator.spark.job import Job
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.integration.jobs.flights import (
     KAFKA_SINK,
@@ -49,11 +47,13 @@ from twophase.integration.jobs.flights import (
     flights_stream,
 )
 from twophase.integration.verify import VerifyReport, verify_run
+from twophase.sinks.api import TwoPhaseCommitSink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+AnySink = TwoPhaseCommitSink[Any, Any]
 
 WRITE = "write"
 """The moment the first epoch's tasks are writing (its first records reached Kafka)."""
@@ -297,14 +297,6 @@ def new_spec(base: Path, case: str, bucket: str) -> FlightsJobSpec:
     )
 
 
-@contextlib.contextmanager
-def _hooked_runtime(injector: Injector) -> Iterator[None]:
-    # Job builds its JobRuntime itself; pass the injector as the runtime's documented fault hook
-    factory = partial(JobRuntime, fault=injector)
-    with mock.patch.object(spark_job, "JobRuntime", factory):
-        yield
-
-
 def run_with_fault(
     spark: SparkSession,
     case: str,
@@ -316,6 +308,8 @@ def run_with_fault(
     storage: CheckpointStorage | None = None,
     restart: RestartStrategy | None = None,
     timeout_s: float = JOB_TIMEOUT_S,
+    kafka_overrides: dict[str, Any] | None = None,
+    ignore_lost_on_recovery: bool = False,
 ) -> FaultResult:
     """Run (or resume) the flights job of ``spec`` in this process with ``injector`` as its fault
     hook, until it terminates (FINISHED, or FAILED once the restart strategy gives up).
@@ -325,33 +319,42 @@ def run_with_fault(
             (default: the spec's local folder).
         restart: the restart strategy (default :func:`fault_runtime_config`'s).
         timeout_s: past this the job is canceled and the result carries a TimeoutError.
+        kafka_overrides: ``KafkaSinkConfig`` fields to change (e.g. a short transaction timeout).
+        ignore_lost_on_recovery: the user's opt-in to skip transactions LOST on recovery.
     """
     spec.save()
     endpoints.s3.ensure_bucket(spec.bucket)
-    sinks = build_sinks(spec, endpoints)
-    config = fault_runtime_config(sinks[0].config.transaction_timeout_ms)
+    kafka, s3, delta = build_sinks(spec, endpoints)
+    if kafka_overrides:
+        kafka = KafkaSink(kafka.name, dataclasses.replace(kafka.config, **kafka_overrides))
+    sinks: list[AnySink] = [kafka, s3, delta]
+    config = fault_runtime_config(kafka.config.transaction_timeout_ms)
     if restart is not None:
         config = dataclasses.replace(config, restart=restart)
+    if ignore_lost_on_recovery:
+        config = dataclasses.replace(
+            config, commit=dataclasses.replace(config.commit, ignore_lost_on_recovery=True)
+        )
     started = time.monotonic()
     injector.started_at = started
     error: BaseException | None = None
-    with _hooked_runtime(injector):
-        job = spark_job.Job(
-            spark,
-            spec.job_id,
-            checkpoint_dir or spec.checkpoint_dir,
-            job_id=spec.job_id,
-            config=config,
-            storage=storage,
-        )
-        for s in sinks:
-            job.sink(s)
-        handle = job.start(
-            flights_stream(spark, spec),
-            spark_checkpoint_location=spec.spark_checkpoint,
-            trigger={"availableNow": True},
-            query_name=f"flights_{spec.job_id}",
-        )
+    job = Job(
+        spark,
+        spec.job_id,
+        checkpoint_dir or spec.checkpoint_dir,
+        job_id=spec.job_id,
+        config=config,
+        storage=storage,
+        fault=injector,
+    )
+    for s in sinks:
+        job.sink(s)
+    handle = job.start(
+        flights_stream(spark, spec),
+        spark_checkpoint_location=spec.spark_checkpoint,
+        trigger={"availableNow": True},
+        query_name=f"flights_{spec.job_id}",
+    )
     injector.watch_writes(endpoints.kafka_bootstrap, spec.topic)
     try:
         if not handle.await_termination(timeout_s):
