@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
     from twophase.connectors.s3 import S3Sink, S3SinkConfig
     from twophase.coordinator.checkpoint_state import CheckpointConfig
-    from twophase.coordinator.committer_operator import CommitPolicy
+    from twophase.coordinator.commit_policy import CommitPolicy
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.restart import RestartStrategy
     from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig

@@ -48,7 +48,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from tenacity import (
@@ -62,6 +61,7 @@ from tenacity import (
 )
 
 from twophase.coordinator.clock import Clock, system_clock_ms
+from twophase.coordinator.commit_policy import LOST_WAY_FORWARD, CommitPolicy, CommitterMetrics
 from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
 from twophase.coordinator.lanes import run_lanes
 from twophase.coordinator.metrics import SinkMetricsRecorder
@@ -70,7 +70,6 @@ from twophase.coordinator.transaction_ages import TransactionAgeMonitor
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
-    ConfigError,
     ServiceUnavailableError,
     TransactionLostError,
 )
@@ -80,80 +79,6 @@ from twophase.sinks.structured_log import log_event
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
-
-
-LOST_WAY_FORWARD = (
-    "Its records are not in the sink (e.g. the external system's transaction timeout passed while "
-    "the job was down) unless the sink logged that it cannot tell. To restart anyway, set "
-    "CommitPolicy(ignore_lost_on_recovery=True): lost transactions are then logged as errors and skipped."
-)
-"""What a :class:`~twophase.sinks.errors.TransactionLostError` tells the user to do."""
-
-
-@dataclass(frozen=True)
-class CommitPolicy:
-    """How commits are retried, timed and run.
-
-    Attributes:
-        max_attempts: commit attempts per transaction while the sink answers ``RETRY`` (≥ 1).
-        initial_backoff_ms: the first backoff, ms; doubles per attempt.
-        max_backoff_ms: the backoff cap, ms.
-        max_retry_time_ms: total time budget per transaction, ms (``None``: attempts only).
-        ignore_lost_on_recovery: opt-in, like Flink's ``ignoreFailuresAfterTransactionTimeout``:
-            a transaction found ``LOST`` while recovering (after a restore) is logged as an ERROR
-            and skipped instead of failing the job. Never applies outside recovery.
-        transaction_timeout_ms: the external system's transaction timeout (e.g. Kafka's
-            ``transaction.timeout.ms``), for age warnings; ``None`` disables them.
-        timeout_warning_ratio: warn when a pending transaction's age passes this fraction of
-            ``transaction_timeout_ms`` (0 < ratio ≤ 1; default 0.8).
-        async_commit: commit on an ordered committer thread instead of synchronously.
-
-    Raises:
-        ConfigError: an out-of-range value.
-    """
-
-    max_attempts: int = 8
-    initial_backoff_ms: int = 100
-    max_backoff_ms: int = 10_000
-    max_retry_time_ms: int | None = 120_000
-    ignore_lost_on_recovery: bool = False
-    transaction_timeout_ms: int | None = None
-    timeout_warning_ratio: float = 0.8
-    async_commit: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError(f"commit max_attempts must be >= 1, got {self.max_attempts}")
-        if self.initial_backoff_ms < 0 or self.max_backoff_ms < self.initial_backoff_ms:
-            raise ConfigError("commit backoff must satisfy 0 <= initial_backoff_ms <= max_backoff_ms")
-        if self.max_retry_time_ms is not None and self.max_retry_time_ms <= 0:
-            raise ConfigError(f"commit max_retry_time_ms must be > 0, got {self.max_retry_time_ms}")
-        if self.transaction_timeout_ms is not None and self.transaction_timeout_ms <= 0:
-            raise ConfigError(f"transaction_timeout_ms must be > 0, got {self.transaction_timeout_ms}")
-        if not 0 < self.timeout_warning_ratio <= 1:
-            raise ConfigError(f"timeout_warning_ratio must be in (0, 1], got {self.timeout_warning_ratio}")
-
-
-@dataclass(frozen=True)
-class CommitterMetrics:
-    """Cumulative committer counters.
-
-    Attributes:
-        committed: transactions committed now (``COMMITTED``; a checkpoint commit counts each of
-            its transactions).
-        already_committed: re-commits that found the transaction committed (``ALREADY_COMMITTED``).
-        aborted: transactions aborted (pre-committed ones, through ``abort``/``recover_and_abort``).
-        lost_ignored: ``LOST`` transactions skipped on recovery because the user opted in.
-        retries: commit attempts that answered ``RETRY``.
-        commit_time_ms: total time spent committing, ms.
-    """
-
-    committed: int = 0
-    already_committed: int = 0
-    aborted: int = 0
-    lost_ignored: int = 0
-    retries: int = 0
-    commit_time_ms: float = 0.0
 
 
 class CommitterOperator:
@@ -403,17 +328,37 @@ class CommitterOperator:
 
         After the first error no lane starts another request (a checkpoint-commit sink's later
         checkpoints must never commit before an earlier one); requests already running finish,
-        then the first error is raised. What was not committed is recommitted by recovery.
+        then the first error is raised. What was not committed is recommitted by recovery. A
+        recovery commit of a per-transaction sink found LOST does not stop the others: the error
+        raised at the end names every lost transaction.
 
         Raises:
             The first error of :meth:`commit` (``CommitFailedError``, ``TransactionLostError``).
         """
 
+        lost: list[TransactionLostError] = []
+        lost_lock = threading.Lock()
+
         def one(r: CommitRequest) -> None:
-            self.commit(r, cancellable=cancellable)
+            try:
+                self.commit(r, cancellable=cancellable)
+            except TransactionLostError as e:
+                if not r.recovery or r.per_checkpoint:  # checkpoint commits keep their order
+                    raise
+                with lost_lock:  # recovery names every lost transaction, not only the first
+                    lost.append(e)
+                return
             on_done(r)
 
         run_lanes(commit_lanes(requests), one, thread_prefix=f"commit-{self.job_id}")
+        if len(lost) == 1:
+            raise lost[0]
+        if lost:
+            raise TransactionLostError(
+                f"{len(lost)} transactions lost by the external system:\n"
+                + "\n".join(str(e).removesuffix(LOST_WAY_FORWARD).rstrip(". ") for e in lost)
+                + f"\n{LOST_WAY_FORWARD}"
+            )
 
     def _run_async(self, requests: list[CommitRequest]) -> None:
         try:

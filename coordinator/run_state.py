@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import CompletedCheckpoint, NotifyResult
 from twophase.coordinator.clock import Clock
-from twophase.coordinator.committer_operator import CommitterMetrics, CommitterOperator
+from twophase.coordinator.commit_policy import CommitterMetrics
+from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder

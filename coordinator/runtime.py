@@ -38,7 +38,7 @@ from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import NotifyResult
 from twophase.coordinator.clock import Clock, system_clock_ms
-from twophase.coordinator.committer_operator import CommitterMetrics
+from twophase.coordinator.commit_policy import CommitterMetrics
 from twophase.coordinator.epoch import Epoch, open_epoch, position_covers
 from twophase.coordinator.fanout import sink_names_unique
 from twophase.coordinator.faults import fault_point

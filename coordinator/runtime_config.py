@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.restart import RestartStrategy
 
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twophase.coordinator import recovery
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.commit_requests import commit_requests
-from twophase.coordinator.committer_operator import CommitPolicy, CommitterOperator
+from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.recovery import recovery_transactions
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import RuntimeConfig

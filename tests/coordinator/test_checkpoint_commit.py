@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.commit_requests import CommitRequest, commit_requests
-from twophase.coordinator.committer_operator import CommitPolicy, CommitterOperator
+from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointMetadata

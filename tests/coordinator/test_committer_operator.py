@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
-from twophase.coordinator.committer_operator import CommitPolicy, CommitterOperator
+from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.fakes import (
@@ -134,6 +135,22 @@ def test_lost_during_recovery_fails_unless_opted_in(caplog: pytest.LogCaptureFix
     assert c.metrics.lost_ignored == 1
     assert set(system.committed) == set()
     assert system.aborted == {"t1"}
+
+
+def test_a_recovery_names_every_lost_transaction_and_commits_the_others() -> None:
+    """Issue #16 case 5: after the driver was down past the transaction timeout, the restart names
+    every lost transaction (not only the first), says the way forward, and still commits the rest."""
+    system = FakeExternalSystem()
+    sink = FakeSink("s", system)
+    txns = [prepared(system, t) for t in ("t1", "t2", "t3")]
+    system.script("t1", CommitOutcome.LOST)
+    system.script("t3", CommitOutcome.LOST)
+    with pytest.raises(TransactionLostError) as raised:
+        committer().commit_all([CommitRequest(sink, t, recovery=True) for t in txns])
+    message = str(raised.value)
+    assert message.startswith("2 transactions lost") and "t1" in message and "t3" in message
+    assert message.count("ignore_lost_on_recovery=True") == 1
+    assert set(system.committed) == {"t2"}
 
 
 def test_pending_transaction_warns_once_at_80_percent_of_timeout(caplog: pytest.LogCaptureFixture) -> None:

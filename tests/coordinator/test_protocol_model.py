@@ -52,7 +52,7 @@ from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.connectors.s3.config import RollingPolicy
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.epoch import DuplicateAcknowledgementError, run_epoch
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState

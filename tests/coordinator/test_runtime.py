@@ -13,7 +13,7 @@ import pytest
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.epoch import position_covers
 from twophase.coordinator.fanout import write_subtasks
 from twophase.coordinator.faults import POINTS

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.coordinator.committer_operator import CommitPolicy
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.harness import TwoPhaseHarness
