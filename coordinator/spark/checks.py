@@ -170,15 +170,34 @@ def check_query_id(
         )
 
 
+FINGERPRINT_SCHEME = "2:"  # scheme 1 hashed semanticHash(), which differs in every JVM
+
+
 def input_fingerprint(df: DataFrame) -> str:
-    """A fingerprint of a batch write's input: the plan's semantic hash and its input files.
+    """A fingerprint of a batch write's input: the plan's canonical text and its input files.
 
     The same DataFrame built the same way in another process gives the same fingerprint (a
     resumed write must be recognised); other files or another plan give another. Files rewritten in
     place under the same names are not told apart.
+
+    The plan part is the text of the canonicalized analyzed plan (Spark numbers its expression
+    ids from 0 there), not ``semanticHash()``: that hash mixes in identity hash codes (a file
+    format's class) and so differs in every JVM. A Spark Connect DataFrame has no JVM plan in the
+    client; its plan part is the schema, so two plans over the same files with one schema are not
+    told apart there.
+
+    Returns:
+        ``"2:"`` followed by 32 hex digits.
     """
-    material = json.dumps([df.semanticHash(), sorted(df.inputFiles())])
-    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+    material = json.dumps([_plan_text(df), sorted(df.inputFiles())])
+    return FINGERPRINT_SCHEME + hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+
+
+def _plan_text(df: DataFrame) -> str:
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:  # Spark Connect
+        return str(df.schema.json())
+    return str(jdf.queryExecution().analyzed().canonicalized().toString())
 
 
 def batch_position(job_id: str, stored: JsonObject | None, fingerprint: str) -> JsonObject:
@@ -186,7 +205,8 @@ def batch_position(job_id: str, stored: JsonObject | None, fingerprint: str) -> 
     the job's latest checkpoint: a re-run of the same write is a replay (commit what is pending,
     write nothing twice); a re-run with other input is refused.
 
-    Checkpoints written before fingerprints were recorded carry none and count as the same input.
+    Checkpoints written before fingerprints were recorded, or with scheme 1 (which no other process
+    could reproduce), count as the same input.
 
     Raises:
         JobError: the job already wrote other input under this job id.
@@ -196,6 +216,8 @@ def batch_position(job_id: str, stored: JsonObject | None, fingerprint: str) -> 
         return position
     if "input" not in stored:
         return stored  # older checkpoints: the write's identity was its job id alone
+    if not str(stored["input"]).startswith(FINGERPRINT_SCHEME):
+        return position  # scheme 1 cannot be compared across processes
     if stored["input"] != fingerprint:
         raise JobError(
             f"job {job_id!r} already wrote other input (fingerprint {stored['input']}, now "

@@ -86,15 +86,21 @@ def test_an_empty_job_checkpoint_refuses_a_spark_checkpoint_with_committed_batch
 
 
 def test_a_batch_rerun_is_a_replay_only_with_the_same_input() -> None:
-    fresh = batch_position("j", None, "fp1")
-    assert fresh == {"engine": "spark-batch", "job": "j", "input": "fp1"}
-    assert batch_position("j", fresh, "fp1") == fresh  # the same write again: a replay
+    fresh = batch_position("j", None, "2:fp1")
+    assert fresh == {"engine": "spark-batch", "job": "j", "input": "2:fp1"}
+    assert batch_position("j", fresh, "2:fp1") == fresh  # the same write again: a replay
     with pytest.raises(JobError, match="already wrote other input"):
-        batch_position("j", fresh, "fp2")
+        batch_position("j", fresh, "2:fp2")
     old = {"engine": "spark-batch", "job": "j"}  # checkpoints from before input fingerprints
-    assert batch_position("j", old, "fp2") == old
-    assert batch_position("j", {"engine": "spark", "query_id": "q", "batch_id": 3}, "fp") == {
+    assert batch_position("j", old, "2:fp2") == old
+    assert batch_position("j", {"engine": "spark", "query_id": "q", "batch_id": 3}, "2:fp") == {
         "engine": "spark-batch",
         "job": "j",
-        "input": "fp",
+        "input": "2:fp",
     }
+
+
+def test_a_scheme_1_fingerprint_is_not_compared() -> None:
+    # scheme 1 hashed semanticHash(), which no other JVM reproduces: a rerun must not be refused
+    stored = {"engine": "spark-batch", "job": "j", "input": "497860c291c517dfbd8e277584919f94"}
+    assert batch_position("j", stored, "2:fp") == {"engine": "spark-batch", "job": "j", "input": "2:fp"}
