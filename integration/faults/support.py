@@ -48,6 +48,7 @@ from twophase.integration.jobs.flights import (
 )
 from twophase.integration.verify import VerifyReport, verify_run
 from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import TransactionLostError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -466,6 +467,32 @@ def describe(result: FaultResult) -> str:
             )
         lines.append(f"checkpoint: {result.report.checkpoint_detail}")
     return "\n".join(lines)
+
+
+def lost_error(result: FaultResult) -> TransactionLostError | None:
+    """The first :class:`TransactionLostError` in the chain of ``result.error`` (None: none)."""
+    error: BaseException | None = result.error
+    while error is not None:
+        if isinstance(error, TransactionLostError):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def assert_resumed_with_lost_records(resumed: FaultResult, lost_sink: str, lost_records: int) -> None:
+    """After a resume with ``ignore_lost_on_recovery``: every sink holds the flights with no
+    duplicate and nothing lingering; only ``lost_sink`` misses records, between 1 and
+    ``lost_records`` (the record counts the LOST error named)."""
+    assert resumed.error is None, describe(resumed)
+    assert resumed.report is not None
+    for s in resumed.report.sinks:
+        assert s.error is None and s.duplicates == 0 and s.unexpected == 0, describe(resumed)
+        assert s.lingering == 0, f"{s.sink} left {s.lingering_detail}:\n{describe(resumed)}"
+        assert s.records + s.missing == EXPECTED_RECORDS, describe(resumed)
+        if s.sink == lost_sink:
+            assert 0 < s.missing <= lost_records, describe(resumed)
+        else:
+            assert s.missing == 0, describe(resumed)
 
 
 def assert_exactly_once(result: FaultResult, fired: bool = True, checkpoint: bool = True) -> None:

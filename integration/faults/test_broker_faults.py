@@ -67,7 +67,16 @@ def kill_coordinator(cluster: KafkaCluster, spec: FlightsJobSpec) -> Action:
     return action
 
 
-@pytest.mark.parametrize("moment", ["write", "persist_commit", "mid_commit", "final_checkpoint"])
+# the two quick moments run in `make test`; the others (restarts while the broker is away) in `make faults`
+@pytest.mark.parametrize(
+    "moment",
+    [
+        pytest.param("write", marks=pytest.mark.faults_long),
+        "persist_commit",
+        "mid_commit",
+        pytest.param("final_checkpoint", marks=pytest.mark.faults_long),
+    ],
+)
 def test_coordinator_killed_and_restarted(
     moment: str,
     spark: SparkSession,
