@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "RuntimeConfig": "twophase.coordinator.runtime_config",
     "CleanupMode": "twophase.coordinator.runtime_config",
     "CheckpointConfig": "twophase.coordinator.checkpoint_state",
-    "CommitPolicy": "twophase.coordinator.committer_operator",
+    "CommitPolicy": "twophase.coordinator.commit_policy",
     "RestartStrategy": "twophase.coordinator.restart",
     "KafkaSink": "twophase.connectors.kafka",
     "KafkaSinkConfig": "twophase.connectors.kafka",
