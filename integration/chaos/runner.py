@@ -26,13 +26,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.coordinator.faults import EXIT_STATUS, POINTS, STATE_ENV
-from twophase.integration.jobs.flights import FlightsEndpoints, FlightsJobSpec
+from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig
+from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.verify import SinkReport, VerifyReport, verify_run
 
 if TYPE_CHECKING:
@@ -53,17 +54,14 @@ EXECUTOR_POINTS = ("before_write", "mid_write", "after_pre_commit")
 """Executor fault points: reached once per task (per partition and attempt) of every epoch."""
 assert set(DRIVER_POINTS) | set(EXECUTOR_POINTS) <= POINTS
 
-TASKS_PER_EPOCH = 2
-"""Partitions per micro-batch with ``local[2]`` (the file source packs the batch's files in two)."""
 
+def fault_hits(point: str, tasks: list[int]) -> int:
+    """How many times a fresh run reaches ``point``; ``tasks`` holds each micro-batch's subtasks.
 
-def fault_hits(point: str, batches: int) -> int:
-    """How many times a fresh run of ``batches`` micro-batches reaches ``point``.
-
-    Every epoch and the final checkpoint persist and commit; only epochs commit several sinks
-    (``mid_commit``); the final checkpoint holds no committable (Parquet, Kafka and Delta
-    pre-commit everything per epoch). Executor points fire once per task.
+    Every epoch and the final checkpoint persist and commit; only epochs are sure to commit several
+    sinks (``mid_commit``). Executor points fire once per task.
     """
+    batches = len(tasks)
     if point in ("before_persist", "after_persist", "after_commit"):
         return batches + 1
     if point == "mid_commit":
@@ -71,16 +69,16 @@ def fault_hits(point: str, batches: int) -> int:
     if point in ("during_finish", "during_final_checkpoint"):
         return 1
     if point in EXECUTOR_POINTS:
-        return batches * TASKS_PER_EPOCH
+        return sum(tasks)
     raise ValueError(f"fault point {point!r} does not apply to the flights job")
 
 
-def fault_matrix(batches: int) -> list[str]:
+def fault_matrix(tasks: list[int]) -> list[str]:
     """Every ``point:n`` the job reaches, round-robin over the points (every point's first hit,
     then every point's second, ...), so that a run cut short still covers every point."""
     points = (*DRIVER_POINTS, *EXECUTOR_POINTS)
-    rounds = max(fault_hits(p, batches) for p in points)
-    return [f"{p}:{n}" for n in range(1, rounds + 1) for p in points if n <= fault_hits(p, batches)]
+    rounds = max(fault_hits(p, tasks) for p in points)
+    return [f"{p}:{n}" for n in range(1, rounds + 1) for p in points if n <= fault_hits(p, tasks)]
 
 
 @dataclass(frozen=True)
@@ -89,27 +87,36 @@ class TrialPlan:
 
     Attributes:
         index: the trial's number (0-based).
-        kind: ``fault`` or ``kill``.
+        kind: ``fault``, ``kill`` or ``plain`` (no crash: measures how long a run takes).
         fault: ``point:n`` for a fault trial.
         kill_after_s: for a kill trial, seconds after each start at which to SIGKILL, one per kill.
+        kill_at: for a kill trial planned before the run length is known: fractions of the
+            configuration's measured run length; the runner turns them into ``kill_after_s``.
+        config: the :class:`~twophase.integration.chaos.matrix.ChaosConfig` name.
     """
 
     index: int
     kind: str
     fault: str | None = None
     kill_after_s: tuple[float, ...] = ()
+    kill_at: tuple[float, ...] = ()
+    config: str = "parquet"
 
     @property
     def label(self) -> str:
         """A short description."""
         if self.kind == "fault":
             return f"fault {self.fault}"
-        return "kill -9 at " + ", ".join(f"{t:.1f}s" for t in self.kill_after_s)
+        if self.kind == "plain":
+            return "plain run (measures the run)"
+        if self.kill_after_s:
+            return "kill -9 at " + ", ".join(f"{t:.1f}s" for t in self.kill_after_s)
+        return "kill -9 at " + ", ".join(f"{f:.0%}" for f in self.kill_at) + " of a run"
 
 
 def plan_trials(
     trials: int,
-    batches: int,
+    tasks: list[int],
     seed: int,
     kill_share: float = 0.25,
     kill_window_s: tuple[float, float] = (4.0, 30.0),
@@ -117,7 +124,7 @@ def plan_trials(
     """``trials`` trials: the fault matrix in order (repeated as needed) with every
     ``round(1 / kill_share)``-th trial a kill trial (1 or 2 kills at seeded random moments)."""
     rng = random.Random(seed)
-    matrix = fault_matrix(batches)
+    matrix = fault_matrix(tasks)
     every = max(1, round(1 / kill_share)) if kill_share > 0 else 0
     plans: list[TrialPlan] = []
     k = 0
@@ -128,6 +135,41 @@ def plan_trials(
         else:
             plans.append(TrialPlan(i, "fault", fault=matrix[k % len(matrix)]))
             k += 1
+    return plans
+
+
+def plan_matrix(
+    trials: int,
+    configs: list[ChaosConfig],
+    days: int,
+    files_per_trigger: int,
+    seed: int,
+    kill_share: float = 0.25,
+) -> list[TrialPlan]:
+    """``trials`` trials over ``configs``, round-robin (so a run cut short covers every one).
+
+    Each configuration starts with a plain run that measures its length; then its fault matrix in
+    order, with every ``round(1 / kill_share)``-th trial a kill trial whose moment is a seeded
+    fraction (15–85 %) of the measured length, so that every kill lands while the job runs.
+    """
+    rng = random.Random(seed)
+    every = max(1, round(1 / kill_share)) if kill_share > 0 else 0
+    matrices = {c.name: fault_matrix(c.tasks_per_batch(days, files_per_trigger)) for c in configs}
+    seen = {c.name: 0 for c in configs}
+    faults = {c.name: 0 for c in configs}
+    plans: list[TrialPlan] = []
+    for i in range(trials):
+        c = configs[i % len(configs)]
+        j = seen[c.name]
+        seen[c.name] += 1
+        if j == 0:
+            plans.append(TrialPlan(i, "plain", config=c.name))
+        elif every and j % every == 0:
+            plans.append(TrialPlan(i, "kill", kill_at=(round(rng.uniform(0.15, 0.85), 2),), config=c.name))
+        else:
+            m = matrices[c.name]
+            plans.append(TrialPlan(i, "fault", fault=m[faults[c.name] % len(m)], config=c.name))
+            faults[c.name] += 1
     return plans
 
 
@@ -145,6 +187,7 @@ class TrialResult:
         report: the verification, if it ran.
         violations: what broke exactly-once or left lingering state (empty: the trial passed).
         seconds: the trial's wall time.
+        first_run_s: the wall time of the trial's first process run.
     """
 
     plan: TrialPlan
@@ -156,6 +199,7 @@ class TrialResult:
     report: VerifyReport | None = None
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    first_run_s: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -230,17 +274,19 @@ def run_trial(
     max_restarts: int = 6,
     keep: bool = False,
 ) -> TrialResult:
-    """Run one trial (see the module docstring) and verify the outcome."""
+    """Run one trial (see the module docstring) in its configuration and verify the outcome."""
     started = time.perf_counter()
     job_id = f"chaos_{run_id}_{plan.index:03d}"
     work_dir = base / job_id
-    spec = FlightsJobSpec(
-        job_id=job_id, work_dir=str(work_dir), days=days, files_per_trigger=files_per_trigger
-    )
+    spec = CONFIGS[plan.config].spec(job_id, work_dir, days, files_per_trigger)
     spec.save()
     log_path = work_dir / "job.log"
     result = TrialResult(plan, job_id)
-    if plan.kind == "fault":
+    if plan.kind == "plain":
+        code, _ = run_job_process(work_dir, endpoints, log_path)
+        result.exit_codes.append(code)
+        result.first_run_s = time.perf_counter() - started
+    elif plan.kind == "fault":
         assert plan.fault is not None
         code, _ = run_job_process(work_dir, endpoints, log_path, fault=plan.fault)
         result.exit_codes.append(code)
@@ -298,10 +344,18 @@ def run_trials(
     """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value)."""
     run_id = uuid.uuid4().hex[:8]
     results = []
+    measured: dict[str, float] = {}  # each configuration's run length, from its plain run
     for plan in plans:
         if deadline is not None and time.monotonic() > deadline:
             break
+        if plan.kind == "kill" and not plan.kill_after_s:
+            length = measured.get(plan.config)
+            if length is None:  # its plain run did not finish: draw from the default window
+                length = 30.0
+            plan = replace(plan, kill_after_s=tuple(round(f * length, 1) for f in plan.kill_at))
         result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id)
+        if plan.kind == "plain" and result.exit_codes == [0]:
+            measured[plan.config] = result.first_run_s
         results.append(result)
         if on_result is not None:
             on_result(result)
@@ -342,10 +396,16 @@ def write_report(path: Path, results: list[TrialResult], params: dict[str, objec
         f"- trials passed: {sum(1 for r in results if r.passed)} of {len(results)}",
         f"- **violations: {violations}**",
         "",
+        "## Per configuration",
+        "",
+        "| configuration | trials | faults fired | kills landed | restarts | violations |",
+        "|---|---|---|---|---|---|",
+        *config_rows(results),
+        "",
         "## Trials",
         "",
-        "| # | trial | exit codes | restarts | kafka | s3 | delta | lingering | s | result |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| # | config | trial | exit codes | restarts | kafka | s3 | delta | lingering | s | result |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         recs = {s.sink: s for s in r.report.sinks} if r.report is not None else {}
@@ -357,10 +417,27 @@ def write_report(path: Path, results: list[TrialResult], params: dict[str, objec
         lingering = sum(s.lingering for s in r.report.sinks) if r.report is not None else "?"
         verdict = "pass" if r.passed else "**FAIL**: " + "; ".join(r.violations)
         lines.append(
-            f"| {r.plan.index} | {r.plan.label} | {' '.join(map(str, r.exit_codes))} | {r.restarts} | "
+            f"| {r.plan.index} | {r.plan.config} | {r.plan.label} | {' '.join(map(str, r.exit_codes))} | "
+            f"{r.restarts} | "
             f"{cell('kafka')} | {cell('s3')} | {cell('delta')} | {lingering} | {r.seconds:.0f} | {verdict} |"
         )
     path.write_text("\n".join(lines) + "\n")
+
+
+def config_rows(results: list[TrialResult]) -> list[str]:
+    """One Markdown table row per configuration, in the order they first ran."""
+    rows = []
+    for name in dict.fromkeys(r.plan.config for r in results):
+        mine = [r for r in results if r.plan.config == name]
+        faults = [r for r in mine if r.plan.kind == "fault"]
+        kills = [r for r in mine if r.plan.kind == "kill"]
+        planned = sum(len(r.plan.kill_after_s) for r in kills)
+        rows.append(
+            f"| {name} | {len(mine)} | {sum(r.fault_fired for r in faults)} of {len(faults)} | "
+            f"{sum(r.kills for r in kills)} of {planned} | {sum(r.restarts for r in mine)} | "
+            f"{sum(len(r.violations) for r in mine)} |"
+        )
+    return rows
 
 
 def result_json(r: TrialResult) -> str:
@@ -368,6 +445,7 @@ def result_json(r: TrialResult) -> str:
     return json.dumps(
         {
             "trial": r.plan.index,
+            "config": r.plan.config,
             "plan": r.plan.label,
             "job": r.job_id,
             "exit_codes": r.exit_codes,

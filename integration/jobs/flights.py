@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +47,8 @@ import click
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.connectors.s3 import FileFormat, S3Sink
+from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink
+from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics, SinkCommitMetrics
 from twophase.coordinator.runtime_config import RuntimeConfig
@@ -57,6 +56,9 @@ from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
 from twophase.integration.jobs import flights_data
+from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
+from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
+from twophase.integration.jobs.flights_spec import FlightsJobSpec as FlightsJobSpec
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.errors import ConfigError
 
@@ -64,10 +66,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
-
-MANIFEST = "flights-job.json"
-"""The run's manifest in its work directory: where everything lives (no endpoints, no secrets)."""
-MANIFEST_VERSION = 1
 
 KAFKA_SINK = "kafka"
 S3_SINK = "s3"
@@ -105,102 +103,11 @@ TYPED_COLUMNS = (
 )
 """The enriched record's columns: what S3 and Delta store and Kafka's JSON value holds."""
 
+ROW_FILE_BYTES = 512 * 1024
+"""JSON-lines files roll at 512 KiB: some roll mid-run, most span several checkpoints."""
+
 KEY_COLUMN = "flight_id"
 VALUE_COLUMN = "value"
-
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*")
-
-
-@dataclass(frozen=True)
-class FlightsJobSpec:
-    """One run of the flights job: its id and where its input, checkpoints and outputs live.
-
-    Stored as JSON in ``<work_dir>/flights-job.json`` so that a restart, ``twophase verify``,
-    ``checkpoints`` and ``lingering`` find the same run. Holds no endpoint and no secret.
-
-    Attributes:
-        job_id: the stable job id (``[A-Za-z0-9][A-Za-z0-9_.]*``): names checkpoints, Kafka
-            transactional ids (``twophase-<job_id>-kafka-...``), S3 keys and the Delta ``txn`` appId.
-        work_dir: holds the manifest, checkpoints, Spark's checkpoint and (by default) the Delta table.
-        days: days of 2013 to process (1..365).
-        files_per_trigger: input files (days) per micro-batch.
-        topic: the Kafka topic (created with ``kafka_partitions`` partitions if missing).
-        kafka_partitions: partitions of a topic the job creates.
-        kafka_replication: replication factor of a topic the job creates (-1: the brokers' default).
-        bucket: the S3 bucket (created if missing).
-        s3_prefix: key prefix of the S3 Parquet output.
-        delta_uri: the Delta table: a local path or ``s3://bucket/prefix``.
-    """
-
-    job_id: str
-    work_dir: str
-    days: int = flights_data.DAYS
-    files_per_trigger: int = 31
-    topic: str = ""
-    kafka_partitions: int = 3
-    kafka_replication: int = 1
-    bucket: str = "twophase-flights"
-    s3_prefix: str = ""
-    delta_uri: str = ""
-
-    def __post_init__(self) -> None:
-        if not _JOB_ID.fullmatch(self.job_id):
-            raise ConfigError(f"flights job id {self.job_id!r} must match [A-Za-z0-9][A-Za-z0-9_.]*")
-        if not 1 <= self.days <= flights_data.DAYS:
-            raise ConfigError(f"days must be within 1..{flights_data.DAYS}, got {self.days}")
-        if self.files_per_trigger < 1:
-            raise ConfigError(f"files_per_trigger must be >= 1, got {self.files_per_trigger}")
-        object.__setattr__(self, "work_dir", str(Path(self.work_dir).resolve()))
-        if not self.topic:
-            object.__setattr__(self, "topic", f"flights.{self.job_id}")
-        if not self.s3_prefix:
-            object.__setattr__(self, "s3_prefix", f"flights/{self.job_id}")
-        if not self.delta_uri:
-            object.__setattr__(self, "delta_uri", str(Path(self.work_dir) / "delta"))
-
-    @property
-    def checkpoint_dir(self) -> str:
-        """twophase's checkpoint directory (local)."""
-        return str(Path(self.work_dir) / "checkpoints")
-
-    @property
-    def spark_checkpoint(self) -> str:
-        """Spark's own checkpoint location (offsets and commit log)."""
-        return str(Path(self.work_dir) / "spark-checkpoint")
-
-    @property
-    def expected_batches(self) -> int:
-        """Micro-batches the input makes: ``ceil(days / files_per_trigger)``."""
-        return math.ceil(self.days / self.files_per_trigger)
-
-    def save(self) -> Path:
-        """Write the manifest into ``work_dir`` (created if needed); return its path."""
-        path = Path(self.work_dir) / MANIFEST
-        path.parent.mkdir(parents=True, exist_ok=True)
-        body = {"format": "twophase.flights-job", "version": MANIFEST_VERSION, **asdict(self)}
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(body, indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
-
-    @classmethod
-    def load(cls, work_dir: str | Path) -> FlightsJobSpec:
-        """Read the manifest of ``work_dir``.
-
-        Raises:
-            ConfigError: no manifest, or not a flights job manifest of a known version.
-        """
-        path = Path(work_dir) / MANIFEST
-        try:
-            body = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path} not found: not a flights job work directory") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path} is not valid JSON: {e}") from None
-        if body.get("format") != "twophase.flights-job" or body.get("version") != MANIFEST_VERSION:
-            raise ConfigError(f"{path} is not a version-{MANIFEST_VERSION} flights job manifest")
-        fields = {k: v for k, v in body.items() if k not in ("format", "version")}
-        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -246,7 +153,12 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
         s3.sink_config(
             bucket=spec.bucket,
             prefix=spec.s3_prefix,
-            format=FileFormat.PARQUET,
+            format=FileFormat(spec.s3_format),
+            **(
+                {"rolling": RollingPolicy(max_file_bytes=ROW_FILE_BYTES)}
+                if spec.s3_format != "parquet"
+                else {}
+            ),
             partition_by=("origin", "month"),
             columns=TYPED_COLUMNS,
         ),
@@ -264,10 +176,10 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
     return kafka, s3_sink, delta
 
 
-def runtime_config(kafka: KafkaSink) -> RuntimeConfig:
-    """The job's runtime settings: the defaults (the Kafka sink's own transaction timeout drives the
-    age warnings)."""
-    return RuntimeConfig()
+def runtime_config(spec: FlightsJobSpec) -> RuntimeConfig:
+    """The job's runtime settings: the defaults, with asynchronous commit if ``spec`` asks (the
+    Kafka sink's own transaction timeout drives the age warnings)."""
+    return RuntimeConfig(commit=CommitPolicy(async_commit=spec.async_commit))
 
 
 def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
@@ -404,7 +316,7 @@ def run_flights(
     spec.save()
     endpoints.s3.ensure_bucket(spec.bucket)
     kafka, s3_sink, delta = build_sinks(spec, endpoints)
-    job = Job(spark, spec.job_id, spec.checkpoint_dir, job_id=spec.job_id, config=runtime_config(kafka))
+    job = Job(spark, spec.job_id, spec.checkpoint_dir, job_id=spec.job_id, config=runtime_config(spec))
     for s in (kafka, s3_sink, delta):
         job.sink(s)
     started = time.perf_counter()
@@ -429,12 +341,17 @@ def run_flights(
     )
 
 
-def flights_spark_session(endpoints: FlightsEndpoints | None = None) -> SparkSession:
+def flights_spark_session(
+    endpoints: FlightsEndpoints | None = None, partition_per_file: bool = False
+) -> SparkSession:
     """A ``local[2]`` session for the job (4 attempts per task, UTC), with Delta and s3a jars.
 
     Task attempts are retried (``local[2,4]``): a failed attempt's transactions are lingering and
-    aborted after the checkpoint. Speculation stays off (the Kafka sink refuses it).
+    aborted after the checkpoint. Speculation stays off (the Kafka sink refuses it). With
+    ``partition_per_file`` the cost of opening a file equals a whole partition, so the file source
+    never packs two input files into one partition.
     """
+    one_file = {"spark.sql.files.openCostInBytes": "134217728"} if partition_per_file else {}
     from twophase.integration.spark import build_spark_session
 
     # Python workers must run this interpreter (pyarrow, the project); the conf alone is not enough
@@ -445,6 +362,7 @@ def flights_spark_session(endpoints: FlightsEndpoints | None = None) -> SparkSes
             "spark.master": "local[2,4]",
             "spark.sql.session.timeZone": "UTC",
             "spark.speculation": "false",
+            **one_file,
         },
         s3=endpoints.s3 if endpoints is not None else None,
     )
@@ -485,7 +403,7 @@ def main(work_dir: Path) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     spec = FlightsJobSpec.load(work_dir)
     endpoints = endpoints_from_environment()
-    spark = flights_spark_session(endpoints)
+    spark = flights_spark_session(endpoints, spec.partition_per_file)
     spark.sparkContext.setLogLevel("ERROR")
     run = run_flights(spark, spec, endpoints)
     outcome = {

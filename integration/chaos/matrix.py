@@ -1,0 +1,98 @@
+"""The chaos suite's configurations (issue #14): the paths around the main job's one.
+
+Each :class:`ChaosConfig` is a way a user may set the flights job up; the runner crashes every one
+of them at every fault point and with kill -9. The three sinks run together in all of them.
+
+- ``parquet``: the main job's path (S3 Parquet rolled per checkpoint, synchronous commit, local
+  checkpoints, a steady partition count).
+- ``jsonl``: S3 JSON lines whose files span checkpoints (resumed uploads and tails).
+- ``partitions``: JSON lines with one partition per input file, so the last micro-batch has fewer
+  subtasks than the others (the extra partitions' files are finished on the driver).
+- ``async``: asynchronous commit (the next epoch runs while the previous checkpoint commits).
+- ``s3``: the Delta table and twophase's checkpoints on ``s3://`` (MinIO).
+- ``all``: everything above at once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.sinks.errors import ConfigError
+
+PACKED_TASKS = 2
+"""Partitions per micro-batch when the file source packs the batch's files (``local[2]``)."""
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """One configuration of the flights job under chaos.
+
+    Attributes:
+        name: short name (``--configs``).
+        s3_format: ``parquet`` or ``jsonl``.
+        async_commit: commit on the committer thread.
+        on_s3: the Delta table and the job's checkpoints on ``s3://`` instead of local paths.
+        partition_per_file: one Spark partition per input file.
+    """
+
+    name: str
+    s3_format: str = "parquet"
+    async_commit: bool = False
+    on_s3: bool = False
+    partition_per_file: bool = False
+
+    def spec(self, job_id: str, work_dir: Path, days: int, files_per_trigger: int) -> FlightsJobSpec:
+        """The flights run of one trial in this configuration (S3 locations under the job's bucket)."""
+        bucket = FlightsJobSpec.bucket  # the job's default bucket holds the s3:// locations too
+        return FlightsJobSpec(
+            job_id=job_id,
+            work_dir=str(work_dir),
+            days=days,
+            files_per_trigger=files_per_trigger,
+            s3_format=self.s3_format,
+            async_commit=self.async_commit,
+            partition_per_file=self.partition_per_file,
+            delta_uri=f"s3://{bucket}/delta/{job_id}" if self.on_s3 else "",
+            checkpoint_uri=f"s3://{bucket}/checkpoints/{job_id}" if self.on_s3 else "",
+        )
+
+    def tasks_per_batch(self, days: int, files_per_trigger: int) -> list[int]:
+        """Subtasks (partitions) of each micro-batch of a fresh run."""
+        batches = math.ceil(days / files_per_trigger)
+        files = [min(files_per_trigger, days - b * files_per_trigger) for b in range(batches)]
+        if self.partition_per_file:
+            return files
+        return [min(PACKED_TASKS, f) for f in files]
+
+
+CONFIGS: dict[str, ChaosConfig] = {
+    c.name: c
+    for c in (
+        ChaosConfig("parquet"),
+        ChaosConfig("jsonl", s3_format="jsonl"),
+        ChaosConfig("partitions", s3_format="jsonl", partition_per_file=True),
+        ChaosConfig("async", async_commit=True),
+        ChaosConfig("s3", on_s3=True),
+        ChaosConfig("all", s3_format="jsonl", async_commit=True, on_s3=True, partition_per_file=True),
+    )
+}
+"""Every configuration, by name, in matrix order."""
+
+
+def configs_named(names: str) -> list[ChaosConfig]:
+    """The configurations of a comma-separated list (``all`` is one of them, not a wildcard).
+
+    Raises:
+        ConfigError: an unknown name.
+    """
+    out = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name not in CONFIGS:
+            raise ConfigError(f"unknown chaos configuration {name!r}; known: {', '.join(CONFIGS)}")
+        out.append(CONFIGS[name])
+    if not out:
+        raise ConfigError("no chaos configuration given")
+    return out

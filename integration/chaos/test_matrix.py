@@ -1,0 +1,80 @@
+"""The chaos matrix's planning, without services: configurations, fault hits, trial order."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from twophase.integration.chaos.matrix import CONFIGS, configs_named
+from twophase.integration.chaos.runner import (
+    DRIVER_POINTS,
+    EXECUTOR_POINTS,
+    fault_hits,
+    fault_matrix,
+    plan_matrix,
+)
+from twophase.integration.jobs.flights_spec import MANIFEST, FlightsJobSpec
+from twophase.sinks.errors import ConfigError
+
+
+def test_partition_counts_follow_the_files_only_with_one_partition_per_file() -> None:
+    assert CONFIGS["partitions"].tasks_per_batch(14, 6) == [6, 6, 2]  # the count drops in batch 3
+    assert CONFIGS["parquet"].tasks_per_batch(14, 6) == [2, 2, 2]
+    assert CONFIGS["parquet"].tasks_per_batch(13, 6) == [2, 2, 1]
+
+
+def test_the_fault_matrix_reaches_every_point_as_often_as_a_run_does() -> None:
+    tasks = [6, 6, 2]
+    matrix = fault_matrix(tasks)
+    assert {m.split(":")[0] for m in matrix} == {*DRIVER_POINTS, *EXECUTOR_POINTS}
+    assert fault_hits("mid_write", tasks) == 14 and f"mid_write:{14}" in matrix
+    assert fault_hits("after_persist", tasks) == 4  # three epochs and the final checkpoint
+    assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]  # first hits first
+
+
+def test_trials_go_round_robin_each_configuration_measured_first() -> None:
+    configs = configs_named("parquet,jsonl,all")
+    plans = plan_matrix(30, configs, 14, 6, seed=3, kill_share=0.25)
+    assert [p.config for p in plans[:6]] == ["parquet", "jsonl", "all"] * 2
+    assert [p.kind for p in plans[:3]] == ["plain"] * 3
+    for name in ("parquet", "jsonl", "all"):
+        mine = [p for p in plans if p.config == name]
+        assert sum(p.kind == "kill" for p in mine) == 2
+        assert all(0.15 <= f <= 0.85 for p in mine for f in p.kill_at)
+        assert all(p.fault for p in mine if p.kind == "fault")
+
+
+def test_unknown_configurations_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="'jsonl2'"):
+        configs_named("parquet,jsonl2")
+
+
+def test_a_configuration_sets_the_run_and_the_manifest_keeps_it(tmp_path: Path) -> None:
+    spec = CONFIGS["all"].spec("j1", tmp_path / "w", 14, 6)
+    assert spec.checkpoint_dir == f"s3://{spec.bucket}/checkpoints/j1"
+    assert spec.delta_uri == f"s3://{spec.bucket}/delta/j1"
+    assert (spec.s3_format, spec.async_commit, spec.partition_per_file) == ("jsonl", True, True)
+    spec.save()
+    assert FlightsJobSpec.load(spec.work_dir) == spec
+
+
+def test_a_manifest_of_an_earlier_run_still_loads_with_the_main_path(tmp_path: Path) -> None:
+    body = {"format": "twophase.flights-job", "version": 1, "job_id": "old", "work_dir": str(tmp_path)}
+    (tmp_path / MANIFEST).write_text(json.dumps(body))
+    spec = FlightsJobSpec.load(tmp_path)
+    assert (spec.s3_format, spec.async_commit, spec.checkpoint_uri, spec.partition_per_file) == (
+        "parquet",
+        False,
+        "",
+        False,
+    )
+    assert spec.checkpoint_dir == str(tmp_path / "checkpoints")
+
+
+def test_bad_settings_are_refused_before_a_run() -> None:
+    with pytest.raises(ConfigError, match="s3_format"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", s3_format="avro")
+    with pytest.raises(ConfigError, match="checkpoint_uri"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", checkpoint_uri="/local/path")

@@ -1,0 +1,134 @@
+"""Where one run of the flights job lives and how it is configured: :class:`FlightsJobSpec`, stored
+as the run's manifest so that restarts, ``twophase verify``, ``checkpoints`` and ``lingering``
+find the same run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from twophase.integration.jobs import flights_data
+from twophase.sinks.errors import ConfigError
+
+MANIFEST = "flights-job.json"
+"""The run's manifest in its work directory: where everything lives (no endpoints, no secrets)."""
+MANIFEST_VERSION = 1
+"""Fields added later have defaults, so version-1 manifests of earlier runs still load."""
+
+S3_FORMATS = ("parquet", "jsonl")
+"""The S3 sink's file formats the job offers: Parquet (rolls per checkpoint) or JSON lines
+(files span checkpoints, resumed across them)."""
+
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*")
+
+
+@dataclass(frozen=True)
+class FlightsJobSpec:
+    """One run of the flights job: its id and where its input, checkpoints and outputs live.
+
+    Stored as JSON in ``<work_dir>/flights-job.json`` so that a restart, ``twophase verify``,
+    ``checkpoints`` and ``lingering`` find the same run. Holds no endpoint and no secret.
+
+    Attributes:
+        job_id: the stable job id (``[A-Za-z0-9][A-Za-z0-9_.]*``): names checkpoints, Kafka
+            transactional ids (``twophase-<job_id>-kafka-...``), S3 keys and the Delta ``txn`` appId.
+        work_dir: holds the manifest, checkpoints, Spark's checkpoint and (by default) the Delta table.
+        days: days of 2013 to process (1..365).
+        files_per_trigger: input files (days) per micro-batch.
+        topic: the Kafka topic (created with ``kafka_partitions`` partitions if missing).
+        kafka_partitions: partitions of a topic the job creates.
+        kafka_replication: replication factor of a topic the job creates (-1: the brokers' default).
+        bucket: the S3 bucket (created if missing).
+        s3_prefix: key prefix of the S3 Parquet output.
+        delta_uri: the Delta table: a local path or ``s3://bucket/prefix``.
+        s3_format: the S3 sink's format, one of :data:`S3_FORMATS`.
+        async_commit: commit on the ordered committer thread (the next epoch may run meanwhile).
+        checkpoint_uri: twophase's checkpoint storage: ``""`` for ``<work_dir>/checkpoints``, or
+            ``s3://bucket/prefix`` (credentials from ``TWOPHASE_S3_*``, never the manifest).
+        partition_per_file: one Spark partition per input file, so a micro-batch has as many
+            subtasks as files and the last, shorter batch has fewer (partition counts change).
+    """
+
+    job_id: str
+    work_dir: str
+    days: int = flights_data.DAYS
+    files_per_trigger: int = 31
+    topic: str = ""
+    kafka_partitions: int = 3
+    kafka_replication: int = 1
+    bucket: str = "twophase-flights"
+    s3_prefix: str = ""
+    delta_uri: str = ""
+    s3_format: str = "parquet"
+    async_commit: bool = False
+    checkpoint_uri: str = ""
+    partition_per_file: bool = False
+
+    def __post_init__(self) -> None:
+        if self.s3_format not in S3_FORMATS:
+            raise ConfigError(f"s3_format must be one of {S3_FORMATS}, got {self.s3_format!r}")
+        if self.checkpoint_uri and not self.checkpoint_uri.startswith("s3://"):
+            raise ConfigError(
+                f"checkpoint_uri must be empty or s3://bucket/prefix, got {self.checkpoint_uri!r}"
+            )
+        if not _JOB_ID.fullmatch(self.job_id):
+            raise ConfigError(f"flights job id {self.job_id!r} must match [A-Za-z0-9][A-Za-z0-9_.]*")
+        if not 1 <= self.days <= flights_data.DAYS:
+            raise ConfigError(f"days must be within 1..{flights_data.DAYS}, got {self.days}")
+        if self.files_per_trigger < 1:
+            raise ConfigError(f"files_per_trigger must be >= 1, got {self.files_per_trigger}")
+        object.__setattr__(self, "work_dir", str(Path(self.work_dir).resolve()))
+        if not self.topic:
+            object.__setattr__(self, "topic", f"flights.{self.job_id}")
+        if not self.s3_prefix:
+            object.__setattr__(self, "s3_prefix", f"flights/{self.job_id}")
+        if not self.delta_uri:
+            object.__setattr__(self, "delta_uri", str(Path(self.work_dir) / "delta"))
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """twophase's checkpoint storage: :attr:`checkpoint_uri`, else ``<work_dir>/checkpoints``."""
+        return self.checkpoint_uri or str(Path(self.work_dir) / "checkpoints")
+
+    @property
+    def spark_checkpoint(self) -> str:
+        """Spark's own checkpoint location (offsets and commit log)."""
+        return str(Path(self.work_dir) / "spark-checkpoint")
+
+    @property
+    def expected_batches(self) -> int:
+        """Micro-batches the input makes: ``ceil(days / files_per_trigger)``."""
+        return math.ceil(self.days / self.files_per_trigger)
+
+    def save(self) -> Path:
+        """Write the manifest into ``work_dir`` (created if needed); return its path."""
+        path = Path(self.work_dir) / MANIFEST
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"format": "twophase.flights-job", "version": MANIFEST_VERSION, **asdict(self)}
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, work_dir: str | Path) -> FlightsJobSpec:
+        """Read the manifest of ``work_dir``.
+
+        Raises:
+            ConfigError: no manifest, or not a flights job manifest of a known version.
+        """
+        path = Path(work_dir) / MANIFEST
+        try:
+            body = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path} not found: not a flights job work directory") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path} is not valid JSON: {e}") from None
+        if body.get("format") != "twophase.flights-job" or body.get("version") != MANIFEST_VERSION:
+            raise ConfigError(f"{path} is not a version-{MANIFEST_VERSION} flights job manifest")
+        fields = {k: v for k, v in body.items() if k not in ("format", "version")}
+        return cls(**fields)
