@@ -1,8 +1,8 @@
 """The quick chaos subset (``make test``): the flights job on 14 days crashed three ways, each
 restarted until it finished, each sink verified exactly once with nothing lingering.
 
-The full matrix (every applicable fault point and hit, plus kill -9 at seeded random moments, ≥ 100
-trials) runs with ``python -m twophase.integration.chaos.run --trials 100`` and writes ``CHAOS.md``.
+The full matrix (every applicable fault point and hit in six configurations, plus kill -9 at seeded
+moments, 300 trials) runs with ``make chaos``; its tables go into ``CHAOS.md``.
 """
 
 from __future__ import annotations
