@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError
-from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
@@ -35,6 +34,13 @@ from twophase.coordinator.storage.common import (
     plan_retention,
     sort_refs,
 )
+from twophase.coordinator.storage.s3_errors import (
+    NOT_FOUND_CODES,
+    PRECONDITION_FAILED_CODES,
+    error_code,
+    http_status,
+)
+from twophase.coordinator.storage.s3_errors import is_transient as is_transient  # re-exported
 from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
     CheckpointStorageError,
@@ -50,44 +56,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_TRANSIENT_CODES = frozenset(
-    {
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "SlowDown",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-        "ServiceUnavailableException",
-        "ConditionalRequestConflict",  # 409: a concurrent conditional write is in flight
-        "XMinioServerNotInitialized",
-    }
-)
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
-_PRECONDITION_FAILED_CODES = frozenset({"PreconditionFailed", "412"})
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether an S3 call that raised ``error`` is worth retrying.
-
-    True for connection and HTTP-client errors, truncated bodies, throttling, request timeouts,
-    HTTP 429 and 5xx, and ``ConditionalRequestConflict``; false for everything else (404, 403, 412…).
-    """
-    if isinstance(error, BotoConnectionError | HTTPClientError | IncompleteReadError):
-        return True
-    if isinstance(error, ClientError):
-        code = _code(error)
-        status = _status(error)
-        if code == "NotImplemented":  # 501: e.g. a server without conditional writes; retrying won't help
-            return False
-        return code in _TRANSIENT_CODES or status == 429 or status >= 500
-    return False
 
 
 class S3CheckpointStorage:
@@ -191,7 +160,7 @@ class S3CheckpointStorage:
         try:
             self._call("HeadObject", key, lambda: self._client.head_object(Bucket=self.bucket, Key=key))
         except ClientError as e:
-            if _code(e) in _NOT_FOUND_CODES:
+            if error_code(e) in NOT_FOUND_CODES:
                 return False
             raise CheckpointStorageError(f"S3 HeadObject {self.uri(key)} failed: {e}") from e
         return True
@@ -241,10 +210,10 @@ class S3CheckpointStorage:
                 f"the checkpoint may have landed: {e}"
             ) from e
         except ClientError as e:
-            if _code(e) not in _PRECONDITION_FAILED_CODES and _status(e) != 412:
+            if error_code(e) not in PRECONDITION_FAILED_CODES and http_status(e) != 412:
                 hint = (
                     " (the server must support conditional writes, If-None-Match)"
-                    if _status(e) == 501
+                    if http_status(e) == 501
                     else ""
                 )
                 raise CheckpointStorageError(f"S3 PutObject {self.uri(key)} failed{hint}: {e}") from e
@@ -382,7 +351,7 @@ class S3CheckpointStorage:
         try:
             self._call("HeadObject", key, lambda: self._client.head_object(Bucket=bucket, Key=key))
         except ClientError as e:
-            if _code(e) in _NOT_FOUND_CODES:
+            if error_code(e) in NOT_FOUND_CODES:
                 return False
             raise CheckpointStorageError(f"S3 HeadObject s3://{bucket}/{key} failed: {e}") from e
         return True
@@ -397,7 +366,7 @@ class S3CheckpointStorage:
         try:
             return self._call("GetObject", key, get)
         except ClientError as e:
-            if _code(e) in _NOT_FOUND_CODES:
+            if error_code(e) in NOT_FOUND_CODES:
                 raise CheckpointStorageError(f"no checkpoint metadata at {uri}") from e
             raise CorruptCheckpointError(f"unreadable checkpoint metadata {uri}: {e}") from e
 
@@ -437,7 +406,7 @@ class S3CheckpointStorage:
         try:
             self._call("DeleteObject", meta, lambda: self._client.delete_object(Bucket=self.bucket, Key=meta))
         except ClientError as e:
-            if _code(e) not in _NOT_FOUND_CODES:
+            if error_code(e) not in NOT_FOUND_CODES:
                 raise CheckpointStorageError(f"cannot delete {self.uri(meta)}: {e}") from e
         prefix = self.dir_key(checkpoint_id, kind)
         for batch in _chunks(self._list_keys(prefix), _DELETE_BATCH):
@@ -452,7 +421,7 @@ class S3CheckpointStorage:
                 resp = self._call("DeleteObjects", prefix, delete_batch)
             except ClientError as e:
                 raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {e}") from e
-            errors = [err for err in resp.get("Errors", ()) if err.get("Code") not in _NOT_FOUND_CODES]
+            errors = [err for err in resp.get("Errors", ()) if err.get("Code") not in NOT_FOUND_CODES]
             if errors:
                 raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {errors[:3]}")
 
@@ -493,11 +462,3 @@ def _parse_rel_key(rel: str) -> tuple[int, bool, str] | None:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
-
-
-def _status(error: ClientError) -> int:
-    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
