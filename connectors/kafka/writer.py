@@ -23,7 +23,6 @@ Anything else raises IllegalTransitionError.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,15 +30,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import tenacity
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from twophase.connectors.kafka import naming, serializers
 from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
+from twophase.connectors.kafka.producer_callbacks import ProducerErrors, ProducerStatistics, produce_error
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError, RecordError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +49,7 @@ RECORD_OVERHEAD_BYTES = 100
 ``max.message.bytes`` (a one-record batch adds 61 bytes of header plus varints)."""
 LINEAGE_JOB_HEADER = "twophase.job"
 LINEAGE_CHECKPOINT_HEADER = "twophase.checkpoint"
-_RECORD_ERRORS = {
-    KafkaError.MSG_SIZE_TOO_LARGE,
-    KafkaError._UNKNOWN_PARTITION,
-    KafkaError._UNKNOWN_TOPIC,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError._INVALID_ARG,
-}
 _BROKEN_TXN_STATES = frozenset({"AbortableError", "FatalError"})
-_MAX_KEPT_ERRORS = 10
 
 
 class TxnState(enum.Enum):
@@ -68,87 +59,6 @@ class TxnState(enum.Enum):
     PRE_COMMITTED = "pre_committed"
     EMPTY = "empty"
     ABORTED = "aborted"
-
-
-class ProducerStatistics:
-    """``stats_cb`` target: the latest statistics, parsed only when read.
-
-    librdkafka emits statistics every ``statistics.interval.ms`` while the writer produces; only
-    the ones read at open and after the final flush matter, so the callback keeps the raw JSON
-    and parsing (which grows with the number of partitions) happens on access.
-
-    Attributes:
-        emitted: statistics received so far (each ``poll`` may deliver some).
-    """
-
-    def __init__(self) -> None:
-        self.emitted = 0
-        self._raw = "{}"
-        self._parsed_at = 0
-        self._eos: dict[str, Any] = {}
-        self._partitions: set[tuple[str, int]] = set()
-
-    def __call__(self, stats_json: str) -> None:
-        self._raw = stats_json
-        self.emitted += 1
-
-    def _parse(self) -> None:
-        if self._parsed_at == self.emitted:
-            return
-        stats = json.loads(self._raw)
-        self._eos = dict(stats.get("eos") or {})
-        self._partitions = {
-            (topic, int(p))
-            for topic, t in (stats.get("topics") or {}).items()
-            for p, part in (t.get("partitions") or {}).items()
-            if p != "-1" and part.get("txmsgs", 0) > 0
-        }
-        self._parsed_at = self.emitted
-
-    @property
-    def eos(self) -> dict[str, Any]:
-        """The latest ``eos`` object (``producer_id``, ``producer_epoch``, ``txn_state``, …)."""
-        self._parse()
-        return self._eos
-
-    @property
-    def partitions(self) -> set[tuple[str, int]]:
-        """``(topic, partition)`` with ``txmsgs > 0`` in the latest statistics."""
-        self._parse()
-        return self._partitions
-
-    def producer_id_and_epoch(self) -> tuple[int, int] | None:
-        """``(producer_id, producer_epoch)`` once the idempotent producer has an id, else ``None``."""
-        pid = self.eos.get("producer_id", -1)
-        epoch = self.eos.get("producer_epoch", -1)
-        if self.eos.get("idemp_state") == "Assigned" and pid >= 0 and epoch >= 0:
-            return int(pid), int(epoch)
-        return None
-
-
-class ProducerErrors:
-    """``on_delivery`` (errors only) and ``error_cb`` target: failures are kept, never dropped."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.messages: list[str] = []
-        self.size_too_large = False
-
-    def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is None:
-            return
-        self.count += 1
-        if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-            self.size_too_large = True
-        if len(self.messages) < _MAX_KEPT_ERRORS:
-            self.messages.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
-
-    def on_error(self, err: KafkaError) -> None:
-        if err.fatal():
-            self.count += 1
-            self.messages.append(f"fatal: {err.str()}")
-        else:
-            log_event(log, logging.WARNING, "kafka client error", code=err.name(), error=err.str())
 
 
 class KafkaTransaction:
@@ -432,12 +342,7 @@ class KafkaTransaction:
             )
 
     def _record_error(self, e: Exception, row: int) -> Exception:
-        if isinstance(e, TypeError):
-            return RecordError(f"{self._where(row)}: cannot produce: {e}")
-        err: KafkaError = e.args[0]
-        if err.code() in _RECORD_ERRORS:
-            return RecordError(f"{self._where(row)}: refused by the producer: {err.str()}")
-        return KafkaTransactionError(f"{self._where(row)}: produce failed: {err.str()}")
+        return produce_error(e, self._where(row))
 
     def _where(self, row: int) -> str:
         return (
