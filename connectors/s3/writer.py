@@ -27,7 +27,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from twophase.connectors.s3 import naming
 from twophase.connectors.s3.committable import (
@@ -47,6 +46,7 @@ from twophase.connectors.s3.formats import (
     validate_schema,
 )
 from twophase.connectors.s3.part_uploads import PartUploads
+from twophase.connectors.s3.partitioning import split_by_partition
 from twophase.connectors.s3.rolling import (
     FileStats,
     TailAction,
@@ -57,7 +57,7 @@ from twophase.connectors.s3.rolling import (
 )
 from twophase.connectors.s3.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
-from twophase.sinks.errors import ConfigError, IllegalTransitionError, RecordError
+from twophase.sinks.errors import ConfigError, IllegalTransitionError
 
 log = logging.getLogger(__name__)
 
@@ -68,41 +68,6 @@ Clock = Callable[[], int]
 def wall_clock_ms() -> int:
     """The current time in ms since the epoch."""
     return int(time.time() * 1000)
-
-
-def split_by_partition(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[tuple[str, pa.RecordBatch]]:
-    """Split a batch by the values of its partition columns.
-
-    Returns:
-        ``[(hive partition path, rows of that partition with every column)]`` in order of first
-        appearance; ``[("", batch)]`` without partition columns.
-
-    Raises:
-        RecordError: rows would be lost (a value no filter matches), which must never happen silently.
-    """
-    if not columns or batch.num_rows == 0:
-        return [("", batch)] if batch.num_rows else []
-    table = pa.Table.from_batches([batch])
-    distinct = table.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([])
-    out: list[tuple[str, pa.RecordBatch]] = []
-    for values in distinct.to_pylist():
-        mask = None
-        for col in columns:
-            value = values[col]
-            arr = batch.column(col)
-            if value is None:
-                m = pc.is_null(arr)
-            elif isinstance(value, float) and value != value:  # NaN equals nothing, not even NaN
-                m = pc.is_nan(arr)
-            else:
-                m = pc.equal(arr, pa.scalar(value, type=arr.type))
-            m = pc.fill_null(m, False)
-            mask = m if mask is None else pc.and_(mask, m)
-        path = naming.hive_partition_path(columns, tuple(values[c] for c in columns))
-        out.append((path, batch.filter(mask)))
-    if sum(b.num_rows for _, b in out) != batch.num_rows:
-        raise RecordError(f"splitting a batch of {batch.num_rows} rows by {columns} lost rows")
-    return out
 
 
 class TxnState(enum.Enum):

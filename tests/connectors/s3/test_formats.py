@@ -16,7 +16,7 @@ import pytest
 
 from twophase.connectors.s3 import S3SinkConfig
 from twophase.connectors.s3.formats import OutputBuffer, open_encoder, validate_schema
-from twophase.connectors.s3.writer import split_by_partition
+from twophase.connectors.s3.partitioning import split_by_partition
 from twophase.sinks.errors import RecordError, SchemaError
 
 
