@@ -20,10 +20,10 @@ from twophase.integration.faults.support import (
     Action,
     FaultResult,
     Injector,
-    assert_exactly_once,
     new_spec,
     run_case,
 )
+from twophase.integration.faults.verdicts import assert_exactly_once
 from twophase.integration.jobs.flights import KAFKA_SINK, FlightsEndpoints, FlightsJobSpec
 from twophase.integration.services.kafka_cluster import KafkaCluster
 

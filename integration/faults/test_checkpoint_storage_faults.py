@@ -30,11 +30,10 @@ from twophase.integration.faults.support import (
     FaultResult,
     Injector,
     Moment,
-    assert_exactly_once,
-    describe,
     new_spec,
     run_case,
 )
+from twophase.integration.faults.verdicts import assert_exactly_once, describe
 from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.services.minio_server import MinioServer
 from twophase.sinks.errors import CheckpointStorageError, JobError

@@ -25,11 +25,10 @@ from twophase.integration.faults.support import (
     FaultResult,
     Injector,
     Moment,
-    describe,
-    lost_error,
     new_spec,
     run_case,
 )
+from twophase.integration.faults.verdicts import describe, lost_error
 from twophase.integration.jobs.flights import KAFKA_SINK, FlightsEndpoints
 
 if TYPE_CHECKING:

@@ -20,11 +20,13 @@ from twophase.integration.faults.support import (
     FaultResult,
     Injector,
     Moment,
+    new_spec,
+    run_case,
+)
+from twophase.integration.faults.verdicts import (
     assert_exactly_once,
     assert_resumed_with_lost_records,
     lost_error,
-    new_spec,
-    run_case,
 )
 from twophase.integration.jobs.flights import S3_SINK, FlightsEndpoints
 from twophase.integration.services.minio_server import MinioServer
