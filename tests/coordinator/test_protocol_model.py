@@ -32,7 +32,6 @@ with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to w
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -40,7 +39,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, event, settings
@@ -49,7 +48,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
-from twophase.connectors.s3.config import RollingPolicy
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.commit_policy import CommitPolicy
@@ -62,61 +60,31 @@ from twophase.coordinator.testing.delta_model import ModelDeltaSink
 from twophase.coordinator.testing.engine_tasks import (
     TASK_POINTS,
     RecordingStorage,
-    TaskFailure,
     publish_fault,
     run_tasks,
 )
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
+from twophase.coordinator.testing.model_alphabet import (
+    DOWN_MS,
+    DRIVER_POINTS,
+    END_POINTS,
+    EXPECTED,
+    JOB,
+    PUBLISH,
+    ROLLING,
+    S3_PREFIX,
+    SINKS,
+    TASKS,
+    TOPIC,
+    T,
+    traced,
+)
 from twophase.coordinator.testing.s3_model import client_error
 from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
-    CheckpointStorageError,
-    CommitFailedError,
-    ConcurrentAttemptError,
-    ServiceUnavailableError,
     TransactionLostError,
-)
-
-JOB = "job"
-TOPIC = "events"
-S3_PREFIX = "data/s"
-SINKS = ("k", "s", "d")
-DRIVER_POINTS = ("before_persist", "after_persist", "mid_commit", "after_commit")
-END_POINTS = (*DRIVER_POINTS, "during_finish", "during_final_checkpoint", "during_stop_with_savepoint")
-TASKS = ("ok",) * 12 + ("fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
-PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed")
-DOWN_MS = (0, 5_000, 700_000, 8 * 24 * 3600 * 1000)  # nothing, seconds, > transaction timeout, > id expiry
-ROLLING = {
-    "spanning": ("jsonl", RollingPolicy()),
-    "small": ("jsonl", RollingPolicy(max_file_bytes=60)),
-    "on_checkpoint": ("jsonl", RollingPolicy(on_checkpoint=True)),
-    "parquet": ("parquet", RollingPolicy()),
-}
-T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def traced(method: F) -> F:
-    """Record the step in the machine's trace (printed with any failure: replays of a failing
-    life may diverge under asynchronous commit, so hypothesis's own report can be incomplete)."""
-
-    @functools.wraps(method)
-    def step(self: ProtocolModel, **kwargs: Any) -> Any:
-        self.trace.append(f"{method.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
-        return method(self, **kwargs)
-
-    return step  # type: ignore[return-value]
-
-
-# the errors a job may meet on these paths; anything else is a bug and fails the test
-EXPECTED = (
-    CheckpointStorageError,
-    ConcurrentAttemptError,
-    CommitFailedError,
-    ServiceUnavailableError,
-    TaskFailure,
 )
 
 

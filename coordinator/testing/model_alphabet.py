@@ -1,0 +1,59 @@
+"""The alphabet of the model-based protocol test (tests/coordinator/test_protocol_model.py): the
+names, fault points, task plans, publish outcomes, downtimes and rolling policies its rules draw
+from, the errors a job may meet on those paths, and the step tracer."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from twophase.connectors.s3 import RollingPolicy
+from twophase.coordinator.testing.engine_tasks import TaskFailure
+from twophase.sinks.errors import (
+    CheckpointStorageError,
+    CommitFailedError,
+    ConcurrentAttemptError,
+    ServiceUnavailableError,
+)
+
+JOB = "job"
+"""The job id of every life."""
+TOPIC = "events"
+S3_PREFIX = "data/s"
+SINKS = ("k", "s", "d")
+DRIVER_POINTS = ("before_persist", "after_persist", "mid_commit", "after_commit")
+END_POINTS = (*DRIVER_POINTS, "during_finish", "during_final_checkpoint", "during_stop_with_savepoint")
+TASKS = ("ok",) * 12 + ("fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed")
+DOWN_MS = (0, 5_000, 700_000, 8 * 24 * 3600 * 1000)  # nothing, seconds, > transaction timeout, > id expiry
+ROLLING = {
+    "spanning": ("jsonl", RollingPolicy()),
+    "small": ("jsonl", RollingPolicy(max_file_bytes=60)),
+    "on_checkpoint": ("jsonl", RollingPolicy(on_checkpoint=True)),
+    "parquet": ("parquet", RollingPolicy()),
+}
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def traced(method: F) -> F:
+    """Record the step in the machine's trace (printed with any failure: replays of a failing
+    life may diverge under asynchronous commit, so hypothesis's own report can be incomplete)."""
+
+    @functools.wraps(method)
+    def step(self: Any, **kwargs: Any) -> Any:
+        self.trace.append(f"{method.__name__}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})")
+        return method(self, **kwargs)
+
+    return step  # type: ignore[return-value]
+
+
+# the errors a job may meet on these paths; anything else is a bug and fails the test
+EXPECTED = (
+    CheckpointStorageError,
+    ConcurrentAttemptError,
+    CommitFailedError,
+    ServiceUnavailableError,
+    TaskFailure,
+)
