@@ -49,7 +49,7 @@ format: venv
 
 # the long service-fault cases (marker faults_long) run in `make faults` / `make chaos` instead
 test: lint prepare
-	$(BIN)/pytest tests integration -m "not faults_long" $(PYTEST_ARGS)
+	$(BIN)/pytest tests integration -m "not faults_long and not long" $(PYTEST_ARGS)
 
 services-up: prepare
 	$(BIN)/twophase services up
@@ -68,6 +68,7 @@ bench: prepare
 # into CHAOS.md. The quick subset runs in `make test` (pytest marker `chaos`).
 CHAOS_TRIALS ?= 300
 chaos: prepare
+	$(BIN)/pytest -m long integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
 	$(MAKE) faults
 

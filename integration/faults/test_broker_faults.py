@@ -67,12 +67,12 @@ def kill_coordinator(cluster: KafkaCluster, spec: FlightsJobSpec) -> Action:
     return action
 
 
-# the two quick moments run in `make test`; the others (restarts while the broker is away) in `make faults`
+# the quickest moment runs in `make test`; the others (restarts while the broker is away) in `make faults`
 @pytest.mark.parametrize(
     "moment",
     [
         pytest.param("write", marks=pytest.mark.faults_long),
-        "persist_commit",
+        pytest.param("persist_commit", marks=pytest.mark.faults_long),
         "mid_commit",
         pytest.param("final_checkpoint", marks=pytest.mark.faults_long),
     ],

@@ -62,7 +62,8 @@ def kill_minio(minio: MinioServer) -> Action:
     return action
 
 
-@pytest.mark.parametrize("moment", ["write", pytest.param("mid_commit", marks=pytest.mark.faults_long)])
+@pytest.mark.faults_long
+@pytest.mark.parametrize("moment", ["write", "mid_commit"])
 def test_minio_killed_and_restarted(
     moment: str,
     spark: SparkSession,
