@@ -151,6 +151,9 @@ class S3SinkConfig:
         json_column: JSON lines only: a string column already holding one JSON document per row
             (computed upstream, e.g. Spark's ``to_json(struct(*))``) written as is. Without it,
             rows are encoded in Python (slower).
+        non_finite_floats: JSON lines encoded here: NaN and ±Infinity, which JSON (RFC 8259) has
+            no tokens for, become ``null`` (``"null"``, the default) or fail the row with
+            :class:`RecordError` (``"error"``). ``json_column`` values are written as given.
         endpoint_url: S3 endpoint (MinIO: ``http://127.0.0.1:9000``); ``None`` for AWS.
         region: AWS region; ``None`` for boto3's default.
         access_key_id / secret_access_key / session_token: explicit credentials (masked in repr);
@@ -180,6 +183,7 @@ class S3SinkConfig:
     parquet_row_group_bytes: int = 32 * MiB
     csv_header: bool = True
     json_column: str | None = None
+    non_finite_floats: str = "null"
     endpoint_url: str | None = None
     region: str | None = None
     access_key_id: str | None = None
@@ -236,6 +240,8 @@ class S3SinkConfig:
             )
         if self.parquet_row_group_bytes < 1:
             raise ConfigError(f"parquet_row_group_bytes must be >= 1, got {self.parquet_row_group_bytes}")
+        if self.non_finite_floats not in ("null", "error"):
+            raise ConfigError(f"non_finite_floats must be 'null' or 'error', got {self.non_finite_floats!r}")
         if self.json_column is not None and self.file_format is not FileFormat.JSON_LINES:
             raise ConfigError("json_column applies to the JSON lines format only")
         if self.json_column is not None and self.json_column in self.partition_by:

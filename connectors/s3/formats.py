@@ -18,6 +18,7 @@ import base64
 import datetime as dt
 import decimal
 import json
+import math
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -186,7 +187,7 @@ def open_encoder(config: S3SinkConfig, schema: pa.Schema, out: OutputBuffer, *, 
         return _CsvEncoder(out, header=config.csv_header and not resumed)
     if config.json_column is not None:
         return _JsonColumnEncoder(out, config.json_column)
-    return _JsonRowEncoder(out)
+    return _JsonRowEncoder(out, nulls_for_non_finite=config.non_finite_floats == "null")
 
 
 class _ParquetEncoder:
@@ -269,17 +270,39 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every non-finite float (at any depth) replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 class _JsonRowEncoder:
-    def __init__(self, out: OutputBuffer) -> None:
+    def __init__(self, out: OutputBuffer, nulls_for_non_finite: bool) -> None:
         self._out = out
+        self._nulls = nulls_for_non_finite
+
+    def _encode(self, row: dict[str, Any]) -> str:
+        try:  # allow_nan=False: JSON has no NaN or Infinity (RFC 8259)
+            return json.dumps(
+                row, default=_json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
+        except ValueError:
+            if not self._nulls:
+                raise
+        return json.dumps(
+            _finite(row), default=_json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+        )
 
     def write(self, batch: pa.RecordBatch) -> None:
         lines = []
         for i, row in enumerate(batch.to_pylist()):
             try:
-                lines.append(
-                    json.dumps(row, default=_json_default, ensure_ascii=False, separators=(",", ":"))
-                )
+                lines.append(self._encode(row))
             except (TypeError, ValueError) as e:
                 raise RecordError(f"row {i} of the batch cannot be encoded as JSON: {e}") from e
         if lines:

@@ -166,3 +166,40 @@ def test_split_by_partition_keeps_every_row_exactly_once() -> None:
     assert next(p for p, _ in parts) == "k=a%2Fb/f=1.0"  # order of first appearance
     assert split_by_partition(batch, ()) == [("", batch)]
     assert split_by_partition(batch.slice(0, 0), ("k",)) == []
+
+
+def test_json_rows_are_valid_json_with_non_finite_floats_as_null() -> None:
+    # RFC 8259 has no NaN or Infinity: bare tokens break standard readers (issue #18 §2)
+    batch = pa.record_batch(
+        {
+            "f": [math.nan, math.inf, -math.inf, 1.5],
+            "l": [[math.nan, 2.0], [], None, [3.0]],
+            "st": [{"x": -math.inf}, None, {"x": 0.5}, None],
+        }
+    )
+    out = OutputBuffer()
+    enc = open_encoder(cfg(format="jsonl"), batch.schema, out, resumed=False)
+    enc.write(batch)
+    enc.close()
+
+    def strict(token: str) -> Any:
+        raise ValueError(f"not JSON: {token}")
+
+    rows = [json.loads(line, parse_constant=strict) for line in out.drain_all().decode().splitlines()]
+    assert rows == [
+        {"f": None, "l": [None, 2.0], "st": {"x": None}},
+        {"f": None, "l": [], "st": None},
+        {"f": None, "l": None, "st": {"x": 0.5}},
+        {"f": 1.5, "l": [3.0], "st": None},
+    ]
+
+
+def test_json_rows_with_non_finite_floats_can_be_refused_by_option() -> None:
+    batch = pa.record_batch({"f": [1.0, math.nan]})
+    enc = open_encoder(
+        cfg(format="jsonl", non_finite_floats="error"), batch.schema, OutputBuffer(), resumed=False
+    )
+    with pytest.raises(RecordError, match="row 1"):
+        enc.write(batch)
+    with pytest.raises(Exception, match="non_finite_floats"):
+        cfg(format="jsonl", non_finite_floats="zero")
