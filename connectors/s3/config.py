@@ -101,7 +101,9 @@ class RollingPolicy:
 
     A file rolls when any limit is reached. Size is checked after every written batch; age and
     inactivity at every batch and checkpoint (there are no timers in a Spark task). Parquet files
-    roll on every checkpoint regardless of ``on_checkpoint``.
+    roll on every checkpoint regardless of ``on_checkpoint``. The defaults are Flink's
+    DefaultRollingPolicy's (128 MiB, 60 s open, 60 s inactive), so a small stream's files become
+    visible at the first checkpoint a minute after they opened, not an hour later.
 
     Attributes:
         max_file_bytes: roll once a file holds at least this many bytes (≥ 1).
@@ -111,8 +113,8 @@ class RollingPolicy:
     """
 
     max_file_bytes: int = 128 * MiB
-    rollover_interval_ms: int | None = 60 * 60_000
-    inactivity_interval_ms: int | None = 15 * 60_000
+    rollover_interval_ms: int | None = 60_000
+    inactivity_interval_ms: int | None = 60_000
     on_checkpoint: bool = False
 
     def __post_init__(self) -> None:

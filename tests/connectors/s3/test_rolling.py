@@ -73,3 +73,14 @@ def test_part_limit() -> None:
     assert not part_limit_reached(MAX_PARTS - 2)
     assert part_limit_reached(MAX_PARTS - 1)
     assert part_limit_reached(MAX_PARTS - 3, pending_full_parts=2)
+
+
+def test_the_default_rolling_policy_is_flinks() -> None:
+    # DefaultRollingPolicy: 128 MiB part size, 60 s rollover, 60 s inactivity (issue #18 §3)
+    policy = RollingPolicy()
+    assert (policy.max_file_bytes, policy.rollover_interval_ms, policy.inactivity_interval_ms) == (
+        128 * 1024 * 1024,
+        60_000,
+        60_000,
+    )
+    assert not policy.on_checkpoint
