@@ -46,6 +46,7 @@ from twophase.coordinator.job_endings import cancel_job, finish_job, stop_job, s
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
+from twophase.coordinator.prometheus_metrics import MetricsEndpoint, RuntimeCollector
 from twophase.coordinator.recovery import ALL_CHECKPOINTS, RestoreResult, restore_run
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError, run_with_restarts
@@ -111,6 +112,12 @@ class JobRuntime:
         self._s = RunState(
             job_id, {s.name: s for s in sinks}, storage, self.config, clock, commit_sleep, fault
         )
+        self.metrics_endpoint: MetricsEndpoint | None = None  # RuntimeConfig.metrics_port
+        if self.config.metrics_port is not None:
+            collector = RuntimeCollector(job_id, self._s.sink_metrics, lambda: self.checkpoint_metrics)
+            self.metrics_endpoint = MetricsEndpoint(
+                collector, self.config.metrics_port, self.config.metrics_address
+            )
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -476,10 +483,14 @@ class JobRuntime:
         this runtime refuses further use. Restore in a new runtime from the same storage."""
         self._s.abandoned = True
         self._s.committer.shutdown(wait=False)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
 
     def close(self) -> None:
-        """Release driver-side resources: the committer thread and the sinks' clients."""
+        """Release driver-side resources: the committer thread, the sinks' clients, the metrics port."""
         self._s.committer.shutdown(wait=True)
+        if self.metrics_endpoint is not None:
+            self.metrics_endpoint.close()
         for sink in self._s.sinks.values():
             try:
                 sink.close()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.restart import RestartStrategy
+from twophase.sinks.errors import ConfigError
 
 
 class CleanupMode(enum.Enum):
@@ -30,6 +31,9 @@ class RuntimeConfig:
             and speculative attempts left (DESIGN.md §6 step 7); skipped while another checkpoint
             is pending.
         commit_drain_timeout_s: how long finish/stop wait for asynchronous commits (``None``: forever).
+        metrics_port: serve the runtime's metrics for Prometheus on this TCP port while the job
+            runs (``0``: any free port; ``None``: off). See :mod:`twophase.coordinator.prometheus_metrics`.
+        metrics_address: the address the metrics endpoint binds to.
     """
 
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -38,3 +42,9 @@ class RuntimeConfig:
     cancel_cleanup: CleanupMode = CleanupMode.RETAIN
     abort_lingering_each_epoch: bool = True
     commit_drain_timeout_s: float | None = None
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metrics_port must be within 0..65535 or None, got {self.metrics_port}")
