@@ -8,7 +8,6 @@ per record (confluent-kafka encodes ``str`` as UTF-8 itself). ``json`` is the co
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
@@ -16,6 +15,7 @@ import pyarrow.compute as pc
 
 from twophase.connectors.kafka.config import Format, KafkaSinkConfig
 from twophase.sinks.errors import SchemaError
+from twophase.sinks.json_codec import encode_json
 
 Payload = bytes | str | None
 Headers = list[tuple[str, bytes | str | None]]
@@ -102,17 +102,17 @@ def check_schema(schema: pa.Schema, config: KafkaSinkConfig) -> None:
             raise SchemaError(f"Kafka sink: topic column {config.topic_column!r} must be a string, got {t}")
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)  # dates, times, decimals
-
-
 def to_json(value: Any) -> bytes | None:
-    """One value as compact UTF-8 JSON; ``None`` stays ``None`` (a Kafka null, e.g. a tombstone)."""
+    """One value as compact UTF-8 JSON (:mod:`twophase.sinks.json_codec`, the encoding S3 JSON
+    lines use; NaN and ±Infinity as ``null``); ``None`` stays ``None`` (a Kafka null, e.g. a
+    tombstone).
+
+    Raises:
+        TypeError: a value JSON cannot carry.
+    """
     if value is None:
         return None
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_json_default).encode("utf-8")
+    return encode_json(value).encode("utf-8")
 
 
 def payloads(array: pa.Array | pa.ChunkedArray, fmt: Format) -> list[Payload]:

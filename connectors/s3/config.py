@@ -153,9 +153,10 @@ class S3SinkConfig:
         json_column: JSON lines only: a string column already holding one JSON document per row
             (computed upstream, e.g. Spark's ``to_json(struct(*))``) written as is. Without it,
             rows are encoded in Python (slower).
-        non_finite_floats: JSON lines encoded here: NaN and ±Infinity, which JSON (RFC 8259) has
-            no tokens for, become ``null`` (``"null"``, the default) or fail the row with
-            :class:`RecordError` (``"error"``). ``json_column`` values are written as given.
+        non_finite_floats: JSON lines encoded here (:mod:`twophase.sinks.json_codec`): NaN and
+            ±Infinity, which JSON (RFC 8259) has no tokens for, become ``null`` (``"null"``, the
+            default) or fail the row with :class:`RecordError` (``"error"``). ``json_column``
+            values are written as given.
         endpoint_url: S3 endpoint (MinIO: ``http://127.0.0.1:9000``); ``None`` for AWS.
         region: AWS region; ``None`` for boto3's default.
         access_key_id / secret_access_key / session_token: explicit credentials (masked in repr);

@@ -14,12 +14,7 @@ Encoders write into an :class:`OutputBuffer`, from which the writer drains uploa
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import decimal
-import json
-import math
-from typing import Any, Protocol
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +23,7 @@ import pyarrow.parquet as pq
 
 from twophase.connectors.s3.config import FileFormat, S3SinkConfig
 from twophase.sinks.errors import RecordError, SchemaError
+from twophase.sinks.json_codec import encode_json
 
 CONTENT_TYPES = {
     FileFormat.PARQUET: "application/vnd.apache.parquet",
@@ -187,7 +183,7 @@ def open_encoder(config: S3SinkConfig, schema: pa.Schema, out: OutputBuffer, *, 
         return _CsvEncoder(out, header=config.csv_header and not resumed)
     if config.json_column is not None:
         return _JsonColumnEncoder(out, config.json_column)
-    return _JsonRowEncoder(out, nulls_for_non_finite=config.non_finite_floats == "null")
+    return _JsonRowEncoder(out, config.non_finite_floats)
 
 
 class _ParquetEncoder:
@@ -258,51 +254,16 @@ class _JsonColumnEncoder:
         pass
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with every non-finite float (at any depth) replaced by ``None``."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 class _JsonRowEncoder:
-    def __init__(self, out: OutputBuffer, nulls_for_non_finite: bool) -> None:
+    def __init__(self, out: OutputBuffer, non_finite: str) -> None:
         self._out = out
-        self._nulls = nulls_for_non_finite
-
-    def _encode(self, row: dict[str, Any]) -> str:
-        try:  # allow_nan=False: JSON has no NaN or Infinity (RFC 8259)
-            return json.dumps(
-                row, default=_json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-            )
-        except ValueError:
-            if not self._nulls:
-                raise
-        return json.dumps(
-            _finite(row), default=_json_default, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-        )
+        self._non_finite = non_finite
 
     def write(self, batch: pa.RecordBatch) -> None:
         lines = []
         for i, row in enumerate(batch.to_pylist()):
             try:
-                lines.append(self._encode(row))
+                lines.append(encode_json(row, self._non_finite))
             except (TypeError, ValueError) as e:
                 raise RecordError(f"row {i} of the batch cannot be encoded as JSON: {e}") from e
         if lines:
