@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
@@ -239,6 +239,50 @@ def encoded(sink: AnySink, txns: Sequence[PendingTransaction[Any]]) -> list[Json
     return [t.payload if t.payload is not None else sink.encode(t.committable) for t in txns]
 
 
+def starts_a_lineage(refs: Sequence[CheckpointRef], savepoint_location: str) -> bool:
+    """True if restoring ``savepoint_location`` rewinds the job (a later checkpoint or savepoint
+    of this job exists) or brings a savepoint from elsewhere (it is not in this job's storage):
+    then the restored state must become the job's newest checkpoint, or a failover or a driver
+    restart before the next checkpoint would restore the abandoned later state instead."""
+    return not refs or refs[-1].location != savepoint_location
+
+
+def publish_lineage_start(
+    storage: CheckpointStorage, meta: CheckpointMetadata, job_id: str, checkpoint_id: int, now_ms: int
+) -> tuple[CheckpointMetadata, str]:
+    """Publish the restored savepoint ``meta`` as checkpoint ``checkpoint_id`` of ``job_id``: the
+    start of the lineage the rewound job continues (Flink adds a restored savepoint to the
+    completed-checkpoint store for the same reason). Its committables are left out: the restore
+    has just committed them, and re-committing them under a later id would be wrong for sinks
+    that commit per checkpoint id (Delta's txn version). In-progress states, the source position,
+    end of input and the fully finished operators are kept.
+
+    Returns the published metadata and its location.
+
+    Raises:
+        CheckpointStorageError: the checkpoint could not be published (the restore fails).
+    """
+    kind = CheckpointKind.FINAL if meta.kind is CheckpointKind.FINAL else CheckpointKind.CHECKPOINT
+    copy = replace(
+        meta,
+        job_id=job_id,
+        checkpoint_id=checkpoint_id,
+        kind=kind,
+        timestamp_ms=now_ms,
+        sinks={name: replace(snap, committables=()) for name, snap in meta.sinks.items()},
+    )
+    ref = storage.publish(copy)
+    log_event(
+        log,
+        logging.INFO,
+        "restored savepoint published as the newest checkpoint",
+        job=job_id,
+        checkpoint=checkpoint_id,
+        from_checkpoint=meta.checkpoint_id,
+    )
+    return copy, ref.location
+
+
 def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     """Restore a run: load the savepoint (or the latest checkpoint by listing), re-commit its
     committables, start a new checkpoint coordinator above every stored id, and abort what
@@ -293,6 +337,9 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         [*(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
         + [f for f in floors if f is not None]
     )
+    if meta is not None and savepoint_location is not None and starts_a_lineage(refs, savepoint_location):
+        meta, location = publish_lineage_start(s.storage, meta, s.job_id, max_id + 1, s.clock())
+        max_id = meta.checkpoint_id
     s.coord = CheckpointCoordinator(
         s.job_id,
         list(s.sinks.values()),

@@ -25,6 +25,8 @@ exceptions, both loud: a durable Kafka transaction the broker aborted while the 
 past the transaction timeout must fail the restore with ``TransactionLostError`` (the test then
 restarts with ``ignore_lost_on_recovery`` and stops expecting exactly those records); and a cancel
 with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to what it committed).
+A rewind to an older savepoint abandons the later checkpoints' S3 in-progress files (the replay
+writes their records again) and leaves the uploads savepoints hold (see ``model_accounting``).
 
 ``TWOPHASE_MODEL_EXAMPLES`` (default 30) sets the examples; ``TWOPHASE_MODEL_SEED`` a random seed
 (default: derandomized, the same examples every run). ``make model-check`` runs thousands.
@@ -32,12 +34,11 @@ with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to w
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -65,6 +66,7 @@ from twophase.coordinator.testing.engine_tasks import (
 )
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
+from twophase.coordinator.testing.model_accounting import s3_held_by_savepoints, s3_owed_after_a_rewind
 from twophase.coordinator.testing.model_alphabet import (
     DOWN_MS,
     DRIVER_POINTS,
@@ -83,9 +85,7 @@ from twophase.coordinator.testing.model_alphabet import (
 from twophase.coordinator.testing.s3_model import client_error
 from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.errors import (
-    TransactionLostError,
-)
+from twophase.sinks.errors import TransactionLostError
 
 
 class ProtocolModel(RuleBasedStateMachine):
@@ -102,7 +102,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.seen = 0  # landed metadata of the current storage already accounted
         self.durable_kafka: set[tuple[str, int, int]] = set()
         self.lost: set[tuple[str, int, int]] = set()
-        self.savepoints: list[tuple[str, int]] = []  # (location, the engine's next batch)
+        self.savepoints: list[tuple[str, int, Counter[str], Counter[str]]] = []  # see end()
         self.phase = "running"  # running | stopped | deleted
         self.gates: list[threading.Event] = []
         self.trace: list[str] = []
@@ -391,7 +391,8 @@ class ProtocolModel(RuleBasedStateMachine):
                 rt.finish()
             elif how in ("drain", "savepoint"):
                 ref = rt.stop_with_savepoint(drain=how == "drain")
-                self.savepoints.append((ref.location, self.next_batch))
+                landed = self.readback()["s"]  # and what S3 owes: its in-progress and uncommitted files
+                self.savepoints.append((ref.location, self.next_batch, landed, +self.expected["s"] - landed))
             elif how == "stop":
                 rt.stop()
             else:
@@ -422,9 +423,10 @@ class ProtocolModel(RuleBasedStateMachine):
         """Resume the query from the latest checkpoint, or rewind it to an older savepoint."""
         clean = self.h.runtime.state in (JobState.FINISHED, JobState.SUSPENDED)
         if older and clean and self.savepoints:
-            location, self.next_batch = self.savepoints[pick % len(self.savepoints)]
+            location, self.next_batch, landed_then, pending = self.savepoints[pick % len(self.savepoints)]
             event("resumed from an older savepoint")
             self.restart(savepoint=location)
+            self.expected["s"] = s3_owed_after_a_rewind(self.readback()["s"], landed_then, pending)
         else:
             self.restart()
 
@@ -468,6 +470,7 @@ class ProtocolModel(RuleBasedStateMachine):
             missing, extra = sorted(want - got[sink])[:10], sorted(got[sink] - want)[:10]
             self.check(got[sink] == want, f"sink {sink}: missing {missing}, extra {extra}")
         lingering = self.world.lingering(S3_PREFIX)
+        lingering["s3"] = sorted(set(lingering["s3"]) - s3_held_by_savepoints(self.storage, "s"))
         self.check(lingering == {"kafka": [], "s3": [], "delta": []}, f"lingering: {lingering}")
 
 
@@ -487,14 +490,4 @@ if "TWOPHASE_MODEL_SEED" in os.environ:
 
     ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[misc]
 
-TestProtocolModel = ProtocolModel.TestCase
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    """Thousands of lives log millions of lines; only failures matter here."""
-    logger = logging.getLogger("twophase")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    yield
-    logger.setLevel(level)
+TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(ProtocolModel.TestCase)
