@@ -47,6 +47,7 @@ from twophase.connectors.s3.formats import (
 )
 from twophase.connectors.s3.part_uploads import PartUploads
 from twophase.connectors.s3.partitioning import split_by_partition
+from twophase.connectors.s3.resume import completed_by_a_later_checkpoint
 from twophase.connectors.s3.rolling import (
     FileStats,
     TailAction,
@@ -57,7 +58,7 @@ from twophase.connectors.s3.rolling import (
 )
 from twophase.connectors.s3.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
-from twophase.sinks.errors import ConfigError, IllegalTransitionError
+from twophase.sinks.errors import ConfigError, IllegalTransitionError, TransactionLostError
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +339,8 @@ class S3Transaction:
             lru = min(self.files.values(), key=lambda o: o.last_write_ms)
             self._roll(lru.partition_path)
         restored = self.restored.pop(path, None)
-        f = self._resume(restored, now) if restored is not None else self._open(path, now)
+        f = self._resume(restored, now) if restored is not None else None
+        f = f if f is not None else self._open(path, now)
         self.files[path] = f
         return f
 
@@ -371,10 +373,27 @@ class S3Transaction:
             pool=self._pool(),
         )
 
-    def _resume(self, restored: InProgressFile, now: int) -> OpenFile:
+    def _resume(self, restored: InProgressFile, now: int) -> OpenFile | None:
+        """Resume a restored file, or ``None`` if a later checkpoint completed it (see
+        :meth:`_completed_by_a_later_checkpoint`).
+
+        Raises:
+            TransactionLostError: the file can neither be resumed nor was completed (named).
+        """
         tail = b""
-        if restored.tail_key is not None:
-            tail = self.ops.get_object(restored.tail_key, restored.tail_size)
+        try:
+            if restored.tail_key is not None:
+                tail = self.ops.get_object(restored.tail_key, restored.tail_size)
+            elif self.ops.object_size(restored.key) is not None:
+                raise TransactionLostError(f"s3://{restored.bucket}/{restored.key} is complete already")
+        except TransactionLostError as e:
+            if not completed_by_a_later_checkpoint(self.ops, restored, self.ctx):
+                raise TransactionLostError(
+                    f"S3 sink {self.ctx.sink_name!r}: the in-progress file s3://{restored.bucket}/"
+                    f"{restored.key} of the restored checkpoint ({restored.record_count} records) cannot "
+                    f"be resumed and was never completed: {e}"
+                ) from e
+            return None
         schema = self.file_schema if self.file_schema is not None else pa.schema([])
         self._log("resumed file", key=restored.key, parts=len(restored.parts), tail=restored.tail_size)
         return OpenFile(
@@ -399,8 +418,9 @@ class S3Transaction:
 
     def _roll_restored(self, path: str) -> None:
         f = self._resume(self.restored.pop(path), self.clock())
-        self.files[path] = f
-        self._roll(path)
+        if f is not None:
+            self.files[path] = f
+            self._roll(path)
 
     # --- checkpoint / end of input ----------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from twophase.connectors.s3 import S3Sink
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.coordinator.testing.s3_model import S3Model
+from twophase.sinks.errors import TransactionLostError
 
 MakeSink = Callable[..., S3Sink]
 
@@ -112,3 +113,40 @@ def test_a_zombie_attempt_overwriting_a_resumed_files_parts_is_caught_before_per
     h.runtime.finish()
     assert committed_ids(fake) == list(range(2 * big))
     assert fake.uploads == {}
+
+
+def test_a_rewind_to_a_savepoint_whose_in_progress_file_a_later_checkpoint_completed(
+    fake: S3Model, make_sink: MakeSink
+) -> None:
+    """Savepoint A holds a JSON-lines file in progress; the job goes on, the file completes at
+    its end; the job is then rewound to A. The file cannot be resumed (its upload and tail are
+    gone) but is visible: the rewound job opens a new file, and batch 2 is written again, as
+    every sink does after a rewind. Before the fix the resume failed on the missing tail at every
+    restart."""
+    h = TwoPhaseHarness([make_sink(format="jsonl")], job_id="job")
+    h.restore()
+    h.write_epoch([[lines([1])]], source_position=pos(1))
+    a = h.runtime.stop_with_savepoint(drain=False)
+    h.restart_process(savepoint_location=a.location)
+    h.write_epoch([[lines([2])]], source_position=pos(2))
+    h.runtime.finish()
+    assert committed_ids(fake) == [1, 2]
+    h.restart_process(savepoint_location=a.location)
+    h.write_epoch([[lines([2])]], source_position=pos(2))
+    h.runtime.finish()
+    assert committed_ids(fake) == [1, 2, 2]
+    assert fake.uploads == {}
+    assert [k for k in fake.object_keys() if "/tails/" in k] == []
+
+
+def test_an_in_progress_file_neither_resumable_nor_complete_is_lost_by_name(
+    fake: S3Model, make_sink: MakeSink
+) -> None:
+    h = TwoPhaseHarness([make_sink(format="jsonl")], job_id="job")
+    h.restore()
+    h.write_epoch([[lines([1])]], source_position=pos(1))
+    tails = [{"Key": k} for k in fake.object_keys() if "/tails/" in k]
+    assert tails
+    fake.delete_objects(Bucket="bucket", Delete={"Objects": tails})
+    with pytest.raises(TransactionLostError, match=r"in-progress file s3://bucket/data/out/part-.*1 records"):
+        h.write_epoch([[lines([2])]], source_position=pos(2))
