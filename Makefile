@@ -49,7 +49,7 @@ format: venv
 
 # the long service-fault cases (marker faults_long) run in `make faults` / `make chaos` instead
 test: lint prepare
-	$(BIN)/pytest tests integration -m "not faults_long and not long" $(PYTEST_ARGS)
+	$(BIN)/pytest tests integration -m "not faults_long and not long" --durations=25 $(PYTEST_ARGS)
 
 services-up: prepare
 	$(BIN)/twophase services up

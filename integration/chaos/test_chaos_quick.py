@@ -37,7 +37,9 @@ QUICK: list[Any] = [
     pytest.param(  # a worker dies pre-committed; task retried (crash points cover it in make test)
         TrialPlan(1, "fault", fault="after_pre_commit:3"), marks=pytest.mark.long
     ),
-    TrialPlan(2, "kill", kill_after_s=(17.0,)),  # kill -9 of driver, JVM and workers mid-run
+    pytest.param(  # kill -9 of driver, JVM and workers mid-run (make chaos runs hundreds)
+        TrialPlan(2, "kill", kill_after_s=(17.0,)), marks=pytest.mark.long
+    ),
 ]
 
 

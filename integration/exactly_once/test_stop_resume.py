@@ -33,10 +33,12 @@ def test_stop_with_savepoint_no_drain_then_resume(tmp_path: Path) -> None:
     _stop_then_resume(tmp_path, "savepoint", from_savepoint=True)
 
 
+@pytest.mark.long  # the runtime tests cover drain; make chaos runs this job-level case
 def test_stop_with_savepoint_drain_then_resume(tmp_path: Path) -> None:
     _stop_then_resume(tmp_path, "drain", from_savepoint=True)
 
 
+@pytest.mark.long  # the runtime tests cover a plain stop; make chaos runs this job-level case
 def test_plain_stop_then_resume_from_latest_checkpoint(tmp_path: Path) -> None:
     _stop_then_resume(tmp_path, "stop", from_savepoint=False)
 

@@ -65,6 +65,7 @@ def test_a_paused_broker_answers_nothing_until_resumed(kafka_cluster: KafkaClust
     kafka_cluster.wait_rejoined(2)
 
 
+@pytest.mark.faults_long  # two minutes: the paused endpoint's timeouts
 def test_minio_restarts_on_its_data_and_pauses(minio_controls: MinioServer) -> None:
     minio_controls.heal()
     endpoint = minio_controls.endpoint

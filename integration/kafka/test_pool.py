@@ -58,6 +58,7 @@ def test_async_commit_never_reuses_a_pending_id(kafka_bootstrap: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 80 s; async commit's pool test covers the id pool in make test
 def test_transactional_ids_held_after_100_epochs(
     kafka_bootstrap: str, record_property: Callable[[str, object], None]
 ) -> None:
