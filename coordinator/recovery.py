@@ -244,7 +244,11 @@ def starts_a_lineage(refs: Sequence[CheckpointRef], savepoint_location: str) -> 
     of this job exists) or brings a savepoint from elsewhere (it is not in this job's storage):
     then the restored state must become the job's newest checkpoint, or a failover or a driver
     restart before the next checkpoint would restore the abandoned later state instead."""
-    return not refs or refs[-1].location != savepoint_location
+
+    def place(location: str) -> str:  # the _metadata file or its directory
+        return location.rstrip("/").removesuffix("/_metadata")
+
+    return not refs or place(refs[-1].location) != place(savepoint_location)
 
 
 def publish_lineage_start(

@@ -5,6 +5,9 @@ store for the same reason)."""
 
 from __future__ import annotations
 
+from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.recovery import starts_a_lineage
+from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.testing.fakes import FakeExternalSystem
 from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.coordinator.testing.runtime_scenarios import harness, pos, records_of
@@ -49,3 +52,14 @@ def test_the_rewound_job_writes_the_replayed_batch_once_more_and_finishes_exactl
     assert records_of(system, "k") == ["a", "b", "b"]
     assert records_of(system, "f") == ["a", "b"]
     assert system.lingering() == set() and system.violations == []
+
+
+def test_resuming_the_newest_savepoint_by_its_directory_starts_no_lineage() -> None:
+    refs = [
+        CheckpointRef(1, CheckpointKind.CHECKPOINT, "/c/job/chk-1/_metadata"),
+        CheckpointRef(2, CheckpointKind.SAVEPOINT, "/c/job/savepoints/sp-2/_metadata"),
+    ]
+    assert not starts_a_lineage(refs, "/c/job/savepoints/sp-2/")
+    assert not starts_a_lineage(refs, "/c/job/savepoints/sp-2/_metadata")
+    assert starts_a_lineage(refs, "/c/job/chk-1")  # a rewind
+    assert starts_a_lineage([], "s3://elsewhere/job/savepoints/sp-9/_metadata")  # a new directory
