@@ -18,6 +18,16 @@ from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.services.kafka_cluster import KafkaCluster
 from twophase.integration.services.minio_server import MinioServer
 
+JOB_CASE_MARKS = [
+    pytest.mark.faults,
+    pytest.mark.spark,
+    pytest.mark.kafka,
+    pytest.mark.s3,
+    pytest.mark.delta,
+    pytest.mark.slow,
+]
+"""The marks of every fault case that runs a job (its services and speed)."""
+
 BUCKET = "twophase-faults"
 _RESULTS: list[FaultResult] = []
 

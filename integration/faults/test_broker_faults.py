@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from twophase.connectors.kafka import naming
-from twophase.integration.faults.conftest import BUCKET
+from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
     MOMENTS,
     Action,
@@ -30,14 +30,7 @@ from twophase.integration.services.kafka_cluster import KafkaCluster
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.spark,
-    pytest.mark.kafka,
-    pytest.mark.s3,
-    pytest.mark.delta,
-    pytest.mark.slow,
-]
+pytestmark = JOB_CASE_MARKS
 
 DOWN_S = 15.0
 """How long a killed broker stays down: past ``broker.session.timeout.ms`` (6 s), so the controller

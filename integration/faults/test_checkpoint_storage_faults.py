@@ -19,12 +19,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
-
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.storage import CheckpointStorage, S3Options, open_storage
-from twophase.integration.faults.conftest import BUCKET
+from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
     EXPECTED_RECORDS,
     FaultResult,
@@ -41,14 +39,7 @@ from twophase.sinks.errors import CheckpointStorageError, JobError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.spark,
-    pytest.mark.kafka,
-    pytest.mark.s3,
-    pytest.mark.delta,
-    pytest.mark.slow,
-]
+pytestmark = JOB_CASE_MARKS
 
 
 def causes(error: BaseException | None) -> list[BaseException]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from twophase.integration.faults.conftest import BUCKET
+from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
     EXPECTED_RECORDS,
     FaultResult,
@@ -34,14 +34,7 @@ from twophase.integration.jobs.flights import KAFKA_SINK, FlightsEndpoints
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.spark,
-    pytest.mark.kafka,
-    pytest.mark.s3,
-    pytest.mark.delta,
-    pytest.mark.slow,
-]
+pytestmark = JOB_CASE_MARKS
 
 TIMEOUT_MS = 15_000
 """The Kafka sink's ``transaction.timeout.ms`` in this case (the brokers check every second)."""

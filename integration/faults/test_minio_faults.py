@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from twophase.integration.faults.conftest import BUCKET
+from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
     MOMENTS,
     Action,
@@ -34,14 +34,7 @@ from twophase.integration.services.minio_server import MinioServer
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.spark,
-    pytest.mark.kafka,
-    pytest.mark.s3,
-    pytest.mark.delta,
-    pytest.mark.slow,
-]
+pytestmark = JOB_CASE_MARKS
 
 DOWN_S = 10.0
 """How long a killed MinIO stays down."""
