@@ -5,6 +5,7 @@ There is no Docker engine here, so the files are parsed, not run.
 
 from __future__ import annotations
 
+import importlib
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -56,7 +57,14 @@ def _dockerfile_args(path: Path) -> dict[str, str]:
 
 
 def test_services_present(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"kafka", "minio", "app"}
+    assert set(compose["services"]) == {
+        "kafka",
+        "minio",
+        "app",
+        "spark-master",
+        "spark-worker-1",
+        "spark-worker-2",
+    }
 
 
 def test_kafka_image_and_settings_match_native_broker(compose: dict[str, Any]) -> None:
@@ -89,11 +97,31 @@ def test_app_toolchain_matches_native_requirements() -> None:
     assert f"openjdk-{versions.JAVA_VERSION}-" in app
 
 
+def test_the_images_python_snippets_import_what_exists() -> None:
+    """Every ``from X import Y`` in a Dockerfile's ``python -c`` resolves (the import root is
+    ``twophase``; a stale ``from integration…`` broke the image's build)."""
+    for dockerfile in DOCKER.glob("*.Dockerfile"):
+        for module, names in re.findall(r"from ([\w.]+) import ([\w, ]+?);", dockerfile.read_text()):
+            imported = importlib.import_module(module)
+            for name in names.split(","):
+                assert hasattr(imported, name.strip()), f"{dockerfile.name}: {module}.{name.strip()}"
+
+
+def test_the_spark_cluster_services_run_pysparks_own_master_and_workers(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    master = " ".join(services["spark-master"]["command"])
+    assert "org.apache.spark.deploy.master.Master" in master and "--port 7077" in master
+    for name in ("spark-worker-1", "spark-worker-2"):
+        worker = " ".join(services[name]["command"])
+        assert "org.apache.spark.deploy.worker.Worker spark://spark-master:7077" in worker
+        assert services[name]["depends_on"] == ["spark-master"]
+
+
 def test_ports_bind_localhost_only(compose: dict[str, Any]) -> None:
     published = [port for service in compose["services"].values() for port in service.get("ports", [])]
     assert published
     assert all(str(port).startswith("127.0.0.1:") for port in published)
-    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9000", "9001"}
+    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9000", "9001", "8080"}
 
 
 def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:

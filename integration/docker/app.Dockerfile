@@ -17,5 +17,5 @@ WORKDIR /src
 COPY . /src
 # the venv, then Kafka's and Spark's jars resolved once into the image's cache
 RUN make venv \
- && /opt/venv/bin/python -c "from twophase.integration.services.kafka import kafka_libs; from integration.spark import spark_jars; kafka_libs(); spark_jars()"
+ && /opt/venv/bin/python -c "from twophase.integration.services.kafka import kafka_libs; from twophase.integration.spark import spark_jars; kafka_libs(); spark_jars()"
 CMD ["make", "demo"]
