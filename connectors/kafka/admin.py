@@ -39,6 +39,13 @@ NETWORK_ERRORS: tuple[type[BaseException], ...] = (
 TRANSACTIONAL_ID_NOT_FOUND = 105
 COORDINATOR_MOVED = frozenset({14, 15, 16})
 """COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask FindCoordinator again."""
+COORDINATOR_MOVED_ERRORS = (
+    kerrors.CoordinatorLoadInProgressError,
+    kerrors.CoordinatorNotAvailableError,
+    kerrors.NotCoordinatorError,
+)
+COORDINATOR_MOVED_ATTEMPTS = 3
+"""DescribeTransactions attempts when the answers say the coordinator moved."""
 
 
 @dataclass(frozen=True)
@@ -156,14 +163,28 @@ class KafkaAdmin:
     def describe_transactions(self, transactional_ids: list[str]) -> dict[str, TransactionSnapshot]:
         """DescribeTransactions for each id; ids the coordinator does not know are left out.
 
+        An answer that says the coordinator moved (NOT_COORDINATOR and friends) re-finds it and
+        asks again, up to :data:`COORDINATOR_MOVED_ATTEMPTS` times in all (a broker restart or a
+        leader change moves coordinators; callers such as lingering cleanup must not fail for it).
+
         Raises:
-            one of :data:`NETWORK_ERRORS`, or a kafka-python error for other per-id failures
-            (authorization).
+            one of :data:`NETWORK_ERRORS` (the coordinator kept moving, or no answer), or a
+            kafka-python error for other per-id failures (authorization).
         """
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(COORDINATOR_MOVED_ATTEMPTS),
+            wait=tenacity.wait_exponential(multiplier=0.05, max=1),
+            retry=tenacity.retry_if_exception_type(COORDINATOR_MOVED_ERRORS),
+            reraise=True,
+        )
+        return retrying(self._describe_once, transactional_ids)
+
+    def _describe_once(self, transactional_ids: list[str]) -> dict[str, TransactionSnapshot]:
         by_node: dict[int, list[str]] = {}
         for txn_id in transactional_ids:
             by_node.setdefault(self._coordinator(txn_id, False), []).append(txn_id)
         out: dict[str, TransactionSnapshot] = {}
+        failures: list[BaseException] = []
         for node, ids in by_node.items():
             try:
                 answers = self._transport.describe_transactions(node, ids)
@@ -173,11 +194,13 @@ class KafkaAdmin:
             for txn in answers:
                 if txn.error_code == TRANSACTIONAL_ID_NOT_FOUND:
                     continue
-                if txn.error_code in COORDINATOR_MOVED:
-                    self._forget([txn.transactional_id])
                 error = kerrors.for_code(txn.error_code)
                 if error is not kerrors.NoError:
-                    raise error(f"DescribeTransactions({txn.transactional_id!r})")
+                    # every moved id is forgotten before raising, so one retry re-finds them all
+                    if txn.error_code in COORDINATOR_MOVED:
+                        self._forget([txn.transactional_id])
+                    failures.append(error(f"DescribeTransactions({txn.transactional_id!r})"))
+                    continue
                 out[txn.transactional_id] = TransactionSnapshot(
                     transactional_id=txn.transactional_id,
                     state=txn.state,
@@ -186,6 +209,8 @@ class KafkaAdmin:
                     transaction_timeout_ms=txn.transaction_timeout_ms,
                     transaction_start_time_ms=txn.transaction_start_time_ms,
                 )
+        if failures:  # non-retriable ones first: retrying does not help them
+            raise min(failures, key=lambda e: isinstance(e, COORDINATOR_MOVED_ERRORS))
         return out
 
     def describe_transaction(self, transactional_id: str) -> TransactionSnapshot | None:

@@ -59,10 +59,24 @@ def test_a_moved_coordinator_is_found_again_for_describe_transactions() -> None:
     open_transaction(model, "t-1")
     admin.describe_transaction("t-1")
     model.move_coordinators()
-    with pytest.raises(kerrors.NotCoordinatorError):
-        admin.describe_transaction("t-1")
+    # NOT_COORDINATOR from the cached one: found again and asked again within the same call (a
+    # caller such as lingering cleanup must not fail because a broker restarted)
     snapshot = admin.describe_transaction("t-1")
     assert snapshot is not None and snapshot.state == "Ongoing" and transport.finds == 2
+
+
+def test_every_moved_coordinator_is_found_again_in_one_describe() -> None:
+    """Found by the model-based test: one answer raised before the other moved ids were
+    forgotten, so a retry re-found one coordinator per attempt and lingering cleanup gave up."""
+    model = KafkaModel()
+    transport = CountingTransport(model)
+    admin = KafkaAdmin(transport, "model")  # type: ignore[arg-type]
+    ids = [f"t-{i}" for i in range(8)]
+    for txn_id in ids:
+        open_transaction(model, txn_id)
+    admin.describe_transactions(ids)
+    model.move_coordinators()
+    assert sorted(admin.describe_transactions(ids)) == ids
 
 
 def test_an_unreachable_coordinator_is_found_again() -> None:

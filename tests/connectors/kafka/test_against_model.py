@@ -86,6 +86,19 @@ def test_commits_find_the_coordinator_again_after_it_moves() -> None:
     assert model.ongoing() == []
 
 
+def test_cancel_aborts_lingering_transactions_after_the_coordinators_moved() -> None:
+    """Found by the model-based test (seed 3): lingering cleanup's DescribeTransactions met
+    NOT_COORDINATOR after a broker restart moved the coordinators and failed the cancel with
+    "stopped answering", leaving the open transactions."""
+    h, model = setup(pool_size=4)
+    h.restore()
+    h.write_epoch(rows(1, partitions=6), source_position=pos(1))  # the admin caches 6 coordinators
+    model.move_coordinators()
+    h.runtime.cancel()
+    assert committed(model) == expected([1], partitions=6)
+    assert model.ongoing() == []
+
+
 def test_async_commit_never_lets_the_pool_wrap_onto_a_checkpoint_still_committing() -> None:
     """#14 scenario 3: with asynchronous commit, checkpoint c commits while later epochs write. A
     slow commit must hold back the epoch whose pooled transactional id is c's, or that epoch's
