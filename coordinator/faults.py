@@ -7,12 +7,16 @@ hits are counted across every process that shares it (one file per hit, created 
 that an executor-side fault that kills a Python worker fires once, not once per new worker.
 
 The exit is ``os._exit``: no ``finally`` blocks, no atexit hooks, no flushing — a real crash.
+With ``TWOPHASE_FAULT_KILL=executor``, an executor-side point kills the whole executor JVM that
+runs the task first (SIGKILL to the ancestor process running Spark's executor backend): executor
+loss mid-write on a cluster, not only a Python worker's death.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from collections import Counter
 from typing import Final
@@ -23,6 +27,8 @@ log = logging.getLogger(__name__)
 
 ENV: Final = "TWOPHASE_FAULT"
 STATE_ENV: Final = "TWOPHASE_FAULT_STATE"
+KILL_ENV: Final = "TWOPHASE_FAULT_KILL"
+EXECUTOR_BACKEND: Final = b"CoarseGrainedExecutorBackend"
 EXIT_STATUS: Final = 137
 
 POINTS: Final = frozenset(
@@ -83,7 +89,24 @@ def fault_point(name: str) -> None:
         log_event(log, logging.WARNING, "fault injected", point=name, hit=hit, pid=os.getpid())
         for handler in logging.getLogger().handlers:
             handler.flush()
+        if os.environ.get(KILL_ENV) == "executor":
+            _kill_executor_jvm()
         os._exit(EXIT_STATUS)
+
+
+def _kill_executor_jvm() -> None:
+    """SIGKILL the nearest ancestor running Spark's executor backend (none: nothing happens)."""
+    pid = os.getppid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if EXECUTOR_BACKEND in f.read():
+                    os.kill(pid, signal.SIGKILL)
+                    return
+            with open(f"/proc/{pid}/stat", "rb") as f:  # "pid (comm) state ppid ..."
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return
 
 
 def _local_hit(name: str) -> int:

@@ -24,14 +24,20 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    return (
+    builder = (
         SparkSession.builder.master(master)
         .appName("twophase-jobscript")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    if master.startswith("spark://"):
+        # executors of a standalone cluster do not inherit this process's environment
+        builder = builder.config("spark.executor.cores", "1").config("spark.pyspark.python", sys.executable)
+        for key, value in os.environ.items():
+            if key.startswith("TWOPHASE_FAULT"):
+                builder = builder.config(f"spark.executorEnv.{key}", value)
+    return builder.getOrCreate()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,13 +50,18 @@ class Run:
     log: str
 
 
-def run_job(root: Path, *args: str, fault: str | None = None, timeout: float = 300) -> Run:
-    """Run the job script once; ``fault`` sets ``TWOPHASE_FAULT`` (counted across processes)."""
+def run_job(
+    root: Path, *args: str, fault: str | None = None, kill: str | None = None, timeout: float = 300
+) -> Run:
+    """Run the job script once; ``fault`` sets ``TWOPHASE_FAULT`` (counted across processes),
+    ``kill`` sets ``TWOPHASE_FAULT_KILL`` (``"executor"``: the fault kills the executor JVM)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_FAULT")}
     env["PYSPARK_PYTHON"] = sys.executable
     if fault:
         env["TWOPHASE_FAULT"] = fault
         env["TWOPHASE_FAULT_STATE"] = str(root / "fault-state" / fault.replace(":", "_"))
+    if kill:
+        env["TWOPHASE_FAULT_KILL"] = kill
     proc = subprocess.run(
         [sys.executable, "-m", "twophase.integration.exactly_once.jobscript", "--root", str(root), *args],
         cwd=REPO,

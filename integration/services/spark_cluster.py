@@ -1,0 +1,147 @@
+"""A Spark standalone cluster on loopback, started natively from the pyspark package (issue #17).
+
+:class:`SparkCluster` runs one master and ``workers`` workers with ``bin/spark-class`` from
+pyspark's own installation (``org.apache.spark.deploy.master.Master`` and
+``...deploy.worker.Worker``), each in its own process group, on 127.0.0.1 with free ports, each
+worker with its own work directory, cores and memory. Executors are other JVMs (children of the
+workers) with their own Python workers: what ``local[n]`` hides (pickling to executors, executor
+loss) is real here. ``TWOPHASE_SPARK_MASTER`` names an existing cluster instead
+(:func:`spark_master_from_env`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+from twophase.integration.services.process import HOST, ManagedProcess, free_port
+from twophase.sinks.errors import ServiceUnavailableError
+
+log = logging.getLogger(__name__)
+
+ENV_MASTER = "TWOPHASE_SPARK_MASTER"
+EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def spark_home() -> Path:
+    """The pyspark installation, which holds ``bin/spark-class`` and the jars."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def spark_master_from_env() -> str | None:
+    """``TWOPHASE_SPARK_MASTER`` (``spark://host:port``), or ``None`` when unset."""
+    return os.environ.get(ENV_MASTER) or None
+
+
+class SparkCluster:
+    """One standalone master and its workers; stop with :meth:`stop` (also at interpreter exit).
+
+    Args:
+        root: a folder for the logs and the workers' work directories.
+        workers: how many workers (≥ 1).
+        cores: cores per worker.
+        memory: memory per worker, Spark's notation (``"1g"``).
+        timeout_s: bound of the readiness wait, seconds.
+
+    Attributes:
+        master_url: ``spark://127.0.0.1:<port>``.
+        ui_url: the master's web UI (its ``/json`` lists the alive workers).
+
+    Raises:
+        ServiceUnavailableError: the cluster did not come up within ``timeout_s`` (with the log tail).
+    """
+
+    def __init__(
+        self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g", timeout_s: float = 120.0
+    ) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        port, ui_port = free_port(), free_port()
+        self.master_url = f"spark://{HOST}:{port}"
+        self.ui_url = f"http://{HOST}:{ui_port}"
+        home = spark_home()
+        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1"}
+        spark_class = str(home / "bin" / "spark-class")
+        self.master = ManagedProcess(
+            "spark-master",
+            [
+                *(spark_class, "org.apache.spark.deploy.master.Master", "--host", HOST),
+                *("--port", str(port), "--webui-port", str(ui_port)),
+            ],
+            root / "master.log",
+            env,
+            root,
+        )
+        self.workers: list[ManagedProcess] = []
+        try:
+            for i in range(workers):
+                work = root / f"worker-{i}"
+                work.mkdir(exist_ok=True)
+                self.workers.append(
+                    ManagedProcess(
+                        f"spark-worker-{i}",
+                        [
+                            *(spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url),
+                            *("--host", HOST, "--cores", str(cores), "--memory", memory),
+                            *("--work-dir", str(work), "--webui-port", str(free_port())),
+                        ],
+                        root / f"worker-{i}.log",
+                        env,
+                        root,
+                    )
+                )
+            self.wait_workers(workers, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def alive_workers(self) -> int:
+        """How many workers the master counts alive (0 while its UI does not answer)."""
+        try:
+            with urllib.request.urlopen(self.ui_url + "/json/", timeout=2) as resp:
+                return int(json.load(resp).get("aliveworkers", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def wait_workers(self, n: int, timeout_s: float) -> None:
+        """Wait until ``n`` workers are alive.
+
+        Raises:
+            ServiceUnavailableError: not within ``timeout_s`` seconds.
+        """
+        deadline = time.monotonic() + timeout_s
+        while self.alive_workers() < n:
+            if time.monotonic() > deadline or not self.master.running():
+                raise ServiceUnavailableError(
+                    f"Spark standalone cluster at {self.master_url}: {self.alive_workers()} of {n} workers "
+                    f"alive after {timeout_s:.0f} s; master log: {self.master.log_tail()}"
+                )
+            time.sleep(0.5)
+        log.info("spark cluster ready master=%s workers=%d", self.master_url, n)
+
+    def stop(self) -> None:
+        """Stop the workers (and their executors), then the master; idempotent."""
+        for w in self.workers:
+            w.stop()
+        self.master.stop()
+
+
+def executor_pids() -> list[int]:
+    """Process ids of every executor JVM on this machine (by its main class in ``/proc``)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if EXECUTOR_MAIN.encode() in cmdline:
+            pids.append(int(entry.name))
+    return pids

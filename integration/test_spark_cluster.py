@@ -1,0 +1,63 @@
+"""A real Spark standalone cluster (issue #17): a master and two workers from pyspark's own jars,
+executors in their own JVMs. The job runs on it and an executor JVM is killed mid-write: its
+task runs again on the other executor, and every record lands exactly once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from twophase.integration.exactly_once.support import assert_exactly_once, make_input, run_job
+from twophase.integration.services.spark_cluster import SparkCluster, executor_pids, spark_master_from_env
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path | None]]:
+    """``TWOPHASE_SPARK_MASTER``, or a native cluster of two one-core workers for this module:
+    the master URL and, for the native one, the folder holding the workers' work directories."""
+    given = spark_master_from_env()
+    if given is not None:
+        yield given, None
+        return
+    root = tmp_path_factory.mktemp("spark-cluster")
+    cluster = SparkCluster(root, workers=2, cores=1, memory="1g")
+    try:
+        yield cluster.master_url, root
+    finally:
+        cluster.stop()
+
+
+def executors_launched(root: Path) -> int:
+    """Executors the workers launched (one work directory each: worker-i/app-…/<executor id>)."""
+    return sum(1 for d in root.glob("worker-*/app-*/*") if d.is_dir())
+
+
+def test_an_executor_killed_mid_write_on_a_cluster_is_exactly_once(
+    spark_cluster: tuple[str, Path | None], tmp_path: Path
+) -> None:
+    spark_master, work = spark_cluster
+    expected = make_input(tmp_path, files=4)
+    run = run_job(
+        tmp_path,
+        "--master",
+        spark_master,
+        "--sinks",
+        "a,b",
+        fault="mid_write:2",
+        kill="executor",
+        timeout=600,
+    )
+    assert run.returncode == 0, run.log
+    assert (tmp_path / "fault-state" / "mid_write_2" / "mid_write.2").exists()  # the kill fired
+    assert_exactly_once(tmp_path, ["a", "b"], expected)
+    deadline = time.monotonic() + 60  # the workers stop the application's executors after it ends
+    while executor_pids() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert executor_pids() == []
+    if work is not None:  # two executors, one killed mid-write (exit 137) and replaced
+        assert executors_launched(work) == 3
