@@ -375,25 +375,26 @@ class S3Transaction:
 
     def _resume(self, restored: InProgressFile, now: int) -> OpenFile | None:
         """Resume a restored file, or ``None`` if a later checkpoint completed it (see
-        :meth:`_completed_by_a_later_checkpoint`).
+        :func:`~twophase.connectors.s3.resume.completed_by_a_later_checkpoint`).
 
         Raises:
             TransactionLostError: the file can neither be resumed nor was completed (named).
         """
         tail = b""
-        try:
-            if restored.tail_key is not None:
+        if restored.tail_key is None:
+            if completed_by_a_later_checkpoint(self.ops, restored, self.ctx):
+                return None
+        else:
+            try:
                 tail = self.ops.get_object(restored.tail_key, restored.tail_size)
-            elif self.ops.object_size(restored.key) is not None:
-                raise TransactionLostError(f"s3://{restored.bucket}/{restored.key} is complete already")
-        except TransactionLostError as e:
-            if not completed_by_a_later_checkpoint(self.ops, restored, self.ctx):
+            except TransactionLostError as e:
+                if completed_by_a_later_checkpoint(self.ops, restored, self.ctx):
+                    return None
                 raise TransactionLostError(
                     f"S3 sink {self.ctx.sink_name!r}: the in-progress file s3://{restored.bucket}/"
                     f"{restored.key} of the restored checkpoint ({restored.record_count} records) cannot "
                     f"be resumed and was never completed: {e}"
                 ) from e
-            return None
         schema = self.file_schema if self.file_schema is not None else pa.schema([])
         self._log("resumed file", key=restored.key, parts=len(restored.parts), tail=restored.tail_size)
         return OpenFile(
