@@ -365,7 +365,8 @@ def run_trials(
 
 
 def write_report(path: Path, results: list[TrialResult], params: dict[str, object]) -> None:
-    """Write the chaos report (Markdown): what was run, totals, one row per trial."""
+    """Write the chaos report (Markdown): what was run, totals, one row per trial. Creates the
+    report's folder (``build/`` is not in a fresh clone)."""
     violations = sum(len(r.violations) for r in results)
     kills = sum(r.kills for r in results)
     faults = sum(1 for r in results if r.plan.kind == "fault")
@@ -428,6 +429,7 @@ def write_report(path: Path, results: list[TrialResult], params: dict[str, objec
             f"{r.restarts} | "
             f"{cell('kafka')} | {cell('s3')} | {cell('delta')} | {lingering} | {r.seconds:.0f} | {verdict} |"
         )
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
 

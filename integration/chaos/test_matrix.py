@@ -14,6 +14,7 @@ from twophase.integration.chaos.runner import (
     fault_hits,
     fault_matrix,
     plan_matrix,
+    write_report,
 )
 from twophase.integration.jobs.flights_spec import MANIFEST, FlightsJobSpec
 from twophase.sinks.errors import ConfigError
@@ -78,3 +79,10 @@ def test_bad_settings_are_refused_before_a_run() -> None:
         FlightsJobSpec(job_id="j", work_dir="/tmp/x", s3_format="avro")
     with pytest.raises(ConfigError, match="checkpoint_uri"):
         FlightsJobSpec(job_id="j", work_dir="/tmp/x", checkpoint_uri="/local/path")
+
+
+def test_the_report_is_written_into_a_folder_a_fresh_clone_lacks(tmp_path: Path) -> None:
+    """A 45-minute run lost its report: build/ did not exist in the clean clone."""
+    report = tmp_path / "build" / "chaos-report.md"
+    write_report(report, [], {"trials": 0})
+    assert report.read_text().startswith("# Chaos report")
