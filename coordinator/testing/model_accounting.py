@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 
 from twophase.connectors.s3.committable import IN_PROGRESS_CODEC
-from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.storage.base import CheckpointStorage
 
 
@@ -23,18 +22,18 @@ def s3_owed_after_a_rewind(
     return landed + (pending - (landed - landed_then))
 
 
-def s3_held_by_savepoints(storage: CheckpointStorage, sink: str) -> set[str]:
-    """The keys of the S3 uploads and tail objects that the savepoints in ``storage`` hold in
-    progress for ``sink``. They are not lingering: a savepoint stays restorable (after a rewind,
-    the abandoned lineage's savepoints still hold theirs), as in Flink, until it is deleted.
+def s3_held_by_stored_checkpoints(storage: CheckpointStorage, sink: str) -> set[str]:
+    """The keys of the S3 uploads and tail objects that the checkpoints and savepoints still in
+    ``storage`` hold in progress for ``sink``. They are not lingering: a retained checkpoint or
+    a savepoint stays restorable. After a rewind, the abandoned lineage's savepoints, and its
+    checkpoints until retention deletes them, still hold theirs (a data loss would show as
+    missing records, not here).
 
     Raises:
-        CorruptCheckpointError: a savepoint cannot be read.
+        CorruptCheckpointError: a checkpoint cannot be read.
     """
     held: set[str] = set()
     for ref in storage.list_checkpoints():
-        if ref.kind is not CheckpointKind.SAVEPOINT:
-            continue
         snap = storage.load(ref).sinks.get(sink)
         for state in snap.in_progress.values() if snap is not None else ():
             for f in IN_PROGRESS_CODEC.from_json(state).files:

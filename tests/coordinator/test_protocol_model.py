@@ -26,7 +26,7 @@ past the transaction timeout must fail the restore with ``TransactionLostError``
 restarts with ``ignore_lost_on_recovery`` and stops expecting exactly those records); and a cancel
 with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to what it committed).
 A rewind to an older savepoint abandons the later checkpoints' S3 in-progress files (the replay
-writes their records again) and leaves the uploads savepoints hold (see ``model_accounting``).
+writes their records again) and leaves the uploads stored checkpoints hold (``model_accounting``).
 
 ``TWOPHASE_MODEL_EXAMPLES`` (default 30) sets the examples; ``TWOPHASE_MODEL_SEED`` a random seed
 (default: derandomized, the same examples every run). ``make model-check`` runs thousands.
@@ -66,7 +66,10 @@ from twophase.coordinator.testing.engine_tasks import (
 )
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
-from twophase.coordinator.testing.model_accounting import s3_held_by_savepoints, s3_owed_after_a_rewind
+from twophase.coordinator.testing.model_accounting import (
+    s3_held_by_stored_checkpoints,
+    s3_owed_after_a_rewind,
+)
 from twophase.coordinator.testing.model_alphabet import (
     DOWN_MS,
     DRIVER_POINTS,
@@ -474,7 +477,7 @@ class ProtocolModel(RuleBasedStateMachine):
             missing, extra = sorted(want - got[sink])[:10], sorted(got[sink] - want)[:10]
             self.check(got[sink] == want, f"sink {sink}: missing {missing}, extra {extra}")
         lingering = self.world.lingering(S3_PREFIX)
-        lingering["s3"] = sorted(set(lingering["s3"]) - s3_held_by_savepoints(self.storage, "s"))
+        lingering["s3"] = sorted(set(lingering["s3"]) - s3_held_by_stored_checkpoints(self.storage, "s"))
         self.check(lingering == {"kafka": [], "s3": [], "delta": []}, f"lingering: {lingering}")
 
 
