@@ -37,13 +37,14 @@ NETWORK_ERRORS: tuple[type[BaseException], ...] = (
 """Failures that mean "try again later", never "the transaction is gone"."""
 
 TRANSACTIONAL_ID_NOT_FOUND = 105
-COORDINATOR_MOVED = frozenset({14, 15, 16})
-"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask FindCoordinator again."""
 COORDINATOR_MOVED_ERRORS = (
     kerrors.CoordinatorLoadInProgressError,
     kerrors.CoordinatorNotAvailableError,
     kerrors.NotCoordinatorError,
 )
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask FindCoordinator again."""
+COORDINATOR_MOVED = frozenset(e.errno for e in COORDINATOR_MOVED_ERRORS)
+"""Their error codes (14, 15, 16)."""
 COORDINATOR_MOVED_ATTEMPTS = 3
 """DescribeTransactions attempts when the answers say the coordinator moved."""
 

@@ -18,13 +18,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from twophase.coordinator.faults import EXECUTOR_BACKEND
 from twophase.integration.services.process import HOST, ManagedProcess, free_port
 from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 
 ENV_MASTER = "TWOPHASE_SPARK_MASTER"
-EXECUTOR_MAIN = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 def spark_home() -> Path:
@@ -133,7 +133,8 @@ class SparkCluster:
 
 
 def executor_pids() -> list[int]:
-    """Process ids of every executor JVM on this machine (by its main class in ``/proc``)."""
+    """Process ids of every executor JVM on this machine (by Spark's executor backend in
+    ``/proc``, the name the executor-kill fault looks for too)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -142,6 +143,6 @@ def executor_pids() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if EXECUTOR_MAIN.encode() in cmdline:
+        if EXECUTOR_BACKEND in cmdline:
             pids.append(int(entry.name))
     return pids
