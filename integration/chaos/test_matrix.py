@@ -7,13 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from twophase.integration.chaos import runner
 from twophase.integration.chaos.matrix import CONFIGS, configs_named
 from twophase.integration.chaos.runner import (
     DRIVER_POINTS,
     EXECUTOR_POINTS,
+    TrialPlan,
+    TrialResult,
     fault_hits,
     fault_matrix,
     plan_matrix,
+    run_trials,
     write_report,
 )
 from twophase.integration.jobs.flights_spec import MANIFEST, FlightsJobSpec
@@ -86,3 +90,26 @@ def test_the_report_is_written_into_a_folder_a_fresh_clone_lacks(tmp_path: Path)
     report = tmp_path / "build" / "chaos-report.md"
     write_report(report, [], {"trials": 0})
     assert report.read_text().startswith("# Chaos report")
+
+
+def test_a_kill_that_missed_the_run_counts_as_a_plain_run_and_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 2026-11-25 run sent 5 of 6 kills: one job finished before its kill moment."""
+    ran: list[TrialPlan] = []
+
+    def fake_run_trial(plan: TrialPlan, *_: object) -> TrialResult:
+        ran.append(plan)
+        result = TrialResult(plan, f"job{plan.index}r{plan.rerun}", first_run_s=20.0)
+        landed = plan.kind == "kill" and max(plan.kill_after_s) < 20.0
+        result.exit_codes = [-9, 0] if landed else [0]
+        result.kills = int(landed)
+        return result
+
+    monkeypatch.setattr(runner, "run_trial", fake_run_trial)
+    # no plain run before it (a continued run): the kill is drawn from 30 s and misses a 20 s run
+    results = run_trials([TrialPlan(7, "kill", kill_at=(0.8,))], tmp_path, None, None, 14, 6)  # type: ignore[arg-type]
+    assert [r.plan.kind for r in results] == ["plain", "kill"]
+    assert [r.plan.rerun for r in results] == [0, 1]
+    assert ran[1].kill_after_s == (16.0,)  # 80 % of the 20 s it just measured
+    assert results[1].kills == 1
