@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "S3SinkConfig": "twophase.connectors.s3",
     "DeltaSink": "twophase.connectors.delta",
     "DeltaSinkConfig": "twophase.connectors.delta",
+    "S3Options": "twophase.sinks.s3_options",
 }
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "KafkaSinkConfig",
     "RestartStrategy",
     "RuntimeConfig",
+    "S3Options",
     "S3Sink",
     "S3SinkConfig",
 ]
@@ -67,6 +69,7 @@ if TYPE_CHECKING:
     from twophase.coordinator.spark.handle import JobHandle
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.spark.results import JobResult
+    from twophase.sinks.s3_options import S3Options
 
 
 def __getattr__(name: str) -> Any:

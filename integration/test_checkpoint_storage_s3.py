@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.storage import S3Options, open_storage
+from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.s3 import S3CheckpointStorage
 from twophase.integration.services.s3 import S3Endpoint
@@ -85,9 +85,7 @@ def bucket(client: S3Client) -> Iterator[str]:
 @pytest.fixture
 def storage(s3_endpoint: S3Endpoint, bucket: str) -> S3CheckpointStorage:
     """Opened the way a job opens it: by location, with explicit options."""
-    options = S3Options(
-        s3_endpoint.endpoint_url, s3_endpoint.access_key, s3_endpoint.secret_key, None, s3_endpoint.region
-    )
+    options = s3_endpoint.s3_options()
     s = open_storage(f"s3://{bucket}/{PREFIX}", "job-1", s3_options=options, env={})
     assert isinstance(s, S3CheckpointStorage)
     return s

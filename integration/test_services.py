@@ -128,7 +128,7 @@ def test_storage_options_let_deltalake_write_and_read(s3_endpoint: S3Endpoint) -
     bucket = f"services-{uuid.uuid4().hex[:8]}"
     s3_endpoint.ensure_bucket(bucket)
     uri = f"s3://{bucket}/table"
-    options = s3_endpoint.storage_options()
+    options = s3_endpoint.s3_options().delta_rs_options()
 
     write_deltalake(uri, pa.table({"id": list(range(10))}), storage_options=options)
     write_deltalake(uri, pa.table({"id": list(range(10, 15))}), mode="append", storage_options=options)
@@ -141,4 +141,5 @@ def test_storage_options_let_deltalake_write_and_read(s3_endpoint: S3Endpoint) -
 def test_s3_endpoint_repr_hides_the_secret() -> None:
     endpoint = S3Endpoint("http://127.0.0.1:9", "key", "very-secret-value")
     assert "very-secret-value" not in repr(endpoint)
-    assert endpoint.storage_options()["AWS_ALLOW_HTTP"] == "true"
+    assert "very-secret-value" not in repr(endpoint.s3_options())
+    assert endpoint.s3_options().delta_rs_options()["AWS_ALLOW_HTTP"] == "true"

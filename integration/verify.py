@@ -34,7 +34,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.storage import S3Options, open_storage
+from twophase.coordinator.storage import open_storage
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights import (
     DELTA_SINK,
@@ -371,15 +371,9 @@ def verify_delta(
 
 def checkpoint_state(spec: FlightsJobSpec, endpoints: FlightsEndpoints | None = None) -> tuple[bool, str]:
     """Whether the job's latest checkpoint is final (end of input); and a description. Checkpoints
-    on ``s3://`` are read with ``endpoints``' credentials (else ``TWOPHASE_S3_*``)."""
+    on ``s3://`` are read with ``endpoints``' credentials (else the standard AWS chain)."""
     s3 = endpoints.s3 if endpoints is not None else None
-    options = (
-        S3Options(
-            endpoint_url=s3.endpoint_url, access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region
-        )
-        if s3 is not None
-        else None
-    )
+    options = s3.s3_options() if s3 is not None else None
     try:
         latest = open_storage(spec.checkpoint_dir, spec.job_id, s3_options=options).latest()
     except Exception as e:

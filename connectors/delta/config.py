@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_options import S3Options
 
 COMPRESSIONS = frozenset({"snappy", "zstd", "gzip", "lz4", "brotli", "none"})
 """Parquet codecs Spark's Parquet reader understands (``none`` = uncompressed)."""
@@ -30,14 +31,14 @@ class DeltaSinkConfig:
         columns: the sink's projection of each incoming batch (DESIGN.md §6): only these columns, in
             this order, are written (the partition columns must be among them); other columns of
             the batch are ignored. ``None`` = every column. Non-empty, distinct names.
-        storage_options: object-store options in delta-rs spelling (keys are case-insensitive), e.g.
-            ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``,
-            ``AWS_ALLOW_HTTP``. Passed to delta-rs as given and translated for pyarrow's S3 file
-            system. Secrets: never logged, never part of ``repr`` nor of any committable.
-        s3_conditional_put: value of delta-rs's ``aws_conditional_put`` option added for ``s3://``
-            tables unless ``storage_options`` sets it: ``"etag"`` makes commits safe through the
-            server's conditional PUT (MinIO, R2, AWS S3), so no DynamoDB lock is needed.
-            ``None`` adds nothing.
+        storage_options: how to reach S3 for ``s3://`` tables
+            (:class:`~twophase.sinks.s3_options.S3Options`); unset fields come from the standard
+            AWS chain of the process that opens the table. Handed to delta-rs and to pyarrow's S3
+            file system. Secrets: never logged, never part of ``repr`` nor of any committable.
+        s3_conditional_put: value of delta-rs's ``aws_conditional_put`` option for ``s3://``
+            tables: ``"etag"`` makes commits safe through the server's conditional PUT (MinIO,
+            R2, AWS S3), so no DynamoDB lock is needed. ``None`` adds nothing (delta-rs then reads
+            its locking settings, e.g. ``AWS_S3_LOCKING_PROVIDER``, from the environment).
         target_file_size_bytes: a data file is closed (and a new one opened) once it reaches this
             many bytes (bytes, > 0). Checked after each row group, so files overshoot by < 1 row group.
         row_group_rows: rows buffered per open file before a Parquet row group is written (> 0).
@@ -62,7 +63,7 @@ class DeltaSinkConfig:
     table_uri: str
     partition_by: tuple[str, ...] = ()
     columns: tuple[str, ...] | None = None
-    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    storage_options: S3Options = field(default_factory=S3Options)
     s3_conditional_put: str | None = "etag"
     target_file_size_bytes: int = 128 * 1024 * 1024
     row_group_rows: int = 1_048_576
@@ -107,10 +108,11 @@ class DeltaSinkConfig:
                     f"DeltaSinkConfig.partition_by {outside} are not among columns {list(columns)}"
                 )
             object.__setattr__(self, "columns", columns)
-        options = dict(self.storage_options)
-        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in options.items()):
-            raise ConfigError("DeltaSinkConfig.storage_options must map str to str")
-        object.__setattr__(self, "storage_options", options)
+        if not isinstance(self.storage_options, S3Options):
+            raise ConfigError("DeltaSinkConfig.storage_options must be an S3Options (twophase.S3Options)")
+        if self.is_s3 and not self.storage_options.verify_tls:
+            # pyarrow's S3 file system, which writes the data files, cannot skip verification
+            raise ConfigError("DeltaSinkConfig: storage_options.verify_tls=False is not supported")
         object.__setattr__(self, "table_configuration", dict(self.table_configuration))
         if self.compression not in COMPRESSIONS:
             raise ConfigError(
@@ -134,23 +136,16 @@ class DeltaSinkConfig:
         return urlsplit(self.table_uri).scheme.lower() in _S3_SCHEMES
 
     def delta_storage_options(self) -> dict[str, str] | None:
-        """The options handed to delta-rs: ``storage_options`` plus ``aws_conditional_put`` for S3.
-
-        Contains secrets: never log the result.
+        """The options handed to delta-rs for an ``s3://`` table (``None`` for a local one):
+        ``storage_options`` resolved against this process's environment, plus
+        ``aws_conditional_put``. Contains secrets: never log the result.
         """
-        options = dict(self.storage_options)
-        lowered = {k.lower() for k in options}
-        if self.is_s3 and self.s3_conditional_put is not None and "aws_conditional_put" not in lowered:
+        if not self.is_s3:
+            return None
+        options = self.storage_options.resolved(os.environ).delta_rs_options()
+        if self.s3_conditional_put is not None:
             options["aws_conditional_put"] = self.s3_conditional_put
-        return options or None
-
-    def option(self, *names: str) -> str | None:
-        """The first storage option present among ``names`` (compared case-insensitively)."""
-        lowered = {k.lower(): v for k, v in self.storage_options.items()}
-        for name in names:
-            if name.lower() in lowered:
-                return lowered[name.lower()]
-        return None
+        return options
 
 
 def _as_tuple(value: Any, name: str) -> tuple[str, ...]:

@@ -1,20 +1,17 @@
-"""The pyarrow file system of a Delta table root: local, or S3 built from delta-rs storage options."""
+"""The pyarrow file system of a Delta table root: local, or S3 built from the sink's S3Options."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import pyarrow.fs as pafs
-from botocore.config import Config
 
 from twophase.connectors.delta.config import DeltaSinkConfig
-
-_TRUE = {"1", "true", "yes", "on"}
+from twophase.sinks.s3_options import S3Options
 
 
 @dataclass(frozen=True)
@@ -26,14 +23,14 @@ class TableLocation:
         root: the root inside ``fs``: an absolute local path, or ``bucket/prefix`` on S3.
         is_local: local file systems need parent directories created; S3 does not (and must not
             get directory marker objects).
-        s3_client_args: keyword arguments of ``boto3.client("s3", ...)`` for deletes on S3
-            (pyarrow's ``delete_file`` leaves a directory marker object behind). Holds secrets.
+        s3: how to reach S3 (resolved), for deletes on S3 through boto3 (pyarrow's
+            ``delete_file`` leaves a directory marker object behind). Masks its secrets.
     """
 
     fs: pafs.FileSystem
     root: str
     is_local: bool
-    s3_client_args: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    s3: S3Options = field(default_factory=S3Options)
 
     def path(self, relative: str) -> str:
         """The ``fs`` path of a file given relative to the table root (``/``-separated, not URI-encoded)."""
@@ -59,7 +56,7 @@ class TableLocation:
                     self.fs.delete_file(self.path(rel))
             return
         bucket, _, prefix = self.root.partition("/")
-        client = boto3.client("s3", **self.s3_client_args)
+        client = self.s3.boto3_client(max_attempts=5)  # botocore's standard retries
         for start in range(0, len(relatives), 1000):  # DeleteObjects takes at most 1000 keys
             keys = [f"{prefix}/{rel}" if prefix else rel for rel in relatives[start : start + 1000]]
             response = client.delete_objects(
@@ -73,45 +70,31 @@ class TableLocation:
 def open_location(config: DeltaSinkConfig) -> TableLocation:
     """Build the pyarrow file system for ``config.table_uri``.
 
-    For S3 the endpoint, credentials, region and ``AWS_ALLOW_HTTP`` come from
-    ``config.storage_options`` (delta-rs keys); without them pyarrow's default credential chain applies.
+    For S3: ``config.storage_options`` over this process's standard AWS chain (endpoint, region,
+    credentials; a profile is resolved through boto3, as pyarrow cannot take one).
 
     Raises:
         pyarrow.ArrowInvalid: malformed options (the sink turns it into a ``ConfigError``).
+        ConfigError: a profile without credentials.
     """
     if not config.is_s3:
         return TableLocation(pafs.LocalFileSystem(), config.table_uri, is_local=True)
     parts = urlsplit(config.table_uri)
     root = parts.netloc + parts.path.rstrip("/")
-    endpoint = config.option("aws_endpoint_url", "aws_endpoint", "endpoint_url", "endpoint")
-    allow_http = (config.option("aws_allow_http", "allow_http") or "").lower() in _TRUE
-    scheme = "https"
-    if endpoint is not None:
-        ep = urlsplit(endpoint)
-        if ep.scheme:
-            scheme = ep.scheme
-            endpoint = ep.netloc + ep.path.rstrip("/")
-    if scheme == "http" and not allow_http:
-        # delta-rs refuses plain http without AWS_ALLOW_HTTP; behave the same so both sides agree.
-        raise ValueError("an http:// S3 endpoint needs storage option AWS_ALLOW_HTTP=true")
-    access_key = config.option("aws_access_key_id", "access_key_id")
-    secret_key = config.option("aws_secret_access_key", "secret_access_key")
-    session_token = config.option("aws_session_token", "session_token")
-    region = config.option("aws_region", "region") or "us-east-1"
+    options = config.storage_options.resolved(os.environ)
+    scheme, endpoint = "https", None
+    if options.endpoint_url is not None:
+        ep = urlsplit(options.endpoint_url)
+        scheme, endpoint = ep.scheme, ep.netloc + ep.path.rstrip("/")
+    keys = options.frozen_credentials()
+    access_key, secret_key, session_token = keys if keys is not None else (None, None, None)
     fs = pafs.S3FileSystem(
         access_key=access_key,
         secret_key=secret_key,
         session_token=session_token,
-        region=region,
+        region=options.region or "us-east-1",
         endpoint_override=endpoint,
         scheme=scheme,
+        force_virtual_addressing=not options.use_path_style and endpoint is not None,
     )
-    client_args: dict[str, Any] = {
-        "aws_access_key_id": access_key,
-        "aws_secret_access_key": secret_key,
-        "aws_session_token": session_token,
-        "region_name": region,
-        "endpoint_url": f"{scheme}://{endpoint}" if endpoint is not None else None,
-        "config": Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 5}),
-    }
-    return TableLocation(fs, root, is_local=False, s3_client_args=client_args)
+    return TableLocation(fs, root, is_local=False, s3=options)

@@ -1,20 +1,20 @@
 """Configuration of the S3 sink: frozen dataclasses, validated on construction (ConfigError).
 
-Secrets (explicit keys, session token) are masked in ``repr``/``str`` and never logged nor written
-to checkpoint metadata. Without explicit keys, boto3's standard credential chain is used
-(environment, shared config, instance/container roles), which is preferred: the config object is
-pickled to executors.
+How the sink reaches S3 is :class:`~twophase.sinks.s3_options.S3Options` (``storage_options``):
+unset fields come from the standard AWS chain in each process that opens a client, executors
+included (environment, shared config, instance/container roles), which is preferred: the config
+object is pickled to executors. Explicit secrets are masked in ``repr`` and never logged nor
+written to checkpoint metadata.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from twophase.connectors.s3.naming import normalize_prefix, validate_bucket
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_options import S3Options
 
 MiB = 1024 * 1024
 
@@ -47,8 +47,6 @@ STORAGE_CLASSES = frozenset(
 )
 SSE_ALGORITHMS = frozenset({"AES256", "aws:kms", "aws:kms:dsse"})
 PARQUET_COMPRESSIONS = frozenset({"none", "snappy", "gzip", "brotli", "lz4", "zstd"})
-
-_SECRET_FIELDS = frozenset({"access_key_id", "secret_access_key", "session_token"})
 
 
 def validate_columns(columns: object) -> tuple[str, ...]:
@@ -157,11 +155,8 @@ class S3SinkConfig:
             ±Infinity, which JSON (RFC 8259) has no tokens for, become ``null`` (``"null"``, the
             default) or fail the row with :class:`RecordError` (``"error"``). ``json_column``
             values are written as given.
-        endpoint_url: S3 endpoint (MinIO: ``http://127.0.0.1:9000``); ``None`` for AWS.
-        region: AWS region; ``None`` for boto3's default.
-        access_key_id / secret_access_key / session_token: explicit credentials (masked in repr);
-            ``None`` for boto3's standard credential chain.
-        path_style: path-style addressing; ``None`` = path style iff ``endpoint_url`` is set.
+        storage_options: how to reach S3 (endpoint, region, credentials or profile, path style,
+            TLS); unset fields come from the standard AWS chain (``AWS_ENDPOINT_URL``, ...).
         server_side_encryption: ``AES256``, ``aws:kms`` or ``aws:kms:dsse``, passed through.
         sse_kms_key_id: KMS key for ``aws:kms*`` encryption.
         storage_class: S3 storage class passed through (``STANDARD_IA``, ...).
@@ -187,12 +182,7 @@ class S3SinkConfig:
     csv_header: bool = True
     json_column: str | None = None
     non_finite_floats: str = "null"
-    endpoint_url: str | None = None
-    region: str | None = None
-    access_key_id: str | None = None
-    secret_access_key: str | None = None
-    session_token: str | None = None
-    path_style: bool | None = None
+    storage_options: S3Options = field(default_factory=S3Options)
     server_side_encryption: str | None = None
     sse_kms_key_id: str | None = None
     storage_class: str | None = None
@@ -249,18 +239,8 @@ class S3SinkConfig:
             raise ConfigError("json_column applies to the JSON lines format only")
         if self.json_column is not None and self.json_column in self.partition_by:
             raise ConfigError("json_column cannot be a partition column")
-        if self.endpoint_url is not None:
-            parts = urlsplit(self.endpoint_url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ConfigError(f"endpoint_url must be an http(s) URL, got {self.endpoint_url!r}")
-            if parts.username or parts.password:
-                raise ConfigError(
-                    "endpoint_url must not carry credentials; use access_key_id/secret_access_key"
-                )
-        if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ConfigError("access_key_id and secret_access_key must be given together (or neither)")
-        if self.session_token is not None and self.access_key_id is None:
-            raise ConfigError("session_token needs access_key_id and secret_access_key")
+        if not isinstance(self.storage_options, S3Options):
+            raise ConfigError("storage_options must be an S3Options (twophase.S3Options)")
         if self.server_side_encryption is not None and self.server_side_encryption not in SSE_ALGORITHMS:
             raise ConfigError(
                 f"server_side_encryption {self.server_side_encryption!r} not one of {sorted(SSE_ALGORITHMS)}"
@@ -285,11 +265,6 @@ class S3SinkConfig:
         """``format`` as a :class:`FileFormat` (normalized on construction)."""
         return FileFormat(self.format)
 
-    @property
-    def use_path_style(self) -> bool:
-        """Whether requests use path-style addressing (MinIO and most S3-compatible servers)."""
-        return self.path_style if self.path_style is not None else self.endpoint_url is not None
-
     def extra_put_args(self) -> dict[str, str]:
         """Pass-through arguments for CreateMultipartUpload/PutObject (encryption, storage class)."""
         args: dict[str, str] = {}
@@ -300,15 +275,3 @@ class S3SinkConfig:
         if self.storage_class is not None:
             args["StorageClass"] = self.storage_class
         return args
-
-    def __repr__(self) -> str:
-        shown = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name in _SECRET_FIELDS and value is not None:
-                shown.append(f"{f.name}='***'")
-            else:
-                shown.append(f"{f.name}={value!r}")
-        return f"S3SinkConfig({', '.join(shown)})"
-
-    __str__ = __repr__

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import boto3
 import tenacity
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -126,24 +125,10 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def make_client(config: S3SinkConfig) -> S3Client:
-    """A boto3 S3 client for ``config``: explicit endpoint/keys if given, else boto3's standard chain.
-
-    botocore's retries are off (tenacity retries instead); addressing is path-style for custom
-    endpoints (MinIO) unless configured otherwise.
-    """
-    boto_config = BotoConfig(
-        retries={"total_max_attempts": 1, "mode": "standard"},
-        connect_timeout=config.connect_timeout_ms / 1000.0,
-        read_timeout=config.read_timeout_ms / 1000.0,
-        s3={"addressing_style": "path" if config.use_path_style else "auto"},
-    )
-    session = boto3.session.Session(
-        aws_access_key_id=config.access_key_id,
-        aws_secret_access_key=config.secret_access_key,
-        aws_session_token=config.session_token,
-        region_name=config.region,
-    )
-    return session.client("s3", endpoint_url=config.endpoint_url, config=boto_config)
+    """A boto3 S3 client for ``config``: its ``storage_options`` over the standard AWS chain of
+    this process (on executors: theirs). botocore's retries are off (tenacity retries instead)."""
+    options = config.storage_options.resolved(os.environ)
+    return options.boto3_client(config.connect_timeout_ms, config.read_timeout_ms)
 
 
 @functools.lru_cache(maxsize=16)

@@ -67,7 +67,7 @@ Limitations of the facade (use :class:`twophase.coordinator.spark.job.Job` for t
   data source API does not tell tasks the write's parallelism. The checkpoint records the true
   parallelism (the number of commit messages);
 - tasks read the job's checkpoint storage (replay check), so it must be reachable from executors
-  (for S3: ``TWOPHASE_S3_*`` in the executors' environment);
+  (for S3: the ``s3.*`` options travel with the writer; otherwise the executors' own AWS chain);
 - every commit restores from storage, so the latest checkpoint's committables are re-committed
   once per batch (idempotent; ``ALREADY_COMMITTED``);
 - ``asyncProgressTrackingEnabled`` and complete output mode (``overwrite``) are refused; commits

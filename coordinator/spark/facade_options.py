@@ -2,19 +2,23 @@
 
 Options are case-insensitive (Spark lower-cases them): ``job`` (job name; the id is derived as in
 the Job API) or ``jobId``; ``twophaseCheckpointDir`` (required); ``checkpointLocation`` (Spark's,
-required by Spark). ``asyncProgressTrackingEnabled=true`` is refused.
+required by Spark); ``s3.<field>`` for checkpoints on ``s3://``: the fields of
+:class:`~twophase.sinks.s3_options.S3Options` (``s3.endpoint_url``, ``s3.region``, ``s3.profile``,
+``s3.access_key_id``, ...), over the standard AWS chain. ``asyncProgressTrackingEnabled=true`` is
+refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from twophase.coordinator.spark.checks import check_job_id, job_id_from_name
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_options import S3Options
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 """Spark local property holding the micro-batch id in a streaming write's tasks."""
@@ -25,6 +29,8 @@ OPTION_JOB = "job"
 OPTION_JOB_ID = "jobid"
 OPTION_CHECKPOINT_DIR = "twophasecheckpointdir"
 OPTION_ASYNC_PROGRESS = "asyncprogresstrackingenabled"
+OPTION_S3_PREFIX = "s3."
+"""Options of the checkpoint storage's S3 client: ``s3.`` + an :class:`S3Options` field name."""
 OPTION_SPECULATION = "speculation"
 """``speculation=false`` states that ``spark.speculation`` is off (the facade's worker cannot read it)."""
 
@@ -55,10 +61,12 @@ class FacadeSettings:
     Attributes:
         job_id: the job's stable id (``jobId``, or derived from ``job``).
         checkpoint_dir: where the job's checkpoints live (``twophaseCheckpointDir``).
+        s3: how to reach S3 for checkpoints on ``s3://`` (``s3.*`` options; secrets masked).
     """
 
     job_id: str
     checkpoint_dir: str
+    s3: S3Options = field(default_factory=S3Options)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> FacadeSettings:
@@ -84,11 +92,13 @@ class FacadeSettings:
             job_id = job_id_from_name(opts[OPTION_JOB])
         else:
             raise ConfigError('option "job" (the job name) or "jobId" is required')
-        return cls(job_id=job_id, checkpoint_dir=checkpoint_dir)
+        return cls(
+            job_id=job_id, checkpoint_dir=checkpoint_dir, s3=S3Options.from_strings(opts, OPTION_S3_PREFIX)
+        )
 
     def open_storage(self) -> CheckpointStorage:
         """The job's checkpoint storage (writes nothing)."""
-        return open_storage(self.checkpoint_dir, self.job_id)
+        return open_storage(self.checkpoint_dir, self.job_id, s3_options=self.s3)
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:

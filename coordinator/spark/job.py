@@ -55,6 +55,7 @@ from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_options import S3Options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,13 +76,16 @@ class Job:
         job_id: explicit job id (``[A-Za-z0-9][A-Za-z0-9_.]*``).
         config: checkpointing, commit, restart-strategy and cancel settings.
         from_savepoint: a savepoint's location to resume from instead of the latest checkpoint.
+        storage_options: how to reach S3 when ``checkpoint_dir`` is ``s3://…``
+            (:class:`~twophase.sinks.s3_options.S3Options`); unset fields come from the standard
+            AWS chain. ``None``: the chain alone.
         storage: checkpoint storage to use instead of opening ``checkpoint_dir`` (tests, custom S3
             clients).
         fault: the driver's fault-point hook (fault-injection suites; default: the
             ``TWOPHASE_FAULT`` environment variable, :mod:`twophase.coordinator.faults`).
 
     Raises:
-        ConfigError: a bad name, job id or checkpoint location.
+        ConfigError: a bad name, job id, checkpoint location or ``storage_options``.
     """
 
     def __init__(
@@ -93,6 +97,7 @@ class Job:
         job_id: str | None = None,
         config: RuntimeConfig | None = None,
         from_savepoint: str | None = None,
+        storage_options: S3Options | None = None,
         storage: CheckpointStorage | None = None,
         fault: Callable[[str], None] = fault_point,
     ) -> None:
@@ -102,7 +107,10 @@ class Job:
         self.checkpoint_dir = checkpoint_dir
         self.config = config or RuntimeConfig()
         self.from_savepoint = from_savepoint
+        if storage_options is not None and not isinstance(storage_options, S3Options):
+            raise ConfigError("Job storage_options must be an S3Options (twophase.S3Options)")
         self._storage = storage
+        self._storage_options = storage_options
         self._fault = fault
         self._sinks: list[AnySink] = []
 
@@ -124,7 +132,9 @@ class Job:
     def _runtime(self) -> JobRuntime:
         if not self._sinks:
             raise ConfigError(f"job {self.job_id} has no sinks; add one with .sink(...)")
-        storage = self._storage or open_storage(self.checkpoint_dir, self.job_id)
+        storage = self._storage or open_storage(
+            self.checkpoint_dir, self.job_id, s3_options=self._storage_options
+        )
         return JobRuntime(self.job_id, self._sinks, storage, self.config, fault=self._fault)
 
     def _validate(self, df: DataFrame) -> None:

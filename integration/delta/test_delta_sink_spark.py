@@ -116,7 +116,7 @@ def test_s3_table_on_minio(spark_s3: SparkSession, s3_endpoint: S3Endpoint) -> N
     s3_endpoint.ensure_bucket(bucket)
     prefix = f"tables/{uuid.uuid4().hex[:8]}"
     config = DeltaSinkConfig(
-        f"s3://{bucket}/{prefix}", partition_by=("country",), storage_options=s3_endpoint.storage_options()
+        f"s3://{bucket}/{prefix}", partition_by=("country",), storage_options=s3_endpoint.s3_options()
     )
     sink = DeltaSink("s3orders", config)
     expected = []

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.storage import CheckpointStorage, S3Options, open_storage
+from twophase.coordinator.storage import CheckpointStorage, open_storage
 from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
     EXPECTED_RECORDS,
@@ -63,7 +63,7 @@ def test_checkpoint_put_denied_fails_cleanly_then_resumes(
     user, secret = f"ckpt-{uuid.uuid4().hex[:8]}", secrets.token_urlsafe(16)
     policy = f"deny-{user}"
     creds = minio_controls.add_user(user, secret)
-    options = S3Options(creds.endpoint_url, creds.access_key, creds.secret_key, region=creds.region)
+    options = creds.s3_options()
 
     def storage() -> CheckpointStorage:
         return open_storage(location, spec.job_id, s3_options=options)

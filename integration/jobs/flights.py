@@ -163,13 +163,12 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
             columns=TYPED_COLUMNS,
         ),
     )
-    delta_options = s3.storage_options() if spec.delta_uri.startswith(("s3://", "s3a://")) else {}
     delta = DeltaSink(
         DELTA_SINK,
         DeltaSinkConfig(
             table_uri=spec.delta_uri,
             columns=TYPED_COLUMNS,
-            storage_options=delta_options,
+            storage_options=s3.s3_options(),
             table_name="flights",
         ),
     )
@@ -316,7 +315,14 @@ def run_flights(
     spec.save()
     endpoints.s3.ensure_bucket(spec.bucket)
     kafka, s3_sink, delta = build_sinks(spec, endpoints)
-    job = Job(spark, spec.job_id, spec.checkpoint_dir, job_id=spec.job_id, config=runtime_config(spec))
+    job = Job(
+        spark,
+        spec.job_id,
+        spec.checkpoint_dir,
+        job_id=spec.job_id,
+        config=runtime_config(spec),
+        storage_options=endpoints.s3.s3_options(),  # used when the checkpoints are on s3://
+    )
     for s in (kafka, s3_sink, delta):
         job.sink(s)
     started = time.perf_counter()

@@ -48,7 +48,7 @@ class FlightsJobSpec:
         s3_format: the S3 sink's format, one of :data:`S3_FORMATS`.
         async_commit: commit on the ordered committer thread (the next epoch may run meanwhile).
         checkpoint_uri: twophase's checkpoint storage: ``""`` for ``<work_dir>/checkpoints``, or
-            ``s3://bucket/prefix`` (credentials from ``TWOPHASE_S3_*``, never the manifest).
+            ``s3://bucket/prefix`` (credentials from the job's S3 endpoint, never the manifest).
         partition_per_file: one Spark partition per input file, so a micro-batch has as many
             subtasks as files and the last, shorter batch has fewer (partition counts change).
     """

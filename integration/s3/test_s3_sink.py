@@ -250,13 +250,7 @@ def run_worker(
 ) -> subprocess.CompletedProcess[str]:
     path = tmp_path / f"request-{request['mode']}-{request['checkpoint_id']}-{request['partition']}.json"
     path.write_text(json.dumps(request))
-    env = {
-        **os.environ,
-        "TWOPHASE_S3_ENDPOINT": endpoint.endpoint_url,
-        "TWOPHASE_S3_ACCESS_KEY": endpoint.access_key,
-        "TWOPHASE_S3_SECRET_KEY": endpoint.secret_key,
-        "TWOPHASE_S3_REGION": endpoint.region,
-    }
+    env = {**os.environ, **endpoint.aws_env()}  # the standard AWS chain, as on an executor
     return subprocess.run(
         [sys.executable, "-m", "twophase.integration.s3.worker", str(path)],
         env=env,
@@ -422,7 +416,8 @@ def test_missing_bucket_is_a_config_error(make_config: MakeConfig, s3: S3Client)
 
 def test_denied_credentials_are_a_config_error(make_config: MakeConfig, s3: S3Client, bucket: str) -> None:
     base = make_config(format="jsonl", max_attempts=1)
-    bad = dataclasses.replace(base, secret_access_key="definitely-wrong-secret")
+    wrong = dataclasses.replace(base.storage_options, secret_access_key="definitely-wrong-secret")
+    bad = dataclasses.replace(base, storage_options=wrong)
     sink = S3Sink("out", bad)
     with pytest.raises(ConfigError, match="denied") as info:
         sink.validate(pa.schema([("v", pa.string())]))

@@ -1,8 +1,8 @@
 """A separate process that runs one S3 sink epoch, for tests that need a NEW process.
 
 Usage: ``python -m twophase.integration.s3.worker REQUEST.json``; the endpoint and credentials come from
-``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_S3_ACCESS_KEY``, ``TWOPHASE_S3_SECRET_KEY`` and
-``TWOPHASE_S3_REGION`` (never from argv, which other users can read).
+the standard AWS chain (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), as on an executor; never
+from argv, which other users can read.
 
 Request (JSON)::
 
@@ -35,17 +35,10 @@ def rows(first: int, count: int) -> pa.RecordBatch:
 
 
 def config_from_env(fields: dict[str, Any]) -> S3SinkConfig:
-    """An S3SinkConfig from request fields plus the endpoint and keys in the environment."""
+    """An S3SinkConfig from request fields; S3 is reached through the environment's AWS chain."""
     fields = dict(fields)
     rolling = RollingPolicy(**fields.pop("rolling", {}))
-    return S3SinkConfig(
-        endpoint_url=os.environ["TWOPHASE_S3_ENDPOINT"],
-        access_key_id=os.environ["TWOPHASE_S3_ACCESS_KEY"],
-        secret_access_key=os.environ["TWOPHASE_S3_SECRET_KEY"],
-        region=os.environ.get("TWOPHASE_S3_REGION", "us-east-1"),
-        rolling=rolling,
-        **fields,
-    )
+    return S3SinkConfig(rolling=rolling, **fields)  # storage_options: the AWS chain alone
 
 
 def main(path: str) -> int:

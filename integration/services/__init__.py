@@ -2,7 +2,7 @@
 
 Public API:
 
-- :class:`S3Endpoint` — frozen endpoint + credentials; ``boto3_client()``, ``storage_options()``.
+- :class:`S3Endpoint` — frozen endpoint + credentials; ``boto3_client()``, ``s3_options()``, ``aws_env()``.
 - :func:`kafka_service` — context manager yielding a bootstrap string ``"127.0.0.1:port"``.
 - :func:`s3_service` — context manager yielding an :class:`S3Endpoint`.
 - :func:`kafka_cluster_service` — context manager yielding a :class:`KafkaCluster`: a native

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
     from twophase.connectors.s3 import S3SinkConfig
+    from twophase.sinks.s3_options import S3Options
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,26 @@ class S3Endpoint:
             ),
         )
 
+    def s3_options(self) -> S3Options:
+        """This endpoint as the project's :class:`~twophase.sinks.s3_options.S3Options`."""
+        from twophase.sinks.s3_options import S3Options
+
+        return S3Options(
+            endpoint_url=self.endpoint_url,
+            region=self.region,
+            access_key_id=self.access_key,
+            secret_access_key=self.secret_key,
+        )
+
+    def aws_env(self) -> dict[str, str]:
+        """The standard AWS variables that point a process (a job, an executor) at this endpoint."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+        }
+
     def sink_config(self, **fields: Any) -> S3SinkConfig:
         """An :class:`~twophase.connectors.s3.S3SinkConfig` writing to this endpoint; ``fields`` are the
         config's other fields (``bucket``, ``prefix``, ``format``, ...).
@@ -80,30 +101,7 @@ class S3Endpoint:
         """
         from twophase.connectors.s3 import S3SinkConfig
 
-        return S3SinkConfig(
-            endpoint_url=self.endpoint_url,
-            region=self.region,
-            access_key_id=self.access_key,
-            secret_access_key=self.secret_key,
-            **fields,
-        )
-
-    def storage_options(self) -> dict[str, str]:
-        """Options for deltalake / object_store (delta-rs) to use this endpoint.
-
-        Conditional put (``If-None-Match``, which MinIO implements) makes concurrent Delta commits
-        safe without a locking provider.
-        """
-        options = {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_REGION": self.region,
-            "aws_conditional_put": "etag",
-        }
-        if self.endpoint_url.startswith("http://"):
-            options["AWS_ALLOW_HTTP"] = "true"
-        return options
+        return S3SinkConfig(storage_options=self.s3_options(), **fields)
 
     def ensure_bucket(self, bucket: str) -> None:
         """Create ``bucket`` unless it exists already (owned by these credentials)."""

@@ -6,19 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
+from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.delta.committable import CODEC
 from twophase.connectors.delta.filesystem import open_location
-from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import CommittableDecodeError, ConfigError
+from twophase.sinks.s3_options import S3Options
 
-S3_OPTIONS = {
-    "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
-    "AWS_ACCESS_KEY_ID": "ak",
-    "AWS_SECRET_ACCESS_KEY": "very-secret",
-    "AWS_REGION": "eu-west-1",
-    "AWS_ALLOW_HTTP": "true",
-}
+S3_OPTIONS = S3Options(
+    endpoint_url="http://127.0.0.1:9000",
+    region="eu-west-1",
+    access_key_id="ak",
+    secret_access_key="very-secret",
+)
 
 
 def test_defaults_and_normalisation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +43,8 @@ def test_defaults_and_normalisation(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"table_uri": "/t", "target_file_size_bytes": 0}, "target_file_size_bytes"),
         ({"table_uri": "/t", "row_group_rows": -1}, "row_group_rows"),
         ({"table_uri": "/t", "commit_attempts": True}, "commit_attempts"),
-        ({"table_uri": "/t", "storage_options": {"k": 1}}, "str to str"),
+        ({"table_uri": "/t", "storage_options": {"AWS_REGION": "x"}}, "must be an S3Options"),
+        ({"table_uri": "s3://b/t", "storage_options": S3Options(verify_tls=False)}, "verify_tls=False"),
     ],
 )
 def test_bad_configuration_is_a_config_error(kwargs: dict[str, object], message: str) -> None:
@@ -52,29 +52,46 @@ def test_bad_configuration_is_a_config_error(kwargs: dict[str, object], message:
         DeltaSinkConfig(**kwargs)  # type: ignore[arg-type]
 
 
-def test_secrets_stay_out_of_repr_and_conditional_put_is_added_for_s3() -> None:
+def test_secrets_stay_out_of_repr_and_conditional_put_is_added_for_s3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
     c = DeltaSinkConfig("s3://bucket/prefix/t/", storage_options=S3_OPTIONS)
     assert c.table_uri == "s3://bucket/prefix/t" and c.is_s3
     assert "very-secret" not in repr(c) and "very-secret" not in repr(DeltaSink("d", c))
-    options = c.delta_storage_options()
-    assert options is not None and options["aws_conditional_put"] == "etag"
-    assert options["AWS_SECRET_ACCESS_KEY"] == "very-secret"
-    own = DeltaSinkConfig("s3://b/t", storage_options={**S3_OPTIONS, "AWS_CONDITIONAL_PUT": "none"})
-    assert own.delta_storage_options() == {**S3_OPTIONS, "AWS_CONDITIONAL_PUT": "none"}
+    assert c.delta_storage_options() == {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "AWS_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "ak",
+        "AWS_SECRET_ACCESS_KEY": "very-secret",
+        "AWS_ALLOW_HTTP": "true",  # delta-rs refuses http:// without it
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "aws_conditional_put": "etag",
+    }
+    own = DeltaSinkConfig("s3://b/t", storage_options=S3_OPTIONS, s3_conditional_put=None)
+    options = own.delta_storage_options()
+    assert options is not None and "aws_conditional_put" not in options
 
 
-def test_s3_location_from_delta_rs_options() -> None:
+def test_delta_rs_takes_the_endpoint_and_region_from_the_aws_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://s3.example.test")
+    monkeypatch.setenv("AWS_REGION", "ap-south-1")
+    options = DeltaSinkConfig("s3://b/t").delta_storage_options()
+    assert options == {
+        "AWS_ENDPOINT_URL": "https://s3.example.test",
+        "AWS_REGION": "ap-south-1",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
+        "aws_conditional_put": "etag",
+    }
+
+
+def test_s3_location_from_the_options() -> None:
     location = open_location(DeltaSinkConfig("s3://bucket/prefix/t", storage_options=S3_OPTIONS))
     assert location.root == "bucket/prefix/t" and not location.is_local
-    assert location.s3_client_args["endpoint_url"] == "http://127.0.0.1:9000"
-    assert location.s3_client_args["region_name"] == "eu-west-1"
+    assert location.s3.endpoint_url == "http://127.0.0.1:9000"
+    assert location.s3.region == "eu-west-1"
     assert "very-secret" not in repr(location)
     assert location.relative("bucket/prefix/t/p=1/f.parquet") == "p=1/f.parquet"
-    plain_http = {k: v for k, v in S3_OPTIONS.items() if k != "AWS_ALLOW_HTTP"}
-    with pytest.raises(ConfigError, match="AWS_ALLOW_HTTP"):
-        DeltaSink("d", DeltaSinkConfig("s3://b/t", storage_options=plain_http)).abort_lingering(
-            LingeringScope[DeltaCommittable]("j", "d")
-        )
 
 
 def test_sink_name_is_checked() -> None:

@@ -18,6 +18,7 @@ from twophase.connectors.s3.committable import UploadedPart
 from twophase.connectors.s3.committer import commit_file
 from twophase.connectors.s3.uploads import S3Ops, make_client
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.s3_options import S3Options
 
 ERROR_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>InternalError</Code>'
@@ -71,10 +72,12 @@ def _ops(server: _Server, attempts: int) -> S3Ops:
     config = S3SinkConfig(
         bucket="bucket",
         prefix="p",
-        endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
-        region="us-east-1",
-        access_key_id="test",
-        secret_access_key="test-secret",
+        storage_options=S3Options(
+            endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
+            region="us-east-1",
+            access_key_id="test",
+            secret_access_key="test-secret",
+        ),
         max_attempts=attempts,
         retry_initial_backoff_ms=1,
         retry_max_backoff_ms=2,

@@ -28,6 +28,7 @@ from twophase.sinks.errors import (
     TransactionLostError,
 )
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.s3_options import S3Options
 
 MakeSink = Callable[..., S3Sink]
 MakeError = Callable[[str, int, str], ClientError]
@@ -115,7 +116,8 @@ def test_parquet_flushed_at_close_is_still_split_into_parts(fake: Any, make_sink
 
 
 def test_sink_pickles_without_clients_and_keeps_its_config() -> None:
-    sink = S3Sink("out", S3SinkConfig(bucket="bucket", prefix="p", access_key_id="a", secret_access_key="s"))
+    keys = S3Options(access_key_id="a", secret_access_key="s")
+    sink = S3Sink("out", S3SinkConfig(bucket="bucket", prefix="p", storage_options=keys))
     clone = pickle.loads(pickle.dumps(sink))
     assert clone.name == "out" and clone.config == sink.config
     assert "'s'" not in repr(clone)
