@@ -56,8 +56,11 @@ def _product_packages() -> set[str]:
 
 @pytest.mark.slow
 def test_the_wheel_installs_only_the_twophase_root(wheel: zipfile.ZipFile) -> None:
+    """Besides ``twophase``: the one module Spark's data source lookup needs at the top level."""
     tops = {PurePosixPath(n).parts[0] for n in wheel.namelist()}
-    assert {t for t in tops if not t.endswith(".dist-info")} == {"twophase"}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"twophase", "pyspark_twophase.py"}
+    module = wheel.read("pyspark_twophase.py").decode()
+    assert "import TwophaseDataSource as DefaultSource" in module
 
 
 @pytest.mark.slow

@@ -206,6 +206,13 @@ class InProgressSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
     progress into a committable for the final checkpoint (FLIP-147).
     """
 
+    @property
+    def keeps_in_progress(self) -> bool:
+        """Whether this sink, as configured, may keep data in progress across checkpoints (True
+        unless it says otherwise: an S3 sink writing Parquet, or rolling on every checkpoint,
+        leaves nothing open). Runtimes without an end-of-input hook refuse sinks that do."""
+        return True
+
     @abc.abstractmethod
     def snapshot_in_progress(self, txn: TXN) -> JsonObject | None:
         """The JSON state of what stays open across the checkpoint, or ``None``.

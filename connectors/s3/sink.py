@@ -88,6 +88,11 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
 
     # --- checks before anything is written -----------------------------------------------------
 
+    @property
+    def keeps_in_progress(self) -> bool:
+        """Row-format files may stay open across checkpoints unless they roll on every one."""
+        return self.config.file_format.spans_checkpoints and not self.config.rolling.on_checkpoint
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the schema (projected to ``config.columns``) against the configuration, then that
         the bucket exists and is accessible. Nothing is written.

@@ -157,7 +157,8 @@ class TwoPhaseDataSource(DataSource):
 
         Raises:
             ConfigError: bad options (see :class:`FacadeSettings`), complete output mode
-                (``overwrite``), an :class:`~twophase.sinks.api.InProgressSink` (no end-of-input hook),
+                (``overwrite``), an :class:`~twophase.sinks.api.InProgressSink` that keeps files open
+                across checkpoints (no end-of-input hook),
                 asynchronous commit.
             SchemaError: the sink cannot take ``schema``.
         """
@@ -168,11 +169,11 @@ class TwoPhaseDataSource(DataSource):
         if overwrite:
             raise ConfigError("complete output mode is not supported by two-phase-commit sinks; use append")
         sink = self.build_sink(options)
-        if isinstance(sink, InProgressSink):
+        if isinstance(sink, InProgressSink) and sink.keeps_in_progress:
             raise ConfigError(
-                f"sink {sink.name!r} keeps transactions open across batches (InProgressSink); the Python "
+                f"sink {sink.name!r} keeps files open across batches (InProgressSink); the Python "
                 "Data Source facade has no end-of-input hook to finish them (FLIP-147 final checkpoint): "
-                "use coordinator.spark.job.Job"
+                "use twophase.Job, or roll files on every checkpoint (Parquet, or rolling.on_checkpoint=true)"
             )
         if not sink.speculation_safe and options.get(OPTION_SPECULATION, "").strip().lower() != "false":
             raise ConfigError(
