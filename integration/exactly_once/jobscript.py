@@ -5,6 +5,9 @@ in ``--sinks``. Exit status 0 when the job ended as asked, 137 when a fault poin
 
     python -m twophase.integration.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
         [--action finish|stop|savepoint|drain|cancel] [--after-batches N] [--from-savepoint LOC]
+        [--report-imports]
+
+It also runs as ``spark-submit [--py-files twophase.zip] .../jobscript.py ...`` (the cluster test).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from twophase.coordinator.spark.job import Job
@@ -32,12 +36,29 @@ def _spark(master: str):  # type: ignore[no-untyped-def]
         .config("spark.sql.shuffle.partitions", "2")
     )
     if master.startswith("spark://"):
-        # executors of a standalone cluster do not inherit this process's environment
-        builder = builder.config("spark.executor.cores", "1").config("spark.pyspark.python", sys.executable)
+        # executors of a standalone cluster do not inherit this process's environment; PySpark takes
+        # the executors' Python from PYSPARK_PYTHON (spark-submit sets it from spark.pyspark.python)
+        python = os.environ["PYSPARK_PYTHON"]
+        builder = builder.config("spark.executor.cores", "1").config("spark.pyspark.python", python)
         for key, value in os.environ.items():
             if key.startswith("TWOPHASE_FAULT"):
                 builder = builder.config(f"spark.executorEnv.{key}", value)
     return builder.getOrCreate()
+
+
+def _where_twophase(_: object) -> tuple[str, str]:
+    """On an executor: the file ``twophase`` is imported from and the Python running the task."""
+    import twophase
+
+    return os.path.abspath(twophase.__file__ or "?"), sys.executable
+
+
+def _imports(spark) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """Where the driver and the executors (8 small tasks) import ``twophase`` from."""
+    import twophase
+
+    found = spark.sparkContext.parallelize(range(8), 8).map(_where_twophase).collect()
+    return {"driver": twophase.__file__, "executors": sorted(set(map(tuple, found)))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,19 +73,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after-batches", type=int, default=2)
     p.add_argument("--from-savepoint")
     p.add_argument("--master", default="local[2,4]")
+    p.add_argument("--report-imports", action="store_true", help="add where twophase is imported from")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     root = Path(args.root)
     spark = _spark(args.master)
     spark.sparkContext.setLogLevel("ERROR")
+    extra = {"imports": _imports(spark)} if args.report_imports else {}
+
+    def emit(outcome: Mapping[str, object]) -> None:
+        print(json.dumps({**outcome, **extra}), flush=True)
+
     job = Job(spark, args.job, str(root / "chk"), from_savepoint=args.from_savepoint)
     for name in args.sinks.split(","):
         job.sink(JsonLinesFileSink(name, root / "out"))
     if args.mode == "batch":
         df = spark.read.parquet(str(root / "input"))
         result = job.write(df)
-        print(json.dumps({"state": result.state.value, "epochs": len(result.epochs)}), flush=True)
+        emit({"state": result.state.value, "epochs": len(result.epochs)})
         return 0
     df = (
         spark.readStream.schema("id long")
@@ -74,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "finish":
         handle = job.start(df, spark_checkpoint_location=str(root / "spark"), trigger={"availableNow": True})
         handle.await_termination()
-        print(json.dumps({"state": handle.status.value, "epochs": len(handle.metrics)}), flush=True)
+        emit({"state": handle.status.value, "epochs": len(handle.metrics)})
         return 0
     handle = job.start(
         df, spark_checkpoint_location=str(root / "spark"), trigger={"processingTime": "200 milliseconds"}
@@ -83,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         pass
     if args.action == "cancel":
         handle.cancel()
-        print(json.dumps({"state": handle.status.value, "epochs": len(handle.metrics)}), flush=True)
+        emit({"state": handle.status.value, "epochs": len(handle.metrics)})
         return 0
     ref = handle.stop(savepoint=args.action in ("savepoint", "drain"), drain=args.action == "drain")
     out = {"state": handle.status.value, "epochs": len(handle.metrics), "location": ref.location}
-    print(json.dumps(out), flush=True)
+    emit(out)
     return 0
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,8 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from twophase.coordinator.testing.file_sink import read_committed, staging_files
+from twophase.integration.services.spark_cluster import spark_home
 
 REPO = Path(__file__).resolve().parents[2]
+JOBSCRIPT = Path(__file__).resolve().with_name("jobscript.py")
 FAULT_EXIT = 137
 
 
@@ -51,19 +54,35 @@ class Run:
 
 
 def run_job(
-    root: Path, *args: str, fault: str | None = None, kill: str | None = None, timeout: float = 300
+    root: Path,
+    *args: str,
+    fault: str | None = None,
+    kill: str | None = None,
+    timeout: float = 300,
+    submit_conf: Mapping[str, str] | None = None,
 ) -> Run:
     """Run the job script once; ``fault`` sets ``TWOPHASE_FAULT`` (counted across processes),
-    ``kill`` sets ``TWOPHASE_FAULT_KILL`` (``"executor"``: the fault kills the executor JVM)."""
+    ``kill`` sets ``TWOPHASE_FAULT_KILL`` (``"executor"``: the fault kills the executor JVM).
+
+    ``submit_conf`` runs it as users submit a job, ``spark-submit --conf k=v … jobscript.py``
+    with this Spark conf (the driver's Python is this one, ``spark.pyspark.driver.python``),
+    instead of ``python -m``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_FAULT")}
     env["PYSPARK_PYTHON"] = sys.executable
+    cmd = [sys.executable, "-m", "twophase.integration.exactly_once.jobscript"]
+    if submit_conf is not None:
+        del env["PYSPARK_PYTHON"]  # spark-submit sets it from spark.pyspark.python
+        conf = {"spark.pyspark.driver.python": sys.executable, **submit_conf}
+        cmd = [str(spark_home() / "bin" / "spark-submit")]
+        cmd += [arg for key, value in conf.items() for arg in ("--conf", f"{key}={value}")]
+        cmd.append(str(JOBSCRIPT))
     if fault:
         env["TWOPHASE_FAULT"] = fault
         env["TWOPHASE_FAULT_STATE"] = str(root / "fault-state" / fault.replace(":", "_"))
     if kill:
         env["TWOPHASE_FAULT_KILL"] = kill
     proc = subprocess.run(
-        [sys.executable, "-m", "twophase.integration.exactly_once.jobscript", "--root", str(root), *args],
+        [*cmd, "--root", str(root), *args],
         cwd=REPO,
         env=env,
         capture_output=True,
