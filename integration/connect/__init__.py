@@ -1,0 +1,1 @@
+"""Spark Connect suite: the ``twophase`` data source from a Connect client (not installed)."""
