@@ -1,21 +1,17 @@
 """Model-based test of the whole protocol: random lives of a job, checked against an accounting.
 
-The real runtime drives the real Kafka sink (on the Kafka transaction-coordinator model), the real
-S3 sink (on the S3 model; JSON lines that span checkpoints, small rolled files, or Parquet) and a
-Delta checkpoint-commit sink (on the Delta log model), all three at once, through what happens to
-jobs in production, in any order hypothesis finds:
+The real runtime drives the real Kafka sink (on a transaction-coordinator model), the real S3 sink
+(on an S3 model; spanning JSON lines, small rolled files, or Parquet) and a Delta checkpoint-commit
+sink (on a Delta log model) at once, through what happens to jobs in production, in any order:
 
-- epochs at 1–6 partitions (the count changes from epoch to epoch), with empty partitions; tasks
-  that fail and are retried, executors lost mid-task (nothing cleaned up), zombie and speculative
-  attempts that finish after the winner (reported or not), stages that fail;
-- the driver dying at every fault point, or between steps, and staying down for a while (past
-  Kafka's transaction timeout, past ``transactional.id.expiration.ms``);
-- checkpoint publishes refused, or with an unknown outcome (landed or not); lost notifications;
-- asynchronous commit with stalled commits; moved transaction coordinators; Delta commit
-  conflicts; S3 throttling;
-- finish, stop with savepoint (drain or not), stop, cancel (retain or delete), resume from the
-  latest checkpoint or from an older savepoint (the engine rewinds to it), and a new query over a
-  fresh checkpoint directory.
+- epochs at 1–6 partitions (changing), empty partitions; failed and retried tasks, executors lost
+  mid-task, zombie and speculative attempts finishing after the winner (reported or not), failed
+  stages; the driver dying at every fault point or between steps, down for a while (past Kafka's
+  transaction timeout, past ``transactional.id.expiration.ms``); checkpoint publishes refused or of
+  unknown outcome; lost notifications; asynchronous commit with stalled commits (settled at the end
+  of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling;
+- finish, stop with savepoint (drain or not), stop, cancel (retain or delete), resume or rewind
+  to an older savepoint, a new query over a fresh checkpoint dir.
 
 The accounting: a published (durable) epoch checkpoint promises its epoch's records, once, to
 every sink; nothing else may land. After every step, nothing landed more often than promised;
@@ -28,8 +24,7 @@ with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to w
 A rewind to an older savepoint abandons the later checkpoints' S3 in-progress files (the replay
 writes their records again) and leaves the uploads stored checkpoints hold (``model_accounting``).
 
-``TWOPHASE_MODEL_EXAMPLES`` (default 30) sets the examples; ``TWOPHASE_MODEL_SEED`` a random seed
-(default: derandomized, the same examples every run). ``make model-check`` runs thousands.
+``TWOPHASE_MODEL_EXAMPLES`` (default 30) and ``TWOPHASE_MODEL_SEED`` (default: derandomized).
 """
 
 from __future__ import annotations
@@ -85,6 +80,7 @@ from twophase.coordinator.testing.model_alphabet import (
     T,
     traced,
 )
+from twophase.coordinator.testing.model_settle import settle
 from twophase.coordinator.testing.s3_model import client_error
 from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -196,18 +192,22 @@ class ProtocolModel(RuleBasedStateMachine):
     def act(self, body: Callable[[], T], down_ms: int = 0) -> T | None:
         """Run one action of the job; a crash restarts the driver after ``down_ms``, an error
         fails over."""
+        rt = self.h.runtime
         try:
             return body()
         except SimulatedCrash as crash:
             event(f"driver crashed at {crash.point}")
+            settle(rt)
             self.account()
             self.world.clock.advance(down_ms)
             self.restart()
         except EXPECTED as e:
             event(f"failed over after {type(e).__name__}")
+            settle(rt)
             self.account()
             self.fail_over(e)
         finally:
+            settle(rt, self.h.runtime)  # before disarming: a fault armed for a commit still applies
             self.h.faults.disarm()
             self.storage.publish_hook = self.storage.after_publish_hook = None
             self.account()
