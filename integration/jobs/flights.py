@@ -22,7 +22,9 @@ Every record goes to three sinks in the same checkpoints (one pass over each bat
 - S3 (MinIO): Parquet partitioned by ``origin`` and ``month``;
 - Delta table: a local path by default, or ``s3://``.
 
-Each sink takes its own projection of the shared batch (see :func:`build_sinks`).
+Each sink takes its own projection of the shared batch (see :func:`build_sinks`). On a Spark
+standalone cluster everything an executor needs is on S3 or shipped with the job
+(:mod:`twophase.integration.jobs.flights_cluster`).
 
 Run it with ``twophase demo``, or resume one prepared run (what the chaos suite does)::
 
@@ -47,7 +49,7 @@ import click
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink
+from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics, SinkCommitMetrics
@@ -55,12 +57,14 @@ from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
-from twophase.integration.jobs import flights_data
+from twophase.integration.jobs.flights_cluster import input_locations, stage_input
+from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
 from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
 from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
 from twophase.integration.jobs.flights_spec import FlightsJobSpec as FlightsJobSpec
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_options import S3Options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -117,10 +121,21 @@ class FlightsEndpoints:
     Attributes:
         kafka_bootstrap: ``host:port[,host:port]``.
         s3: the S3 endpoint and credentials (MinIO).
+        keys_from_environment: the sinks and checkpoints get the endpoint only, and every process
+            takes the keys from its own AWS chain (the driver's environment, the executors'
+            ``spark.executorEnv.AWS_*``): no key is pickled into a task. For a cluster.
     """
 
     kafka_bootstrap: str
     s3: S3Endpoint
+    keys_from_environment: bool = False
+
+    def storage_options(self) -> S3Options:
+        """S3 settings of the sinks and checkpoints: the endpoint with its keys, or, with
+        :attr:`keys_from_environment`, the endpoint and region only."""
+        if self.keys_from_environment:
+            return S3Options(endpoint_url=self.s3.endpoint_url, region=self.s3.region)
+        return self.s3.s3_options()
 
 
 def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[KafkaSink, S3Sink, DeltaSink]:
@@ -147,17 +162,18 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
             client_config={"linger.ms": 20, "compression.type": "lz4"},
         ),
     )
-    s3 = endpoints.s3
+    options = endpoints.storage_options()
     s3_sink = S3Sink(
         S3_SINK,
-        s3.sink_config(
+        S3SinkConfig(
+            storage_options=options,
             bucket=spec.bucket,
             prefix=spec.s3_prefix,
             format=FileFormat(spec.s3_format),
-            **(
-                {"rolling": RollingPolicy(max_file_bytes=ROW_FILE_BYTES)}
+            rolling=(  # Parquet rolls per checkpoint: the default policy
+                RollingPolicy(max_file_bytes=ROW_FILE_BYTES)
                 if spec.s3_format != "parquet"
-                else {}
+                else RollingPolicy()
             ),
             partition_by=("origin", "month"),
             columns=TYPED_COLUMNS,
@@ -168,7 +184,7 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
         DeltaSinkConfig(
             table_uri=spec.delta_uri,
             columns=TYPED_COLUMNS,
-            storage_options=s3.s3_options(),
+            storage_options=options,
             table_name="flights",
         ),
     )
@@ -184,22 +200,22 @@ def runtime_config(spec: FlightsJobSpec) -> RuntimeConfig:
 def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
     """The enriched streaming DataFrame: :data:`TYPED_COLUMNS` plus Kafka's ``value`` column.
 
-    Lands the input first (cached; idempotent). Kafka's key is ``flight_id`` itself.
+    Reads the landed input (landed first when local, cached; idempotent), or its copy on S3 with
+    s3a when ``spec.input_uri`` is set (:func:`stage_input` put it there). Kafka's key is
+    ``flight_id`` itself.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    data = flights_data.land(spec.days)
+    flights_dir, airlines_path, airports_path = input_locations(spec)
     flights = (
-        spark.readStream.schema(from_arrow_schema(flights_data.FLIGHT_SCHEMA))
+        spark.readStream.schema(from_arrow_schema(FLIGHT_SCHEMA))
         .option("maxFilesPerTrigger", spec.files_per_trigger)
         .option("pathGlobFilter", "flights-*.parquet")
-        .parquet(str(data.flights_dir))
+        .parquet(flights_dir)
     )
-    airlines = spark.read.parquet(str(data.airlines_path)).select(
-        F.col("carrier"), F.col("name").alias("airline")
-    )
-    airports = spark.read.parquet(str(data.airports_path))
+    airlines = spark.read.parquet(airlines_path).select(F.col("carrier"), F.col("name").alias("airline"))
+    airports = spark.read.parquet(airports_path)
     origins = airports.select(
         F.col("faa").alias("origin"), F.col("name").alias("origin_name"), F.col("tzone").alias("origin_tzone")
     )
@@ -303,7 +319,8 @@ def run_flights(
 ) -> FlightsRun:
     """Run (or resume) the flights job until the final checkpoint; every record exactly once.
 
-    Writes the manifest, creates the bucket, starts the streaming job (restoring from its
+    Writes the manifest, creates the bucket, copies the input to S3 when ``spec.input_uri`` asks
+    (files already there are kept), starts the streaming job (restoring from its
     checkpoint if it ran before: re-commit, abort lingering, Spark replays the open batch) and
     waits for it, calling ``on_progress`` every ``poll_s`` seconds.
 
@@ -314,6 +331,8 @@ def run_flights(
     """
     spec.save()
     endpoints.s3.ensure_bucket(spec.bucket)
+    if spec.input_uri:
+        stage_input(spec, endpoints.s3)
     kafka, s3_sink, delta = build_sinks(spec, endpoints)
     job = Job(
         spark,
@@ -321,7 +340,7 @@ def run_flights(
         spec.checkpoint_dir,
         job_id=spec.job_id,
         config=runtime_config(spec),
-        storage_options=endpoints.s3.s3_options(),  # used when the checkpoints are on s3://
+        storage_options=endpoints.storage_options(),  # used when the checkpoints are on s3://
     )
     for s in (kafka, s3_sink, delta):
         job.sink(s)

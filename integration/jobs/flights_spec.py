@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from twophase.integration.jobs import flights_data
 from twophase.sinks.errors import ConfigError
@@ -51,6 +52,11 @@ class FlightsJobSpec:
             ``s3://bucket/prefix`` (credentials from the job's S3 endpoint, never the manifest).
         partition_per_file: one Spark partition per input file, so a micro-batch has as many
             subtasks as files and the last, shorter batch has fewer (partition counts change).
+        spark_checkpoint_uri: Spark's own checkpoint location: ``""`` for
+            ``<work_dir>/spark-checkpoint``, or ``s3a://bucket/prefix`` (``s3://`` is read as s3a).
+        input_uri: where Spark reads the input: ``""`` for the landed files in the local cache, or
+            ``s3://bucket/prefix``: the landed files are copied there once and read with s3a (what
+            executors on other machines can reach).
     """
 
     job_id: str
@@ -67,6 +73,8 @@ class FlightsJobSpec:
     async_commit: bool = False
     checkpoint_uri: str = ""
     partition_per_file: bool = False
+    spark_checkpoint_uri: str = ""
+    input_uri: str = ""
 
     def __post_init__(self) -> None:
         if self.s3_format not in S3_FORMATS:
@@ -75,6 +83,13 @@ class FlightsJobSpec:
             raise ConfigError(
                 f"checkpoint_uri must be empty or s3://bucket/prefix, got {self.checkpoint_uri!r}"
             )
+        if self.spark_checkpoint_uri and not self.spark_checkpoint_uri.startswith(("s3a://", "s3://")):
+            raise ConfigError(
+                "spark_checkpoint_uri must be empty or s3a://bucket/prefix, "
+                f"got {self.spark_checkpoint_uri!r}"
+            )
+        if self.input_uri and not self.input_uri.startswith("s3://"):
+            raise ConfigError(f"input_uri must be empty or s3://bucket/prefix, got {self.input_uri!r}")
         if not _JOB_ID.fullmatch(self.job_id):
             raise ConfigError(f"flights job id {self.job_id!r} must match [A-Za-z0-9][A-Za-z0-9_.]*")
         if not 1 <= self.days <= flights_data.DAYS:
@@ -96,8 +111,20 @@ class FlightsJobSpec:
 
     @property
     def spark_checkpoint(self) -> str:
-        """Spark's own checkpoint location (offsets and commit log)."""
+        """Spark's own checkpoint location (offsets and commit log): :attr:`spark_checkpoint_uri`
+        as ``s3a://``, else ``<work_dir>/spark-checkpoint``."""
+        if self.spark_checkpoint_uri:
+            return s3a(self.spark_checkpoint_uri)
         return str(Path(self.work_dir) / "spark-checkpoint")
+
+    @property
+    def on_s3(self) -> bool:
+        """Whether nothing of the run but its manifest is local: checkpoints, Spark's checkpoint,
+        the Delta table and the input all on S3 (what a job on a cluster needs)."""
+        return all(
+            u.startswith(("s3://", "s3a://"))
+            for u in (self.checkpoint_uri, self.spark_checkpoint_uri, self.delta_uri, self.input_uri)
+        )
 
     @property
     def expected_batches(self) -> int:
@@ -113,6 +140,28 @@ class FlightsJobSpec:
         tmp.write_text(json.dumps(body, indent=2) + "\n")
         os.replace(tmp, path)
         return path
+
+    @classmethod
+    def on_s3_bucket(
+        cls, job_id: str, work_dir: str | Path, bucket: str = "twophase-flights", **fields: Any
+    ) -> FlightsJobSpec:
+        """A run that keeps everything on S3, in ``bucket``: the input under ``input/`` (shared by
+        runs), and per job ``checkpoints/<job_id>``, ``spark-checkpoints/<job_id>`` (s3a) and
+        ``delta/<job_id>``; ``fields`` are the spec's other fields.
+
+        Raises:
+            ConfigError: as the constructor.
+        """
+        return cls(
+            job_id=job_id,
+            work_dir=str(work_dir),
+            bucket=bucket,
+            checkpoint_uri=f"s3://{bucket}/checkpoints/{job_id}",
+            spark_checkpoint_uri=f"s3a://{bucket}/spark-checkpoints/{job_id}",
+            delta_uri=f"s3://{bucket}/delta/{job_id}",
+            input_uri=f"s3://{bucket}/input",
+            **fields,
+        )
 
     @classmethod
     def load(cls, work_dir: str | Path) -> FlightsJobSpec:
@@ -132,3 +181,8 @@ class FlightsJobSpec:
             raise ConfigError(f"{path} is not a version-{MANIFEST_VERSION} flights job manifest")
         fields = {k: v for k, v in body.items() if k not in ("format", "version")}
         return cls(**fields)
+
+
+def s3a(uri: str) -> str:
+    """``s3://bucket/key`` as Hadoop's ``s3a://bucket/key``; other URIs unchanged."""
+    return "s3a://" + uri[len("s3://") :] if uri.startswith("s3://") else uri

@@ -1,4 +1,5 @@
-"""Real services for integration tests, the demo and development: Kafka (KRaft) and S3 (MinIO).
+"""Real services for integration tests, the demo and development: Kafka (KRaft), S3 (MinIO) and a
+Spark standalone cluster.
 
 Public API:
 
@@ -10,14 +11,18 @@ Public API:
   the single broker stays the default).
 - :func:`minio_server` — context manager yielding a :class:`MinioServer`: a native MinIO that can be
   killed, restarted on the same data directory and port, paused, and restricted by IAM policies.
+- :func:`spark_cluster_service` — context manager yielding a standalone master URL
+  ``"spark://127.0.0.1:port"`` (``TWOPHASE_SPARK_MASTER``, ``services up --spark-cluster``, or a
+  temporary :class:`SparkCluster` of two workers).
 - :func:`services_up`, :func:`services_down`, :func:`services_status` — the ``twophase services``
-  commands.
+  commands (``services_up(spark_cluster=True)`` adds the Spark cluster).
 - Version pins (``KAFKA_VERSION``, ``MINIO_MODULE_VERSION``, ...) shared with docker-compose.yml.
 
 Environment: ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_S3_ACCESS_KEY``,
-``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION`` select external services; ``TWOPHASE_KAFKA_PORT``,
-``TWOPHASE_S3_PORT`` fix the native services' ports; ``TWOPHASE_CONNECT_TIMEOUT_S`` and
-``TWOPHASE_START_TIMEOUT_S`` bound the waits; ``TWOPHASE_CACHE`` moves the cache.
+``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION``, ``TWOPHASE_SPARK_MASTER`` select external
+services; ``TWOPHASE_KAFKA_PORT``, ``TWOPHASE_S3_PORT`` fix the native services' ports;
+``TWOPHASE_CONNECT_TIMEOUT_S`` and ``TWOPHASE_START_TIMEOUT_S`` bound the waits; ``TWOPHASE_CACHE``
+moves the cache.
 """
 
 from twophase.integration.services.cache import cache_dir
@@ -32,6 +37,8 @@ from twophase.integration.services.launcher import (
 )
 from twophase.integration.services.minio_server import MinioServer, minio_server
 from twophase.integration.services.s3 import S3Endpoint
+from twophase.integration.services.spark_cluster import SparkCluster
+from twophase.integration.services.spark_service import spark_cluster_service
 from twophase.integration.services.versions import (
     DELTA_JAR_VERSION,
     HADOOP_VERSION,
@@ -56,6 +63,7 @@ __all__ = [
     "MinioServer",
     "S3Endpoint",
     "ServiceStatus",
+    "SparkCluster",
     "cache_dir",
     "kafka_cluster_service",
     "kafka_service",
@@ -64,4 +72,5 @@ __all__ = [
     "services_down",
     "services_status",
     "services_up",
+    "spark_cluster_service",
 ]

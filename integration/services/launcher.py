@@ -7,24 +7,27 @@ Resolution order for each service (DESIGN.md §9):
 2. A service started by ``twophase services up`` is recorded in ``<run dir>/services.json`` and alive:
    reuse it.
 3. Otherwise start the native service in a fresh temporary folder and stop it on exit.
+
+The Spark standalone cluster (``services up --spark-cluster``) follows the same order, with
+``TWOPHASE_SPARK_MASTER`` (:mod:`twophase.integration.services.spark_service`). The state file
+and the wait bounds live in :mod:`twophase.integration.services.state`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from twophase.integration.services.cache import file_lock, run_dir
 from twophase.integration.services.kafka import start_kafka, wait_kafka_ready
-from twophase.integration.services.process import HOST, ManagedProcess, claim_port, kill_group, pid_alive
+from twophase.integration.services.process import HOST, ManagedProcess, claim_port, kill_group
 from twophase.integration.services.s3 import (
     DEFAULT_REGION,
     S3Endpoint,
@@ -32,39 +35,57 @@ from twophase.integration.services.s3 import (
     start_minio,
     wait_s3_ready,
 )
+from twophase.integration.services.spark_cluster import spark_master_from_env
+from twophase.integration.services.spark_service import (
+    check_spark_master,
+    launch_spark_cluster,
+    spark_state,
+    spark_status,
+    stop_recorded_spark,
+)
+from twophase.integration.services.state import (
+    PROCESS_MARKERS,
+    SERVICES,
+    STATE_FILE,
+    STATE_VERSION,
+    ServiceName,
+    ServiceStatus,
+    connect_timeout_s,
+    is_process,
+    read_state,
+    recorded_alive,
+    start_timeout_s,
+    state_path,
+    write_state,
+)
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
-STATE_FILE = "services.json"
-ServiceName = Literal["kafka", "s3"]
-SERVICES: tuple[ServiceName, ...] = ("kafka", "s3")
-#: words that must appear in a recorded pid's command line before ``services down`` kills it
-PROCESS_MARKERS: dict[str, str] = {"kafka": "kafka.Kafka", "s3": "minio"}
-
-
-def _float_env(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ConfigError(f"{name}={raw!r} must be positive")
-    return value
-
-
-def connect_timeout_s() -> float:
-    """Seconds to wait for an endpoint given in the environment: ``TWOPHASE_CONNECT_TIMEOUT_S`` (15)."""
-    return _float_env("TWOPHASE_CONNECT_TIMEOUT_S", 15.0)
-
-
-def start_timeout_s() -> float:
-    """Seconds a native service may take to become ready: ``TWOPHASE_START_TIMEOUT_S`` (180)."""
-    return _float_env("TWOPHASE_START_TIMEOUT_S", 180.0)
+__all__ = [  # the state helpers stay importable from here, where they lived first
+    "PROCESS_MARKERS",
+    "SERVICES",
+    "STATE_FILE",
+    "STATE_VERSION",
+    "NativeKafka",
+    "NativeS3",
+    "ServiceName",
+    "ServiceStatus",
+    "connect_timeout_s",
+    "env_kafka_bootstrap",
+    "env_s3_endpoint",
+    "kafka_service",
+    "launch_kafka",
+    "launch_s3",
+    "read_state",
+    "recorded_alive",
+    "s3_service",
+    "services_down",
+    "services_status",
+    "services_up",
+    "start_timeout_s",
+    "state_path",
+]
 
 
 def env_s3_endpoint() -> S3Endpoint | None:
@@ -90,55 +111,6 @@ def env_s3_endpoint() -> S3Endpoint | None:
 def env_kafka_bootstrap() -> str | None:
     """``TWOPHASE_KAFKA_BOOTSTRAP`` ("host:port[,host:port]") or None when unset."""
     return os.environ.get("TWOPHASE_KAFKA_BOOTSTRAP") or None
-
-
-# ---------------------------------------------------------------- state of `services up`
-
-
-def state_path() -> Path:
-    """``<run dir>/services.json``: pids, ports, data folders and credentials (mode 0600)."""
-    return run_dir() / STATE_FILE
-
-
-def read_state() -> dict[str, Any]:
-    """The recorded services (``{"kafka": {...}, "s3": {...}}``), empty when none are recorded."""
-    path = state_path()
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-        return {}
-    return {name: data[name] for name in SERVICES if isinstance(data.get(name), dict)}
-
-
-def _write_state(services: dict[str, Any]) -> None:
-    path = state_path()
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump({"version": STATE_VERSION, **services}, out, indent=2)
-    tmp.replace(path)
-
-
-def recorded_alive(name: ServiceName) -> dict[str, Any] | None:
-    """The state entry of ``name`` when its recorded process still runs, else None."""
-    entry = read_state().get(name)
-    if entry is None:
-        return None
-    pid = int(entry.get("pid", 0))
-    if pid <= 0 or not pid_alive(pid) or PROCESS_MARKERS[name] not in _cmdline(pid):
-        return None
-    return dict(entry)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _endpoint_of(entry: dict[str, Any]) -> S3Endpoint:
@@ -283,35 +255,19 @@ def s3_service() -> Iterator[S3Endpoint]:
 # ---------------------------------------------------------------- services up / down / status
 
 
-@dataclass(frozen=True)
-class ServiceStatus:
-    """One row of ``twophase services status``.
-
-    Attributes:
-        name: "kafka" or "s3".
-        origin: "environment", "services up" or "not running".
-        endpoint: bootstrap or endpoint URL, "" when not running.
-        pid: recorded process id, None for external services.
-        ready: the readiness check passed (transactional producer / ListBuckets).
-        detail: the failure reason or extra info (console URL, data folder).
-    """
-
-    name: str
-    origin: str
-    endpoint: str
-    pid: int | None
-    ready: bool
-    detail: str
-
-
-def services_up() -> list[ServiceStatus]:
+def services_up(spark_cluster: bool = False) -> list[ServiceStatus]:
     """Start (detached) every service that is neither in the environment nor already running.
 
     State goes to ``services.json`` in the run dir so ``services down`` works from any process.
     When one service fails to start, those started by this call are stopped again.
 
+    Args:
+        spark_cluster: also a Spark standalone master and its workers (unless
+            ``TWOPHASE_SPARK_MASTER`` is set or one is recorded and alive).
+
     Raises:
-        ConfigError, ServiceUnavailableError: as :func:`kafka_service` / :func:`s3_service`.
+        ConfigError, ServiceUnavailableError: as :func:`kafka_service` / :func:`s3_service`, or
+            the given Spark master does not answer / the cluster does not start.
     """
     with file_lock(run_dir() / ".services.lock"):
         state = read_state()
@@ -322,30 +278,30 @@ def services_up() -> list[ServiceStatus]:
         bootstrap = env_kafka_bootstrap()
         if bootstrap is not None:
             wait_kafka_ready(bootstrap, connect_timeout_s())
+        master = spark_master_from_env() if spark_cluster else None
+        if master is not None:
+            check_spark_master(master, connect_timeout_s())
         start_kafka_here = bootstrap is None and recorded_alive("kafka") is None
         start_s3_here = endpoint is None and recorded_alive("s3") is None
+        start_spark_here = spark_cluster and master is None and recorded_alive("spark") is None
         if start_kafka_here:
             claim_port("TWOPHASE_KAFKA_PORT", "Kafka")
         if start_s3_here:
             claim_port("TWOPHASE_S3_PORT", "MinIO")
             local_credentials()
-        started: list[ManagedProcess] = []
+        started: list[Callable[[], None]] = []  # how to stop what this call started
         try:
             if start_kafka_here:
-                kafka_dir = run_dir() / "data" / "kafka"
-                shutil.rmtree(kafka_dir, ignore_errors=True)
-                kafka = launch_kafka(kafka_dir, detach=True)
-                started.append(kafka.process)
+                kafka = launch_kafka(_fresh_data_dir("kafka"), detach=True)
+                started.append(kafka.process.stop)
                 state["kafka"] = {
                     "pid": kafka.process.pid,
                     "bootstrap": kafka.bootstrap,
                     "data_dir": str(kafka.data_dir),
                 }
             if start_s3_here:
-                s3_dir = run_dir() / "data" / "minio"
-                shutil.rmtree(s3_dir, ignore_errors=True)
-                s3 = launch_s3(s3_dir, detach=True)
-                started.append(s3.process)
+                s3 = launch_s3(_fresh_data_dir("minio"), detach=True)
+                started.append(s3.process.stop)
                 state["s3"] = {
                     "pid": s3.process.pid,
                     "endpoint_url": s3.endpoint.endpoint_url,
@@ -355,12 +311,24 @@ def services_up() -> list[ServiceStatus]:
                     "console_url": f"http://{HOST}:{s3.console_port}",
                     "data_dir": str(s3.data_dir),
                 }
+            if start_spark_here:
+                if "spark" in state:  # a recorded master died: its workers must not outlive the entry
+                    stop_recorded_spark(state.pop("spark"))
+                cluster = launch_spark_cluster(_fresh_data_dir("spark"), detach=True)
+                started.append(cluster.stop)
+                state["spark"] = spark_state(cluster)
         except BaseException:
-            for process in started:
-                process.stop()
+            for stop in started:
+                stop()
             raise
-        _write_state(state)
+        write_state(state)
     return services_status()
+
+
+def _fresh_data_dir(name: str) -> Path:
+    path = run_dir() / "data" / name
+    shutil.rmtree(path, ignore_errors=True)
+    return path
 
 
 def services_down() -> list[str]:
@@ -372,9 +340,11 @@ def services_down() -> list[str]:
     stopped: list[str] = []
     with file_lock(run_dir() / ".services.lock"):
         for name, entry in read_state().items():
-            pid = int(entry.get("pid", 0))
-            if pid > 0 and pid_alive(pid) and PROCESS_MARKERS[name] in _cmdline(pid):
-                kill_group(pid)
+            if name == "spark":
+                if stop_recorded_spark(entry):  # workers (and executors) first, then the master
+                    stopped.append(name)
+            elif is_process(int(entry.get("pid", 0)), PROCESS_MARKERS[name]):
+                kill_group(int(entry["pid"]))
                 stopped.append(name)
             data_dir = entry.get("data_dir")
             if data_dir:
@@ -384,35 +354,35 @@ def services_down() -> list[str]:
 
 
 def services_status() -> list[ServiceStatus]:
-    """Where each service comes from and whether it answers (bounded by the connect timeout)."""
-    rows: list[ServiceStatus] = []
+    """Where each service comes from and whether it answers (bounded by the connect timeout):
+    Kafka, S3, then the Spark cluster."""
     timeout = min(connect_timeout_s(), 5.0)
+    return [_kafka_status(timeout), _s3_status(timeout), spark_status(timeout)]
+
+
+def _kafka_status(timeout: float) -> ServiceStatus:
     bootstrap = env_kafka_bootstrap()
     entry = recorded_alive("kafka")
     if bootstrap is not None:
-        rows.append(_kafka_row("environment", bootstrap, None, timeout, "TWOPHASE_KAFKA_BOOTSTRAP"))
-    elif entry is not None:
-        rows.append(_kafka_row("services up", entry["bootstrap"], entry["pid"], timeout, entry["data_dir"]))
-    else:
-        rows.append(ServiceStatus("kafka", "not running", "", None, False, "started on demand by tests/demo"))
+        return _kafka_row("environment", bootstrap, None, timeout, "TWOPHASE_KAFKA_BOOTSTRAP")
+    if entry is not None:
+        return _kafka_row("services up", entry["bootstrap"], entry["pid"], timeout, entry["data_dir"])
+    return ServiceStatus("kafka", "not running", "", None, False, "started on demand by tests/demo")
+
+
+def _s3_status(timeout: float) -> ServiceStatus:
     try:
         endpoint = env_s3_endpoint()
     except ConfigError as exc:
-        rows.append(
-            ServiceStatus(
-                "s3", "environment", os.environ.get("TWOPHASE_S3_ENDPOINT", ""), None, False, str(exc)
-            )
-        )
-        return rows
-    s3_entry = recorded_alive("s3")
+        url = os.environ.get("TWOPHASE_S3_ENDPOINT", "")
+        return ServiceStatus("s3", "environment", url, None, False, str(exc))
+    entry = recorded_alive("s3")
     if endpoint is not None:
-        rows.append(_s3_row("environment", endpoint, None, timeout, "TWOPHASE_S3_ENDPOINT"))
-    elif s3_entry is not None:
-        detail = f"console {s3_entry.get('console_url', '')}"
-        rows.append(_s3_row("services up", _endpoint_of(s3_entry), s3_entry["pid"], timeout, detail))
-    else:
-        rows.append(ServiceStatus("s3", "not running", "", None, False, "started on demand by tests/demo"))
-    return rows
+        return _s3_row("environment", endpoint, None, timeout, "TWOPHASE_S3_ENDPOINT")
+    if entry is not None:
+        detail = f"console {entry.get('console_url', '')}"
+        return _s3_row("services up", _endpoint_of(entry), entry["pid"], timeout, detail)
+    return ServiceStatus("s3", "not running", "", None, False, "started on demand by tests/demo")
 
 
 def _kafka_row(origin: str, bootstrap: str, pid: int | None, timeout: float, detail: str) -> ServiceStatus:

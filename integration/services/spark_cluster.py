@@ -6,7 +6,8 @@ pyspark's own installation (``org.apache.spark.deploy.master.Master`` and
 worker with its own work directory, cores and memory. Executors are other JVMs (children of the
 workers) with their own Python workers: what ``local[n]`` hides (pickling to executors, executor
 loss) is real here. ``TWOPHASE_SPARK_MASTER`` names an existing cluster instead
-(:func:`spark_master_from_env`).
+(:func:`spark_master_from_env`). ``twophase services up --spark-cluster`` starts one detached
+(:mod:`twophase.integration.services.spark_service`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class SparkCluster:
         cores: cores per worker.
         memory: memory per worker, Spark's notation (``"1g"``).
         timeout_s: bound of the readiness wait, seconds.
+        detach: the processes outlive this Python process (``services up``): no stop at exit.
 
     Attributes:
         master_url: ``spark://127.0.0.1:<port>``.
@@ -58,7 +60,13 @@ class SparkCluster:
     """
 
     def __init__(
-        self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g", timeout_s: float = 120.0
+        self,
+        root: Path,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        timeout_s: float = 120.0,
+        detach: bool = False,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -77,6 +85,7 @@ class SparkCluster:
             root / "master.log",
             env,
             root,
+            detach=detach,
         )
         self.workers: list[ManagedProcess] = []
         try:
@@ -94,6 +103,7 @@ class SparkCluster:
                         root / f"worker-{i}.log",
                         env,
                         root,
+                        detach=detach,
                     )
                 )
             self.wait_workers(workers, timeout_s)
@@ -103,11 +113,7 @@ class SparkCluster:
 
     def alive_workers(self) -> int:
         """How many workers the master counts alive (0 while its UI does not answer)."""
-        try:
-            with urllib.request.urlopen(self.ui_url + "/json/", timeout=2) as resp:
-                return int(json.load(resp).get("aliveworkers", 0))
-        except (OSError, ValueError):
-            return 0
+        return alive_workers(self.ui_url)
 
     def wait_workers(self, n: int, timeout_s: float) -> None:
         """Wait until ``n`` workers are alive.
@@ -130,6 +136,16 @@ class SparkCluster:
         for w in self.workers:
             w.stop()
         self.master.stop()
+
+
+def alive_workers(ui_url: str, timeout_s: float = 2.0) -> int:
+    """How many workers the master whose web UI is ``ui_url`` counts alive (its ``/json/``); 0
+    while the UI does not answer within ``timeout_s`` seconds."""
+    try:
+        with urllib.request.urlopen(ui_url + "/json/", timeout=timeout_s) as resp:
+            return int(json.load(resp).get("aliveworkers", 0))
+    except (OSError, ValueError):
+        return 0
 
 
 def executor_pids() -> list[int]:
