@@ -19,7 +19,7 @@ from twophase.integration.services.spark_connect import SparkConnectServer, spar
 from twophase.integration.spark_shipping import build_wheel, executor_python, py_file
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,11 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: S3Endpoin
 
 @pytest.fixture(scope="module")
 def remote(connect_url: str) -> Iterator[SparkSession]:
-    """A Spark Connect client session (this process holds no JVM)."""
-    from pyspark.sql import SparkSession
+    """A Spark Connect client session. Built by the Connect module's own builder: the classic
+    builder refuses a remote session in a process that already runs a classic one (the test
+    session's ``spark``), while a Connect client needs no JVM and can live beside it."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    session = SparkSession.builder.remote(connect_url).getOrCreate()
+    session = ConnectSession.builder.remote(connect_url).create()
     yield session
     session.stop()

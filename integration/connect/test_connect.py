@@ -23,7 +23,8 @@ from twophase.integration.readback import read_topic
 from twophase.integration.services.s3 import S3Endpoint
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame  # the parent of Connect's DataFrame
+    from pyspark.sql.connect.session import SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
