@@ -42,7 +42,6 @@ class SparkConnectServer:
         master: the server's Spark master (``local[2]``, or ``spark://…``).
         conf: further Spark conf.
         env: extra environment of the server (e.g. ``AWS_*`` for the sinks it runs).
-        detach: outlive this process (``twophase services up``).
         timeout_s: bound of the readiness wait, seconds.
 
     Attributes:
@@ -60,7 +59,6 @@ class SparkConnectServer:
         master: str = "local[2]",
         conf: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
-        detach: bool = False,
         timeout_s: float = 120.0,
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
@@ -86,7 +84,7 @@ class SparkConnectServer:
         if py_files:  # the lookup of pyspark_* modules runs in a worker that --py-files does not reach
             path = [str(p) for p in py_files] + [v for v in [os.environ.get("PYTHONPATH")] if v]
             child_env["PYTHONPATH"] = os.pathsep.join(path)
-        self.process = ManagedProcess("spark-connect", argv, root / "connect.log", child_env, root, detach)
+        self.process = ManagedProcess("spark-connect", argv, root / "connect.log", child_env, root)
         try:
             self._wait(timeout_s)
         except BaseException:
