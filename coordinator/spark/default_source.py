@@ -65,19 +65,14 @@ FACADE_OPTIONS = frozenset(
 def _kafka(name: str, options: Mapping[str, str]) -> tuple[AnySink, set[str]]:
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 
-    client = {
-        k[len(KAFKA_CLIENT_PREFIX) :]: v for k, v in options.items() if k.startswith(KAFKA_CLIENT_PREFIX)
-    }
+    prefixed = {k for k in options if k.startswith(KAFKA_CLIENT_PREFIX)}
     merged = dict(options)
-    if client:  # kafka.<key> options win over the same keys in a client_config JSON object
-        given = (
-            parse_value("client_config", merged["client_config"], dict) if "client_config" in merged else {}
-        )
+    if prefixed:  # kafka.<key> options win over the same keys in a client_config JSON object
+        given = parse_value("client_config", merged.get("client_config", "{}"), dict)
+        client = {k[len(KAFKA_CLIENT_PREFIX) :]: options[k] for k in prefixed}
         merged["client_config"] = json.dumps({**given, **client})
     config, used = config_from_options(KafkaSinkConfig, merged)
-    return KafkaSink(name, config), used | set(
-        client and {k for k in options if k.startswith(KAFKA_CLIENT_PREFIX)}
-    )
+    return KafkaSink(name, config), used | prefixed
 
 
 def _s3(name: str, options: Mapping[str, str]) -> tuple[AnySink, set[str]]:
