@@ -120,7 +120,7 @@ def parse_value(key: str, raw: str, hint: Any) -> Any:
         raise ConfigError(f"option {key!r} must be one of {list(args)}, got {raw!r}")
     if origin is tuple:
         return tuple(p.strip() for p in raw.split(",") if p.strip())
-    if origin in (Mapping, dict, typing.Mapping) or hint in (dict, Mapping):
+    if origin in (Mapping, dict) or hint in (Mapping, dict):  # get_origin gives the collections.abc class
         try:
             parsed = json.loads(raw)
         except json.JSONDecodeError:
