@@ -9,11 +9,14 @@ that an executor-side fault that kills a Python worker fires once, not once per 
 The exit is ``os._exit``: no ``finally`` blocks, no atexit hooks, no flushing — a real crash.
 With ``TWOPHASE_FAULT_KILL=executor``, an executor-side point kills the whole executor JVM that
 runs the task first (SIGKILL to the ancestor process running Spark's executor backend): executor
-loss mid-write on a cluster, not only a Python worker's death.
+loss mid-write on a cluster, not only a Python worker's death. With ``TWOPHASE_FAULT_KILL=worker``
+it kills the standalone worker that launched that executor and every process under it (its
+executors and their Python workers): the loss of a whole worker mid-epoch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -29,6 +32,9 @@ ENV: Final = "TWOPHASE_FAULT"
 STATE_ENV: Final = "TWOPHASE_FAULT_STATE"
 KILL_ENV: Final = "TWOPHASE_FAULT_KILL"
 EXECUTOR_BACKEND: Final = b"CoarseGrainedExecutorBackend"
+WORKER_MAIN: Final = b"org.apache.spark.deploy.worker.Worker"
+KILLS: Final = ("executor", "worker")
+"""What ``TWOPHASE_FAULT_KILL`` may name: the executor JVM, or the whole worker."""
 EXIT_STATUS: Final = 137
 
 POINTS: Final = frozenset(
@@ -89,24 +95,63 @@ def fault_point(name: str) -> None:
         log_event(log, logging.WARNING, "fault injected", point=name, hit=hit, pid=os.getpid())
         for handler in logging.getLogger().handlers:
             handler.flush()
-        if os.environ.get(KILL_ENV) == "executor":
-            _kill_executor_jvm()
+        kill = os.environ.get(KILL_ENV) or None
+        if kill is not None and kill not in KILLS:
+            raise ValueError(f"{KILL_ENV}={kill!r}: must be one of {', '.join(KILLS)}")
+        if kill == "executor":
+            _sigkill(_ancestor(EXECUTOR_BACKEND))
+        elif kill == "worker":
+            worker = _ancestor(WORKER_MAIN)
+            if worker is not None:
+                under = _descendants(worker)  # listed first: killed, the worker's children re-parent
+                _sigkill(worker)  # first, so that it cannot launch a replacement executor
+                for pid in under:
+                    _sigkill(pid)
         os._exit(EXIT_STATUS)
 
 
-def _kill_executor_jvm() -> None:
-    """SIGKILL the nearest ancestor running Spark's executor backend (none: nothing happens)."""
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:  # "pid (comm) state ppid ..."
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def _ancestor(marker: bytes) -> int | None:
+    """The nearest ancestor of this process whose command line contains ``marker`` (or ``None``)."""
     pid = os.getppid()
     while pid > 1:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if EXECUTOR_BACKEND in f.read():
-                    os.kill(pid, signal.SIGKILL)
-                    return
-            with open(f"/proc/{pid}/stat", "rb") as f:  # "pid (comm) state ppid ..."
-                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                if marker in f.read():
+                    return pid
+            pid = _parent(pid)
         except (OSError, ValueError, IndexError):
-            return
+            return None
+    return None
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process under ``root`` (children, grandchildren, ...), by the parents in ``/proc``."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = _parent(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue  # the process ended meanwhile
+    found: list[int] = []
+    frontier = {root}
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found.extend(children)
+        frontier = set(children)
+    return found
+
+
+def _sigkill(pid: int | None) -> None:
+    if pid is None or pid == os.getpid():
+        return  # this process exits by itself, with the fault's status
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.kill(pid, signal.SIGKILL)
 
 
 def _local_hit(name: str) -> int:
