@@ -80,10 +80,14 @@ bench: prepare
 # the chaos matrix: trials of the flights job round-robin over its configurations
 # (integration/chaos/matrix.py), seeded; the report goes to build/chaos-report.md and its tables
 # into CHAOS.md. The quick subset runs in `make test` (pytest marker `chaos`).
+# The cluster configuration (issue #17) runs apart, on a native standalone cluster of two workers.
 CHAOS_TRIALS ?= 300
+CHAOS_CLUSTER_TRIALS ?= 40
 chaos: prepare
 	$(BIN)/pytest -m long integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs cluster --trials $(CHAOS_CLUSTER_TRIALS) \
+		--report build/chaos-cluster-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;

@@ -11,6 +11,10 @@ of them at every fault point and with kill -9. The three sinks run together in a
 - ``async``: asynchronous commit (the next epoch runs while the previous checkpoint commits).
 - ``s3``: the Delta table and twophase's checkpoints on ``s3://`` (MinIO).
 - ``all``: everything above at once.
+- ``cluster`` (issue #17, not in the default list): the main path on a Spark standalone cluster of
+  two one-core workers, everything on S3, the rows hash-shuffled into 2 partitions before the sinks
+  (so a lost executor's map output makes a fetch failure and a stage retry beside running
+  attempts); its executor-side faults kill the executor JVM or the whole worker (which comes back).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ class ChaosConfig:
         async_commit: commit on the committer thread.
         on_s3: the Delta table and the job's checkpoints on ``s3://`` instead of local paths.
         partition_per_file: one Spark partition per input file.
+        cluster: run on a standalone cluster (everything on S3, input included).
+        shuffle_partitions: 0, or hash-partition the rows into this many partitions before the sinks.
     """
 
     name: str
@@ -43,10 +49,29 @@ class ChaosConfig:
     async_commit: bool = False
     on_s3: bool = False
     partition_per_file: bool = False
+    cluster: bool = False
+    shuffle_partitions: int = 0
+
+    @property
+    def executor_kills(self) -> tuple[str, ...]:
+        """What an executor-side fault kills (``TWOPHASE_FAULT_KILL``): on a cluster the executor
+        JVM or the whole worker, else a Python worker only (``""``)."""
+        return ("executor", "worker") if self.cluster else ("",)
 
     def spec(self, job_id: str, work_dir: Path, days: int, files_per_trigger: int) -> FlightsJobSpec:
         """The flights run of one trial in this configuration (S3 locations under the job's bucket)."""
         bucket = FlightsJobSpec.bucket  # the job's default bucket holds the s3:// locations too
+        if self.cluster:
+            return FlightsJobSpec.on_s3_bucket(
+                job_id,
+                work_dir,
+                days=days,
+                files_per_trigger=files_per_trigger,
+                s3_format=self.s3_format,
+                async_commit=self.async_commit,
+                partition_per_file=self.partition_per_file,
+                shuffle_partitions=self.shuffle_partitions,
+            )
         return FlightsJobSpec(
             job_id=job_id,
             work_dir=str(work_dir),
@@ -63,6 +88,8 @@ class ChaosConfig:
         """Subtasks (partitions) of each micro-batch of a fresh run."""
         batches = math.ceil(days / files_per_trigger)
         files = [min(files_per_trigger, days - b * files_per_trigger) for b in range(batches)]
+        if self.shuffle_partitions:
+            return [self.shuffle_partitions] * batches
         if self.partition_per_file:
             return files
         return [min(PACKED_TASKS, f) for f in files]
@@ -77,9 +104,12 @@ CONFIGS: dict[str, ChaosConfig] = {
         ChaosConfig("async", async_commit=True),
         ChaosConfig("s3", on_s3=True),
         ChaosConfig("all", s3_format="jsonl", async_commit=True, on_s3=True, partition_per_file=True),
+        ChaosConfig("cluster", on_s3=True, cluster=True, shuffle_partitions=2),
     )
 }
 """Every configuration, by name, in matrix order."""
+LOCAL = ",".join(name for name, c in CONFIGS.items() if not c.cluster)
+"""The default ``--configs``: every configuration on ``local[2,4]`` (the cluster one needs a cluster)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import click
 
-from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig, configs_named
+from twophase.integration.chaos.cluster import chaos_cluster
+from twophase.integration.chaos.matrix import LOCAL, ChaosConfig, configs_named
+from twophase.integration.chaos.report import result_json, write_report
 from twophase.integration.chaos.runner import (
     TrialResult,
     fault_matrix,
     plan_matrix,
-    result_json,
     run_trials,
-    write_report,
 )
 from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
 
@@ -41,7 +41,7 @@ from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_se
 @click.option("--trials", type=click.IntRange(min=1), default=300, show_default=True)
 @click.option(
     "--configs",
-    default=",".join(CONFIGS),
+    default=LOCAL,
     show_default=True,
     help="Comma-separated configurations (integration/chaos/matrix.py).",
 )
@@ -97,6 +97,8 @@ def main(
         s3 = stack.enter_context(s3_service())
         endpoints = FlightsEndpoints(bootstrap, s3)
         base = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-chaos-")))
+        on_cluster = any(c.cluster for c in chosen)
+        master = stack.enter_context(chaos_cluster(base / "spark-cluster")) if on_cluster else None
         spark = flights_spark_session(endpoints)
         spark.sparkContext.setLogLevel("ERROR")
         results: list[TrialResult] = []
@@ -123,7 +125,15 @@ def main(
             )
 
         run_trials(
-            plans, base, endpoints, spark, days, files_per_trigger, on_result=on_result, deadline=deadline
+            plans,
+            base,
+            endpoints,
+            spark,
+            days,
+            files_per_trigger,
+            on_result=on_result,
+            deadline=deadline,
+            master=master,
         )
         spark.stop()
     write_report(report, results, params(started, len(plans)))
@@ -161,8 +171,9 @@ def run_params(
         + (f" (plan trials {first_trial}–{trials - 1})" if first_trial else "")
         + (" (stopped early by --max-minutes)" if ran < planned else ""),
         "configurations": ", ".join(
-            f"{c.name} ({len(fault_matrix(c.tasks_per_batch(days, files_per_trigger)))} point:hit)"
+            f"{c.name} ({len(fault_matrix(c.tasks_per_batch(days, fpt), c.executor_kills))} point:hit)"
             for c in chosen
+            for fpt in (files_per_trigger,)
         ),
         "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO)",
     }

@@ -9,6 +9,10 @@ driver, Spark JVM and Python workers), in one of two ways:
   points kill a Python worker, Spark retries the task (``local[2,4]``) and the job carries on.
 - ``kill``: SIGKILL to the whole process group at seeded random moments, from outside.
 
+On a cluster (the ``cluster`` configuration, :mod:`twophase.integration.chaos.cluster`) the job is
+submitted to the standalone master, executor points name what they kill (``point:n@executor``,
+``point:n@worker``) and Spark's event log tells what each trial did to the executors and stages.
+
 Then it restarts the job without faults until it exits 0 (FINISHED), and verifies every sink
 (:func:`twophase.integration.verify.verify_run`): each record exactly once (Kafka read_committed, S3
 Parquet, Delta) and zero lingering transactions, pending uploads or unreferenced files.
@@ -16,7 +20,7 @@ Parquet, Delta) and zero lingering transactions, pending uploads or unreferenced
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import random
 import shutil
@@ -25,16 +29,17 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twophase.coordinator.faults import ENV as FAULT_ENV
-from twophase.coordinator.faults import EXIT_STATUS, POINTS, STATE_ENV
+from twophase.coordinator.faults import EXIT_STATUS, KILL_ENV, POINTS, STATE_ENV
+from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig
 from twophase.integration.jobs.flights import FlightsEndpoints
-from twophase.integration.verify import SinkReport, VerifyReport, verify_run
+from twophase.integration.verify import VerifyReport, verify_run
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -73,12 +78,19 @@ def fault_hits(point: str, tasks: list[int]) -> int:
     raise ValueError(f"fault point {point!r} does not apply to the flights job")
 
 
-def fault_matrix(tasks: list[int]) -> list[str]:
+def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",)) -> list[str]:
     """Every ``point:n`` the job reaches, round-robin over the points (every point's first hit,
-    then every point's second, ...), so that a run cut short still covers every point."""
-    points = (*DRIVER_POINTS, *EXECUTOR_POINTS)
-    rounds = max(fault_hits(p, tasks) for p in points)
-    return [f"{p}:{n}" for n in range(1, rounds + 1) for p in points if n <= fault_hits(p, tasks)]
+    then every point's second, ...), so that a run cut short still covers every point. Executor
+    points come once per entry of ``kills`` (``point:n@kill``: what the fault kills, see
+    :data:`~twophase.coordinator.faults.KILLS`; ``""``: the Python worker only)."""
+    points = [(p, "") for p in DRIVER_POINTS] + [(p, k) for p in EXECUTOR_POINTS for k in kills]
+    rounds = max(fault_hits(p, tasks) for p, _ in points)
+    return [
+        f"{p}:{n}" + (f"@{k}" if k else "")
+        for n in range(1, rounds + 1)
+        for p, k in points
+        if n <= fault_hits(p, tasks)
+    ]
 
 
 @dataclass(frozen=True)
@@ -158,7 +170,9 @@ def plan_matrix(
     """
     rng = random.Random(seed)
     every = max(1, round(1 / kill_share)) if kill_share > 0 else 0
-    matrices = {c.name: fault_matrix(c.tasks_per_batch(days, files_per_trigger)) for c in configs}
+    matrices = {
+        c.name: fault_matrix(c.tasks_per_batch(days, files_per_trigger), c.executor_kills) for c in configs
+    }
     seen = {c.name: 0 for c in configs}
     faults = {c.name: 0 for c in configs}
     plans: list[TrialPlan] = []
@@ -192,6 +206,7 @@ class TrialResult:
         violations: what broke exactly-once or left lingering state (empty: the trial passed).
         seconds: the trial's wall time.
         first_run_s: the wall time of the trial's first process run (or of its kills' runs).
+        events: on a cluster, :func:`~twophase.integration.chaos.cluster.spark_events` of its runs.
     """
 
     plan: TrialPlan
@@ -204,6 +219,7 @@ class TrialResult:
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
     first_run_s: float = 0.0
+    events: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -231,8 +247,12 @@ def run_job_process(
     fault_state: Path | None = None,
     kill_after_s: float | None = None,
     timeout_s: float = 600.0,
+    master: str | None = None,
+    fault_kill: str = "",
 ) -> tuple[int, bool]:
-    """Run the flights job of ``work_dir`` once in its own process group.
+    """Run the flights job of ``work_dir`` once in its own process group; on the standalone
+    cluster ``master`` when given, with Spark's event log in ``<work_dir>/spark-events``.
+    ``fault_kill``: what an executor-side fault kills (``TWOPHASE_FAULT_KILL``).
 
     Returns:
         (exit status — negative for a signal —, whether this call sent SIGKILL).
@@ -243,11 +263,21 @@ def run_job_process(
     if fault is not None:
         env[FAULT_ENV] = fault
         env[STATE_ENV] = str(fault_state or work_dir / "fault-state")
+    if fault_kill:
+        env[KILL_ENV] = fault_kill
+    on_cluster = ("--master", master, "--event-log-dir", str(work_dir / "spark-events")) if master else ()
     with log_path.open("ab") as log:
         log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "twophase.integration.jobs.flights", "--work-dir", str(work_dir)],
+            [
+                sys.executable,
+                "-m",
+                "twophase.integration.jobs.flights",
+                "--work-dir",
+                str(work_dir),
+                *on_cluster,
+            ],
             cwd=REPO,
             env=env,
             stdout=log,
@@ -277,39 +307,51 @@ def run_trial(
     run_id: str,
     max_restarts: int = 6,
     keep: bool = False,
+    master: str | None = None,
 ) -> TrialResult:
-    """Run one trial (see the module docstring) in its configuration and verify the outcome."""
+    """Run one trial (see the module docstring) in its configuration and verify the outcome; a
+    cluster configuration's on the standalone cluster ``master``."""
     started = time.perf_counter()
     job_id = f"chaos_{run_id}_{plan.index:03d}" + (f"r{plan.rerun}" if plan.rerun else "")
     work_dir = base / job_id
-    spec = CONFIGS[plan.config].spec(job_id, work_dir, days, files_per_trigger)
+    config = CONFIGS[plan.config]
+    if config.cluster and master is None:
+        raise ValueError(f"chaos configuration {config.name!r} runs on a cluster: no master given")
+    spec = config.spec(job_id, work_dir, days, files_per_trigger)
     spec.save()
-    log_path = work_dir / "job.log"
+    run = functools.partial(
+        run_job_process, work_dir, endpoints, work_dir / "job.log", master=master if config.cluster else None
+    )
     result = TrialResult(plan, job_id)
     if plan.kind == "plain":
-        code, _ = run_job_process(work_dir, endpoints, log_path)
+        code, _ = run()
         result.exit_codes.append(code)
     elif plan.kind == "fault":
         assert plan.fault is not None
-        code, _ = run_job_process(work_dir, endpoints, log_path, fault=plan.fault)
+        fault, _, kill = plan.fault.partition("@")
+        code, _ = run(fault=fault, fault_kill=kill)
         result.exit_codes.append(code)
-        point, _, hit = plan.fault.partition(":")
+        point, _, hit = fault.partition(":")
         reached = (work_dir / "fault-state" / f"{point}.{hit or 1}").exists()
         result.fault_fired = code == EXIT_STATUS if point in DRIVER_POINTS else reached
     else:
         for delay in plan.kill_after_s:
-            code, killed = run_job_process(work_dir, endpoints, log_path, kill_after_s=delay)
+            code, killed = run(kill_after_s=delay)
             result.exit_codes.append(code)
             result.kills += int(killed)
             if code == 0:
                 break
     result.first_run_s = time.perf_counter() - started
     while (not result.exit_codes or result.exit_codes[-1] != 0) and len(result.exit_codes) <= max_restarts:
-        code, _ = run_job_process(work_dir, endpoints, log_path)
+        code, _ = run()
         result.exit_codes.append(code)
     result.restarts = len(result.exit_codes) - 1
     if result.exit_codes[-1] != 0:
         result.violations.append(f"job did not finish after {result.restarts} restarts: {result.exit_codes}")
+    if config.cluster:
+        result.events = spark_events(work_dir / "spark-events")
+        if plan.kind == "fault" and "@" in (plan.fault or "") and not result.events["executors_lost"]:
+            result.fault_fired = False  # the point was reached but no executor was lost
     if plan.kind == "fault" and not result.fault_fired:
         result.violations.append(f"fault {plan.fault} never fired")
     if any(c not in (0, EXIT_STATUS, -signal.SIGKILL) for c in result.exit_codes):
@@ -345,6 +387,7 @@ def run_trials(
     on_result: Callable[[TrialResult], None] | None = None,
     deadline: float | None = None,
     max_reruns: int = 2,
+    master: str | None = None,
 ) -> list[TrialResult]:
     """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value).
 
@@ -362,7 +405,7 @@ def run_trials(
                 return results
             if plan.kind == "kill" and (plan.rerun or not planned.kill_after_s):
                 plan = replace(plan, kill_after_s=kill_moments(plan, measured.get(plan.config)))
-            result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id)
+            result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id, master=master)
             if result.exit_codes[:1] == [0]:  # the shortest uncrashed run: kills must land before it ends
                 known = measured.get(plan.config)
                 measured[plan.config] = (
@@ -385,106 +428,3 @@ def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:
     configuration's measured run length (``None``: not measured yet, 30 s is assumed)."""
     length = 30.0 if length_s is None else length_s
     return tuple(round(f * length, 1) for f in (plan.kill_at or (0.5,)))
-
-
-def write_report(path: Path, results: list[TrialResult], params: dict[str, object]) -> None:
-    """Write the chaos report (Markdown): what was run, totals, one row per trial. Creates the
-    report's folder (``build/`` is not in a fresh clone)."""
-    violations = sum(len(r.violations) for r in results)
-    kills = sum(r.kills for r in results)
-    faults = sum(1 for r in results if r.plan.kind == "fault")
-    fired = sum(1 for r in results if r.plan.kind == "fault" and r.fault_fired)
-    restarts = sum(r.restarts for r in results)
-    points = sorted({r.plan.fault for r in results if r.plan.fault})
-    lines = [
-        "# Chaos report: the flights job under crashes",
-        "",
-        "Generated by `python -m twophase.integration.chaos.run` (`integration/chaos/`). Each trial",
-        "runs the flights job (Kafka + S3 + Delta, one checkpoint per micro-batch, bounded",
-        "`availableNow`) in one configuration of `integration/chaos/matrix.py`, in a subprocess, and",
-        "crashes it: a named fault point (`TWOPHASE_FAULT`, exit 137; executor points kill a Python",
-        "worker once) or `kill -9` of the whole process group at a seeded fraction of the measured run.",
-        "It restarts the job until it finishes, then reads every sink back: Kafka `read_committed`, S3",
-        "Parquet or JSON lines with pyarrow, Delta with delta-spark. A violation is any duplicate,",
-        "missing or altered record, any open Kafka transaction of the job, pending multipart upload",
-        "under its prefix, unreferenced",
-        "Delta data file, or a job that did not end with its final checkpoint.",
-        "",
-        "## What was run",
-        "",
-        *(f"- {k}: {v}" for k, v in params.items()),
-        "",
-        "## Totals",
-        "",
-        f"- trials: {len(results)} ({faults} fault injections, "
-        f"{sum(1 for r in results if r.plan.kind == 'kill')} kill -9 trials, "
-        f"{sum(1 for r in results if r.plan.kind == 'plain')} plain runs that measure each configuration)",
-        f"- kill -9 planned / landed (sent while the job ran): "
-        f"{sum(len(r.plan.kill_after_s) for r in results if r.plan.kind == 'kill')} / {kills}",
-        f"- faults fired: {fired} of {faults}; fault points covered: {len({p.split(':')[0] for p in points})}"
-        f" ({len(points)} distinct point:hit combinations)",
-        f"- restarts (process runs after the first): {restarts}",
-        f"- trials passed: {sum(1 for r in results if r.passed)} of {len(results)}",
-        f"- **violations: {violations}**",
-        "",
-        "## Per configuration",
-        "",
-        "| configuration | trials | faults fired | kills landed | restarts | violations |",
-        "|---|---|---|---|---|---|",
-        *config_rows(results),
-        "",
-        "## Trials",
-        "",
-        "| # | config | trial | exit codes | restarts | kafka | s3 | delta | lingering | s | result |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        recs = {s.sink: s for s in r.report.sinks} if r.report is not None else {}
-
-        def cell(name: str, recs: Mapping[str, SinkReport] = recs) -> str:
-            s = recs.get(name)
-            return "" if s is None else f"{s.records}"
-
-        lingering = sum(s.lingering for s in r.report.sinks) if r.report is not None else "?"
-        verdict = "pass" if r.passed else "**FAIL**: " + "; ".join(r.violations)
-        lines.append(
-            f"| {r.plan.index} | {r.plan.config} | {r.plan.label} | {' '.join(map(str, r.exit_codes))} | "
-            f"{r.restarts} | "
-            f"{cell('kafka')} | {cell('s3')} | {cell('delta')} | {lingering} | {r.seconds:.0f} | {verdict} |"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-
-
-def config_rows(results: list[TrialResult]) -> list[str]:
-    """One Markdown table row per configuration, in the order they first ran."""
-    rows = []
-    for name in dict.fromkeys(r.plan.config for r in results):
-        mine = [r for r in results if r.plan.config == name]
-        faults = [r for r in mine if r.plan.kind == "fault"]
-        kills = [r for r in mine if r.plan.kind == "kill"]
-        planned = sum(len(r.plan.kill_after_s) for r in kills)
-        rows.append(
-            f"| {name} | {len(mine)} | {sum(r.fault_fired for r in faults)} of {len(faults)} | "
-            f"{sum(r.kills for r in kills)} of {planned} | {sum(r.restarts for r in mine)} | "
-            f"{sum(len(r.violations) for r in mine)} |"
-        )
-    return rows
-
-
-def result_json(r: TrialResult) -> str:
-    """One trial as a JSON line (for logs)."""
-    return json.dumps(
-        {
-            "trial": r.plan.index,
-            "config": r.plan.config,
-            "plan": r.plan.label,
-            "job": r.job_id,
-            "exit_codes": r.exit_codes,
-            "kills": r.kills,
-            "restarts": r.restarts,
-            "passed": r.passed,
-            "violations": r.violations,
-            "seconds": round(r.seconds, 1),
-        }
-    )

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from twophase.integration.chaos import runner
-from twophase.integration.chaos.matrix import CONFIGS, configs_named
+from twophase.integration.chaos.cluster import spark_events
+from twophase.integration.chaos.matrix import CONFIGS, LOCAL, configs_named
+from twophase.integration.chaos.report import write_report
 from twophase.integration.chaos.runner import (
     DRIVER_POINTS,
     EXECUTOR_POINTS,
@@ -18,7 +20,6 @@ from twophase.integration.chaos.runner import (
     fault_matrix,
     plan_matrix,
     run_trials,
-    write_report,
 )
 from twophase.integration.jobs.flights_spec import MANIFEST, FlightsJobSpec
 from twophase.sinks.errors import ConfigError
@@ -49,6 +50,51 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
         assert sum(p.kind == "kill" for p in mine) == 2
         assert all(0.15 <= f <= 0.85 for p in mine for f in p.kill_at)
         assert all(p.fault for p in mine if p.kind == "fault")
+
+
+def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
+    cluster = CONFIGS["cluster"]
+    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 1
+    assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
+    matrix = fault_matrix(cluster.tasks_per_batch(14, 6), cluster.executor_kills)
+    assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
+    assert matrix[len(DRIVER_POINTS) : len(DRIVER_POINTS) + 2] == [
+        "before_write:1@executor",
+        "before_write:1@worker",
+    ]
+    assert {m.partition("@")[2] for m in matrix if m.split(":")[0] in EXECUTOR_POINTS} == {
+        "executor",
+        "worker",
+    }
+    assert "mid_write:6@worker" in matrix and "mid_write:7@worker" not in matrix
+    local = fault_matrix(CONFIGS["parquet"].tasks_per_batch(14, 6), CONFIGS["parquet"].executor_kills)
+    assert not any("@" in m for m in local)
+
+
+def test_the_cluster_run_keeps_everything_on_s3_and_shuffles(tmp_path: Path) -> None:
+    spec = CONFIGS["cluster"].spec("c1", tmp_path / "w", 14, 6)
+    assert spec.on_s3 and spec.shuffle_partitions == 2
+    with pytest.raises(ConfigError, match="shuffle_partitions"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", shuffle_partitions=-1)
+
+
+def test_spark_events_count_lost_executors_fetch_failures_and_stage_retries(tmp_path: Path) -> None:
+    events = [
+        {"Event": "SparkListenerStageSubmitted", "Stage Info": {"Stage ID": 3, "Stage Attempt ID": 0}},
+        {"Event": "SparkListenerExecutorRemoved", "Executor ID": "1", "Removed Reason": "worker lost"},
+        {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "ExecutorLostFailure"}},
+        {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "FetchFailed"}},
+        {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "Success"}},
+        {"Event": "SparkListenerStageSubmitted", "Stage Info": {"Stage ID": 3, "Stage Attempt ID": 1}},
+    ]
+    (tmp_path / "app-1.inprogress").write_text("\n".join(map(json.dumps, events)) + '\n{"Event": "Spark')
+    assert spark_events(tmp_path) == {
+        "executors_lost": 1,
+        "executor_lost_tasks": 1,
+        "fetch_failures": 1,
+        "stage_retries": 1,
+    }
+    assert spark_events(tmp_path / "none") == dict.fromkeys(spark_events(tmp_path), 0)
 
 
 def test_unknown_configurations_are_refused_by_name() -> None:
@@ -98,7 +144,7 @@ def test_a_kill_that_missed_the_run_counts_as_a_plain_run_and_is_tried_again(
     """A 2026-11-25 run sent 5 of 6 kills: one job finished before its kill moment."""
     ran: list[TrialPlan] = []
 
-    def fake_run_trial(plan: TrialPlan, *_: object) -> TrialResult:
+    def fake_run_trial(plan: TrialPlan, *_: object, **__: object) -> TrialResult:
         ran.append(plan)
         result = TrialResult(plan, f"job{plan.index}r{plan.rerun}", first_run_s=20.0)
         landed = plan.kind == "kill" and max(plan.kill_after_s) < 20.0

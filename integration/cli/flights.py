@@ -35,7 +35,7 @@ from twophase.integration.cli.output import (
     table,
 )
 from twophase.integration.cli.target import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
-from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -306,21 +306,9 @@ def _start_spark(
 
     if master is None:
         return flights_spark_session(endpoints), SparkPlace(LOCAL_MASTER)
-    from twophase.integration.jobs.flights_cluster import (
-        cluster_spark_session,
-        driver_environment,
-        executor_imports,
-    )
-    from twophase.integration.spark_shipping import ShippingError, build_wheel, executor_python, ship_conf
+    from twophase.integration.jobs.flights_cluster import cluster_session, executor_imports
 
-    try:
-        python = executor_python()
-        shipping = ship_conf(build_wheel(), str(python))
-    except ShippingError as exc:
-        raise ServiceUnavailableError(f"cannot ship twophase to the executors: {exc}") from exc
-    stack.enter_context(driver_environment(endpoints.s3, python))
-    spark = cluster_spark_session(master, endpoints.s3, shipping)
-    stack.callback(spark.stop)
+    spark = cluster_session(stack, master, endpoints.s3)
     spark.sparkContext.setLogLevel("ERROR")
     return spark, SparkPlace(master, tuple(executor_imports(spark)))
 

@@ -35,6 +35,8 @@ Endpoints come from ``TWOPHASE_KAFKA_BOOTSTRAP`` / ``TWOPHASE_S3_*`` or ``twopha
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -57,7 +59,7 @@ from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
-from twophase.integration.jobs.flights_cluster import input_locations, stage_input
+from twophase.integration.jobs.flights_cluster import cluster_session, input_locations, stage_input
 from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
 from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
 from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
@@ -247,6 +249,8 @@ def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
         .withColumn("sched_dep_at", sched_dep_at)
         .select(*TYPED_COLUMNS)
     )
+    if spec.shuffle_partitions:  # by a column, not round robin: a retried map stage gives the same partitions
+        enriched = enriched.repartition(spec.shuffle_partitions, KEY_COLUMN)
     return enriched.withColumn(VALUE_COLUMN, F.to_json(F.struct(*TYPED_COLUMNS)))
 
 
@@ -423,14 +427,35 @@ def endpoints_from_environment() -> FlightsEndpoints:
     type=click.Path(file_okay=False, path_type=Path),
     help="The run's work directory (holds flights-job.json).",
 )
-def main(work_dir: Path) -> None:
+@click.option(
+    "--master", default=None, help="A Spark standalone cluster (spark://host:port); default local[2,4]."
+)
+@click.option(
+    "--event-log-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="On a cluster: write Spark's event log there.",
+)
+def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None:
     """Run or resume the flights job of WORK_DIR; print one JSON line with the outcome."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     spec = FlightsJobSpec.load(work_dir)
-    endpoints = endpoints_from_environment()
-    spark = flights_spark_session(endpoints, spec.partition_per_file)
-    spark.sparkContext.setLogLevel("ERROR")
-    run = run_flights(spark, spec, endpoints)
+    with contextlib.ExitStack() as stack:
+        if master is None:
+            endpoints = endpoints_from_environment()
+            spark = flights_spark_session(endpoints, spec.partition_per_file)
+            stack.callback(spark.stop)
+        else:
+            if not spec.on_s3:
+                raise ConfigError(f"flights run {spec.job_id} keeps state on local paths: not for a cluster")
+            endpoints = dataclasses.replace(endpoints_from_environment(), keys_from_environment=True)
+            spark = cluster_session(stack, master, endpoints.s3, event_log_dir)
+        spark.sparkContext.setLogLevel("ERROR")
+        run = run_flights(spark, spec, endpoints)
+    _exit_with(run)
+
+
+def _exit_with(run: FlightsRun) -> None:
     outcome = {
         "state": run.state.value,
         "epochs": len(run.epochs),
@@ -439,7 +464,6 @@ def main(work_dir: Path) -> None:
         "wall_s": round(run.wall_s, 3),
     }
     print(json.dumps(outcome), flush=True)
-    spark.stop()
     sys.exit(0 if run.state is JobState.FINISHED else 1)
 
 

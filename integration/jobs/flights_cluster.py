@@ -26,10 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights_spec import FlightsJobSpec, s3a
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.integration.services.spark_service import master_addresses
+from twophase.sinks.errors import ServiceUnavailableError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -113,14 +115,21 @@ def driver_environment(s3: S3Endpoint, executor_python: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def cluster_conf(master: str, s3: S3Endpoint, shipping: dict[str, str]) -> dict[str, str]:
+def cluster_conf(
+    master: str, s3: S3Endpoint, shipping: dict[str, str], event_log_dir: Path | None = None
+) -> dict[str, str]:
     """The Spark conf of the flights job on the standalone cluster ``master``.
+
+    The driver's ``TWOPHASE_FAULT*`` variables (crash tests only) reach the executors through
+    ``spark.executorEnv``, since a worker's executors do not inherit the driver's environment.
 
     Args:
         master: ``spark://host:port``.
         s3: the endpoint whose ``AWS_*`` the executors get (``spark.executorEnv``).
         shipping: :func:`~twophase.integration.spark_shipping.ship_conf` of the wheel and the
             executors' Python.
+        event_log_dir: write Spark's event log there (what the chaos runner reads: executors
+            lost, fetch failures, stage attempts); ``None``: no event log.
 
     Raises:
         ConfigError: ``master`` is not a ``spark://host:port`` URL.
@@ -133,14 +142,31 @@ def cluster_conf(master: str, s3: S3Endpoint, shipping: dict[str, str]) -> dict[
         "spark.task.maxFailures": "4",  # as local[2,4]: a failed attempt's transactions linger, then abort
         "spark.sql.session.timeZone": "UTC",
         "spark.speculation": "false",  # the Kafka sink refuses it
+        # the workers stand for separate hosts: a task must not read a lost executor's shuffle files
+        # from the shared disk, it fetches them from that executor (and fails: a stage retry)
+        "spark.shuffle.readHostLocalDisk": "false",
+        **{f"spark.executorEnv.{k}": v for k, v in os.environ.items() if k.startswith(FAULT_ENV)},
     }
+    if event_log_dir is not None:
+        event_log_dir.mkdir(parents=True, exist_ok=True)
+        conf.update(
+            {
+                "spark.eventLog.enabled": "true",
+                "spark.eventLog.dir": event_log_dir.as_uri(),
+                # one plain JSON-lines file per application (Spark 4 compresses and rolls by default)
+                "spark.eventLog.compress": "false",
+                "spark.eventLog.rolling.enabled": "false",
+            }
+        )
     if all(host in LOOPBACK for host, _ in master_addresses(master)):
         # executors on this machine call the driver back on loopback, whatever the host name resolves to
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     return conf
 
 
-def cluster_spark_session(master: str, s3: S3Endpoint, shipping: dict[str, str]) -> SparkSession:
+def cluster_spark_session(
+    master: str, s3: S3Endpoint, shipping: dict[str, str], event_log_dir: Path | None = None
+) -> SparkSession:
     """A SparkSession of the flights job on the cluster ``master`` (see :func:`cluster_conf`), with
     Delta and s3a; s3a without keys (each JVM's environment). Call inside :func:`driver_environment`.
 
@@ -149,9 +175,33 @@ def cluster_spark_session(master: str, s3: S3Endpoint, shipping: dict[str, str])
     """
     from twophase.integration.spark import build_spark_session
 
-    return build_spark_session(
-        "twophase-flights", extra_conf=cluster_conf(master, s3, shipping), s3=s3, s3_keys=False
-    )
+    conf = cluster_conf(master, s3, shipping, event_log_dir)
+    return build_spark_session("twophase-flights", extra_conf=conf, s3=s3, s3_keys=False)
+
+
+def cluster_session(
+    stack: contextlib.ExitStack, master: str, s3: S3Endpoint, event_log_dir: Path | None = None
+) -> SparkSession:
+    """The flights job's session on the cluster ``master``, with the current sources' wheel shipped
+    to executors on a dependencies-only Python (built or taken from ``~/.cache/twophase``). The
+    driver's environment (:func:`driver_environment`) stays set and the session stops when
+    ``stack`` closes.
+
+    Raises:
+        ServiceUnavailableError: twophase cannot be shipped (the wheel or the executors' Python
+            cannot be built), or the jars cannot be resolved. ConfigError: a bad master URL.
+    """
+    from twophase.integration.spark_shipping import ShippingError, build_wheel, executor_python, ship_conf
+
+    try:
+        python = executor_python()
+        shipping = ship_conf(build_wheel(), str(python))
+    except ShippingError as exc:
+        raise ServiceUnavailableError(f"cannot ship twophase to the executors: {exc}") from exc
+    stack.enter_context(driver_environment(s3, python))
+    spark = cluster_spark_session(master, s3, shipping, event_log_dir)
+    stack.callback(spark.stop)
+    return spark
 
 
 def _where_twophase(_: object) -> tuple[str, str]:

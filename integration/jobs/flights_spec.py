@@ -57,6 +57,9 @@ class FlightsJobSpec:
         input_uri: where Spark reads the input: ``""`` for the landed files in the local cache, or
             ``s3://bucket/prefix``: the landed files are copied there once and read with s3a (what
             executors on other machines can reach).
+        shuffle_partitions: 0, or hash-partition the enriched rows by ``flight_id`` into this many
+            partitions before the sinks: a shuffle in the plan, so that the sinks' tasks read map
+            output another executor holds (a lost executor means a fetch failure and a stage retry).
     """
 
     job_id: str
@@ -75,6 +78,7 @@ class FlightsJobSpec:
     partition_per_file: bool = False
     spark_checkpoint_uri: str = ""
     input_uri: str = ""
+    shuffle_partitions: int = 0
 
     def __post_init__(self) -> None:
         if self.s3_format not in S3_FORMATS:
@@ -94,6 +98,8 @@ class FlightsJobSpec:
             raise ConfigError(f"flights job id {self.job_id!r} must match [A-Za-z0-9][A-Za-z0-9_.]*")
         if not 1 <= self.days <= flights_data.DAYS:
             raise ConfigError(f"days must be within 1..{flights_data.DAYS}, got {self.days}")
+        if self.shuffle_partitions < 0:
+            raise ConfigError(f"shuffle_partitions must be >= 0, got {self.shuffle_partitions}")
         if self.files_per_trigger < 1:
             raise ConfigError(f"files_per_trigger must be >= 1, got {self.files_per_trigger}")
         object.__setattr__(self, "work_dir", str(Path(self.work_dir).resolve()))

@@ -87,29 +87,45 @@ class SparkCluster:
             root,
             detach=detach,
         )
+        self._env = env
+        self._worker_args = [
+            (root / f"worker-{i}", ("--cores", str(cores), "--memory", memory)) for i in range(workers)
+        ]
+        self._detach = detach
         self.workers: list[ManagedProcess] = []
         try:
             for i in range(workers):
-                work = root / f"worker-{i}"
-                work.mkdir(exist_ok=True)
-                self.workers.append(
-                    ManagedProcess(
-                        f"spark-worker-{i}",
-                        [
-                            *(spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url),
-                            *("--host", HOST, "--cores", str(cores), "--memory", memory),
-                            *("--work-dir", str(work), "--webui-port", str(free_port())),
-                        ],
-                        root / f"worker-{i}.log",
-                        env,
-                        root,
-                        detach=detach,
-                    )
-                )
+                self.workers.append(self._start_worker(i))
             self.wait_workers(workers, timeout_s)
         except BaseException:
             self.stop()
             raise
+
+    def _start_worker(self, i: int) -> ManagedProcess:
+        work, sizing = self._worker_args[i]
+        work.mkdir(exist_ok=True)
+        spark_class = str(Path(self._env["SPARK_HOME"]) / "bin" / "spark-class")
+        return ManagedProcess(
+            f"spark-worker-{i}",
+            [
+                *(spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url),
+                *("--host", HOST, *sizing),
+                *("--work-dir", str(work), "--webui-port", str(free_port())),
+            ],
+            self.root / f"worker-{i}.log",
+            self._env,
+            self.root,
+            detach=self._detach,
+        )
+
+    def revive_workers(self) -> list[int]:
+        """Start again every worker whose process ended (killed, say), with its work directory:
+        a worker that comes back. Returns the indexes of the workers started."""
+        revived = [i for i, w in enumerate(self.workers) if not w.running()]
+        for i in revived:
+            self.workers[i] = self._start_worker(i)
+            log.info("spark worker revived worker=%d master=%s", i, self.master_url)
+        return revived
 
     def alive_workers(self) -> int:
         """How many workers the master counts alive (0 while its UI does not answer)."""
