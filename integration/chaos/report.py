@@ -75,7 +75,7 @@ def write_report(path: Path, results: list[TrialResult], params: dict[str, objec
             e = r.events
             verdict += (
                 f" ({e['executors_lost']} executors lost, {e['fetch_failures']} fetch failures, "
-                f"{e['stage_retries']} stage retries)"
+                f"{e['stage_retries']} stage retries, {e['zombie_tasks']} zombie tasks)"
             )
         lines.append(
             f"| {r.plan.index} | {r.plan.config} | {r.plan.label} | {' '.join(map(str, r.exit_codes))} | "

@@ -86,6 +86,18 @@ def test_spark_events_count_lost_executors_fetch_failures_and_stage_retries(tmp_
         {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "FetchFailed"}},
         {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "Success"}},
         {"Event": "SparkListenerStageSubmitted", "Stage Info": {"Stage ID": 3, "Stage Attempt ID": 1}},
+        {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": 3,
+            "Stage Attempt ID": 0,
+            "Task End Reason": {"Reason": "Success"},
+        },
+        {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": 3,
+            "Stage Attempt ID": 1,
+            "Task End Reason": {"Reason": "Success"},
+        },
     ]
     (tmp_path / "app-1.inprogress").write_text("\n".join(map(json.dumps, events)) + '\n{"Event": "Spark')
     assert spark_events(tmp_path) == {
@@ -93,6 +105,7 @@ def test_spark_events_count_lost_executors_fetch_failures_and_stage_retries(tmp_
         "executor_lost_tasks": 1,
         "fetch_failures": 1,
         "stage_retries": 1,
+        "zombie_tasks": 1,  # attempt 0's task that ended after attempt 1 was submitted
     }
     assert spark_events(tmp_path / "none") == dict.fromkeys(spark_events(tmp_path), 0)
 
