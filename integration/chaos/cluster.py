@@ -103,6 +103,8 @@ def spark_events(event_log_dir: Path) -> dict[str, int]:
                     event = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # the last line of a log whose writer was killed
+                if not isinstance(event, dict):
+                    continue  # not an event log (a compressed one, say)
                 kind = event.get("Event")
                 if kind == "SparkListenerExecutorRemoved":
                     counts["executors_lost"] += 1
