@@ -1,8 +1,9 @@
-"""``twophase services prepare|up|down|status``: Kafka, MinIO and a Spark standalone cluster, run
-natively for development.
+"""``twophase services prepare|up|down|status``: Kafka, MinIO, a Spark standalone cluster and a
+Spark Connect server, run natively for development.
 
-Options of ``up`` live on :func:`services_up_command` (``--spark-cluster`` adds the cluster); every
-service's row comes from :func:`~twophase.integration.services.services_status`.
+Options of ``up`` live on :func:`services_up_command` (``--spark-cluster`` adds the cluster,
+``--spark-connect`` the Connect server); every service's row comes from
+:func:`~twophase.integration.services.services_status`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ STATUS_KEYS = "services[]: {name, origin, endpoint, pid, ready, detail}."
 
 @click.group("services", cls=TwophaseGroup)
 def services() -> None:
-    """Run Kafka, MinIO and a Spark cluster natively for development (state in the cache's run/)."""
+    """Run Kafka, MinIO, a Spark cluster and Spark Connect natively for development (state in run/)."""
 
 
 def status_json(rows: list[ServiceStatus]) -> dict[str, Any]:
@@ -102,12 +103,22 @@ def services_prepare_command(as_json: bool) -> None:
     is_flag=True,
     help="Also a Spark standalone master and 2 workers (unless TWOPHASE_SPARK_MASTER is set).",
 )
+@click.option(
+    "--spark-connect",
+    is_flag=True,
+    help="Also a Spark Connect server (local[2]) that ships twophase and reaches this S3 "
+    "(unless TWOPHASE_SPARK_CONNECT is set).",
+)
 @json_option(STATUS_KEYS)
-def services_up_command(spark_cluster: bool, as_json: bool) -> None:
+def services_up_command(spark_cluster: bool, spark_connect: bool, as_json: bool) -> None:
     """Start the services not given in TWOPHASE_* variables and not running yet; keep them running."""
-    what = "Kafka, MinIO and a Spark cluster" if spark_cluster else "Kafka and MinIO"
-    with progress(f"starting {what} ...", as_json):
-        rows = services_up(spark_cluster=spark_cluster)
+    what = ["Kafka", "MinIO"]
+    if spark_cluster:
+        what.append("a Spark cluster")
+    if spark_connect:
+        what.append("a Spark Connect server")
+    with progress(f"starting {', '.join(what[:-1])} and {what[-1]} ...", as_json):
+        rows = services_up(spark_cluster=spark_cluster, spark_connect=spark_connect)
     _print_status(rows, as_json)
 
 

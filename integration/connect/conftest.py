@@ -5,6 +5,10 @@ The server's workers run a Python with twophase's dependencies but not twophase
 ``--py-files`` under a ``.zip`` name. Spark's data source lookup then finds the wheel's top-level
 ``pyspark_twophase`` module on their path: ``.format("twophase")`` works with no ``register``
 call, as for a user who installed the wheel.
+
+The server is ``TWOPHASE_SPARK_CONNECT``, else the one of ``twophase services up --spark-connect``
+(when it reaches the same S3 and ships the current sources), else one started for the module
+(:func:`~twophase.integration.services.connect_service.spark_connect_service`).
 """
 
 from __future__ import annotations
@@ -14,31 +18,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from twophase.integration.services.connect_service import spark_connect_service
 from twophase.integration.services.s3 import S3Endpoint
-from twophase.integration.services.spark_connect import SparkConnectServer, spark_connect_from_env
-from twophase.integration.spark_shipping import build_wheel, executor_python, py_file
 
 if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession
 
 
 @pytest.fixture(scope="module")
-def connect_url(tmp_path_factory: pytest.TempPathFactory, s3_endpoint: S3Endpoint) -> Iterator[str]:
-    """``TWOPHASE_SPARK_CONNECT``, or a native server (local[2]) for this module; the sinks it
-    runs reach MinIO through the standard AWS variables in its environment."""
-    given = spark_connect_from_env()
-    if given is not None:
-        yield given
-        return
-    root = tmp_path_factory.mktemp("spark-connect")
-    wheel = py_file(build_wheel())
-    server = SparkConnectServer(
-        root, python=str(executor_python()), py_files=[wheel], env=s3_endpoint.aws_env()
-    )
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def connect_url(s3_endpoint: S3Endpoint) -> Iterator[str]:
+    """``TWOPHASE_SPARK_CONNECT``, a server from ``services up --spark-connect``, or a native one
+    (local[2]) for this module; the sinks it runs reach MinIO through the standard AWS variables
+    in its environment."""
+    with spark_connect_service(s3_endpoint) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Real services for integration tests, the demo and development: Kafka (KRaft), S3 (MinIO) and a
-Spark standalone cluster.
+"""Real services for integration tests, the demo and development: Kafka (KRaft), S3 (MinIO), a
+Spark standalone cluster and a Spark Connect server.
 
 Public API:
 
@@ -15,12 +15,13 @@ Public API:
   ``"spark://127.0.0.1:port"`` (``TWOPHASE_SPARK_MASTER``, ``services up --spark-cluster``, or a
   temporary :class:`SparkCluster` of two workers).
 - :func:`services_up`, :func:`services_down`, :func:`services_status` — the ``twophase services``
-  commands (``services_up(spark_cluster=True)`` adds the Spark cluster).
+  commands (``services_up(spark_cluster=True)`` adds the Spark cluster, ``spark_connect=True`` a
+  Connect server: :mod:`twophase.integration.services.connect_service`).
 - Version pins (``KAFKA_VERSION``, ``MINIO_MODULE_VERSION``, ...) shared with docker-compose.yml.
 
 Environment: ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_S3_ACCESS_KEY``,
-``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION``, ``TWOPHASE_SPARK_MASTER`` select external
-services; ``TWOPHASE_KAFKA_PORT``, ``TWOPHASE_S3_PORT`` fix the native services' ports;
+``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION``, ``TWOPHASE_SPARK_MASTER``,
+``TWOPHASE_SPARK_CONNECT`` select external services; ``TWOPHASE_KAFKA_PORT``, ``TWOPHASE_S3_PORT`` fix the native services' ports;
 ``TWOPHASE_CONNECT_TIMEOUT_S`` and ``TWOPHASE_START_TIMEOUT_S`` bound the waits; ``TWOPHASE_CACHE``
 moves the cache.
 """

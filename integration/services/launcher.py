@@ -9,8 +9,10 @@ Resolution order for each service (DESIGN.md §9):
 3. Otherwise start the native service in a fresh temporary folder and stop it on exit.
 
 The Spark standalone cluster (``services up --spark-cluster``) follows the same order, with
-``TWOPHASE_SPARK_MASTER`` (:mod:`twophase.integration.services.spark_service`). The state file
-and the wait bounds live in :mod:`twophase.integration.services.state`.
+``TWOPHASE_SPARK_MASTER`` (:mod:`twophase.integration.services.spark_service`), and so does the
+Spark Connect server (``--spark-connect``, ``TWOPHASE_SPARK_CONNECT``:
+:mod:`twophase.integration.services.connect_service`). The state file and the wait bounds live in
+:mod:`twophase.integration.services.state`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from twophase.integration.services.cache import file_lock, run_dir
+from twophase.integration.services.connect_service import (
+    check_spark_connect,
+    connect_status,
+    up_spark_connect,
+)
 from twophase.integration.services.kafka import start_kafka, wait_kafka_ready
 from twophase.integration.services.process import HOST, ManagedProcess, claim_port, kill_group
 from twophase.integration.services.s3 import (
@@ -36,6 +43,7 @@ from twophase.integration.services.s3 import (
     wait_s3_ready,
 )
 from twophase.integration.services.spark_cluster import spark_master_from_env
+from twophase.integration.services.spark_connect import spark_connect_from_env
 from twophase.integration.services.spark_service import (
     check_spark_master,
     launch_spark_cluster,
@@ -255,7 +263,7 @@ def s3_service() -> Iterator[S3Endpoint]:
 # ---------------------------------------------------------------- services up / down / status
 
 
-def services_up(spark_cluster: bool = False) -> list[ServiceStatus]:
+def services_up(spark_cluster: bool = False, spark_connect: bool = False) -> list[ServiceStatus]:
     """Start (detached) every service that is neither in the environment nor already running.
 
     State goes to ``services.json`` in the run dir so ``services down`` works from any process.
@@ -264,10 +272,13 @@ def services_up(spark_cluster: bool = False) -> list[ServiceStatus]:
     Args:
         spark_cluster: also a Spark standalone master and its workers (unless
             ``TWOPHASE_SPARK_MASTER`` is set or one is recorded and alive).
+        spark_connect: also a ``local[2]`` Spark Connect server that ships twophase and reaches
+            the S3 endpoint above (unless ``TWOPHASE_SPARK_CONNECT`` is set or one is recorded,
+            alive and fits: :func:`~twophase.integration.services.connect_service.up_spark_connect`).
 
     Raises:
         ConfigError, ServiceUnavailableError: as :func:`kafka_service` / :func:`s3_service`, or
-            the given Spark master does not answer / the cluster does not start.
+            the given Spark master or Connect server does not answer / one does not start.
     """
     with file_lock(run_dir() / ".services.lock"):
         state = read_state()
@@ -281,6 +292,9 @@ def services_up(spark_cluster: bool = False) -> list[ServiceStatus]:
         master = spark_master_from_env() if spark_cluster else None
         if master is not None:
             check_spark_master(master, connect_timeout_s())
+        connect_given = spark_connect_from_env() if spark_connect else None
+        if connect_given is not None:
+            check_spark_connect(connect_given, connect_timeout_s())
         start_kafka_here = bootstrap is None and recorded_alive("kafka") is None
         start_s3_here = endpoint is None and recorded_alive("s3") is None
         start_spark_here = spark_cluster and master is None and recorded_alive("spark") is None
@@ -317,6 +331,11 @@ def services_up(spark_cluster: bool = False) -> list[ServiceStatus]:
                 cluster = launch_spark_cluster(_fresh_data_dir("spark"), detach=True)
                 started.append(cluster.stop)
                 state["spark"] = spark_state(cluster)
+            if spark_connect and connect_given is None:
+                s3_here = endpoint if endpoint is not None else _endpoint_of(state["s3"])
+                stop_connect = up_spark_connect(state, s3_here, _fresh_data_dir)
+                if stop_connect is not None:
+                    started.append(stop_connect)
         except BaseException:
             for stop in started:
                 stop()
@@ -355,9 +374,11 @@ def services_down() -> list[str]:
 
 def services_status() -> list[ServiceStatus]:
     """Where each service comes from and whether it answers (bounded by the connect timeout):
-    Kafka, S3, then the Spark cluster."""
+    Kafka, S3, the Spark cluster, then the Spark Connect server when one is given or recorded."""
     timeout = min(connect_timeout_s(), 5.0)
-    return [_kafka_status(timeout), _s3_status(timeout), spark_status(timeout)]
+    rows = [_kafka_status(timeout), _s3_status(timeout), spark_status(timeout)]
+    connect = connect_status(timeout, read_state().get("spark-connect"))
+    return rows if connect is None else [*rows, connect]
 
 
 def _kafka_status(timeout: float) -> ServiceStatus:

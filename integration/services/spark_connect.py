@@ -8,6 +8,8 @@ either installed or shipped with ``--py-files`` (:mod:`twophase.integration.spar
 Clients connect with ``SparkSession.builder.remote(server.url)``; they need pyspark's Connect
 client libraries (the ``connect`` extra: grpcio, grpcio-status, googleapis-common-protos,
 zstandard). ``TWOPHASE_SPARK_CONNECT`` (``sc://host:port``) names an existing server instead.
+``twophase services up --spark-connect`` starts one detached
+(:mod:`twophase.integration.services.connect_service`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from pathlib import Path
 
 from twophase.integration.services.process import HOST, ManagedProcess, free_port
 from twophase.integration.services.spark_cluster import spark_home
+from twophase.integration.services.state import SPARK_CONNECT_CLASS
 from twophase.sinks.errors import ServiceUnavailableError
 
 ENV_CONNECT = "TWOPHASE_SPARK_CONNECT"
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+SERVER_CLASS = SPARK_CONNECT_CLASS
 
 
 def spark_connect_from_env() -> str | None:
@@ -43,9 +46,11 @@ class SparkConnectServer:
         conf: further Spark conf.
         env: extra environment of the server (e.g. ``AWS_*`` for the sinks it runs).
         timeout_s: bound of the readiness wait, seconds.
+        detach: the server outlives this Python process (``services up``): no stop at exit.
 
     Attributes:
         url: ``sc://127.0.0.1:<port>``, for ``SparkSession.builder.remote``.
+        root: the folder of its log (``connect.log``) and working directory.
 
     Raises:
         ServiceUnavailableError: the server did not listen within ``timeout_s`` (with its log tail).
@@ -60,7 +65,9 @@ class SparkConnectServer:
         conf: Mapping[str, str] | None = None,
         env: Mapping[str, str] | None = None,
         timeout_s: float = 120.0,
+        detach: bool = False,
     ) -> None:
+        self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"sc://{HOST}:{self.port}"
@@ -84,7 +91,9 @@ class SparkConnectServer:
         if py_files:  # the lookup of pyspark_* modules runs in a worker that --py-files does not reach
             path = [str(p) for p in py_files] + [v for v in [os.environ.get("PYTHONPATH")] if v]
             child_env["PYTHONPATH"] = os.pathsep.join(path)
-        self.process = ManagedProcess("spark-connect", argv, root / "connect.log", child_env, root)
+        self.process = ManagedProcess(
+            "spark-connect", argv, root / "connect.log", child_env, root, detach=detach
+        )
         try:
             self._wait(timeout_s)
         except BaseException:

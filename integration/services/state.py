@@ -1,6 +1,7 @@
 """What every service shares: the state file of ``twophase services up``, the wait bounds, a status row.
 
-``<run dir>/services.json`` (mode 0600) holds one entry per service (``kafka``, ``s3``, ``spark``).
+``<run dir>/services.json`` (mode 0600) holds one entry per service (``kafka``, ``s3``, ``spark``,
+``spark-connect``).
 An entry counts only while its recorded process runs and its command line is still the service's
 (:data:`PROCESS_MARKERS`), so a reused pid is never mistaken for a service, nor killed.
 """
@@ -19,12 +20,18 @@ from twophase.sinks.errors import ConfigError
 
 STATE_VERSION = 1
 STATE_FILE = "services.json"
-ServiceName = Literal["kafka", "s3", "spark"]
-SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark")
+ServiceName = Literal["kafka", "s3", "spark", "spark-connect"]
+SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect")
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+SPARK_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 #: words that must appear in a recorded pid's command line before ``services down`` kills it
-PROCESS_MARKERS: dict[str, str] = {"kafka": "kafka.Kafka", "s3": "minio", "spark": SPARK_MASTER_CLASS}
+PROCESS_MARKERS: dict[str, str] = {
+    "kafka": "kafka.Kafka",
+    "s3": "minio",
+    "spark": SPARK_MASTER_CLASS,
+    "spark-connect": SPARK_CONNECT_CLASS,
+}
 
 
 def _float_env(name: str, default: float) -> float:
@@ -64,7 +71,7 @@ def state_path() -> Path:
 
 
 def read_state() -> dict[str, Any]:
-    """The recorded services (``{"kafka": {...}, "s3": {...}, "spark": {...}}``), empty when none."""
+    """The recorded services (``{"kafka": {...}, "s3": {...}, "spark": {...}, ...}``), empty when none."""
     path = state_path()
     if not path.is_file():
         return {}
@@ -115,11 +122,12 @@ class ServiceStatus:
     """One row of ``twophase services status``.
 
     Attributes:
-        name: "kafka", "s3" or "spark".
+        name: "kafka", "s3", "spark" or "spark-connect".
         origin: "environment", "services up" or "not running".
-        endpoint: bootstrap, endpoint URL or master URL; "" when not running.
+        endpoint: bootstrap, endpoint URL, master URL or ``sc://`` URL; "" when not running.
         pid: recorded process id (Spark: the master's), None for external services.
-        ready: the readiness check passed (transactional producer / ListBuckets / workers alive).
+        ready: the readiness check passed (transactional producer / ListBuckets / workers alive /
+            Connect port accepting connections).
         detail: the failure reason or extra info (console URL, web UI, data folder).
     """
 
