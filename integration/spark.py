@@ -8,8 +8,10 @@ Jackson, logging, ...) are left out, so pyspark's own versions win.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -81,6 +83,22 @@ def configure_s3a(spark: SparkSession, s3: S3Endpoint) -> None:
         spark.conf.set(key, value)
 
 
+SCRATCH_ENV = "TWOPHASE_SPARK_SCRATCH"
+"""A folder for the sessions' scratch folders (default: the system's temporary folder)."""
+
+
+def spark_scratch() -> Path:
+    """A new scratch folder for one session (its warehouse, local dir with the fetched jars,
+    ~700 MB, and Derby home) under ``TWOPHASE_SPARK_SCRATCH`` when set, so that a runner that kills
+    drivers can remove what they leave; removed at this interpreter's normal exit."""
+    parent = os.environ.get(SCRATCH_ENV) or None
+    if parent is not None:
+        Path(parent).mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="twophase-spark-", dir=parent))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return scratch
+
+
 def build_spark_session(
     app_name: str,
     extra_conf: dict[str, str] | None = None,
@@ -103,7 +121,7 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
-    scratch = Path(tempfile.mkdtemp(prefix="twophase-spark-"))
+    scratch = spark_scratch()
     conf: dict[str, str] = {
         "spark.jars": ",".join(spark_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

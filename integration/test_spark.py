@@ -102,3 +102,14 @@ def test_a_batch_input_fingerprint_is_the_same_in_another_jvm(spark: SparkSessio
     assert there == [here], out.stderr[-2000:]
     other = input_fingerprint(spark.read.parquet(str(tmp_path)).where("id > 1"))
     assert other != here
+
+
+def test_session_scratch_goes_where_a_crash_runner_can_remove_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed chaos drivers left a ~700 MB scratch folder each in /tmp until the disk was full."""
+    from twophase.integration.spark import SCRATCH_ENV, spark_scratch
+
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "runs" / "scratch"))
+    scratch = spark_scratch()
+    assert scratch.parent == tmp_path / "runs" / "scratch" and scratch.is_dir()

@@ -39,6 +39,7 @@ from twophase.coordinator.faults import EXIT_STATUS, KILL_ENV, POINTS, STATE_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig
 from twophase.integration.jobs.flights import FlightsEndpoints
+from twophase.integration.spark import SCRATCH_ENV
 from twophase.integration.verify import VerifyReport, verify_run
 
 if TYPE_CHECKING:
@@ -260,6 +261,7 @@ def run_job_process(
     env = {k: v for k, v in os.environ.items() if not k.startswith(FAULT_ENV)}
     env.update(service_env(endpoints))
     env["PYSPARK_PYTHON"] = sys.executable
+    env[SCRATCH_ENV] = str(work_dir / "spark-scratch")  # what a killed driver leaves goes with the trial
     if fault is not None:
         env[FAULT_ENV] = fault
         env[STATE_ENV] = str(fault_state or work_dir / "fault-state")

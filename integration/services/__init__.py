@@ -21,7 +21,8 @@ Public API:
 
 Environment: ``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_ENDPOINT``, ``TWOPHASE_S3_ACCESS_KEY``,
 ``TWOPHASE_S3_SECRET_KEY``, ``TWOPHASE_S3_REGION``, ``TWOPHASE_SPARK_MASTER``,
-``TWOPHASE_SPARK_CONNECT`` select external services; ``TWOPHASE_KAFKA_PORT``, ``TWOPHASE_S3_PORT`` fix the native services' ports;
+``TWOPHASE_SPARK_CONNECT`` select external services; ``TWOPHASE_KAFKA_PORT``, ``TWOPHASE_S3_PORT``
+fix the native services' ports;
 ``TWOPHASE_CONNECT_TIMEOUT_S`` and ``TWOPHASE_START_TIMEOUT_S`` bound the waits; ``TWOPHASE_CACHE``
 moves the cache.
 """

@@ -50,6 +50,9 @@ class SparkCluster:
         memory: memory per worker, Spark's notation (``"1g"``).
         timeout_s: bound of the readiness wait, seconds.
         detach: the processes outlive this Python process (``services up``): no stop at exit.
+        clean_after_s: the workers delete finished applications' work directories (each holds
+            the jars its executors fetched, ~700 MB) this many seconds after they end (Spark's
+            ``spark.worker.cleanup.*``); ``None``: kept, for tests that look into them.
 
     Attributes:
         master_url: ``spark://127.0.0.1:<port>``.
@@ -67,6 +70,7 @@ class SparkCluster:
         memory: str = "1g",
         timeout_s: float = 120.0,
         detach: bool = False,
+        clean_after_s: int | None = None,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -74,7 +78,20 @@ class SparkCluster:
         self.master_url = f"spark://{HOST}:{port}"
         self.ui_url = f"http://{HOST}:{ui_port}"
         home = spark_home()
-        env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": HOST, "SPARK_NO_DAEMONIZE": "1"}
+        env = {
+            **os.environ,
+            "SPARK_HOME": str(home),
+            "SPARK_LOCAL_IP": HOST,
+            "SPARK_NO_DAEMONIZE": "1",
+            # executors' local dirs (each with the jars it fetched, ~700 MB) under root, not /tmp:
+            # those of killed workers stay where the cluster's folder takes them away
+            "SPARK_LOCAL_DIRS": str(root / "local"),
+        }
+        if clean_after_s is not None:  # finished applications' work dirs hold another copy of the jars
+            env["SPARK_WORKER_OPTS"] = (
+                f"-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval={clean_after_s} "
+                f"-Dspark.worker.cleanup.appDataTtl={clean_after_s}"
+            )
         spark_class = str(home / "bin" / "spark-class")
         self.master = ManagedProcess(
             "spark-master",
