@@ -67,10 +67,11 @@ class WorkerReturn:
 
 
 @contextlib.contextmanager
-def chaos_cluster(root: Path) -> Iterator[str]:
+def chaos_cluster(root: Path, executors_per_worker: int = 1) -> Iterator[str]:
     """The master URL of the run's cluster: ``TWOPHASE_SPARK_MASTER``'s, or a native one under
-    ``root`` (two one-core, 1 GiB workers; killed workers come back; finished applications' work
-    directories deleted after a minute, or 40 trials would leave some 40 GB) that stops afterwards.
+    ``root`` (two workers with ``executors_per_worker`` one-core, 1 GiB executors each; killed
+    workers come back; finished applications' work directories deleted after a minute, or 40
+    trials would leave some 40 GB) that stops afterwards.
 
     Raises:
         ServiceUnavailableError: the native cluster did not come up.
@@ -79,7 +80,8 @@ def chaos_cluster(root: Path) -> Iterator[str]:
     if given is not None:
         yield given
         return
-    cluster = SparkCluster(root, workers=WORKERS, cores=1, memory="1g", clean_after_s=60)
+    n = executors_per_worker
+    cluster = SparkCluster(root, workers=WORKERS, cores=n, memory=f"{n}g", clean_after_s=60)
     watcher = WorkerReturn(cluster)
     try:
         yield cluster.master_url

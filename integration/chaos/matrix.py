@@ -15,6 +15,10 @@ of them at every fault point and with kill -9. The three sinks run together in a
   two one-core workers, everything on S3, the rows hash-shuffled into 2 partitions before the sinks
   (so a lost executor's map output makes a fetch failure and a stage retry beside running
   attempts); its executor-side faults kill the executor JVM or the whole worker (which comes back).
+- ``cluster4`` (issue #17, not in the default list): the same with two one-core executors per
+  worker and one partition per input file, executor-side faults only: a failed task's retry starts
+  at once on an idle executor and fails to fetch the lost executor's map output while the other
+  task of the stage still runs, so that task finishes as a zombie attempt beside the stage retry.
 """
 
 from __future__ import annotations
@@ -42,6 +46,8 @@ class ChaosConfig:
         partition_per_file: one Spark partition per input file.
         cluster: run on a standalone cluster (everything on S3, input included).
         shuffle_partitions: 0, or hash-partition the rows into this many partitions before the sinks.
+        executors_per_worker: on a cluster, one-core executors per worker.
+        driver_faults: the fault matrix has the driver's points too (else executor points only).
     """
 
     name: str
@@ -51,6 +57,8 @@ class ChaosConfig:
     partition_per_file: bool = False
     cluster: bool = False
     shuffle_partitions: int = 0
+    executors_per_worker: int = 1
+    driver_faults: bool = True
 
     @property
     def executor_kills(self) -> tuple[str, ...]:
@@ -105,6 +113,15 @@ CONFIGS: dict[str, ChaosConfig] = {
         ChaosConfig("s3", on_s3=True),
         ChaosConfig("all", s3_format="jsonl", async_commit=True, on_s3=True, partition_per_file=True),
         ChaosConfig("cluster", on_s3=True, cluster=True, shuffle_partitions=2),
+        ChaosConfig(
+            "cluster4",
+            on_s3=True,
+            cluster=True,
+            shuffle_partitions=2,
+            partition_per_file=True,
+            executors_per_worker=2,
+            driver_faults=False,
+        ),
     )
 }
 """Every configuration, by name, in matrix order."""

@@ -30,7 +30,7 @@ from twophase.integration.chaos.matrix import LOCAL, ChaosConfig, configs_named
 from twophase.integration.chaos.report import result_json, write_report
 from twophase.integration.chaos.runner import (
     TrialResult,
-    fault_matrix,
+    config_matrix,
     plan_matrix,
     run_trials,
 )
@@ -97,8 +97,10 @@ def main(
         s3 = stack.enter_context(s3_service())
         endpoints = FlightsEndpoints(bootstrap, s3)
         base = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-chaos-")))
-        on_cluster = any(c.cluster for c in chosen)
-        master = stack.enter_context(chaos_cluster(base / "spark-cluster")) if on_cluster else None
+        per_worker = max((c.executors_per_worker for c in chosen if c.cluster), default=0)
+        master = (
+            stack.enter_context(chaos_cluster(base / "spark-cluster", per_worker)) if per_worker else None
+        )
         spark = flights_spark_session(endpoints)
         spark.sparkContext.setLogLevel("ERROR")
         results: list[TrialResult] = []
@@ -171,9 +173,7 @@ def run_params(
         + (f" (plan trials {first_trial}–{trials - 1})" if first_trial else "")
         + (" (stopped early by --max-minutes)" if ran < planned else ""),
         "configurations": ", ".join(
-            f"{c.name} ({len(fault_matrix(c.tasks_per_batch(days, fpt), c.executor_kills))} point:hit)"
-            for c in chosen
-            for fpt in (files_per_trigger,)
+            f"{c.name} ({len(config_matrix(c, days, files_per_trigger))} point:hit)" for c in chosen
         ),
         "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO)",
     }

@@ -79,12 +79,13 @@ def fault_hits(point: str, tasks: list[int]) -> int:
     raise ValueError(f"fault point {point!r} does not apply to the flights job")
 
 
-def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",)) -> list[str]:
+def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",), driver: bool = True) -> list[str]:
     """Every ``point:n`` the job reaches, round-robin over the points (every point's first hit,
     then every point's second, ...), so that a run cut short still covers every point. Executor
     points come once per entry of ``kills`` (``point:n@kill``: what the fault kills, see
-    :data:`~twophase.coordinator.faults.KILLS`; ``""``: the Python worker only)."""
-    points = [(p, "") for p in DRIVER_POINTS] + [(p, k) for p in EXECUTOR_POINTS for k in kills]
+    :data:`~twophase.coordinator.faults.KILLS`; ``""``: the Python worker only). Without ``driver``,
+    executor points only."""
+    points = [(p, "") for p in DRIVER_POINTS if driver] + [(p, k) for p in EXECUTOR_POINTS for k in kills]
     rounds = max(fault_hits(p, tasks) for p, _ in points)
     return [
         f"{p}:{n}" + (f"@{k}" if k else "")
@@ -92,6 +93,12 @@ def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",)) -> list[str]:
         for p, k in points
         if n <= fault_hits(p, tasks)
     ]
+
+
+def config_matrix(config: ChaosConfig, days: int, files_per_trigger: int) -> list[str]:
+    """The fault matrix of ``config``'s runs (:func:`fault_matrix` of its subtasks and kills)."""
+    tasks = config.tasks_per_batch(days, files_per_trigger)
+    return fault_matrix(tasks, config.executor_kills, config.driver_faults)
 
 
 @dataclass(frozen=True)
@@ -171,9 +178,7 @@ def plan_matrix(
     """
     rng = random.Random(seed)
     every = max(1, round(1 / kill_share)) if kill_share > 0 else 0
-    matrices = {
-        c.name: fault_matrix(c.tasks_per_batch(days, files_per_trigger), c.executor_kills) for c in configs
-    }
+    matrices = {c.name: config_matrix(c, days, files_per_trigger) for c in configs}
     seen = {c.name: 0 for c in configs}
     faults = {c.name: 0 for c in configs}
     plans: list[TrialPlan] = []

@@ -16,6 +16,7 @@ from twophase.integration.chaos.runner import (
     EXECUTOR_POINTS,
     TrialPlan,
     TrialResult,
+    config_matrix,
     fault_hits,
     fault_matrix,
     plan_matrix,
@@ -54,7 +55,7 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
 
 def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
     cluster = CONFIGS["cluster"]
-    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 1
+    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 2
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
     matrix = fault_matrix(cluster.tasks_per_batch(14, 6), cluster.executor_kills)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
@@ -69,6 +70,16 @@ def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_defa
     assert "mid_write:6@worker" in matrix and "mid_write:7@worker" not in matrix
     local = fault_matrix(CONFIGS["parquet"].tasks_per_batch(14, 6), CONFIGS["parquet"].executor_kills)
     assert not any("@" in m for m in local)
+
+
+def test_the_zombie_cluster_configuration_kills_executors_only() -> None:
+    wide = CONFIGS["cluster4"]
+    assert "cluster4" not in LOCAL.split(",") and wide.executors_per_worker == 2
+    matrix = config_matrix(wide, 14, 6)
+    assert matrix and all(m.split(":")[0] in EXECUTOR_POINTS and "@" in m for m in matrix)
+    plans = plan_matrix(8, [wide], 14, 6, seed=1)
+    assert [p.kind for p in plans] == ["plain", "fault", "fault", "fault", "kill", "fault", "fault", "fault"]
+    assert plans[1].fault == "before_write:1@executor"
 
 
 def test_the_cluster_run_keeps_everything_on_s3_and_shuffles(tmp_path: Path) -> None:
