@@ -83,11 +83,14 @@ bench: prepare
 # The cluster configuration (issue #17) runs apart, on a native standalone cluster of two workers.
 CHAOS_TRIALS ?= 300
 CHAOS_CLUSTER_TRIALS ?= 40
+CHAOS_ZOMBIE_TRIALS ?= 8
 chaos: prepare
 	$(BIN)/pytest -m long integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs cluster --trials $(CHAOS_CLUSTER_TRIALS) \
 		--report build/chaos-cluster-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs cluster4 --trials $(CHAOS_ZOMBIE_TRIALS) \
+		--report build/chaos-cluster4-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
