@@ -19,19 +19,11 @@ import pytest
 from twophase.integration.jobs.flights_cluster import input_locations
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
 from twophase.integration.services import S3Endpoint
+from twophase.integration.services.launcher import given_env
 from twophase.integration.services.process import pid_alive
 from twophase.integration.services.spark_service import master_addresses
 from twophase.integration.testing.cli import json_output, one_line_error, run_twophase
 from twophase.sinks.errors import ConfigError
-
-
-def _given(kafka_bootstrap: str, s3: S3Endpoint) -> dict[str, str]:
-    return {
-        "TWOPHASE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "TWOPHASE_S3_ENDPOINT": s3.endpoint_url,
-        "TWOPHASE_S3_ACCESS_KEY": s3.access_key,
-        "TWOPHASE_S3_SECRET_KEY": s3.secret_key,
-    }
 
 
 def test_master_urls_are_parsed_and_bad_ones_refused() -> None:
@@ -71,7 +63,7 @@ def test_a_run_on_s3_keeps_nothing_local_but_its_manifest(tmp_path: Path) -> Non
 def test_services_up_spark_cluster_status_down(
     tmp_path: Path, kafka_bootstrap: str, s3_endpoint: S3Endpoint
 ) -> None:
-    given = _given(kafka_bootstrap, s3_endpoint)  # only the cluster starts
+    given = given_env(kafka_bootstrap, s3_endpoint)  # only the cluster starts
     up = run_twophase(["services", "up", "--spark-cluster", "--json"], tmp_path, given)
     state_file = tmp_path / "run" / "services.json"
     try:
@@ -123,7 +115,7 @@ def test_a_given_master_that_does_not_answer_is_reported(tmp_path: Path) -> None
 def test_demo_on_a_spark_cluster_keeps_everything_on_s3_and_verifies(
     tmp_path: Path, kafka_bootstrap: str, s3_endpoint: S3Endpoint
 ) -> None:
-    given = _given(kafka_bootstrap, s3_endpoint)
+    given = given_env(kafka_bootstrap, s3_endpoint)
     work = tmp_path / "flights"
     demo = run_twophase(
         ["demo", "--spark-cluster", "--days", "2", "--files-per-trigger", "1", "--work-dir", str(work),

@@ -39,6 +39,7 @@ from twophase.coordinator.faults import EXIT_STATUS, KILL_ENV, POINTS, STATE_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig
 from twophase.integration.jobs.flights import FlightsEndpoints
+from twophase.integration.services.launcher import given_env
 from twophase.integration.spark import SCRATCH_ENV
 from twophase.integration.verify import VerifyReport, verify_run
 
@@ -235,14 +236,7 @@ class TrialResult:
 
 def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
     """Environment variables that point a job process at ``endpoints``."""
-    s3 = endpoints.s3
-    return {
-        "TWOPHASE_KAFKA_BOOTSTRAP": endpoints.kafka_bootstrap,
-        "TWOPHASE_S3_ENDPOINT": s3.endpoint_url,
-        "TWOPHASE_S3_ACCESS_KEY": s3.access_key,
-        "TWOPHASE_S3_SECRET_KEY": s3.secret_key,
-        "TWOPHASE_S3_REGION": s3.region,
-    }
+    return given_env(endpoints.kafka_bootstrap, endpoints.s3)
 
 
 def run_job_process(

@@ -18,20 +18,12 @@ import tenacity
 
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.connect_service import connect_address, spark_connect_service
+from twophase.integration.services.launcher import given_env
 from twophase.integration.services.process import pid_alive
 from twophase.integration.testing.cli import json_output, run_twophase
 from twophase.sinks.errors import ConfigError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def _given(kafka_bootstrap: str, s3: S3Endpoint) -> dict[str, str]:
-    return {
-        "TWOPHASE_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "TWOPHASE_S3_ENDPOINT": s3.endpoint_url,
-        "TWOPHASE_S3_ACCESS_KEY": s3.access_key,
-        "TWOPHASE_S3_SECRET_KEY": s3.secret_key,
-    }
 
 
 def _descendants(pid: int) -> list[int]:
@@ -74,7 +66,7 @@ def test_services_up_spark_connect_status_client_down(
 ) -> None:
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    given = _given(kafka_bootstrap, s3_endpoint)
+    given = given_env(kafka_bootstrap, s3_endpoint)
     up = run_twophase(["services", "up", "--spark-connect", "--json"], tmp_path, given)
     state_file = tmp_path / "run" / "services.json"
     entry: dict[str, Any] = {}

@@ -121,6 +121,18 @@ def env_kafka_bootstrap() -> str | None:
     return os.environ.get("TWOPHASE_KAFKA_BOOTSTRAP") or None
 
 
+def given_env(kafka_bootstrap: str, s3: S3Endpoint) -> dict[str, str]:
+    """The ``TWOPHASE_*`` variables that make another process use these running services (the
+    inverse of :func:`env_kafka_bootstrap` and :func:`env_s3_endpoint`)."""
+    return {
+        "TWOPHASE_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "TWOPHASE_S3_ENDPOINT": s3.endpoint_url,
+        "TWOPHASE_S3_ACCESS_KEY": s3.access_key,
+        "TWOPHASE_S3_SECRET_KEY": s3.secret_key,
+        "TWOPHASE_S3_REGION": s3.region,
+    }
+
+
 def _endpoint_of(entry: dict[str, Any]) -> S3Endpoint:
     return S3Endpoint(entry["endpoint_url"], entry["access_key"], entry["secret_key"], entry["region"])
 
