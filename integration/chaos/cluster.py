@@ -27,8 +27,6 @@ WORKERS = 2
 """Workers of the chaos cluster: one core each, so a lost one leaves the job a single core."""
 EVENT_COUNTS = ("executors_lost", "executor_lost_tasks", "fetch_failures", "stage_retries", "zombie_tasks")
 """The keys of :func:`spark_events`."""
-EVENT_COUNTS = ("executors_lost", "executor_lost_tasks", "fetch_failures", "stage_retries", "zombie_tasks")
-"""The keys of :func:`spark_events`."""
 RETURN_AFTER_S = 5.0
 """Seconds a killed worker stays away before it is started again."""
 
@@ -94,10 +92,11 @@ def spark_events(event_log_dir: Path) -> dict[str, int]:
     """Counts from every Spark event log in ``event_log_dir`` (one per job run, ``.inprogress``
     for a run that was killed): ``executors_lost``, ``fetch_failures`` and ``executor_lost_tasks``
     (failed task attempts by reason), ``stage_retries`` (stage attempts after the first) and
-    ``zombie_tasks``: task attempts of an older stage attempt that ended after a newer attempt of
-    their stage was submitted (they ran beside the retry). An empty or missing folder counts nothing."""
+    ``zombie_tasks``: task attempts that ended after a fetch failure had failed their stage attempt
+    (Spark keeps them running beside the stage retry and takes their results). An empty or
+    missing folder counts nothing."""
     counts: Counter[str] = Counter()
-    latest: dict[tuple[str, int], int] = {}  # (log, stage id) -> newest attempt submitted
+    failed: set[tuple[str, int, int]] = set()  # (log, stage id, attempt) with a fetch failure
     logs = sorted(p for p in event_log_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
     for path in logs:
         with path.open(encoding="utf-8", errors="replace") as lines:
@@ -112,16 +111,16 @@ def spark_events(event_log_dir: Path) -> dict[str, int]:
                 if kind == "SparkListenerExecutorRemoved":
                     counts["executors_lost"] += 1
                 elif kind == "SparkListenerTaskEnd":
-                    newest = latest.get((path.name, event.get("Stage ID", -1)), 0)
-                    counts["zombie_tasks"] += event.get("Stage Attempt ID", 0) < newest
+                    attempt_key = (path.name, event.get("Stage ID", -1), event.get("Stage Attempt ID", 0))
                     reason = (event.get("Task End Reason") or {}).get("Reason")
                     if reason == "FetchFailed":
                         counts["fetch_failures"] += 1
-                    elif reason == "ExecutorLostFailure":
+                        failed.add(attempt_key)
+                    elif attempt_key in failed:
+                        counts["zombie_tasks"] += 1
+                    if reason == "ExecutorLostFailure":
                         counts["executor_lost_tasks"] += 1
                 elif kind == "SparkListenerStageSubmitted":
-                    info = event.get("Stage Info") or {}
-                    attempt = info.get("Stage Attempt ID", 0)
-                    latest[(path.name, info.get("Stage ID", -1))] = attempt
+                    attempt = (event.get("Stage Info") or {}).get("Stage Attempt ID", 0)
                     counts["stage_retries"] += attempt > 0
     return {k: counts[k] for k in EVENT_COUNTS}

@@ -89,26 +89,24 @@ def test_the_cluster_run_keeps_everything_on_s3_and_shuffles(tmp_path: Path) -> 
         FlightsJobSpec(job_id="j", work_dir="/tmp/x", shuffle_partitions=-1)
 
 
-def test_spark_events_count_lost_executors_fetch_failures_and_stage_retries(tmp_path: Path) -> None:
+def test_spark_events_count_lost_executors_fetch_failures_stage_retries_and_zombies(tmp_path: Path) -> None:
+    def task_end(stage: int, attempt: int, reason: str) -> dict[str, object]:
+        return {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": stage,
+            "Stage Attempt ID": attempt,
+            "Task End Reason": {"Reason": reason},
+        }
+
     events = [
         {"Event": "SparkListenerStageSubmitted", "Stage Info": {"Stage ID": 3, "Stage Attempt ID": 0}},
+        task_end(3, 0, "Success"),  # before the failure: not a zombie
         {"Event": "SparkListenerExecutorRemoved", "Executor ID": "1", "Removed Reason": "worker lost"},
-        {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "ExecutorLostFailure"}},
-        {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "FetchFailed"}},
-        {"Event": "SparkListenerTaskEnd", "Task End Reason": {"Reason": "Success"}},
+        task_end(3, 0, "ExecutorLostFailure"),
+        task_end(3, 0, "FetchFailed"),  # the retried task: attempt 0 of stage 3 has failed
+        task_end(3, 0, "Success"),  # still running when it failed: a zombie
         {"Event": "SparkListenerStageSubmitted", "Stage Info": {"Stage ID": 3, "Stage Attempt ID": 1}},
-        {
-            "Event": "SparkListenerTaskEnd",
-            "Stage ID": 3,
-            "Stage Attempt ID": 0,
-            "Task End Reason": {"Reason": "Success"},
-        },
-        {
-            "Event": "SparkListenerTaskEnd",
-            "Stage ID": 3,
-            "Stage Attempt ID": 1,
-            "Task End Reason": {"Reason": "Success"},
-        },
+        task_end(3, 1, "Success"),
     ]
     (tmp_path / "app-1.inprogress").write_text("\n".join(map(json.dumps, events)) + '\n{"Event": "Spark')
     assert spark_events(tmp_path) == {
@@ -116,7 +114,7 @@ def test_spark_events_count_lost_executors_fetch_failures_and_stage_retries(tmp_
         "executor_lost_tasks": 1,
         "fetch_failures": 1,
         "stage_retries": 1,
-        "zombie_tasks": 1,  # attempt 0's task that ended after attempt 1 was submitted
+        "zombie_tasks": 1,
     }
     assert spark_events(tmp_path / "none") == dict.fromkeys(spark_events(tmp_path), 0)
 
