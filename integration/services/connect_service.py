@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -219,15 +218,13 @@ def spark_connect_service(s3: S3Endpoint) -> Iterator[str]:
             yield str(entry["url"])
             return
         log.warning("not reusing the Spark Connect server of `services up` (%s): %s", entry["url"], reason)
-    root = Path(tempfile.mkdtemp(prefix="twophase-spark-connect-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="twophase-spark-connect-", ignore_cleanup_errors=True) as tmp:
+        root = Path(tmp)
         server = launch_connect_server(root, s3)
         try:
             yield server.url
         finally:
             server.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def connect_status(timeout_s: float, recorded: dict[str, Any] | None) -> ServiceStatus | None:

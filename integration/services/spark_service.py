@@ -12,7 +12,6 @@ Resolution order:
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import tempfile
 import time
@@ -142,15 +141,13 @@ def spark_cluster_service() -> Iterator[str]:
         check_spark_master(entry["master_url"], connect_timeout_s())
         yield str(entry["master_url"])
         return
-    root = Path(tempfile.mkdtemp(prefix="twophase-spark-cluster-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="twophase-spark-cluster-", ignore_cleanup_errors=True) as tmp:
+        root = Path(tmp)
         cluster = launch_spark_cluster(root)
         try:
             yield cluster.master_url
         finally:
             cluster.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def spark_status(timeout_s: float) -> ServiceStatus:
