@@ -33,10 +33,7 @@ RETURN_AFTER_S = 5.0
 
 class WorkerReturn:
     """A daemon thread that starts every dead worker of ``cluster`` again ``return_after_s``
-    seconds after it saw it dead. Stop with :meth:`stop`.
-
-    Attributes:
-        returned: how many times a worker was started again.
+    seconds after it saw it dead (each return is logged by the cluster). Stop with :meth:`stop`.
     """
 
     def __init__(
@@ -46,7 +43,6 @@ class WorkerReturn:
         self._return_after_s = return_after_s
         self._poll_s = poll_s
         self._stop = threading.Event()
-        self.returned = 0
         self._thread = threading.Thread(target=self._run, name="chaos-worker-return", daemon=True)
         self._thread.start()
 
@@ -56,7 +52,7 @@ class WorkerReturn:
                 continue
             if self._stop.wait(self._return_after_s):  # away for a while, as a rebooted host is
                 return
-            self.returned += len(self._cluster.revive_workers())
+            self._cluster.revive_workers()
 
     def stop(self) -> None:
         """Stop watching (the workers keep running)."""

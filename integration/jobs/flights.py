@@ -452,10 +452,6 @@ def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None
             spark = cluster_session(stack, master, endpoints.s3, event_log_dir)
         spark.sparkContext.setLogLevel("ERROR")
         run = run_flights(spark, spec, endpoints)
-    _exit_with(run)
-
-
-def _exit_with(run: FlightsRun) -> None:
     outcome = {
         "state": run.state.value,
         "epochs": len(run.epochs),
