@@ -18,12 +18,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import tenacity
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.maven import JVM_DIR, resolve_jars
-from twophase.integration.services.process import HOST, ManagedProcess
+from twophase.integration.services.process import HOST, ManagedProcess, wait_ready
 from twophase.integration.services.versions import KAFKA_VERSION
 from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.structured_log import log_event
@@ -242,13 +241,7 @@ def wait_kafka_ready(bootstrap: str, timeout_s: float, process: ManagedProcess |
         # a live local broker gets short attempts so its death is noticed between them
         return try_init_transactions(bootstrap, min(remaining, 10.0) if process else remaining)
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_before_delay(timeout_s),
-        wait=tenacity.wait_fixed(0.5),
-        retry=tenacity.retry_if_result(lambda reason: reason is not None),
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else "no attempt",
-    )
-    reason = retrying(attempt)
+    reason = wait_ready(attempt, timeout_s, 0.5)
     if reason is None:
         log_event(log, logging.INFO, "kafka ready", bootstrap=bootstrap)
         return

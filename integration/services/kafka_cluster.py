@@ -36,7 +36,7 @@ from twophase.integration.services.kafka import (
     try_init_transactions,
     wait_kafka_ready,
 )
-from twophase.integration.services.process import HOST, ManagedProcess, free_port
+from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
 from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -388,13 +388,7 @@ class KafkaCluster:
         return sorted(int(b["broker_id"]) for b in brokers if not b.get("is_fenced", False))
 
     def _wait(self, check: Any, what: str) -> None:
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_delay(self.timeout_s),
-            wait=tenacity.wait_fixed(0.5),
-            retry=tenacity.retry_if_result(lambda reason: reason is not None),
-            retry_error_callback=lambda state: state.outcome.result() if state.outcome else "no attempt",
-        )
-        reason = retrying(check)
+        reason = wait_ready(check, self.timeout_s, 0.5)
         if reason is not None:
             raise ServiceUnavailableError(
                 f"Kafka cluster {self.bootstrap}: waited {self.timeout_s:g} s for {what} ({reason})"

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import tenacity
@@ -73,6 +73,40 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def wait_ready(check: Callable[[], str | None], timeout_s: float, every_s: float) -> str | None:
+    """Call ``check`` every ``every_s`` seconds until it returns ``None`` (ready) or ``timeout_s``
+    seconds have passed (tenacity does the waiting).
+
+    Args:
+        check: ``None`` when the service is ready, else why not (one line); it may raise to stop
+            the wait at once (e.g. a ``ServiceUnavailableError`` for a process that exited).
+
+    Returns:
+        ``None`` when ready in time, else the last reason ``check`` gave.
+    """
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout_s),
+        wait=tenacity.wait_fixed(every_s),
+        retry=tenacity.retry_if_result(lambda reason: reason is not None),
+        retry_error_callback=lambda state: state.outcome.result() if state.outcome else "no attempt",
+    )
+    reason: str | None = retrying(check)
+    return reason
+
+
+def tcp_refusal(addresses: Sequence[tuple[str, int]], timeout_s: float) -> str | None:
+    """``None`` when one of ``addresses`` (host, port) accepts a TCP connection within ``timeout_s``
+    seconds, else the last error's name (for :func:`wait_ready`)."""
+    reason = "no address"
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                return None
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+    return reason
 
 
 def kill_group(pid: int, grace_s: float = 10.0) -> None:

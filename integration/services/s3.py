@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import boto3
-import tenacity
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from twophase.integration.services.cache import cache_dir, file_lock
-from twophase.integration.services.process import HOST, ManagedProcess
+from twophase.integration.services.process import HOST, ManagedProcess, wait_ready
 from twophase.integration.services.versions import MINIO_COMMIT, MINIO_MODULE, MINIO_MODULE_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.structured_log import log_event
@@ -226,13 +225,7 @@ def wait_s3_ready(endpoint: S3Endpoint, timeout_s: float, process: ManagedProces
             )
         return check_s3(endpoint, timeout_s)
 
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(timeout_s),
-        wait=tenacity.wait_fixed(0.3),
-        retry=tenacity.retry_if_result(lambda reason: reason is not None),
-        retry_error_callback=lambda state: state.outcome.result() if state.outcome else "no attempt",
-    )
-    reason = retrying(attempt)
+    reason = wait_ready(attempt, timeout_s, 0.3)
     if reason is None:
         log_event(log, logging.INFO, "s3 ready", endpoint=endpoint.endpoint_url)
         return

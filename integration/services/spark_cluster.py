@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import urllib.request
 from pathlib import Path
 
 from twophase.coordinator.faults import EXECUTOR_BACKEND
-from twophase.integration.services.process import HOST, ManagedProcess, free_port
+from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
 from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -154,14 +153,21 @@ class SparkCluster:
         Raises:
             ServiceUnavailableError: not within ``timeout_s`` seconds.
         """
-        deadline = time.monotonic() + timeout_s
-        while self.alive_workers() < n:
-            if time.monotonic() > deadline or not self.master.running():
+
+        def alive() -> str | None:
+            if not self.master.running():
                 raise ServiceUnavailableError(
-                    f"Spark standalone cluster at {self.master_url}: {self.alive_workers()} of {n} workers "
-                    f"alive after {timeout_s:.0f} s; master log: {self.master.log_tail()}"
+                    f"Spark standalone master at {self.master_url} exited: {self.master.log_tail()}"
                 )
-            time.sleep(0.5)
+            count = self.alive_workers()
+            return None if count >= n else f"{count} of {n} workers alive"
+
+        reason = wait_ready(alive, timeout_s, 0.5)
+        if reason is not None:
+            raise ServiceUnavailableError(
+                f"Spark standalone cluster at {self.master_url}: {reason} after {timeout_s:.0f} s; "
+                f"master log: {self.master.log_tail()}"
+            )
         log.info("spark cluster ready master=%s workers=%d", self.master_url, n)
 
     def stop(self) -> None:

@@ -15,12 +15,10 @@ zstandard). ``TWOPHASE_SPARK_CONNECT`` (``sc://host:port``) names an existing se
 from __future__ import annotations
 
 import os
-import socket
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from twophase.integration.services.process import HOST, ManagedProcess, free_port
+from twophase.integration.services.process import HOST, ManagedProcess, free_port, tcp_refusal, wait_ready
 from twophase.integration.services.spark_cluster import spark_home
 from twophase.integration.services.state import SPARK_CONNECT_CLASS
 from twophase.sinks.errors import ServiceUnavailableError
@@ -101,19 +99,18 @@ class SparkConnectServer:
             raise
 
     def _wait(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with socket.create_connection((HOST, self.port), timeout=1):
-                    return
-            except OSError:
-                pass
-            if time.monotonic() > deadline or not self.process.running():
+        def listening() -> str | None:
+            if not self.process.running():
                 raise ServiceUnavailableError(
-                    f"Spark Connect server on {self.url} not listening after {timeout_s:.0f} s: "
-                    f"{self.process.log_tail()}"
+                    f"Spark Connect server on {self.url} exited during start-up: {self.process.log_tail()}"
                 )
-            time.sleep(0.5)
+            return tcp_refusal([(HOST, self.port)], 1.0)
+
+        if wait_ready(listening, timeout_s, 0.5) is not None:
+            raise ServiceUnavailableError(
+                f"Spark Connect server on {self.url} not listening after {timeout_s:.0f} s: "
+                f"{self.process.log_tail()}"
+            )
 
     def stop(self) -> None:
         """Stop the server (and its Python workers); idempotent."""

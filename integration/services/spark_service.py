@@ -12,15 +12,13 @@ Resolution order:
 from __future__ import annotations
 
 import contextlib
-import socket
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from twophase.integration.services.process import kill_group
+from twophase.integration.services.process import kill_group, tcp_refusal, wait_ready
 from twophase.integration.services.spark_cluster import SparkCluster, alive_workers, spark_master_from_env
 from twophase.integration.services.state import (
     SPARK_MASTER_CLASS,
@@ -68,20 +66,11 @@ def check_spark_master(master_url: str, timeout_s: float) -> None:
         ServiceUnavailableError: nothing answers within ``timeout_s`` seconds.
     """
     addresses = master_addresses(master_url)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reasons = []
-        for host, port in addresses:
-            try:
-                with socket.create_connection((host, port), timeout=min(timeout_s, 2.0)):
-                    return
-            except OSError as exc:
-                reasons.append(exc.strerror or type(exc).__name__)
-        if time.monotonic() >= deadline:
-            raise ServiceUnavailableError(
-                f"Spark master {master_url} is not reachable within {timeout_s:g} s ({reasons[-1]})"
-            )
-        time.sleep(0.3)
+    reason = wait_ready(lambda: tcp_refusal(addresses, min(timeout_s, 2.0)), timeout_s, 0.3)
+    if reason is not None:
+        raise ServiceUnavailableError(
+            f"Spark master {master_url} is not reachable within {timeout_s:g} s ({reason})"
+        )
 
 
 def launch_spark_cluster(root: Path, detach: bool = False) -> SparkCluster:
