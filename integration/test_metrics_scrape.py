@@ -6,7 +6,6 @@ the job is stopped, and its numbers are checked against what a reader finds in t
 
 from __future__ import annotations
 
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from twophase import DeltaSink, DeltaSinkConfig, Job, KafkaSink, KafkaSinkConfig, RuntimeConfig
 from twophase.integration.exactly_once.support import make_input
+from twophase.integration.services.process import wait_ready
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,9 +50,7 @@ def test_a_scrape_mid_run_shows_per_sink_commits(
         df, spark_checkpoint_location=str(tmp_path / "spark"), trigger={"processingTime": "500 milliseconds"}
     )
     try:
-        deadline = time.monotonic() + 180
-        while sum(m.records for m in handle.metrics) < 200 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        wait_ready(lambda: None if sum(m.records for m in handle.metrics) >= 200 else "running", 180, 0.5)
         endpoint = handle.runtime.metrics_endpoint
         assert endpoint is not None
         with urllib.request.urlopen(endpoint.url, timeout=10) as response:  # the job still runs

@@ -9,13 +9,13 @@ twophase (:mod:`twophase.integration.spark_shipping`): the executors can only im
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from twophase.integration.exactly_once.support import REPO, assert_exactly_once, make_input, run_job
+from twophase.integration.services.process import wait_ready
 from twophase.integration.services.spark_cluster import SparkCluster, executor_pids, spark_master_from_env
 from twophase.integration.spark_shipping import build_wheel, executor_python, importable, ship_conf
 
@@ -83,9 +83,8 @@ def test_an_executor_killed_mid_write_on_a_cluster_is_exactly_once(
     assert shipped in Path(imports["driver"]).parts  # spark-submit puts --py-files on the driver's path too
     assert (tmp_path / "fault-state" / "mid_write_2" / "mid_write.2").exists()  # the kill fired
     assert_exactly_once(tmp_path, ["a", "b"], expected)
-    deadline = time.monotonic() + 60  # the workers stop the application's executors after it ends
-    while executor_pids() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    # the workers stop the application's executors after it ends
+    wait_ready(lambda: f"executors {executor_pids()}" if executor_pids() else None, 60, 0.5)
     assert executor_pids() == []
     if work is not None:  # two executors, one killed mid-write (exit 137) and replaced
         assert executors_launched(work) == 3
