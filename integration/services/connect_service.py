@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import socket
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -29,9 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import tenacity
-
-from twophase.integration.services.process import kill_group
+from twophase.integration.services.process import kill_group, tcp_refusal, wait_ready
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.integration.services.spark_connect import SparkConnectServer, spark_connect_from_env
 from twophase.integration.services.state import (
@@ -75,24 +72,11 @@ def check_spark_connect(url: str, timeout_s: float) -> None:
         ServiceUnavailableError: nothing answers within ``timeout_s`` seconds.
     """
     address = connect_address(url)
-
-    def connect() -> None:
-        with socket.create_connection(address, timeout=min(timeout_s, 2.0)):
-            pass
-
-    waiting = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(timeout_s),
-        wait=tenacity.wait_fixed(0.3),
-        retry=tenacity.retry_if_exception_type(OSError),
-        reraise=True,
-    )
-    try:
-        waiting(connect)
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
+    reason = wait_ready(lambda: tcp_refusal([address], min(timeout_s, 2.0)), timeout_s, 0.3)
+    if reason is not None:
         raise ServiceUnavailableError(
             f"Spark Connect server {url} is not reachable within {timeout_s:g} s ({reason})"
-        ) from None
+        )
 
 
 def s3_fingerprint(s3: S3Endpoint) -> str:
