@@ -57,7 +57,7 @@ def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_defa
     cluster = CONFIGS["cluster"]
     assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 2
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
-    matrix = fault_matrix(cluster.tasks_per_batch(14, 6), cluster.executor_kills)
+    matrix = config_matrix(cluster, 14, 6)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
     assert matrix[len(DRIVER_POINTS) : len(DRIVER_POINTS) + 2] == [
         "before_write:1@executor",
