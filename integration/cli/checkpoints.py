@@ -35,7 +35,7 @@ def checkpoints() -> None:
 
 def utc(timestamp_ms: int) -> str:
     """``YYYY-MM-DD HH:MM:SS`` (UTC) of a timestamp in ms."""
-    return dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return dt.datetime.fromtimestamp(timestamp_ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def position_text(meta: CheckpointMetadata) -> str:

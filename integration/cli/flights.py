@@ -270,7 +270,7 @@ def _new_spec(
                 "cannot rely on: start a new run on the cluster"
             )
         return spec
-    job_id = job_id or "flights_" + dt.datetime.now(dt.UTC).strftime("%Y%m%d_%H%M%S")
+    job_id = job_id or "flights_" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d_%H%M%S")
     work_dir = work_dir or runs_dir() / job_id
     if on_cluster:  # executors reach S3, not the driver's disk: every location on MinIO
         if delta_uri and not delta_uri.startswith("s3://"):

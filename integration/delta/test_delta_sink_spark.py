@@ -28,7 +28,7 @@ SCHEMA_DDL = (
     "id long, name string, amount decimal(12,2), big decimal(30,6), ts timestamp, "
     "local_ts timestamp_ntz, day date, flag boolean, country string"
 )
-UTC = dt.UTC
+UTC = dt.timezone.utc
 
 
 def rows(start: int, stop: int) -> list[tuple[Any, ...]]:

@@ -95,7 +95,7 @@ def test_flights_subset_lands_exactly_once_in_kafka_s3_and_delta(
     row = delta.where("flight_id = '2013-01-01-0000'").selectExpr("unix_timestamp(sched_dep_at)").first()
     assert row is not None
     epoch_s = row[0]
-    assert epoch_s == dt.datetime(2013, 1, 1, 10, 15, tzinfo=dt.UTC).timestamp()
+    assert epoch_s == dt.datetime(2013, 1, 1, 10, 15, tzinfo=dt.timezone.utc).timestamp()
     classes = {r["delay_class"] for r in rows.values()}
     assert classes <= {"cancelled", "on_time", "minor", "moderate", "severe"} and "cancelled" in classes
     assert all((r["delay_class"] == "cancelled") == (r["dep_delay"] is None) for r in rows.values())

@@ -21,7 +21,7 @@ from twophase.connectors.s3 import S3SinkConfig
 from twophase.connectors.s3.formats import OutputBuffer, open_encoder
 from twophase.sinks.json_codec import NonFiniteFloatError, encode_json
 
-UTC = dt.UTC
+UTC = dt.timezone.utc
 SCHEMA = pa.schema(
     [
         ("i", pa.int64()),

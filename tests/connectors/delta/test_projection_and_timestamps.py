@@ -28,10 +28,10 @@ NEW_YORK = ZoneInfo("America/New_York")
 # Instants around New York's DST change (2024-03-10 02:00 local → 03:00), where a wrong
 # zone handling would be off by an hour or more.
 INSTANTS = [
-    dt.datetime(2024, 3, 10, 6, 59, 59, 999_999, tzinfo=dt.UTC),
-    dt.datetime(2024, 3, 10, 7, 0, tzinfo=dt.UTC),
-    dt.datetime(2024, 3, 10, 1, 30, tzinfo=NEW_YORK).astimezone(dt.UTC),
-    dt.datetime(1969, 12, 31, 23, 59, 59, 123_456, tzinfo=dt.UTC),
+    dt.datetime(2024, 3, 10, 6, 59, 59, 999_999, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 3, 10, 7, 0, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 3, 10, 1, 30, tzinfo=NEW_YORK).astimezone(dt.timezone.utc),
+    dt.datetime(1969, 12, 31, 23, 59, 59, 123_456, tzinfo=dt.timezone.utc),
 ]
 
 
@@ -137,7 +137,7 @@ def test_every_zoned_timestamp_is_written_as_utc_microseconds(unit: str, tz: str
 
 def zoned_batch(tz: str, unit: str = "us") -> pa.RecordBatch:
     per_unit = {"us": 1, "ns": 1_000}[unit]
-    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
     micros = [(t - epoch) // dt.timedelta(microseconds=1) for t in INSTANTS]
     return pa.record_batch(
         {

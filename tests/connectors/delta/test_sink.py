@@ -24,7 +24,7 @@ from twophase.sinks.errors import ConfigError, RecordError, SchemaError
 from twophase.sinks.outcome import CommitOutcome
 
 JOB = "job-1"
-UTC = dt.UTC
+UTC = dt.timezone.utc
 
 SCHEMA = pa.schema(
     [

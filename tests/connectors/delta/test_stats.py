@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from twophase.connectors.delta.stats import StatsCollector, file_stats
 
-UTC = dt.UTC
+UTC = dt.timezone.utc
 
 
 def stats_of(table: pa.Table, prefix: int = 32) -> dict[str, object]:

@@ -21,11 +21,11 @@ from twophase.sinks.errors import ConfigError, SchemaError
 from twophase.sinks.outcome import CommitOutcome
 
 MakeSink = Callable[..., S3Sink]
-EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 INSTANTS = [
-    dt.datetime(2024, 3, 10, 6, 59, 59, 999_999, tzinfo=dt.UTC),
-    dt.datetime(2024, 3, 10, 1, 30, tzinfo=ZoneInfo("America/New_York")).astimezone(dt.UTC),
-    dt.datetime(1969, 12, 31, 23, 59, 59, 123_456, tzinfo=dt.UTC),
+    dt.datetime(2024, 3, 10, 6, 59, 59, 999_999, tzinfo=dt.timezone.utc),
+    dt.datetime(2024, 3, 10, 1, 30, tzinfo=ZoneInfo("America/New_York")).astimezone(dt.timezone.utc),
+    dt.datetime(1969, 12, 31, 23, 59, 59, 123_456, tzinfo=dt.timezone.utc),
 ]
 
 
