@@ -10,7 +10,7 @@ STAMP := $(VENV)/.twophase-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv prepare demo demo-cluster test lint format services-up services-down services-status bench chaos faults model-check clean
+.PHONY: help venv constraints prepare demo demo-cluster test lint format services-up services-down services-status bench chaos faults model-check clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
@@ -23,13 +23,20 @@ help:
 	@echo "make faults         service faults: 3-broker Kafka cluster and MinIO killed, paused, restarted"
 	@echo "make model-check    the model-based protocol test at length (thousands of random job lives)"
 
-# the virtualenv; pip runs again only when setup.cfg or pyproject.toml changed
+# the virtualenv, with the exact development versions of constraints.txt; pip runs again only when
+# setup.cfg, pyproject.toml or constraints.txt changed
+CONSTRAINTS := constraints.txt
 venv: $(STAMP)
-$(STAMP): setup.cfg setup.py pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml $(CONSTRAINTS)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11" >&2; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	touch $@
+
+# the development environment's exact versions, after a deliberate upgrade inside the ranges
+constraints: venv
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(BIN)/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 # Kafka's and Spark's jars (Maven) and the MinIO binary (go install); each step is skipped when cached
 prepare: venv
