@@ -15,6 +15,11 @@ class ConfigError(TwoPhaseError, ValueError):
     """Bad configuration, detected before anything is written (e.g. a timeout above the broker's max)."""
 
 
+class UnsupportedSparkError(ConfigError):
+    """The installed Spark lacks an API a feature needs (e.g. ``.format("twophase")`` on Spark 3.5,
+    which has no Python Data Source API); the message names the Spark version the feature needs."""
+
+
 class SchemaError(TwoPhaseError, ValueError):
     """The data's schema cannot be taken by a sink (unknown column, type clash), found before writing."""
 

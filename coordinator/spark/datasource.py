@@ -79,12 +79,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-try:
-    from pyspark.sql.datasource import DataSource
-except ImportError as e:  # pragma: no cover - depends on the installed pyspark
-    raise ImportError("the twophase Python Data Source facade needs pyspark >= 4.1") from e
 from pyspark.sql.types import StructType
 
+from twophase.coordinator.spark.compat import arrow_schema, require_data_source_api
+
+try:
+    from pyspark.sql.datasource import DataSource
+except ImportError:  # Spark 3.5: say which Spark is needed, by name
+    require_data_source_api()
+    raise
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.facade_options import (
     OPTION_SPECULATION,
@@ -162,8 +165,6 @@ class TwoPhaseDataSource(DataSource):
                 asynchronous commit.
             SchemaError: the sink cannot take ``schema``.
         """
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         options = lower_keys(self.options)
         settings = FacadeSettings.from_options(options)
         if overwrite:
@@ -184,7 +185,8 @@ class TwoPhaseDataSource(DataSource):
         config = self.runtime_config(options)
         if config.commit.async_commit:
             raise ConfigError("the Python Data Source facade commits synchronously; async_commit must be off")
-        sink.validate(to_arrow_schema(schema))
+        # no session here (a data source worker): validation needs only whether a timestamp has a zone
+        sink.validate(arrow_schema(schema, "UTC"))
         return TwoPhaseStreamWriter(sink, settings, config)
 
     @classmethod

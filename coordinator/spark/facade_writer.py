@@ -13,9 +13,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.spark.compat import require_data_source_api
+
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+except ImportError:  # Spark before 4.1: say which Spark is needed, by name
+    require_data_source_api()
+    raise
 from twophase.coordinator.epoch import position_covers, run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.recovery import canonical

@@ -48,6 +48,7 @@ from twophase.coordinator.spark.checks import (
     read_spark_last_committed_batch,
     read_spark_query_id,
 )
+from twophase.coordinator.spark.compat import arrow_schema
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.results import EpochMetrics, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
@@ -138,11 +139,9 @@ class Job:
         return JobRuntime(self.job_id, self._sinks, storage, self.config, fault=self._fault)
 
     def _validate(self, df: DataFrame) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         check_speculation(self.spark.sparkContext.getConf().get("spark.speculation", "false"), self._sinks)
         # Spark's Arrow batches label timestamps with the session time zone
-        schema = to_arrow_schema(df.schema, timezone=self.spark.conf.get("spark.sql.session.timeZone"))
+        schema = arrow_schema(df.schema, self.spark.conf.get("spark.sql.session.timeZone") or "UTC")
         for s in self._sinks:
             s.validate(schema)
 

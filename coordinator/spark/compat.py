@@ -1,0 +1,74 @@
+"""The one seam between twophase and the pyspark versions it runs on (Spark 3.5 to 4.3).
+
+Everything else in the Spark adapter uses public pyspark APIs. Where a version differs, the
+difference is handled here, once, by feature and not by copying code paths: the Arrow schema of a
+Spark schema (an internal helper whose signature changed in Spark 4.1) and the Python Data Source
+API (Spark 4.0; its Arrow stream writer, which the ``twophase`` data source uses, 4.1).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from twophase.sinks.errors import UnsupportedSparkError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+DATA_SOURCE_SPARK = (4, 1)
+"""The first Spark whose Python Data Source API has the Arrow stream writer ``format("twophase")``
+runs on (``pyspark.sql.datasource.DataSourceStreamArrowWriter``)."""
+
+
+def spark_version() -> tuple[int, int]:
+    """(major, minor) of the installed pyspark, e.g. ``(3, 5)``."""
+    import pyspark
+
+    major, minor = pyspark.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def arrow_schema(schema: StructType, time_zone: str) -> pa.Schema:
+    """The Arrow schema of the batches Spark hands a task for ``schema`` (``mapInArrow``).
+
+    Spark labels ``TimestampType`` columns with the session time zone ``time_zone`` (an IANA name
+    such as ``"UTC"``); pyspark before 4.1 has no ``timezone`` parameter on its converter and
+    labels them UTC, so they are relabelled here, nested fields included.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if "timezone" in inspect.signature(to_arrow_schema).parameters:
+        return to_arrow_schema(schema, timezone=time_zone)
+    converted = to_arrow_schema(schema)
+    return pa.schema([f.with_type(_in_zone(f.type, time_zone)) for f in converted], converted.metadata)
+
+
+def _in_zone(t: pa.DataType, time_zone: str) -> pa.DataType:
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return pa.timestamp(t.unit, tz=time_zone)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_in_zone(f.type, time_zone)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_in_zone(t.key_type, time_zone), _in_zone(t.item_type, time_zone))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_in_zone(t.value_type, time_zone)))
+    return t
+
+
+def require_data_source_api() -> None:
+    """Refuse ``format("twophase")`` on a Spark without the Python Data Source API it runs on.
+
+    Raises:
+        UnsupportedSparkError: pyspark is older than :data:`DATA_SOURCE_SPARK`; the message names the
+            installed and the needed version and points at ``twophase.Job``.
+    """
+    have = spark_version()
+    if have < DATA_SOURCE_SPARK:
+        need = ".".join(map(str, DATA_SOURCE_SPARK))
+        raise UnsupportedSparkError(
+            f'format("twophase") needs Spark {need} or later (its Python Data Source API); this is Spark '
+            f"{'.'.join(map(str, have))}: write with twophase.Job instead, which runs on Spark 3.5 and later"
+        )
