@@ -327,14 +327,18 @@ def _content_schema(table: pa.Table) -> pa.Schema:
 def read_delta(
     spec: FlightsJobSpec, endpoints: FlightsEndpoints, spark: SparkSession | None
 ) -> tuple[pa.Table, str]:
-    """The Delta table's rows (:data:`CONTENT_COLUMNS`): with delta-spark when ``spark`` is given,
-    else with deltalake. Returns the table and the reader's description."""
-    if spark is not None:
+    """The Delta table's rows (:data:`CONTENT_COLUMNS`): with delta-spark when ``spark`` is given
+    and Delta publishes jars for its Spark, else with deltalake (delta-rs; Spark 4.3 has no Delta
+    jars yet). Returns the table and the reader's description."""
+    from twophase.coordinator.spark.compat import collect_arrow
+    from twophase.integration.spark import has_delta_jars
+
+    if spark is not None and has_delta_jars():
         uri = spec.delta_uri
         if uri.startswith("s3://"):
             uri = "s3a://" + uri[len("s3://") :]
         df = spark.read.format("delta").load(uri).select(*CONTENT_COLUMNS)
-        return df.toArrow(), "delta-spark"
+        return collect_arrow(df), "delta-spark"
     from deltalake import DeltaTable
 
     _, _, delta = build_sinks(spec, endpoints)

@@ -2,20 +2,22 @@
 
 Everything else in the Spark adapter uses public pyspark APIs. Where a version differs, the
 difference is handled here, once, by feature and not by copying code paths: the Arrow schema of a
-Spark schema (an internal helper whose signature changed in Spark 4.1) and the Python Data Source
-API (Spark 4.0; its Arrow stream writer, which the ``twophase`` data source uses, 4.1).
+Spark schema (an internal helper that gained a time-zone parameter in Spark 4.2), collecting a
+DataFrame as Arrow (public from Spark 4.0) and the Python Data Source API (Spark 4.0; its Arrow
+stream writer, which the ``twophase`` data source uses, 4.1).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from twophase.sinks.errors import UnsupportedSparkError
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 DATA_SOURCE_SPARK = (4, 1)
@@ -35,8 +37,9 @@ def arrow_schema(schema: StructType, time_zone: str) -> pa.Schema:
     """The Arrow schema of the batches Spark hands a task for ``schema`` (``mapInArrow``).
 
     Spark labels ``TimestampType`` columns with the session time zone ``time_zone`` (an IANA name
-    such as ``"UTC"``); pyspark before 4.1 has no ``timezone`` parameter on its converter and
-    labels them UTC, so they are relabelled here, nested fields included.
+    such as ``"UTC"``); pyspark before 4.2 has no ``timezone`` parameter on its converter and
+    labels them UTC, so they are relabelled here, nested fields included. An internal pyspark
+    helper, since pyspark has no public converter.
     """
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -56,6 +59,17 @@ def _in_zone(t: pa.DataType, time_zone: str) -> pa.DataType:
     if pa.types.is_list(t):
         return pa.list_(t.value_field.with_type(_in_zone(t.value_type, time_zone)))
     return t
+
+
+def collect_arrow(df: DataFrame) -> pa.Table:
+    """``df``'s rows as one Arrow table, types kept (``DataFrame.toArrow``, public from Spark 4.0;
+    on 3.5 the same collection through its internal ``_collect_as_arrow``)."""
+    if hasattr(df, "toArrow"):
+        return df.toArrow()
+    collect: Any = getattr(df, "_collect_as_arrow")  # noqa: B009 - DataFrame.__getattr__ types it a Column
+    batches = collect()
+    schema = arrow_schema(df.schema, df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC")
+    return pa.Table.from_batches(batches, schema=schema if not batches else None)
 
 
 def require_data_source_api() -> None:
