@@ -1,9 +1,11 @@
 """Local SparkSessions with Delta, the Kafka source and s3a, from jars resolved once by Maven.
 
-The jars of ``services/jvm/spark/pom.xml`` are copied into ``<cache>/spark-jars-<digest>`` on first
-use and handed to Spark with ``spark.jars``, so starting a session never touches the network (no
-``spark.jars.packages``). Jars whose artifact pyspark already ships (Spark, Scala, Hadoop client,
-Jackson, logging, ...) are left out, so pyspark's own versions win.
+The jars of ``services/jvm/spark/pom.xml`` for the installed pyspark (its Scala and Hadoop versions,
+and :data:`~twophase.integration.services.versions.SPARK_JARS` for its minor version) are copied
+into ``<cache>/spark-jars-<digest>`` on first use and handed to Spark with ``spark.jars``, so
+starting a session never touches the network (no ``spark.jars.packages``). Jars whose artifact
+pyspark already ships (Spark, Scala, Hadoop client, Jackson, logging, ...) are left out, so
+pyspark's own versions win.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING
 from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.maven import JVM_DIR, pom_digest, resolve_jars
 from twophase.integration.services.s3 import S3Endpoint
+from twophase.integration.services.versions import SPARK_JARS, SparkJarSet
+from twophase.sinks.errors import UnsupportedSparkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,18 +44,70 @@ def pyspark_jars_dir() -> Path:
     return Path(pyspark.__file__).resolve().parent / "jars"
 
 
-def spark_jars() -> list[str]:
-    """Absolute paths of the extra jars (Delta, spark-sql-kafka, hadoop-aws + AWS SDK v2 bundle).
+def jar_set() -> SparkJarSet:
+    """The extra jars' versions for the installed pyspark's minor version.
 
-    Resolved by Maven on the first call (then cached); jars of artifacts pyspark already ships are
-    dropped.
+    Raises:
+        UnsupportedSparkError: a Spark minor version the project has no jar set for.
+    """
+    from twophase.coordinator.spark.compat import spark_version
+
+    version = spark_version()
+    if version not in SPARK_JARS:
+        known = ", ".join(".".join(map(str, v)) for v in SPARK_JARS)
+        raise UnsupportedSparkError(f"no jar set for Spark {'.'.join(map(str, version))}; tested: {known}")
+    return SPARK_JARS[version]
+
+
+def has_delta_jars() -> bool:
+    """Whether Delta publishes Spark jars for the installed Spark (else tables are read with delta-rs)."""
+    return jar_set().delta_artifact is not None
+
+
+def _shipped_version(prefix: str) -> str:
+    """The version of pyspark's own ``<prefix>-<version>.jar`` (e.g. ``scala-library``)."""
+    for jar in pyspark_jars_dir().glob(f"{prefix}-*.jar"):
+        match = _JAR_NAME.match(jar.name)
+        if match and match.group("artifact") == prefix:
+            return match.group("version")
+    raise UnsupportedSparkError(f"pyspark ships no {prefix} jar in {pyspark_jars_dir()}")
+
+
+def maven_properties() -> dict[str, str]:
+    """The ``-D`` properties of the Spark POM for the installed pyspark."""
+    jars = jar_set()
+    scala = ".".join(_shipped_version("scala-library").split(".")[:2])
+    props = {
+        "scala.binary.version": scala,
+        "hadoop.version": _shipped_version("hadoop-client-api"),
+        "token.provider.version": jars.token_provider,
+    }
+    if jars.delta_artifact is None or jars.delta_version is None:
+        props["no.delta"] = "true"
+    else:
+        props.update({"delta.artifact": jars.delta_artifact, "delta.version": jars.delta_version})
+    if jars.kafka_source is None:
+        props["no.kafka.source"] = "true"
+    else:
+        props["kafka.source.version"] = jars.kafka_source
+    return props
+
+
+def spark_jars() -> list[str]:
+    """Absolute paths of the extra jars (Delta, spark-sql-kafka, hadoop-aws + its AWS SDK) for the
+    installed pyspark.
+
+    Resolved by Maven on the first call (then cached per jar set); jars of artifacts pyspark
+    already ships are dropped.
 
     Raises:
         ServiceUnavailableError: Maven is missing or cannot resolve the POM.
+        UnsupportedSparkError: a Spark minor version without a jar set.
     """
-    out_dir = cache_dir() / f"spark-jars-{pom_digest(SPARK_POM)[:12]}"
+    props = maven_properties()
+    out_dir = cache_dir() / f"spark-jars-{pom_digest(SPARK_POM, props)[:12]}"
     shipped = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
-    return [str(jar) for jar in resolve_jars(SPARK_POM, out_dir) if _artifact(jar) not in shipped]
+    return [str(jar) for jar in resolve_jars(SPARK_POM, out_dir, props) if _artifact(jar) not in shipped]
 
 
 def s3a_conf(s3: S3Endpoint, keys: bool = True) -> dict[str, str]:
@@ -122,10 +178,11 @@ def build_spark_session(
     from pyspark.sql import SparkSession
 
     scratch = spark_scratch()
-    conf: dict[str, str] = {
-        "spark.jars": ",".join(spark_jars()),
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    conf: dict[str, str] = {"spark.jars": ",".join(spark_jars())}
+    if has_delta_jars():
+        conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+        conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    conf |= {
         "spark.sql.shuffle.partitions": "4",
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",

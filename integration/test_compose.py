@@ -138,17 +138,26 @@ def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:
 def test_maven_poms_match_pins() -> None:
     kafka = ET.parse(JVM_DIR / "kafka" / "pom.xml").getroot()
     assert kafka.findtext("m:properties/m:kafka.version", namespaces=POM_NS) == versions.KAFKA_VERSION
+    # the Spark POM's defaults are the development Spark's jar set (the -D properties override them)
     spark = ET.parse(JVM_DIR / "spark" / "pom.xml").getroot()
-    assert spark.findtext("m:properties/m:spark.version", namespaces=POM_NS) == versions.SPARK_VERSION
-    assert spark.findtext("m:properties/m:delta.version", namespaces=POM_NS) == versions.DELTA_JAR_VERSION
-    assert spark.findtext("m:properties/m:hadoop.version", namespaces=POM_NS) == versions.HADOOP_VERSION
+    default = versions.SPARK_JARS[(4, 2)]
+    props = {
+        p: spark.findtext(f"m:properties/m:{p}", namespaces=POM_NS)
+        for p in ("delta.artifact", "delta.version")
+    }
+    assert props == {"delta.artifact": default.delta_artifact, "delta.version": default.delta_version}
+    assert spark.findtext("m:properties/m:kafka.source.version", namespaces=POM_NS) == default.kafka_source
 
 
-def test_hadoop_aws_matches_pyspark_hadoop_client() -> None:
-    from twophase.integration.spark import pyspark_jars_dir
+def test_spark_jar_properties_follow_the_installed_pyspark() -> None:
+    import pyspark
 
+    from twophase.integration.spark import maven_properties, pyspark_jars_dir
+
+    props = maven_properties()
     clients = sorted(jar.name for jar in pyspark_jars_dir().glob("hadoop-client-api-*.jar"))
-    assert clients == [f"hadoop-client-api-{versions.HADOOP_VERSION}.jar"]
+    assert clients == [f"hadoop-client-api-{props['hadoop.version']}.jar"]
+    assert props["scala.binary.version"] == ("2.12" if pyspark.__version__.startswith("3.") else "2.13")
 
 
 def test_pyspark_version_matches_pin() -> None:

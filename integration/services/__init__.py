@@ -42,8 +42,6 @@ from twophase.integration.services.s3 import S3Endpoint
 from twophase.integration.services.spark_cluster import SparkCluster
 from twophase.integration.services.spark_service import spark_cluster_service
 from twophase.integration.services.versions import (
-    DELTA_JAR_VERSION,
-    HADOOP_VERSION,
     KAFKA_IMAGE,
     KAFKA_VERSION,
     MINIO_COMMIT,
@@ -53,8 +51,6 @@ from twophase.integration.services.versions import (
 )
 
 __all__ = [
-    "DELTA_JAR_VERSION",
-    "HADOOP_VERSION",
     "KAFKA_IMAGE",
     "KAFKA_VERSION",
     "MINIO_COMMIT",

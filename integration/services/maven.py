@@ -10,6 +10,7 @@ import hashlib
 import logging
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from twophase.integration.services.cache import file_lock
@@ -23,15 +24,20 @@ SETTINGS = JVM_DIR / "settings.xml"
 MARKER = ".resolved"
 
 
-def pom_digest(pom: Path) -> str:
-    """Hex SHA-256 over the POM and the Maven settings file it is resolved with."""
+def pom_digest(pom: Path, properties: Mapping[str, str] | None = None) -> str:
+    """Hex SHA-256 over the POM, the Maven settings file and the ``-D`` properties it is resolved with."""
     digest = hashlib.sha256(pom.read_bytes())
     digest.update(SETTINGS.read_bytes())
+    for key, value in sorted((properties or {}).items()):
+        digest.update(f"\0{key}={value}".encode())
     return digest.hexdigest()
 
 
-def resolve_jars(pom: Path, out_dir: Path) -> list[Path]:
+def resolve_jars(pom: Path, out_dir: Path, properties: Mapping[str, str] | None = None) -> list[Path]:
     """Copy ``pom``'s runtime dependencies into ``out_dir`` unless already done; return the jars.
+
+    ``properties`` are passed to Maven as ``-Dkey=value`` (they set the POM's properties and
+    activate its profiles).
 
     Runs ``mvn -q -B dependency:copy-dependencies`` into a sibling temporary folder and renames it
     into place, so an interrupted download never looks complete. Holds a lock so that concurrent
@@ -41,7 +47,7 @@ def resolve_jars(pom: Path, out_dir: Path) -> list[Path]:
         ServiceUnavailableError: ``mvn`` is missing or fails (e.g. Maven Central unreachable); the
             message carries Maven's last error line.
     """
-    want = pom_digest(pom)
+    want = pom_digest(pom, properties)
     marker = out_dir / MARKER
     with file_lock(out_dir.parent / f".{out_dir.name}.lock"):
         if marker.is_file() and marker.read_text().strip() == want:
@@ -62,6 +68,7 @@ def resolve_jars(pom: Path, out_dir: Path) -> list[Path]:
             "dependency:copy-dependencies",
             "-DincludeScope=runtime",
             f"-DoutputDirectory={staging}",
+            *(f"-D{key}={value}" for key, value in sorted((properties or {}).items())),
         ]
         log_event(log, logging.INFO, "resolving jars", pom=pom, out=out_dir)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

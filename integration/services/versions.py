@@ -6,6 +6,8 @@ constants; ``integration/test_compose.py`` checks that they do.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 #: Apache Kafka, run as a single-node KRaft broker (``org.apache.kafka:kafka_2.13`` on Maven Central,
@@ -29,7 +31,35 @@ GO_IMAGE: Final = "golang:1.26-bookworm"
 PYTHON_VERSION: Final = "3.11"
 JAVA_VERSION: Final = "17"
 
-#: Spark-side jars (resolved by ``jvm/spark/pom.xml``), kept here for docs and the compose test.
+#: The development environment's Spark (constraints.txt); `make compat` runs the others.
 SPARK_VERSION: Final = "4.2.0"
-DELTA_JAR_VERSION: Final = "4.4.0"
-HADOOP_VERSION: Final = "3.5.0"
+
+
+@dataclass(frozen=True)
+class SparkJarSet:
+    """The Maven artifacts a Spark minor version gets beside pyspark's own jars.
+
+    The Scala and Hadoop versions are read from the installed pyspark's jars; hadoop-aws follows
+    Hadoop's. Attributes:
+        delta_artifact, delta_version: ``io.delta`` artifact to read Delta tables back with Spark;
+            ``None`` where Delta publishes none for that Spark (the table is read with delta-rs).
+        kafka_source: ``spark-sql-kafka-0-10`` version on Maven Central (a patch of the same minor);
+            ``None`` where none is published there.
+        token_provider: ``spark-token-provider-kafka-0-10`` version (not every one is on Central).
+    """
+
+    delta_artifact: str | None
+    delta_version: str | None
+    kafka_source: str | None
+    token_provider: str
+
+
+#: Per Spark minor version. Delta 4.4 builds for Spark 4.0, 4.1 and 4.2; Delta 3.3 for Spark 3.5;
+#: none for Spark 4.3 yet.
+SPARK_JARS: Final[Mapping[tuple[int, int], SparkJarSet]] = {
+    (3, 5): SparkJarSet("delta-spark_2.12", "3.3.2", "3.5.7", "3.5.7"),
+    (4, 0): SparkJarSet("delta-spark_4.0_2.13", "4.4.0", "4.0.1", "4.0.0"),
+    (4, 1): SparkJarSet("delta-spark_4.1_2.13", "4.4.0", "4.1.3", "4.0.0"),
+    (4, 2): SparkJarSet("delta-spark_4.2_2.13", "4.4.0", "4.2.0", "4.0.0"),
+    (4, 3): SparkJarSet(None, None, None, "4.0.0"),
+}
