@@ -75,8 +75,8 @@ class _Spark35Frame:
 
     schema = StructType([StructField("id", LongType())])
 
-    class sparkSession:  # noqa: N801 - stands for the DataFrame's attribute
-        class conf:  # noqa: N801
+    class sparkSession:
+        class conf:
             @staticmethod
             def get(key: str) -> str:
                 return "UTC"
