@@ -86,3 +86,29 @@ def require_data_source_api() -> None:
             f'format("twophase") needs Spark {need} or later (its Python Data Source API); this is Spark '
             f"{'.'.join(map(str, have))}: write with twophase.Job instead, which runs on Spark 3.5 and later"
         )
+
+
+def refusing_data_source() -> type | None:
+    """A ``twophase`` data source for a Spark that has the Python Data Source API but not the Arrow
+    stream writer (Spark 4.0): Spark's lookup imports every ``pyspark_*`` module, so the format is
+    found and a write with it fails with :func:`require_data_source_api`'s error instead of "data
+    source not found" (an import error would break every Python data source's lookup). ``None`` on
+    Spark 3.5, which has no such lookup.
+    """
+    try:
+        from pyspark.sql.datasource import DataSource
+    except ImportError:
+        return None
+
+    class RefusingDataSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "twophase"
+
+        def writer(self, schema: Any, overwrite: bool) -> Any:
+            require_data_source_api()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            require_data_source_api()
+
+    return RefusingDataSource

@@ -88,3 +88,11 @@ class _Spark35Frame:
 def test_collect_arrow_without_to_arrow() -> None:
     frame: Any = _Spark35Frame()
     assert compat.collect_arrow(frame).column("id").to_pylist() == [1, 2]
+
+
+def test_spark_4_0_finds_the_format_and_its_write_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compat, "spark_version", lambda: (4, 0))
+    source = compat.refusing_data_source()
+    assert source is not None and source.name() == "twophase"
+    with pytest.raises(UnsupportedSparkError, match=r"needs Spark 4\.1 or later .* this is Spark 4\.0"):
+        source({}).streamWriter(SCHEMA, False)
