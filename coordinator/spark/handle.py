@@ -112,7 +112,8 @@ class JobHandle:
             True if it terminated within ``timeout`` seconds.
 
         Raises:
-            The job's failure (``JobError`` once the restart strategy is exhausted, commit errors).
+            JobError: the job's failure once the restart strategy is exhausted (a commit error is
+                raised as it is).
         """
         if not self._done.wait(timeout):
             return False

@@ -209,7 +209,8 @@ class Job:
             ConfigError: asyncProgressTrackingEnabled on, an unsupported output mode, no sinks.
             SchemaError: a sink cannot take the stream's schema.
             JobError: the job's checkpoint belongs to another Spark checkpoint location.
-            plus the errors of restoring (``CorruptCheckpointError``, commit errors).
+            CorruptCheckpointError: restoring found a corrupt checkpoint (the restore's commit
+                errors are raised as they are).
         """
         if not df.isStreaming:
             raise ConfigError("start() needs a streaming DataFrame; use write() for batch data")
