@@ -10,13 +10,14 @@ STAMP := $(VENV)/.twophase-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv constraints prepare demo demo-cluster test lint format services-up services-down services-status bench chaos faults model-check clean
+.PHONY: help venv constraints prepare demo demo-cluster test lint docs format services-up services-down services-status bench chaos faults model-check clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
 	@echo "make demo-cluster   the demo on a Spark standalone cluster (2 workers), everything on S3"
-	@echo "make test           lint, then pytest tests integration (starts services on demand)"
+	@echo "make test           lint, docs, then pytest tests integration (starts services on demand)"
 	@echo "make lint           ruff check, ruff format --check, mypy --strict on every package"
+	@echo "make docs           the documentation site (MkDocs, strict) into build/site"
 	@echo "make services-up    run Kafka and MinIO in the background for development"
 	@echo "make services-down  stop them"
 	@echo "make bench / chaos  benchmarks / failure-injection suite"
@@ -64,12 +65,22 @@ lint: venv
 	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/twophase
 	$(BIN)/mypy
 
+# the documentation site (mkdocs.yml, docs/) into build/site; strict: a warning, such as a broken link
+# or cross-reference, fails the build. mkdocstrings reads the sources of `twophase` (the repository
+# root, setup.cfg package_dir) without importing them, through build/docs/twophase: one link per
+# product package rather than one to the root as for mypy, since griffe follows links and would
+# walk .venv and build/ too
+DOCS_PACKAGES := __init__.py sinks coordinator connectors integration
+docs: venv
+	@mkdir -p build/docs/twophase && for p in $(DOCS_PACKAGES); do ln -sfn ../../../$$p build/docs/twophase/$$p; done
+	$(BIN)/mkdocs build --strict -d build/site
+
 format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 # the long service-fault cases (marker faults_long) run in `make faults` / `make chaos` instead
-test: lint prepare
+test: lint docs prepare
 	$(BIN)/pytest tests integration -m "not faults_long and not long" --durations=25 $(PYTEST_ARGS)
 
 services-up: prepare
