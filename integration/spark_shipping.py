@@ -9,7 +9,10 @@ archive, so the copy imports as is. :func:`ship_conf` is the Spark conf that shi
 
 :func:`executor_python` is, for the cluster test, a Python with the project's runtime dependencies
 and without twophase (a venv under ``<cache>/executor-python/<hash of the requirements>/``): on
-executors that run it, twophase can only come from the shipped file.
+executors that run it, twophase can only come from the shipped file. It has no pyspark either
+(``install_requires`` does not name it): Spark puts its own ``python/lib/pyspark.zip`` first on
+every Python worker's ``PYTHONPATH``. The whole environment packed for ``--archives`` is
+:mod:`twophase.integration.packing`.
 """
 
 from __future__ import annotations
@@ -139,7 +142,8 @@ def ship_conf(wheel: Path, executor_python: str | None = None) -> dict[str, str]
 
 
 def runtime_requirements(root: Path = REPO) -> list[str]:
-    """``install_requires`` of ``root/setup.cfg``, one requirement per item, comments dropped."""
+    """``install_requires`` of ``root/setup.cfg``, one requirement per item, comments dropped
+    (no pyspark: the platform's Spark provides it, see the module's docstring)."""
     cfg = configparser.ConfigParser()
     cfg.read(root / "setup.cfg")
     return [line.strip() for line in cfg["options"]["install_requires"].splitlines() if line.strip()]
@@ -158,8 +162,9 @@ def executor_python(requirements: Sequence[str] | None = None, timeout_s: float 
     """A Python with ``requirements`` installed and no twophase, made once per requirement set.
 
     A venv of this interpreter's base Python at ``<cache>/executor-python/<hash>/`` (the hash
-    covers the requirements and the Python version), filled by its own pip; ``.complete`` marks a
-    finished one, so a half-made venv from a killed run is made again.
+    covers the requirements, the Python version and the repository's ``constraints.txt``), filled
+    by its own pip with those constraints (the driver's versions); ``.complete`` marks a finished
+    one, so a half-made venv from a killed run is made again.
 
     Args:
         requirements: pip requirement strings; default :func:`runtime_requirements`.
@@ -172,7 +177,9 @@ def executor_python(requirements: Sequence[str] | None = None, timeout_s: float 
         ShippingError: venv or pip failed, or twophase is importable in the result.
     """
     reqs = list(runtime_requirements() if requirements is None else requirements)
-    key = hashlib.sha256("\n".join([sys.version, *reqs]).encode()).hexdigest()[:16]
+    constraints = REPO / "constraints.txt"
+    pins = constraints.read_text() if constraints.is_file() else ""
+    key = hashlib.sha256("\n".join([sys.version, *reqs, pins]).encode()).hexdigest()[:16]
     parent = cache_dir() / "executor-python"
     venv = parent / key
     python = venv / "bin" / "python"
@@ -181,6 +188,7 @@ def executor_python(requirements: Sequence[str] | None = None, timeout_s: float 
             shutil.rmtree(venv, ignore_errors=True)
             _run([sys.executable, "-m", "venv", str(venv)], "python -m venv", timeout_s)
             pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            pip += ["-c", str(constraints)] if pins else []
             _run([*pip, *reqs], "pip install (executor Python)", timeout_s)
             if importable(python, "twophase"):
                 raise ShippingError(f"{python} imports twophase without the shipped wheel")

@@ -10,6 +10,7 @@ from twophase.integration.cli.checkpoints import checkpoints
 from twophase.integration.cli.errors import TwophaseGroup
 from twophase.integration.cli.flights import demo, verify
 from twophase.integration.cli.lingering import lingering
+from twophase.integration.cli.package import package
 from twophase.integration.cli.services import services
 
 
@@ -27,5 +28,5 @@ def main(verbose: bool) -> None:
     )
 
 
-for _command in (services, demo, verify, checkpoints, lingering):
+for _command in (services, demo, verify, checkpoints, lingering, package):
     main.add_command(_command)
