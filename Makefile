@@ -10,7 +10,7 @@ STAMP := $(VENV)/.twophase-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv constraints prepare demo demo-cluster test lint docs format services-up services-down services-status bench chaos faults model-check clean
+.PHONY: help venv constraints prepare demo demo-cluster test lint docs format services-up services-down services-status bench chaos faults model-check compat clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench / chaos  benchmarks / failure-injection suite"
 	@echo "make faults         service faults: 3-broker Kafka cluster and MinIO killed, paused, restarted"
 	@echo "make model-check    the model-based protocol test at length (thousands of random job lives)"
+	@echo "make compat         the compatibility subset on Spark 3.5-4.3 x Python 3.10-3.13 (COMPAT.md)"
 
 # the virtualenv, with the exact development versions of constraints.txt; pip runs again only when
 # setup.cfg, pyproject.toml or constraints.txt changed
@@ -127,6 +128,13 @@ model-check: venv
 	  echo "model-check: seed $$seed"; \
 	  TWOPHASE_MODEL_SEED=$$seed TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/coordinator/test_protocol_model.py -q -p no:cacheprovider --hypothesis-show-statistics || exit 1; \
 	done
+
+# the compatibility subset (tests marked compat) in a fresh venv per Spark × Python cell
+# (integration/compat/cells.py), against one Kafka and MinIO; the table goes to COMPAT.md.
+# `make test` runs the development cell (constraints.txt) only. COMPAT_ARGS="--cells a,b" picks cells.
+COMPAT_ARGS ?=
+compat: prepare
+	$(BIN)/python -m twophase.integration.compat.run $(COMPAT_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

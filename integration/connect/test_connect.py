@@ -18,6 +18,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from twophase.coordinator.spark.compat import DATA_SOURCE_SPARK, spark_version
 from twophase.integration.exactly_once.support import make_input
 from twophase.integration.readback import read_topic
 from twophase.integration.services.s3 import S3Endpoint
@@ -27,7 +28,14 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.session import SparkSession
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    # twophase reaches a Connect server through format("twophase"): Spark 4.1 or later
+    pytest.mark.skipif(
+        spark_version() < DATA_SOURCE_SPARK, reason='format("twophase") needs Spark 4.1 or later'
+    ),
+]
 
 
 def stream(remote: SparkSession, root: Path) -> DataFrame:
@@ -54,6 +62,7 @@ def run(writer: DataStreamWriter) -> None:
     assert query.exception() is None
 
 
+@pytest.mark.compat
 def test_delta_through_spark_connect(remote: SparkSession, tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
@@ -67,6 +76,7 @@ def test_delta_through_spark_connect(remote: SparkSession, tmp_path: Path) -> No
     assert on_disk == {Path(u).name for u in table.file_uris()}  # no unreferenced data file
 
 
+@pytest.mark.compat
 def test_kafka_through_spark_connect(remote: SparkSession, tmp_path: Path, kafka_bootstrap: str) -> None:
     expected = make_input(tmp_path, files=3, rows_per_file=100)
     topic = f"connect-{uuid.uuid4().hex[:8]}"

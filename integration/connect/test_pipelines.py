@@ -15,9 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from twophase.coordinator.spark.compat import spark_version
 from twophase.integration.exactly_once.support import make_input
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.compat,
+    # declarative pipelines (pyspark.pipelines) came with Spark 4.1, as did format("twophase")
+    pytest.mark.skipif(spark_version() < (4, 1), reason="declarative pipelines need Spark 4.1 or later"),
+]
 
 FLOW = """
 from pyspark import pipelines as dp

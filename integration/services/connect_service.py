@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -102,17 +103,26 @@ def launch_connect_server(root: Path, s3: S3Endpoint, detach: bool = False) -> S
         ServiceUnavailableError: the wheel or the workers' Python cannot be built, or the server
             does not listen within ``TWOPHASE_START_TIMEOUT_S`` (with its log tail).
     """
-    from twophase.integration.spark_shipping import ShippingError, build_wheel, executor_python, py_file
+    from twophase.integration.spark_shipping import (
+        REPO,
+        ShippingError,
+        build_wheel,
+        executor_python,
+        py_file,
+    )
 
-    try:
-        wheel = py_file(build_wheel())
-        python = executor_python()
-    except (ShippingError, subprocess.TimeoutExpired) as exc:
-        raise ServiceUnavailableError(f"cannot ship twophase to a Spark Connect server: {exc}") from exc
+    if not (REPO / "setup.cfg").is_file():
+        # twophase installed from its wheel (a `make compat` cell): the workers run this Python as is
+        python, py_files = Path(sys.executable), []
+    else:
+        try:
+            python, py_files = executor_python(), [py_file(build_wheel())]
+        except (ShippingError, subprocess.TimeoutExpired) as exc:
+            raise ServiceUnavailableError(f"cannot ship twophase to a Spark Connect server: {exc}") from exc
     return SparkConnectServer(
         root,
         python=str(python),
-        py_files=[wheel],
+        py_files=py_files,
         env=s3.aws_env(),
         timeout_s=start_timeout_s(),
         detach=detach,

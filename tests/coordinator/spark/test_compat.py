@@ -21,6 +21,7 @@ SCHEMA = StructType(
     ]
 )
 ZONED = pa.timestamp("us", tz="Europe/Berlin")
+pytestmark = pytest.mark.compat
 
 
 def _expected() -> pa.Schema:
@@ -65,6 +66,7 @@ def test_format_twophase_on_spark_3_5_names_the_version_it_needs(monkeypatch: py
     assert "this is Spark 3.5: write with twophase.Job" in str(e.value)
 
 
+@pytest.mark.skipif(compat.spark_version() < compat.DATA_SOURCE_SPARK, reason="Spark 4.1+ only")
 def test_the_installed_spark_has_the_data_source_api() -> None:
     assert compat.spark_version() >= compat.DATA_SOURCE_SPARK
     compat.require_data_source_api()
@@ -90,6 +92,7 @@ def test_collect_arrow_without_to_arrow() -> None:
     assert compat.collect_arrow(frame).column("id").to_pylist() == [1, 2]
 
 
+@pytest.mark.skipif(compat.spark_version() < (4, 0), reason="Spark 3.5 has no Python data sources")
 def test_spark_4_0_finds_the_format_and_its_write_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compat, "spark_version", lambda: (4, 0))
     source = compat.refusing_data_source()

@@ -1,0 +1,1 @@
+"""`make compat`: the compatibility subset in fresh venvs, one per Spark × Python cell (COMPAT.md)."""
