@@ -83,7 +83,8 @@ def make_venv(cell: Cell, python: Path, wheel: Path, folder: Path, log: Path) ->
     """The cell's fresh venv with the wheel, its pyspark and pytest; its path, or why it failed."""
     venv = folder / "venv"
     shutil.rmtree(venv, ignore_errors=True)
-    if _run([str(python), "-m", "venv", str(venv)], log) != 0:
+    # --upgrade-deps: an old interpreter's bundled pip installs pyspark by setup.py, uncached
+    if _run([str(python), "-m", "venv", "--upgrade-deps", str(venv)], log) != 0:
         return f"python{cell.python} could not make a venv"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     wants = [f"{wheel}[flights]", f"pyspark[connect]=={cell.spark}", _pin("pytest")]
