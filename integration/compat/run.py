@@ -35,7 +35,7 @@ from twophase.integration.spark_shipping import REPO, build_wheel, runtime_requi
 SUBSET = (
     "tests/coordinator/spark/test_compat.py",
     "integration/chaos/test_chaos_quick.py",
-    "integration/datasource/test_format_by_version.py",
+    "integration/test_format_by_version.py",
     "integration/connect/test_connect.py",
     "integration/connect/test_pipelines.py",
 )
