@@ -124,6 +124,7 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
     folder = root / cell.name
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "cell.log"
+    log.write_text("")
     python = find_python(cell.python)
     if python is None:
         result.note = f"no Python {cell.python} here (pyenv install {cell.python}): cell skipped"
