@@ -171,6 +171,18 @@ class CheckpointCoordinator:
             raise IllegalTransitionError(f"checkpoint {checkpoint_id}", state, "use as pending")
         return p
 
+    def skip_to(self, checkpoint_id: int) -> None:
+        """Give the next checkpoint id ``checkpoint_id`` (ids following the engine's batch ids).
+
+        Raises:
+            ConfigError: ``checkpoint_id`` is below the next id (ids never go back).
+        """
+        if checkpoint_id < self.next_checkpoint_id:
+            raise ConfigError(
+                f"checkpoint ids never go back: {checkpoint_id} < next id {self.next_checkpoint_id}"
+            )
+        self.next_checkpoint_id = checkpoint_id
+
     def trigger(
         self,
         kind: CheckpointKind,

@@ -46,6 +46,15 @@ class CommitPolicy:
     timeout_warning_ratio: float = 0.8
     async_commit: bool = False
 
+    @property
+    def retry_budget_ms(self) -> int:
+        """The longest one transaction's commit retries may take, ms: ``max_retry_time_ms``, or
+        without it the backoffs between ``max_attempts`` attempts (the attempts' own time excluded)."""
+        if self.max_retry_time_ms is not None:
+            return self.max_retry_time_ms
+        backoffs = (self.initial_backoff_ms * 2**i for i in range(self.max_attempts - 1))
+        return sum(min(b, self.max_backoff_ms) for b in backoffs)
+
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigError(f"commit max_attempts must be >= 1, got {self.max_attempts}")

@@ -70,6 +70,7 @@ from twophase.coordinator.transaction_ages import TransactionAgeMonitor
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
+    CommitWaitTimeoutError,
     ServiceUnavailableError,
     TransactionLostError,
 )
@@ -394,11 +395,12 @@ class CommitterOperator:
         """Wait until every queued commit has run, then raise the first error if any.
 
         Raises:
-            CommitFailedError: the wait timed out, or a commit failed.
+            CommitWaitTimeoutError: the wait timed out.
+            CommitFailedError: a commit failed.
         """
         with self._idle:
             if not self._idle.wait_for(lambda: self._inflight == 0, timeout=timeout_s):
-                raise CommitFailedError(f"asynchronous commits still running after {timeout_s} s")
+                raise CommitWaitTimeoutError(f"asynchronous commits still running after {timeout_s} s")
         self.raise_if_failed()
 
     @property

@@ -31,7 +31,7 @@ from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, WriterContext
-from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError
+from twophase.sinks.errors import CommitWaitTimeoutError, ConfigError, IllegalTransitionError, JobError
 from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
@@ -284,7 +284,8 @@ def open_epoch(
 
     Raises:
         ConfigError: ``num_partitions`` < 1.
-        JobError: ``checkpoint_id`` is below the next id.
+        JobError: ``checkpoint_id`` is below the next id (the message names what took the ids:
+            storage, a sink's committed record, or this run).
         IllegalTransitionError: not RUNNING; CheckpointLimitError: too many pending checkpoints.
     """
     if num_partitions < 1:
@@ -298,10 +299,9 @@ def open_epoch(
             if checkpoint_id is not None:
                 if checkpoint_id < coord.next_checkpoint_id:
                     raise JobError(
-                        f"job {s.job_id}: checkpoint {checkpoint_id} asked for, but the next id is "
-                        f"{coord.next_checkpoint_id} (storage holds newer checkpoints)"
+                        s.id_floor.refusal(s.job_id, checkpoint_id, coord.next_checkpoint_id, s.max_triggered)
                     )
-                coord.next_checkpoint_id = checkpoint_id
+                coord.skip_to(checkpoint_id)
             hold_back_for_pending_commits(s, coord.next_checkpoint_id)
             participants, handover = epoch_participants(coord, s.sinks, num_partitions)
             pc = coord.trigger(
@@ -354,22 +354,44 @@ def too_old_for(s: RunState, writing: int) -> dict[str, list[int]]:
     return out
 
 
+def commit_wait_bound_s(s: RunState, sinks: Iterable[str]) -> float:
+    """How long an epoch may wait for the commits of ``sinks`` (s): ``commit_drain_timeout_s``;
+    without it the longest of their ``transaction_timeout_ms`` (the external system aborts the
+    transaction then: waiting longer cannot help), else the commit policy's retry budget."""
+    if s.config.commit_drain_timeout_s is not None:
+        return s.config.commit_drain_timeout_s
+    timeouts = [t for n in sinks if (t := s.sinks[n].transaction_timeout_ms) is not None]
+    return (max(timeouts) if timeouts else s.config.commit.retry_budget_ms) / 1000.0
+
+
 def hold_back_for_pending_commits(s: RunState, writing: int) -> None:
     """Before epoch ``writing`` starts: if a sink's ``max_pending_checkpoints`` would be exceeded,
     commit what completed checkpoints hold (their notifications may have been lost: a completed
     checkpoint may be committed any time after it completed, FLIP-147's rule is "never before"),
-    wait for the asynchronous commits (``commit_drain_timeout_s``), then check again.
+    wait for the asynchronous commits (at most :func:`commit_wait_bound_s`), then check again.
 
     Raises:
+        CommitWaitTimeoutError: the commits did not finish within the bound (names them).
         JobError: still exceeded (commits that cannot finish, or more checkpoints pending than the
             sink allows: e.g. ``max_concurrent_checkpoints`` above Kafka's ``max_pending_checkpoints``).
     """
-    if not too_old_for(s, writing):
+    old = too_old_for(s, writing)
+    if not old:
         return
     log_event(log, logging.INFO, "epoch waits for pending commits", job=s.job_id, checkpoint=writing)
     if s.last_completed is not None:
         s.coordinator().notify_checkpoint_complete(s.last_completed.checkpoint_id)
-    s.drain_commits()
+    bound = commit_wait_bound_s(s, old)
+    try:
+        s.drain_commits(bound)
+    except CommitWaitTimeoutError:
+        waited = "; ".join(
+            f"{', '.join(f'checkpoint {c}' for c in ids)} of sink {n!r}" for n, ids in sorted(old.items())
+        )
+        raise CommitWaitTimeoutError(
+            f"job {s.job_id}: checkpoint {writing} waited {bound} s for the commit of {waited}, which "
+            "did not finish; it cannot start before (its transaction names would fence them)"
+        ) from None
     still = too_old_for(s, writing)
     if still:
         raise JobError(

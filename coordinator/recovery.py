@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
@@ -73,6 +73,41 @@ class RestoreResult:
     lingering_aborted: Mapping[str, int]
     fully_finished: tuple[str, ...]
     next_checkpoint_id: int
+
+
+@dataclass(frozen=True)
+class IdFloor:
+    """What a restore started checkpoint ids above (DESIGN.md §12, "Checkpoint ids never repeat a
+    committed one"), kept so that a refused id can name its true reason.
+
+    Attributes:
+        newest_stored: the newest checkpoint id in the job's storage (or restored), 0 if none.
+        sinks: sink → the checkpoint its external system records as committed for this job
+            (``last_committed_checkpoint``: Delta's txn version); sinks keeping no record are absent.
+    """
+
+    newest_stored: int = 0
+    sinks: Mapping[str, int] = field(default_factory=dict)
+
+    def refusal(self, job_id: str, asked: int, next_id: int, used_by_run: int) -> str:
+        """The one-line reason checkpoint ``asked`` cannot be taken when the next id is ``next_id``
+        and this run already triggered ids up to ``used_by_run`` (0: none): every source at or
+        above ``asked``."""
+        reasons = []
+        if self.newest_stored >= asked:
+            reasons.append(f"storage holds checkpoint {self.newest_stored}")
+        for name, committed in sorted(self.sinks.items()):
+            if committed >= asked:
+                reasons.append(
+                    f"sink {name!r} records checkpoint {committed} of this job as committed "
+                    "(last_committed_checkpoint, e.g. Delta's txn version)"
+                    + ("" if self.newest_stored else "; storage is empty")
+                )
+        if used_by_run >= asked:
+            reasons.append(f"this run already used checkpoint ids up to {used_by_run}")
+        return f"job {job_id}: checkpoint {asked} asked for, but the next id is {next_id}: " + "; ".join(
+            reasons or [f"ids below {next_id} are taken"]
+        )
 
 
 class MetadataCache:
@@ -334,13 +369,13 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
                 log_event(log, logging.WARNING, "committed marker not written", job=s.job_id, error=repr(e))
     # above every id in storage, and every id a sink's external system records as committed for
     # this job (Delta's txn version): ids start again when storage is empty, keys must not repeat
-    floors = [sink.last_committed_checkpoint(s.job_id) for sink in s.sinks.values()]
+    recorded = {name: sink.last_committed_checkpoint(s.job_id) for name, sink in s.sinks.items()}
+    floors = {name: f for name, f in recorded.items() if f is not None}
     # not above ids that failed epochs of this process used: nothing durable holds them, and
     # reusing them keeps a name pool (Kafka) away from the restored checkpoint's names
-    max_id = max(
-        [*(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0]
-        + [f for f in floors if f is not None]
-    )
+    newest_stored = max([*(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0])
+    s.id_floor = IdFloor(newest_stored, floors)
+    max_id = max([newest_stored, *floors.values()])
     if meta is not None and savepoint_location is not None and starts_a_lineage(refs, savepoint_location):
         meta, location = publish_lineage_start(s.storage, meta, s.job_id, max_id + 1, s.clock())
         max_id = meta.checkpoint_id

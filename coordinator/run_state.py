@@ -23,7 +23,7 @@ from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
-from twophase.coordinator.recovery import Held, MetadataCache, encoded, held_by, lingering_scope
+from twophase.coordinator.recovery import Held, IdFloor, MetadataCache, encoded, held_by, lingering_scope
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError
 from twophase.coordinator.storage.base import CheckpointStorage
@@ -89,6 +89,8 @@ class RunState:
         """The newest checkpoint whose committed marker this run wrote (or found)."""
         self.epochs_since_restore = 0
         self.max_triggered = 0
+        self.id_floor = IdFloor()
+        """What the last restore started checkpoint ids above (a refused id names it)."""
         self.abandoned = False
         self.checkpoint_metrics: list[CheckpointMetrics] = []
 
@@ -322,9 +324,14 @@ class RunState:
                 coord.abort_checkpoint(checkpoint_id, f"verification before persist failed: {e!r}")
                 raise
 
-    def drain_commits(self) -> None:
-        """Wait for asynchronous commits (``commit_drain_timeout_s``) and forget confirmed ones."""
-        self.committer.drain(self.config.commit_drain_timeout_s)
+    def drain_commits(self, timeout_s: float | None = None) -> None:
+        """Wait for asynchronous commits (at most ``timeout_s``, by default
+        ``commit_drain_timeout_s``) and forget confirmed ones.
+
+        Raises:
+            CommitWaitTimeoutError: the wait timed out. CommitFailedError: a commit failed.
+        """
+        self.committer.drain(self.config.commit_drain_timeout_s if timeout_s is None else timeout_s)
         self.coordinator().confirm_commits()
         self.mark_committed_if_done()
 

@@ -285,7 +285,8 @@ class JobRuntime:
         at least the next id.
 
         Raises:
-            JobError: ``checkpoint_id`` is below the next id (storage holds newer checkpoints).
+            JobError: ``checkpoint_id`` is below the next id (storage holds newer checkpoints, a
+                sink records a newer one as committed, or this run used it).
             IllegalTransitionError: not RUNNING; CheckpointLimitError: too many pending checkpoints.
             ConfigError: ``num_partitions`` < 1.
             CommitFailedError, TransactionLostError: an earlier asynchronous commit failed.

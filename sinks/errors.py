@@ -57,6 +57,11 @@ class CommitFailedError(TwoPhaseError, RuntimeError):
     """A commit ended FATAL, or kept asking for RETRY past the retry budget. The job fails."""
 
 
+class CommitWaitTimeoutError(CommitFailedError):
+    """A wait for asynchronous commits passed its bound (e.g. an epoch held back for the commits
+    its sink's name pool depends on); the message names the commits waited for. The job fails."""
+
+
 class TransactionLostError(CommitFailedError):
     """The external system aborted a pre-committed transaction (e.g. Kafka's transaction timeout).
 

@@ -113,9 +113,10 @@ class KafkaSinkConfig:
             ``twophase-<job_id>``. Must be unique per job: lingering-transaction clean-up aborts
             every open transaction under ``<prefix>-<sink>-``.
         pool_size: transactional ids per partition (slot = checkpoint id mod pool_size).
-        max_pending_checkpoints: the most checkpoints the runtime keeps pending commit while the
+        max_pending_checkpoints: the fewest checkpoints the pool must let await commit while the
             next epoch writes (1 with asynchronous commit). ``pool_size`` must be at least this
-            plus 2 (see :mod:`twophase.connectors.kafka.naming`).
+            plus 2; the runtime then holds an epoch back only as the pool needs, with
+            ``pool_size - 2`` pending (see :mod:`twophase.connectors.kafka.naming`).
         transaction_timeout_ms: librdkafka ``transaction.timeout.ms`` (ms). Must be at least
             ``max_epoch_ms + max_commit_delay_ms`` and at most the broker's
             ``transaction.max.timeout.ms`` (checked at start). The coordinator warns when a

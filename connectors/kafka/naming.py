@@ -16,7 +16,9 @@ which cannot contain ``w - pool_size`` when ``pool_size > max_pending``. That ma
 ``max_pending + 1`` the minimum; we require ``pool_size >= max_pending + 2`` so the invariant
 never sits on its edge (one spare slot, e.g. for a checkpoint counted as done while its last
 commit retry is still in flight). With asynchronous commit (checkpoint ``c`` committing while
-epoch ``c + 1`` writes) ``max_pending`` is 1 and ``pool_size >= 3``.
+epoch ``c + 1`` writes) ``max_pending`` is 1 and ``pool_size >= 3``. The configured
+``max_pending_checkpoints`` is the least the pool must allow; the runtime holds an epoch back only
+as the pool needs (:func:`pool_capacity`: ``pool_size - 2`` pending, e.g. 2 with the default 4).
 
 Retried attempts of the same subtask and epoch share the id, so a retry fences the failed
 attempt's transaction, which is what we want. Speculative execution of a Kafka sink task must be
@@ -68,6 +70,13 @@ def check_pool_size(pool_size: int, max_pending_checkpoints: int) -> None:
             f"({max_pending_checkpoints}) + {MIN_POOL_HEADROOM}, or a new epoch could fence a "
             "transaction still pending commit"
         )
+
+
+def pool_capacity(pool_size: int) -> int:
+    """How many checkpoints may await commit while the next epoch writes, with a pool of
+    ``pool_size`` ids per partition: ``pool_size - MIN_POOL_HEADROOM`` (the pool invariant with
+    its spare slot). At least ``max_pending_checkpoints`` whenever :func:`check_pool_size` passes."""
+    return pool_size - MIN_POOL_HEADROOM
 
 
 def slot_for(checkpoint_id: int, pool_size: int) -> int:

@@ -65,8 +65,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         self.name = name
         self.config = config
         self.clients = clients or ConfluentClients()
-        # the pool invariant (naming.py): epoch w reuses the ids of checkpoint w - pool_size
-        self.max_pending_checkpoints = config.max_pending_checkpoints
+        # the pool invariant (naming.py): epoch w reuses the ids of checkpoint w - pool_size; the
+        # runtime waits only as the pool needs (one spare slot), not as the configured minimum
+        self.max_pending_checkpoints = naming.pool_capacity(config.pool_size)
         self.transaction_timeout_ms = config.transaction_timeout_ms  # the broker aborts after it
         self.codec = CODEC
         self.topic_max_message_bytes: int | None = None

@@ -21,6 +21,7 @@ from twophase.coordinator.testing.fakes import (
     FakeCommittable,
     FakeExternalSystem,
     FakeInProgressSink,
+    FakeSink,
     FakeTxn,
 )
 from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
@@ -326,6 +327,34 @@ def test_restore_refuses_a_checkpoint_with_unknown_sinks() -> None:
         h2.restore()
 
 
+def test_a_refused_checkpoint_id_names_its_true_reason() -> None:
+    """#26 item 5: "storage holds newer checkpoints" was said whatever raised the next id."""
+
+    class Floored(FakeSink):  # the external system records checkpoint 3 as committed (Delta's txn)
+        def last_committed_checkpoint(self, job_id: str) -> int | None:
+            return 3
+
+    h = TwoPhaseHarness([Floored("k", FakeExternalSystem())])
+    h.restore()  # storage is empty
+    with pytest.raises(JobError) as floor:
+        h.runtime.begin_epoch(2, pos(1), checkpoint_id=1)
+    assert "storage holds" not in str(floor.value)
+    assert "sink 'k'" in str(floor.value) and "checkpoint 3" in str(floor.value)
+
+    h, _ = harness("k")
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1))
+    h.restart_process()
+    with pytest.raises(JobError, match="storage holds checkpoint 1"):
+        h.runtime.begin_epoch(2, pos(2), checkpoint_id=1)
+
+    h, _ = harness("k")
+    h.restore()
+    h.runtime.begin_epoch(2, pos(1), checkpoint_id=5)  # this run used ids up to 5 (not completed)
+    with pytest.raises(JobError, match="this run already used checkpoint ids up to 5"):
+        h.runtime.begin_epoch(2, pos(1), checkpoint_id=4)
+
+
 # -- rescale --------------------------------------------------------------------------------------
 
 
@@ -422,6 +451,43 @@ def test_async_commit_error_surfaces_on_the_next_call() -> None:
     h.runtime.finish()
     assert system.committed_records() == expected([1, 2])
     assert system.lingering() == set()
+
+
+def test_an_epoch_waiting_for_a_commit_that_never_ends_fails_naming_it() -> None:
+    """#26 item 5: with commit_drain_timeout_s=None the epoch that waits for the commits its
+    sink's name pool depends on waited forever; the wait is bounded by the sink's transaction
+    timeout (the system aborts the transaction then anyway) and names the commit it waited for."""
+    gate = threading.Event()
+
+    class Stalling(FakeSink):  # a commit that hangs (a stalled broker)
+        max_pending_checkpoints = 1
+        transaction_timeout_ms = 300
+
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            gate.wait(10)
+            return super().commit(committable)
+
+    cfg = RuntimeConfig(commit=CommitPolicy(async_commit=True), commit_drain_timeout_s=None)
+    h = TwoPhaseHarness([Stalling("k", FakeExternalSystem())], config=cfg)
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1))
+    h.write_epoch(data(2), source_position=pos(2))
+    errors: list[BaseException] = []
+
+    def third() -> None:
+        try:
+            h.runtime.begin_epoch(2, pos(3))
+        except Exception as e:
+            errors.append(e)
+
+    waiting = threading.Thread(target=third, daemon=True)
+    waiting.start()
+    waiting.join(5)
+    gate.set()
+    assert not waiting.is_alive(), "the epoch waited without a bound"
+    [error] = errors
+    assert "checkpoint 1" in str(error) and "'k'" in str(error)
+    assert h.runtime.state is JobState.FAILING
 
 
 def test_pending_transaction_age_warning_during_epochs(caplog: pytest.LogCaptureFixture) -> None:

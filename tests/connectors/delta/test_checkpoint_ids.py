@@ -17,6 +17,7 @@ from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.coordinator.testing.harness import TwoPhaseHarness
+from twophase.sinks.errors import JobError
 
 pytestmark = pytest.mark.delta
 
@@ -79,3 +80,16 @@ def test_a_savepoint_restored_into_a_new_directory_commits_the_replayed_batches(
     h = run(table, tmp_path / "chk-b", [2], savepoint=savepoint.location)
     h.runtime.finish()
     assert ids(table) == [10, 11, 20, 20, 21, 21]
+
+
+def test_a_refused_checkpoint_id_names_the_tables_txn_version_when_storage_is_empty(tmp_path: Path) -> None:
+    """#26 item 5: the refusal named "storage holds newer checkpoints" although storage was empty
+    and the next id came from the Delta table's txn version."""
+    table = str(tmp_path / "table")
+    run(table, tmp_path / "chk-a", [1, 2, 3]).runtime.finish()  # txn version 3; the final checkpoint is 4
+    h = run(table, tmp_path / "chk-b", [], query="q2")  # a fresh checkpoint directory
+    with pytest.raises(JobError) as e:
+        h.runtime.begin_epoch(2, pos(1, "q2"), checkpoint_id=1)
+    message = str(e.value)
+    assert "storage holds" not in message
+    assert "sink 'table'" in message and "checkpoint 3" in message and "storage is empty" in message

@@ -115,6 +115,24 @@ def test_async_commit_never_lets_the_pool_wrap_onto_a_checkpoint_still_committin
     assert model.ongoing() == []
 
 
+def test_an_epoch_runs_while_the_pool_has_room_for_its_ids() -> None:
+    """#26 item 5: with max_pending_checkpoints=1 and a pool of 4, epoch c+2 waited for the commit
+    of checkpoint c although its ids (slot c+2) are two slots away from c's; the pool keeps one
+    spare slot (naming.MIN_POOL_HEADROOM) and allows pool_size - 2 checkpoints awaiting commit."""
+    runtime = RuntimeConfig(commit=CommitPolicy(async_commit=True), commit_drain_timeout_s=0.5)
+    h, model = setup(runtime, pool_size=4, max_pending_checkpoints=1)
+    assert h.sink("out").max_pending_checkpoints == 2
+    h.restore()
+    model.end_txn_gate = threading.Event()  # checkpoint 1's commit stalls
+    for n in (1, 2, 3):  # 3 = c + 2 runs beside c = 1 still committing
+        h.write_epoch(rows(n), source_position=pos(n))
+    model.end_txn_gate.set()
+    h.write_epoch(rows(4), source_position=pos(4))
+    h.runtime.finish()
+    assert committed(model) == expected(range(1, 5))
+    assert model.ongoing() == []
+
+
 def _fail_publish(h: TwoPhaseHarness, *ids: int) -> None:
     from twophase.coordinator.metadata import CheckpointMetadata
 
