@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pyarrow as pa
@@ -49,9 +50,10 @@ def test_a_converter_without_time_zone_is_relabelled(monkeypatch: pytest.MonkeyP
     import pyspark.sql.pandas.types as types
 
     real = types.to_arrow_schema
+    utc = {"timezone": "UTC"} if "timezone" in inspect.signature(real).parameters else {}
 
     def old_signature(schema: StructType) -> pa.Schema:
-        return real(schema, timezone="UTC")
+        return real(schema, **utc)
 
     monkeypatch.setattr(types, "to_arrow_schema", old_signature)
     assert _types(compat.arrow_schema(SCHEMA, "Europe/Berlin")) == _types(_expected())
