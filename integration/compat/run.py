@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -60,6 +60,22 @@ class CellResult:
     @property
     def ok(self) -> bool:
         return not self.note and self.failed == 0 and self.passed > 0
+
+    def save(self, path: Path) -> None:
+        """Write this result as JSON (``path``), for a later partial run's table."""
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def load(cls, path: Path) -> CellResult:
+        """A result saved by :meth:`save`, marked as from an earlier run."""
+        data = json.loads(path.read_text())
+        cell = Cell(**data.pop("cell"))
+        data["note"] = data["note"] or ""
+        result = cls(cell, **data)
+        result.earlier = True
+        return result
+
+    earlier: bool = False
 
 
 def _pin(name: str) -> str:
@@ -161,6 +177,7 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
         return result
     finally:
         result.seconds = time.monotonic() - started
+        result.save(folder / "result.json")
         shutil.rmtree(folder / "venv", ignore_errors=True)
         shutil.rmtree(folder / "scratch", ignore_errors=True)
 
@@ -187,8 +204,9 @@ def markdown(results: list[CellResult], wall_s: float, load: tuple[float, float]
     for r in results:
         shown = [r.versions.get(name, "–") for name in SHOWN]
         counts = [str(r.passed), str(r.failed), str(r.skipped)] if not r.note else [r.note, "", ""]
+        name = r.cell.name + (" (earlier run)" if r.earlier else "")
         lines.append(
-            f"| {r.cell.name} | {r.python or r.cell.python} | {r.versions.get('pyspark', r.cell.spark)} | "
+            f"| {name} | {r.python or r.cell.python} | {r.versions.get('pyspark', r.cell.spark)} | "
             + " | ".join(shown)
             + f" | {' | '.join(counts)} | {r.seconds / 60:.1f} min |"
         )
@@ -219,6 +237,14 @@ def main(cells: str, out: Path, work_dir: Path) -> None:
                 f"{result.skipped} skipped in {result.seconds:.0f} s"
             )
     wall = time.monotonic() - started
+    # a partial run (--cells) keeps the other cells' last results in the table, marked as earlier
+    ran = {r.cell for r in results}
+    earlier = [
+        CellResult.load(work_dir / c.name / "result.json")
+        for c in CELLS
+        if c not in ran and (work_dir / c.name / "result.json").is_file()
+    ]
+    results = sorted([*results, *earlier], key=lambda r: CELLS.index(r.cell))
     table = Table("cell", "python", "pyspark", "pyarrow", "pandas", "passed", "failed", "skipped", "time")
     for r in results:
         v = r.versions
@@ -236,7 +262,7 @@ def main(cells: str, out: Path, work_dir: Path) -> None:
     console.print(table)
     out.write_text(markdown(results, wall, (load_start, os.getloadavg()[0])))
     console.print(f"compat: {len(results)} cells in {wall / 60:.1f} min; table written to {out}")
-    sys.exit(0 if all(r.ok for r in results) else 1)
+    sys.exit(0 if all(r.ok for r in results if not r.earlier) else 1)
 
 
 if __name__ == "__main__":
