@@ -490,6 +490,13 @@ class CheckpointCoordinator:
                     self.committer.abort(self.sinks[t.sink_name], t)
         return self.committer.metrics.aborted - before
 
+    def release_in_doubt(self, landed: Set[int]) -> list[PendingTransaction[Any]]:
+        """Forget the IN_DOUBT transactions of checkpoints storage does not show (``landed``: the
+        ids it lists): their publish did not land, nothing holds them, so they must be aborted
+        (lingering cleanup no longer holds them either). Returns them in checkpoint order."""
+        gone = [t for _, lc in sorted(self._subtasks.items()) for t in lc.release_in_doubt(landed)]
+        return sorted(gone, key=lambda t: (t.checkpoint_id, t.sink_name, t.partition))
+
     def durable_transactions(self, landed: Set[int] = frozenset()) -> list[PendingTransaction[Any]]:
         """Uncommitted transactions a published checkpoint holds (PERSISTED or COMMITTING, and
         IN_DOUBT ones of checkpoints in ``landed``), in checkpoint order: what must be committed."""

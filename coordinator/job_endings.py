@@ -15,8 +15,9 @@ checkpoint (stop with savepoint without drain; plain stop) and the cleanup of a 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
-from twophase.coordinator.cancel import commit_durable, delete_checkpoints
+from twophase.coordinator.cancel import abort_in_doubt, commit_durable, delete_checkpoints, keep_going
 from twophase.coordinator.driver_finish import final_participants, finish_on_driver, finish_subtasks
 from twophase.coordinator.job_lifecycle import JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointKind
@@ -75,27 +76,54 @@ def suspend_checkpoint(s: RunState, kind: CheckpointKind, fault: str) -> Checkpo
     return coord.completed[-1].ref
 
 
-def cancel_cleanup(s: RunState, delete: bool) -> None:
-    """After a cancel closed the subtasks: abort what lingers (checkpoints kept), or commit what
-    published checkpoints promised and delete them (savepoints kept).
+def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
+    """After a cancel closed the subtasks: abort the in-doubt transactions whose checkpoint did
+    not land, then abort what lingers (checkpoints kept), or commit what published checkpoints
+    promised and delete them (savepoints kept). Every abort is tried: a failure is kept and the
+    cleanup goes on (:func:`~twophase.coordinator.cancel.keep_going`).
 
-    Raises:
-        CommitFailedError, CheckpointStorageError, ServiceUnavailableError: a step failed.
+    Returns:
+        every failure, in order (empty: all clean).
     """
+    failures: list[BaseException] = []
     coord = s.coord
+    landed: set[int] | None = None
+    try:
+        landed = {r.checkpoint_id for r in s.storage.list_checkpoints()}
+    except Exception as e:  # cannot tell which in-doubt checkpoint landed: a restore decides
+        log_event(log, logging.ERROR, "cancel: checkpoints cannot be listed", job=s.job_id, error=repr(e))
+        failures.append(e)
+    if coord is not None and landed is not None:
+        abort_in_doubt(coord, s.sinks, s.committer, landed, failures)
     if not delete:
         if coord is not None:
             for name in coord.live_sinks():
-                s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS)
-        return
+                step = f"abort lingering transactions of sink {name!r}"
+                keep_going(
+                    failures, s.job_id, step, partial(s.abort_lingering, s.sinks[name], ALL_CHECKPOINTS)
+                )
+        return failures
+    if landed is None:
+        return failures  # deleting needs to know what was published
     if coord is not None:
         committer = s.new_committer()
         try:
-            stored = {r.checkpoint_id for r in s.storage.list_checkpoints()}
-            commit_durable(coord, s.sinks, committer, stored)
+            commit_durable(coord, s.sinks, committer, landed)
+        except Exception as e:  # a checkpoint whose promise is not kept is never deleted
+            log_event(log, logging.ERROR, "cancel: commit before delete failed", job=s.job_id, error=repr(e))
+            failures.append(e)
+            return failures
         finally:
             s.past_committer_metrics.append(committer.metrics)
-    delete_checkpoints(s.job_id, s.sinks, s.cache, coord.live_sinks() if coord is not None else None)
+    keep_going(
+        failures,
+        s.job_id,
+        "delete checkpoints",
+        lambda: delete_checkpoints(
+            s.job_id, s.sinks, s.cache, coord.live_sinks() if coord is not None else None, failures
+        ),
+    )
+    return failures
 
 
 def finish_job(s: RunState, source_position: JsonObject | None) -> CheckpointMetrics | None:
@@ -162,7 +190,8 @@ def cancel_job(s: RunState) -> None:
     returned, close subtasks and clean up per ``RuntimeConfig.cancel_cleanup``; CANCELED.
 
     Raises:
-        JobError: canceled, but a cleanup step failed (logged; the job is CANCELED anyway).
+        JobError: canceled, but cleanup steps failed (each logged, all named; every other step
+            was done; the job is CANCELED anyway).
     """
     s.lifecycle.transition(JobTransition.CANCEL)
     s.cancel_requested.set()
@@ -178,10 +207,13 @@ def cancel_job(s: RunState) -> None:
                 errors.append(e)
         s.committer.shutdown(wait=False)
         try:
-            cancel_cleanup(s, delete=s.config.cancel_cleanup.value == "delete")
+            errors.extend(cancel_cleanup(s, delete=s.config.cancel_cleanup.value == "delete"))
         except Exception as e:
             log_event(log, logging.ERROR, "cancel: cleanup failed", exc_info=True, job=s.job_id)
             errors.append(e)
         s.lifecycle.transition(JobTransition.CANCELED)
         if errors:
-            raise JobError(f"job {s.job_id} canceled, but cleanup failed: {errors!r}") from errors[0]
+            raise JobError(
+                f"job {s.job_id} canceled, but cleanup failed ({len(errors)} failures, every other "
+                f"step done): {'; '.join(repr(e) for e in errors)}"
+            ) from errors[0]

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -333,6 +333,15 @@ class SubtaskLifecycle(Generic[COMM]):
         abort = [t for t in self._pending if t.status is TxnStatus.PRE_COMMITTED]
         self._pending = [t for t in self._pending if t.status is not TxnStatus.PRE_COMMITTED]
         return LifecycleActions((), tuple(abort))
+
+    def release_in_doubt(self, landed: Set[int]) -> tuple[PendingTransaction[COMM], ...]:
+        """Forget the IN_DOUBT transactions whose checkpoint is not in ``landed`` (the ids storage
+        shows): their publish did not land, so nothing holds them; returns them, to be aborted."""
+        gone = tuple(
+            t for t in self._pending if t.status is TxnStatus.IN_DOUBT and t.checkpoint_id not in landed
+        )
+        self._pending = [t for t in self._pending if all(t is not g for g in gone)]
+        return gone
 
     def commit_confirmed(self, txn: PendingTransaction[COMM]) -> None:
         """The committer committed ``txn`` (COMMITTED or ALREADY_COMMITTED): forget it."""

@@ -134,9 +134,12 @@ def abort_lingering(
 ) -> int:
     """Fence-abort every lingering transaction of ``scope``'s job and sink; return how many.
 
+    Every target is tried: an id that cannot be fenced does not leave the later ones open (each
+    stalls ``read_committed`` consumers of its partitions until its timeout, KIP-98).
+
     Raises:
-        KafkaTransactionError: an id could not be fenced.
-        ServiceUnavailableError: the brokers cannot be reached.
+        KafkaTransactionError: ids could not be fenced (all named; every other one was fenced).
+        ServiceUnavailableError: the brokers cannot be reached (nothing was listed).
     """
     fence = fence or fence_with_producer(config)
     prefix = config.prefix(scope.job_id)
@@ -146,8 +149,22 @@ def abort_lingering(
     on_held_ids = [t for t in unheld if t not in targets]
     if on_held_ids:
         targets += not_the_held_transactions(admin.describe_transactions(on_held_ids), scope.held)
+    failed: dict[str, Exception] = {}
     for txn_id in targets:
-        fence(txn_id)
+        try:
+            fence(txn_id)
+        except Exception as e:  # go on: the other ids must not stay open for this one
+            log_event(
+                log,
+                logging.ERROR,
+                "lingering transaction not aborted",
+                job=scope.job_id,
+                sink=scope.sink_name,
+                transactional_id=txn_id,
+                error=repr(e),
+            )
+            failed[txn_id] = e
+            continue
         log_event(
             log,
             logging.INFO,
@@ -155,5 +172,10 @@ def abort_lingering(
             job=scope.job_id,
             sink=scope.sink_name,
             transactional_id=txn_id,
+        )
+    if failed:
+        raise KafkaTransactionError(
+            f"sink {scope.sink_name!r}: {len(failed)} of {len(targets)} lingering transactions could not be "
+            f"fenced (the others were): " + "; ".join(f"{txn_id}: {e}" for txn_id, e in failed.items())
         )
     return len(targets)

@@ -180,14 +180,23 @@ class FakeExternalSystem:
             self.aborted.add(txn_id)
 
     def abort_lingering(self, scope: LingeringScope[FakeCommittable]) -> int:
+        """Abort every transaction of the scope's job and sink not held; each is tried (a failed
+        one does not stop the others), then one ``ConnectionError`` names every failure."""
         held = {c.txn_id for c in scope.held} | {str(s["txn_id"]) for s in scope.held_in_progress}
         n = 0
+        failed: list[str] = []
         for txn_id in sorted(self.lingering()):
             job, sink, checkpoint = self.owner[txn_id]
             mine = job == scope.job_id and sink == scope.sink_name
             if mine and checkpoint <= scope.up_to_checkpoint and txn_id not in held:
-                self.do_abort(txn_id)
+                try:
+                    self.do_abort(txn_id)
+                except Exception as e:
+                    failed.append(f"{txn_id}: {e}")
+                    continue
                 n += 1
+        if failed:
+            raise ConnectionError(f"lingering transactions not aborted: {'; '.join(failed)}")
         return n
 
 

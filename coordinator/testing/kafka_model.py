@@ -34,6 +34,7 @@ from typing import Any, ParamSpec, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 NONE = 0
+COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
@@ -117,6 +118,12 @@ class KafkaModel:
         self.lock = threading.RLock()
         self.end_txn_gate: threading.Event | None = None
         """When set to an Event, EndTxn waits until it is set (a slow commit, a stalled broker)."""
+        self.refuse_aborts = 0
+        """How many more transactional ids with an Ongoing transaction get every abort refused:
+        the first ids asked to end one (EndTxn(abort): COORDINATOR_NOT_AVAILABLE; InitProducerId
+        fencing it: a timeout), until :meth:`accept_aborts` (a broker that keeps failing)."""
+        self.refusing: set[str] = set()
+        """The ids whose aborts are refused now."""
 
     # -- cluster ------------------------------------------------------------------------------------
 
@@ -145,16 +152,37 @@ class KafkaModel:
 
     # -- producer side (InitProducerId, AddPartitions, Produce) ------------------------------------
 
+    def accept_aborts(self) -> None:
+        """Stop refusing aborts (see :attr:`refuse_aborts`)."""
+        with self.lock:
+            self.refuse_aborts = 0
+            self.refusing.clear()
+
+    def _refuses_abort(self, txn_id: str, m: TxnMeta) -> bool:
+        if m.state != "Ongoing":
+            return False
+        if txn_id not in self.refusing and self.refuse_aborts > 0:
+            self.refuse_aborts -= 1
+            self.refusing.add(txn_id)
+            self.events.append(f"refusing aborts of {txn_id}")
+        return txn_id in self.refusing
+
     @_locked
     def init_producer_id(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
         """InitProducerId (TV1): a new id at epoch 0, or the known id's epoch bumped (an Ongoing
-        transaction is aborted first: the old producer is fenced)."""
+        transaction is aborted first: the old producer is fenced).
+
+        Raises:
+            KafkaException: the id's aborts are refused (:attr:`refuse_aborts`).
+        """
         self.advance()
         m = self.txns.get(txn_id)
         now = self.clock()
         if m is None:
             m = self.txns[txn_id] = TxnMeta(next(self._pids), 0, timeout_ms=timeout_ms, last_update_ms=now)
             return m.producer_id, m.producer_epoch
+        if self._refuses_abort(txn_id, m):
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"InitProducerId of {txn_id} timed out"))
         if m.state == "Ongoing":
             self._abort(txn_id, m, bump=False)
             self.events.append(f"fenced {txn_id} epoch {m.producer_epoch}")
@@ -207,6 +235,8 @@ class KafkaModel:
             return PRODUCER_FENCED
         if epoch > m.producer_epoch:
             return INVALID_PRODUCER_EPOCH
+        if not commit and self._refuses_abort(txn_id, m):
+            return COORDINATOR_NOT_AVAILABLE
         done = "CompleteCommit" if commit else "CompleteAbort"
         if m.state == done:
             return NONE  # a retried EndTxn of a completed transaction

@@ -10,8 +10,10 @@ sink (on a Delta log model) at once, through what happens to jobs in production,
   transaction timeout, past ``transactional.id.expiration.ms``); checkpoint publishes refused or of
   unknown outcome; lost notifications; asynchronous commit with stalled commits (settled at the end
   of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling;
-- finish, stop with savepoint (drain or not), stop, cancel (retain or delete), resume or rewind
-  to an older savepoint, a new query over a fresh checkpoint dir.
+- finish, stop with savepoint (drain or not), stop, cancel (retain or delete), a failed job
+  canceled instead of restarted (the brokers refusing every abort of one transaction: no other
+  may stay open, and the cancel's error names that one), resume or rewind to an older
+  savepoint, a new query over a fresh checkpoint dir.
 
 The accounting: a published (durable) epoch checkpoint promises its epoch's records, once, to
 every sink; nothing else may land. After every step, nothing landed more often than promised;
@@ -85,6 +87,12 @@ from twophase.coordinator.testing.s3_model import client_error
 from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import JobError, TransactionLostError
+
+ON_FAILURE = ("fail_over",) * 4 + ("cancel", "cancel_refusing_an_abort")
+"""What follows a failed epoch: the query restarts (fail-over), or the user cancels the job, maybe
+while the brokers refuse an abort."""
+JOB_PREFIX = "twophase-job-k-"
+"""The Kafka sink's transactional ids (default prefix of job ``job``, sink ``k``)."""
 
 
 class ProtocolModel(RuleBasedStateMachine):
@@ -189,9 +197,9 @@ class ProtocolModel(RuleBasedStateMachine):
 
     # -- the engine's reactions --------------------------------------------------------------------
 
-    def act(self, body: Callable[[], T], down_ms: int = 0) -> T | None:
+    def act(self, body: Callable[[], T], down_ms: int = 0, on_failure: str = "fail_over") -> T | None:
         """Run one action of the job; a crash restarts the driver after ``down_ms``, an error
-        fails over."""
+        fails over (or, as ``on_failure`` says, the user cancels the failed job)."""
         rt = self.h.runtime
         try:
             return body()
@@ -205,7 +213,10 @@ class ProtocolModel(RuleBasedStateMachine):
             event(f"failed over after {type(e).__name__}")
             settle(rt)
             self.account()
-            self.fail_over(e)
+            if on_failure == "fail_over":
+                self.fail_over(e)
+            else:
+                self.cancel_failed(refuse_aborts=on_failure == "cancel_refusing_an_abort")
         finally:
             settle(rt, self.h.runtime)  # before disarming: a fault armed for a commit still applies
             self.h.faults.disarm()
@@ -232,6 +243,39 @@ class ProtocolModel(RuleBasedStateMachine):
             except EXPECTED as e:  # the restore failed too (an injected fault): fail over again
                 error = e
         raise AssertionError(f"fail-over kept failing: {error!r}")
+
+    def cancel_failed(self, *, refuse_aborts: bool) -> None:
+        """The user cancels the failed job instead of letting it restart; with ``refuse_aborts``
+        the brokers refuse every abort of the first Ongoing transaction asked to end. Afterwards
+        no Kafka transaction may stay open unless a retained checkpoint holds it or the cancel's
+        error names it (an open one stalls read_committed consumers until its timeout)."""
+        rt = self.h.runtime
+        delete = self.config.cancel_cleanup is CleanupMode.DELETE
+        self.h.faults.disarm()  # a driver fault armed for the failed step is not the cancel's
+        self.world.kafka.refuse_aborts = 1 if refuse_aborts else 0
+        error: JobError | None = None
+        try:
+            rt.cancel()
+        except JobError as e:  # canceled all the same; a cleanup step failed, said loudly
+            error = e
+        finally:
+            self.world.kafka.accept_aborts()
+        self.phase = "stopped"
+        self.check(rt.state is JobState.CANCELED, f"cancel of a failed job ended {rt.state}")
+        named = set(re.findall(r"twophase-job-k-\d+-\d+", str(error)))
+        held = {
+            self.sinks[0].decode(c.payload).transactional_id
+            for meta in self.storage_checkpoints()
+            for c in (meta.sinks["k"].committables if "k" in meta.sinks else ())
+        }
+        left = set(self.world.kafka.ongoing(JOB_PREFIX)) - named - held
+        self.check(not left, f"cancel left open transactions no checkpoint holds, unreported: {sorted(left)}")
+        if delete:
+            self.after_delete()
+
+    def storage_checkpoints(self) -> list[Any]:
+        """Every retained checkpoint and savepoint's metadata."""
+        return [self.storage.load(ref) for ref in self.storage.list_checkpoints()]
 
     def restart(
         self, *, ignore_lost: bool = False, savepoint: str | None = None, fresh: bool = False
@@ -286,6 +330,7 @@ class ProtocolModel(RuleBasedStateMachine):
         publish=st.sampled_from(PUBLISH),
         notify=st.sampled_from((True, True, True, False)),
         down_ms=st.sampled_from(DOWN_MS),
+        on_failure=st.sampled_from(ON_FAILURE),
     )
     @traced
     def epoch(
@@ -298,6 +343,7 @@ class ProtocolModel(RuleBasedStateMachine):
         publish: str,
         notify: bool,
         down_ms: int,
+        on_failure: str,
     ) -> None:
         """The engine's next batch (the same records when it is retried, any partition count)."""
         n = self.next_batch
@@ -332,7 +378,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 raise
             return True
 
-        if self.act(body, down_ms):
+        if self.act(body, down_ms, on_failure):
             self.next_batch += 1
 
     # -- the outside world -------------------------------------------------------------------------

@@ -253,6 +253,40 @@ def test_cancel_with_delete_never_commits_what_no_checkpoint_made_durable() -> N
     assert not any(t.startswith("k-c2") for t in system.committed)
 
 
+@pytest.mark.parametrize("mode", [CleanupMode.RETAIN, CleanupMode.DELETE])
+def test_cancel_aborts_every_in_doubt_transaction_it_can_and_reports_every_failure(mode: CleanupMode) -> None:
+    """#26 item 3: checkpoint 2's publish had an unknown outcome and it did not land; cancel with
+    one abort refused stopped at that failure and left both in-doubt transactions open (each
+    stalls read_committed consumers until the transaction timeout). Cleanup goes on past a
+    failure, aborts everything it can, and names every failure."""
+    cfg = RuntimeConfig(cancel_cleanup=mode, checkpoint=CheckpointConfig(retained_checkpoints=2))
+    h, system = harness("k", config=cfg)
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1))
+
+    def timeout(meta: CheckpointMetadata) -> None:
+        if meta.checkpoint_id == 2:
+            raise CheckpointPublishUnknownError("no answer to the PUT; it did not land")
+
+    h.storage.publish_hook = timeout
+    with pytest.raises(CheckpointPublishUnknownError):
+        h.write_epoch(data(2), source_position=pos(2))
+    assert h.runtime.state is JobState.FAILING
+    assert system.lingering() == {"k-c2-p0-a0", "k-c2-p1-a0"}  # in doubt: kept, not aborted
+
+    def refuse(txn_id: str) -> None:
+        if txn_id == "k-c2-p0-a0":
+            raise ConnectionError(f"abort of {txn_id}: the external system did not answer")
+
+    system.abort_hook = refuse
+    with pytest.raises(JobError, match="cleanup failed") as e:
+        h.runtime.cancel()
+    assert h.runtime.state is JobState.CANCELED
+    assert system.lingering() == {"k-c2-p0-a0"}  # only the one whose every abort was refused
+    assert "k-c2-p0-a0" in str(e.value)
+    assert system.committed_records() == expected([1])
+
+
 @pytest.mark.parametrize("final", [False, True])
 @pytest.mark.parametrize("ignore_lost", [False, True])
 def test_a_publish_whose_outcome_is_unknown_never_aborts_what_may_be_durable(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import kafka.errors as kerrors
+import pytest
 
 from twophase.connectors.kafka import KafkaCommittable, KafkaSinkConfig, naming
 from twophase.connectors.kafka.admin import TransactionSnapshot
+from twophase.connectors.kafka.errors import KafkaTransactionError
 from twophase.connectors.kafka.lingering import abort_lingering, select_lingering
 from twophase.sinks.context import LingeringScope
 
@@ -62,6 +64,24 @@ def test_abort_lingering_fences_each_unheld_ongoing_id_once() -> None:
     scope = LingeringScope[KafkaCommittable]("job", "out", held=(held(tid(1, 2)),))
     n = abort_lingering(admin, CFG, scope, fence=fenced.append)  # type: ignore[arg-type]
     assert n == 2 and fenced == [tid(0, 1), tid(2, 3)]
+
+
+def test_lingering_cleanup_fences_every_id_it_can_and_reports_every_failure() -> None:
+    """#26 item 3: the cleanup stopped at the first id it could not fence, leaving the others open
+    (each stalls read_committed consumers of its partitions until the transaction timeout)."""
+    admin = FakeAdmin([tid(0, 1), tid(1, 1), tid(2, 1), tid(3, 1)])
+    fenced: list[str] = []
+
+    def fence(txn_id: str) -> None:
+        if txn_id in (tid(0, 1), tid(2, 1)):
+            raise KafkaTransactionError(f"fencing lingering transaction {txn_id} failed: timed out")
+        fenced.append(txn_id)
+
+    scope = LingeringScope[KafkaCommittable]("job", "out")
+    with pytest.raises(KafkaTransactionError) as e:
+        abort_lingering(admin, CFG, scope, fence=fence)  # type: ignore[arg-type]
+    assert fenced == [tid(1, 1), tid(3, 1)]
+    assert tid(0, 1) in str(e.value) and tid(2, 1) in str(e.value)
 
 
 def test_probing_the_pool_when_list_transactions_is_unavailable() -> None:
