@@ -8,8 +8,13 @@
 - **Code**: the twophase wheel under a ``.zip`` name in ``spark.submit.pyFiles``; executors run a
   Python with the dependencies only (:mod:`twophase.integration.spark_shipping`). PySpark takes the
   executors' Python from the driver's ``PYSPARK_PYTHON``, set by :func:`driver_environment`.
-- **Jars**: ``spark.jars`` (Delta, hadoop-aws and the AWS SDK bundle, ~720 MB), which every
-  executor fetches from the driver when its first task starts.
+- **Jars**: Delta, spark-sql-kafka, hadoop-aws and the AWS SDK bundle (~680 MB) on
+  ``spark.driver.extraClassPath`` and ``spark.executor.extraClassPath`` (:func:`jar_conf`), not
+  ``spark.jars``: every executor would copy ``spark.jars`` into its work directory when its first
+  task starts (1.4 GB per start of the job on two workers, kept after it ends). The class path
+  names the Maven cache's files, which must then be at the same path on every host (here: one
+  machine); the workers also delete finished applications' folders
+  (:class:`~twophase.integration.services.spark_cluster.SparkCluster`'s ``clean_after_s``).
 - **Credentials**: executors get ``AWS_*`` through ``spark.executorEnv``, the driver from its own
   environment (:func:`driver_environment`); the sinks' and checkpoints' S3 settings carry the
   endpoint only (``FlightsEndpoints.keys_from_environment``) and s3a reads the keys from each JVM's
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,7 +100,7 @@ def stage_input(spec: FlightsJobSpec, s3: S3Endpoint) -> int:
 
 
 @contextlib.contextmanager
-def driver_environment(s3: S3Endpoint, executor_python: Path) -> Iterator[None]:
+def driver_environment(s3: S3Endpoint, executor_python: Path | str) -> Iterator[None]:
     """Set, for the block, what the driver of a cluster run reads from its environment.
 
     ``PYSPARK_PYTHON`` = ``executor_python`` (PySpark sends it to the executors when the
@@ -164,18 +169,34 @@ def cluster_conf(
     return conf
 
 
+def jar_conf(jars: Sequence[str]) -> dict[str, str]:
+    """The Spark conf that puts ``jars`` on the driver's and every executor's class path, read in
+    place, instead of ``spark.jars`` (which every executor fetches into its work directory).
+
+    ``spark.jars`` is emptied (it wins over a session builder's own). The files must exist at the
+    same paths on every host: a shared folder, the same cache on each, or ``$SPARK_HOME/jars``.
+    """
+    classpath = os.pathsep.join(jars)
+    return {
+        "spark.jars": "",
+        "spark.driver.extraClassPath": classpath,
+        "spark.executor.extraClassPath": classpath,
+    }
+
+
 def cluster_spark_session(
     master: str, s3: S3Endpoint, shipping: dict[str, str], event_log_dir: Path | None = None
 ) -> SparkSession:
     """A SparkSession of the flights job on the cluster ``master`` (see :func:`cluster_conf`), with
-    Delta and s3a; s3a without keys (each JVM's environment). Call inside :func:`driver_environment`.
+    Delta and s3a, their jars on the class path (:func:`jar_conf`); s3a without keys (each JVM's
+    environment). Call inside :func:`driver_environment`.
 
     Raises:
         ConfigError: a bad master URL. ServiceUnavailableError: the jars cannot be resolved.
     """
-    from twophase.integration.spark import build_spark_session
+    from twophase.integration.spark import build_spark_session, spark_jars
 
-    conf = cluster_conf(master, s3, shipping, event_log_dir)
+    conf = {**cluster_conf(master, s3, shipping, event_log_dir), **jar_conf(spark_jars())}
     return build_spark_session("twophase-flights", extra_conf=conf, s3=s3, s3_keys=False)
 
 

@@ -25,6 +25,10 @@ from twophase.sinks.errors import ServiceUnavailableError
 log = logging.getLogger(__name__)
 
 ENV_MASTER = "TWOPHASE_SPARK_MASTER"
+CLEAN_AFTER_S = 600
+"""Workers delete a finished application's work directories this long after its last write."""
+CLEAN_INTERVAL_S = 60
+"""How often the workers look (at most; ``clean_after_s`` when shorter)."""
 
 
 def spark_home() -> Path:
@@ -49,9 +53,13 @@ class SparkCluster:
         memory: memory per worker, Spark's notation (``"1g"``).
         timeout_s: bound of the readiness wait, seconds.
         detach: the processes outlive this Python process (``services up``): no stop at exit.
-        clean_after_s: the workers delete finished applications' work directories (each holds
-            the jars its executors fetched, ~700 MB) this many seconds after they end (Spark's
-            ``spark.worker.cleanup.*``); ``None``: kept, for tests that look into them.
+        clean_after_s: the workers delete a finished application's work directories this many
+            seconds after its last write (Spark's ``spark.worker.cleanup.enabled``,
+            ``.appDataTtl``; ``.interval`` is the shorter of this and :data:`CLEAN_INTERVAL_S`).
+            Each executor's folder holds what it fetched: ``spark.jars`` (~700 MB for the
+            flights job, unless they are on the class path) and the unpacked ``--archives``
+            environment (~580 MB); without the clean-up every start or restart of a job leaves
+            them on the workers' disks for good. ``None``: kept (Spark's default).
 
     Attributes:
         master_url: ``spark://127.0.0.1:<port>``.
@@ -69,7 +77,7 @@ class SparkCluster:
         memory: str = "1g",
         timeout_s: float = 120.0,
         detach: bool = False,
-        clean_after_s: int | None = None,
+        clean_after_s: int | None = CLEAN_AFTER_S,
     ) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -86,11 +94,8 @@ class SparkCluster:
             # those of killed workers stay where the cluster's folder takes them away
             "SPARK_LOCAL_DIRS": str(root / "local"),
         }
-        if clean_after_s is not None:  # finished applications' work dirs hold another copy of the jars
-            env["SPARK_WORKER_OPTS"] = (
-                f"-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval={clean_after_s} "
-                f"-Dspark.worker.cleanup.appDataTtl={clean_after_s}"
-            )
+        if clean_after_s is not None:
+            env["SPARK_WORKER_OPTS"] = worker_cleanup_opts(clean_after_s)
         spark_class = str(home / "bin" / "spark-class")
         self.master = ManagedProcess(
             "spark-master",
@@ -175,6 +180,17 @@ class SparkCluster:
         for w in self.workers:
             w.stop()
         self.master.stop()
+
+
+def worker_cleanup_opts(clean_after_s: int) -> str:
+    """``SPARK_WORKER_OPTS`` that make a worker delete finished applications' work directories
+    ``clean_after_s`` seconds after their last write (checked every
+    ``min(clean_after_s, CLEAN_INTERVAL_S)`` seconds). Running applications are never touched."""
+    interval = max(1, min(clean_after_s, CLEAN_INTERVAL_S))
+    return (
+        f"-Dspark.worker.cleanup.enabled=true -Dspark.worker.cleanup.interval={interval} "
+        f"-Dspark.worker.cleanup.appDataTtl={clean_after_s}"
+    )
 
 
 def alive_workers(ui_url: str, timeout_s: float = 2.0) -> int:
