@@ -15,6 +15,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
 	@echo "make demo-cluster   the demo on a Spark standalone cluster (2 workers), everything on S3"
+	@echo "make demo-cluster-packed  the same with spark-submit and a venv-pack environment (--archives)"
 	@echo "make test           lint, docs, then pytest tests integration (starts services on demand)"
 	@echo "make lint           ruff check, ruff format --check, mypy --strict on every package"
 	@echo "make docs           the documentation site (MkDocs, strict) into build/site"
@@ -58,6 +59,25 @@ demo-cluster: prepare
 	&& $(BIN)/twophase demo --spark-cluster --work-dir "$$run/flights" $(DEMO_CLUSTER_ARGS) \
 	&& $(BIN)/twophase verify --work-dir "$$run/flights"; \
 	status=$$?; echo "demo-cluster: exit status $$status, wall time $$(( $$(date +%s) - start )) s"; \
+	exit $$status
+
+# the flights job on the standalone cluster as a user submits it: the executors' Python is
+# `twophase package env --extra flights` (venv-pack, no pyspark: the cluster's Spark provides it)
+# shipped with --archives env.tar.gz#environment, Spark's jars on the class path (none copied to
+# the workers); spark-submit runs the driver on the same archive unpacked as ./environment.
+# Scratch (archive, unpacked environments, the cluster's folders) under build/, not /tmp.
+.PHONY: demo-cluster-packed
+DEMO_PACKED_ARGS ?=
+demo-cluster-packed: prepare
+	@mkdir -p build; run=$$(mktemp -d "$$PWD/build/demo-cluster-packed-XXXXXX"); \
+	export TWOPHASE_RUN_DIR="$$run/services"; \
+	trap '$(BIN)/twophase services down; rm -rf "$$run"' EXIT; start=$$(date +%s); \
+	$(BIN)/twophase services up --spark-cluster \
+	&& $(BIN)/twophase package env --extra flights -o "$$run/env.tar.gz" \
+	&& $(BIN)/python -m twophase.integration.jobs.flights_submit submit --archive "$$run/env.tar.gz" \
+		--work-dir "$$run/flights" $(DEMO_PACKED_ARGS) \
+	&& $(BIN)/twophase verify --work-dir "$$run/flights"; \
+	status=$$?; echo "demo-cluster-packed: exit status $$status, wall time $$(( $$(date +%s) - start )) s"; \
 	exit $$status
 
 lint: venv
