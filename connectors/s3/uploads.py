@@ -177,11 +177,12 @@ class S3Ops:
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
             stop=tenacity.stop_after_attempt(self.config.max_attempts),
-            wait=tenacity.wait_exponential_jitter(
+            # exponential backoff plus jitter, in terms tenacity 8.2 and later all have
+            wait=tenacity.wait_exponential(
                 multiplier=self.config.retry_initial_backoff_ms / 1000.0,
-                jitter=self.config.retry_initial_backoff_ms / 1000.0,
                 max=self.config.retry_max_backoff_ms / 1000.0,
-            ),
+            )
+            + tenacity.wait_random(0, self.config.retry_initial_backoff_ms / 1000.0),
             before_sleep=_log_retry,
             reraise=True,
         )

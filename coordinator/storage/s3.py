@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
@@ -141,7 +148,8 @@ class S3CheckpointStorage:
         retrying = Retrying(
             retry=retry_if_exception(is_transient),
             stop=stop_after_attempt(self._retry_attempts),
-            wait=wait_exponential_jitter(multiplier=0.1, jitter=0.1, max=self._retry_max_wait_s),
+            # exponential backoff plus jitter, in terms tenacity 8.2 and later all have
+            wait=wait_exponential(multiplier=0.1, max=self._retry_max_wait_s) + wait_random(0, 0.1),
             before_sleep=before_sleep,
             reraise=True,
         )
