@@ -16,8 +16,9 @@ and ``TwoPhaseCommitSinkFunction``, FLIP-147, DESIGN.md §5):
    a subtask waiting for its final checkpoint closes on the first notification of a checkpoint
    triggered after its finish() (FLIP-147).
 5. :meth:`~CheckpointCoordinator.abort_checkpoint` aborts the checkpoint and every newer pending
-   one (their epochs build on its data) and their pre-committed transactions. A publish whose
-   outcome is unknown aborts nothing of its own: its transactions stay in doubt for the restore.
+   one (their epochs build on its data) and their pre-committed transactions. Only a publish
+   proven not published (``CheckpointNotPublishedError``) aborts its checkpoint; any other error
+   is an unknown outcome and aborts nothing of its own: its transactions stay in doubt.
 
 Sinks whose subtasks all FINISHED with nothing left to commit are flagged fully finished (FLIP-147).
 """
@@ -55,7 +56,7 @@ from twophase.coordinator.subtask_lifecycle import (
 )
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import CheckpointPublishUnknownError, ConfigError, IllegalTransitionError
+from twophase.sinks.errors import CheckpointNotPublishedError, ConfigError, IllegalTransitionError
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -310,12 +311,14 @@ class CheckpointCoordinator:
         """Persist checkpoint ``checkpoint_id`` atomically; it is complete once published.
 
         Nothing is committed here: call :meth:`notify_checkpoint_complete` next. If publishing
-        fails, the checkpoint (and newer pending ones) is aborted and the error raised; if its
-        outcome is unknown, its transactions are kept in doubt instead (never aborted).
+        fails with :class:`CheckpointNotPublishedError` (proven not visible), the checkpoint (and
+        newer pending ones) is aborted and the error raised; any other error is an unknown
+        outcome: its transactions are kept in doubt instead (never aborted), newer pending
+        checkpoints are aborted, and the error is raised (the restore decides, DESIGN.md §12).
 
         Raises:
             IllegalTransitionError: not pending, not fully acknowledged, or an older one pending.
-            CheckpointStorageError: publishing failed (CheckpointPublishUnknownError: maybe not).
+            CheckpointNotPublishedError: not published. Anything else from the storage: unknown.
         """
         pc = self.pending(checkpoint_id)
         if not pc.is_fully_acknowledged:
@@ -337,11 +340,11 @@ class CheckpointCoordinator:
         self._fault("before_persist")
         try:
             ref = self.storage.publish(metadata)
-        except CheckpointPublishUnknownError as e:
-            self._in_doubt(pc, e)
-            raise
-        except Exception as e:
+        except CheckpointNotPublishedError as e:  # proven not visible: nothing may hold them
             self.abort_checkpoint(checkpoint_id, f"persist failed: {e!r}")
+            raise
+        except Exception as e:  # anything else may have landed: never abort what may be durable
+            self._in_doubt(pc, e)
             raise
         persist_ms = (time.perf_counter() - started) * 1000.0
         pc.status = CheckpointStatus.COMPLETED

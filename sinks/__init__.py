@@ -7,6 +7,7 @@ from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCom
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     CommitFailedError,
@@ -27,6 +28,7 @@ from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 __all__ = [
     "CheckpointCommitSink",
+    "CheckpointNotPublishedError",
     "CheckpointPublishUnknownError",
     "CheckpointStorageError",
     "CommitFailedError",

@@ -80,6 +80,12 @@ class CheckpointStorageError(TwoPhaseError, OSError):
     """Checkpoint storage cannot be read or written; the message names the file or object."""
 
 
+class CheckpointNotPublishedError(CheckpointStorageError):
+    """Publishing a checkpoint failed and it is proven not visible: nothing was written, a write
+    was refused for good before any attempt could have landed, or the id holds another writer's
+    checkpoint. Its transactions may be aborted. Any other publish error means "unknown"."""
+
+
 class CheckpointPublishUnknownError(CheckpointStorageError):
     """Publishing a checkpoint failed after it may have become visible: the outcome is unknown
     (an S3 PUT whose every retry failed without a definitive answer; a directory fsync that failed

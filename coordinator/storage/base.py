@@ -51,8 +51,17 @@ class CheckpointStorage(Protocol):
     def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
         """Atomically publish ``metadata`` (savepoints under ``savepoints/``).
 
+        Every exit is one of three (DESIGN.md §12): it returns (published: visible and durable);
+        it raises :class:`~twophase.sinks.errors.CheckpointNotPublishedError` (proven not
+        visible: its transactions may be aborted); or it raises anything else, which means
+        unknown (:class:`~twophase.sinks.errors.CheckpointPublishUnknownError` when the backend
+        knows it: the coordinator keeps the transactions in doubt and the restore decides).
+
         Raises:
-            CheckpointStorageError: the id exists already, or the write failed (nothing is visible then).
+            CheckpointNotPublishedError: nothing is visible (the id exists already as another
+                checkpoint, the metadata is not this job's, the write was refused before any
+                attempt could land).
+            CheckpointPublishUnknownError: it may or may not be visible, or durable.
         """
         ...
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.errors import (
-    CheckpointStorageError,
+    CheckpointNotPublishedError,
     CommittableDecodeError,
     ConfigError,
     CorruptCheckpointError,
@@ -72,16 +72,16 @@ def check_publishable(metadata: CheckpointMetadata, job_id: str) -> None:
     """Refuse metadata that must never be published by this job's storage.
 
     Raises:
-        CheckpointStorageError: wrong job id, or a checkpoint id below 1.
+        CheckpointNotPublishedError: wrong job id, or a checkpoint id below 1.
     """
     if metadata.job_id != job_id:
-        raise CheckpointStorageError(
+        raise CheckpointNotPublishedError(
             f"refusing to publish checkpoint {metadata.checkpoint_id} of job {metadata.job_id!r} "
             f"into the storage of job {job_id!r}"
         )
     cid = metadata.checkpoint_id
     if isinstance(cid, bool) or not isinstance(cid, int) or cid < 1:
-        raise CheckpointStorageError(f"refusing to publish checkpoint id {cid!r}: ids are integers >= 1")
+        raise CheckpointNotPublishedError(f"refusing to publish checkpoint id {cid!r}: ids are integers >= 1")
 
 
 def plan_retention(refs: Iterable[CheckpointRef], keep: int) -> list[CheckpointRef]:

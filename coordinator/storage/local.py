@@ -38,6 +38,7 @@ from twophase.coordinator.storage.common import (
     sort_refs,
 )
 from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
@@ -89,30 +90,45 @@ class LocalCheckpointStorage:
     def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
         """Atomically publish ``metadata``; see the module docstring for the steps.
 
+        Every exit is one of three (DESIGN.md §12): published (returns); not published
+        (``CheckpointNotPublishedError``: a step before the link failed, the id exists, or the
+        link failed and the name is absent or holds other bytes); unknown
+        (``CheckpointPublishUnknownError``: the link answered an error and the name cannot be
+        read back; the directory fsync failed after the link).
+
         Returns:
             the ref of the published checkpoint (``location`` = the ``_metadata`` path).
 
         Raises:
-            CheckpointStorageError: the id is already published (as a checkpoint or a savepoint),
-                the metadata belongs to another job, or the write failed; nothing is visible then.
+            CheckpointNotPublishedError: nothing of this publish is visible.
+            CheckpointPublishUnknownError: it may be visible, or not durable.
         """
-        check_publishable(metadata, self.job_id)
         cid, kind = metadata.checkpoint_id, metadata.kind
         target = self.metadata_path(cid, kind)
-        # checkpoints and savepoints share one id sequence: an id names at most one of them
-        other = CheckpointKind.CHECKPOINT if kind is CheckpointKind.SAVEPOINT else CheckpointKind.SAVEPOINT
-        for existing in (target, self.metadata_path(cid, other)):
-            if os.path.lexists(existing):
-                raise CheckpointStorageError(f"checkpoint {cid} of job {self.job_id!r} exists: {existing}")
         data = metadata.dumps()
-        try:
+        try:  # nothing before the link makes a checkpoint visible
+            check_publishable(metadata, self.job_id)
+            # checkpoints and savepoints share one id sequence: an id names at most one of them
+            other = (
+                CheckpointKind.CHECKPOINT if kind is CheckpointKind.SAVEPOINT else CheckpointKind.SAVEPOINT
+            )
+            for existing in (target, self.metadata_path(cid, other)):
+                if os.path.lexists(existing):
+                    raise CheckpointNotPublishedError(
+                        f"checkpoint {cid} of job {self.job_id!r} exists: {existing}"
+                    )
             created = self._ensure_dir(target.parent)
             self._set_final_marker(target.parent, final=kind is CheckpointKind.FINAL)
-            self._write_new(target, data)
-        except CheckpointStorageError:
+            tmp = self._write_temp(target, data)
+        except CheckpointNotPublishedError:
             raise
-        except OSError as e:
-            raise CheckpointStorageError(f"cannot publish checkpoint {cid} to {target}: {e}") from e
+        except (CheckpointStorageError, OSError) as e:
+            raise CheckpointNotPublishedError(f"cannot publish checkpoint {cid} to {target}: {e}") from e
+        try:
+            self._link(tmp, target, data)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         try:
             # the new _metadata name, and the name of every directory this publish created
             for d in {target.parent, *(c.parent for c in created)}:
@@ -171,7 +187,8 @@ class LocalCheckpointStorage:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(marker)
 
-    def _write_new(self, target: Path, data: bytes) -> None:
+    def _write_temp(self, target: Path, data: bytes) -> Path:
+        """``data`` in a new owner-only temporary file beside ``target``, fsynced; returns its path."""
         tmp = target.with_name(f"{layout.METADATA_NAME}{layout.TEMP_INFIX}{secrets.token_hex(8)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         try:
@@ -180,25 +197,57 @@ class LocalCheckpointStorage:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            try:
-                os.link(tmp, target)
-            except FileExistsError:
-                raise CheckpointStorageError(f"checkpoint exists already: {target}") from None
-            except OSError as e:
-                if e.errno not in _NO_HARDLINKS:
-                    raise
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "no hard links on this file system; publishing by rename",
-                    path=target,
-                )
-                if os.path.lexists(target):
-                    raise CheckpointStorageError(f"checkpoint exists already: {target}") from None
-                os.replace(tmp, target)
-        finally:
+        except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            raise
+        return tmp
+
+    def _link(self, tmp: Path, target: Path, data: bytes) -> None:
+        """Give ``tmp`` the name ``target`` (link, or rename without hard links); never overwrites.
+
+        Raises:
+            CheckpointNotPublishedError: the name is absent, or holds another writer's bytes.
+            CheckpointPublishUnknownError: the call failed and the name cannot be read back.
+        """
+        try:
+            os.link(tmp, target)
+            return
+        except OSError as e:
+            if isinstance(e, FileExistsError) or e.errno not in _NO_HARDLINKS:
+                self._settle(target, data, e)
+                return
+        log_event(
+            log, logging.WARNING, "no hard links on this file system; publishing by rename", path=target
+        )
+        if os.path.lexists(target):
+            raise CheckpointNotPublishedError(f"checkpoint exists already: {target}")
+        try:
+            os.replace(tmp, target)
+        except OSError as e:
+            self._settle(target, data, e)
+
+    def _settle(self, target: Path, data: bytes, error: OSError) -> None:
+        """After a link or rename answered ``error``: returns if ``target`` holds our ``data`` (a
+        retransmitted request on a network file system may have done it).
+
+        Raises:
+            CheckpointNotPublishedError: ``target`` is absent, or holds other bytes (exists already).
+            CheckpointPublishUnknownError: ``target`` cannot be read back.
+        """
+        try:
+            ours = target.read_bytes() == data
+        except FileNotFoundError:
+            raise CheckpointNotPublishedError(f"cannot publish checkpoint to {target}: {error}") from error
+        except OSError as e:
+            raise CheckpointPublishUnknownError(
+                f"publishing {target} answered {error}, and reading it back failed, so it may be ours: {e}"
+            ) from e
+        if not ours:
+            raise CheckpointNotPublishedError(f"checkpoint exists already: {target}") from error
+        log_event(
+            log, logging.WARNING, "publish answered an error but our checkpoint is in place", path=target
+        )
 
     # -- read ----------------------------------------------------------------------------------
 

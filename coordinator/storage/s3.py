@@ -11,7 +11,7 @@ writes (AWS S3 since 2024, MinIO).
 Transient failures (throttling, 5xx, ``409 ConditionalRequestConflict``, connection errors) are
 retried with tenacity, exponential backoff with jitter. Because a retried PUT may have succeeded
 the first time, a ``412`` after a retry (ours or botocore's) is resolved by reading the object back:
-identical bytes mean our own publish landed.
+identical bytes mean our own publish landed; a read-back that fails leaves the outcome unknown.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from twophase.coordinator.storage.s3_errors import (
 )
 from twophase.coordinator.storage.s3_errors import is_transient as is_transient  # re-exported
 from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
@@ -181,24 +182,37 @@ class S3CheckpointStorage:
         A final checkpoint first gets its ``_final`` marker object; the marker is only read for
         listing and a ``_metadata`` is what makes a checkpoint visible.
 
+        Every exit is one of three (DESIGN.md §12): published (returns); not published
+        (``CheckpointNotPublishedError``: before the PUT; refused for good on its first attempt;
+        412 on the first attempt, or on a retry with another writer's bytes); unknown
+        (``CheckpointPublishUnknownError``: every attempt failed transiently; refused after an
+        attempt that may have landed; 412 after a retry whose read-back failed; anything else).
+
         Returns:
             the ref of the published checkpoint (``location`` = its ``s3://`` URI).
 
         Raises:
-            CheckpointStorageError: the id is already published (``412``; also as the other kind),
-                the metadata belongs to another job, or S3 failed; no new checkpoint is visible then.
+            CheckpointNotPublishedError: nothing of this publish is visible.
+            CheckpointPublishUnknownError: the checkpoint may have landed.
         """
-        check_publishable(metadata, self.job_id)
         cid, kind = metadata.checkpoint_id, metadata.kind
         key = self.metadata_key(cid, kind)
-        other = CheckpointKind.CHECKPOINT if kind is CheckpointKind.SAVEPOINT else CheckpointKind.SAVEPOINT
-        for existing in (key, self.metadata_key(cid, other)):
-            if self._exists(existing):
-                raise CheckpointStorageError(
-                    f"checkpoint {cid} of job {self.job_id!r} exists: {self.uri(existing)}"
-                )
         data = metadata.dumps()
-        self._set_final_marker(cid, final=kind is CheckpointKind.FINAL)
+        try:  # nothing is written before the PUT but the final marker, which alone shows nothing
+            check_publishable(metadata, self.job_id)
+            other = (
+                CheckpointKind.CHECKPOINT if kind is CheckpointKind.SAVEPOINT else CheckpointKind.SAVEPOINT
+            )
+            for existing in (key, self.metadata_key(cid, other)):
+                if self._exists(existing):
+                    raise CheckpointNotPublishedError(
+                        f"checkpoint {cid} of job {self.job_id!r} exists: {self.uri(existing)}"
+                    )
+            self._set_final_marker(cid, final=kind is CheckpointKind.FINAL)
+        except CheckpointStorageError as e:
+            if isinstance(e, CheckpointNotPublishedError):
+                raise
+            raise CheckpointNotPublishedError(f"checkpoint {cid} not published: {e}") from e
 
         attempts = 0
 
@@ -211,29 +225,13 @@ class S3CheckpointStorage:
 
         try:
             self._call("PutObject", key, put)
-        except CheckpointStorageError as e:
-            # transient failures to the last attempt: any attempt may have landed unanswered
+        except ClientError as e:  # a definitive answer to the last attempt
+            self._settle_refused_put(key, data, e, retried=attempts > 1 or _retried_by_botocore(e))
+        except Exception as e:  # transient to the last attempt, or anything once a PUT may have gone out
             raise CheckpointPublishUnknownError(
-                f"S3 PutObject {self.uri(key)}: every attempt failed without a definitive answer; "
+                f"S3 PutObject {self.uri(key)}: no attempt got a definitive answer; "
                 f"the checkpoint may have landed: {e}"
             ) from e
-        except ClientError as e:
-            if error_code(e) not in PRECONDITION_FAILED_CODES and http_status(e) != 412:
-                hint = (
-                    " (the server must support conditional writes, If-None-Match)"
-                    if http_status(e) == 501
-                    else ""
-                )
-                raise CheckpointStorageError(f"S3 PutObject {self.uri(key)} failed{hint}: {e}") from e
-            retried = attempts > 1 or int(e.response.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
-            if not (retried and self._read(key) == data):
-                raise CheckpointStorageError(f"checkpoint exists already: {self.uri(key)}") from e
-            log_event(
-                log,
-                logging.INFO,
-                "conditional PUT answered 412 after a retry; our own write had landed",
-                uri=self.uri(key),
-            )
         ref = CheckpointRef(cid, kind, self.uri(key))
         log_event(
             log,
@@ -246,6 +244,47 @@ class S3CheckpointStorage:
             bytes=len(data),
         )
         return ref
+
+    def _settle_refused_put(self, key: str, data: bytes, error: ClientError, *, retried: bool) -> None:
+        """What a PUT answered with ``error`` did: returns if our own earlier attempt landed
+        (412 and the object reads back as ``data``).
+
+        Raises:
+            CheckpointNotPublishedError: refused on its only attempt, or 412 on another writer's object.
+            CheckpointPublishUnknownError: refused after an attempt that may have landed, or 412
+                after a retry whose read-back failed (it may be ours).
+        """
+        uri = self.uri(key)
+        if error_code(error) not in PRECONDITION_FAILED_CODES and http_status(error) != 412:
+            hint = (
+                " (the server must support conditional writes, If-None-Match)"
+                if http_status(error) == 501
+                else ""
+            )
+            if retried:  # an earlier attempt failed transiently and may have landed unanswered
+                raise CheckpointPublishUnknownError(
+                    f"S3 PutObject {uri} failed{hint} after an attempt that may have landed: {error}"
+                ) from error
+            raise CheckpointNotPublishedError(f"S3 PutObject {uri} failed{hint}: {error}") from error
+        if not retried:
+            raise CheckpointNotPublishedError(f"checkpoint exists already: {uri}") from error
+        try:
+            ours = self._read(key) == data
+        except Exception as e:  # cannot tell ours from another writer's
+            raise CheckpointPublishUnknownError(
+                f"S3 PutObject {uri} answered 412 after a retry, and reading it back failed, so it may "
+                f"be our own: {e}"
+            ) from e
+        if not ours:
+            raise CheckpointNotPublishedError(
+                f"checkpoint exists already (another writer's): {uri}"
+            ) from error
+        log_event(
+            log,
+            logging.INFO,
+            "conditional PUT answered 412 after a retry; our own write had landed",
+            uri=uri,
+        )
 
     def _set_final_marker(self, checkpoint_id: int, *, final: bool) -> None:
         marker = self.dir_key(checkpoint_id, CheckpointKind.FINAL) + layout.FINAL_MARKER_NAME
@@ -453,6 +492,12 @@ class S3CheckpointStorage:
                 self._delete_dir(cid, kind)
                 log_event(log, logging.DEBUG, "cleaned publish leftovers", job=self.job_id, checkpoint=cid)
         return doomed
+
+
+def _retried_by_botocore(error: ClientError) -> bool:
+    """Whether botocore itself retried before ``error`` (its own retry config): an earlier attempt
+    may have landed."""
+    return int(error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
 
 
 def _parse_rel_key(rel: str) -> tuple[int, bool, str] | None:

@@ -22,7 +22,7 @@ from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage, MemoryStore
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.errors import CheckpointPublishUnknownError
+from twophase.sinks.errors import CheckpointPublishUnknownError, CheckpointStorageError
 
 TASK_PLANS: Final = ("ok", "fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
 """How one partition's task goes:
@@ -38,7 +38,7 @@ TASK_PLANS: Final = ("ok", "fails", "lost", "zombie_reports", "zombie_silent", "
 """
 
 TASK_POINTS: Final = ("before_write", "mid_write", "after_pre_commit")
-PUBLISH_FAULTS: Final = ("ok", "refused", "unknown_landed", "unknown_not_landed")
+PUBLISH_FAULTS: Final = ("ok", "refused", "unknown_landed", "unknown_not_landed", "landed_reported_failed")
 
 
 class TaskFailure(Exception):
@@ -129,20 +129,31 @@ def run_tasks(
 
 class RecordingStorage(InMemoryCheckpointStorage):
     """In-memory checkpoint storage that remembers every metadata that landed (including one whose
-    publish then reported an unknown outcome), in order, in :attr:`landed`."""
+    publish then reported an unknown outcome), in order, in :attr:`landed`.
+
+    Attributes:
+        landed_error: raised once, as is, by the next publish after its checkpoint landed: a
+            backend reporting a visible checkpoint as a plain failure (S3's 412 after a retry whose
+            read-back kept failing, #26), which the coordinator must treat as an unknown outcome.
+    """
 
     def __init__(self, job_id: str, store: MemoryStore) -> None:
         super().__init__(job_id, store)
         self.landed: list[CheckpointMetadata] = []
+        self.landed_error: Exception | None = None
 
     def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
         """See :meth:`InMemoryCheckpointStorage.publish`."""
         before = len(self.published)
         try:
-            return super().publish(metadata)
+            ref = super().publish(metadata)
         finally:
             if len(self.published) > before:
                 self.landed.append(metadata)
+        error, self.landed_error = self.landed_error, None
+        if error is not None:
+            raise error
+        return ref
 
 
 def _once(error: BaseException) -> Callable[[CheckpointMetadata], None]:
@@ -156,10 +167,12 @@ def _once(error: BaseException) -> Callable[[CheckpointMetadata], None]:
     return hook
 
 
-def publish_fault(storage: InMemoryCheckpointStorage, mode: str) -> None:
+def publish_fault(storage: RecordingStorage, mode: str) -> None:
     """Make ``storage``'s next publish fail as ``mode`` (:data:`PUBLISH_FAULTS`) says: ``refused``
-    (nothing lands), ``unknown_landed`` (it lands, the writer hears an error),
-    ``unknown_not_landed`` (a timeout: nothing lands, the writer cannot know).
+    (nothing lands: not published), ``unknown_landed`` (it lands, the writer hears an unknown
+    outcome), ``unknown_not_landed`` (a timeout: nothing lands, the writer cannot know),
+    ``landed_reported_failed`` (it lands, the backend says a plain ``CheckpointStorageError``:
+    an exit not proven "not published", so unknown).
 
     Raises:
         ValueError: an unknown mode.
@@ -170,5 +183,7 @@ def publish_fault(storage: InMemoryCheckpointStorage, mode: str) -> None:
         storage.after_publish_hook = _once(OSError("connection reset after the write"))
     elif mode == "unknown_not_landed":
         storage.publish_hook = _once(CheckpointPublishUnknownError("timed out; it may not have landed"))
+    elif mode == "landed_reported_failed":
+        storage.landed_error = CheckpointStorageError("412 after a retry, and reading it back kept failing")
     elif mode != "ok":
         raise ValueError(f"unknown publish fault {mode!r}; known: {PUBLISH_FAULTS}")

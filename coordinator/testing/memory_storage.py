@@ -29,7 +29,11 @@ from twophase.coordinator.storage.common import (
     plan_retention,
     sort_refs,
 )
-from twophase.sinks.errors import CheckpointPublishUnknownError, CheckpointStorageError
+from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
+    CheckpointPublishUnknownError,
+    CheckpointStorageError,
+)
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -54,7 +58,8 @@ class InMemoryCheckpointStorage:
 
     Attributes:
         publish_hook: test hook called with the metadata before each publish; it may raise to
-            simulate a failed write (nothing is published then).
+            simulate a failed write (nothing is published then: ``CheckpointNotPublishedError``,
+            unless it raises ``CheckpointPublishUnknownError`` itself).
         after_publish_hook: test hook called after the metadata became visible; it may raise to
             simulate a write whose outcome the writer never learns (the error is raised as
             :class:`~twophase.sinks.errors.CheckpointPublishUnknownError`; the checkpoint stays).
@@ -86,25 +91,30 @@ class InMemoryCheckpointStorage:
     def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
         """Publish ``metadata`` atomically (one dict assignment under a lock).
 
+        Every exit is one of three, as in the real backends: it returns (published), raises
+        :class:`~twophase.sinks.errors.CheckpointNotPublishedError` (nothing visible) or
+        :class:`~twophase.sinks.errors.CheckpointPublishUnknownError` (outcome unknown).
+
         Raises:
-            CheckpointStorageError: the id exists (as a checkpoint or savepoint), the metadata
+            CheckpointNotPublishedError: the id exists (as a checkpoint or savepoint), the metadata
                 belongs to another job, or ``publish_hook`` failed.
+            CheckpointPublishUnknownError: ``after_publish_hook`` failed, or ``publish_hook`` raised it.
         """
         check_publishable(metadata, self.job_id)
         cid, kind = metadata.checkpoint_id, metadata.kind
         with self.store.lock:
             for k in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT):
                 if self.location(cid, k) in self.store.files:
-                    raise CheckpointStorageError(
+                    raise CheckpointNotPublishedError(
                         f"checkpoint {cid} of job {self.job_id!r} exists: {self.location(cid, k)}"
                     )
             if self.publish_hook is not None:
                 try:
                     self.publish_hook(metadata)
-                except CheckpointStorageError:
+                except (CheckpointNotPublishedError, CheckpointPublishUnknownError):
                     raise
-                except Exception as e:
-                    raise CheckpointStorageError(f"cannot publish checkpoint {cid}: {e}") from e
+                except Exception as e:  # a refused write: nothing landed
+                    raise CheckpointNotPublishedError(f"cannot publish checkpoint {cid}: {e}") from e
             target = self.location(cid, kind)
             if kind is CheckpointKind.FINAL:
                 self.store.files[self._final_marker(cid)] = b""

@@ -220,7 +220,7 @@ class ProtocolModel(RuleBasedStateMachine):
         finally:
             settle(rt, self.h.runtime)  # before disarming: a fault armed for a commit still applies
             self.h.faults.disarm()
-            self.storage.publish_hook = self.storage.after_publish_hook = None
+            self.storage.publish_hook = self.storage.after_publish_hook = self.storage.landed_error = None
             self.account()
             self.running_epoch = None
         return None

@@ -17,6 +17,7 @@ from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.runtime import JobCanceledError
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.testing.fakes import (
     FakeExternalSystem,
     FakeSink,
@@ -25,6 +26,7 @@ from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.coordinator.testing.runtime_scenarios import data, expected, harness, pos, records_of
 from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
+    CheckpointStorageError,
     ConfigError,
     IllegalTransitionError,
     JobError,
@@ -323,6 +325,40 @@ def test_a_publish_whose_outcome_is_unknown_never_aborts_what_may_be_durable(
     epochs = [1] if final else [1, 2]
     for s in ("k", "f"):
         assert records_of(system, s) == expected(epochs)
+    assert system.lingering() == set() and system.violations == []
+
+
+@pytest.mark.parametrize("ignore_lost", [False, True])
+def test_a_publish_error_not_proven_not_published_keeps_its_transactions_in_doubt(ignore_lost: bool) -> None:
+    """#26 item 1 (seen on MinIO): the checkpoint landed, but the backend said a plain
+    CheckpointStorageError (a 412 after a retry whose read-back kept failing). The coordinator
+    aborted its transactions; the restore then reported LOST, or with ignore_lost_on_recovery
+    skipped the batch silently. Only a proven "not published" may abort."""
+    cfg = RuntimeConfig(
+        checkpoint=CheckpointConfig(retained_checkpoints=2),
+        commit=CommitPolicy(ignore_lost_on_recovery=ignore_lost),
+    )
+    h, system = harness("k", "f", config=cfg)
+    h.restore()
+    h.write_epoch(data(1), source_position=pos(1))
+    store_publish = h.storage.publish
+
+    def landed_but_reported_failed(meta: CheckpointMetadata) -> CheckpointRef:
+        store_publish(meta)
+        raise CheckpointStorageError(
+            f"checkpoint exists already: chk-{meta.checkpoint_id} (read-back failed)"
+        )
+
+    h.storage.publish = landed_but_reported_failed  # type: ignore[method-assign]
+    with pytest.raises(CheckpointStorageError):
+        h.write_epoch(data(2), source_position=pos(2))
+    del h.storage.publish
+    assert system.aborted == set()  # what a visible checkpoint holds is never aborted
+    h.restart_process()  # the restore finds checkpoint 2 and commits it
+    assert h.runtime.replay_check(pos(2))
+    h.runtime.finish()
+    for s in ("k", "f"):
+        assert records_of(system, s) == expected([1, 2])
     assert system.lingering() == set() and system.violations == []
 
 

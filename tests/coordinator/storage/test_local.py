@@ -17,6 +17,7 @@ from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
@@ -395,3 +396,92 @@ def test_the_committed_marker_sits_beside_the_metadata_and_goes_with_the_checkpo
     assert storage.is_committed(ref.location) and storage.is_committed(str(Path(ref.location).parent))
     storage.delete(ref)
     assert not storage.is_committed(ref.location)
+
+
+PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
+
+
+def _exit_of(publish: Callable[[], object]) -> str:
+    try:
+        publish()
+    except CheckpointPublishUnknownError:
+        return UNKNOWN
+    except CheckpointNotPublishedError:
+        return NOT_PUBLISHED
+    return PUBLISHED
+
+
+def _link_then(error: OSError) -> Callable[[str, str], None]:
+    real = os.link
+
+    def link(src: str, dst: str) -> None:  # it lands, but the caller hears an error (NFS retransmit)
+        real(src, dst)
+        raise error
+
+    return link
+
+
+def _fail(error: OSError) -> Callable[..., None]:
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    return fail
+
+
+LINK_EXITS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
+    "linked": (lambda m: None, PUBLISHED),
+    "the temporary file cannot be written": (
+        lambda m: m.setattr(os, "fsync", _fail(OSError(errno.EIO, "x"))),
+        NOT_PUBLISHED,
+    ),
+    "link fails, nothing linked": (
+        lambda m: m.setattr(os, "link", _fail(OSError(errno.EIO, "x"))),
+        NOT_PUBLISHED,
+    ),
+    "link lands but answers EIO": (
+        lambda m: m.setattr(os, "link", _link_then(OSError(errno.EIO, "x"))),
+        PUBLISHED,
+    ),
+    "link lands but answers EEXIST": (
+        lambda m: m.setattr(os, "link", _link_then(FileExistsError(errno.EEXIST, "x"))),
+        PUBLISHED,
+    ),
+    "link answers EIO and the name cannot be read back": (
+        lambda m: (
+            m.setattr(os, "link", _link_then(OSError(errno.EIO, "x"))),
+            m.setattr(Path, "read_bytes", _fail(OSError(errno.EIO, "read"))),
+        ),
+        UNKNOWN,
+    ),
+    "the directory fsync fails after the link": (
+        lambda m: m.setattr("twophase.coordinator.storage.local._fsync_dir", _fail(OSError(errno.EIO, "x"))),
+        UNKNOWN,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LINK_EXITS))
+def test_every_exit_of_publish_is_published_not_published_or_unknown(
+    tmp_path: Path, make_meta: MakeMeta, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """#26 item 1: every way out of publish is one of three, and each means what it says."""
+    storage = LocalCheckpointStorage(tmp_path, "job-1")
+    meta = make_meta(2)
+    inject, want = LINK_EXITS[case]
+    with monkeypatch.context() as m:
+        inject(m)
+        got = _exit_of(lambda: storage.publish(meta))
+    assert got == want
+    visible = [r.checkpoint_id for r in storage.list_checkpoints()]
+    if want == PUBLISHED:
+        assert visible == [2] and storage.load(storage.list_checkpoints()[0]) == meta
+    elif want == NOT_PUBLISHED:
+        assert visible == []
+
+
+def test_publish_exits_before_the_link_are_not_published(tmp_path: Path, make_meta: MakeMeta) -> None:
+    storage = LocalCheckpointStorage(tmp_path, "job-1")
+    assert _exit_of(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED
+    storage.publish(make_meta(2))
+    assert _exit_of(lambda: storage.publish(make_meta(2))) == NOT_PUBLISHED  # the id exists
+    assert _exit_of(lambda: storage.publish(make_meta(2, kind=SP))) == NOT_PUBLISHED

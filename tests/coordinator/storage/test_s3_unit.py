@@ -21,6 +21,7 @@ from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.s3 import S3CheckpointStorage, is_transient
 from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
@@ -231,3 +232,110 @@ def test_a_put_refused_for_good_is_a_plain_failure(
     with pytest.raises(CheckpointStorageError) as info:
         storage.publish(meta)
     assert not isinstance(info.value, CheckpointPublishUnknownError)
+
+
+def test_a_412_after_a_retry_whose_read_back_keeps_failing_has_an_unknown_outcome(
+    stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
+) -> None:
+    """#26 item 1 (seen on MinIO): the first PUT lands but is answered with an error, the retry
+    gets 412, and the read-back that decides "is it ours?" keeps failing. That was a plain
+    CheckpointStorageError: the coordinator aborted the transactions of a visible checkpoint."""
+    meta = make_meta(2)
+    _expect_publish_prelude(stub)
+    stub.add_client_error("put_object", "InternalError", http_status_code=500)
+    stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
+    for _ in range(3):
+        stub.add_client_error("get_object", "SlowDown", http_status_code=503)
+    with pytest.raises(CheckpointPublishUnknownError):
+        storage.publish(meta)
+
+
+def _ok_put(stub: Stubber, meta: CheckpointMetadata) -> None:
+    stub.add_response("put_object", {}, _put_params(meta.dumps()))
+
+
+def _errors(*codes: tuple[str, int]) -> Callable[[Stubber, CheckpointMetadata], None]:
+    def script(stub: Stubber, meta: CheckpointMetadata) -> None:
+        for code, status in codes:
+            stub.add_client_error("put_object", code, http_status_code=status)
+
+    return script
+
+
+def _retry_412_then_read(*reads: bytes | tuple[str, int]) -> Callable[[Stubber, CheckpointMetadata], None]:
+    def script(stub: Stubber, meta: CheckpointMetadata) -> None:
+        stub.add_client_error("put_object", "ServiceUnavailable", http_status_code=503)
+        stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
+        for read in reads:
+            if isinstance(read, bytes):
+                body = meta.dumps() if read == b"ours" else read
+                stub.add_response("get_object", _body(body), {"Bucket": "bkt", "Key": KEY})
+            else:
+                stub.add_client_error("get_object", read[0], http_status_code=read[1])
+
+    return script
+
+
+PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
+PUT_EXITS = {
+    "the PUT succeeds": (_ok_put, PUBLISHED),
+    "retried, then it succeeds": (
+        lambda stub, meta: (_errors(("SlowDown", 503))(stub, meta), _ok_put(stub, meta)),
+        PUBLISHED,
+    ),
+    "refused for good at once": (_errors(("AccessDenied", 403)), NOT_PUBLISHED),
+    "no conditional writes": (_errors(("NotImplemented", 501)), NOT_PUBLISHED),
+    "412 at once: another writer's": (_errors(("PreconditionFailed", 412)), NOT_PUBLISHED),
+    "every attempt failed transiently": (_errors(*[("InternalError", 500)] * 3), UNKNOWN),
+    "refused for good after a transient failure": (
+        _errors(("InternalError", 500), ("AccessDenied", 403)),
+        UNKNOWN,
+    ),
+    "412 after a retry, ours": (_retry_412_then_read(b"ours"), PUBLISHED),
+    "412 after a retry, not ours": (_retry_412_then_read(b'{"other": 1}'), NOT_PUBLISHED),
+    "412 after a retry, read-back keeps failing": (
+        _retry_412_then_read(*[("SlowDown", 503)] * 3),
+        UNKNOWN,
+    ),
+    "412 after a retry, read-back refused": (_retry_412_then_read(("AccessDenied", 403)), UNKNOWN),
+    "412 after a retry, the object is gone": (_retry_412_then_read(("NoSuchKey", 404)), UNKNOWN),
+}
+
+
+def _exit_of(publish: Callable[[], object]) -> str:
+    try:
+        publish()
+    except CheckpointPublishUnknownError:
+        return UNKNOWN
+    except CheckpointNotPublishedError:
+        return NOT_PUBLISHED
+    return PUBLISHED
+
+
+@pytest.mark.parametrize("case", sorted(PUT_EXITS))
+def test_every_exit_of_publish_is_published_not_published_or_unknown(
+    stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta, case: str
+) -> None:
+    """#26 item 1: every way out of publish is one of three, and each means what it says; any
+    other error escaping would be treated as unknown by the coordinator."""
+    meta = make_meta(2)
+    _expect_publish_prelude(stub)
+    script, want = PUT_EXITS[case]
+    script(stub, meta)
+    assert _exit_of(lambda: storage.publish(meta)) == want
+
+
+def test_publish_exits_before_the_put_are_not_published(
+    stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
+) -> None:
+    meta = make_meta(2)
+    assert _exit_of(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED  # wrong job
+    stub.add_response("head_object", {}, {"Bucket": "bkt", "Key": KEY})  # the id exists
+    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    for _ in range(3):  # the existence check keeps failing
+        stub.add_client_error("head_object", "SlowDown", http_status_code=503)
+    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    _not_found(stub, KEY)
+    _not_found(stub, "pre/job-1/savepoints/sp-2/_metadata")
+    stub.add_client_error("delete_object", "AccessDenied", http_status_code=403)  # the stale marker
+    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
