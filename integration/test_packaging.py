@@ -60,7 +60,7 @@ def test_the_wheel_installs_only_the_twophase_root(wheel: zipfile.ZipFile) -> No
     tops = {PurePosixPath(n).parts[0] for n in wheel.namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"twophase", "pyspark_twophase.py"}
     module = wheel.read("pyspark_twophase.py").decode()
-    assert "import TwophaseDataSource as DefaultSource" in module
+    assert "DefaultSource = TwophaseDataSource" in module
 
 
 @pytest.mark.slow

@@ -50,10 +50,10 @@ def test_the_hash_follows_the_wheels_sources_only(tmp_path: Path) -> None:
     assert sources_hash(root) != before
 
 
-def test_runtime_requirements_are_setup_cfgs_pins() -> None:
+def test_runtime_requirements_are_setup_cfgs_ranges() -> None:
     reqs = runtime_requirements()
-    assert "pyspark==4.2.0" in reqs
-    assert all("==" in r and not r.startswith("#") for r in reqs)
+    assert not any(r.startswith("pyspark") for r in reqs)  # the platform's Spark provides it
+    assert all(">=" in r and "==" not in r and not r.startswith("#") for r in reqs)
 
 
 @pytest.mark.slow
