@@ -95,6 +95,7 @@ def test_package_env_refuses_the_spark_extra(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_package_wheel_builds_outside_the_checkout(tmp_path: Path) -> None:
     before = {p.name for p in REPO.iterdir()}
+    built = _setuptools_output()
     out = tmp_path / "dist"
 
     body = json_output(run_twophase(["package", "wheel", "-o", str(out), "--json"], tmp_path, timeout_s=600))
@@ -105,9 +106,16 @@ def test_package_wheel_builds_outside_the_checkout(tmp_path: Path) -> None:
     ]
     assert body["py_file"] == str(out / "twophase-0.1.0-py3-none-any.zip")
     assert "--py-files" in body["spark_submit"]
-    # nothing new in the checkout: no egg-info, no build/ (which may exist for other reasons)
+    # nothing new in the checkout, and setuptools' build/lib, build/bdist.* and *.egg-info (which
+    # another build in this tree may have made) are as they were
     assert {p.name for p in REPO.iterdir()} - before == set()
-    assert not (REPO / "build" / "lib").exists() and not list(REPO.glob("*.egg-info"))
+    assert _setuptools_output() == built
+
+
+def _setuptools_output() -> dict[str, float]:
+    """What ``pip wheel .`` in the checkout writes there, with modification times."""
+    found = [REPO / "build" / "lib", *REPO.glob("build/bdist.*"), *REPO.glob("*.egg-info")]
+    return {str(p): p.stat().st_mtime for p in found if p.exists()}
 
 
 @pytest.mark.slow
