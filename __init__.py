@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "KafkaSinkConfig": "twophase.connectors.kafka",
     "S3Sink": "twophase.connectors.s3",
     "S3SinkConfig": "twophase.connectors.s3",
+    "RollingPolicy": "twophase.connectors.s3",
+    "FileFormat": "twophase.connectors.s3",
     "DeltaSink": "twophase.connectors.delta",
     "DeltaSinkConfig": "twophase.connectors.delta",
     "S3Options": "twophase.sinks.s3_options",
@@ -44,6 +46,7 @@ __all__ = [
     "CommitPolicy",
     "DeltaSink",
     "DeltaSinkConfig",
+    "FileFormat",
     "Job",
     "JobHandle",
     "JobResult",
@@ -51,6 +54,7 @@ __all__ = [
     "KafkaSink",
     "KafkaSinkConfig",
     "RestartStrategy",
+    "RollingPolicy",
     "RuntimeConfig",
     "S3Options",
     "S3Sink",
@@ -60,7 +64,7 @@ __all__ = [
 if TYPE_CHECKING:
     from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-    from twophase.connectors.s3 import S3Sink, S3SinkConfig
+    from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
     from twophase.coordinator.checkpoint_state import CheckpointConfig
     from twophase.coordinator.commit_policy import CommitPolicy
     from twophase.coordinator.job_lifecycle import JobState

@@ -23,6 +23,7 @@ from twophase.sinks.errors import (
     ServiceUnavailableError,
     TransactionLostError,
     TwoPhaseError,
+    UnsupportedSparkError,
 )
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
@@ -51,5 +52,6 @@ __all__ = [
     "TransactionLostError",
     "TwoPhaseCommitSink",
     "TwoPhaseError",
+    "UnsupportedSparkError",
     "WriterContext",
 ]
