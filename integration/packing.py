@@ -69,6 +69,8 @@ EXECUTOR_MODULES = (
 )
 """Imported by the packed Python, with Spark's ``PYTHONPATH``, before the archive is accepted."""
 ARCHIVE = "env.tar.gz"
+KEEP_ARCHIVES = 3
+"""Packed environments kept in the cache (~200 MB each; every change of the sources makes one)."""
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,8 @@ def pack_environment(
 
     Returns:
         The archive in ``<cache>/packed-envs/<key>/`` (a key of the Python, the wheel, the
-        requirements and the constraints). Concurrent callers wait on a lock and reuse it.
+        requirements and the constraints; the :data:`KEEP_ARCHIVES` most recently used are
+        kept). Concurrent callers wait on a lock and reuse it.
 
     Raises:
         ShippingError: the wheel, venv, pip or venv-pack failed; pyspark got into the
@@ -252,6 +255,7 @@ def pack_environment(
         if not cached:
             _build(final, wheel, reqs, cons, compress_level, timeout_s)
             _prune(parent, final)
+            _keep_newest(parent, KEEP_ARCHIVES)
         os.utime(final)
     info = json.loads((final / "packed.json").read_text())
     return PackedEnv(
@@ -266,6 +270,17 @@ def pack_environment(
         built_s=0.0 if cached else float(info["built_s"]),
         cached=cached,
     )
+
+
+def _keep_newest(parent: Path, keep: int) -> None:
+    """Remove all but the ``keep`` most recently used packed environments under ``parent``."""
+    done = sorted(
+        (d for d in parent.iterdir() if (d / "packed.json").is_file()),
+        key=lambda d: d.stat().st_mtime,
+        reverse=True,
+    )
+    for old in done[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _build(
