@@ -103,7 +103,8 @@ def make_venv(cell: Cell, python: Path, wheel: Path, folder: Path, log: Path) ->
     if _run([str(python), "-m", "venv", "--upgrade-deps", str(venv)], log) != 0:
         return f"python{cell.python} could not make a venv"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    wants = [f"{wheel}[flights]", f"pyspark[connect]=={cell.spark}", _pin("pytest")]
+    # pyspark's pipelines extra (Spark 4.1+; pip only warns where a Spark lacks it) brings PyYAML
+    wants = [f"{wheel}[flights]", f"pyspark[connect,pipelines]=={cell.spark}", _pin("pytest")]
     if cell.floor:
         floors = folder / "floor-constraints.txt"
         floors.write_text("\n".join(floor_constraints(runtime_requirements())) + "\n")
