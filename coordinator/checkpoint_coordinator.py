@@ -44,6 +44,7 @@ from twophase.coordinator.checkpoint_state import (
 )
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.commit_requests import commit_requests
+from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
@@ -77,6 +78,8 @@ class CheckpointCoordinator:
         fault: fault-point hook (``"before_persist"``, ``"after_persist"``).
         first_checkpoint_id: the next id to trigger (restored id + 1, or above every stored id).
         restored: the checkpoint restored from, if any (in-progress state, fully finished sinks).
+        marker: the job's committed marker: told of each published checkpoint, and written by
+            whichever thread lands the commit of everything the checkpoint holds.
 
     Not thread-safe: one driver thread drives it.
     """
@@ -93,6 +96,7 @@ class CheckpointCoordinator:
         fault: Callable[[str], None] = fault_point,
         first_checkpoint_id: int = 1,
         restored: CheckpointMetadata | None = None,
+        marker: CommittedMarker | None = None,
     ) -> None:
         self.job_id = job_id
         self.sinks: dict[str, AnySink] = {s.name: s for s in sinks}
@@ -113,6 +117,7 @@ class CheckpointCoordinator:
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
         self.restored = restored
+        self.marker = marker
         if restored is not None:
             self._completed_ids.add(restored.checkpoint_id)
             self.fully_finished.update(restored.fully_finished)
@@ -354,6 +359,8 @@ class CheckpointCoordinator:
             lc.checkpoint_persisted(checkpoint_id)
         done = CompletedCheckpoint(metadata, ref, persist_ms, pc.records, len(pc.acks))
         self.completed.append(done)
+        if self.marker is not None:  # before retention: an older checkpoint's marker is not written now
+            self.marker.published(checkpoint_id, ref.location)
         self._log(
             logging.INFO,
             "checkpoint completed",
@@ -412,7 +419,7 @@ class CheckpointCoordinator:
             self.committer.abort(self.sinks[t.sink_name], t)
         # a CheckpointCommitSink's transactions of one checkpoint go out as ONE request
         before = self.committer.metrics
-        self.committer.submit(commit_requests(self.sinks, commits))
+        self.committer.submit(commit_requests(self.sinks, commits), on_landed=self._marker_for(checkpoint_id))
         after = self.committer.metrics
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
@@ -425,6 +432,23 @@ class CheckpointCoordinator:
         return NotifyResult(
             checkpoint_id, after.committed - before.committed, len(aborts), finished, ms, already
         )
+
+    def _marker_for(self, checkpoint_id: int) -> Callable[[], None] | None:
+        """What marks ``checkpoint_id`` committed once the batch just handed to the committer lands,
+        if then every transaction ≤ it is committed: each is COMMITTING (in this batch or an
+        earlier one; batches land in order, and after a failure none lands). ``None`` otherwise
+        (one is in doubt, or on a subtask no notification commits): the driver decides later."""
+        marker = self.marker
+        if marker is None:
+            return None
+        held = [t for t in self.uncommitted_transactions() if t.checkpoint_id <= checkpoint_id]
+        if any(t.status is not TxnStatus.COMMITTING for t in held):
+            return None
+
+        def landed() -> None:
+            marker.mark(checkpoint_id)
+
+        return landed
 
     def confirm_commits(self) -> int:
         """Forget the transactions the committer confirmed since the last call (every transaction of

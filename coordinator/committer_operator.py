@@ -278,21 +278,30 @@ class CommitterOperator:
 
     # -- batches (sync or ordered async) ---------------------------------------------------------
 
-    def submit(self, requests: Sequence[CommitRequest]) -> None:
+    def submit(
+        self, requests: Sequence[CommitRequest], *, on_landed: Callable[[], None] | None = None
+    ) -> None:
         """Commit ``requests`` in order: now, or queued on the committer thread (``async_commit``).
 
         Completed requests are reported by :meth:`poll_completed` (every transaction of a request
         is committed once the request is). Fault point ``mid_commit`` fires after the first of
         several requests.
 
+        Args:
+            requests: the batch.
+            on_landed: called once every request of the batch (and, batches running in order, of
+                every earlier batch) is committed, from the thread that committed it: at once, or
+                on the committer thread (issue #26 item 2: the committed marker follows the
+                commit). Not called if the batch fails; it must not raise.
+
         Raises:
             The first error of an earlier asynchronous batch; synchronously, the errors of :meth:`commit`.
         """
         self.raise_if_failed()
-        if not requests:
+        if not requests and on_landed is None:
             return
         if not self.policy.async_commit:
-            self._run(requests)
+            self._run(requests, on_landed)
             return
         with self._lock:
             if self._executor is None:
@@ -300,9 +309,9 @@ class CommitterOperator:
                     max_workers=1, thread_name_prefix=f"committer-{self.job_id}"
                 )
             self._inflight += 1
-        self._executor.submit(self._run_async, list(requests))
+        self._executor.submit(self._run_async, list(requests), on_landed)
 
-    def _run(self, requests: Sequence[CommitRequest]) -> None:
+    def _run(self, requests: Sequence[CommitRequest], on_landed: Callable[[], None] | None = None) -> None:
         fired = [len(requests) < 2]  # mid_commit only applies to several requests
         fire_lock = threading.Lock()
 
@@ -315,6 +324,8 @@ class CommitterOperator:
                     self._fault("mid_commit")
 
         self.commit_all(requests, on_done=done)
+        if on_landed is not None:
+            on_landed()
 
     def commit_all(
         self,
@@ -361,10 +372,10 @@ class CommitterOperator:
                 + f"\n{LOST_WAY_FORWARD}"
             )
 
-    def _run_async(self, requests: list[CommitRequest]) -> None:
+    def _run_async(self, requests: list[CommitRequest], on_landed: Callable[[], None] | None) -> None:
         try:
             if self._error is None:  # after an error, later commits are skipped: order is kept
-                self._run(requests)
+                self._run(requests, on_landed)
         except BaseException as e:
             with self._lock:
                 if self._error is None:

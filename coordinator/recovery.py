@@ -389,14 +389,14 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         fault=s.fault,
         first_checkpoint_id=max_id + 1,
         restored=meta,
+        marker=s.marker,
     )
     lingering = {
         name: s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS, extra=meta) for name in s.coord.live_sinks()
     }
     s.restored = meta
     s.last_completed = meta
-    s.last_location = location
-    s.marked_committed = meta.checkpoint_id if meta is not None and location is not None else None
+    s.marker.restored(meta.checkpoint_id if meta is not None else None, location)
     s.epochs_since_restore = 0
     result = RestoreResult(
         checkpoint_id=meta.checkpoint_id if meta else None,

@@ -19,6 +19,7 @@ from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import CompletedCheckpoint, NotifyResult
 from twophase.coordinator.clock import Clock
 from twophase.coordinator.commit_policy import CommitterMetrics
+from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.metadata import CheckpointMetadata
@@ -83,10 +84,8 @@ class RunState:
         self.restored: CheckpointMetadata | None = None
         self.restore_held: dict[str, tuple[JsonObject, ...]] = {}
         self.last_completed: CheckpointMetadata | None = None
-        self.last_location: str | None = None
-        """Where ``last_completed`` was published (or restored from)."""
-        self.marked_committed: int | None = None
-        """The newest checkpoint whose committed marker this run wrote (or found)."""
+        self.marker = CommittedMarker(job_id, storage)
+        """The latest checkpoint's committed marker (written by whichever thread lands its commit)."""
         self.epochs_since_restore = 0
         self.max_triggered = 0
         self.id_floor = IdFloor()
@@ -182,24 +181,20 @@ class RunState:
         """Keep a completed checkpoint's metadata (the latest, and in the cache)."""
         self.cache.remember(done.ref.location, done.metadata)
         self.last_completed = done.metadata
-        self.last_location = done.ref.location
 
     def mark_committed_if_done(self) -> None:
         """Once every transaction the latest completed checkpoint holds is confirmed committed,
         write its committed marker (best effort): a restore from it then re-commits nothing. Kafka
         cannot tell a long-committed transaction from an aborted one once its transactional id was
-        reused or expired, so re-committing would report LOST for visible data."""
-        last, coord, location = self.last_completed, self.coord, self.last_location
-        if last is None or coord is None or location is None or self.marked_committed == last.checkpoint_id:
+        reused or expired, so re-committing would report LOST for visible data. Usually the
+        thread that landed the commit wrote it already (``CheckpointCoordinator._marker_for``);
+        this catches the rest (commits confirmed after a subtask finished, a late notification)."""
+        last, coord = self.last_completed, self.coord
+        if last is None or coord is None or self.marker.is_marked(last.checkpoint_id):
             return
         if any(t.checkpoint_id <= last.checkpoint_id for t in coord.uncommitted_transactions()):
             return
-        try:
-            self.storage.mark_committed(location)
-        except Exception as e:  # only an optimisation of the restore: never fail the job for it
-            log_event(log, logging.WARNING, "committed marker not written", job=self.job_id, error=repr(e))
-            return
-        self.marked_committed = last.checkpoint_id
+        self.marker.mark(last.checkpoint_id)
 
     # -- lingering --------------------------------------------------------------------------------
 

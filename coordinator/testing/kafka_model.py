@@ -109,6 +109,10 @@ class KafkaModel:
         self.txns: dict[str, TxnMeta] = {}
         self.committed: list[tuple[str, int, bytes | None, bytes | None, str]] = []
         """Visible records: (topic, partition, key, value, transactional id)."""
+        self.commits: set[tuple[str, int, int]] = set()
+        """(transactional id, producer id, epoch) of every transaction committed (its records
+        visible to read_committed), remembered after the id expires: what a test checks a LOST
+        against."""
         self._pids = itertools.count(1000)
         self._shift = 0
         self.events: list[str] = []
@@ -244,6 +248,7 @@ class KafkaModel:
             return INVALID_TXN_STATE
         if commit:
             self.committed.extend((t, p, k, v, txn_id) for t, p, k, v in m.records)
+            self.commits.add((txn_id, pid, epoch))
         m.state, m.records, m.last_update_ms = done, [], self.clock()
         return NONE
 

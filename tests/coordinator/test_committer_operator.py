@@ -221,6 +221,37 @@ def test_async_commit_is_ordered_and_surfaces_errors_on_the_next_call() -> None:
     c.shutdown()
 
 
+def test_on_landed_runs_on_the_thread_that_lands_the_batch_and_never_after_a_failure() -> None:
+    """#26 item 2: the committed marker follows the commit onto the committer thread."""
+    system = FakeExternalSystem()
+    sink = FakeSink("s", system)
+    c = committer(CommitPolicy(async_commit=True, max_attempts=1))
+    landed: list[tuple[str, list[str]]] = []
+
+    def on_landed() -> None:
+        landed.append((threading.current_thread().name, sorted(system.committed)))
+
+    t1, t2 = prepared(system, "t1"), prepared(system, "t2")
+    c.submit([CommitRequest(sink, t1), CommitRequest(sink, t2)], on_landed=on_landed)
+    c.submit([], on_landed=on_landed)  # nothing new: lands once the earlier batch did
+    while c.busy:
+        threading.Event().wait(0.001)
+    assert [commits for _, commits in landed] == [["t1", "t2"], ["t1", "t2"]]
+    assert all(name.startswith("committer-job") for name, _ in landed)
+    t3, t4 = prepared(system, "t3"), prepared(system, "t4")
+    system.script("t3", CommitOutcome.FATAL)
+    c.submit([CommitRequest(sink, t3)], on_landed=on_landed)
+    c.submit([CommitRequest(sink, t4)], on_landed=on_landed)
+    with pytest.raises(CommitFailedError):
+        c.drain(5)
+    assert len(landed) == 2  # neither the failed batch nor the skipped one after it
+    c.shutdown()
+    sync = committer()
+    t5 = prepared(system, "t5")
+    sync.submit([CommitRequest(sink, t5)], on_landed=on_landed)
+    assert landed[-1] == (threading.current_thread().name, ["t1", "t2", "t5"])
+
+
 def test_bad_policy_is_a_config_error() -> None:
     with pytest.raises(ConfigError):
         CommitPolicy(max_attempts=0)

@@ -53,6 +53,7 @@ from twophase.coordinator.epoch import DuplicateAcknowledgementError, run_epoch
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.testing.delta_model import ModelDeltaSink
 from twophase.coordinator.testing.engine_tasks import (
@@ -113,6 +114,8 @@ class ProtocolModel(RuleBasedStateMachine):
         self.phase = "running"  # running | stopped | deleted
         self.gates: list[threading.Event] = []
         self.trace: list[str] = []
+        self.commit_interrupted = False
+        """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
         """Assert ``ok``; the failure names the life that led here."""
@@ -205,6 +208,7 @@ class ProtocolModel(RuleBasedStateMachine):
             return body()
         except SimulatedCrash as crash:
             event(f"driver crashed at {crash.point}")
+            self.commit_interrupted |= crash.point == "mid_commit"
             settle(rt)
             self.account()
             self.world.clock.advance(down_ms)
@@ -235,6 +239,7 @@ class ProtocolModel(RuleBasedStateMachine):
             try:
                 rt.failover(error)
                 self.phase = "running"
+                self.commit_interrupted = False
                 return
             except TransactionLostError as e:
                 self.on_lost(e)
@@ -292,6 +297,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 else:
                     self.h.restart_process(savepoint_location=savepoint)
                 self.phase = "running"
+                self.commit_interrupted = False
                 return
             except TransactionLostError as e:
                 self.on_lost(e)
@@ -309,6 +315,15 @@ class ProtocolModel(RuleBasedStateMachine):
         lost = (self.durable_kafka & set(timed_out)) - self.lost
         expired = {e.split(" ", 1)[1] for e in self.world.kafka.events if e.startswith("expired ")}
         named = set(re.findall(r"transactional_id='([^']+)'", str(error)))
+        # issue #26 item 2: a commit that landed writes its checkpoint's committed marker, whatever
+        # thread lands it; only a driver dying in the middle of a commit leaves visible data to a
+        # re-commit that cannot tell (the id expired)
+        ids = re.findall(r"transactional_id='([^']+)', producer_id=(\d+), producer_epoch=(\d+)", str(error))
+        visible = {(t, int(p), int(e)) for t, p, e in ids} & self.world.kafka.commits
+        self.check(
+            not visible or self.commit_interrupted,
+            f"a restore reported LOST for transactions committed before the driver died: {sorted(visible)}",
+        )
         self.check(
             lost or (named and named <= expired),
             f"a restore reported LOST, but no durable transaction timed out or was forgotten: {error}",
@@ -378,8 +393,17 @@ class ProtocolModel(RuleBasedStateMachine):
                 raise
             return True
 
+        rt, mid_commits = self.h.runtime, self.h.faults.hits["mid_commit"]
         if self.act(body, down_ms, on_failure):
             self.next_batch += 1
+        self.note_interrupted_commit(rt, driver, mid_commits)
+
+    def note_interrupted_commit(self, rt: JobRuntime, driver: str | None, mid_commits_before: int) -> None:
+        """An asynchronous commit crashes at ``mid_commit`` on ``rt``'s committer thread: the driver
+        dies with it, whether or not a later step raises it (a crash the step raised restarted)."""
+        hit = self.h.faults.hits["mid_commit"] > mid_commits_before
+        if driver == "mid_commit" and hit and self.h.runtime is rt:
+            self.commit_interrupted = True
 
     # -- the outside world -------------------------------------------------------------------------
 
@@ -451,7 +475,9 @@ class ProtocolModel(RuleBasedStateMachine):
                     if rt.state is not JobState.CANCELED:
                         raise
 
+        mid_commits = self.h.faults.hits["mid_commit"]
         self.act(body, down_ms)
+        self.note_interrupted_commit(rt, driver, mid_commits)
         if self.h.runtime is rt and rt.state in (JobState.FINISHED, JobState.SUSPENDED, JobState.CANCELED):
             self.phase = "stopped"
         elif how == "cancel" and self.h.runtime is not rt:  # died while canceling: canceled

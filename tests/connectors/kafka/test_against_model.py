@@ -14,6 +14,7 @@ from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.coordinator.testing.kafka_model import KafkaModel
+from twophase.coordinator.testing.model_settle import settle
 from twophase.sinks.errors import ConcurrentAttemptError
 
 TOPIC = "events"
@@ -195,6 +196,27 @@ def test_a_restore_after_transactional_id_expiration_never_reports_committed_dat
     h.write_epoch(rows(2), source_position=pos(2))
     h.runtime.finish()
     assert committed(model) == expected([1, 2])
+
+
+def test_an_asynchronous_commit_writes_the_committed_marker_when_it_lands() -> None:
+    """#26 item 2: with async commit the marker waited for the next driver action. A job idle
+    after a commit whose driver then stays down past transactional.id.expiration.ms re-committed
+    on restore, could not tell (the id expired) and refused to start with TransactionLostError
+    for visible data. The marker is written by the thread that lands the commit."""
+    h, model = setup(RuntimeConfig(commit=CommitPolicy(async_commit=True)))
+    h.restore()
+    h.write_epoch(rows(1), source_position=pos(1))
+    settle(h.runtime)  # the commit lands on the committer thread; no driver action follows
+    latest = h.storage.list_checkpoints()[-1]
+    assert h.storage.is_committed(latest.location)
+    h.clock.advance(model.id_expiration_ms + 1)  # the driver dies and stays down past id expiry
+    model.advance()
+    restored = h.restart_process()
+    assert restored is not None and restored.recommitted == 0
+    h.write_epoch(rows(2), source_position=pos(2))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2])
+    assert model.ongoing() == []
 
 
 def test_a_zombie_attempt_that_fences_the_acknowledged_transaction_is_caught_before_persist() -> None:
