@@ -257,6 +257,9 @@ class S3Ops:
                 UploadId=upload_id,
                 PartNumber=number,
                 Body=data,
+                # the upload was created with CRC32: botocore before 1.36 sends no part checksum
+                # unless asked, and the server then refuses the part
+                ChecksumAlgorithm="CRC32",
             )
         except ClientError as e:
             if error_code(e) == "NoSuchUpload":

@@ -83,12 +83,22 @@ class S3Model:
         return {"UploadId": upload_id, "Key": Key}
 
     def upload_part(
-        self, Bucket: str, Key: str, UploadId: str, PartNumber: int, Body: bytes
+        self,
+        Bucket: str,
+        Key: str,
+        UploadId: str,
+        PartNumber: int,
+        Body: bytes,
+        ChecksumAlgorithm: str | None = None,
     ) -> dict[str, Any]:
         self._enter("upload_part", Bucket)
         upload = self.uploads.get(UploadId)
         if upload is None or upload.key != Key:
             raise client_error("NoSuchUpload", 404, "UploadPart")
+        # as S3 and MinIO do: an upload created with a checksum algorithm refuses a part without it
+        # (botocore before 1.36 sends none unless asked)
+        if upload.args.get("ChecksumAlgorithm") not in (None, ChecksumAlgorithm):
+            raise client_error("InvalidArgument", 400, "UploadPart")
         etag = '"' + hashlib.md5(Body).hexdigest() + '"'
         upload.parts[PartNumber] = (bytes(Body), etag)
         return {"ETag": etag}

@@ -328,7 +328,14 @@ def test_changed_parts_are_lost(fake: Any, make_sink: MakeSink) -> None:
     sink = make_sink()
     committable = committed_file(sink)
     (f,) = committable.files
-    fake.upload_part(Bucket="bucket", Key=f.key, UploadId=f.upload_id, PartNumber=1, Body=b"overwritten")
+    fake.upload_part(
+        Bucket="bucket",
+        Key=f.key,
+        UploadId=f.upload_id,
+        PartNumber=1,
+        Body=b"overwritten",
+        ChecksumAlgorithm="CRC32",
+    )
     assert sink.commit(committable) is CommitOutcome.LOST
 
 
