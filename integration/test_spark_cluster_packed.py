@@ -101,6 +101,20 @@ def _check_executors(outcome: dict[str, Any], cluster: SparkCluster) -> None:
     assert list(cluster.root.glob("worker-*/app-*/*/*.jar")) == []
 
 
+def _run_driver(
+    command: list[str], tmp_path: Path, env: dict[str, str], cluster: SparkCluster
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run a driver command to its end; it must finish the job on the cluster's two executors."""
+    proc = subprocess.run(
+        command, env={**flights_env(tmp_path), **env}, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    outcome = _outcome(proc.stdout)
+    assert outcome["state"] == "FINISHED" and outcome["records"] > 0, outcome
+    _check_executors(outcome, cluster)
+    return proc, outcome
+
+
 def test_spark_submit_with_a_packed_environment_runs_the_flights_job_exactly_once(
     tmp_path: Path, packed: PackedEnv, cluster: SparkCluster, kafka_bootstrap: str, s3_endpoint: S3Endpoint
 ) -> None:
@@ -116,17 +130,8 @@ def test_spark_submit_with_a_packed_environment_runs_the_flights_job_exactly_onc
         cluster.master_url,
     ]
     args += ["--days", "2", "--files-per-trigger", "1"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "twophase.integration.jobs.flights_submit", *args],
-        env={**flights_env(tmp_path), **env},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    outcome = _outcome(proc.stdout)
-    assert outcome["state"] == "FINISHED" and outcome["records"] > 0, outcome
-    _check_executors(outcome, cluster)
+    command = [sys.executable, "-m", "twophase.integration.jobs.flights_submit", *args]
+    proc, outcome = _run_driver(command, tmp_path, env, cluster)
     # the driver: the same archive unpacked where spark-submit ran, pyspark from Spark's zip too
     driver_env = flights_submit.driver_dir(work) / "environment"
     twophase_file, pyspark_file, python = outcome["driver"]
@@ -148,17 +153,7 @@ def test_a_python_started_driver_sets_the_archive_on_its_builder(
     work = tmp_path / "flights"
     args = ["run", "--master", cluster.master_url, "--archive", str(packed.archive), "--work-dir", str(work)]
     args += ["--days", "1", "--files-per-trigger", "1"]
-    proc = subprocess.run(
-        [sys.executable, str(flights_submit.SCRIPT), *args],
-        env={**flights_env(tmp_path), **env},
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    outcome = _outcome(proc.stdout)
-    assert outcome["state"] == "FINISHED" and outcome["records"] > 0, outcome
-    _check_executors(outcome, cluster)
+    _, outcome = _run_driver([sys.executable, str(flights_submit.SCRIPT), *args], tmp_path, env, cluster)
     _, pyspark_file, python = outcome["driver"]  # this Python, with pip's pyspark
     assert python == sys.executable and "site-packages" in Path(pyspark_file).parts
     _verify(tmp_path, work, env)
