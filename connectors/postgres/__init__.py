@@ -1,0 +1,16 @@
+"""The PostgreSQL two-phase-commit sink (psycopg 3; issue #28).
+
+Executors write each subtask's rows in one database transaction (binary COPY; append or upsert)
+and pre-commit it with ``PREPARE TRANSACTION '<gid>'``; the driver commits it with
+``COMMIT PREPARED`` once the checkpoint is durable. A row of a small commit-record table, written
+inside the prepared transaction, tells ALREADY_COMMITTED from LOST when a gid is gone. The server
+needs ``max_prepared_transactions`` > 0.
+
+Public API: :class:`PostgresSinkConfig`, :class:`PostgresSink`, :class:`PostgresCommittable`.
+"""
+
+from twophase.connectors.postgres.committable import PostgresCommittable
+from twophase.connectors.postgres.config import PostgresSinkConfig
+from twophase.connectors.postgres.sink import PostgresSink
+
+__all__ = ["PostgresCommittable", "PostgresSink", "PostgresSinkConfig"]

@@ -1,0 +1,177 @@
+"""Driver side: COMMIT PREPARED / ROLLBACK PREPARED, and how an outcome is decided.
+
+PostgreSQL docs, "COMMIT PREPARED" and "ROLLBACK PREPARED": either may be run from any session of
+the same database by the role that prepared the transaction (or a superuser), outside a
+transaction block; once it ran, the gid is gone from ``pg_prepared_xacts``.
+
+``commit``:
+
+| what happens | outcome |
+|---|---|
+| COMMIT PREPARED succeeds | COMMITTED |
+| the gid does not exist (42704) and the commit record of the gid is visible | ALREADY_COMMITTED |
+| the gid does not exist and its commit record is not visible | LOST (it was rolled back) |
+| the gid is busy (55006: another session is committing it) or the server is unreachable | RETRY |
+| the gid belongs to another database (55000), permission denied, anything else | FATAL |
+
+The commit record is a row of the commit-record table written inside the prepared transaction
+itself, so it becomes visible exactly when the transaction commits and vanishes with a rollback:
+the decision rests on durable evidence, never on absence alone.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+from psycopg import sql
+
+from twophase.connectors.postgres.committable import PostgresCommittable
+from twophase.connectors.postgres.config import PostgresSinkConfig
+from twophase.connectors.postgres.connection import connect, error_text
+from twophase.sinks.errors import ServiceUnavailableError
+from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+class PostgresCommitter:
+    """Commits and rolls back prepared transactions; one short connection per call.
+
+    Args:
+        config: where the prepared transactions live.
+        sink_name: for log fields.
+    """
+
+    def __init__(self, config: PostgresSinkConfig, sink_name: str) -> None:
+        self.config = config
+        self.sink_name = sink_name
+
+    def commit(self, committable: PostgresCommittable) -> CommitOutcome:
+        """``COMMIT PREPARED '<gid>'``, idempotent; the outcome as in the module's table.
+
+        Never raises for the outcomes; an unreachable server gives ``RETRY``.
+        """
+        fields = {"sink": self.sink_name, "gid": committable.gid}
+        try:
+            with connect(self.config, autocommit=True) as conn:
+                try:
+                    conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(committable.gid)))
+                except psycopg.errors.UndefinedObject:
+                    outcome = self._decide_missing(conn, committable)
+                    log_event(
+                        log,
+                        logging.INFO,
+                        "prepared transaction gone",
+                        exc_info=False,
+                        outcome=outcome.value,
+                        **fields,
+                    )
+                    return outcome
+                self._prune(conn, committable)
+        except ServiceUnavailableError as e:
+            log_event(log, logging.WARNING, "commit needs retry", exc_info=False, error=e, **fields)
+            return CommitOutcome.RETRY
+        except psycopg.errors.ObjectInUse as e:
+            log_event(
+                log,
+                logging.WARNING,
+                "commit needs retry",
+                exc_info=False,
+                error=error_text(self.config, e),
+                **fields,
+            )
+            return CommitOutcome.RETRY
+        except psycopg.OperationalError as e:
+            log_event(
+                log,
+                logging.WARNING,
+                "commit needs retry",
+                exc_info=False,
+                error=error_text(self.config, e),
+                **fields,
+            )
+            return CommitOutcome.RETRY
+        except psycopg.Error as e:
+            log_event(
+                log,
+                logging.ERROR,
+                "commit failed",
+                exc_info=False,
+                error=error_text(self.config, e),
+                **fields,
+            )
+            return CommitOutcome.FATAL
+        log_event(log, logging.INFO, "committed", exc_info=False, records=committable.record_count, **fields)
+        return CommitOutcome.COMMITTED
+
+    def abort(self, committable: PostgresCommittable) -> None:
+        """``ROLLBACK PREPARED '<gid>'``; idempotent (a gid already gone is fine).
+
+        Raises:
+            ServiceUnavailableError: the server cannot be reached, or refused (redacted message).
+        """
+        try:
+            with connect(self.config, autocommit=True) as conn:
+                rollback_prepared(conn, committable.gid)
+        except psycopg.Error as e:
+            raise ServiceUnavailableError(
+                f"PostgreSQL {self.config.host}:{self.config.port}: ROLLBACK PREPARED "
+                f"{committable.gid!r} failed: {error_text(self.config, e)}"
+            ) from None
+        log_event(log, logging.INFO, "aborted", sink=self.sink_name, gid=committable.gid)
+
+    def is_committed(self, conn: Connection, gid: str) -> bool:
+        """Whether the commit record of ``gid`` is visible (its transaction committed)."""
+        table = sql.Identifier(self.config.commit_schema, self.config.commit_table)
+        try:
+            row = conn.execute(sql.SQL("SELECT 1 FROM {} WHERE gid = %s").format(table), (gid,)).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return False
+        return row is not None
+
+    def _decide_missing(self, conn: Connection, committable: PostgresCommittable) -> CommitOutcome:
+        if self.is_committed(conn, committable.gid):
+            return CommitOutcome.ALREADY_COMMITTED
+        if is_prepared(conn, committable.gid):  # prepared in the meantime? cannot be: gids are unique
+            return CommitOutcome.RETRY
+        return CommitOutcome.LOST
+
+    def _prune(self, conn: Connection, committable: PostgresCommittable) -> None:
+        """Delete this sink's commit records far below the committed checkpoint. Best effort."""
+        parts = committable.parts()
+        below = parts.checkpoint_id - self.config.commit_record_retention
+        if below <= 0:
+            return
+        table = sql.Identifier(self.config.commit_schema, self.config.commit_table)
+        token = parts.prefix.split(".")[-2]
+        try:
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE job_token = %s AND sink = %s AND checkpoint_id < %s").format(
+                    table
+                ),
+                (token, self.sink_name, below),
+            )
+        except psycopg.Error as e:
+            log_event(log, logging.WARNING, "commit records not pruned", error=error_text(self.config, e))
+
+
+def rollback_prepared(conn: Connection, gid: str) -> bool:
+    """``ROLLBACK PREPARED '<gid>'`` on an autocommit connection; False if the gid did not exist.
+
+    Raises:
+        psycopg.Error: anything but a missing gid.
+    """
+    try:
+        conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+    except psycopg.errors.UndefinedObject:
+        return False
+    return True
+
+
+def is_prepared(conn: Connection, gid: str) -> bool:
+    """Whether ``gid`` is a prepared transaction of the server right now."""
+    return conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone() is not None

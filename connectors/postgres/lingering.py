@@ -1,0 +1,126 @@
+"""Driver side: this job's prepared transactions in ``pg_prepared_xacts``: lingering cleanup and ages.
+
+A lingering prepared transaction was prepared by this job's sink but no checkpoint holds it: a
+failed or duplicate task attempt (a zombie after a stage retry, a speculative copy), or a crash
+before the checkpoint completed. It holds its row locks (writers of the same keys wait on it) and
+holds back VACUUM's horizon until it ends, and PostgreSQL never ends it by itself: cleanup is a
+correctness matter, not tidiness.
+
+``pg_prepared_xacts`` lists the server's prepared transactions (gid, ``prepared`` time, owner,
+database); ROLLBACK PREPARED works only from a session of the transaction's database, so only the
+configured database's are considered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+
+from twophase.connectors.postgres import naming
+from twophase.connectors.postgres.committable import PostgresCommittable
+from twophase.connectors.postgres.committer import rollback_prepared
+from twophase.sinks.context import LingeringScope
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+@dataclass(frozen=True)
+class PreparedTransaction:
+    """One of this job's sink's prepared transactions, as ``pg_prepared_xacts`` shows it.
+
+    Attributes:
+        gid: its global identifier.
+        parts: the gid's parts (checkpoint, partition, attempt).
+        prepared_at: when it was prepared (server time, UTC).
+        age_ms: how long ago, by the server's clock (ms).
+        owner: the role that prepared it.
+    """
+
+    gid: str
+    parts: naming.GidParts
+    prepared_at: dt.datetime
+    age_ms: float
+    owner: str
+
+
+def prepared_transactions(conn: Connection, prefix: str) -> list[PreparedTransaction]:
+    """The prepared transactions of the connection's database whose gid starts with ``prefix``
+    (:func:`naming.gid_prefix`), oldest first."""
+    rows = conn.execute(
+        "SELECT gid, prepared, extract(epoch FROM now() - prepared) * 1000, owner FROM pg_prepared_xacts"
+        " WHERE database = current_database() AND starts_with(gid, %s) ORDER BY prepared",
+        (prefix,),
+    ).fetchall()
+    out = []
+    for gid, prepared, age_ms, owner in rows:
+        parts = naming.parse_gid(str(gid), prefix)
+        if parts is None:
+            continue
+        assert isinstance(prepared, dt.datetime)
+        out.append(PreparedTransaction(str(gid), parts, prepared, float(str(age_ms)), str(owner)))
+    return out
+
+
+def select_lingering(
+    prepared: Sequence[PreparedTransaction], scope: LingeringScope[PostgresCommittable]
+) -> list[PreparedTransaction]:
+    """The prepared transactions to roll back: not held, and of checkpoints ≤ ``scope.up_to_checkpoint``
+    (newer ones may belong to work still running)."""
+    held = {c.gid for c in scope.held}
+    return [p for p in prepared if p.gid not in held and p.parts.checkpoint_id <= scope.up_to_checkpoint]
+
+
+def abort_lingering(conn: Connection, scope: LingeringScope[PostgresCommittable]) -> int:
+    """ROLLBACK PREPARED every lingering prepared transaction of the scope's job and sink.
+
+    Returns:
+        How many were rolled back (a gid that vanished meanwhile is not counted).
+
+    Raises:
+        psycopg.Error: the server refused a rollback (e.g. another role prepared it).
+    """
+    prefix = naming.gid_prefix(scope.job_id, scope.sink_name)
+    count = 0
+    for p in select_lingering(prepared_transactions(conn, prefix), scope):
+        if rollback_prepared(conn, p.gid):
+            count += 1
+            log_event(
+                log,
+                logging.INFO,
+                "lingering prepared transaction rolled back",
+                job=scope.job_id,
+                sink=scope.sink_name,
+                checkpoint=p.parts.checkpoint_id,
+                partition=p.parts.partition,
+                attempt=p.parts.attempt,
+                gid=p.gid,
+                age_ms=p.age_ms,
+            )
+    return count
+
+
+def warn_old(prepared: Sequence[PreparedTransaction], threshold_ms: int, job_id: str, sink: str) -> int:
+    """Log a WARNING for each prepared transaction older than ``threshold_ms``; return how many."""
+    old = [p for p in prepared if p.age_ms >= threshold_ms]
+    for p in old:
+        log_event(
+            log,
+            logging.WARNING,
+            "prepared transaction is old: it holds locks and holds back vacuum",
+            job=job_id,
+            sink=sink,
+            checkpoint=p.parts.checkpoint_id,
+            partition=p.parts.partition,
+            attempt=p.parts.attempt,
+            gid=p.gid,
+            age_ms=p.age_ms,
+            threshold_ms=threshold_ms,
+        )
+    return len(old)

@@ -1,0 +1,269 @@
+"""Executor side: one database transaction per subtask and checkpoint, pre-committed with PREPARE TRANSACTION.
+
+Protocol (PostgreSQL docs, "PREPARE TRANSACTION", "COMMIT PREPARED"; psycopg's two-phase commit
+API, ``tpc_begin`` / ``tpc_prepare``):
+
+1. ``begin``: connect, ``tpc_begin(gid)``, ``SET LOCAL lock_timeout``; in upsert mode create the
+   staging table ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary
+   tables cannot be prepared).
+2. ``write``: each Arrow batch goes in by ``COPY … FROM STDIN (FORMAT BINARY)``, typed with the
+   table's column types (psycopg's ``Copy.set_types`` encodes each value).
+3. ``pre_commit``: upsert mode moves the staged rows with ``INSERT … SELECT DISTINCT ON (key) …
+   ON CONFLICT (key) DO UPDATE`` (the last row of a key in the transaction wins) and drops the
+   staging table; a row goes into the commit-record table; ``PREPARE TRANSACTION '<gid>'``
+   (``tpc_prepare``). The connection is closed: the prepared transaction is the server's now and
+   survives the task, the executor and a server restart. An empty transaction is rolled back and
+   yields no committable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from twophase.connectors.postgres import naming
+from twophase.connectors.postgres.committable import PostgresCommittable
+from twophase.connectors.postgres.config import PostgresSinkConfig
+from twophase.connectors.postgres.connection import connect, error_text
+from twophase.connectors.postgres.schema import WritePlan, build_plan
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import IllegalTransitionError, RecordError, SchemaError, ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
+
+
+def staging_table_name(gid: str) -> str:
+    """``twophase_stage_<24 hex digits of SHA-256 over the gid>``: unique per transaction, < 63 bytes."""
+    return "twophase_stage_" + hashlib.sha256(gid.encode()).hexdigest()[:24]
+
+
+@dataclass
+class PostgresTransaction:
+    """One subtask's open database transaction. Lives only inside the task.
+
+    ``state``: ``"open"`` → ``"prepared"`` | ``"empty"`` | ``"aborted"``; anything else raises
+    :class:`~twophase.sinks.errors.IllegalTransitionError`.
+    """
+
+    config: PostgresSinkConfig
+    plan: WritePlan | None
+    ctx: WriterContext
+    gid: str
+    conn: psycopg.Connection[tuple[object, ...]]
+    records: int = 0
+    state: str = "open"
+    staging: str | None = field(default=None)
+
+    @classmethod
+    def open(
+        cls, config: PostgresSinkConfig, plan: WritePlan | None, ctx: WriterContext
+    ) -> PostgresTransaction:
+        """Connect and begin the transaction under a fresh gid.
+
+        ``plan`` comes from the driver's ``validate``; without it the first batch's schema is
+        checked against the table here.
+
+        Raises:
+            ServiceUnavailableError: the server cannot be reached.
+        """
+        gid = naming.make_gid(
+            ctx.job_id, ctx.sink_name, ctx.checkpoint_id, ctx.partition, ctx.attempt, naming.new_nonce()
+        )
+        conn = connect(config, autocommit=False)
+        txn = cls(config, plan, ctx, gid, conn)
+        try:
+            conn.tpc_begin(gid)
+            conn.execute(
+                sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{config.lock_timeout_ms}ms"))
+            )
+            if plan is not None:
+                txn._create_staging(plan)
+        except psycopg.Error as e:
+            conn.close()
+            raise _service_error(config, "begin", e) from None
+        log_event(log, logging.DEBUG, "transaction begun", exc_info=False, gid=gid, **ctx.log_fields())
+        return txn
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """COPY the rows of ``batch`` (its written columns) into the target or staging table.
+
+        Raises:
+            SchemaError: a written column is missing from the batch.
+            RecordError: the server refused a row (names the batch's checkpoint and partition).
+            ServiceUnavailableError: the connection broke.
+        """
+        if self.state != "open":
+            raise IllegalTransitionError("postgres transaction", self.state, "write")
+        if batch.num_rows == 0:
+            return
+        plan = self._plan_for(batch.schema)
+        missing = [c for c in plan.columns if batch.schema.get_field_index(c) < 0]
+        if missing:
+            raise SchemaError(f"batch lacks written column(s) {missing}")
+        target = self.staging or self.config.table
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier(self.config.schema, target),
+            sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns),
+        )
+        values = [batch.column(batch.schema.get_field_index(c)).to_pylist() for c in plan.columns]
+        try:
+            with self.conn.cursor() as cur, cur.copy(statement) as copy:
+                copy.set_types(list(plan.type_names))
+                for row in zip(*values, strict=True):
+                    copy.write_row(row)
+        except psycopg.OperationalError as e:
+            raise _service_error(self.config, "write", e) from None
+        except (psycopg.Error, ValueError, TypeError, OverflowError) as e:
+            raise RecordError(
+                f"PostgreSQL {self.config.where} refused a row of checkpoint {self.ctx.checkpoint_id}, "
+                f"partition {self.ctx.partition} (batch of {batch.num_rows} rows): "
+                f"{error_text(self.config, e)}"
+            ) from None
+        self.records += batch.num_rows
+
+    def pre_commit(self) -> PostgresCommittable | None:
+        """Move staged rows (upsert), record the commit, PREPARE TRANSACTION; close the connection.
+
+        Returns:
+            The committable, or ``None`` when no row was written (the transaction is rolled back).
+
+        Raises:
+            RecordError: the upsert was refused (e.g. a lock timeout on a key another prepared
+                transaction holds, or a constraint).
+            ServiceUnavailableError: the connection broke.
+        """
+        if self.state != "open":
+            raise IllegalTransitionError("postgres transaction", self.state, "pre_commit")
+        if self.records == 0:
+            self.state = "empty"
+            self._close(rollback=True)
+            return None
+        config, ctx = self.config, self.ctx
+        parts = naming.parse_gid(self.gid)
+        assert parts is not None
+        try:
+            if self.staging is not None:
+                self._upsert()
+            self.conn.execute(
+                sql.SQL(
+                    "INSERT INTO {} (gid, job_token, sink, checkpoint_id, partition, attempt, record_count)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                ).format(sql.Identifier(config.commit_schema, config.commit_table)),
+                (
+                    self.gid,
+                    naming.job_token(ctx.job_id, ctx.sink_name),
+                    ctx.sink_name,
+                    ctx.checkpoint_id,
+                    ctx.partition,
+                    ctx.attempt,
+                    self.records,
+                ),
+            )
+            self.conn.tpc_prepare()
+        except psycopg.OperationalError as e:
+            self._close(rollback=False)
+            raise _service_error(config, "pre-commit", e) from None
+        except psycopg.Error as e:
+            self._close(rollback=False)
+            raise RecordError(
+                f"PostgreSQL {config.where} refused the pre-commit of checkpoint {ctx.checkpoint_id}, "
+                f"partition {ctx.partition}: {error_text(config, e)}"
+            ) from None
+        self.state = "prepared"
+        self._close(rollback=False)
+        log_event(
+            log,
+            logging.INFO,
+            "prepared",
+            exc_info=False,
+            gid=self.gid,
+            records=self.records,
+            **ctx.log_fields(),
+        )
+        return PostgresCommittable(self.gid, self.records)
+
+    def abort_open(self) -> None:
+        """Roll back a transaction never prepared (closing the connection does it too). Best effort."""
+        if self.state == "open":
+            self.state = "aborted"
+            self._close(rollback=True)
+
+    def _plan_for(self, schema: pa.Schema) -> WritePlan:
+        if self.plan is None:
+            config = self.config
+            try:
+                self.plan = build_plan(
+                    self.conn,
+                    schema,
+                    table_schema=config.schema,
+                    table=config.table,
+                    columns=config.columns,
+                    mode=config.mode,
+                    key_columns=config.key_columns,
+                )
+                self._create_staging(self.plan)
+            except psycopg.Error as e:
+                raise _service_error(config, "the table check", e) from None
+        return self.plan
+
+    def _create_staging(self, plan: WritePlan) -> None:
+        config = self.config
+        if config.mode != "upsert":
+            return
+        self.staging = staging_table_name(self.gid)
+        self.conn.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM {} WITH NO DATA").format(
+                sql.Identifier(config.schema, self.staging),
+                sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns),
+                sql.Identifier(config.schema, config.table),
+            )
+        )
+
+    def _upsert(self) -> None:
+        assert self.staging is not None and self.plan is not None
+        config, plan = self.config, self.plan
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns)
+        key = sql.SQL(", ").join(sql.Identifier(c) for c in plan.key)
+        others = [c for c in plan.columns if c not in plan.key]
+        if others:
+            action: sql.Composable = sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in others)
+            )
+        else:
+            action = sql.SQL("DO NOTHING")
+        staging = sql.Identifier(config.schema, self.staging)
+        self.conn.execute(
+            sql.SQL(
+                "INSERT INTO {target} ({columns}) SELECT DISTINCT ON ({key}) {columns} FROM {staging}"
+                " ORDER BY {key}, ctid DESC ON CONFLICT ({key}) {action}"
+            ).format(
+                target=sql.Identifier(config.schema, config.table),
+                columns=columns,
+                key=key,
+                staging=staging,
+                action=action,
+            )
+        )
+        self.conn.execute(sql.SQL("DROP TABLE {}").format(staging))
+
+    def _close(self, *, rollback: bool) -> None:
+        try:
+            if rollback and not self.conn.closed:
+                self.conn.rollback()
+        except psycopg.Error:
+            pass  # closing rolls back an unprepared transaction anyway
+        finally:
+            self.conn.close()
+
+
+def _service_error(config: PostgresSinkConfig, step: str, error: psycopg.Error) -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        f"PostgreSQL {config.host}:{config.port}/{config.dbname} failed during {step}: "
+        f"{error_text(config, error)}"
+    )
