@@ -1,4 +1,4 @@
-"""twophase: exactly-once two-phase-commit sinks (Kafka, S3, Delta) for PySpark.
+"""twophase: exactly-once two-phase-commit sinks (Kafka, S3, Delta, PostgreSQL) for PySpark.
 
 One line gives a pipeline everything it needs::
 
@@ -37,6 +37,8 @@ _EXPORTS: dict[str, str] = {
     "FileFormat": "twophase.connectors.s3",
     "DeltaSink": "twophase.connectors.delta",
     "DeltaSinkConfig": "twophase.connectors.delta",
+    "PostgresSink": "twophase.connectors.postgres",
+    "PostgresSinkConfig": "twophase.connectors.postgres",
     "S3Options": "twophase.sinks.s3_options",
 }
 
@@ -53,6 +55,8 @@ __all__ = [
     "JobState",
     "KafkaSink",
     "KafkaSinkConfig",
+    "PostgresSink",
+    "PostgresSinkConfig",
     "RestartStrategy",
     "RollingPolicy",
     "RuntimeConfig",
@@ -64,6 +68,7 @@ __all__ = [
 if TYPE_CHECKING:
     from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+    from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
     from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
     from twophase.coordinator.checkpoint_state import CheckpointConfig
     from twophase.coordinator.commit_policy import CommitPolicy
