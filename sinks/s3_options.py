@@ -47,7 +47,8 @@ class S3Options:
         profile: a named profile of the shared config files (not together with explicit keys).
         path_style: path-style addressing; ``None``: path style when an endpoint is set (MinIO and
             most S3-compatible servers), the SDK's default on AWS.
-        verify_tls: verify the server's TLS certificate (``False`` only for test servers).
+        verify_tls: verify the server's TLS certificate (``False`` only for test servers), against
+            the CA bundle of ``AWS_CA_BUNDLE`` when set, else the default one.
 
     Raises:
         ConfigError: a key without its secret, a token without keys, keys together with a
@@ -149,7 +150,10 @@ class S3Options:
             region_name=self.region,
             profile_name=self.profile,
         )
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config, verify=self.verify_tls)
+        # verify=None, not True: botocore then takes AWS_CA_BUNDLE (or the profile's ca_bundle);
+        # an explicit True would verify against its default bundle alone and refuse a private CA
+        verify = None if self.verify_tls else False
+        return session.client("s3", endpoint_url=self.endpoint_url, config=config, verify=verify)
 
     def frozen_credentials(self) -> tuple[str, str, str | None] | None:
         """(key id, secret, token) of the explicit keys, or of ``profile`` as boto3 resolves it
