@@ -14,7 +14,10 @@ from twophase.coordinator.storage import default_s3_client
 from twophase.sinks.s3_options import S3Options
 
 OPTIONS = S3Options(
-    endpoint_url="https://127.0.0.1:1", region="us-east-1", access_key_id="key", secret_access_key="secret-key"
+    endpoint_url="https://127.0.0.1:1",
+    region="us-east-1",
+    access_key_id="key",
+    secret_access_key="secret-key",
 )
 
 
@@ -28,7 +31,9 @@ def test_clients_use_aws_ca_bundle(monkeypatch: pytest.MonkeyPatch, tmp_path: An
     monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
     assert verify_of(OPTIONS.boto3_client()) == str(bundle)
     assert verify_of(default_s3_client(OPTIONS)) == str(bundle)
-    assert verify_of(make_client(S3SinkConfig(bucket="bucket", prefix="p", storage_options=OPTIONS))) == str(bundle)
+    assert verify_of(make_client(S3SinkConfig(bucket="bucket", prefix="p", storage_options=OPTIONS))) == str(
+        bundle
+    )
 
 
 def test_without_a_bundle_verification_stays_on(monkeypatch: pytest.MonkeyPatch) -> None:
