@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from twophase.connectors.delta.tls import trust_aws_ca_bundle_in_delta_rs
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
@@ -139,9 +140,16 @@ class DeltaSinkConfig:
         """The options handed to delta-rs for an ``s3://`` table (``None`` for a local one):
         ``storage_options`` resolved against this process's environment, plus
         ``aws_conditional_put``. Contains secrets: never log the result.
+
+        When ``AWS_CA_BUNDLE`` is set, delta-rs is made to trust its CAs as well
+        (:func:`~twophase.connectors.delta.tls.trust_aws_ca_bundle_in_delta_rs`).
+
+        Raises:
+            ConfigError: ``AWS_CA_BUNDLE`` names no readable file.
         """
         if not self.is_s3:
             return None
+        trust_aws_ca_bundle_in_delta_rs()
         options = self.storage_options.resolved(os.environ).delta_rs_options()
         if self.s3_conditional_put is not None:
             options["aws_conditional_put"] = self.s3_conditional_put

@@ -8,9 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.tls import aws_ca_bundle
+from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
 
@@ -71,11 +74,13 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
     """Build the pyarrow file system for ``config.table_uri``.
 
     For S3: ``config.storage_options`` over this process's standard AWS chain (endpoint, region,
-    credentials; a profile is resolved through boto3, as pyarrow cannot take one).
+    credentials; a profile is resolved through boto3, as pyarrow cannot take one), trusting the
+    CAs of ``AWS_CA_BUNDLE`` when it is set (HTTPS endpoints).
 
     Raises:
         pyarrow.ArrowInvalid: malformed options (the sink turns it into a ``ConfigError``).
-        ConfigError: a profile without credentials.
+        ConfigError: a profile without credentials; ``AWS_CA_BUNDLE`` names no file, or this
+            pyarrow cannot take a CA bundle.
     """
     if not config.is_s3:
         return TableLocation(pafs.LocalFileSystem(), config.table_uri, is_local=True)
@@ -88,13 +93,26 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
         scheme, endpoint = ep.scheme, ep.netloc + ep.path.rstrip("/")
     keys = options.frozen_credentials()
     access_key, secret_key, session_token = keys if keys is not None else (None, None, None)
-    fs = pafs.S3FileSystem(
-        access_key=access_key,
-        secret_key=secret_key,
-        session_token=session_token,
-        region=options.region or "us-east-1",
-        endpoint_override=endpoint,
-        scheme=scheme,
-        force_virtual_addressing=not options.use_path_style and endpoint is not None,
-    )
+    tls: dict[str, str] = {}
+    ca_bundle = aws_ca_bundle() if scheme == "https" else None
+    if ca_bundle is not None:  # pyarrow's S3 client does not read AWS_CA_BUNDLE itself
+        tls["tls_ca_file_path"] = ca_bundle
+    try:
+        fs = pafs.S3FileSystem(
+            access_key=access_key,
+            secret_key=secret_key,
+            session_token=session_token,
+            region=options.region or "us-east-1",
+            endpoint_override=endpoint,
+            scheme=scheme,
+            force_virtual_addressing=not options.use_path_style and endpoint is not None,
+            **tls,
+        )
+    except TypeError as e:
+        if not tls:
+            raise
+        raise ConfigError(
+            f"AWS_CA_BUNDLE is set but pyarrow {pa.__version__} cannot take a CA bundle "
+            "(tls_ca_file_path): upgrade pyarrow"
+        ) from e
     return TableLocation(fs, root, is_local=False, s3=options)

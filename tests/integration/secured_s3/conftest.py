@@ -3,11 +3,12 @@ start-up, reached through ``AWS_CA_BUNDLE``, and least-privilege IAM users on on
 
 The server is session-scoped (started once, stopped at the end of the session, its folder with
 the keys removed). ``AWS_CA_BUNDLE`` is set for the session and restored afterwards; so is
-``SSL_CERT_FILE``, which the Delta sink sets from ``AWS_CA_BUNDLE`` for delta-rs.
+``SSL_CERT_FILE``, which the Delta sink extends with ``AWS_CA_BUNDLE``'s CAs for delta-rs.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,7 +28,10 @@ def tls_minio() -> Iterator[TlsMinioServer]:
     with tls_minio_server() as server:
         patch = pytest.MonkeyPatch()
         patch.setenv("AWS_CA_BUNDLE", str(server.certificates.ca_bundle))
-        patch.delenv("SSL_CERT_FILE", raising=False)
+        if "SSL_CERT_FILE" in os.environ:  # the Delta sink extends it: restored at the end
+            patch.setenv("SSL_CERT_FILE", os.environ["SSL_CERT_FILE"])
+        else:
+            patch.delenv("SSL_CERT_FILE", raising=False)
         try:
             server.endpoint.ensure_bucket(BUCKET)
             yield server

@@ -116,8 +116,7 @@ def test_delta_sink_under_the_least_privilege_policy(tls_minio: TlsMinioServer, 
         committable = sink.pre_commit(txn)
         assert committable is not None
         committables.append(committable)
-    for committable in committables:
-        assert sink.commit(committable) is CommitOutcome.COMMITTED
+    assert sink.commit_checkpoint(1, committables) is CommitOutcome.COMMITTED
     # checkpoint 2 fails after writing its files: they linger until abort_lingering
     txn = sink.begin_transaction(ctx(2))
     sink.write(txn, pa.record_batch({"id": pa.array([999], pa.int64()), "s": ["lost"]}))
