@@ -16,7 +16,7 @@ help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
 	@echo "make demo-cluster   the demo on a Spark standalone cluster (2 workers), everything on S3"
 	@echo "make demo-cluster-packed  the same with spark-submit and a venv-pack environment (--archives)"
-	@echo "make test           lint, docs, then pytest tests integration (starts services on demand)"
+	@echo "make test           lint, docs, then pytest tests (starts services on demand)"
 	@echo "make lint           ruff check, ruff format --check, mypy --strict on every package"
 	@echo "make docs           the documentation site (MkDocs, strict) into build/site"
 	@echo "make services-up    run Kafka and MinIO in the background for development"
@@ -85,6 +85,8 @@ lint: venv
 	$(BIN)/ruff format --check .
 	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/twophase
 	$(BIN)/mypy
+	# the test suites are no package of twophase: checked as files (tests/ mirrors the code's folders)
+	$(BIN)/mypy --explicit-package-bases tests/integration
 
 # the documentation site (mkdocs.yml, docs/) into build/site; strict: a warning, such as a broken link
 # or cross-reference, fails the build. mkdocstrings reads the sources of `twophase` (the repository
@@ -102,7 +104,7 @@ format: venv
 
 # the long service-fault cases (marker faults_long) run in `make faults` / `make chaos` instead
 test: lint docs prepare
-	$(BIN)/pytest tests integration -m "not faults_long and not long" --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest tests -m "not faults_long and not long" --durations=25 $(PYTEST_ARGS)
 
 services-up: prepare
 	$(BIN)/twophase services up
@@ -124,7 +126,7 @@ CHAOS_TRIALS ?= 300
 CHAOS_CLUSTER_TRIALS ?= 40
 CHAOS_ZOMBIE_TRIALS ?= 8
 chaos: prepare
-	$(BIN)/pytest -m long integration $(PYTEST_ARGS)
+	$(BIN)/pytest -m long tests/integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs cluster --trials $(CHAOS_CLUSTER_TRIALS) \
 		--report build/chaos-cluster-report.md
@@ -135,7 +137,7 @@ chaos: prepare
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
 # one line per case (moment, restarts, time to recover) in build/faults-report.jsonl
 faults: prepare
-	$(BIN)/pytest -m faults integration/faults $(PYTEST_ARGS)
+	$(BIN)/pytest -m faults tests/integration/faults $(PYTEST_ARGS)
 
 # the model-based protocol test (tests/coordinator/test_protocol_model.py) at length: the fixed
 # (derandomized) examples, then each seed (two fixed, one drawn from the clock and printed):

@@ -1,7 +1,7 @@
 """Build hook only; metadata, dependencies and tool settings live in setup.cfg.
 
-Test modules live beside the code they test in ``integration/`` (and ``conftest.py`` files); they
-are not part of the installed package.
+Test modules live under ``tests/``, outside every package; this hook is the second guard that no
+``test_*.py`` or ``conftest.py`` reaches the wheel.
 """
 
 from setuptools import setup

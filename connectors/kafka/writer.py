@@ -2,7 +2,7 @@
 
 ``open`` → ``write`` (whole Arrow batches) → ``pre_commit`` (flush; the committable) — and never
 commit. The producer is then dropped: destroying a librdkafka producer leaves its transaction
-open (checked against a real broker in ``integration/kafka/test_facts.py``), and the driver
+open (checked against a real broker in ``tests/integration/kafka/test_facts.py``), and the driver
 commits it with EndTxn (:mod:`twophase.connectors.kafka.committer`).
 
 librdkafka does not expose its producer id and epoch through an API; its statistics do (the

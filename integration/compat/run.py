@@ -34,10 +34,10 @@ from twophase.integration.spark_shipping import REPO, build_wheel, runtime_requi
 #: keeps a cell free of the development-only test dependencies).
 SUBSET = (
     "tests/coordinator/spark/test_compat.py",
-    "integration/chaos/test_chaos_quick.py",
-    "integration/test_format_by_version.py",
-    "integration/connect/test_connect.py",
-    "integration/connect/test_pipelines.py",
+    "tests/integration/chaos/test_chaos_quick.py",
+    "tests/integration/test_format_by_version.py",
+    "tests/integration/connect/test_connect.py",
+    "tests/integration/connect/test_pipelines.py",
 )
 #: Versions a cell reports besides pyspark's.
 SHOWN = ("pyarrow", "pandas", "numpy", "deltalake", "confluent-kafka", "kafka-python", "boto3")

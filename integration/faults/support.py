@@ -32,6 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from twophase.connectors.kafka import KafkaSink
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
@@ -51,6 +53,18 @@ from twophase.sinks.api import TwoPhaseCommitSink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+JOB_CASE_MARKS = [
+    pytest.mark.faults,
+    pytest.mark.spark,
+    pytest.mark.kafka,
+    pytest.mark.s3,
+    pytest.mark.delta,
+    pytest.mark.slow,
+]
+"""The marks of every fault case that runs a job (its services and speed)."""
+
+BUCKET = "twophase-faults"
 
 log = logging.getLogger(__name__)
 AnySink = TwoPhaseCommitSink[Any, Any]

@@ -209,13 +209,16 @@ class PostgresServer:
             )
 
     def start(self) -> None:
-        """Start the server (``pg_ctl start -w``) and wait until it accepts connections.
+        """Start the server (``pg_ctl start -w``) and wait until it accepts connections; a
+        running one is left as it is.
 
         Raises:
             ServiceUnavailableError: it did not start in time (the log's tail in the message).
         """
         if not self.data_dir.exists():
             self.init()
+        if self.running():
+            return
         ctl = ["pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", str(self.timeout_s)]
         result = self._run(*ctl, "start", check=False)
         if result.returncode != 0:
@@ -241,6 +244,12 @@ class PostgresServer:
         same directory, port and password."""
         self.stop(mode)
         self.start()
+
+    def running(self) -> bool:
+        """True while the server runs (``pg_ctl status``)."""
+        if not (self.data_dir / "postmaster.pid").exists():
+            return False
+        return self._run("pg_ctl", "-D", str(self.data_dir), "status", check=False).returncode == 0
 
     def pid(self) -> int | None:
         """The postmaster's process id, or ``None`` when not running."""

@@ -1,7 +1,7 @@
 """Pinned versions of every external service, the single source of truth.
 
 The native launcher, the Maven POMs under ``jvm/`` and ``docker-compose.yml`` must agree with these
-constants; ``integration/test_compose.py`` checks that they do.
+constants; ``tests/integration/test_compose.py`` checks that they do.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """S3CheckpointStorage request logic against botocore's Stubber (no service; the real contract is
-exercised against MinIO in integration/test_checkpoint_storage_s3.py).
+exercised against MinIO in tests/integration/test_checkpoint_storage_s3.py).
 
 Covers what a healthy server cannot show: transient-error retries, and a conditional PUT that
 answers 412 because our own earlier attempt had landed.

@@ -1,6 +1,6 @@
 """Fixtures of the fault suite: healthy services before every case, and the results table.
 
-The services are the session's ``kafka_cluster`` and ``minio_controls`` (integration/conftest.py):
+The services are the session's ``kafka_cluster`` and ``minio_controls`` (tests/integration/conftest.py):
 started once, healed (paused processes resumed, dead ones restarted, every broker back in every
 ISR, IAM restrictions lifted by the case itself) before each case, so one case's fault never leaks
 into the next.
@@ -13,22 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from twophase.integration.faults.support import FaultResult
+from twophase.integration.faults.support import BUCKET, FaultResult
 from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.services.kafka_cluster import KafkaCluster
 from twophase.integration.services.minio_server import MinioServer
 
-JOB_CASE_MARKS = [
-    pytest.mark.faults,
-    pytest.mark.spark,
-    pytest.mark.kafka,
-    pytest.mark.s3,
-    pytest.mark.delta,
-    pytest.mark.slow,
-]
-"""The marks of every fault case that runs a job (its services and speed)."""
-
-BUCKET = "twophase-faults"
 _RESULTS: list[FaultResult] = []
 
 

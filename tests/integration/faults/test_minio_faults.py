@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
+    BUCKET,
+    JOB_CASE_MARKS,
     MOMENTS,
     Action,
     FaultResult,

@@ -27,11 +27,11 @@ import pytest
 
 import twophase.integration
 
-# In a `make compat` cell twophase is the installed wheel, which leaves the test suites out
-# (integration/exactly_once, datasource, ...): they are found in this checkout, behind the wheel's
+# In a `make compat` cell twophase is the installed wheel, which leaves the test support out
+# (integration/exactly_once, datasource, ...): it is found in this checkout, behind the wheel's
 # own modules, so product code always comes from the wheel
-if str(Path(__file__).parent) not in twophase.integration.__path__:
-    twophase.integration.__path__.append(str(Path(__file__).parent))
+if str(Path(__file__).resolve().parents[2] / "integration") not in twophase.integration.__path__:
+    twophase.integration.__path__.append(str(Path(__file__).resolve().parents[2] / "integration"))
 
 from twophase.integration.services import S3Endpoint, kafka_service, s3_service
 from twophase.integration.services.kafka_cluster import KafkaCluster, kafka_cluster_service

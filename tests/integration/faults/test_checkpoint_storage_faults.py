@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.storage import CheckpointStorage, open_storage
-from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
+    BUCKET,
     EXPECTED_RECORDS,
+    JOB_CASE_MARKS,
     FaultResult,
     Injector,
     Moment,

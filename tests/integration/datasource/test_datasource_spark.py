@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.spark
 
 JOB = "ds"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = "twophase.integration.datasource.streamscript"
 
 

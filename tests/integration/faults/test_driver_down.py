@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from twophase.integration.faults.conftest import BUCKET, JOB_CASE_MARKS
 from twophase.integration.faults.support import (
+    BUCKET,
     EXPECTED_RECORDS,
+    JOB_CASE_MARKS,
     FaultResult,
     Injector,
     Moment,

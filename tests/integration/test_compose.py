@@ -18,7 +18,7 @@ from twophase.integration.services import versions
 from twophase.integration.services.kafka import server_properties
 from twophase.integration.services.maven import JVM_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "integration" / "docker"
 POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 

@@ -254,7 +254,7 @@ def run_worker(
     return subprocess.run(
         [sys.executable, "-m", "twophase.integration.s3.worker", str(path)],
         env=env,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=120,

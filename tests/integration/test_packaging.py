@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CODE_ROOTS = ("sinks", "coordinator", "connectors", "integration")
 TEST_SUITES = frozenset(
     {
@@ -24,12 +24,11 @@ TEST_SUITES = frozenset(
         "integration/datasource",
         "integration/flights",
         "integration/faults",
-        "integration/cluster",
         "integration/connect",
         "integration/testing",
     }
 )
-"""Folders of ``integration/`` that hold test suites and their helpers: never installed."""
+"""Folders of ``integration/`` that hold only test support (the suites are under ``tests/``): never installed."""
 
 
 @pytest.fixture(scope="module")
