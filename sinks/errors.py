@@ -99,3 +99,26 @@ class CorruptCheckpointError(CheckpointStorageError):
 
 class JobError(TwoPhaseError, RuntimeError):
     """A job cannot run as asked (e.g. the stored Spark query id differs from the Spark checkpoint's)."""
+
+
+class S3AccessDeniedError(ConfigError):
+    """S3 refused a request for lack of permission (``AccessDenied``, or a bare 403 on a HEAD).
+
+    Raised by the S3 and Delta sinks. The message is one line naming the IAM action to allow (e.g.
+    ``s3:AbortMultipartUpload``), the ``s3://`` key or prefix it was refused on and the S3
+    operation; checkpoint storage keeps its own error types and names the same in the message.
+
+    Attributes:
+        action: the IAM action, e.g. ``"s3:PutObject"``.
+        uri: ``s3://bucket/key`` (or ``s3://bucket/prefix``, ``s3://bucket``).
+        operation: the S3 operation that was refused, e.g. ``"CreateMultipartUpload"``.
+    """
+
+    def __init__(self, action: str, uri: str, operation: str, detail: str = "AccessDenied") -> None:
+        super().__init__(
+            f"S3 denied {action} on {uri} ({operation}: {detail}); allow {action} on it in the IAM "
+            "policy of the credentials in use (docs/secured-s3.md lists the actions twophase needs)"
+        )
+        self.action = action
+        self.uri = uri
+        self.operation = operation
