@@ -106,6 +106,35 @@ def abort_lingering(conn: Connection, scope: LingeringScope[PostgresCommittable]
     return count
 
 
+def fence_earlier_attempts(conn: Connection, prefix: str, checkpoint_id: int, partition: int) -> list[str]:
+    """ROLLBACK PREPARED what earlier attempts of one subtask (same checkpoint and partition) left
+    prepared, before a new attempt begins; return their gids.
+
+    Such a transaction was never acknowledged (Spark acknowledges one attempt per partition, and
+    ``verify_pre_committed`` catches an acknowledged one fenced by a zombie), and it holds the row
+    locks of every key it wrote: the new attempt, writing the same keys, would wait for it until
+    ``lock_timeout``. Kafka's ``init_transactions`` fences an earlier attempt the same way.
+
+    Raises:
+        psycopg.Error: the server refused a rollback.
+    """
+    fenced = []
+    for p in prepared_transactions(conn, prefix):
+        same_subtask = p.parts.checkpoint_id == checkpoint_id and p.parts.partition == partition
+        if same_subtask and rollback_prepared(conn, p.gid):
+            fenced.append(p.gid)
+            log_event(
+                log,
+                logging.INFO,
+                "earlier attempt's prepared transaction rolled back",
+                checkpoint=checkpoint_id,
+                partition=partition,
+                attempt=p.parts.attempt,
+                gid=p.gid,
+            )
+    return fenced
+
+
 def warn_old(prepared: Sequence[PreparedTransaction], threshold_ms: int, job_id: str, sink: str) -> int:
     """Log a WARNING for each prepared transaction older than ``threshold_ms``; return how many."""
     old = [p for p in prepared if p.age_ms >= threshold_ms]

@@ -97,8 +97,10 @@ def arrow_family(type_: pa.DataType) -> str | None:
         return arrow_family(type_.value_type)
     if pa.types.is_boolean(type_):
         return "bool"
-    if pa.types.is_integer(type_) or pa.types.is_floating(type_):
+    if pa.types.is_integer(type_):
         return str(type_)
+    if pa.types.is_floating(type_):
+        return f"float{type_.bit_width}"
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return "string"
     if pa.types.is_binary(type_) or pa.types.is_large_binary(type_) or pa.types.is_fixed_size_binary(type_):

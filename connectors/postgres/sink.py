@@ -55,6 +55,9 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     """
 
     codec = CODEC
+    # a new attempt rolls back what an earlier attempt of the same subtask prepared (its row locks
+    # would block the new one): a speculative copy would roll back the first attempt's transaction
+    speculation_safe = False
     # each commit opens its own connection; COMMIT PREPARED of different gids are independent
     commit_concurrency = 4
 

@@ -3,9 +3,12 @@
 Protocol (PostgreSQL docs, "PREPARE TRANSACTION", "COMMIT PREPARED"; psycopg's two-phase commit
 API, ``tpc_begin`` / ``tpc_prepare``):
 
-1. ``begin``: connect, ``tpc_begin(gid)``, ``SET LOCAL lock_timeout``; in upsert mode create the
-   staging table ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary
-   tables cannot be prepared).
+1. ``begin``: connect; roll back what earlier attempts of the same subtask left prepared (they
+   hold the row locks of the keys this attempt writes again; see
+   :func:`~twophase.connectors.postgres.lingering.fence_earlier_attempts`); ``tpc_begin(gid)``,
+   ``SET LOCAL lock_timeout``; in upsert mode create the staging table
+   ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary tables cannot be
+   prepared).
 2. ``write``: each Arrow batch goes in by ``COPY … FROM STDIN (FORMAT BINARY)``, typed with the
    table's column types (psycopg's ``Copy.set_types`` encodes each value).
 3. ``pre_commit``: upsert mode moves the staged rows with ``INSERT … SELECT DISTINCT ON (key) …
@@ -30,6 +33,7 @@ from twophase.connectors.postgres import naming
 from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
 from twophase.connectors.postgres.connection import connect, error_text
+from twophase.connectors.postgres.lingering import fence_earlier_attempts
 from twophase.connectors.postgres.schema import WritePlan, build_plan
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError, RecordError, SchemaError, ServiceUnavailableError
@@ -75,9 +79,12 @@ class PostgresTransaction:
         gid = naming.make_gid(
             ctx.job_id, ctx.sink_name, ctx.checkpoint_id, ctx.partition, ctx.attempt, naming.new_nonce()
         )
-        conn = connect(config, autocommit=False)
+        conn = connect(config, autocommit=True)
         txn = cls(config, plan, ctx, gid, conn)
         try:
+            prefix = naming.gid_prefix(ctx.job_id, ctx.sink_name)
+            fence_earlier_attempts(conn, prefix, ctx.checkpoint_id, ctx.partition)
+            conn.autocommit = False
             conn.tpc_begin(gid)
             conn.execute(
                 sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{config.lock_timeout_ms}ms"))
