@@ -56,4 +56,3 @@ def make_sink(postgres: PostgresServer, table: str) -> MakeSink:
         return PostgresSink(name, PostgresSinkConfig(**fields))
 
     return make
-

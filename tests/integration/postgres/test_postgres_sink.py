@@ -16,10 +16,9 @@ import pytest
 from psycopg import sql
 
 from twophase.connectors.postgres import PostgresCommittable, PostgresSink, PostgresSinkConfig
-from twophase.connectors.postgres.committable import CODEC
 from twophase.integration.services.postgres import PostgresServer, postgres_server
 from twophase.sinks.context import LingeringScope, WriterContext
-from twophase.sinks.errors import ConfigError, SchemaError, ServiceUnavailableError
+from twophase.sinks.errors import ConcurrentAttemptError, ConfigError, SchemaError, ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 
 JOB = "pg-job"
@@ -37,14 +36,21 @@ def _batch(ids: list[int], names: list[str] | None = None) -> pa.RecordBatch:
     )
 
 
-def _context(sink: PostgresSink, checkpoint: int = 1, partition: int = 0, attempt: int = 0) -> WriterContext:
-    return WriterContext(JOB, sink.name, checkpoint, partition, attempt, num_partitions=4)
+def _context(
+    sink: PostgresSink, checkpoint: int = 1, partition: int = 0, attempt: int = 0, job: str = JOB
+) -> WriterContext:
+    return WriterContext(job, sink.name, checkpoint, partition, attempt, num_partitions=4)
 
 
 def _prepare(
-    sink: PostgresSink, batch: pa.RecordBatch, checkpoint: int = 1, partition: int = 0, attempt: int = 0
+    sink: PostgresSink,
+    batch: pa.RecordBatch,
+    checkpoint: int = 1,
+    partition: int = 0,
+    attempt: int = 0,
+    job: str = JOB,
 ) -> PostgresCommittable:
-    txn = sink.begin_transaction(_context(sink, checkpoint, partition, attempt))
+    txn = sink.begin_transaction(_context(sink, checkpoint, partition, attempt, job))
     sink.write(txn, batch)
     committable = sink.pre_commit(txn)
     assert committable is not None
@@ -52,7 +58,9 @@ def _prepare(
 
 
 def _rows(conn: Conn, table: str) -> list[tuple[Any, ...]]:
-    return list(conn.execute(sql.SQL("SELECT * FROM {} ORDER BY id").format(sql.Identifier(table))).fetchall())
+    return list(
+        conn.execute(sql.SQL("SELECT * FROM {} ORDER BY id").format(sql.Identifier(table))).fetchall()
+    )
 
 
 def _prepared(conn: Conn) -> list[str]:
@@ -71,7 +79,9 @@ def people(reader: Conn, table: str) -> str:
     return table
 
 
-def test_prepared_rows_are_invisible_until_commit_prepared(make_sink: MakeSink, reader: Conn, people: str) -> None:
+def test_prepared_rows_are_invisible_until_commit_prepared(
+    make_sink: MakeSink, reader: Conn, people: str
+) -> None:
     sink = _validated(make_sink)
     committable = _prepare(sink, _batch([1, 2, 3]))
     assert committable.record_count == 3
@@ -94,7 +104,9 @@ def test_commit_twice_is_already_committed(make_sink: MakeSink, reader: Conn, pe
     assert _prepared(reader) == []
 
 
-def test_recover_and_commit_from_the_checkpoint_json_alone(make_sink: MakeSink, reader: Conn, people: str) -> None:
+def test_recover_and_commit_from_the_checkpoint_json_alone(
+    make_sink: MakeSink, reader: Conn, people: str
+) -> None:
     writer_side = _validated(make_sink)
     stored = json.dumps(writer_side.encode(_prepare(writer_side, _batch([7, 8]))))
     del writer_side  # the driver lost its in-memory state: a new process restores from JSON
@@ -122,8 +134,8 @@ def test_lingering_prepared_transaction_of_a_dead_attempt_is_rolled_back(
     make_sink: MakeSink, reader: Conn, people: str
 ) -> None:
     sink = _validated(make_sink)
-    dead = _prepare(sink, _batch([1, 2]), attempt=0)  # its task died after PREPARE
-    held = _prepare(sink, _batch([1, 2]), attempt=1)  # the retry, which the checkpoint holds
+    held = _prepare(sink, _batch([1, 2]), partition=0)  # the checkpoint holds it
+    dead = _prepare(sink, _batch([3, 4]), partition=1)  # prepared, then the epoch failed over
     newer = _prepare(sink, _batch([9]), checkpoint=2)  # a later epoch's, maybe still running
     other_job = make_sink(name="other")
     other_txn = other_job.begin_transaction(WriterContext("another-job", "other", 1, 0, 0, 1))
@@ -143,6 +155,22 @@ def test_lingering_prepared_transaction_of_a_dead_attempt_is_rolled_back(
     assert sink.abort_lingering(LingeringScope(JOB, sink.name)) == 0
     assert _prepared(reader) == []
     assert _rows(reader, people) == [(1, "n1"), (2, "n2")]
+
+
+def test_a_task_retry_rolls_back_the_earlier_attempts_prepared_transaction(
+    make_sink: MakeSink, reader: Conn, people: str
+) -> None:
+    sink = _validated(make_sink, lock_timeout_ms=5_000)
+    first = _prepare(sink, _batch([1, 2]), attempt=0)  # the task died after PREPARE
+    retry = _prepare(sink, _batch([1, 2]), attempt=1)  # same keys: no wait on the first's row locks
+    assert _prepared(reader) == [retry.gid]
+    with pytest.raises(ConcurrentAttemptError, match=first.gid):
+        sink.verify_pre_committed([first], [])
+    sink.verify_pre_committed([retry], [])
+    assert sink.commit(retry) is CommitOutcome.COMMITTED
+    assert sink.commit(first) is CommitOutcome.LOST
+    assert _rows(reader, people) == [(1, "n1"), (2, "n2")]
+    assert _prepared(reader) == []
 
 
 def test_prepared_transactions_survive_a_server_restart(
@@ -194,7 +222,9 @@ def test_upsert_last_row_of_a_key_wins(make_sink: MakeSink, reader: Conn, people
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     assert _rows(reader, people) == [(1, "second"), (2, "kept"), (3, "x")]
     assert _prepared(reader) == []
-    staging = reader.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'twophase_stage_%'").fetchone()
+    staging = reader.execute(
+        "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'twophase_stage_%'"
+    ).fetchone()
     assert staging == (0,)
 
 
@@ -271,17 +301,21 @@ def test_old_prepared_transactions_are_warned_about(
     assert sink.transaction_timeout_ms == 1  # the runtime's age monitor warns at 80% of it
     with caplog.at_level(logging.WARNING):
         assert sink.abort_lingering(LingeringScope(JOB, sink.name, held=(held,))) == 0
-    assert any("prepared transaction is old" in r.getMessage() and held.gid in r.getMessage() for r in caplog.records)
+    assert any(
+        "prepared transaction is old" in r.getMessage() and held.gid in r.getMessage() for r in caplog.records
+    )
     assert sink.commit(held) is CommitOutcome.COMMITTED
     assert _prepared(reader) == []
 
 
 def test_last_committed_checkpoint_comes_from_the_commit_records(make_sink: MakeSink, people: str) -> None:
     sink = _validated(make_sink)
-    assert sink.last_committed_checkpoint(JOB) is None
-    sink.commit(_prepare(sink, _batch([1]), checkpoint=3))
-    uncommitted = _prepare(sink, _batch([2]), checkpoint=4)
-    assert sink.last_committed_checkpoint(JOB) == 3
+    job = f"floor-{people}"
+    assert sink.last_committed_checkpoint(job) is None
+    sink.commit(_prepare(sink, _batch([1]), checkpoint=3, job=job))
+    uncommitted = _prepare(sink, _batch([2]), checkpoint=4, job=job)
+    assert sink.last_committed_checkpoint(job) == 3
+    assert sink.last_committed_checkpoint(JOB + "-never") is None
     sink.abort(uncommitted)
 
 
