@@ -142,3 +142,26 @@ def test_the_full_policy_runs_every_component(make_user: MakeUser) -> None:
     user = make_user()
     for run in (run_s3_sink, run_delta_sink, run_checkpoints):
         run(user.endpoint, user.prefix)
+
+
+def test_a_checkpoint_it_may_not_read_is_not_taken_for_corrupt(
+    tls_minio: object, make_user: MakeUser
+) -> None:
+    """Without s3:GetObject, a restore must fail naming the action: were the refusal taken for a
+    corrupt checkpoint, ``fallback_to_valid`` would skip every checkpoint and start the job anew."""
+    from twophase.integration.services.s3_tls import TlsMinioServer
+    from twophase.sinks.errors import CorruptCheckpointError
+
+    assert isinstance(tls_minio, TlsMinioServer)
+    user = make_user(tuple(a for a in LEAST_PRIVILEGE_ACTIONS if a != "s3:GetObject"))
+    location = f"s3://{BUCKET}/{user.prefix}/chk"
+    writer = open_storage(location, JOB, s3_options=tls_minio.endpoint.s3_options())
+    for cid in (1, 2):
+        writer.publish(CheckpointMetadata(JOB, cid, CheckpointKind.CHECKPOINT, 1_700_000_000_000, {}))
+    reader = open_storage(location, JOB, s3_options=user.endpoint.s3_options())
+    with pytest.raises(CheckpointStorageError) as raised:
+        reader.latest(fallback_to_valid=True)
+    assert not isinstance(raised.value, CorruptCheckpointError)
+    assert f"S3 denied s3:GetObject on s3://{BUCKET}/{user.prefix}/chk/{JOB}/chk-2/_metadata" in str(
+        raised.value
+    )
