@@ -76,7 +76,11 @@ def access_denied(exc: BaseException, bucket: str, key: str = "") -> S3AccessDen
         return None
     code, status = _code(exc)
     operation = str(getattr(exc, "operation_name", "") or "request")
-    detail = code if code and code != str(status) else f"HTTP {status}, no reason given"
+    detail = (
+        code
+        if code and code != str(status)
+        else f"HTTP {status} without a reason: the permission is missing or the credentials are invalid"
+    )
     return S3AccessDeniedError(iam_action(operation), s3_uri(bucket, key), operation, detail)
 
 

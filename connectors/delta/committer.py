@@ -37,6 +37,7 @@ from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT, lo
 from twophase.connectors.delta.schema import fields_for, new_columns
 from twophase.sinks.errors import SchemaError
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.s3_access import denied_in_message
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,10 @@ class DeltaCommitter:
             log.error("cannot commit: %s", e, extra=fields)
             return CommitOutcome.FATAL
         except (DeltaError, OSError) as e:
+            denied = denied_in_message(e)
+            if denied is not None:  # retrying cannot help
+                log.error("cannot commit: %s", denied, extra=fields)
+                return CommitOutcome.FATAL
             log.warning("commit failed, transient: %s", str(e).splitlines()[0], extra=fields)
             return CommitOutcome.RETRY
         except Exception:

@@ -10,10 +10,12 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+from botocore.exceptions import ClientError
 
 from twophase.connectors.delta.config import DeltaSinkConfig
 from twophase.connectors.delta.tls import aws_ca_bundle
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_access import access_denied, denied_delete
 from twophase.sinks.s3_options import S3Options
 
 
@@ -51,6 +53,7 @@ class TableLocation:
 
         Raises:
             OSError: the local file system refused (permissions).
+            S3AccessDeniedError: S3 refused a delete for lack of ``s3:DeleteObject``.
             botocore.exceptions.BotoCoreError, ClientError: S3 refused or is unreachable.
         """
         if self.is_local:
@@ -62,10 +65,19 @@ class TableLocation:
         client = self.s3.boto3_client(max_attempts=5)  # botocore's standard retries
         for start in range(0, len(relatives), 1000):  # DeleteObjects takes at most 1000 keys
             keys = [f"{prefix}/{rel}" if prefix else rel for rel in relatives[start : start + 1000]]
-            response = client.delete_objects(
-                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
-            )
+            try:
+                response = client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+                )
+            except ClientError as e:
+                denied = access_denied(e, bucket, keys[0])
+                if denied is not None:
+                    raise denied from e
+                raise
             errors = response.get("Errors", [])
+            denied = denied_delete(bucket, list(errors))
+            if denied is not None:
+                raise denied
             if errors:
                 raise OSError(f"S3 refused to delete {len(errors)} objects, e.g. {errors[0]}")
 

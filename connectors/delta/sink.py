@@ -30,6 +30,7 @@ from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
+from twophase.sinks.s3_access import denied_in_message
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -88,15 +89,19 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
                 Delta counterpart, or a clash with the existing table's schema or partitioning
                 (new columns only with ``merge_schema``).
             ConfigError: a local table root that cannot be created or written, bad S3 options.
+            S3AccessDeniedError: S3 refused for lack of permission (names the IAM action and key).
             ServiceUnavailableError: the table's storage cannot be reached.
         """
         data_json = delta_schema_json(project_schema(schema, self.config.columns), self.config.partition_by)
         self._check_root()
         try:
             table = load_table(self.config)
-        except OSError as e:
-            raise ServiceUnavailableError(f"cannot read Delta table {self.config.table_uri}: {e}") from e
         except Exception as e:
+            denied = denied_in_message(e)
+            if denied is not None:
+                raise denied from e
+            if isinstance(e, OSError):
+                raise ServiceUnavailableError(f"cannot read Delta table {self.config.table_uri}: {e}") from e
             raise ServiceUnavailableError(
                 f"cannot read Delta table {self.config.table_uri}: {str(e).splitlines()[0]}"
             ) from e
@@ -259,6 +264,9 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         try:
             info = location.fs.get_file_info(bucket)
         except OSError as e:
+            denied = denied_in_message(e)
+            if denied is not None:
+                raise denied from e
             raise ServiceUnavailableError(f"cannot reach S3 bucket {bucket!r}: {e}") from e
         if info.type.name == "NotFound":
             raise ConfigError(f"S3 bucket {bucket!r} of {self.config.table_uri} does not exist")

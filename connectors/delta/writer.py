@@ -27,6 +27,7 @@ from twophase.connectors.delta.schema import delta_schema_json, project_schema, 
 from twophase.connectors.delta.stats import StatsCollector
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, SchemaError, ServiceUnavailableError
+from twophase.sinks.s3_access import denied_in_message
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class DeltaFileWriter:
         RecordError: a value cannot be written (e.g. a nanosecond timestamp not representable in
             µs: it is refused, never truncated).
         ConfigError: the table root is not writable (permission denied).
+        S3AccessDeniedError: S3 refused for lack of permission (names the IAM action and key).
         ServiceUnavailableError: storage failed (after pyarrow's own retries).
     """
 
@@ -209,7 +211,10 @@ class DeltaFileWriter:
 def _storage_errors(rel: str) -> Iterator[None]:
     try:
         yield
-    except (PermissionError, NotADirectoryError, FileExistsError, IsADirectoryError) as e:
-        raise ConfigError(f"Delta table root is not writable ({rel}): {e}") from e
     except OSError as e:
+        denied = denied_in_message(e)
+        if denied is not None:
+            raise denied from e
+        if isinstance(e, (PermissionError, NotADirectoryError, FileExistsError, IsADirectoryError)):
+            raise ConfigError(f"Delta table root is not writable ({rel}): {e}") from e
         raise ServiceUnavailableError(f"writing Delta data file {rel} failed: {e}") from e

@@ -28,7 +28,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from twophase.connectors.s3.committable import PendingFile, S3Committable
 from twophase.connectors.s3.uploads import S3Ops, error_code, is_transient
+from twophase.sinks.errors import S3AccessDeniedError
 from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.s3_access import access_denied
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -95,7 +97,11 @@ def commit_file(ops: S3Ops, f: PendingFile) -> CommitOutcome:
             log.warning("commit: transient error after retries (%s): key=%s", code, f.key)
             return CommitOutcome.RETRY
         else:
-            log.error("commit failed (%s): bucket=%s key=%s", code, f.bucket, f.key)
+            denied = access_denied(e, f.bucket, f.key)
+            if denied is not None:
+                log_event(log, logging.ERROR, "commit failed", error=str(denied))
+            else:
+                log.error("commit failed (%s): bucket=%s key=%s", code, f.bucket, f.key)
             return CommitOutcome.FATAL
     except Exception as e:
         if is_transient(e):
@@ -112,7 +118,7 @@ def delete_tails(ops: S3Ops, tail_prefix: str) -> int:
     """Delete every tail object of one file (best effort); returns how many were deleted."""
     try:
         return ops.delete_keys(ops.list_keys(tail_prefix))
-    except (ClientError, BotoCoreError, RuntimeError, OSError) as e:
+    except (ClientError, BotoCoreError, RuntimeError, OSError, S3AccessDeniedError) as e:
         log.warning("could not delete tails under %s (left for abort_lingering): %s", tail_prefix, e)
         return 0
 

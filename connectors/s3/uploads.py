@@ -11,7 +11,8 @@ such a response to status 500 before parsing, so it surfaces as a ``ClientError`
 code (e.g. ``InternalError``) and is retried here like any 5xx. As a second line of defence a
 completion response without an ``ETag`` is treated as transient too.
 
-Errors after retries are typed (``twophase.sinks.errors``): a missing bucket or denied credentials →
+Errors after retries are typed (``twophase.sinks.errors``): a refusal for lack of permission →
+``S3AccessDeniedError`` naming the IAM action and the key; a missing bucket or bad credentials →
 ``ConfigError``; still transient → ``ServiceUnavailableError``; an upload or tail that vanished
 while resuming → ``TransactionLostError``.
 """
@@ -39,6 +40,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from twophase.connectors.s3.committable import UploadedPart
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError, TransactionLostError
+from twophase.sinks.s3_access import access_denied, denied_delete
 from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
@@ -191,17 +193,26 @@ class S3Ops:
         """Call ``fn(**kwargs)`` with retries; the last error is re-raised unchanged."""
         return self.retrying()(fn, **kwargs)
 
-    def _call(self, what: str, fn: Callable[..., T], **kwargs: Any) -> T:
+    def _call(self, what: str, fn: Callable[..., T], *, where: str | None = None, **kwargs: Any) -> T:
+        """``fn(**kwargs)`` with retries; errors left are translated (:meth:`translate`), naming
+        ``where`` (a key or prefix; default: the call's ``Key``)."""
         try:
             return self.call_raw(fn, **kwargs)
         except (ClientError, BotoCoreError, IncompleteResponseError, ConnectionError, TimeoutError) as e:
-            translated = self.translate(e, what)
+            translated = self.translate(e, what, str(kwargs.get("Key", "")) if where is None else where)
             if translated is e:
                 raise
             raise translated from e
 
-    def translate(self, exc: BaseException, what: str) -> BaseException:
-        """Map an S3 error (after retries) to the project's typed errors; others are returned as is."""
+    def translate(self, exc: BaseException, what: str, key: str = "") -> BaseException:
+        """Map an S3 error (after retries) to the project's typed errors; others are returned as is.
+
+        A refusal for lack of permission becomes :class:`S3AccessDeniedError` naming the IAM action
+        and ``s3://bucket/key`` (``key``: the request's key or prefix, ``""`` for the bucket).
+        """
+        denied = access_denied(exc, self.bucket, key)
+        if denied is not None:
+            return denied
         code = error_code(exc)
         where = f"s3://{self.bucket}"
         if code == "NoSuchBucket" or (what == "head bucket" and code in ("404", "NotFound")):
@@ -289,7 +300,7 @@ class S3Ops:
             return resp["Body"].read()
 
         try:
-            data = self._call("get object", read)
+            data = self._call("get object", read, where=key)
         except ClientError as e:
             if error_code(e) in ("NoSuchKey", "404", "NotFound"):
                 raise TransactionLostError(f"tail object s3://{self.bucket}/{key} is missing") from e
@@ -345,7 +356,7 @@ class S3Ops:
         except ClientError as e:
             if error_code(e) in ("404", "NoSuchKey", "NotFound"):
                 return None
-            translated = self.translate(e, "head object")
+            translated = self.translate(e, "head object", key)
             if translated is e:
                 raise
             raise translated from e
@@ -355,6 +366,7 @@ class S3Ops:
         """DeleteObjects in batches of 1000; returns how many were asked to be deleted.
 
         Raises:
+            S3AccessDeniedError: S3 refused a key for lack of ``s3:DeleteObject``.
             ServiceUnavailableError: S3 keeps failing; ``RuntimeError`` if S3 reports per-key errors.
         """
         for start in range(0, len(keys), 1000):
@@ -366,6 +378,9 @@ class S3Ops:
                 Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
             )
             errors = resp.get("Errors") or []
+            denied = denied_delete(self.bucket, list(errors))
+            if denied is not None:
+                raise denied
             if errors:
                 raise RuntimeError(f"deleting {len(errors)} objects failed, first: {errors[0]}")
         return len(keys)
@@ -377,7 +392,7 @@ class S3Ops:
             pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
             return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
 
-        return self._call("list objects", listing)
+        return self._call("list objects", listing, where=prefix)
 
     def list_parts(self, key: str, upload_id: str) -> dict[int, str]:
         """The parts an open multipart upload holds now (all pages): part number → ETag.
@@ -393,7 +408,7 @@ class S3Ops:
             )
             return {int(p["PartNumber"]): str(p["ETag"]) for page in pages for p in page.get("Parts", [])}
 
-        return self._call("list parts", listing)
+        return self._call("list parts", listing, where=key)
 
     def list_uploads(self) -> list[ListedUpload]:
         """Every pending multipart upload in the bucket (all pages).
@@ -409,4 +424,4 @@ class S3Ops:
                 for u in page.get("Uploads", [])
             ]
 
-        return self._call("list multipart uploads", listing)
+        return self._call("list multipart uploads", listing, where="")
