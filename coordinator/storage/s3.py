@@ -55,6 +55,7 @@ from twophase.sinks.errors import (
     ConfigError,
     CorruptCheckpointError,
 )
+from twophase.sinks.s3_access import access_denied, denied_delete
 from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
@@ -171,7 +172,9 @@ class S3CheckpointStorage:
         except ClientError as e:
             if error_code(e) in NOT_FOUND_CODES:
                 return False
-            raise CheckpointStorageError(f"S3 HeadObject {self.uri(key)} failed: {e}") from e
+            raise CheckpointStorageError(
+                f"S3 HeadObject {self.uri(key)} failed: {explain(e, self.bucket, key)}"
+            ) from e
         return True
 
     # -- publish -------------------------------------------------------------------------------
@@ -263,9 +266,12 @@ class S3CheckpointStorage:
             )
             if retried:  # an earlier attempt failed transiently and may have landed unanswered
                 raise CheckpointPublishUnknownError(
-                    f"S3 PutObject {uri} failed{hint} after an attempt that may have landed: {error}"
+                    f"S3 PutObject {uri} failed{hint} after an attempt that may have landed: "
+                    f"{explain(error, self.bucket, key)}"
                 ) from error
-            raise CheckpointNotPublishedError(f"S3 PutObject {uri} failed{hint}: {error}") from error
+            raise CheckpointNotPublishedError(
+                f"S3 PutObject {uri} failed{hint}: {explain(error, self.bucket, key)}"
+            ) from error
         if not retried:
             raise CheckpointNotPublishedError(f"checkpoint exists already: {uri}") from error
         try:
@@ -300,7 +306,9 @@ class S3CheckpointStorage:
                     "DeleteObject", marker, lambda: self._client.delete_object(Bucket=self.bucket, Key=marker)
                 )
         except ClientError as e:
-            raise CheckpointStorageError(f"S3 write of {self.uri(marker)} failed: {e}") from e
+            raise CheckpointStorageError(
+                f"S3 write of {self.uri(marker)} failed: {explain(e, self.bucket, marker)}"
+            ) from e
 
     # -- read ----------------------------------------------------------------------------------
 
@@ -315,7 +323,9 @@ class S3CheckpointStorage:
         try:
             return self._call("ListObjectsV2", prefix, list_all)
         except ClientError as e:
-            raise CheckpointStorageError(f"cannot list {self.uri(prefix)}: {e}") from e
+            raise CheckpointStorageError(
+                f"cannot list {self.uri(prefix)}: {explain(e, self.bucket, prefix)}"
+            ) from e
 
     def _scan(self) -> tuple[list[CheckpointRef], list[tuple[int, CheckpointKind]]]:
         """Published refs, and (id, kind) of directories with objects but no ``_metadata``."""
@@ -390,7 +400,9 @@ class S3CheckpointStorage:
         try:
             self._call("PutObject", key, lambda: self._client.put_object(Bucket=bucket, Key=key, Body=b""))
         except ClientError as e:
-            raise CheckpointStorageError(f"S3 write of s3://{bucket}/{key} failed: {e}") from e
+            raise CheckpointStorageError(
+                f"S3 write of s3://{bucket}/{key} failed: {explain(e, bucket, key)}"
+            ) from e
 
     def is_committed(self, location: str) -> bool:
         """True if the checkpoint's ``_committed`` object exists."""
@@ -400,7 +412,9 @@ class S3CheckpointStorage:
         except ClientError as e:
             if error_code(e) in NOT_FOUND_CODES:
                 return False
-            raise CheckpointStorageError(f"S3 HeadObject s3://{bucket}/{key} failed: {e}") from e
+            raise CheckpointStorageError(
+                f"S3 HeadObject s3://{bucket}/{key} failed: {explain(e, bucket, key)}"
+            ) from e
         return True
 
     def _read(self, key: str, bucket: str | None = None) -> bytes:
@@ -415,6 +429,9 @@ class S3CheckpointStorage:
         except ClientError as e:
             if error_code(e) in NOT_FOUND_CODES:
                 raise CheckpointStorageError(f"no checkpoint metadata at {uri}") from e
+            denied = access_denied(e, bucket, key)
+            if denied is not None:  # not corrupt: fallback_to_valid must not skip it
+                raise CheckpointStorageError(f"cannot read checkpoint metadata {uri}: {denied}") from e
             raise CorruptCheckpointError(f"unreadable checkpoint metadata {uri}: {e}") from e
 
     def latest(self, *, fallback_to_valid: bool = False) -> CheckpointMetadata | None:
@@ -454,7 +471,9 @@ class S3CheckpointStorage:
             self._call("DeleteObject", meta, lambda: self._client.delete_object(Bucket=self.bucket, Key=meta))
         except ClientError as e:
             if error_code(e) not in NOT_FOUND_CODES:
-                raise CheckpointStorageError(f"cannot delete {self.uri(meta)}: {e}") from e
+                raise CheckpointStorageError(
+                    f"cannot delete {self.uri(meta)}: {explain(e, self.bucket, meta)}"
+                ) from e
         prefix = self.dir_key(checkpoint_id, kind)
         for batch in _chunks(self._list_keys(prefix), _DELETE_BATCH):
             objects: Any = [{"Key": k} for k in batch]
@@ -467,8 +486,13 @@ class S3CheckpointStorage:
             try:
                 resp = self._call("DeleteObjects", prefix, delete_batch)
             except ClientError as e:
-                raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {e}") from e
+                raise CheckpointStorageError(
+                    f"cannot delete under {self.uri(prefix)}: {explain(e, self.bucket, prefix)}"
+                ) from e
             errors = [err for err in resp.get("Errors", ()) if err.get("Code") not in NOT_FOUND_CODES]
+            denied = denied_delete(self.bucket, errors)
+            if denied is not None:
+                raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {denied}")
             if errors:
                 raise CheckpointStorageError(f"cannot delete under {self.uri(prefix)}: {errors[:3]}")
 
@@ -515,3 +539,10 @@ def _parse_rel_key(rel: str) -> tuple[int, bool, str] | None:
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def explain(error: BaseException, bucket: str, key: str) -> str:
+    """``error`` in a message: for a refusal for lack of permission, the IAM action to allow and
+    the ``s3://`` key (:class:`~twophase.sinks.errors.S3AccessDeniedError`'s words), else as is."""
+    denied = access_denied(error, bucket, key)
+    return str(denied) if denied is not None else str(error)
