@@ -60,6 +60,7 @@ def test_services_present(compose: dict[str, Any]) -> None:
     assert set(compose["services"]) == {
         "kafka",
         "minio",
+        "postgres",
         "app",
         "spark-master",
         "spark-worker-1",
@@ -117,11 +118,19 @@ def test_the_spark_cluster_services_run_pysparks_own_master_and_workers(compose:
         assert services[name]["depends_on"] == ["spark-master"]
 
 
+def test_postgres_allows_prepared_transactions_as_the_native_launcher_does(compose: dict[str, Any]) -> None:
+    from twophase.integration.services.postgres import DEFAULT_MAX_PREPARED_TRANSACTIONS
+
+    postgres = compose["services"]["postgres"]
+    assert postgres["image"].startswith("postgres:")
+    assert f"max_prepared_transactions={DEFAULT_MAX_PREPARED_TRANSACTIONS}" in postgres["command"]
+
+
 def test_ports_bind_localhost_only(compose: dict[str, Any]) -> None:
     published = [port for service in compose["services"].values() for port in service.get("ports", [])]
     assert published
     assert all(str(port).startswith("127.0.0.1:") for port in published)
-    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9000", "9001", "8080"}
+    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9000", "9001", "8080", "5432"}
 
 
 def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:
