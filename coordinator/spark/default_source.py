@@ -6,7 +6,7 @@ The wheel ships a top-level module ``pyspark_twophase`` whose ``DefaultSource`` 
 needed::
 
     (df.writeStream.format("twophase")
-       .option("sink", "kafka")                         # kafka | s3 | delta
+       .option("sink", "kafka")                         # kafka | s3 | delta | postgres
        .option("job", "orders")
        .option("twophaseCheckpointDir", "s3://bucket/chk")
        .option("checkpointLocation", "s3a://bucket/spark-chk")
@@ -89,10 +89,18 @@ def _delta(name: str, options: Mapping[str, str]) -> tuple[AnySink, set[str]]:
     return DeltaSink(name, config), used
 
 
+def _postgres(name: str, options: Mapping[str, str]) -> tuple[AnySink, set[str]]:
+    from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
+
+    config, used = config_from_options(PostgresSinkConfig, options)
+    return PostgresSink(name, config), used
+
+
 SINKS: dict[str, Callable[[str, Mapping[str, str]], tuple[AnySink, set[str]]]] = {
     "kafka": _kafka,
     "s3": _s3,
     "delta": _delta,
+    "postgres": _postgres,
 }
 
 
@@ -119,17 +127,23 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
 
 
 def sink_option_names(kind: str) -> list[str]:
-    """The config options of sink ``kind`` (``kafka``, ``s3``, ``delta``), for messages and docs."""
+    """The config options of sink ``kind`` (kafka, s3, delta, postgres), for messages and docs."""
     from twophase.connectors.delta import DeltaSinkConfig
     from twophase.connectors.kafka import KafkaSinkConfig
+    from twophase.connectors.postgres import PostgresSinkConfig
     from twophase.connectors.s3 import S3SinkConfig
 
-    classes: dict[str, type[Any]] = {"kafka": KafkaSinkConfig, "s3": S3SinkConfig, "delta": DeltaSinkConfig}
+    classes: dict[str, type[Any]] = {
+        "kafka": KafkaSinkConfig,
+        "s3": S3SinkConfig,
+        "delta": DeltaSinkConfig,
+        "postgres": PostgresSinkConfig,
+    }
     return option_names(classes[kind])
 
 
 class TwophaseDataSource(TwoPhaseDataSource):
-    """``.format("twophase")``: the Kafka, S3 or Delta sink chosen by ``.option("sink", …)``.
+    """``.format("twophase")``: the Kafka, S3, Delta or PostgreSQL sink chosen by ``.option("sink", …)``.
 
     Registered automatically by the wheel's ``pyspark_twophase`` module. The facade's limits
     apply (:mod:`twophase.coordinator.spark.datasource`): one sink per query, commits with every
