@@ -20,6 +20,7 @@ import tenacity
 
 from twophase.connectors.kafka.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
+from twophase.connectors.kafka.security import preflight
 from twophase.connectors.kafka.transport import TransactionTransport
 from twophase.sinks.errors import ServiceUnavailableError
 
@@ -82,13 +83,23 @@ class KafkaAdmin:
         self._lock = threading.Lock()
 
     @classmethod
-    def connect(cls, config: KafkaSinkConfig, clients: KafkaClients | None = None) -> KafkaAdmin:
+    def connect(
+        cls, config: KafkaSinkConfig, clients: KafkaClients | None = None, sink: str | None = None
+    ) -> KafkaAdmin:
         """Connect, retrying with exponential backoff (``connect_attempts``, ``connect_backoff_ms``).
 
+        With the real clients and a TLS or SASL listener, librdkafka logs in once first
+        (:func:`~twophase.connectors.kafka.security.preflight`), so that a refused login or TLS
+        handshake is named instead of ending as a bootstrap timeout. ``sink`` names the sink in
+        messages.
+
         Raises:
+            KafkaAuthenticationError: the listener refused the login or TLS handshake (one line).
             ServiceUnavailableError: no broker answered after all attempts (one clear line).
         """
         clients = clients or ConfluentClients()
+        if isinstance(clients, ConfluentClients):
+            preflight(config, sink)
         retrying = tenacity.Retrying(
             stop=tenacity.stop_after_attempt(config.connect_attempts),
             wait=tenacity.wait_exponential(multiplier=config.connect_backoff_ms / 1000.0, max=30),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from twophase.connectors.kafka import naming
+from twophase.connectors.kafka.security import check_security_settings
 from twophase.sinks.errors import ConfigError
 
 ConfigValue = str | int | float | bool
@@ -249,6 +250,7 @@ class KafkaSinkConfig:
         reserved = sorted(RESERVED_PRODUCER_KEYS.intersection(self.client_config))
         if reserved:
             raise ConfigError(f"Kafka sink: client_config may not set {reserved}; the sink owns them")
+        check_security_settings(self.client_config)
         admin_security_config(self.client_config)  # raises ConfigError on untranslatable settings
 
     def prefix(self, job_id: str) -> str:

@@ -100,6 +100,8 @@ class ProducerErrors:
         self.count = 0
         self.messages: list[str] = []
         self.size_too_large = False
+        self.topics_denied: set[str] = set()
+        self.security: KafkaError | None = None
 
     def on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is None:
@@ -107,10 +109,14 @@ class ProducerErrors:
         self.count += 1
         if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
             self.size_too_large = True
+        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            self.topics_denied.add(str(msg.topic()))
         if len(self.messages) < _MAX_KEPT_ERRORS:
             self.messages.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
 
     def on_error(self, err: KafkaError) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL) and self.security is None:
+            self.security = err  # the listener refused the login or TLS handshake
         if err.fatal():
             self.count += 1
             self.messages.append(f"fatal: {err.str()}")

@@ -13,10 +13,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import kafka.errors as kerrors
 import pyarrow as pa
 import tenacity
 
-from twophase.connectors.kafka import lingering, naming, serializers
+from twophase.connectors.kafka import lingering, naming, security, serializers
 from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
 from twophase.connectors.kafka.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.committable import CODEC, KafkaCommittable
@@ -111,6 +112,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
 
         Raises:
             ConfigError: timeout above the broker's maximum; unknown topic without create_topic.
+            KafkaAuthenticationError: the listener refused the login or the TLS handshake.
+            KafkaAuthorizationError: Describe on the topic, or Create for ``create_topic``, is denied.
             ServiceUnavailableError: the brokers cannot be reached after retries with backoff.
         """
         admin = self._connected_admin()
@@ -123,21 +126,62 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
                     f"exceeds the broker's transaction.max.timeout.ms={min(limits)}"
                 )
             if config.topic is not None:
-                if not admin.topic_exists(config.topic):
+                if not self._topic_exists(admin, config.topic):
                     if not config.create_topic:
                         raise ConfigError(
                             f"Kafka sink {self.name!r}: topic {config.topic!r} does not exist "
                             "(set create_topic=True to create it)"
                         )
-                    admin.create_topic(
-                        config.topic, config.new_topic_partitions, config.new_topic_replication_factor
-                    )
+                    try:
+                        admin.create_topic(
+                            config.topic, config.new_topic_partitions, config.new_topic_replication_factor
+                        )
+                    except (kerrors.TopicAuthorizationFailedError, kerrors.ClusterAuthorizationFailedError):
+                        raise security.denied(
+                            config,
+                            self.name,
+                            "Create",
+                            f"Topic {config.topic!r}",
+                            "CreateTopics for create_topic=True; or create the topic beforehand",
+                        ) from None
                     log_event(log, logging.INFO, "topic created", sink=self.name, topic=config.topic)
                 limit = admin.topic_config(config.topic, "max.message.bytes")
                 self.topic_max_message_bytes = int(limit) if limit is not None else None
         except NETWORK_ERRORS as e:
             raise ServiceUnavailableError(
                 f"Kafka brokers {config.bootstrap_servers} stopped answering during start-up checks: {e}"
+            ) from None
+
+    def _topic_exists(self, admin: KafkaAdmin, topic: str) -> bool:
+        try:
+            return admin.topic_exists(topic)
+        except kerrors.TopicAuthorizationFailedError:
+            raise security.denied(
+                self.config,
+                self.name,
+                "Describe",
+                f"Topic {topic!r}",
+                "Metadata; grant Write and Describe on it",
+            ) from None
+
+    def _check_transactional_ids(self, admin: KafkaAdmin, job_id: str) -> None:
+        """FindCoordinator and DescribeTransactions on the pool's first id need Describe on the
+        TransactionalId (KIP-98): a missing prefix ACL is refused here, before any record.
+
+        Raises:
+            KafkaAuthorizationError: Describe on the id is denied.
+        """
+        prefix = self.config.prefix(job_id)
+        first = naming.transactional_id_for(prefix, self.name, 0, 0, self.config.pool_size)
+        try:
+            admin.describe_transaction(first)
+        except kerrors.TransactionalIdAuthorizationFailedError:
+            raise security.denied(
+                self.config,
+                self.name,
+                "Describe",
+                f"TransactionalId {first!r}",
+                f"FindCoordinator; grant Write and Describe on the TransactionalId prefix '{prefix}-'",
             ) from None
 
     # --- executor side ---------------------------------------------------------------------------
@@ -218,10 +262,20 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         self._the_committer().abort(committable)
 
     def abort_lingering(self, scope: LingeringScope[KafkaCommittable]) -> int:
-        """Fence-abort this job's and sink's ongoing transactions that ``scope.held`` does not use."""
+        """Fence-abort this job's and sink's ongoing transactions that ``scope.held`` does not use.
+
+        Runs at every start and restore, before the first epoch: it first checks that the
+        transactional-id prefix may be described (:meth:`_check_transactional_ids`).
+
+        Raises:
+            KafkaAuthorizationError: Describe on the transactional ids is denied.
+            ServiceUnavailableError: the brokers stopped answering.
+        """
         try:
             fence = lingering.fence_with_producer(self.config, self.clients.producer)
-            return lingering.abort_lingering(self._connected_admin(), self.config, scope, fence)
+            admin = self._connected_admin()
+            self._check_transactional_ids(admin, scope.job_id)
+            return lingering.abort_lingering(admin, self.config, scope, fence)
         except NETWORK_ERRORS as e:
             raise ServiceUnavailableError(
                 f"Kafka brokers {self.config.bootstrap_servers} stopped answering while aborting "
@@ -237,7 +291,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def _connected_admin(self) -> KafkaAdmin:
         with self._connect_lock:  # concurrent commits share one connection
             if self._admin is None:
-                self._admin = KafkaAdmin.connect(self.config, self.clients)
+                self._admin = KafkaAdmin.connect(self.config, self.clients, self.name)
             return self._admin
 
     def _the_committer(self) -> KafkaCommitter:

@@ -30,9 +30,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import tenacity
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from twophase.connectors.kafka import naming, serializers
+from twophase.connectors.kafka import naming, security, serializers
 from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
@@ -127,6 +127,8 @@ class KafkaTransaction:
 
         Raises:
             ServiceUnavailableError: ``init_transactions`` kept timing out.
+            KafkaAuthenticationError: the listener refused the login or the TLS handshake.
+            KafkaAuthorizationError: Write on the transactional id is denied.
             KafkaTransactionError: fatal producer error, or no producer id in statistics in time.
         """
         txn_id = naming.transactional_id_for(
@@ -149,11 +151,21 @@ class KafkaTransaction:
         producer = new_producer(conf)
         txn = cls(config, ctx, txn_id, producer, stats, errors, limit)
         try:
+            if security.protocol_of(config.client_config) != "PLAINTEXT":
+                security.await_login(producer, lambda: errors.security, config, ctx.sink_name)
             txn._init_transactions()
             txn.producer_id, txn.producer_epoch = txn._wait_for_producer_id()
             producer.begin_transaction()
         except KafkaException as e:
             txn._release()
+            if e.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise security.denied(
+                    config,
+                    ctx.sink_name,
+                    "Write",
+                    f"TransactionalId {txn_id!r}",
+                    "InitProducerId; grant Write and Describe on the sink's TransactionalId prefix",
+                ) from None
             raise KafkaTransactionError(f"{txn_id}: cannot open a transaction: {e.args[0].str()}") from None
         except BaseException:
             txn._release()
@@ -476,6 +488,15 @@ class KafkaTransaction:
         self._producer = None
 
     def _raise_if_failed(self) -> None:
+        if self._errors.topics_denied:
+            topics = ", ".join(repr(t) for t in sorted(self._errors.topics_denied))
+            raise security.denied(
+                self.config,
+                self.ctx.sink_name,
+                "Write",
+                f"Topic {topics}",
+                f"Produce in transaction {self.transactional_id}; grant Write and Describe on it",
+            )
         if self._errors.count:
             shown = "; ".join(self._errors.messages)
             if self._errors.size_too_large:
