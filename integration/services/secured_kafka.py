@@ -25,20 +25,19 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
-    AdminClient,
-    NewTopic,
-    ResourcePatternType,
-    ResourceType,
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._acl import AclBinding, AclOperation, AclPermissionType
+from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from confluent_kafka.admin._scram import (
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
+from confluent_kafka.cimpl import NewTopic
 
 from twophase.integration.services.certificates import TlsFiles, make_tls_files
 from twophase.integration.services.kafka import (
@@ -192,13 +191,9 @@ class SecuredKafka:
         """The confluent-kafka admin client logged in as the super user ``admin`` (PLAIN); one per
         broker, kept alive so that its pending results are not destroyed with it."""
         if self._admin is None:
-            self._admin = AdminClient(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "logger": _QuietLog(),
-                    **self.client_config("admin", "PLAIN"),
-                }
-            )
+            conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _QuietLog()}
+            conf.update(self.client_config("admin", "PLAIN"))
+            self._admin = AdminClient(conf)
         return self._admin
 
     # --- set-up through the Admin API --------------------------------------------------------
@@ -209,7 +204,7 @@ class SecuredKafka:
         Raises:
             KafkaException: the broker refused.
         """
-        upserts = [
+        upserts: list[UserScramCredentialAlteration] = [
             UserScramCredentialUpsertion(
                 user,
                 ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, iterations),
@@ -327,7 +322,7 @@ class SecuredKafka:
                     continue
                 raise KafkaException(error)
             partition, offset = message.partition(), message.offset()
-            if partition in done or offset >= wanted[partition]:
+            if partition is None or offset is None or partition in done or offset >= wanted[partition]:
                 continue
             out.append((message.key(), message.value()))
         for partition, end in wanted.items():
