@@ -327,3 +327,23 @@ def test_max_prepared_transactions_zero_is_refused_naming_the_setting(table: str
         with pytest.raises(ConfigError, match="max_prepared_transactions=0") as caught:
             sink.validate(_batch([1]).schema)
         assert "max_prepared_transactions" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_prepared_transaction_ages_as_prometheus_gauges(
+    make_sink: MakeSink, reader: Conn, people: str
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from twophase.connectors.postgres.metrics import PreparedTransactionCollector
+
+    sink = _validated(make_sink)
+    registry = CollectorRegistry()
+    registry.register(PreparedTransactionCollector(sink, JOB))
+    committable = _prepare(sink, _batch([1]))
+    text = generate_latest(registry).decode()
+    assert f'twophase_postgres_prepared_transactions{{job="{JOB}",sink="pg"}} 1.0' in text
+    assert "twophase_postgres_oldest_prepared_transaction_age_seconds" in text
+    assert sink.commit(committable) is CommitOutcome.COMMITTED
+    text = generate_latest(registry).decode()
+    assert f'twophase_postgres_prepared_transactions{{job="{JOB}",sink="pg"}} 0.0' in text
+    assert _prepared(reader) == []
