@@ -12,7 +12,7 @@ transaction block; once it ran, the gid is gone from ``pg_prepared_xacts``.
 | the gid does not exist (42704) and the commit record of the gid is visible | ALREADY_COMMITTED |
 | the gid does not exist and its commit record is not visible | LOST (it was rolled back) |
 | the gid is busy (55006: another session is committing it) or the server is unreachable | RETRY |
-| the gid belongs to another database (55000), permission denied, anything else | FATAL |
+| the gid belongs to another database (55000), permission denied (42501), anything else | FATAL |
 
 The commit record is a row of the commit-record table written inside the prepared transaction
 itself, so it becomes visible exactly when the transaction commits and vanishes with a rollback:
@@ -75,6 +75,17 @@ class PostgresCommitter:
         except ServiceUnavailableError as e:
             log_event(log, logging.WARNING, "commit needs retry", exc_info=False, error=e, **fields)
             return CommitOutcome.RETRY
+        except psycopg.errors.ObjectNotInPrerequisiteState as e:
+            # "prepared transaction belongs to another database": the config names another dbname
+            log_event(
+                log,
+                logging.ERROR,
+                "commit failed",
+                exc_info=False,
+                error=error_text(self.config, e),
+                **fields,
+            )
+            return CommitOutcome.FATAL
         except psycopg.errors.ObjectInUse as e:
             log_event(
                 log,

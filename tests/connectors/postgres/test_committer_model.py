@@ -35,6 +35,7 @@ class PreparedTransactionsModel:
     prepared: set[str] = field(default_factory=set)
     committed: set[str] = field(default_factory=set)
     busy: set[str] = field(default_factory=set)
+    other_database: set[str] = field(default_factory=set)
     down: bool = False
     denied: bool = False
     statements: list[str] = field(default_factory=list)
@@ -76,6 +77,10 @@ class FakeConnection:
                 if model.denied:
                     raise psycopg.errors.InsufficientPrivilege(
                         "permission denied to finish prepared transaction"
+                    )
+                if gid in model.other_database:
+                    raise psycopg.errors.ObjectNotInPrerequisiteState(
+                        "prepared transaction belongs to another database"
                     )
                 if gid in model.busy:
                     raise psycopg.errors.ObjectInUse(f'prepared transaction with identifier "{gid}" is busy')
@@ -146,10 +151,15 @@ def test_busy_and_unreachable_ask_for_retry(model: PreparedTransactionsModel) ->
     assert committer.commit(c) is CommitOutcome.COMMITTED
 
 
-def test_permission_denied_is_fatal_and_commits_nothing(model: PreparedTransactionsModel) -> None:
+def test_permission_denied_or_another_database_is_fatal_and_commits_nothing(
+    model: PreparedTransactionsModel,
+) -> None:
     c = _committable()
     model.prepare(c.gid)
     model.denied = True
+    assert PostgresCommitter(CONFIG, "pg").commit(c) is CommitOutcome.FATAL
+    model.denied = False
+    model.other_database.add(c.gid)
     assert PostgresCommitter(CONFIG, "pg").commit(c) is CommitOutcome.FATAL
     assert model.prepared == {c.gid} and model.committed == set()
 
