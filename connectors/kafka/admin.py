@@ -262,10 +262,13 @@ class KafkaAdmin:
 
 
 class RedactSecrets(logging.Filter):
-    """Masks secret values in log records' dict arguments.
+    """Masks secrets in kafka-python's log records.
 
     kafka-python logs its whole configuration (SASL and SSL passwords included) at DEBUG when an
-    admin client starts; secrets must never reach a log.
+    admin client starts, every request it sends (a PLAIN ``SaslAuthenticateRequest`` carries the
+    password in its ``auth_bytes``) and every request's raw bytes: secrets must never reach a log.
+    So dict arguments get their secret keys masked, SASL authentication requests lose their
+    bytes, and raw request bytes are replaced by their length.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -279,9 +282,19 @@ class RedactSecrets(logging.Filter):
 def _redacted(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: MASK if isinstance(k, str) and is_secret(k) else v for k, v in value.items()}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(value)} bytes>"
+    if type(value).__name__.startswith("SaslAuthenticate"):
+        return f"{type(value).__name__}(auth_bytes={MASK})"
     return value
 
 
 _REDACT = RedactSecrets()
-for _name in ("kafka.admin.client", "kafka.net.manager", "kafka.net.compat"):
+for _name in (
+    "kafka.admin.client",
+    "kafka.net.manager",
+    "kafka.net.compat",
+    "kafka.net.connection",
+    "kafka.protocol.parser",
+):
     logging.getLogger(_name).addFilter(_REDACT)
