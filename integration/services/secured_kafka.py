@@ -449,3 +449,31 @@ def start_secured_kafka(
         log, logging.INFO, "secured kafka ready", bootstrap=broker.bootstrap, mechanisms=",".join(MECHANISMS)
     )
     return broker
+
+
+SINK_SETTINGS_ENV = "TWOPHASE_SECURED_KAFKA_SINK"
+"""JSON settings of :func:`kafka_sinks_from_environment`: ``bootstrap``, ``topic``, ``prefix``,
+``name`` and ``client_config`` (holds a password: set it only in a test's own environment)."""
+
+
+def kafka_sinks_from_environment() -> list[Any]:
+    """One Kafka sink from ``$TWOPHASE_SECURED_KAFKA_SINK`` (a ``--sinks`` factory for
+    ``twophase lingering`` in the secured-Kafka tests).
+
+    Raises:
+        KeyError: the variable or a setting is missing.
+    """
+    import json
+    import os
+
+    from twophase.connectors.kafka.config import KafkaSinkConfig
+    from twophase.connectors.kafka.sink import KafkaSink
+
+    settings = json.loads(os.environ[SINK_SETTINGS_ENV])
+    config = KafkaSinkConfig(
+        bootstrap_servers=settings["bootstrap"],
+        topic=settings["topic"],
+        transactional_id_prefix=settings["prefix"],
+        client_config=settings["client_config"],
+    )
+    return [KafkaSink(settings["name"], config)]
