@@ -9,8 +9,9 @@ start-up, since PLAIN users live in the listener's JAAS configuration:
 - ``sink``: Write and Describe on a test's topic and transactional-id prefix (what the
   documentation says the sink needs), granted per test;
 - ``reader``: Read on a test's topic and on the read-back consumer groups, nothing else;
-- ``nobody``: no ACL at all; ``txnonly``: only the transactional-id prefix ACLs;
-  ``topiconly``: only the topic ACLs; ``nocreate``: the sink's ACLs, for a topic that does not
+- ``txnonly``: only the transactional-id prefix ACLs;
+  ``topiconly``: only the topic ACLs; ``describeonly``: the topic ACLs and Describe (not Write)
+  on the prefix; ``nocreate``: the sink's ACLs, for a topic that does not
   exist (CreateTopics is denied).
 """
 
@@ -24,7 +25,7 @@ import pytest
 
 from twophase.integration.services.secured_kafka import SecuredKafka, start_secured_kafka
 
-USERS = ("sink", "reader", "nobody", "txnonly", "topiconly", "nocreate")
+USERS = ("sink", "reader", "txnonly", "topiconly", "nocreate", "describeonly")
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,9 @@ def test_job_api_writes_exactly_once_through_sasl_ssl(
             F.concat(F.lit("v-"), F.col("id").cast("string")).alias("value"),
         )
     )
-    handle = job.start(stream, spark_checkpoint_location=str(tmp_path / "spark"), trigger={"availableNow": True})
+    handle = job.start(
+        stream, spark_checkpoint_location=str(tmp_path / "spark"), trigger={"availableNow": True}
+    )
     assert handle.await_termination(300)
     assert handle.status is JobState.FINISHED, handle.status
 
@@ -131,7 +133,9 @@ def test_twophase_lingering_lists_and_aborts_through_scram(
     [sink] = json.loads(listed.output)["sinks"]
     assert [(i["id"], i["status"]) for i in sink["items"]] == [(txn_id, "lingering")]
 
-    aborted = runner.invoke(cli_main, ["lingering", "--abort", "--force", "--json", *target], catch_exceptions=False)
+    aborted = runner.invoke(
+        cli_main, ["lingering", "--abort", "--force", "--json", *target], catch_exceptions=False
+    )
     assert aborted.exit_code == 0, aborted.output
     assert json.loads(aborted.output)["aborted"] == {SINK: 1}
     assert secured_kafka.open_transactions(grants.prefix) == []
