@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from twophase.connectors.kafka import naming
+from twophase.connectors.kafka import naming, oauth
 from twophase.connectors.kafka.security import check_security_settings
 from twophase.sinks.errors import ConfigError
 
@@ -22,7 +22,7 @@ Format = Literal["auto", "bytes", "string", "json"]
 (binary only), ``string`` (string only, UTF-8), ``json`` (any type, ``json.dumps`` per row)."""
 
 MASK = "***"
-_SECRET_KEY = re.compile(r"password|secret|jaas|token|\.pem$|credential", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"password|secret|jaas|token|\.pem$|credential|oauthbearer\.config", re.IGNORECASE)
 
 # Settings the sink owns: a user value would break the protocol (ids, statistics, callbacks).
 RESERVED_PRODUCER_KEYS = frozenset(
@@ -257,9 +257,10 @@ class KafkaSinkConfig:
         """The transactional id prefix for ``job_id``."""
         return self.transactional_id_prefix or naming.default_prefix(job_id)
 
-    def producer_config(self, transactional_id: str | None) -> dict[str, ConfigValue]:
-        """librdkafka settings of a transactional producer (no callbacks). Holds secrets: never log it."""
-        conf: dict[str, ConfigValue] = dict(self.client_config)
+    def producer_config(self, transactional_id: str | None) -> dict[str, Any]:
+        """librdkafka settings of a transactional producer (no callbacks but ``oauth_cb``, loaded
+        from its name: :mod:`~twophase.connectors.kafka.oauth`). Holds secrets: never log it."""
+        conf: dict[str, Any] = oauth.librdkafka_settings(self.client_config)
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf["transaction.timeout.ms"] = self.transaction_timeout_ms
         if transactional_id is not None:
@@ -289,12 +290,17 @@ def admin_security_config(client_config: Mapping[str, ConfigValue]) -> dict[str,
 
     Non-security settings (``linger.ms``, …) are producer-only and skipped.
 
+    ``oauth_cb`` (with ``sasl.oauthbearer.config``) becomes ``sasl_oauth_token_provider``.
+
     Raises:
         ConfigError: a ``sasl.*``/``ssl.*`` setting kafka-python cannot take (e.g. keystores),
-            since the driver-side commit must authenticate exactly like the producer.
+            since the driver-side commit must authenticate exactly like the producer; an
+            ``oauth_cb`` that cannot be loaded.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = oauth.kafka_python_settings(client_config)
     for key, value in client_config.items():
+        if key in (oauth.OAUTH_CB, oauth.OAUTH_CONFIG):
+            continue  # both go to the token provider above
         target = _ADMIN_NAME.get(key)
         if target is None:
             if key.startswith(("sasl.", "ssl.")):

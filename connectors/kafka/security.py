@@ -27,6 +27,7 @@ import tenacity
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from twophase.connectors.kafka import oauth
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
 from twophase.sinks.errors import ConfigError
 
@@ -87,6 +88,11 @@ def check_security_settings(client_config: Mapping[str, ConfigValue]) -> None:
         raise ConfigError(
             f"Kafka sink: sasl.mechanism {mechanism} needs security.protocol SASL_SSL or SASL_PLAINTEXT, "
             f"not {protocol}"
+        )
+    if mechanism == "OAUTHBEARER" and not client_config.get("oauth_cb"):
+        raise ConfigError(
+            "Kafka sink: SASL OAUTHBEARER needs oauth_cb ('module:function'), the token callback both "
+            "clients use (docs/secured-kafka.md)"
         )
     if mechanism in PASSWORD_MECHANISMS:
         missing = [k for k in ("sasl.username", "sasl.password") if not client_config.get(k)]
@@ -185,11 +191,13 @@ def preflight(config: KafkaSinkConfig, sink: str | None = None) -> None:
     if protocol_of(config.client_config) == "PLAINTEXT":
         return
     errors = _Errors()
-    conf: dict[str, Any] = {
-        k: v
-        for k, v in config.client_config.items()
-        if k.startswith(("security.", "sasl.", "ssl.")) or k == "client.id"
-    }
+    conf: dict[str, Any] = oauth.librdkafka_settings(
+        {
+            k: v
+            for k, v in config.client_config.items()
+            if k.startswith(("security.", "sasl.", "ssl.")) or k in ("client.id", oauth.OAUTH_CB)
+        }
+    )
     conf.update({"bootstrap.servers": config.bootstrap_servers, "error_cb": errors, "logger": _DebugLog()})
     try:
         client = AdminClient(conf)

@@ -45,6 +45,11 @@ def config(client_config: dict[str, Any]) -> KafkaSinkConfig:
         ({"security.protocol": "SASL_SSL"}, "SASL_SSL needs sasl.mechanism"),
         ({"security.protocol": "SSL", "sasl.mechanism": "PLAIN"}, "needs security.protocol SASL_SSL"),
         ({k: v for k, v in SCRAM.items() if k != "sasl.password"}, "SCRAM-SHA-512 needs sasl.password"),
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}, "OAUTHBEARER needs oauth_cb"),
+        (
+            {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": "nowhere:token"},
+            "oauth_cb 'nowhere:token' cannot be loaded",
+        ),
         (
             {"security.protocol": "SASL_SSL", "sasl.mechanisms": "plain"},
             "PLAIN needs sasl.username and sasl.password",
@@ -63,7 +68,11 @@ def test_unusable_security_settings_are_refused_when_configured(settings: dict[s
         {"security.protocol": "ssl", "ssl.ca.location": "/ca.pem"},
         SCRAM,
         {**SCRAM, "sasl.mechanism": "PLAIN", "security.protocol": "SASL_PLAINTEXT"},
-        {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"},
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "OAUTHBEARER",
+            "oauth_cb": "twophase.connectors.kafka.oauth:unsecured_jws",
+        },
     ],
 )
 def test_usable_security_settings_pass(settings: dict[str, Any]) -> None:
