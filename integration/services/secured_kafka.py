@@ -177,8 +177,19 @@ class SecuredKafka:
     def client_config(self, user: str, mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
         """librdkafka settings (the sink's ``client_config``) to log in as ``user``.
 
+        With ``OAUTHBEARER`` (a broker started with ``oauthbearer``), the token callback is
+        :func:`twophase.connectors.kafka.oauth.unsecured_jws` with ``principal=<user>``.
+
         Holds the password: never log it.
         """
+        if mechanism == "OAUTHBEARER":
+            return {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": mechanism,
+                "sasl.oauthbearer.config": f"principal={user}",
+                "oauth_cb": "twophase.connectors.kafka.oauth:unsecured_jws",
+                "ssl.ca.location": str(self.tls.ca_cert),
+            }
         return {
             "security.protocol": "SASL_SSL",
             "sasl.mechanism": mechanism,

@@ -1,7 +1,7 @@
-"""Fixtures of the secured-Kafka tests (#27 items 1, 2 and 4): one native KRaft broker with a
-SASL_SSL listener (SCRAM-SHA-512 and PLAIN), a CA made at start-up and ``StandardAuthorizer``
-without allow-everyone, for the whole session; stopped and its folder (keys, passwords) removed
-at the end.
+"""Fixtures of the secured-Kafka tests (#27 items 1 to 4): one native KRaft broker with a
+SASL_SSL listener (SCRAM-SHA-512, PLAIN, and OAUTHBEARER with Kafka's unsecured JWS validator),
+a CA made at start-up and ``StandardAuthorizer`` without allow-everyone, for the whole session;
+stopped and its folder (keys, passwords) removed at the end.
 
 Each test gets a fresh topic and transactional-id prefix (:class:`Grants`); users are made at
 start-up, since PLAIN users live in the listener's JAAS configuration:
@@ -31,7 +31,7 @@ USERS = ("sink", "reader", "txnonly", "topiconly", "nocreate", "describeonly")
 @pytest.fixture(scope="session")
 def secured_kafka() -> Iterator[SecuredKafka]:
     """The secured broker for the whole session (see the module docstring)."""
-    broker = start_secured_kafka(USERS)
+    broker = start_secured_kafka(USERS, oauthbearer=True)
     try:
         yield broker
     finally:

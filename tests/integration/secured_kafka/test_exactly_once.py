@@ -1,5 +1,6 @@
-"""Exactly-once through a secured broker (#27 item 2): the Job API on local[2] writes through the
-SASL_SSL listener as ``sink`` (SCRAM-SHA-512, then PLAIN over TLS), with only the ACLs the
+"""Exactly-once through a secured broker (#27 items 2 and 3): the Job API on local[2] writes through
+the SASL_SSL listener as ``sink`` (SCRAM-SHA-512, PLAIN over TLS, and OAUTHBEARER with unsecured
+JWS tokens from ``oauth_cb``, on both client paths), with only the ACLs the
 documentation lists; a ``read_committed`` consumer with only Read sees every record once.
 Lingering cleanup (at the job's start, and ``twophase lingering --abort``) logs in the same way.
 No password reaches the logs, the CLI's output, reprs, metrics or the checkpoint files.
@@ -16,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
+from twophase.connectors.kafka import oauth
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.sink import KafkaSink
 from twophase.coordinator.job_lifecycle import JobState
@@ -35,7 +37,7 @@ def _linger(broker: SecuredKafka, topic: str, transactional_id: str, mechanism: 
     """Leave an open transaction with one record on ``transactional_id`` (as ``sink``)."""
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id}
-        | broker.client_config("sink", mechanism)
+        | oauth.librdkafka_settings(broker.client_config("sink", mechanism))
     )
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -48,7 +50,11 @@ def _files_hold(root: Path, secret: str) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
-@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+UNSIGNED_JWS_HEADER = "eyJhbGciOiJub25lIn0"
+"""``{"alg":"none"}`` in base64url: the start of every unsecured OAUTHBEARER token."""
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN", "OAUTHBEARER"])
 def test_job_api_writes_exactly_once_through_sasl_ssl(
     spark: Any,
     secured_kafka: SecuredKafka,
@@ -94,7 +100,7 @@ def test_job_api_writes_exactly_once_through_sasl_ssl(
     assert all(v == f"v-{int(k)}".encode() for k, v in records if k is not None)
     assert secured_kafka.open_transactions(grants.prefix) == []
 
-    assert password not in caplog.text
+    assert password not in caplog.text and UNSIGNED_JWS_HEADER not in caplog.text
     assert password not in repr(job.sinks) + repr(config) + repr(handle.metrics)
     assert _files_hold(tmp_path / "chk", password) == []
 
