@@ -18,8 +18,10 @@ broker's ``server.properties`` (mode 0600, in a folder of mode 0700); nothing lo
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
@@ -488,3 +490,81 @@ def kafka_sinks_from_environment() -> list[Any]:
         client_config=settings["client_config"],
     )
     return [KafkaSink(settings["name"], config)]
+
+
+# --- docker-compose (profile "secured") ------------------------------------------------------------
+
+COMPOSE_HOST = "kafka-secured"
+"""The broker's host name on the compose network."""
+COMPOSE_PORTS = {"INTERNAL": 19094, LISTENER: 9094, "CONTROLLER": 9095}
+"""Container ports: INTERNAL (other containers, ``kafka-secured:19094``), SASL_SSL (the host,
+``127.0.0.1:9094``) and the controller."""
+COMPOSE_USERS = ("sink", "reader")
+PASSWORD_ENV = "TWOPHASE_KAFKA_SECURED_PASSWORD"
+"""Every compose user's password (a local-only default when unset)."""
+KAFKA_HOME = "/opt/kafka"
+
+
+def compose_config(directory: Path, password: str, uid: int | None = None) -> Path:
+    """Write the compose broker's files into ``directory`` (a volume shared with the
+    ``apache/kafka`` container): the CA and certificate (for ``kafka-secured``, ``127.0.0.1`` and
+    ``localhost``), ``server.properties`` as :func:`secured_server_properties` makes it with a
+    second SASL_SSL listener for the compose network, and ``start.sh``, which formats the storage
+    with the SCRAM-SHA-512 users (``kafka-storage format --add-scram``) and starts the broker.
+
+    Args:
+        password: every user's password (PLAIN and SCRAM), ``broker`` and ``admin`` included.
+        uid: owner of the files (the image's ``appuser``, 1000) when running as root.
+
+    Returns:
+        The path of ``start.sh``.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    tls = make_tls_files(directory / "tls", hosts=(COMPOSE_HOST, HOST, "localhost"))
+    names = sorted({*SUPER_USERS, *COMPOSE_USERS})
+    passwords = {name: password for name in names}
+    data = directory / "data"
+    data.mkdir(exist_ok=True)
+    text = secured_server_properties(
+        data, COMPOSE_PORTS[LISTENER], COMPOSE_PORTS["CONTROLLER"], tls, passwords, True
+    )
+    settings = dict(line.split("=", 1) for line in text.splitlines())
+    internal = LISTENER.lower()
+    ports = COMPOSE_PORTS
+    settings.update(
+        {
+            "controller.quorum.voters": f"1@{COMPOSE_HOST}:{ports['CONTROLLER']}",
+            "listeners": f"INTERNAL://:{ports['INTERNAL']},{LISTENER}://:{ports[LISTENER]},"
+            f"CONTROLLER://:{ports['CONTROLLER']}",
+            "advertised.listeners": f"INTERNAL://{COMPOSE_HOST}:{ports['INTERNAL']},{LISTENER}://{HOST}:{ports[LISTENER]}",
+            "listener.security.protocol.map": (
+                f"CONTROLLER:SASL_PLAINTEXT,INTERNAL:SASL_SSL,{LISTENER}:SASL_SSL"
+            ),
+            "inter.broker.listener.name": "INTERNAL",
+        }
+    )
+    for key in [k for k in settings if k.startswith(f"listener.name.{internal}.")]:
+        settings["listener.name.internal." + key.removeprefix(f"listener.name.{internal}.")] = settings[key]
+    (directory / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    scram = " ".join(f"--add-scram 'SCRAM-SHA-512=[name={n},password={passwords[n]}]'" for n in names)
+    start = directory / "start.sh"
+    start.write_text(
+        "#!/bin/bash\nset -euo pipefail\n"
+        f"{KAFKA_HOME}/bin/kafka-storage.sh format --ignore-formatted --cluster-id {new_cluster_id()} "
+        f"--config {directory}/server.properties {scram}\n"
+        f"exec {KAFKA_HOME}/bin/kafka-server-start.sh {directory}/server.properties\n"
+    )
+    for path in [directory, *directory.rglob("*")]:
+        path.chmod(0o700 if path.is_dir() or path == start else 0o600)
+        if uid is not None:
+            os.chown(path, uid, uid)
+    return start
+
+
+if __name__ == "__main__":
+    # docker-compose's kafka-secured-config service: python -m ... <volume folder>
+    compose_config(
+        Path(sys.argv[1]),
+        os.environ.get(PASSWORD_ENV) or "twophase-local-only",
+        uid=1000 if os.geteuid() == 0 else None,
+    )
