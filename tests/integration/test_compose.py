@@ -65,6 +65,8 @@ def test_services_present(compose: dict[str, Any]) -> None:
         "spark-master",
         "spark-worker-1",
         "spark-worker-2",
+        "kafka-secured-config",
+        "kafka-secured",
     }
 
 
@@ -130,7 +132,7 @@ def test_ports_bind_localhost_only(compose: dict[str, Any]) -> None:
     published = [port for service in compose["services"].values() for port in service.get("ports", [])]
     assert published
     assert all(str(port).startswith("127.0.0.1:") for port in published)
-    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9000", "9001", "8080", "5432"}
+    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9094", "9000", "9001", "8080", "5432"}
 
 
 def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:
@@ -142,6 +144,29 @@ def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:
     assert env["TWOPHASE_S3_ACCESS_KEY"] == minio_env["MINIO_ROOT_USER"]
     assert env["TWOPHASE_S3_SECRET_KEY"] == minio_env["MINIO_ROOT_PASSWORD"]
     assert set(compose["services"]["app"]["depends_on"]) == {"kafka", "minio"}
+
+
+def test_the_secured_profile_runs_the_native_secured_broker_configuration(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    from twophase.integration.services import secured_kafka
+
+    services = compose["services"]
+    config, broker = services["kafka-secured-config"], services["kafka-secured"]
+    assert config["profiles"] == broker["profiles"] == ["secured"]
+    assert broker["image"] == versions.KAFKA_IMAGE
+    assert config["command"][-2:] == ["twophase.integration.services.secured_kafka", "/secured"]
+    assert broker["command"] == ["bash", "/secured/start.sh"]
+    assert broker["depends_on"]["kafka-secured-config"]["condition"] == "service_completed_successfully"
+    start = secured_kafka.compose_config(tmp_path, "pw-local")
+    settings = dict(line.split("=", 1) for line in (tmp_path / "server.properties").read_text().splitlines())
+    native = _native_settings()
+    for key in SEMANTIC_KAFKA_SETTINGS:
+        assert settings[key] == native[key], key
+    assert settings["authorizer.class.name"] == secured_kafka.AUTHORIZER
+    assert settings["allow.everyone.if.no.acl.found"] == "false"
+    assert "SASL_SSL://127.0.0.1:9094" in settings["advertised.listeners"]
+    assert "--add-scram 'SCRAM-SHA-512=[name=sink," in start.read_text()
 
 
 def test_maven_poms_match_pins() -> None:
