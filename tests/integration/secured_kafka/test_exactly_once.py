@@ -72,7 +72,7 @@ def test_job_api_writes_exactly_once_through_sasl_ssl(
     _linger(secured_kafka, grants.topic, f"{grants.prefix}-{SINK}-1-3", mechanism)
     assert secured_kafka.open_transactions(grants.prefix) == [f"{grants.prefix}-{SINK}-1-3"]
 
-    expected = make_input(tmp_path, files=3, rows_per_file=40)
+    expected = make_input(tmp_path, files=2, rows_per_file=40)
     config = KafkaSinkConfig(
         bootstrap_servers=secured_kafka.bootstrap,
         topic=grants.topic,
