@@ -125,7 +125,8 @@ def test_delta_sink_under_the_least_privilege_policy(tls_minio: TlsMinioServer, 
     assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "out")) == len(lingering.adds)
     assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "out")) == 0
 
-    reader = DeltaTable(uri, storage_options=tls_minio.endpoint.s3_options().delta_rs_options())
+    root = DeltaSinkConfig(uri, storage_options=tls_minio.endpoint.s3_options())  # trusts AWS_CA_BUNDLE
+    reader = DeltaTable(uri, storage_options=root.delta_storage_options())
     got = reader.to_pyarrow_table().sort_by("id")
     assert got.equals(table.select(got.column_names))
 
