@@ -95,7 +95,8 @@ def test_delta_rs_messages() -> None:
     assert error.action == "s3:GetObject" and error.uri == "s3://bkt/jobs/t/_delta_log/_last_checkpoint"
     listing = OSError(
         "Generic S3 error: Error performing GET "
-        "https://127.0.0.1:9000/bkt?list-type=2&prefix=jobs%2Ft%2F_delta_log%2F in 3ms - Client error with status 403 Forbidden: AccessDenied"
+        "https://127.0.0.1:9000/bkt?list-type=2&prefix=jobs%2Ft%2F_delta_log%2F in 3ms - "
+        "Client error with status 403 Forbidden: AccessDenied"
     )
     error = denied_in_message(listing)
     assert (
