@@ -19,7 +19,9 @@ import contextlib
 import datetime
 import ipaddress
 import logging
+import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -337,3 +339,32 @@ def tls_minio_server(timeout_s: float | None = None) -> Iterator[TlsMinioServer]
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+COMPOSE_HOSTS: tuple[str, ...] = ("minio-secured", HOST, "localhost")
+"""Names the compose MinIO's certificate is valid for: the service, and the host's port mapping."""
+
+
+def compose_config(directory: Path, uid: int | None = None) -> S3Certificates:
+    """Write the compose MinIO's CA and certificate into ``directory`` (the ``minio-secured``
+    volume): ``certs/`` for ``minio server --certs-dir`` and ``ca.crt`` for clients'
+    ``AWS_CA_BUNDLE``, valid for :data:`COMPOSE_HOSTS`.
+
+    Args:
+        directory: the folder (created if missing).
+        uid: owner of the files when running as root (MinIO's image runs as root: ``None``).
+
+    Returns:
+        Where the files are.
+    """
+    certificates = make_s3_certificates(directory, COMPOSE_HOSTS)
+    if uid is not None:
+        for path in (directory, *directory.rglob("*")):
+            os.chown(path, uid, uid)
+    log.info("compose minio certificates written certs_dir=%s", certificates.certs_dir)
+    return certificates
+
+
+if __name__ == "__main__":
+    # docker-compose's minio-secured-config service: python -m ... <volume folder>
+    compose_config(Path(sys.argv[1]))

@@ -67,6 +67,8 @@ def test_services_present(compose: dict[str, Any]) -> None:
         "spark-worker-2",
         "kafka-secured-config",
         "kafka-secured",
+        "minio-secured-config",
+        "minio-secured",
     }
 
 
@@ -167,6 +169,33 @@ def test_the_secured_profile_runs_the_native_secured_broker_configuration(
     assert settings["allow.everyone.if.no.acl.found"] == "false"
     assert "SASL_SSL://127.0.0.1:9094" in settings["advertised.listeners"]
     assert "--add-scram 'SCRAM-SHA-512=[name=sink," in start.read_text()
+
+
+def test_the_secured_profile_runs_minio_over_tls_with_the_native_certificates(
+    compose: dict[str, Any], tmp_path: Path
+) -> None:
+    from cryptography import x509
+
+    from twophase.integration.services import s3_tls
+
+    services = compose["services"]
+    config, minio = services["minio-secured-config"], services["minio-secured"]
+    assert config["profiles"] == minio["profiles"] == ["secured"]
+    assert config["command"][-2:] == ["twophase.integration.services.s3_tls", "/secured"]
+    assert minio["build"] == services["minio"]["build"]
+    assert minio["command"] == ["--certs-dir", "/secured/certs"]
+    assert minio["depends_on"]["minio-secured-config"]["condition"] == "service_completed_successfully"
+    certificates = s3_tls.compose_config(tmp_path)
+    assert certificates.certs_dir == tmp_path / "certs" and certificates.ca_bundle == tmp_path / "ca.crt"
+    assert {p.name for p in certificates.certs_dir.rglob("*")} == {
+        "public.crt",
+        "private.key",
+        "CAs",
+        "ca.crt",
+    }
+    cert = x509.load_pem_x509_certificate((certificates.certs_dir / "public.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "minio-secured" in names.get_values_for_type(x509.DNSName)
 
 
 def test_maven_poms_match_pins() -> None:
