@@ -72,6 +72,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         self.transaction_timeout_ms = config.transaction_timeout_ms  # the broker aborts after it
         self.codec = CODEC
         self.topic_max_message_bytes: int | None = None
+        self._transactional_ids_checked = False
         self._admin: KafkaAdmin | None = None
         self._committer: KafkaCommitter | None = None
         self._connect_lock = threading.Lock()
@@ -88,6 +89,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_transactional_ids_checked", False)
         self._connect_lock = threading.Lock()
 
     # --- start-up checks -------------------------------------------------------------------------
@@ -264,7 +266,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def abort_lingering(self, scope: LingeringScope[KafkaCommittable]) -> int:
         """Fence-abort this job's and sink's ongoing transactions that ``scope.held`` does not use.
 
-        Runs at every start and restore, before the first epoch: it first checks that the
+        Runs at every start and restore, before the first epoch; the first call checks that the
         transactional-id prefix may be described (:meth:`_check_transactional_ids`).
 
         Raises:
@@ -274,7 +276,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         try:
             fence = lingering.fence_with_producer(self.config, self.clients.producer)
             admin = self._connected_admin()
-            self._check_transactional_ids(admin, scope.job_id)
+            if not self._transactional_ids_checked:
+                self._check_transactional_ids(admin, scope.job_id)
+                self._transactional_ids_checked = True
             return lingering.abort_lingering(admin, self.config, scope, fence)
         except NETWORK_ERRORS as e:
             raise ServiceUnavailableError(
