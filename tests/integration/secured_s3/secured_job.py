@@ -7,7 +7,8 @@ secret could leak into, for the test to scan:
   streaming input, with the keys given explicitly as :class:`S3Options`;
 - a ``.format("twophase")`` query (S3 sink) with the keys as ``s3.*`` options;
 - both queries' ``explain`` and last progress, the reprs of every config, the messages, reprs and
-  tracebacks of two errors (a missing bucket, a prefix the policy does not cover), a scrape.
+  tracebacks of two errors (a missing bucket, a prefix the policy does not cover), a scrape,
+  and which files of Spark's scratch folder (removed at exit) hold the secret.
 
 Spark's session has its event log on and ``fs.s3a`` keys in its configuration, to show what
 Spark itself redacts. Logs: Python's ``logging`` to ``work/python.log`` (twophase at DEBUG),
@@ -101,6 +102,11 @@ def main(work: Path) -> int:
             "spark.eventLog.dir": str(work / "events"),
             "spark.eventLog.compress": "false",  # plain JSON lines, for the scan
             "spark.eventLog.rolling.enabled": "false",
+            # what Spark keeps on disk (scratch folder) uncompressed too, so the scan sees into it
+            "spark.broadcast.compress": "false",
+            "spark.shuffle.compress": "false",
+            "spark.shuffle.spill.compress": "false",
+            "spark.rdd.compress": "false",
             "spark.sql.shuffle.partitions": "2",
             # keys in Spark's own configuration: Spark redacts them (spark.redaction.regex)
             "spark.hadoop.fs.s3a.access.key": opts.access_key_id or "",
@@ -172,6 +178,11 @@ def main(work: Path) -> int:
     out["missing_bucket"] = error_texts(lambda: S3Sink("x", missing).validate(_arrow_schema()))
     outside = DeltaSinkConfig(f"s3://{bucket}/outside-the-policy/table", storage_options=opts)
     out["denied"] = error_texts(lambda: DeltaSink("x", outside).validate(_arrow_schema()))
+    # Spark's scratch folder (local dir, warehouse) is removed at exit: scanned here, while it lives
+    scratch = [p for p in Path(env["TWOPHASE_SPARK_SCRATCH"]).rglob("*") if p.is_file()]
+    secret = (opts.secret_access_key or "").encode()
+    out["scratch_files"] = len(scratch)
+    out["scratch_hits"] = [str(p) for p in scratch if secret in p.read_bytes()]
     (work / "artifacts.json").write_text(json.dumps(out, indent=1))
     spark.stop()
     return 0

@@ -8,8 +8,8 @@ event log on): a ``Job`` with an S3 and a Delta sink and checkpoints on ``s3://`
   ``twophase lingering --json`` (the job user's keys from the standard AWS variables) finds
   nothing lingering;
 - the job user's secret key is searched for in everything the run left: every file of its work
-  folder (Python's log, Spark's checkpoint folders, the event log, Spark's scratch folder), Spark's
-  own log (the process's stderr) and stdout, the queries' ``explain`` and progress, the configs'
+  folder (Python's log, Spark's checkpoint folders, the event log), Spark's scratch folder (the
+  job scans it before it ends: it is removed at exit), Spark's own log (the process's stderr) and stdout, the queries' ``explain`` and progress, the configs'
   reprs, error messages, reprs and tracebacks, the Prometheus scrape, the CLI's ``--json`` output
   and every object under the job's prefix. It appears nowhere; Spark's event log shows the
   ``fs.s3a`` keys of its configuration redacted.
@@ -169,6 +169,7 @@ def test_secured_job_reads_back_exactly_and_leaks_no_secret(
     for key in objects:
         if secret.encode() in client.get_object(Bucket=BUCKET, Key=key)["Body"].read():
             leaks.append(f"s3://{BUCKET}/{key}")
+    assert artifacts["scratch_files"] > 0 and artifacts["scratch_hits"] == []
     assert leaks == []
 
     # what Spark shows itself: its configuration in the event log, with the keys redacted
