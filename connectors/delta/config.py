@@ -141,7 +141,7 @@ class DeltaSinkConfig:
         ``storage_options`` resolved against this process's environment, plus
         ``aws_conditional_put``. Contains secrets: never log the result.
 
-        When ``AWS_CA_BUNDLE`` is set, delta-rs is made to trust its CAs as well
+        When ``AWS_CA_BUNDLE`` is set and the endpoint uses TLS, delta-rs is made to trust its CAs as well
         (:func:`~twophase.connectors.delta.tls.trust_aws_ca_bundle_in_delta_rs`).
 
         Raises:
@@ -149,8 +149,10 @@ class DeltaSinkConfig:
         """
         if not self.is_s3:
             return None
-        trust_aws_ca_bundle_in_delta_rs()
-        options = self.storage_options.resolved(os.environ).delta_rs_options()
+        resolved = self.storage_options.resolved(os.environ)
+        if not (resolved.endpoint_url or "https:").lower().startswith("http:"):  # TLS: AWS or https://
+            trust_aws_ca_bundle_in_delta_rs()
+        options = resolved.delta_rs_options()
         if self.s3_conditional_put is not None:
             options["aws_conditional_put"] = self.s3_conditional_put
         return options

@@ -3,6 +3,7 @@ only added), pyarrow through ``tls_ca_file_path`` (tests/integration/secured_s3 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,16 @@ def test_a_bundle_that_is_not_a_file_is_a_config_error(tmp_path: Path) -> None:
         aws_ca_bundle(env)
     with pytest.raises(ConfigError, match="AWS_CA_BUNDLE"):
         trust_aws_ca_bundle_in_delta_rs(env)
+
+
+def test_a_plain_http_table_leaves_ssl_cert_file_alone(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from twophase.connectors.delta import DeltaSinkConfig
+    from twophase.sinks.s3_options import S3Options
+
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "stale.pem"))  # names no file: unused over http
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+    config = DeltaSinkConfig("s3://bucket/t", storage_options=S3Options(endpoint_url="http://127.0.0.1:9000"))
+    assert config.delta_storage_options() is not None
+    assert os.environ["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt"
