@@ -9,9 +9,10 @@ event log on): a ``Job`` with an S3 and a Delta sink and checkpoints on ``s3://`
   nothing lingering;
 - the job user's secret key is searched for in everything the run left: every file of its work
   folder (Python's log, Spark's checkpoint folders, the event log), Spark's scratch folder (the
-  job scans it before it ends: it is removed at exit), Spark's own log (the process's stderr) and stdout, the queries' ``explain`` and progress, the configs'
-  reprs, error messages, reprs and tracebacks, the Prometheus scrape, the CLI's ``--json`` output
-  and every object under the job's prefix. It appears nowhere; Spark's event log shows the
+  job scans it before it ends: it is removed at exit), Spark's own log (the process's stderr) and
+  stdout, the queries' ``explain`` and progress, the configs' reprs, error messages, reprs and
+  tracebacks, the Prometheus scrape, the CLI's ``--json`` output and every object under the job's
+  prefix. It appears nowhere; Spark's event log shows the
   ``fs.s3a`` keys of its configuration redacted.
 """
 
