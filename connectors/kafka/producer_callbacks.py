@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from confluent_kafka import KafkaError
@@ -122,3 +123,31 @@ class ProducerErrors:
             self.messages.append(f"fatal: {err.str()}")
         else:
             log_event(log, logging.WARNING, "kafka client error", code=err.name(), error=err.str())
+
+
+_ADD_PARTITION_DENIED = re.compile(
+    r'Failed to add partition "(?P<topic>[^"]+)" .*authorization failed', re.IGNORECASE
+)
+rdkafka_log = logging.getLogger("twophase.connectors.kafka.rdkafka")
+"""Where a writer's librdkafka log lines go (instead of the executor's stderr)."""
+
+
+class ProducerLog:
+    """librdkafka's ``logger`` of a writer: forwards each line to :data:`rdkafka_log` at its level,
+    and keeps what only the log tells.
+
+    When AddPartitionsToTxn is denied (no Write ACL on the topic, KIP-98), librdkafka fails the
+    transaction and purges its records: the delivery reports say only "Purged in queue" and
+    ``error_cb`` is not called, so the topic is read from the ``ADDPARTS`` line into
+    :attr:`ProducerErrors.topics_denied`.
+    """
+
+    def __init__(self, errors: ProducerErrors) -> None:
+        self._errors = errors
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        rdkafka_log.log(level, msg, *args)
+        if len(args) == 3 and args[0] == "ADDPARTS":
+            found = _ADD_PARTITION_DENIED.search(str(args[2]))
+            if found:
+                self._errors.topics_denied.add(found["topic"])

@@ -36,7 +36,12 @@ from twophase.connectors.kafka import naming, security, serializers
 from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
-from twophase.connectors.kafka.producer_callbacks import ProducerErrors, ProducerStatistics, produce_error
+from twophase.connectors.kafka.producer_callbacks import (
+    ProducerErrors,
+    ProducerLog,
+    ProducerStatistics,
+    produce_error,
+)
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError, RecordError, ServiceUnavailableError
 
@@ -144,6 +149,7 @@ class KafkaTransaction:
                 "error_cb": errors.on_error,
                 "on_delivery": errors.on_delivery,
                 "delivery.report.only.error": True,
+                "logger": ProducerLog(errors),
             }
         )
         client_limit = int(conf.get("message.max.bytes", DEFAULT_CLIENT_MAX_MESSAGE_BYTES))

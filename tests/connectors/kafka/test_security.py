@@ -172,3 +172,22 @@ def test_kafka_python_request_logs_never_carry_the_password(caplog: pytest.LogCa
         )
     assert PASSWORD not in caplog.text
     assert "SaslAuthenticateRequest(auth_bytes=***)" in caplog.text and "<19 bytes>" in caplog.text
+
+
+def test_a_denied_add_partitions_in_librdkafkas_log_names_the_topic(caplog: pytest.LogCaptureFixture) -> None:
+    from twophase.connectors.kafka.producer_callbacks import ProducerLog
+
+    errors = ProducerErrors()
+    logger = ProducerLog(errors)
+    with caplog.at_level(logging.INFO, logger="twophase.connectors.kafka.rdkafka"):
+        logger.log(
+            logging.ERROR,
+            "%s [%s] %s",
+            "ADDPARTS",
+            "rdkafka#producer-1",
+            '[thrd:main]: TxnCoordinator/1: Failed to add partition "orders" [0] to transaction: '
+            "Broker: Topic authorization failed",
+        )
+        logger.log(logging.INFO, "%s [%s] %s", "INIT", "rdkafka#producer-1", "ready")
+    assert errors.topics_denied == {"orders"}
+    assert "Failed to add partition" in caplog.text and "ready" in caplog.text
