@@ -11,7 +11,8 @@ start-up, since PLAIN users live in the listener's JAAS configuration:
 - ``reader``: Read on a test's topic and on the read-back consumer groups, nothing else;
 - ``txnonly``: only the transactional-id prefix ACLs;
   ``topiconly``: only the topic ACLs; ``describeonly``: the topic ACLs and Describe (not Write)
-  on the prefix; ``nocreate``: the sink's ACLs, for a topic that does not
+  on the prefix; ``topicdescribe``: the prefix ACLs and Describe (not Write) on the topic;
+  ``nocreate``: the sink's ACLs, for a topic that does not
   exist (CreateTopics is denied).
 """
 
@@ -25,7 +26,7 @@ import pytest
 
 from twophase.integration.services.secured_kafka import SecuredKafka, start_secured_kafka
 
-USERS = ("sink", "reader", "txnonly", "topiconly", "nocreate", "describeonly")
+USERS = ("sink", "reader", "txnonly", "topiconly", "nocreate", "describeonly", "topicdescribe")
 
 
 @pytest.fixture(scope="session")

@@ -143,6 +143,14 @@ def _describe_only_transactional_id(b: SecuredKafka, g: Grants, tmp: Path) -> Ka
     return _config(b, g, "describeonly")
 
 
+def _describe_only_topic(b: SecuredKafka, g: Grants, tmp: Path) -> KafkaSinkConfig:
+    b.grant_sink("topicdescribe", None, f"{g.prefix}-")
+    b.grant(
+        "topicdescribe", [(ResourceType.TOPIC, g.topic, ResourcePatternType.LITERAL, AclOperation.DESCRIBE)]
+    )
+    return _config(b, g, "topicdescribe")
+
+
 @pytest.mark.parametrize(
     ("case", "kind", "names"),
     [
@@ -164,6 +172,7 @@ def _describe_only_transactional_id(b: SecuredKafka, g: Grants, tmp: Path) -> Ka
             ["User:topiconly", "Describe on TransactionalId"],
         ),
         (_no_create_acl, KafkaAuthorizationError, ["User:nocreate", "Create on Topic", "CreateTopics"]),
+        (_describe_only_topic, KafkaAuthorizationError, ["User:topicdescribe", "Write on Topic"]),
         (
             _describe_only_transactional_id,
             KafkaAuthorizationError,
