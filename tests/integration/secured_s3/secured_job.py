@@ -178,6 +178,13 @@ def main(work: Path) -> int:
     out["missing_bucket"] = error_texts(lambda: S3Sink("x", missing).validate(_arrow_schema()))
     outside = DeltaSinkConfig(f"s3://{bucket}/outside-the-policy/table", storage_options=opts)
     out["denied"] = error_texts(lambda: DeltaSink("x", outside).validate(_arrow_schema()))
+    # a job whose sink writes outside the policy: how a refusal on an executor ends the job
+    denied_job = Job(spark, "secured_denied", f"s3://{bucket}/{prefix}/chk-denied", storage_options=opts)
+    outside_files = S3SinkConfig(bucket=bucket, prefix="outside-the-policy/files", storage_options=opts)
+    denied_job.sink(S3Sink("files", outside_files))
+    batch = spark.range(0, 10, numPartitions=1).selectExpr("id", "CAST(id AS STRING) AS v")
+    out["job_denied"] = error_texts(lambda: denied_job.write(batch))
+
     # Spark's scratch folder (local dir, warehouse) is removed at exit: scanned here, while it lives
     scratch = [p for p in Path(env["TWOPHASE_SPARK_SCRATCH"]).rglob("*") if p.is_file()]
     secret = (opts.secret_access_key or "").encode()

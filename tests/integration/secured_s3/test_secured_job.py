@@ -150,6 +150,14 @@ def test_secured_job_reads_back_exactly_and_leaks_no_secret(
     # a bucket outside the policy answers 403, as S3 does without s3:ListBucket on it
     assert "s3://twophase-no-such-bucket" in artifacts["missing_bucket"]["str"]
     assert "S3 denied s3:" in artifacts["denied"]["str"], artifacts["denied"]
+    # a refusal on an executor ends the job with the task's traceback, whose one typed line says it
+    refused = {
+        line.split("S3AccessDeniedError: ", 1)[1]
+        for line in artifacts["job_denied"]["str"].splitlines()
+        if "S3AccessDeniedError: " in line
+    }
+    assert len(refused) == 1, artifacts["job_denied"]["str"][-3000:]
+    assert refused.pop().startswith(f"S3 denied s3:PutObject on s3://{BUCKET}/outside-the-policy/files/part-")
     assert artifacts["api_explain"] and artifacts["ds_explain"] and "twophase" in artifacts["metrics"]
 
     # the secret appears nowhere
