@@ -37,6 +37,34 @@ class _StopRequested(TwoPhaseError):
     """Raised by the batch handler once a stop began: Spark replays that batch on resume."""
 
 
+# Spark decides whether a foreachBatch failure is "interrupted by stop" (and so says nothing) by
+# matching this phrase and the exception's name in the Python traceback's text, with a regex that
+# recurses once per character: a full Py4JJavaError traceback (~12 kB with its Java stack) overflows
+# the stream thread's stack (a StackOverflowError with 1,024 java.util.regex frames).
+_SPARK_STOP_PHRASE = "py4j.protocol.Py4JJavaError: An error occurred while calling"
+
+
+class _BatchInterrupted(_StopRequested):
+    """The batch in flight, interrupted by ``stop`` or ``cancel``: a short message Spark reads as a
+    stop, raised without its cause (the epoch's runtime already aborted and logged it)."""
+
+    def __init__(self, job_id: str, batch_id: int) -> None:
+        super().__init__(
+            f"{_SPARK_STOP_PHRASE} the batch's write: java.lang.InterruptedException "
+            f"(twophase job {job_id}: batch {batch_id} interrupted by stop or cancel; left to the resume)"
+        )
+
+
+class _QuietStopFilter(logging.Filter):
+    """Drops py4j's ERROR record (with a traceback) for a batch that stop or cancel interrupted."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _StopRequested))
+
+
+_PY4J_LOG_FILTER = _QuietStopFilter()
+
+
 class JobHandle:
     """A running streaming job (from :meth:`Job.start`).
 
@@ -188,10 +216,21 @@ class JobHandle:
         finally:
             self.runtime.close()
             self._done.set()
+        log_event(
+            log,
+            logging.INFO,
+            "job canceled",
+            job=self.job_id,
+            batch_interrupted=self._batch_error is not None,
+            checkpoints=self.runtime.config.cancel_cleanup.value,
+        )
 
     # -- internals --------------------------------------------------------------------------------
 
     def _launch(self) -> None:
+        logger = logging.getLogger("py4j.clientserver")
+        if _PY4J_LOG_FILTER not in logger.filters:
+            logger.addFilter(_PY4J_LOG_FILTER)
         self._thread.start()
 
     def _halt_query(self, timeout: float | None) -> None:
@@ -273,4 +312,6 @@ class JobHandle:
                 self._epochs.append(run_spark_epoch(self.runtime, batch_df, position, batch_id))
             except BaseException as e:
                 self._batch_error = e
+                if self._stop_requested.is_set() or self._cancel_requested.is_set():
+                    raise _BatchInterrupted(self.job_id, batch_id) from None
                 raise

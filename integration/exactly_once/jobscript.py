@@ -5,7 +5,7 @@ in ``--sinks``. Exit status 0 when the job ended as asked, 137 when a fault poin
 
     python -m twophase.integration.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
         [--action finish|stop|savepoint|drain|cancel] [--after-batches N] [--from-savepoint LOC]
-        [--report-imports]
+        [--write-delay-s S] [--act-after-s S] [--report-imports]
 
 It also runs as ``spark-submit [--py-files twophase.zip] .../jobscript.py ...`` (the cluster test).
 """
@@ -17,11 +17,28 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import pyarrow as pa
+
 from twophase.coordinator.spark.job import Job
-from twophase.coordinator.testing.file_sink import JsonLinesFileSink
+from twophase.coordinator.testing.file_sink import JsonLinesFileSink, _OpenFile
+
+
+class SlowJsonLinesFileSink(JsonLinesFileSink):
+    """A file sink whose every write sleeps ``delay_s`` seconds, a batch long enough to interrupt;
+    each write first leaves ``writing-c<checkpoint>`` in ``root`` so the driver can act mid-write."""
+
+    def __init__(self, name: str, root: str | Path, delay_s: float) -> None:
+        super().__init__(name, root)
+        self.delay_s = delay_s
+
+    def write(self, txn: _OpenFile, batch: pa.RecordBatch) -> None:
+        (Path(self.root) / f"writing-c{txn.ctx.checkpoint_id}").touch()
+        time.sleep(self.delay_s)
+        super().write(txn, batch)
 
 
 def _spark(master: str):  # type: ignore[no-untyped-def]
@@ -72,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--action", choices=["finish", "stop", "savepoint", "drain", "cancel"], default="finish")
     p.add_argument("--after-batches", type=int, default=2)
     p.add_argument("--from-savepoint")
+    p.add_argument("--write-delay-s", type=float, default=0.0, help="each sink write sleeps this long")
+    p.add_argument("--act-mid-write", action="store_true", help="act once the next batch's slow write began")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--report-imports", action="store_true", help="add where twophase is imported from")
     args = p.parse_args(argv)
@@ -87,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
 
     job = Job(spark, args.job, str(root / "chk"), from_savepoint=args.from_savepoint)
     for name in args.sinks.split(","):
-        job.sink(JsonLinesFileSink(name, root / "out"))
+        if args.write_delay_s:
+            job.sink(SlowJsonLinesFileSink(name, root / "out", args.write_delay_s))
+        else:
+            job.sink(JsonLinesFileSink(name, root / "out"))
     if args.mode == "batch":
         df = spark.read.parquet(str(root / "input"))
         result = job.write(df)
@@ -108,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     while len(handle.metrics) < args.after_batches and not handle.await_termination(0.2):
         pass
+    if args.act_mid_write:  # checkpoint ids of a fresh run are the batch numbers, from 1
+        while not (root / "out" / f"writing-c{args.after_batches + 1}").exists():
+            time.sleep(0.1)
     if args.action == "cancel":
         handle.cancel()
         emit({"state": handle.status.value, "epochs": len(handle.metrics)})

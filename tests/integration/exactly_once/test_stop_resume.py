@@ -52,3 +52,23 @@ def test_cancel_then_resume(tmp_path: Path) -> None:
     resumed = run_job(tmp_path)
     assert resumed.returncode == 0, resumed.log
     assert_exactly_once(tmp_path, ["a"], expected)
+
+
+def test_cancel_during_a_batch_says_one_line_and_resumes_exactly(tmp_path: Path) -> None:
+    """#26 item 5: a cancel that interrupts the batch in flight printed ~1,150 lines (py4j's ERROR
+    with the whole Java stack, then a StackOverflowError of Spark's stop-pattern regex over it)."""
+    expected = make_input(tmp_path, files=6)
+    canceled = run_job(
+        tmp_path, "--action", "cancel", "--after-batches", "1", "--write-delay-s", "4", "--act-mid-write"
+    )
+    assert canceled.returncode == 0, canceled.log
+    assert canceled.outcome is not None and canceled.outcome["state"] == "CANCELED"
+    after = canceled.log[canceled.log.index("checkpoint completed") :]
+    assert "StackOverflowError" not in after
+    assert "Traceback" not in after
+    assert " ERROR " not in after
+    assert "job canceled job=eo batch_interrupted=True checkpoints=retain" in after
+    assert staging_files(tmp_path / "out", "eo", "a") == []
+    resumed = run_job(tmp_path)
+    assert resumed.returncode == 0, resumed.log
+    assert_exactly_once(tmp_path, ["a"], expected)
