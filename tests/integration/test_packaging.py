@@ -28,7 +28,7 @@ TEST_SUITES = frozenset(
         "integration/testing",
     }
 )
-"""Folders of ``integration/`` that hold only test support (the suites are under ``tests/``): never installed."""
+"""Folders of ``integration/`` that hold only test support (suites are in ``tests/``): never installed."""
 
 
 @pytest.fixture(scope="module")
