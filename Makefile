@@ -86,7 +86,7 @@ lint: venv
 	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/twophase
 	$(BIN)/mypy
 	# the test suites are no package of twophase: checked as files (tests/ mirrors the code's folders)
-	$(BIN)/mypy --explicit-package-bases tests/integration
+	MYPYPATH=tests $(BIN)/mypy --explicit-package-bases tests/support tests/integration
 
 # the documentation site (mkdocs.yml, docs/) into build/site; strict: a warning, such as a broken link
 # or cross-reference, fails the build. mkdocstrings reads the sources of `twophase` (the repository

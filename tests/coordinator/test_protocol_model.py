@@ -43,6 +43,26 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.model_accounting import (
+    s3_held_by_stored_checkpoints,
+    s3_owed_after_a_rewind,
+)
+from support.model_alphabet import (
+    DOWN_MS,
+    DRIVER_POINTS,
+    END_POINTS,
+    EXPECTED,
+    JOB,
+    PUBLISH,
+    ROLLING,
+    S3_PREFIX,
+    SINKS,
+    TASKS,
+    TOPIC,
+    T,
+    traced,
+)
+from support.model_settle import settle
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
@@ -64,26 +84,6 @@ from twophase.coordinator.testing.engine_tasks import (
 )
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
-from twophase.coordinator.testing.model_accounting import (
-    s3_held_by_stored_checkpoints,
-    s3_owed_after_a_rewind,
-)
-from twophase.coordinator.testing.model_alphabet import (
-    DOWN_MS,
-    DRIVER_POINTS,
-    END_POINTS,
-    EXPECTED,
-    JOB,
-    PUBLISH,
-    ROLLING,
-    S3_PREFIX,
-    SINKS,
-    TASKS,
-    TOPIC,
-    T,
-    traced,
-)
-from twophase.coordinator.testing.model_settle import settle
 from twophase.coordinator.testing.s3_model import client_error
 from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.runtime_scenarios import data, expected, harness, pos, records_of
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
@@ -25,7 +26,6 @@ from twophase.coordinator.testing.fakes import (
     FakeTxn,
 )
 from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
-from twophase.coordinator.testing.runtime_scenarios import data, expected, harness, pos, records_of
 from twophase.sinks.errors import (
     CommitFailedError,
     CorruptCheckpointError,

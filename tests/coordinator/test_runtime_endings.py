@@ -8,6 +8,7 @@ import logging
 import threading
 
 import pytest
+from support.runtime_scenarios import data, expected, harness, pos, records_of
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
@@ -23,7 +24,6 @@ from twophase.coordinator.testing.fakes import (
     FakeSink,
 )
 from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
-from twophase.coordinator.testing.runtime_scenarios import data, expected, harness, pos, records_of
 from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
     CheckpointStorageError,

@@ -15,6 +15,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from support.cli import json_output, one_line_error, run_twophase
 
 from twophase.integration.jobs.flights_cluster import input_locations
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
@@ -22,7 +23,6 @@ from twophase.integration.services import S3Endpoint
 from twophase.integration.services.launcher import given_env
 from twophase.integration.services.process import pid_alive
 from twophase.integration.services.spark_service import master_addresses
-from twophase.integration.testing.cli import json_output, one_line_error, run_twophase
 from twophase.sinks.errors import ConfigError
 
 

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.cli import json_output, run_twophase
 
 from twophase.integration.packing import (
     EXECUTOR_PYTHON,
@@ -28,7 +29,6 @@ from twophase.integration.packing import (
 )
 from twophase.integration.services.spark_cluster import spark_home
 from twophase.integration.spark_shipping import REPO, ShippingError
-from twophase.integration.testing.cli import json_output, run_twophase
 
 METADATA = """Metadata-Version: 2.1
 Name: twophase

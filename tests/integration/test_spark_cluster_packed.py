@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import json_output, run_twophase
 
 from twophase.integration.jobs import flights_submit
 from twophase.integration.packing import PackedEnv, pack_environment
@@ -36,7 +37,6 @@ from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.launcher import given_env
 from twophase.integration.services.process import wait_ready
 from twophase.integration.services.spark_cluster import SparkCluster, spark_home
-from twophase.integration.testing.cli import json_output, run_twophase
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.s3, pytest.mark.slow, pytest.mark.long]
 

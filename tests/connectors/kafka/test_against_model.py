@@ -7,6 +7,7 @@ import threading
 
 import pyarrow as pa
 import pytest
+from support.model_settle import settle
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.coordinator.commit_policy import CommitPolicy
@@ -14,7 +15,6 @@ from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.testing.clock import ManualClock
 from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.coordinator.testing.kafka_model import KafkaModel
-from twophase.coordinator.testing.model_settle import settle
 from twophase.sinks.errors import ConcurrentAttemptError
 
 TOPIC = "events"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.cli import json_output, one_line_error, rendered_columns, run_twophase
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage import open_storage
 from twophase.integration.cli import main
 from twophase.integration.cli.checkpoints import checkpoints
-from twophase.integration.testing.cli import json_output, one_line_error, rendered_columns, run_twophase
 
 KAFKA_PAYLOAD = {"kind": "kafka", "version": 1, "body": {"transactional_id": "twophase-cli_job-kafka-0-1"}}
 

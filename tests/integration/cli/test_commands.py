@@ -7,10 +7,10 @@ import socket
 from pathlib import Path
 
 import pytest
+from support.cli import json_output, one_line_error, run_twophase
 
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.process import free_port, pid_alive
-from twophase.integration.testing.cli import json_output, one_line_error, run_twophase
 
 
 def test_unreachable_bootstrap_fails_in_one_line(tmp_path: Path) -> None:

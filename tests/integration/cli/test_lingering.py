@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.cli import json_output, one_line_error, run_twophase
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage import open_storage
@@ -29,7 +30,6 @@ from twophase.integration.exactly_once import kafka_s3_job
 from twophase.integration.exactly_once.support import FAULT_EXIT, REPO, make_input
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.integration.services import S3Endpoint
-from twophase.integration.testing.cli import json_output, one_line_error, run_twophase
 from twophase.sinks.context import WriterContext
 
 ROWS = 10

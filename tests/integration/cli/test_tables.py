@@ -7,6 +7,7 @@ import io
 import pytest
 from rich.console import Console
 from rich.text import Text
+from support.cli import rendered_columns
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
@@ -17,7 +18,6 @@ from twophase.integration.cli.output import Column, FittedTable, table
 from twophase.integration.jobs.flights import FlightsJobSpec, FlightsRun
 from twophase.integration.lingering import ItemStatus, LingeringItem, SinkLingering
 from twophase.integration.services import ServiceStatus
-from twophase.integration.testing.cli import rendered_columns
 from twophase.integration.verify import SinkReport, VerifyReport
 
 WIDTH = 80

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 import tenacity
+from support.cli import json_output, run_twophase
 
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.connect_service import connect_address, spark_connect_service
 from twophase.integration.services.launcher import given_env
 from twophase.integration.services.process import pid_alive
-from twophase.integration.testing.cli import json_output, run_twophase
 from twophase.sinks.errors import ConfigError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

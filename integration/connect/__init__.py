@@ -1,1 +1,0 @@
-"""Spark Connect suite: the ``twophase`` data source from a Connect client (not installed)."""

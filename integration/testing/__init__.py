@@ -1,1 +1,0 @@
-"""Test support of the end-to-end suites: running the ``twophase`` command as a user would."""
