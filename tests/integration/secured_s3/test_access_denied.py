@@ -19,9 +19,10 @@ from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConf
 from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkConfig
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage.s3 import S3CheckpointStorage
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.s3_tls import LEAST_PRIVILEGE_ACTIONS
-from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import CheckpointStorageError, S3AccessDeniedError
 
 from .conftest import BUCKET, MakeUser
@@ -32,7 +33,7 @@ JOB = "denied-job"
 NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, inactivity_interval_ms=None)
 
 
-def ctx(checkpoint: int, partition: int = 0, state: dict[str, object] | None = None) -> WriterContext:
+def ctx(checkpoint: int, partition: int = 0, state: JsonObject | None = None) -> WriterContext:
     return WriterContext(JOB, "out", checkpoint, partition, 0, 2, restored_state=state)
 
 
@@ -159,6 +160,7 @@ def test_a_checkpoint_it_may_not_read_is_not_taken_for_corrupt(
     for cid in (1, 2):
         writer.publish(CheckpointMetadata(JOB, cid, CheckpointKind.CHECKPOINT, 1_700_000_000_000, {}))
     reader = open_storage(location, JOB, s3_options=user.endpoint.s3_options())
+    assert isinstance(reader, S3CheckpointStorage)
     with pytest.raises(CheckpointStorageError) as raised:
         reader.latest(fallback_to_valid=True)
     assert not isinstance(raised.value, CorruptCheckpointError)

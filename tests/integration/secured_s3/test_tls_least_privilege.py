@@ -17,7 +17,7 @@ from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkC
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import open_storage
 from twophase.integration.services.s3_tls import TlsMinioServer
-from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.outcome import CommitOutcome
 
@@ -29,7 +29,7 @@ JOB = "secured-job"
 NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, inactivity_interval_ms=None)
 
 
-def ctx(checkpoint: int, partition: int = 0, state: dict[str, object] | None = None) -> WriterContext:
+def ctx(checkpoint: int, partition: int = 0, state: JsonObject | None = None) -> WriterContext:
     return WriterContext(JOB, "out", checkpoint, partition, 0, 2, restored_state=state)
 
 
