@@ -55,7 +55,7 @@ from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError
+from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError, error_summary
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -460,7 +460,7 @@ class JobRuntime:
                 s.lifecycle.transition(JobTransition.GIVE_UP)
                 raise JobError(
                     f"job {self.job_id} failed: restart strategy exhausted after "
-                    f"{len(s.restarts.restarts)} restarts; last error: {error!r}"
+                    f"{len(s.restarts.restarts)} restarts; last error: {error_summary(error)}"
                 ) from error
             s.lifecycle.transition(JobTransition.RESTART)
             log_event(

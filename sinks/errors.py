@@ -122,3 +122,20 @@ class S3AccessDeniedError(ConfigError):
         self.action = action
         self.uri = uri
         self.operation = operation
+
+
+def error_summary(error: BaseException) -> str:
+    """One line for ``error``, for messages that wrap it (``JobError``'s "last error: ...").
+
+    An executor's failure reaches the driver as Spark's ``PythonException`` (or a Py4J error) whose
+    message is a whole traceback; its meaning is the traceback's last ``Type: message`` line, e.g.
+    ``KafkaAuthorizationError: ... denied Write on topic 'orders'``. Other errors give their type
+    and the first line of their message.
+    """
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        for line in reversed(lines):
+            head = line.split(":", 1)[0]
+            if line != head and head.replace(".", "").replace("_", "").isalnum() and " " not in head:
+                return line
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
