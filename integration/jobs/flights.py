@@ -30,7 +30,10 @@ Run it with ``twophase demo``, or resume one prepared run (what the chaos suite 
 
     python -m twophase.integration.jobs.flights --work-dir DIR
 
-Endpoints come from ``TWOPHASE_KAFKA_BOOTSTRAP`` / ``TWOPHASE_S3_*`` or ``twophase services up``.
+Endpoints come from ``TWOPHASE_KAFKA_BOOTSTRAP`` / ``TWOPHASE_S3_*`` or ``twophase services up``;
+against secured services (SASL_SSL Kafka, S3 over TLS with a private CA) also from
+``TWOPHASE_KAFKA_SECURITY`` (the Kafka client's security settings as JSON: holds a password) and
+``AWS_CA_BUNDLE``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -115,6 +118,10 @@ ROW_FILE_BYTES = 512 * 1024
 KEY_COLUMN = "flight_id"
 VALUE_COLUMN = "value"
 
+KAFKA_SECURITY_ENV = "TWOPHASE_KAFKA_SECURITY"
+"""librdkafka security settings of the job's Kafka clients as a JSON object (``security.protocol``,
+``sasl.*``, ``ssl.ca.location``): holds a password, so only ever in a job process's environment."""
+
 
 @dataclass(frozen=True)
 class FlightsEndpoints:
@@ -126,11 +133,18 @@ class FlightsEndpoints:
         keys_from_environment: the sinks and checkpoints get the endpoint only, and every process
             takes the keys from its own AWS chain (the driver's environment, the executors'
             ``spark.executorEnv.AWS_*``): no key is pickled into a task. For a cluster.
+        kafka_security: librdkafka settings that log the Kafka clients in (``security.protocol``,
+            ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``); empty
+            for a PLAINTEXT broker. Holds a password: left out of ``repr``.
+        ca_bundle: the PEM file of the CAs that sign the S3 endpoint's certificate
+            (``AWS_CA_BUNDLE`` of every process), or ``""``.
     """
 
     kafka_bootstrap: str
     s3: S3Endpoint
     keys_from_environment: bool = False
+    kafka_security: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    ca_bundle: str = ""
 
     def storage_options(self) -> S3Options:
         """S3 settings of the sinks and checkpoints: the endpoint with its keys, or, with
@@ -161,7 +175,7 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
             create_topic=True,
             new_topic_partitions=spec.kafka_partitions,
             new_topic_replication_factor=spec.kafka_replication,
-            client_config={"linger.ms": 20, "compression.type": "lz4"},
+            client_config={"linger.ms": 20, "compression.type": "lz4", **endpoints.kafka_security},
         ),
     )
     options = endpoints.storage_options()
@@ -400,13 +414,30 @@ def flights_spark_session(
 def endpoints_from_environment() -> FlightsEndpoints:
     """The endpoints of running services: ``TWOPHASE_*`` variables, else ``twophase services up``.
 
+    With ``TWOPHASE_KAFKA_SECURITY`` set (secured services), the endpoints are taken as given,
+    with those Kafka settings and ``AWS_CA_BUNDLE``, without a readiness probe.
+
     Raises:
         ConfigError: no Kafka or no S3 is running (nothing is started here: a fresh service would
-            not hold the run's data).
+            not hold the run's data); ``TWOPHASE_KAFKA_SECURITY`` is not a JSON object.
     """
     from twophase.integration.services import kafka_service, s3_service
     from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
 
+    secured = os.environ.get(KAFKA_SECURITY_ENV)
+    bootstrap, endpoint = env_kafka_bootstrap(), env_s3_endpoint()
+    if secured and bootstrap is not None and endpoint is not None:
+        # secured services: the sinks' start-up checks log in and say what is wrong (a plaintext
+        # readiness probe, or a ListBuckets the job's least-privilege keys may not call, would not)
+        try:
+            security = json.loads(secured)
+        except json.JSONDecodeError:
+            security = None
+        if not isinstance(security, dict):
+            raise ConfigError(f"{KAFKA_SECURITY_ENV} is not a JSON object of librdkafka settings")
+        return FlightsEndpoints(
+            bootstrap, endpoint, kafka_security=security, ca_bundle=os.environ.get("AWS_CA_BUNDLE", "")
+        )
     if (env_kafka_bootstrap() is None and recorded_alive("kafka") is None) or (
         env_s3_endpoint() is None and recorded_alive("s3") is None
     ):
