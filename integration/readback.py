@@ -5,12 +5,16 @@ verification, the CLI, the connector's and the services' integration tests. It r
 from its beginning up to the end offset taken when the call starts (for ``read_committed`` the last
 stable offset, LSO, which the broker holds back at the first open transaction, KIP-98), so it
 returns once caught up and never waits for records of open transactions. Every wait is bounded.
+
+Against a secured broker every function takes ``security``: librdkafka settings that log the
+consumer in (SASL_SSL, SCRAM, a CA); its consumer groups are named ``GROUP_PREFIX<random>`` (a
+reader needs Read on the topic and on that group prefix, nothing else).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
 import tenacity
@@ -22,6 +26,9 @@ Isolation = Literal["read_committed", "read_uncommitted"]
 
 BATCH = 10_000
 """Records fetched per ``consume`` call."""
+GROUP_PREFIX = "twophase-readback-"
+"""Prefix of the read-back consumers' group ids (never committed to: offsets are assigned)."""
+NO_SECURITY: Mapping[str, str] = {}
 
 
 class KafkaRecord(NamedTuple):
@@ -41,14 +48,15 @@ class KafkaRecord(NamedTuple):
     headers: list[tuple[str, bytes]] | None
 
 
-def _consumer(bootstrap: str, isolation: Isolation) -> Consumer:
+def _consumer(bootstrap: str, isolation: Isolation, security: Mapping[str, str]) -> Consumer:
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"twophase-readback-{uuid.uuid4().hex}",
+            "group.id": f"{GROUP_PREFIX}{uuid.uuid4().hex}",
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            **security,
         }
     )
 
@@ -74,7 +82,11 @@ def _watermarks(
 
 
 def end_offsets(
-    bootstrap: str, topic: str, isolation: Isolation = "read_committed", timeout_s: float = 30.0
+    bootstrap: str,
+    topic: str,
+    isolation: Isolation = "read_committed",
+    timeout_s: float = 30.0,
+    security: Mapping[str, str] = NO_SECURITY,
 ) -> dict[int, int]:
     """Per partition, the offset a consumer of ``isolation`` may read up to (ListOffsets latest).
 
@@ -84,7 +96,7 @@ def end_offsets(
     Raises:
         ServiceUnavailableError: the topic's metadata cannot be read within ``timeout_s`` seconds.
     """
-    consumer = _consumer(bootstrap, isolation)
+    consumer = _consumer(bootstrap, isolation, security)
     try:
         partitions = _partitions(consumer, bootstrap, topic, timeout_s)
         return {p: high for p, (_low, high) in _watermarks(consumer, topic, partitions, timeout_s).items()}
@@ -92,14 +104,16 @@ def end_offsets(
         consumer.close()
 
 
-def is_stable(bootstrap: str, topic: str) -> bool:
+def is_stable(bootstrap: str, topic: str, security: Mapping[str, str] = NO_SECURITY) -> bool:
     """True when no open transaction holds ``topic`` back: the LSO equals the high watermark everywhere."""
-    return end_offsets(bootstrap, topic, "read_committed") == end_offsets(
-        bootstrap, topic, "read_uncommitted"
+    return end_offsets(bootstrap, topic, "read_committed", security=security) == end_offsets(
+        bootstrap, topic, "read_uncommitted", security=security
     )
 
 
-def wait_until_stable(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+def wait_until_stable(
+    bootstrap: str, topic: str, timeout_s: float = 60.0, security: Mapping[str, str] = NO_SECURITY
+) -> None:
     """Wait until no partition of ``topic`` has an open transaction or an unwritten commit marker.
 
     ``commit_transaction()`` returns once the coordinator logged the decision; the markers reach
@@ -115,11 +129,11 @@ def wait_until_stable(bootstrap: str, topic: str, timeout_s: float = 60.0) -> No
         retry=tenacity.retry_if_result(lambda done: not done),
         retry_error_callback=lambda state: False,
     )
-    if not waiting(is_stable, bootstrap, topic):
+    if not waiting(is_stable, bootstrap, topic, security):
         raise ServiceUnavailableError(
             f"{topic!r} still has open transactions after {timeout_s:g} s: last stable offsets "
-            f"{end_offsets(bootstrap, topic, 'read_committed')}, high watermarks "
-            f"{end_offsets(bootstrap, topic, 'read_uncommitted')}"
+            f"{end_offsets(bootstrap, topic, 'read_committed', security=security)}, high watermarks "
+            f"{end_offsets(bootstrap, topic, 'read_uncommitted', security=security)}"
         )
 
 
@@ -129,13 +143,15 @@ def read_topic(
     isolation: Isolation = "read_committed",
     timeout_s: float = 60.0,
     until_stable: bool = False,
+    security: Mapping[str, str] = NO_SECURITY,
 ) -> list[KafkaRecord]:
     """Every record of ``topic`` visible under ``isolation``, in partition and offset order.
 
     Reads each partition from its beginning up to its end offset taken at call time (for
     ``read_committed`` the LSO), in batches of :data:`BATCH` records. Right after
     ``commit_transaction()`` the commit markers may not be written yet; ``until_stable=True``
-    first waits for them (:func:`wait_until_stable`).
+    first waits for them (:func:`wait_until_stable`). ``security``: the consumer's login
+    settings (librdkafka names; hold a password, never logged).
 
     Raises:
         ServiceUnavailableError: the end is not reached (or, with ``until_stable``, the topic does
@@ -143,8 +159,8 @@ def read_topic(
         KafkaException: a consumer error other than end of partition.
     """
     if until_stable:
-        wait_until_stable(bootstrap, topic, timeout_s)
-    consumer = _consumer(bootstrap, isolation)
+        wait_until_stable(bootstrap, topic, timeout_s, security)
+    consumer = _consumer(bootstrap, isolation, security)
     try:
         partitions = _partitions(consumer, bootstrap, topic, timeout_s)
         marks = _watermarks(consumer, topic, partitions, timeout_s)
