@@ -14,6 +14,11 @@ sink carries (:data:`CONTENT_COLUMNS`). Lingering state is reported per sink: op
 transactions with the job's transactional-id prefix (ListTransactions), pending multipart uploads
 under the S3 prefix, and Delta data files of the job that no commit references. A sink is
 verified only when all of it is clean.
+
+Against secured services the reader is not the writer: the records are read with the
+``endpoints`` given to :func:`verify_run` (e.g. a Kafka principal with only Read ACLs and the S3
+root keys over TLS), and lingering state is listed with ``admin`` (a principal that sees every
+transaction: ListTransactions only shows those the caller may describe).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -45,7 +50,7 @@ from twophase.integration.jobs.flights import (
     build_sinks,
 )
 from twophase.integration.lingering import SinkLingering, list_lingering
-from twophase.integration.readback import end_offsets, read_topic
+from twophase.integration.readback import NO_SECURITY, end_offsets, read_topic
 from twophase.sinks.context import LingeringScope
 
 if TYPE_CHECKING:
@@ -217,11 +222,13 @@ def compare(sink: str, location: str, table: pa.Table, expected: Expected, **ext
 # ------------------------------------------------------------------------------------ Kafka
 
 
-def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa.Table, int]:
+def read_kafka(
+    bootstrap: str, topic: str, timeout_s: float = 120.0, security: Mapping[str, str] = NO_SECURITY
+) -> tuple[pa.Table, int]:
     """Every committed record of ``topic`` as :data:`CONTENT_COLUMNS` (from the JSON values).
 
     Reads with :func:`twophase.integration.readback.read_topic` (``read_committed``, up to the
-    last stable offsets).
+    last stable offsets), logged in with ``security`` (librdkafka settings) when given.
 
     Returns:
         The table and the number of partitions.
@@ -230,10 +237,10 @@ def read_kafka(bootstrap: str, topic: str, timeout_s: float = 120.0) -> tuple[pa
         ServiceUnavailableError: the end is not reached within ``timeout_s`` seconds.
         KafkaException: a consumer error.
     """
-    records = read_topic(bootstrap, topic, "read_committed", timeout_s)
+    records = read_topic(bootstrap, topic, "read_committed", timeout_s, security=security)
     rows = [json.loads(r.value or b"null") or {} for r in records]
     table = pa.table({c: [r.get(c) for r in rows] for c in CONTENT_COLUMNS})
-    return table, len(end_offsets(bootstrap, topic, "read_committed", timeout_s))
+    return table, len(end_offsets(bootstrap, topic, "read_committed", timeout_s, security))
 
 
 def lingering_items(spec: FlightsJobSpec, endpoints: FlightsEndpoints, sink: str) -> SinkLingering:
@@ -248,13 +255,21 @@ def _lingering_detail(what: str, listing: SinkLingering, shown: int = 5) -> str:
     return f"{what}: {', '.join(ids[:shown]) or 'none'}{more}"
 
 
-def verify_kafka(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
-    """Read the topic back ``read_committed`` and list the job's open transactions."""
+def verify_kafka(
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    expected: Expected,
+    admin: FlightsEndpoints | None = None,
+) -> SinkReport:
+    """Read the topic back ``read_committed`` with ``endpoints`` and list the job's open
+    transactions with ``admin`` (default ``endpoints``)."""
     started = time.perf_counter()
     location = f"kafka topic {spec.topic}"
     try:
-        open_txns = lingering_items(spec, endpoints, KAFKA_SINK)
-        table, partitions = read_kafka(endpoints.kafka_bootstrap, spec.topic)
+        open_txns = lingering_items(spec, admin or endpoints, KAFKA_SINK)
+        table, partitions = read_kafka(
+            endpoints.kafka_bootstrap, spec.topic, security=endpoints.kafka_security
+        )
     except Exception as e:
         return SinkReport(KAFKA_SINK, location, error=_one_line(e), seconds=time.perf_counter() - started)
     return compare(
@@ -273,9 +288,11 @@ def verify_kafka(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Ex
 
 
 def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
-    """A pyarrow S3 file system for the endpoint (path-style, the endpoint's credentials)."""
+    """A pyarrow S3 file system for the endpoint (path-style, the endpoint's credentials; over
+    TLS it verifies the server against ``endpoints.ca_bundle`` when one is given)."""
     s3 = endpoints.s3
     url = urlsplit(s3.endpoint_url)
+    tls = {"tls_ca_file_path": endpoints.ca_bundle} if endpoints.ca_bundle else {}
     return pafs.S3FileSystem(
         access_key=s3.access_key,
         secret_key=s3.secret_key,
@@ -283,16 +300,22 @@ def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
         endpoint_override=url.netloc,
         scheme=url.scheme or "https",
         force_virtual_addressing=False,
+        **tls,
     )
 
 
-def verify_s3(spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected) -> SinkReport:
-    """Read the job's files (Parquet or JSON lines, Hive partitions ``origin``/``month``) and list
-    pending uploads and tails."""
+def verify_s3(
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    expected: Expected,
+    admin: FlightsEndpoints | None = None,
+) -> SinkReport:
+    """Read the job's files (Parquet or JSON lines, Hive partitions ``origin``/``month``) with
+    ``endpoints`` and list pending uploads and tails with ``admin`` (default ``endpoints``)."""
     started = time.perf_counter()
     location = f"s3://{spec.bucket}/{spec.s3_prefix}"
     try:
-        uploads = lingering_items(spec, endpoints, S3_SINK)
+        uploads = lingering_items(spec, admin or endpoints, S3_SINK)
         dataset = ds.dataset(
             f"{spec.bucket}/{spec.s3_prefix.strip('/')}",
             filesystem=s3_filesystem(endpoints),
@@ -347,12 +370,17 @@ def read_delta(
 
 
 def verify_delta(
-    spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected, spark: SparkSession | None
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    expected: Expected,
+    spark: SparkSession | None,
+    admin: FlightsEndpoints | None = None,
 ) -> SinkReport:
-    """Read the Delta table back and list the job's unreferenced data files."""
+    """Read the Delta table back with ``endpoints`` and list the job's unreferenced data files
+    with ``admin`` (default ``endpoints``)."""
     started = time.perf_counter()
     try:
-        orphans = lingering_items(spec, endpoints, DELTA_SINK)
+        orphans = lingering_items(spec, admin or endpoints, DELTA_SINK)
         table, reader = read_delta(spec, endpoints, spark)
     except Exception as e:
         return SinkReport(
@@ -394,14 +422,17 @@ def verify_run(
     endpoints: FlightsEndpoints,
     spark: SparkSession | None = None,
     sinks: Sequence[str] = (KAFKA_SINK, S3_SINK, DELTA_SINK),
+    admin: FlightsEndpoints | None = None,
 ) -> VerifyReport:
     """Verify every sink of a flights run against its input (see the module docstring).
 
     Args:
         spec: the run.
-        endpoints: the services it wrote to.
+        endpoints: the services it wrote to, with the reader's credentials.
         spark: a session with Delta to read the table with delta-spark; ``None``: deltalake.
         sinks: the sinks to check.
+        admin: the credentials that list lingering state (default ``endpoints``): against a
+            secured Kafka a principal that may describe every transactional id of the job.
 
     Returns:
         The report; read failures are reported per sink (``error``), never raised.
@@ -409,11 +440,11 @@ def verify_run(
     expected = expected_input(spec)
     reports: list[SinkReport] = []
     if KAFKA_SINK in sinks:
-        reports.append(verify_kafka(spec, endpoints, expected))
+        reports.append(verify_kafka(spec, endpoints, expected, admin))
     if S3_SINK in sinks:
-        reports.append(verify_s3(spec, endpoints, expected))
+        reports.append(verify_s3(spec, endpoints, expected, admin))
     if DELTA_SINK in sinks:
-        reports.append(verify_delta(spec, endpoints, expected, spark))
+        reports.append(verify_delta(spec, endpoints, expected, spark, admin))
     ok, detail = checkpoint_state(spec, endpoints)
     return VerifyReport(spec.job_id, expected.rows, tuple(reports), ok, detail)
 
