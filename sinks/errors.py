@@ -101,6 +101,11 @@ class JobError(TwoPhaseError, RuntimeError):
     """A job cannot run as asked (e.g. the stored Spark query id differs from the Spark checkpoint's)."""
 
 
+class LingeringCleanupError(TwoPhaseError, RuntimeError):
+    """Lingering cleanup could not abort every lingering transaction it found; it went on past each
+    failure, aborted all the others, and names each one it could not (the first is the cause)."""
+
+
 class S3AccessDeniedError(ConfigError):
     """S3 refused a request for lack of permission (``AccessDenied``, or a bare 403 on a HEAD).
 

@@ -24,6 +24,7 @@ from twophase.connectors.s3 import naming
 from twophase.connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
 from twophase.connectors.s3.uploads import ListedUpload, S3Ops
 from twophase.sinks.context import LingeringScope
+from twophase.sinks.errors import LingeringCleanupError
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -92,13 +93,21 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
 
     Raises:
         CommittableDecodeError: a held in-progress state is unreadable (nothing is aborted).
-        ServiceUnavailableError / ConfigError: S3 keeps failing or access is denied.
+        LingeringCleanupError: some uploads could not be aborted; every other one was, and the
+            orphaned tails were deleted.
+        ServiceUnavailableError / ConfigError: listing or deleting tails keeps failing or is denied.
     """
     held = held_objects(scope)
     token = naming.job_token(scope.job_id, scope.sink_name)
     prefix = ops.config.prefix
     victims = uploads_to_abort(ops.list_uploads(), prefix, token, held, scope.up_to_checkpoint)
-    aborted = sum(1 for u in victims if ops.abort_upload(u.key, u.upload_id))
+    aborted = 0
+    failed: list[tuple[ListedUpload, Exception]] = []
+    for u in victims:
+        try:
+            aborted += ops.abort_upload(u.key, u.upload_id)
+        except Exception as e:  # go on: the other uploads must not stay open for this one
+            failed.append((u, e))
     tails = tails_to_delete(
         ops.list_keys(naming.tails_root(prefix, token)), prefix, token, held, scope.up_to_checkpoint
     )
@@ -113,5 +122,11 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
         up_to_checkpoint=scope.up_to_checkpoint,
         aborted_uploads=aborted,
         deleted_tails=len(tails),
+        failed_uploads=len(failed),
     )
+    if failed:
+        raise LingeringCleanupError(
+            f"sink {scope.sink_name!r}: {len(failed)} of {len(victims)} lingering uploads could not be "
+            "aborted (the others were): " + "; ".join(f"{u.key} ({u.upload_id}): {e}" for u, e in failed)
+        ) from failed[0][1]
     return aborted

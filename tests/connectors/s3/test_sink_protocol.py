@@ -24,6 +24,7 @@ from twophase.sinks.errors import (
     CommittableDecodeError,
     ConfigError,
     IllegalTransitionError,
+    LingeringCleanupError,
     SchemaError,
     TransactionLostError,
 )
@@ -443,6 +444,30 @@ def test_abort_lingering_touches_exactly_what_no_checkpoint_holds(
     assert sink.abort_lingering(scope) == 0  # nothing left to do
     with pytest.raises(CommittableDecodeError):  # unknown held state: abort nothing
         sink.abort_lingering(LingeringScope("job-1", "out", held_in_progress=({"kind": "?"},)))
+
+
+def test_abort_lingering_goes_on_past_a_failed_abort_and_names_it(
+    fake: Any, make_sink: MakeSink, make_error: MakeError
+) -> None:
+    """#26 item 3 for S3: one AbortMultipartUpload refused must not leave the other uploads and the
+    orphaned tails in place (an open upload costs storage; a tail would be resumed by no one)."""
+    sink = make_sink(format="jsonl", rolling=NEVER_ROLL)
+    uploads = []
+    for partition, attempt in ((0, 0), (1, 0), (0, 1)):
+        txn = sink.begin_transaction(ctx(1, partition=partition, attempt=attempt))
+        sink.write(txn, lines(partition, 1))
+        sink.pre_commit(txn)
+        sink.snapshot_in_progress(txn)
+        uploads.append(txn.created.popitem()[0])
+    assert set(uploads) <= set(fake.uploads) and fake.object_keys() != []
+    fake.fail("abort_multipart_upload", make_error("AccessDenied", 403, "AbortMultipartUpload"))
+    scope = LingeringScope[S3Committable]("job-1", "out", up_to_checkpoint=1)
+    with pytest.raises(LingeringCleanupError, match="1 of 3 lingering uploads") as raised:
+        sink.abort_lingering(scope)
+    assert "AbortMultipartUpload" in str(raised.value)
+    assert len(set(uploads) & set(fake.uploads)) == 1  # the two others were aborted
+    assert [k for k in fake.object_keys() if "/tails/" in k] == []  # and the tails deleted
+    assert sink.abort_lingering(scope) == 1  # the refused one, once S3 allows it
 
 
 def test_validate_reports_missing_bucket_and_denied_access(
