@@ -28,7 +28,7 @@ from psycopg import sql
 
 from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.connection import connect, error_text
+from twophase.connectors.postgres.connection import Connector, connect, error_text
 from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 from twophase.sinks.structured_log import log_event
@@ -44,11 +44,16 @@ class PostgresCommitter:
     Args:
         config: where the prepared transactions live.
         sink_name: for log fields.
+        connector: opens connections (default ``psycopg.connect``; see
+            :data:`~twophase.connectors.postgres.connection.Connector`).
     """
 
-    def __init__(self, config: PostgresSinkConfig, sink_name: str) -> None:
+    def __init__(
+        self, config: PostgresSinkConfig, sink_name: str, connector: Connector | None = None
+    ) -> None:
         self.config = config
         self.sink_name = sink_name
+        self.connector = connector
 
     def commit(self, committable: PostgresCommittable) -> CommitOutcome:
         """``COMMIT PREPARED '<gid>'``, idempotent; the outcome as in the module's table.
@@ -57,7 +62,7 @@ class PostgresCommitter:
         """
         fields = {"sink": self.sink_name, "gid": committable.gid}
         try:
-            with connect(self.config, autocommit=True) as conn:
+            with connect(self.config, autocommit=True, connector=self.connector) as conn:
                 try:
                     conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(committable.gid)))
                 except psycopg.errors.UndefinedObject:
@@ -126,7 +131,7 @@ class PostgresCommitter:
             ServiceUnavailableError: the server cannot be reached, or refused (redacted message).
         """
         try:
-            with connect(self.config, autocommit=True) as conn:
+            with connect(self.config, autocommit=True, connector=self.connector) as conn:
                 rollback_prepared(conn, committable.gid)
         except psycopg.Error as e:
             raise ServiceUnavailableError(

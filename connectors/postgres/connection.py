@@ -8,6 +8,8 @@ restarting, refusing connections) and fails with
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 import tenacity
@@ -19,6 +21,12 @@ from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
+Connector = Callable[..., Any]
+"""Opens a connection as ``psycopg.connect`` does: ``connector(autocommit=…, host=…, port=…, …)``
+(the keyword arguments of :meth:`PostgresSinkConfig.connect_kwargs`), returning a
+``psycopg.Connection`` or an object answering the same calls. Raises ``psycopg.OperationalError``
+when the server cannot be reached. Tests pass a model of the server (``tests/support``)."""
+
 
 def error_text(config: PostgresSinkConfig, error: BaseException) -> str:
     """The first line of ``error``'s message with any password removed (for messages and logs)."""
@@ -26,13 +34,16 @@ def error_text(config: PostgresSinkConfig, error: BaseException) -> str:
     return redact_conninfo(config.redact(text))
 
 
-def connect(config: PostgresSinkConfig, *, autocommit: bool) -> psycopg.Connection[tuple[object, ...]]:
+def connect(
+    config: PostgresSinkConfig, *, autocommit: bool, connector: Connector | None = None
+) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection, retrying with exponential backoff (``connect_attempts``, ``connect_backoff_ms``).
 
     Args:
         config: where to connect; its password is handed to libpq only.
         autocommit: psycopg's autocommit mode (the driver's COMMIT PREPARED / ROLLBACK PREPARED
             must run outside a transaction block).
+        connector: opens the connection (default ``psycopg.connect``; see :data:`Connector`).
 
     Raises:
         ServiceUnavailableError: no connection after every attempt (the message is redacted).
@@ -44,13 +55,13 @@ def connect(config: PostgresSinkConfig, *, autocommit: bool) -> psycopg.Connecti
         reraise=True,
     )
     try:
-        conn = retrying(psycopg.connect, autocommit=autocommit, **config.connect_kwargs())
+        conn = retrying(connector or psycopg.connect, autocommit=autocommit, **config.connect_kwargs())
     except psycopg.OperationalError as e:
         raise ServiceUnavailableError(
             f"PostgreSQL {config.host}:{config.port}/{config.dbname} unreachable after "
             f"{config.connect_attempts} attempts: {error_text(config, e)}"
         ) from None
-    return conn
+    return conn  # type: ignore[no-any-return]
 
 
 def max_prepared_transactions(conn: psycopg.Connection[tuple[object, ...]]) -> int:

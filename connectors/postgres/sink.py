@@ -22,6 +22,7 @@ from twophase.connectors.postgres.committable import CODEC, PostgresCommittable
 from twophase.connectors.postgres.committer import PostgresCommitter
 from twophase.connectors.postgres.config import PostgresSinkConfig
 from twophase.connectors.postgres.connection import (
+    Connector,
     connect,
     ensure_commit_table,
     error_text,
@@ -45,6 +46,10 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         name: the sink's name within the job (non-empty); part of every gid.
         config: see :class:`~twophase.connectors.postgres.config.PostgresSinkConfig`.
 
+        connector: opens every connection (default ``psycopg.connect``); the model-based protocol
+            test passes a model of the server's prepared transactions, as the Kafka sink takes
+            ``clients``. It is pickled to executors with the sink.
+
     Raises:
         ConfigError: an empty name.
 
@@ -61,13 +66,14 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     # each commit opens its own connection; COMMIT PREPARED of different gids are independent
     commit_concurrency = 4
 
-    def __init__(self, name: str, config: PostgresSinkConfig) -> None:
+    def __init__(self, name: str, config: PostgresSinkConfig, *, connector: Connector | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"PostgreSQL sink name must be a non-empty string, got {name!r}")
         self.name = name
         self.config = config
         self.transaction_timeout_ms = config.prepared_age_warning_ms
         self.plan: WritePlan | None = None
+        self.connector = connector
 
     def __repr__(self) -> str:
         return f"PostgresSink(name={self.name!r}, config={self.config!r})"
@@ -90,7 +96,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         """
         config = self.config
         try:
-            with connect(config, autocommit=True) as conn:
+            with connect(config, autocommit=True, connector=self.connector) as conn:
                 require_prepared_transactions(conn, config)
                 plan = build_plan(
                     conn,
@@ -133,7 +139,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
 
     def begin_transaction(self, ctx: WriterContext) -> PostgresTransaction:
         """Connect and begin the subtask's transaction (see :meth:`PostgresTransaction.open`)."""
-        return PostgresTransaction.open(self.config, self.plan, ctx)
+        return PostgresTransaction.open(self.config, self.plan, ctx, self.connector)
 
     def write(self, txn: PostgresTransaction, batch: pa.RecordBatch) -> None:
         """COPY every row of ``batch`` (see :meth:`PostgresTransaction.write`)."""
@@ -162,7 +168,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
             return
         gids = [c.gid for c in committables]
         try:
-            with connect(self.config, autocommit=True) as conn:
+            with connect(self.config, autocommit=True, connector=self.connector) as conn:
                 rows = conn.execute(
                     "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
                     (gids,),
@@ -182,7 +188,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     def commit(self, committable: PostgresCommittable) -> CommitOutcome:
         """COMMIT PREPARED, idempotent (see :mod:`~twophase.connectors.postgres.committer` for the
         outcomes); an unreachable server gives RETRY."""
-        return PostgresCommitter(self.config, self.name).commit(committable)
+        return PostgresCommitter(self.config, self.name, self.connector).commit(committable)
 
     def abort(self, committable: PostgresCommittable) -> None:
         """ROLLBACK PREPARED; idempotent.
@@ -190,7 +196,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         Raises:
             ServiceUnavailableError: no answer, or the server refused.
         """
-        PostgresCommitter(self.config, self.name).abort(committable)
+        PostgresCommitter(self.config, self.name, self.connector).abort(committable)
 
     def abort_lingering(self, scope: LingeringScope[PostgresCommittable]) -> int:
         """ROLLBACK PREPARED this job's and sink's prepared transactions of checkpoints ≤
@@ -202,7 +208,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
             ServiceUnavailableError: the server cannot be reached or refused a rollback.
         """
         try:
-            with connect(self.config, autocommit=True) as conn:
+            with connect(self.config, autocommit=True, connector=self.connector) as conn:
                 count = lingering.abort_lingering(conn, scope)
                 prefix = naming.gid_prefix(scope.job_id, scope.sink_name)
                 remaining = lingering.prepared_transactions(conn, prefix)
@@ -222,7 +228,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
             ServiceUnavailableError: the server cannot be reached.
         """
         try:
-            with connect(self.config, autocommit=True) as conn:
+            with connect(self.config, autocommit=True, connector=self.connector) as conn:
                 return lingering.prepared_transactions(conn, naming.gid_prefix(job_id, self.name))
         except psycopg.Error as e:
             raise ServiceUnavailableError(
@@ -240,7 +246,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         config = self.config
         table = sql.Identifier(config.commit_schema, config.commit_table)
         try:
-            with connect(config, autocommit=True) as conn:
+            with connect(config, autocommit=True, connector=self.connector) as conn:
                 row = conn.execute(
                     sql.SQL("SELECT max(checkpoint_id) FROM {} WHERE job_token = %s AND sink = %s").format(
                         table

@@ -32,7 +32,7 @@ from psycopg import sql
 from twophase.connectors.postgres import naming
 from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.connection import connect, error_text
+from twophase.connectors.postgres.connection import Connector, connect, error_text
 from twophase.connectors.postgres.lingering import fence_earlier_attempts
 from twophase.connectors.postgres.schema import WritePlan, build_plan
 from twophase.sinks.context import WriterContext
@@ -66,12 +66,17 @@ class PostgresTransaction:
 
     @classmethod
     def open(
-        cls, config: PostgresSinkConfig, plan: WritePlan | None, ctx: WriterContext
+        cls,
+        config: PostgresSinkConfig,
+        plan: WritePlan | None,
+        ctx: WriterContext,
+        connector: Connector | None = None,
     ) -> PostgresTransaction:
         """Connect and begin the transaction under a fresh gid.
 
         ``plan`` comes from the driver's ``validate``; without it the first batch's schema is
-        checked against the table here.
+        checked against the table here. ``connector`` opens the connection (default
+        ``psycopg.connect``).
 
         Raises:
             ServiceUnavailableError: the server cannot be reached.
@@ -79,7 +84,7 @@ class PostgresTransaction:
         gid = naming.make_gid(
             ctx.job_id, ctx.sink_name, ctx.checkpoint_id, ctx.partition, ctx.attempt, naming.new_nonce()
         )
-        conn = connect(config, autocommit=True)
+        conn = connect(config, autocommit=True, connector=connector)
         txn = cls(config, plan, ctx, gid, conn)
         try:
             prefix = naming.gid_prefix(ctx.job_id, ctx.sink_name)

@@ -104,7 +104,7 @@ class FakeConnection:
 def model(monkeypatch: pytest.MonkeyPatch) -> Iterator[PreparedTransactionsModel]:
     state = PreparedTransactionsModel()
 
-    def connect(config: PostgresSinkConfig, *, autocommit: bool) -> FakeConnection:
+    def connect(config: PostgresSinkConfig, *, autocommit: bool, connector: object = None) -> FakeConnection:
         assert autocommit, "COMMIT/ROLLBACK PREPARED must run outside a transaction block"
         if state.down:
             raise ServiceUnavailableError("PostgreSQL 127.0.0.1:5432/postgres unreachable")
@@ -181,7 +181,7 @@ def test_outcomes_follow_what_the_server_did(actions: list[str]) -> None:
     model.prepare(c.gid)
     committer = PostgresCommitter(CONFIG, "pg")
 
-    def connect(config: PostgresSinkConfig, *, autocommit: bool) -> FakeConnection:
+    def connect(config: PostgresSinkConfig, *, autocommit: bool, connector: object = None) -> FakeConnection:
         if model.down:
             raise ServiceUnavailableError("down")
         return FakeConnection(model)
