@@ -1,30 +1,36 @@
 """Model-based test of the whole protocol: random lives of a job, checked against an accounting.
 
 The real runtime drives the real Kafka sink (on a transaction-coordinator model), the real S3 sink
-(on an S3 model; spanning JSON lines, small rolled files, or Parquet) and a Delta checkpoint-commit
-sink (on a Delta log model) at once, through what happens to jobs in production, in any order:
+(on an S3 model; spanning JSON lines, small rolled files, or Parquet), a Delta checkpoint-commit
+sink (on a Delta log model) and the real PostgreSQL sink (on a model of the server's prepared
+transactions, ``support.postgres_model``) at once, through what happens to jobs in production, in
+any order:
 
 - epochs at 1–6 partitions (changing), empty partitions; failed and retried tasks, executors lost
   mid-task, zombie and speculative attempts finishing after the winner (reported or not), failed
-  stages; the driver dying at every fault point or between steps, down for a while (past Kafka's
-  transaction timeout, past ``transactional.id.expiration.ms``); checkpoint publishes refused or of
-  unknown outcome; lost notifications; asynchronous commit with stalled commits (settled at the end
+  stages; PostgreSQL restarting between steps or at its next COPY, PREPARE TRANSACTION, COMMIT
+  PREPARED or ROLLBACK PREPARED (before it takes effect, or after, the client hearing a broken
+  connection), refusing connections while it starts; the driver dying at every fault point or
+  between steps, down for a while (past Kafka's transaction timeout, past
+  ``transactional.id.expiration.ms``); checkpoint publishes refused or of unknown outcome; lost
+  notifications; asynchronous commit with stalled commits (settled at the end
   of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling;
 - finish, stop with savepoint (drain or not), stop, cancel (retain or delete), a failed job
   canceled instead of restarted (the brokers refusing every abort of one transaction: no other
   may stay open, and the cancel's error names that one), resume or rewind to an older
   savepoint, a new query over a fresh checkpoint dir.
 
-The accounting: a published (durable) epoch checkpoint promises its epoch's records, once, to
-every sink; nothing else may land. After every step, nothing landed more often than promised;
-at the end (the job driven to FINISHED), every promise is kept exactly and nothing lingers (open
-Kafka transactions, multipart uploads, temporary objects, unreferenced Delta files). Two
-exceptions, both loud: a durable Kafka transaction the broker aborted while the driver was down
-past the transaction timeout must fail the restore with ``TransactionLostError`` (the test then
-restarts with ``ignore_lost_on_recovery`` and stops expecting exactly those records); and a cancel
-with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets to what it committed).
-A rewind to an older savepoint abandons the later checkpoints' S3 in-progress files (the replay
-writes their records again) and leaves the uploads stored checkpoints hold (``model_accounting``).
+The accounting: a published (durable) epoch checkpoint promises its epoch's records, once, to every
+sink; nothing else may land. After every step, nothing landed more often than promised; at the end
+(the job driven to FINISHED), every promise is kept exactly and nothing lingers (open Kafka
+transactions, multipart uploads, temporary objects, unreferenced Delta files, prepared PostgreSQL
+transactions). Two exceptions, both loud: a durable Kafka transaction the broker aborted while the
+driver was down past the transaction timeout must fail the restore with ``TransactionLostError``
+(the test then restarts with ``ignore_lost_on_recovery`` and stops expecting exactly those
+records); and a cancel with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets
+to what it committed). A rewind to an older savepoint abandons the later checkpoints' S3
+in-progress files (the replay writes their records again) and leaves the uploads stored checkpoints
+hold (``model_accounting``).
 
 ``TWOPHASE_MODEL_EXAMPLES`` (default 30) and ``TWOPHASE_MODEL_SEED`` (default: derandomized).
 """
@@ -53,6 +59,7 @@ from support.model_alphabet import (
     END_POINTS,
     EXPECTED,
     JOB,
+    PG_TABLE,
     PUBLISH,
     ROLLING,
     S3_PREFIX,
@@ -63,8 +70,12 @@ from support.model_alphabet import (
     traced,
 )
 from support.model_settle import settle
+from support.model_world import ModelWorld
+from support.postgres_model import RESTART_POINTS
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
+from twophase.connectors.postgres.schema import WritePlan
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
@@ -85,7 +96,6 @@ from twophase.coordinator.testing.engine_tasks import (
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
 from twophase.coordinator.testing.s3_model import client_error
-from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import JobError, TransactionLostError
 
@@ -101,7 +111,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World()
+        self.world = ModelWorld()
         self.expected: dict[str, Counter[str]] = {s: Counter() for s in SINKS}
         self.query = 1
         self.next_batch = 1
@@ -151,6 +161,7 @@ class ProtocolModel(RuleBasedStateMachine):
             KafkaSink("k", kafka_config, clients=self.world.kafka),
             S3Sink("s", s3_config, client_factory=lambda _c: self.world.s3, clock=self.world.clock),  # type: ignore[arg-type,return-value]
             ModelDeltaSink("d", self.world.delta),
+            self.postgres_sink(),
         ]
         self.config = RuntimeConfig(
             checkpoint=CheckpointConfig(retained_checkpoints=retained),
@@ -160,6 +171,14 @@ class ProtocolModel(RuleBasedStateMachine):
         )
         self.h = self.harness(MemoryStore())
         self.restart(fresh=True)
+
+    def postgres_sink(self) -> PostgresSink:
+        """The real PostgreSQL sink on the server model; the write plan a ``validate`` against the
+        real catalog would give (the model has no catalog)."""
+        config = PostgresSinkConfig(table=PG_TABLE, host="model", connect_attempts=3, connect_backoff_ms=1)
+        sink = PostgresSink("p", config, connector=self.world.postgres.connect)
+        sink.plan = WritePlan(("key",), ("text",))
+        return sink
 
     def harness(self, store: MemoryStore) -> TwoPhaseHarness:
         self.storage = RecordingStorage(JOB, store)
@@ -188,6 +207,7 @@ class ProtocolModel(RuleBasedStateMachine):
             "k": self.world.kafka_records(TOPIC),
             "s": self.world.s3_records(S3_PREFIX, "key"),
             "d": self.world.delta_records(),
+            "p": self.world.postgres_records(),
         }
 
     @invariant()
@@ -432,6 +452,18 @@ class ProtocolModel(RuleBasedStateMachine):
     def s3_throttles(self, op: str) -> None:
         self.world.s3.fail(op, client_error("SlowDown", 503, op))
 
+    @rule(at=st.none() | st.sampled_from(RESTART_POINTS), refuse=st.integers(0, 2))
+    @traced
+    def postgres_restarts(self, at: str | None, refuse: int) -> None:
+        """PostgreSQL restarts now (``at`` None) or at its next operation of a kind (before it
+        takes effect or after, its client hearing a broken connection), refusing ``refuse``
+        connection attempts while it starts (fewer than the sink's attempts). Prepared
+        transactions survive it; sessions and their unprepared transactions do not."""
+        if at is None:
+            self.world.postgres.restart(refuse)
+        else:
+            self.world.postgres.restart_at = at
+
     @rule(ms=st.sampled_from((20, 100)))
     @traced
     def commits_stall(self, ms: int) -> None:
@@ -489,7 +521,7 @@ class ProtocolModel(RuleBasedStateMachine):
     def after_delete(self) -> None:
         """Cancel with DELETE committed what checkpoints promised and discarded in-progress files."""
         got = self.readback()
-        for sink in ("k", "d"):
+        for sink in ("k", "d", "p"):
             self.check(got[sink] == +self.expected[sink], f"sink {sink} after cancel with delete")
         self.check(not got["s"] - self.expected["s"], "sink s after cancel with delete")
         self.expected["s"] = got["s"]
@@ -543,6 +575,9 @@ class ProtocolModel(RuleBasedStateMachine):
         else:
             raise AssertionError("the job never finished")
         self.h.runtime.close()
+        for e in self.world.postgres.events:
+            if e.startswith("restarted "):
+                event(f"PostgreSQL {e}")
         got = self.readback()
         for sink in SINKS:
             want = +self.expected[sink]
@@ -550,7 +585,9 @@ class ProtocolModel(RuleBasedStateMachine):
             self.check(got[sink] == want, f"sink {sink}: missing {missing}, extra {extra}")
         lingering = self.world.lingering(S3_PREFIX)
         lingering["s3"] = sorted(set(lingering["s3"]) - s3_held_by_stored_checkpoints(self.storage, "s"))
-        self.check(lingering == {"kafka": [], "s3": [], "delta": []}, f"lingering: {lingering}")
+        self.check(
+            lingering == {"kafka": [], "s3": [], "delta": [], "postgres": []}, f"lingering: {lingering}"
+        )
 
 
 ProtocolModel.TestCase.settings = settings(
