@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from twophase.connectors.kafka import naming, oauth
-from twophase.connectors.kafka.security import check_security_settings
+from twophase.connectors.kafka.security_settings import check_security_settings
 from twophase.sinks.errors import ConfigError
 
 ConfigValue = str | int | float | bool

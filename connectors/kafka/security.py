@@ -4,8 +4,9 @@ The sink's security settings are librdkafka's (``security.protocol``, ``sasl.*``
 ``client_config``); :func:`~twophase.connectors.kafka.config.admin_security_config` translates
 them for the kafka-python admin client. Both client paths must log in the same way, so:
 
-- :func:`check_security_settings` refuses, when the configuration is made, a security protocol
-  or SASL mechanism neither client knows, and a PLAIN/SCRAM login without user or password;
+- :func:`~twophase.connectors.kafka.security_settings.check_security_settings` refuses, when the
+  configuration is made, a security protocol or SASL mechanism neither client knows, and a
+  PLAIN/SCRAM login without user or password;
 - :func:`preflight` logs in once with librdkafka on the driver before the admin client connects:
   kafka-python reports a refused login or TLS handshake only as a bootstrap timeout, while
   librdkafka's ``error_cb`` says what happened (``_AUTHENTICATION``, ``_SSL``);
@@ -29,19 +30,13 @@ from confluent_kafka.admin import AdminClient
 
 from twophase.connectors.kafka import oauth
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
-from twophase.sinks.errors import ConfigError
+from twophase.connectors.kafka.security_settings import mechanism_of, principal_of, protocol_of
 
 if TYPE_CHECKING:
     from twophase.connectors.kafka.config import ConfigValue, KafkaSinkConfig
 
 log = logging.getLogger(__name__)
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-"""Kafka's security protocols (``security.protocol``)."""
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
-"""SASL mechanisms both librdkafka and kafka-python implement (``sasl.mechanism``)."""
-PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-"""Mechanisms that log in with ``sasl.username`` and ``sasl.password``."""
 SECURITY_ERRORS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 """librdkafka ``error_cb`` codes that mean the listener refused this client (never retried)."""
 PROBE_ATTEMPT_S = 0.5
@@ -49,61 +44,6 @@ PROBE_ATTEMPT_S = 0.5
 
 _BROKER_PREFIX = re.compile(r"^\S+://\S+?: ")
 _AFTER_SUFFIX = re.compile(r"\s*\(after \d+ms in state \w+\)\s*$")
-
-
-def protocol_of(client_config: Mapping[str, ConfigValue]) -> str:
-    """The configured ``security.protocol``, upper case (``PLAINTEXT`` when unset)."""
-    return str(client_config.get("security.protocol", "PLAINTEXT")).upper()
-
-
-def mechanism_of(client_config: Mapping[str, ConfigValue]) -> str | None:
-    """The configured SASL mechanism (``sasl.mechanism`` or its alias ``sasl.mechanisms``), or ``None``."""
-    value = client_config.get("sasl.mechanism", client_config.get("sasl.mechanisms"))
-    return None if value is None else str(value).upper()
-
-
-def check_security_settings(client_config: Mapping[str, ConfigValue]) -> None:
-    """Refuse security settings neither client can use (called when the configuration is made).
-
-    Raises:
-        ConfigError: an unknown ``security.protocol`` or SASL mechanism, a mechanism without a
-            SASL protocol, or a PLAIN/SCRAM login without ``sasl.username`` / ``sasl.password``.
-    """
-    protocol = protocol_of(client_config)
-    if protocol not in SECURITY_PROTOCOLS:
-        raise ConfigError(
-            f"Kafka sink: security.protocol {protocol!r} is unknown; "
-            f"use one of {', '.join(SECURITY_PROTOCOLS)}"
-        )
-    mechanism = mechanism_of(client_config)
-    if mechanism is None:
-        if protocol.startswith("SASL_"):
-            raise ConfigError(f"Kafka sink: security.protocol {protocol} needs sasl.mechanism")
-        return
-    if mechanism not in SASL_MECHANISMS:
-        raise ConfigError(
-            f"Kafka sink: SASL mechanism {mechanism!r} is unknown; use one of {', '.join(SASL_MECHANISMS)}"
-        )
-    if not protocol.startswith("SASL_"):
-        raise ConfigError(
-            f"Kafka sink: sasl.mechanism {mechanism} needs security.protocol SASL_SSL or SASL_PLAINTEXT, "
-            f"not {protocol}"
-        )
-    if mechanism == "OAUTHBEARER" and not client_config.get("oauth_cb"):
-        raise ConfigError(
-            "Kafka sink: SASL OAUTHBEARER needs oauth_cb ('module:function'), the token callback both "
-            "clients use (docs/secured-kafka.md)"
-        )
-    if mechanism in PASSWORD_MECHANISMS:
-        missing = [k for k in ("sasl.username", "sasl.password") if not client_config.get(k)]
-        if missing:
-            raise ConfigError(f"Kafka sink: SASL {mechanism} needs {' and '.join(missing)}")
-
-
-def principal_of(client_config: Mapping[str, ConfigValue]) -> str:
-    """How a message names this client's principal: ``User:<sasl.username>`` when known."""
-    user = client_config.get("sasl.username")
-    return f"User:{user}" if user else "this client's principal"
 
 
 def listener_of(config: KafkaSinkConfig) -> str:

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import tenacity
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from twophase.connectors.kafka import naming, security, serializers
+from twophase.connectors.kafka import naming, security, security_settings, serializers
 from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
@@ -157,7 +157,7 @@ class KafkaTransaction:
         producer = new_producer(conf)
         txn = cls(config, ctx, txn_id, producer, stats, errors, limit)
         try:
-            if security.protocol_of(config.client_config) != "PLAINTEXT":
+            if security_settings.protocol_of(config.client_config) != "PLAINTEXT":
                 security.await_login(producer, lambda: errors.security, config, ctx.sink_name)
             txn._init_transactions()
             txn.producer_id, txn.producer_epoch = txn._wait_for_producer_id()

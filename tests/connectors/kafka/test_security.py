@@ -14,13 +14,13 @@ from twophase.connectors.kafka import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
 from twophase.connectors.kafka.producer_callbacks import ProducerErrors
 from twophase.connectors.kafka.security import (
-    check_security_settings,
     denied,
     listener_of,
     login_of,
     preflight,
     refusal,
 )
+from twophase.connectors.kafka.security_settings import check_security_settings
 from twophase.sinks.errors import ConfigError
 
 PASSWORD = "s3cr3t-never-shown"
