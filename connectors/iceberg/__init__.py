@@ -1,0 +1,17 @@
+"""The Apache Iceberg two-phase-commit sink (pyiceberg; issue #28).
+
+Executors write Parquet data files with pyarrow under the job's data prefix of the table's
+location; the driver commits them as ONE append snapshot per checkpoint whose summary records
+``twophase.job-id``, ``twophase.sink`` and ``twophase.checkpoint-id``, which makes the commit
+idempotent (Iceberg table spec: snapshot summary, optimistic concurrency). Catalogs: pyiceberg's
+SQL catalog on SQLite (embedded default) or PostgreSQL; REST is untested.
+
+Public API: :class:`IcebergSinkConfig`, :class:`IcebergSink`, :class:`IcebergCommittable`,
+:class:`IcebergDataFile`.
+"""
+
+from twophase.connectors.iceberg.committable import IcebergCommittable, IcebergDataFile
+from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.connectors.iceberg.sink import IcebergSink
+
+__all__ = ["IcebergCommittable", "IcebergDataFile", "IcebergSink", "IcebergSinkConfig"]

@@ -1,0 +1,109 @@
+"""Opening the sink's Iceberg catalog and table with pyiceberg, from :class:`IcebergSinkConfig`.
+
+- a file path or ``sqlite://``: pyiceberg's ``SqlCatalog`` on SQLite (the embedded default);
+- ``postgresql+psycopg://``: ``SqlCatalog`` on PostgreSQL; its engine is disposed when the
+  :func:`open_catalog` block ends, so no connection outlives a commit;
+- ``http(s)://``: pyiceberg's ``RestCatalog`` (untested here).
+
+The SQL catalog's commit is optimistic concurrency as the Iceberg table spec describes it
+("Commit Conflict Resolution and Retry"): it swaps the table's metadata pointer only if it still
+names the metadata file the commit started from, and raises pyiceberg's
+``CommitFailedException`` otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+
+from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+
+
+def file_io_properties(config: IcebergSinkConfig) -> dict[str, str]:
+    """pyiceberg FileIO properties (``s3.*``, pyarrow's FileIO) from ``config.storage_options``,
+    resolved against this process's environment. Holds secrets: never log the result."""
+    s3 = config.storage_options.resolved(os.environ)
+    props = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    credentials = s3.frozen_credentials()
+    pairs = (
+        ("s3.endpoint", s3.endpoint_url),
+        ("s3.region", s3.region),
+        ("s3.access-key-id", credentials[0] if credentials else None),
+        ("s3.secret-access-key", credentials[1] if credentials else None),
+        ("s3.session-token", credentials[2] if credentials else None),
+    )
+    props.update({k: v for k, v in pairs if v})
+    props["s3.force-virtual-addressing"] = "false" if s3.use_path_style else "true"
+    return props
+
+
+def catalog_properties(config: IcebergSinkConfig) -> dict[str, str]:
+    """The properties ``config`` opens its catalog with (holds secrets: never log the result)."""
+    props = file_io_properties(config)
+    scheme = config.catalog_scheme
+    if scheme == "file":
+        props.update(type="sql", uri=f"sqlite:///{config.catalog_uri}")
+    elif scheme in ("http", "https"):
+        props.update(type="rest", uri=config.catalog_uri)
+        if config.catalog_password:
+            props["credential"] = config.catalog_password
+    else:
+        uri = config.catalog_uri
+        if config.catalog_password:
+            from sqlalchemy.engine import make_url
+
+            uri = make_url(uri).set(password=config.catalog_password).render_as_string(hide_password=False)
+        props.update(type="sql", uri=uri)
+    if config.warehouse:
+        props["warehouse"] = config.warehouse
+    return props
+
+
+@contextlib.contextmanager
+def open_catalog(config: IcebergSinkConfig) -> Iterator[Catalog]:
+    """The configured catalog, released (SQL engine disposed) when the block ends.
+
+    Raises:
+        ServiceUnavailableError: the catalog cannot be reached (the message is redacted).
+    """
+    from pyiceberg.catalog import load_catalog
+
+    try:
+        catalog = load_catalog(config.catalog_name, **catalog_properties(config))
+    except Exception as e:
+        raise ServiceUnavailableError(
+            f"cannot open Iceberg catalog {config.redact(config.catalog_uri)}: "
+            f"{config.redact(str(e)).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from None
+    try:
+        yield catalog
+    finally:
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+
+def load_table(catalog: Catalog, config: IcebergSinkConfig) -> Table | None:
+    """The table named by ``config.table``, freshly loaded, or ``None`` if it does not exist."""
+    try:
+        return catalog.load_table(config.identifier)
+    except NoSuchTableError:
+        return None
+
+
+def require_table(catalog: Catalog, config: IcebergSinkConfig) -> Table:
+    """The table, freshly loaded.
+
+    Raises:
+        ConfigError: no such table.
+    """
+    table = load_table(catalog, config)
+    if table is None:
+        raise ConfigError(f"Iceberg table {config.table} does not exist in catalog {config.catalog_name!r}")
+    return table

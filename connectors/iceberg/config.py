@@ -1,0 +1,198 @@
+"""Configuration of the Iceberg sink: a frozen dataclass, validated when built, secrets redacted.
+
+Secrets are the S3 keys (:class:`~twophase.sinks.s3_options.S3Options` masks them) and the
+catalog's password: give it as ``catalog_password`` (or inside ``catalog_uri``, whose password is
+masked as well). Both travel pickled with the sink to executors (they load the table to write its
+files) and nowhere else: not in ``repr``, log lines, exception messages (:meth:`redact`) nor any
+committable or checkpoint metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+from urllib.parse import urlsplit
+
+from twophase.sinks.errors import ConfigError
+from twophase.sinks.s3_options import S3Options
+
+MASK = "***"
+
+_PARTITION_FIELD = re.compile(
+    r"^(?P<transform>[a-z]+(?:\[\d+\])?)\((?P<column>[^()\s]+)\)$|^(?P<bare>[^()\s]+)$"
+)
+_SQL_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
+_REST_SCHEMES = ("http", "https")
+
+
+@dataclass(frozen=True, repr=False)
+class IcebergSinkConfig:
+    """Configuration of :class:`~twophase.connectors.iceberg.sink.IcebergSink`.
+
+    Attributes:
+        table: the table identifier, ``"<namespace>.<table>"`` (a dotted namespace is allowed:
+            ``"a.b.t"``).
+        catalog_uri: where the catalog lives. A file path (or ``sqlite:////abs/path.db``): pyiceberg's
+            SQL catalog on SQLite, the embedded default; ``postgresql+psycopg://user@host:5432/db``:
+            the SQL catalog on PostgreSQL (psycopg 3, the ``postgres`` extra); ``http(s)://…``: a REST
+            catalog (documented, untested here). The SQLite file must be reachable from the driver
+            and from every executor (the executors load the table to learn its schema, partition
+            spec and location).
+        catalog_name: the catalog's name (the SQL catalog's ``catalog_name`` column).
+        catalog_password: the catalog's password (merged into a SQL URI, or the REST ``credential``);
+            ``None``: none, or inside ``catalog_uri``. Never shown.
+        warehouse: where a table created by the sink lives (``s3://bucket/prefix`` or a local path):
+            the table's location is ``<warehouse>/<namespace>.db/<table>``. Required with
+            ``create_table``.
+        create_table: create the table (and its namespace) from the data's schema and
+            ``partition_by`` when it does not exist; otherwise a missing table is a ConfigError.
+        partition_by: the partition spec, one entry per field: ``"col"`` (identity) or
+            ``"<transform>(col)"`` with an Iceberg transform (``year``, ``month``, ``day``,
+            ``hour``, ``bucket[N]``, ``truncate[W]``, ``identity``, ``void``). Used on creation;
+            for an existing table, ``()`` takes the table's spec and anything else must equal it.
+        columns: the sink's projection of each incoming batch (only these columns, in this order);
+            ``None`` = every column.
+        storage_options: how to reach S3 for ``s3://`` table locations; unset fields come from the
+            standard AWS chain of the process. Handed to pyiceberg's pyarrow FileIO.
+        target_file_rows: a data file is closed and a new one opened after this many rows (> 0).
+        commit_attempts: how many times a checkpoint's commit reloads the table, re-checks the
+            snapshot summaries and tries again after a commit conflict (≥ 1).
+        commit_backoff_max_ms: upper bound of the exponential backoff between those attempts (ms).
+        lingering_grace_ms: lingering cleanup deletes an unreferenced data file only once it is
+            older than this (ms, ≥ 0): a younger one may belong to an attempt still writing.
+
+    Raises:
+        ConfigError: an empty or malformed identifier, an unsupported catalog URI, a malformed
+            partition field, ``create_table`` without ``warehouse``, a bad projection, or a
+            non-positive count.
+    """
+
+    table: str
+    catalog_uri: str
+    catalog_name: str = "twophase"
+    catalog_password: str | None = None
+    warehouse: str | None = None
+    create_table: bool = False
+    partition_by: tuple[str, ...] = ()
+    columns: tuple[str, ...] | None = None
+    storage_options: S3Options = field(default_factory=S3Options)
+    target_file_rows: int = 1_000_000
+    commit_attempts: int = 10
+    commit_backoff_max_ms: int = 2_000
+    lingering_grace_ms: int = 600_000
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or len(self.identifier) < 2 or not all(self.identifier):
+            raise ConfigError(f"IcebergSinkConfig.table must be '<namespace>.<table>', got {self.table!r}")
+        if not isinstance(self.catalog_uri, str) or not self.catalog_uri.strip():
+            raise ConfigError("IcebergSinkConfig.catalog_uri must be a SQLite file path or a catalog URI")
+        scheme = self.catalog_scheme
+        if scheme == "file":
+            object.__setattr__(self, "catalog_uri", os.path.abspath(self.catalog_uri))
+        elif scheme not in _SQL_SCHEMES and scheme not in _REST_SCHEMES:
+            raise ConfigError(
+                f"IcebergSinkConfig.catalog_uri scheme {scheme!r} is not supported "
+                "(a SQLite file path, sqlite://, postgresql+psycopg://, http(s):// for REST)"
+            )
+        if scheme == "postgresql":
+            raise ConfigError("IcebergSinkConfig.catalog_uri: use postgresql+psycopg:// (psycopg 3)")
+        if not self.catalog_name:
+            raise ConfigError("IcebergSinkConfig.catalog_name must be non-empty")
+        if self.catalog_password is not None and not isinstance(self.catalog_password, str):
+            raise ConfigError("IcebergSinkConfig.catalog_password must be a string or None")
+        partition_by = _names(self.partition_by, "partition_by", allow_empty=True)
+        for entry in partition_by:
+            if _PARTITION_FIELD.match(entry) is None:
+                raise ConfigError(
+                    f"IcebergSinkConfig.partition_by entry {entry!r} is not 'col' or 'transform(col)'"
+                )
+        object.__setattr__(self, "partition_by", partition_by)
+        if self.columns is not None:
+            object.__setattr__(self, "columns", _names(self.columns, "columns", allow_empty=False))
+        if self.create_table and not self.warehouse:
+            raise ConfigError("IcebergSinkConfig.create_table needs a warehouse (where the table goes)")
+        if self.warehouse is not None and urlsplit(self.warehouse).scheme in ("", "file"):
+            path = (
+                self.warehouse[len("file://") :] if self.warehouse.startswith("file://") else self.warehouse
+            )
+            object.__setattr__(self, "warehouse", "file://" + os.path.abspath(path))
+        if not isinstance(self.storage_options, S3Options):
+            raise ConfigError("IcebergSinkConfig.storage_options must be an S3Options (twophase.S3Options)")
+        for name in ("target_file_rows", "commit_attempts"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"IcebergSinkConfig.{name} must be a positive int, got {value!r}")
+        for name in ("commit_backoff_max_ms", "lingering_grace_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"IcebergSinkConfig.{name} must be an int >= 0, got {value!r}")
+
+    @property
+    def identifier(self) -> tuple[str, ...]:
+        """The table identifier as pyiceberg takes it: ``(namespace..., table)``."""
+        return tuple(self.table.split("."))
+
+    @property
+    def catalog_scheme(self) -> str:
+        """``file`` for a bare SQLite path, else the URI's scheme (lowercase)."""
+        scheme = urlsplit(self.catalog_uri).scheme.lower()
+        return "file" if len(scheme) <= 1 else scheme  # one letter: a Windows drive
+
+    def partition_fields(self) -> tuple[tuple[str, str], ...]:
+        """``partition_by`` as ``((transform, column), ...)``; a bare column is ``identity``."""
+        out = []
+        for entry in self.partition_by:
+            m = _PARTITION_FIELD.match(entry)
+            assert m is not None  # checked in __post_init__
+            out.append(("identity", m["bare"]) if m["bare"] else (m["transform"], m["column"]))
+        return tuple(out)
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every secret this configuration holds (for :meth:`redact`)."""
+        from sqlalchemy.engine import make_url
+
+        found = [
+            self.catalog_password,
+            self.storage_options.secret_access_key,
+            self.storage_options.session_token,
+        ]
+        if self.catalog_scheme in _SQL_SCHEMES:
+            with contextlib.suppress(Exception):  # an unparsable URI: nothing to add
+                found.append(make_url(self.catalog_uri).password)
+        return tuple(s for s in found if s)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret of this configuration replaced by ``***``."""
+        for secret in self.secrets():
+            text = text.replace(secret, MASK)
+        return text
+
+    def __repr__(self) -> str:
+        shown = []
+        for f in fields(self):
+            value: Any = getattr(self, f.name)
+            if f.name == "catalog_password":
+                value = None if value is None else MASK
+            text = repr(value)
+            shown.append(f"{f.name}={self.redact(text) if f.name == 'catalog_uri' else text}")
+        return f"IcebergSinkConfig({', '.join(shown)})"
+
+    __str__ = __repr__
+
+
+def _names(value: object, name: str, *, allow_empty: bool) -> tuple[str, ...]:
+    # A bare string is refused: ("a") for ("a",) is a common slip.
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ConfigError(f"IcebergSinkConfig.{name} must be a sequence of strings, got {value!r}")
+    names = tuple(value)
+    if not names and not allow_empty:
+        raise ConfigError(f"IcebergSinkConfig.{name} must name at least one column (None = every column)")
+    if any(not isinstance(c, str) or not c for c in names):
+        raise ConfigError(f"IcebergSinkConfig.{name} has an empty or non-string entry: {names!r}")
+    if len(set(names)) != len(names):
+        raise ConfigError(f"IcebergSinkConfig.{name} repeats an entry: {names!r}")
+    return names

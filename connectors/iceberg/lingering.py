@@ -1,0 +1,105 @@
+"""Finding and deleting the Iceberg sink's data files that no snapshot references.
+
+A file is *lingering* when all of these hold:
+
+- it lies under this job's and sink's data prefix (``naming.job_data_prefix``) and carries our
+  name pattern, for a checkpoint ``<= LingeringScope.up_to_checkpoint``;
+- no committable of a retained checkpoint holds it (``LingeringScope.held``);
+- no snapshot the table still holds references it (every snapshot of every branch and tag, live
+  or deleted manifest entries alike: a time-travel read may need it);
+- it is older than ``lingering_grace_ms`` (a younger one may belong to an attempt still writing).
+
+Such files come from failed, speculative or zombie task attempts and from crashes before a
+checkpoint's commit. Files a snapshot references are never deleted here: removing data from the
+table is Iceberg's own expiry and orphan-file business.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import PyArrowFileIO
+
+from twophase.connectors.iceberg import naming
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OwnFile:
+    """One of our data files found on storage.
+
+    Attributes:
+        path: its full location (as written into manifests).
+        name: its parsed name.
+        modified_ms: its modification time (ms since the epoch), or ``None`` if unknown.
+    """
+
+    path: str
+    name: naming.DataFileName
+    modified_ms: int | None
+
+
+def own_files(io: FileIO, prefix: str) -> list[OwnFile]:
+    """Our data files under ``prefix`` (a full location: ``s3://bucket/…`` or ``file:///…``)."""
+    if not isinstance(io, PyArrowFileIO):
+        raise TypeError(f"listing needs pyiceberg's PyArrowFileIO, got {type(io).__name__}")
+    scheme, netloc, path = io.parse_location(prefix, io.properties)
+    fs = io.fs_by_scheme(scheme, netloc)
+    head = prefix[: len(prefix) - len(path)] if prefix.endswith(path) else prefix.split(path)[0]
+    found = []
+    for info in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)):
+        if info.type != pafs.FileType.File:
+            continue
+        parsed = naming.parse_data_file_path(info.path)
+        if parsed is None:
+            continue
+        mtime = None if info.mtime_ns is None else info.mtime_ns // 1_000_000
+        found.append(OwnFile(head + info.path, parsed, mtime))
+    return found
+
+
+def delete_lingering(
+    io: FileIO,
+    candidates: Collection[OwnFile],
+    referenced: Collection[str],
+    held: Collection[str],
+    up_to_checkpoint: int,
+    grace_ms: int,
+    log_fields: dict[str, Any],
+    now_ms: int | None = None,
+) -> int:
+    """Delete every candidate that is lingering (module docstring); return how many were deleted.
+
+    Raises:
+        OSError: the storage refused a delete (files deleted before it stay deleted).
+    """
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    deleted = 0
+    for f in candidates:
+        if f.name.checkpoint_id > up_to_checkpoint or f.path in referenced or f.path in held:
+            continue
+        if f.modified_ms is None or now - f.modified_ms < grace_ms:
+            log_event(log, logging.INFO, "kept young unreferenced file", file=f.path, **log_fields)
+            continue
+        try:
+            io.delete(f.path)
+        except FileNotFoundError:
+            continue
+        deleted += 1
+        log_event(
+            log,
+            logging.INFO,
+            "deleted lingering file",
+            file=f.path,
+            checkpoint=f.name.checkpoint_id,
+            **log_fields,
+        )
+    return deleted
