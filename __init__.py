@@ -1,4 +1,4 @@
-"""twophase: exactly-once two-phase-commit sinks (Kafka, S3, Delta, PostgreSQL) for PySpark.
+"""twophase: exactly-once two-phase-commit sinks (Kafka, S3, Delta, PostgreSQL, Iceberg) for PySpark.
 
 One line gives a pipeline everything it needs::
 
@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     "DeltaSinkConfig": "twophase.connectors.delta",
     "PostgresSink": "twophase.connectors.postgres",
     "PostgresSinkConfig": "twophase.connectors.postgres",
+    "IcebergSink": "twophase.connectors.iceberg",
+    "IcebergSinkConfig": "twophase.connectors.iceberg",
     "S3Options": "twophase.sinks.s3_options",
 }
 
@@ -49,6 +51,8 @@ __all__ = [
     "DeltaSink",
     "DeltaSinkConfig",
     "FileFormat",
+    "IcebergSink",
+    "IcebergSinkConfig",
     "Job",
     "JobHandle",
     "JobResult",
@@ -67,6 +71,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
+    from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
     from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
     from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
