@@ -1,8 +1,8 @@
-"""``twophase services prepare|up|down|status``: Kafka, MinIO, a Spark standalone cluster and a
-Spark Connect server, run natively for development.
+"""``twophase services prepare|up|down|status``: Kafka, MinIO, a Spark standalone cluster, a
+Spark Connect server and PostgreSQL, run natively for development.
 
 Options of ``up`` live on :func:`services_up_command` (``--spark-cluster`` adds the cluster,
-``--spark-connect`` the Connect server); every service's row comes from
+``--spark-connect`` the Connect server, ``--postgres`` PostgreSQL); every service's row comes from
 :func:`~twophase.integration.services.services_status`.
 """
 
@@ -32,7 +32,7 @@ STATUS_KEYS = "services[]: {name, origin, endpoint, pid, ready, detail}."
 
 @click.group("services", cls=TwophaseGroup)
 def services() -> None:
-    """Run Kafka, MinIO, a Spark cluster and Spark Connect natively for development (state in run/)."""
+    """Run Kafka, MinIO, a Spark cluster, Spark Connect and PostgreSQL natively for development."""
 
 
 def status_json(rows: list[ServiceStatus]) -> dict[str, Any]:
@@ -109,16 +109,24 @@ def services_prepare_command(as_json: bool) -> None:
     help="Also a Spark Connect server (local[2]) that ships twophase and reaches this S3 "
     "(unless TWOPHASE_SPARK_CONNECT is set).",
 )
+@click.option(
+    "--postgres",
+    is_flag=True,
+    help="Also PostgreSQL with max_prepared_transactions=64 (unless TWOPHASE_POSTGRES_DSN is set), "
+    "for `twophase demo --sinks ...,postgres`.",
+)
 @json_option(STATUS_KEYS)
-def services_up_command(spark_cluster: bool, spark_connect: bool, as_json: bool) -> None:
+def services_up_command(spark_cluster: bool, spark_connect: bool, postgres: bool, as_json: bool) -> None:
     """Start the services not given in TWOPHASE_* variables and not running yet; keep them running."""
     what = ["Kafka", "MinIO"]
     if spark_cluster:
         what.append("a Spark cluster")
     if spark_connect:
         what.append("a Spark Connect server")
+    if postgres:
+        what.append("PostgreSQL")
     with progress(f"starting {', '.join(what[:-1])} and {what[-1]} ...", as_json):
-        rows = services_up(spark_cluster=spark_cluster, spark_connect=spark_connect)
+        rows = services_up(spark_cluster=spark_cluster, spark_connect=spark_connect, postgres=postgres)
     _print_status(rows, as_json)
 
 

@@ -34,6 +34,13 @@ from twophase.integration.services.connect_service import (
     up_spark_connect,
 )
 from twophase.integration.services.kafka import start_kafka, wait_kafka_ready
+from twophase.integration.services.postgres import PostgresEndpoint
+from twophase.integration.services.postgres_service import (
+    postgres_dsn,
+    postgres_status,
+    stop_recorded_postgres,
+    up_postgres,
+)
 from twophase.integration.services.process import HOST, ManagedProcess, claim_port, kill_group
 from twophase.integration.services.s3 import (
     DEFAULT_REGION,
@@ -121,16 +128,22 @@ def env_kafka_bootstrap() -> str | None:
     return os.environ.get("TWOPHASE_KAFKA_BOOTSTRAP") or None
 
 
-def given_env(kafka_bootstrap: str, s3: S3Endpoint) -> dict[str, str]:
+def given_env(
+    kafka_bootstrap: str, s3: S3Endpoint, postgres: PostgresEndpoint | None = None
+) -> dict[str, str]:
     """The ``TWOPHASE_*`` variables that make another process use these running services (the
-    inverse of :func:`env_kafka_bootstrap` and :func:`env_s3_endpoint`)."""
-    return {
+    inverse of :func:`env_kafka_bootstrap`, :func:`env_s3_endpoint` and, with ``postgres``,
+    ``TWOPHASE_POSTGRES_DSN``: :func:`~twophase.integration.services.postgres.endpoint_from_env`)."""
+    env = {
         "TWOPHASE_KAFKA_BOOTSTRAP": kafka_bootstrap,
         "TWOPHASE_S3_ENDPOINT": s3.endpoint_url,
         "TWOPHASE_S3_ACCESS_KEY": s3.access_key,
         "TWOPHASE_S3_SECRET_KEY": s3.secret_key,
         "TWOPHASE_S3_REGION": s3.region,
     }
+    if postgres is not None:
+        env["TWOPHASE_POSTGRES_DSN"] = postgres_dsn(postgres)
+    return env
 
 
 def _endpoint_of(entry: dict[str, Any]) -> S3Endpoint:
@@ -275,7 +288,9 @@ def s3_service() -> Iterator[S3Endpoint]:
 # ---------------------------------------------------------------- services up / down / status
 
 
-def services_up(spark_cluster: bool = False, spark_connect: bool = False) -> list[ServiceStatus]:
+def services_up(
+    spark_cluster: bool = False, spark_connect: bool = False, postgres: bool = False
+) -> list[ServiceStatus]:
     """Start (detached) every service that is neither in the environment nor already running.
 
     State goes to ``services.json`` in the run dir so ``services down`` works from any process.
@@ -287,6 +302,9 @@ def services_up(spark_cluster: bool = False, spark_connect: bool = False) -> lis
         spark_connect: also a ``local[2]`` Spark Connect server that ships twophase and reaches
             the S3 endpoint above (unless ``TWOPHASE_SPARK_CONNECT`` is set or one is recorded,
             alive and fits: :func:`~twophase.integration.services.connect_service.up_spark_connect`).
+        postgres: also a native PostgreSQL with prepared transactions (unless
+            ``TWOPHASE_POSTGRES_DSN`` is set or one is recorded and alive:
+            :func:`~twophase.integration.services.postgres_service.up_postgres`).
 
     Raises:
         ConfigError, ServiceUnavailableError: as :func:`kafka_service` / :func:`s3_service`, or
@@ -348,6 +366,10 @@ def services_up(spark_cluster: bool = False, spark_connect: bool = False) -> lis
                 stop_connect = up_spark_connect(state, s3_here, _fresh_data_dir)
                 if stop_connect is not None:
                     started.append(stop_connect)
+            if postgres:
+                stop_postgres = up_postgres(state)
+                if stop_postgres is not None:
+                    started.append(stop_postgres)
         except BaseException:
             for stop in started:
                 stop()
@@ -374,6 +396,9 @@ def services_down() -> list[str]:
             if name == "spark":
                 if stop_recorded_spark(entry):  # workers (and executors) first, then the master
                     stopped.append(name)
+            elif name == "postgres":
+                if stop_recorded_postgres(entry):  # a fast shutdown, not the group's SIGTERM (smart)
+                    stopped.append(name)
             elif is_process(int(entry.get("pid", 0)), PROCESS_MARKERS[name]):
                 kill_group(int(entry["pid"]))
                 stopped.append(name)
@@ -386,11 +411,16 @@ def services_down() -> list[str]:
 
 def services_status() -> list[ServiceStatus]:
     """Where each service comes from and whether it answers (bounded by the connect timeout):
-    Kafka, S3, the Spark cluster, then the Spark Connect server when one is given or recorded."""
+    Kafka, S3, the Spark cluster, then the Spark Connect server and PostgreSQL when one is given
+    or recorded."""
     timeout = min(connect_timeout_s(), 5.0)
     rows = [_kafka_status(timeout), _s3_status(timeout), spark_status(timeout)]
-    connect = connect_status(timeout, read_state().get("spark-connect"))
-    return rows if connect is None else [*rows, connect]
+    state = read_state()
+    optional = (
+        connect_status(timeout, state.get("spark-connect")),
+        postgres_status(timeout, state.get("postgres")),
+    )
+    return [*rows, *(row for row in optional if row is not None)]
 
 
 def _kafka_status(timeout: float) -> ServiceStatus:

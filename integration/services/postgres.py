@@ -13,7 +13,8 @@ user (``TWOPHASE_POSTGRES_OS_USER`` names another), which must exist. Binaries c
 ``/usr/lib/postgresql/<version>/bin``.
 
 ``TWOPHASE_POSTGRES_DSN`` (a libpq connection string or URI) names an existing server instead
-(:func:`postgres_service`); it must allow prepared transactions.
+(:func:`postgres_service`); it must allow prepared transactions. ``twophase services up
+--postgres`` keeps one running (:mod:`twophase.integration.services.postgres_service`).
 """
 
 from __future__ import annotations
@@ -208,9 +209,9 @@ class PostgresServer:
                 "log_min_messages = warning\n"
             )
 
-    def start(self) -> None:
+    def start(self, detach: bool = False) -> None:
         """Start the server (``pg_ctl start -w``) and wait until it accepts connections; a
-        running one is left as it is.
+        running one is left as it is. Unless ``detach``, it is stopped when this process exits.
 
         Raises:
             ServiceUnavailableError: it did not start in time (the log's tail in the message).
@@ -223,7 +224,7 @@ class PostgresServer:
         result = self._run(*ctl, "start", check=False)
         if result.returncode != 0:
             raise ServiceUnavailableError(f"PostgreSQL did not start: {self._log_tail()}")
-        if not self._started:
+        if not self._started and not detach:
             self._started = True
             atexit.register(self.stop)
         log_event(log, logging.INFO, "postgres started", port=self.endpoint.port, data_dir=self.data_dir)
@@ -307,9 +308,11 @@ def endpoint_from_env() -> PostgresEndpoint | None:
 
 @contextlib.contextmanager
 def postgres_service() -> Iterator[PostgresEndpoint]:
-    """``TWOPHASE_POSTGRES_DSN``'s server if set, else a native one for the block (see
-    :func:`postgres_server`)."""
-    given = endpoint_from_env()
+    """``TWOPHASE_POSTGRES_DSN``'s server if set, else the one ``twophase services up --postgres``
+    runs, else a native one for the block (see :func:`postgres_server`)."""
+    from twophase.integration.services.postgres_service import running_postgres
+
+    given = running_postgres()
     if given is not None:
         yield given
         return

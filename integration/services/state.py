@@ -1,7 +1,7 @@
 """What every service shares: the state file of ``twophase services up``, the wait bounds, a status row.
 
 ``<run dir>/services.json`` (mode 0600) holds one entry per service (``kafka``, ``s3``, ``spark``,
-``spark-connect``).
+``spark-connect``, ``postgres``).
 An entry counts only while its recorded process runs and its command line is still the service's
 (:data:`PROCESS_MARKERS`), so a reused pid is never mistaken for a service, nor killed.
 """
@@ -20,8 +20,8 @@ from twophase.sinks.errors import ConfigError
 
 STATE_VERSION = 1
 STATE_FILE = "services.json"
-ServiceName = Literal["kafka", "s3", "spark", "spark-connect"]
-SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect")
+ServiceName = Literal["kafka", "s3", "spark", "spark-connect", "postgres"]
+SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect", "postgres")
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 SPARK_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -31,6 +31,7 @@ PROCESS_MARKERS: dict[str, str] = {
     "s3": "minio",
     "spark": SPARK_MASTER_CLASS,
     "spark-connect": SPARK_CONNECT_CLASS,
+    "postgres": "bin/postgres -D ",  # the postmaster: <bin dir>/postgres -D <data dir>
 }
 
 
@@ -122,9 +123,10 @@ class ServiceStatus:
     """One row of ``twophase services status``.
 
     Attributes:
-        name: "kafka", "s3", "spark" or "spark-connect".
+        name: "kafka", "s3", "spark", "spark-connect" or "postgres".
         origin: "environment", "services up" or "not running".
-        endpoint: bootstrap, endpoint URL, master URL or ``sc://`` URL; "" when not running.
+        endpoint: bootstrap, endpoint URL, master URL, ``sc://`` URL or PostgreSQL's
+            ``host:port/dbname``; "" when not running.
         pid: recorded process id (Spark: the master's), None for external services.
         ready: the readiness check passed (transactional producer / ListBuckets / workers alive /
             Connect port accepting connections).
