@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -121,9 +122,55 @@ def _encode(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} in a committable")
 
 
+@functools.cache
+def _dataclass_fields(tp: type) -> tuple[tuple[str, Any, bool], ...]:
+    """``(name, resolved type hint, required)`` per field of dataclass ``tp``, computed once per
+    type: ``typing.get_type_hints`` evaluates every string annotation (``from __future__ import
+    annotations``) at each call, which dominated decoding (issue #29: 10⁵ committables)."""
+    hints = typing.get_type_hints(tp)
+    return tuple(
+        (
+            f.name,
+            hints[f.name],
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(tp)
+    )
+
+
+@functools.cache
+def _cached_shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    return typing.get_origin(tp), typing.get_args(tp)
+
+
+def _shape(tp: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``(typing.get_origin(tp), typing.get_args(tp))``, cached per (hashable) type."""
+    try:
+        return _cached_shape(tp)
+    except TypeError:  # an unhashable annotation: computed each time
+        return typing.get_origin(tp), typing.get_args(tp)
+
+
+@functools.cache
+def _cached_is_dataclass_type(tp: Any) -> bool:
+    return dataclasses.is_dataclass(tp) and isinstance(tp, type)
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    """Whether ``tp`` is a dataclass type (not an instance), cached per (hashable) type."""
+    try:
+        return _cached_is_dataclass_type(tp)
+    except TypeError:
+        return dataclasses.is_dataclass(tp) and isinstance(tp, type)
+
+
 def _decode(tp: Any, raw: Any) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
+    if tp is str or tp is int or tp is bool:  # the common leaves first (same check as below)
+        # bool is an int in Python; keep them apart so a mistyped payload is refused.
+        if type(raw) is not tp:
+            raise TypeError(f"expected {tp.__name__}, got {raw!r:.80}")
+        return raw
+    origin, args = _shape(tp)
     if tp is Any:
         return raw
     if origin in (typing.Union, types.UnionType):
@@ -138,16 +185,15 @@ def _decode(tp: Any, raw: Any) -> Any:
             except (TypeError, ValueError, KeyError) as e:
                 errors.append(e)
         raise ValueError(f"{raw!r:.80} matches none of {tp}: {errors}")
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+    if _is_dataclass_type(tp):
         if not isinstance(raw, Mapping):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(raw).__name__}")
-        hints = typing.get_type_hints(tp)
         kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in raw:
-                kwargs[f.name] = _decode(hints[f.name], raw[f.name])
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{tp.__name__}.{f.name} missing")
+        for name, hint, required in _dataclass_fields(tp):
+            if name in raw:
+                kwargs[name] = _decode(hint, raw[name])
+            elif required:
+                raise KeyError(f"{tp.__name__}.{name} missing")
         return tp(**kwargs)
     if origin is tuple:
         if not isinstance(raw, list):
@@ -170,11 +216,6 @@ def _decode(tp: Any, raw: Any) -> Any:
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise TypeError(f"expected a number, got {raw!r:.80}")
         return float(raw)
-    if tp in (str, int, bool):
-        # bool is an int in Python; keep them apart so a mistyped payload is refused.
-        if type(raw) is not tp:
-            raise TypeError(f"expected {tp.__name__}, got {raw!r:.80}")
-        return raw
     if tp is type(None):
         if raw is not None:
             raise TypeError(f"expected null, got {raw!r:.80}")
