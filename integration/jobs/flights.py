@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -64,6 +64,7 @@ from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
 from twophase.integration.jobs.flights_cluster import cluster_session, input_locations, stage_input
 from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
+from twophase.integration.jobs.flights_sinks import run_sinks
 from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
 from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
 from twophase.integration.jobs.flights_spec import FlightsJobSpec as FlightsJobSpec
@@ -138,6 +139,8 @@ class FlightsEndpoints:
             for a PLAINTEXT broker. Holds a password: left out of ``repr``.
         ca_bundle: the PEM file of the CAs that sign the S3 endpoint's certificate
             (``AWS_CA_BUNDLE`` of every process), or ``""``.
+        extra: optional sink name → its service's endpoint (``postgres``: a ``PostgresEndpoint``;
+            :mod:`twophase.integration.jobs.flights_sinks`). May hold passwords: left out of ``repr``.
     """
 
     kafka_bootstrap: str
@@ -145,6 +148,7 @@ class FlightsEndpoints:
     keys_from_environment: bool = False
     kafka_security: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     ca_bundle: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def storage_options(self) -> S3Options:
         """S3 settings of the sinks and checkpoints: the endpoint with its keys, or, with
@@ -360,7 +364,7 @@ def run_flights(
         config=runtime_config(spec),
         storage_options=endpoints.storage_options(),  # used when the checkpoints are on s3://
     )
-    for s in (kafka, s3_sink, delta):
+    for s in run_sinks(spec, endpoints, (kafka, s3_sink, delta)):  # the sinks the run names
         job.sink(s)
     started = time.perf_counter()
     handle = job.start(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from twophase.integration.jobs import flights_data
+from twophase.integration.jobs.flights_sinks import BASE_SINKS, check_sinks
 from twophase.sinks.errors import ConfigError
 
 MANIFEST = "flights-job.json"
@@ -60,6 +61,9 @@ class FlightsJobSpec:
         shuffle_partitions: 0, or hash-partition the enriched rows by ``flight_id`` into this many
             partitions before the sinks: a shuffle in the plan, so that the sinks' tasks read map
             output another executor holds (a lost executor means a fetch failure and a stage retry).
+        sinks: the sinks the run writes every record to, among
+            :data:`~twophase.integration.jobs.flights_sinks.SINK_CHOICES` (Kafka, S3 and Delta by
+            default; ``postgres`` too with ``twophase demo --sinks kafka,s3,delta,postgres``).
     """
 
     job_id: str
@@ -79,8 +83,10 @@ class FlightsJobSpec:
     spark_checkpoint_uri: str = ""
     input_uri: str = ""
     shuffle_partitions: int = 0
+    sinks: tuple[str, ...] = BASE_SINKS
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "sinks", check_sinks(self.sinks))  # a list when loaded from JSON
         if self.s3_format not in S3_FORMATS:
             raise ConfigError(f"s3_format must be one of {S3_FORMATS}, got {self.s3_format!r}")
         if self.checkpoint_uri and not self.checkpoint_uri.startswith("s3://"):
