@@ -26,7 +26,7 @@ from typing import Any
 
 import tenacity
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import ancestors_of
 
 from twophase.connectors.iceberg.catalog import open_catalog, require_table
@@ -85,6 +85,21 @@ def referenced_paths(table: Table | None) -> set[str]:
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
                 paths.add(entry.data_file.file_path)
     return paths
+
+
+def _without_own_retries(table: Table) -> Table:
+    """``table`` whose local copy of the properties sets ``commit.retry.num-retries`` to 0.
+
+    pyiceberg 0.12's ``Transaction.commit_transaction`` retries a ``CommitFailedException`` itself
+    (4 times by default), rebasing the append onto the new table state without looking at the
+    summaries of the snapshots that won: a concurrent commit of the same checkpoint (a zombie
+    driver) would then be appended twice. Every retry goes through :class:`IcebergCommitter`'s
+    re-check instead. Only the local copy changes: the catalog applies the commit's updates to
+    the table metadata it holds, so the table's own properties stay as they are.
+    """
+    properties = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
+    metadata = table.metadata.model_copy(update={"properties": properties})
+    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog, table.config)
 
 
 class IcebergCommitter:
@@ -221,7 +236,7 @@ class IcebergCommitter:
                 SUMMARY_SINK: first.sink_name,
                 SUMMARY_CHECKPOINT_ID: str(checkpoint_id),
             }
-            transaction = table.transaction()
+            transaction = _without_own_retries(table).transaction()
             with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for data_file in data_files:
                     append.append_data_file(data_file)
