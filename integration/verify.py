@@ -6,7 +6,9 @@ input (DESIGN.md §8):
 - Kafka: a ``read_committed`` consumer from the beginning to the end (the last stable offset);
 - S3: the Parquet files under the job's prefix, listed and read with pyarrow (Hive partitions);
 - Delta: the table read with delta-spark (``spark.read.format("delta")``), or with deltalake for
-  a fast path without Spark.
+  a fast path without Spark;
+- an optional sink of the run (``spec.sinks``): its own read-back, e.g. PostgreSQL's plain
+  ``SELECT`` and prepared transactions (:mod:`twophase.integration.jobs.flights_postgres`).
 
 Each comparison checks the count, duplicate and missing ``flight_id`` s, the ids' fingerprint
 (:func:`twophase.integration.jobs.flights_data.fingerprint`) and a content checksum over columns every
@@ -138,7 +140,7 @@ class VerifyReport:
     Attributes:
         job_id: the job.
         expected_records: records in the input.
-        sinks: one report per sink (Kafka, S3, Delta).
+        sinks: one report per sink (Kafka, S3, Delta, then the run's optional sinks).
         checkpoint_ok: the job's latest checkpoint is its final one (end of input reached).
         checkpoint_detail: what the latest checkpoint is.
     """
@@ -421,7 +423,7 @@ def verify_run(
     spec: FlightsJobSpec,
     endpoints: FlightsEndpoints,
     spark: SparkSession | None = None,
-    sinks: Sequence[str] = (KAFKA_SINK, S3_SINK, DELTA_SINK),
+    sinks: Sequence[str] | None = None,
     admin: FlightsEndpoints | None = None,
 ) -> VerifyReport:
     """Verify every sink of a flights run against its input (see the module docstring).
@@ -430,13 +432,18 @@ def verify_run(
         spec: the run.
         endpoints: the services it wrote to, with the reader's credentials.
         spark: a session with Delta to read the table with delta-spark; ``None``: deltalake.
-        sinks: the sinks to check.
+        sinks: the sinks to check (default: every sink of the run, ``spec.sinks``); an optional
+            sink (PostgreSQL…) is read with its endpoint in ``endpoints.extra``
+            (:func:`~twophase.integration.jobs.flights_sinks.verify_optional_sinks`).
         admin: the credentials that list lingering state (default ``endpoints``): against a
             secured Kafka a principal that may describe every transactional id of the job.
 
     Returns:
         The report; read failures are reported per sink (``error``), never raised.
     """
+    from twophase.integration.jobs.flights_sinks import verify_optional_sinks
+
+    sinks = spec.sinks if sinks is None else sinks
     expected = expected_input(spec)
     reports: list[SinkReport] = []
     if KAFKA_SINK in sinks:
@@ -445,6 +452,7 @@ def verify_run(
         reports.append(verify_s3(spec, endpoints, expected, admin))
     if DELTA_SINK in sinks:
         reports.append(verify_delta(spec, endpoints, expected, spark, admin))
+    reports += [r for r in verify_optional_sinks(spec, endpoints, expected) if r.sink in sinks]
     ok, detail = checkpoint_state(spec, endpoints)
     return VerifyReport(spec.job_id, expected.rows, tuple(reports), ok, detail)
 

