@@ -19,6 +19,10 @@ of them at every fault point and with kill -9. The three sinks run together in a
   worker and one partition per input file, executor-side faults only: a failed task's retry starts
   at once on an idle executor and fails to fetch the lost executor's map output while the other
   task of the stage still runs, so that task finishes as a zombie attempt beside the stage retry.
+- ``secured`` (issue #27, not in the default list): the ``s3`` path against secured services
+  (:mod:`twophase.integration.chaos.secured`): Kafka over SASL_SSL with SCRAM-SHA-512 and ACLs,
+  the sink's principal holding only the documented ones, and MinIO over TLS (CA through
+  ``AWS_CA_BUNDLE``) with a least-privilege IAM user per run; read back by other principals.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class ChaosConfig:
         shuffle_partitions: 0, or hash-partition the rows into this many partitions before the sinks.
         executors_per_worker: on a cluster, one-core executors per worker.
         driver_faults: the fault matrix has the driver's points too (else executor points only).
+        secured: against the secured services of :mod:`twophase.integration.chaos.secured`.
     """
 
     name: str
@@ -59,6 +64,7 @@ class ChaosConfig:
     shuffle_partitions: int = 0
     executors_per_worker: int = 1
     driver_faults: bool = True
+    secured: bool = False
 
     @property
     def executor_kills(self) -> tuple[str, ...]:
@@ -122,11 +128,13 @@ CONFIGS: dict[str, ChaosConfig] = {
             executors_per_worker=2,
             driver_faults=False,
         ),
+        ChaosConfig("secured", on_s3=True, secured=True),
     )
 }
 """Every configuration, by name, in matrix order."""
-LOCAL = ",".join(name for name, c in CONFIGS.items() if not c.cluster)
-"""The default ``--configs``: every configuration on ``local[2,4]`` (the cluster one needs a cluster)."""
+LOCAL = ",".join(name for name, c in CONFIGS.items() if not c.cluster and not c.secured)
+"""The default ``--configs``: every configuration on ``local[2,4]`` against the plain services (the
+cluster ones need a cluster, the secured one its own services)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

@@ -10,7 +10,9 @@ by ``--max-minutes`` after trial N-1 is continued with ``--first-trial N`` (same
 the same, so runs together walk the whole matrix.
 
 Uses running services (``TWOPHASE_*`` or ``twophase services up``) or starts native ones for the
-run. Exit status 1 when any trial found a violation.
+run; the ``secured`` configuration starts its own SASL_SSL Kafka and MinIO over TLS in the work
+directory (:mod:`twophase.integration.chaos.secured`), and the plain services start only when a
+configuration needs them. Exit status 1 when any trial found a violation.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from twophase.integration.chaos.runner import (
     plan_matrix,
     run_trials,
 )
+from twophase.integration.chaos.secured import secured_flights
 from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
 
 
@@ -93,16 +96,24 @@ def main(
     started = time.monotonic()
     deadline = started + max_minutes * 60 if max_minutes is not None else None
     with contextlib.ExitStack() as stack:
-        bootstrap = stack.enter_context(kafka_service())
-        s3 = stack.enter_context(s3_service())
-        endpoints = FlightsEndpoints(bootstrap, s3)
+        endpoints, spark = None, None
+        if any(not c.secured for c in chosen):
+            bootstrap = stack.enter_context(kafka_service())
+            s3 = stack.enter_context(s3_service())
+            endpoints = FlightsEndpoints(bootstrap, s3)
         base = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-chaos-")))
+        secured = (
+            stack.enter_context(secured_flights(base / "secured-services"))
+            if any(c.secured for c in chosen)
+            else None
+        )
         per_worker = max((c.executors_per_worker for c in chosen if c.cluster), default=0)
         master = (
             stack.enter_context(chaos_cluster(base / "spark-cluster", per_worker)) if per_worker else None
         )
-        spark = flights_spark_session(endpoints)
-        spark.sparkContext.setLogLevel("ERROR")
+        if endpoints is not None:
+            spark = flights_spark_session(endpoints)
+            spark.sparkContext.setLogLevel("ERROR")
         results: list[TrialResult] = []
 
         def on_result(r: TrialResult) -> None:
@@ -136,8 +147,10 @@ def main(
             on_result=on_result,
             deadline=deadline,
             master=master,
+            secured=secured,
         )
-        spark.stop()
+        if spark is not None:
+            spark.stop()
     write_report(report, results, params(started, len(plans)))
     click.echo(f"wrote {report}: {len(results)} trials, {sum(len(r.violations) for r in results)} violations")
     if any(not r.passed for r in results):
@@ -175,7 +188,12 @@ def run_params(
         "configurations": ", ".join(
             f"{c.name} ({len(config_matrix(c, days, files_per_trigger))} point:hit)" for c in chosen
         ),
-        "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO)",
+        "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO"
+        + (
+            "; SASL_SSL Kafka with ACLs and MinIO over TLS for the secured configuration)"
+            if any(c.secured for c in chosen)
+            else ")"
+        ),
     }
 
 

@@ -21,6 +21,7 @@ Parquet, Delta) and zero lingering transactions, pending uploads or unreferenced
 from __future__ import annotations
 
 import functools
+import json
 import os
 import random
 import shutil
@@ -38,13 +39,15 @@ from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.coordinator.faults import EXIT_STATUS, KILL_ENV, POINTS, STATE_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig
-from twophase.integration.jobs.flights import FlightsEndpoints
+from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
 from twophase.integration.services.launcher import given_env
 from twophase.integration.spark import SCRATCH_ENV
 from twophase.integration.verify import VerifyReport, verify_run
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from twophase.integration.chaos.secured import SecuredFlights
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -235,8 +238,15 @@ class TrialResult:
 
 
 def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
-    """Environment variables that point a job process at ``endpoints``."""
-    return given_env(endpoints.kafka_bootstrap, endpoints.s3)
+    """Environment variables that point a job process at ``endpoints`` (with secured services
+    also its Kafka login, ``TWOPHASE_KAFKA_SECURITY``, and ``AWS_CA_BUNDLE``: secrets stay in the
+    job process's environment)."""
+    env = given_env(endpoints.kafka_bootstrap, endpoints.s3)
+    if endpoints.kafka_security:
+        env[KAFKA_SECURITY_ENV] = json.dumps(dict(endpoints.kafka_security))
+    if endpoints.ca_bundle:
+        env["AWS_CA_BUNDLE"] = endpoints.ca_bundle
+    return env
 
 
 def run_job_process(
@@ -301,7 +311,7 @@ def run_job_process(
 def run_trial(
     plan: TrialPlan,
     base: Path,
-    endpoints: FlightsEndpoints,
+    endpoints: FlightsEndpoints | None,
     spark: SparkSession | None,
     days: int,
     files_per_trigger: int,
@@ -309,9 +319,12 @@ def run_trial(
     max_restarts: int = 6,
     keep: bool = False,
     master: str | None = None,
+    secured: SecuredFlights | None = None,
 ) -> TrialResult:
     """Run one trial (see the module docstring) in its configuration and verify the outcome; a
-    cluster configuration's on the standalone cluster ``master``."""
+    cluster configuration's on the standalone cluster ``master``, a secured one against
+    ``secured`` (the job writes with its least-privilege credentials, other principals read back
+    and list lingering state, Delta is read with deltalake)."""
     started = time.perf_counter()
     job_id = f"chaos_{run_id}_{plan.index:03d}" + (f"r{plan.rerun}" if plan.rerun else "")
     work_dir = base / job_id
@@ -320,6 +333,15 @@ def run_trial(
         raise ValueError(f"chaos configuration {config.name!r} runs on a cluster: no master given")
     spec = config.spec(job_id, work_dir, days, files_per_trigger)
     spec.save()
+    admin: FlightsEndpoints | None = None
+    if config.secured:
+        if secured is None:
+            raise ValueError(f"chaos configuration {config.name!r} needs the secured services")
+        endpoints, reader, admin, spark = secured.prepare(spec), secured.reader(), secured.admin(), None
+    elif endpoints is None:
+        raise ValueError(f"chaos configuration {config.name!r} needs the plain services' endpoints")
+    else:
+        reader = endpoints
     run = functools.partial(
         run_job_process, work_dir, endpoints, work_dir / "job.log", master=master if config.cluster else None
     )
@@ -357,7 +379,7 @@ def run_trial(
         result.violations.append(f"fault {plan.fault} never fired")
     if any(c not in (0, EXIT_STATUS, -signal.SIGKILL) for c in result.exit_codes):
         result.violations.append(f"unexpected exit status in {result.exit_codes}")
-    report = verify_run(spec, endpoints, spark)
+    report = verify_run(spec, reader, spark, admin=admin)
     result.report = report
     for s in report.sinks:
         if s.error is not None:
@@ -381,7 +403,7 @@ def run_trial(
 def run_trials(
     plans: Iterable[TrialPlan],
     base: Path,
-    endpoints: FlightsEndpoints,
+    endpoints: FlightsEndpoints | None,
     spark: SparkSession | None,
     days: int,
     files_per_trigger: int,
@@ -389,8 +411,10 @@ def run_trials(
     deadline: float | None = None,
     max_reruns: int = 2,
     master: str | None = None,
+    secured: SecuredFlights | None = None,
 ) -> list[TrialResult]:
-    """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value).
+    """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value); the
+    plain services' trials against ``endpoints``, the secured ones' against ``secured``.
 
     A kill trial whose job finished before its kill moment sent no kill: it is reported as the
     plain run it was, its length becomes the configuration's measured length, and the kill trial
@@ -406,7 +430,9 @@ def run_trials(
                 return results
             if plan.kind == "kill" and (plan.rerun or not planned.kill_after_s):
                 plan = replace(plan, kill_after_s=kill_moments(plan, measured.get(plan.config)))
-            result = run_trial(plan, base, endpoints, spark, days, files_per_trigger, run_id, master=master)
+            result = run_trial(
+                plan, base, endpoints, spark, days, files_per_trigger, run_id, master=master, secured=secured
+            )
             if result.exit_codes[:1] == [0]:  # the shortest uncrashed run: kills must land before it ends
                 known = measured.get(plan.config)
                 measured[plan.config] = (
