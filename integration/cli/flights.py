@@ -456,7 +456,8 @@ def demo(
     if temporary:
         note(
             "[yellow]the services were started for this demo and are stopped now; for `twophase verify` "
-            "later, run `twophase services up` first[/yellow]"
+            f"later, run `twophase services up{' --postgres' if 'postgres' in spec.sinks else ''}` "
+            "first[/yellow]"
         )
     if not report.ok:
         raise CommandFailed(f"flights job {spec.job_id} is NOT verified")

@@ -2,7 +2,7 @@
 
 The sink appends the content columns (:data:`~twophase.integration.verify.CONTENT_COLUMNS`:
 ``flight_id``, ``carrier``, ``origin``, ``dest``, ``month``, ``dep_delay``, ``distance``) of every
-record to ``public.flights_<job id>`` (created by the run if missing, with no key: a duplicate
+record to ``public.<table_name>`` (created by the run if missing, with no key: a duplicate
 would show as one, not as an error), one prepared transaction per subtask and checkpoint.
 
 The read-back uses plain psycopg, never the sink's code: ``SELECT`` of every row, compared with the
@@ -42,8 +42,10 @@ Arrow type it is read back as."""
 
 
 def table_name(spec: FlightsJobSpec) -> str:
-    """``flights_<job id>``, lower case, every character outside ``[a-z0-9_]`` as ``_`` (≤ 63 bytes)."""
-    return ("flights_" + re.sub(r"[^a-z0-9_]", "_", spec.job_id.lower()))[:63]
+    """The job id (``flights_<UTC time>`` by default) lower case, every character outside
+    ``[a-z0-9_]`` as ``_``, with ``flights_`` in front unless it starts so (≤ 63 bytes)."""
+    name = re.sub(r"[^a-z0-9_]", "_", spec.job_id.lower())
+    return (name if name.startswith("flights_") else "flights_" + name)[:63]
 
 
 def _connect(endpoint: PostgresEndpoint) -> Any:
