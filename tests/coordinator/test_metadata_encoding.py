@@ -1,0 +1,63 @@
+"""Checkpoint metadata encoding without payload copies and with the collector paused (issue #29
+item 3): the bytes are the ones the plain encoding makes, and the collector's state is restored."""
+
+from __future__ import annotations
+
+import gc
+import json
+
+import pytest
+
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.sinks.errors import CommittableDecodeError
+
+
+def _meta() -> CheckpointMetadata:
+    payload = {
+        "kind": "kafka.transaction",
+        "version": 1,
+        "body": {"transactional_id": "t-0", "z": 1, "a": [1]},
+    }
+    return CheckpointMetadata(
+        job_id="j",
+        checkpoint_id=3,
+        kind=CheckpointKind.CHECKPOINT,
+        timestamp_ms=1,
+        sinks={
+            "k": SinkSnapshot(2, (CommittableRecord(0, 0, payload, 3), CommittableRecord(1, 1, payload))),
+            "s": SinkSnapshot(1, in_progress={0: {"kind": "s3.in_progress", "version": 1, "body": {}}}),
+        },
+        source_position={"engine": "spark", "batch_id": 2},
+    )
+
+
+def test_bytes_are_those_of_the_plain_encoding() -> None:
+    meta = _meta()
+    plain = json.dumps(meta.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+    assert meta.dumps() == plain
+    assert CheckpointMetadata.loads(plain) == meta
+
+
+def test_to_json_and_from_json_still_copy_payloads() -> None:
+    meta = _meta()
+    obj = meta.to_json()
+    assert obj["sinks"]["k"]["committables"][0]["payload"] is not meta.sinks["k"].committables[0].payload
+    back = CheckpointMetadata.from_json(obj)
+    assert back.sinks["k"].committables[0].payload is not obj["sinks"]["k"]["committables"][0]["payload"]
+
+
+def test_collector_state_is_restored() -> None:
+    assert gc.isenabled()
+    _meta().dumps()
+    CheckpointMetadata.loads(_meta().dumps())
+    with pytest.raises(CommittableDecodeError):
+        CheckpointMetadata.loads(b"{not json")
+    with pytest.raises(CommittableDecodeError):
+        CheckpointMetadata.loads(b'{"format": "twophase.checkpoint", "version": 1}')
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        CheckpointMetadata.loads(_meta().dumps())
+        assert not gc.isenabled()  # left as the caller set it
+    finally:
+        gc.enable()
