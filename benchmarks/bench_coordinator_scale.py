@@ -1,0 +1,552 @@
+"""Benchmark: the coordinator at scale (issue #29 item 3).
+
+The real driver-side runtime (:class:`~twophase.coordinator.runtime.JobRuntime`: trigger,
+acknowledgement intake, verify-before-persist, publish, commit dispatch, lingering cleanup,
+retention, restore) for a job of 3 sinks with ``n`` = 10², 10³, 10⁴ and 10⁵ subtasks each.
+Executors are simulated: each epoch's acknowledgements are built before the clock starts, with the
+payloads the real connectors' codecs produce (``KafkaCommittable``, ``S3Committable``,
+``DeltaCommittable``, one per subtask). The sinks are the connectors' codecs over no-op services:
+commit answers COMMITTED, verification and lingering cleanup find nothing, so what is timed is
+coordinator work, not services.
+
+Steps (wall-clock ms, median of the rounds with min-max; memory as the driver's RSS):
+
+- ``trigger``: ``begin_epoch`` (every sink expects ``n`` acknowledgements);
+- ``acknowledge``: the ``3n`` acknowledgements (each decoded with its sink's codec);
+- ``verify``: verify-before-persist (decodes every acknowledged committable for its sink);
+- ``build``: the checkpoint metadata from the coordinator's state;
+- ``publish``: ``storage.publish`` (encode, write; local: temp file, fsync, link; s3: conditional PUT);
+- ``commit``: ``notify_checkpoint_complete`` (commit requests to the committer, synchronous);
+- ``lingering``: lingering cleanup after the epoch (what is held, per sink);
+- ``retention``: ``apply_retention`` (retention as configured: 1 checkpoint, the default);
+- ``epoch``: the whole epoch, trigger to retention (the goal: < 1 s at 10⁵ × 3);
+- ``restore``: a new runtime's ``restore()`` of the newest checkpoint (list, load, decode,
+  re-commit, lingering cleanup); ``load`` is the storage read and decode part of it.
+
+Each step's ``peak_mb`` is how far the RSS rose above its value at the step's start (the kernel's
+high-water mark, reset before each step), and ``rss_mb`` the RSS after it. Storage: a local
+directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``);
+``TWOPHASE_BENCH_BACKENDS=local`` (or ``s3``) runs one of them. Also 100 epochs at 10³ × 3 with
+the default retention: what is stored at the end, and the metadata bytes of the 1st and the 100th
+checkpoint.
+
+``python -m benchmarks.bench_coordinator_scale`` prints it (``TWOPHASE_BENCH_RUNS`` overrides the
+rounds; ``TWOPHASE_BENCH_SIZES=100,1000`` the sizes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from twophase.connectors.delta.committable import CODEC as DELTA_CODEC
+from twophase.connectors.delta.committable import DeltaAddFile, DeltaCommittable
+from twophase.connectors.kafka.committable import CODEC as KAFKA_CODEC
+from twophase.connectors.kafka.committable import KafkaCommittable
+from twophase.connectors.s3.committable import COMMITTABLE_CODEC as S3_CODEC
+from twophase.connectors.s3.committable import PendingFile, S3Committable, UploadedPart
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.outcome import CommitOutcome
+
+SIZES = (100, 1_000, 10_000, 100_000)
+ROUNDS = {100: 5, 1_000: 5, 10_000: 3, 100_000: 3}
+HISTORY_EPOCHS = 100
+HISTORY_SIZE = 1_000
+JOB_ID = "bench-scale"
+T = TypeVar("T")
+
+SCHEMA_JSON = (
+    '{"type":"struct","fields":['
+    '{"name":"flight_id","type":"string","nullable":false,"metadata":{}},'
+    '{"name":"carrier","type":"string","nullable":true,"metadata":{}},'
+    '{"name":"dep_delay","type":"double","nullable":true,"metadata":{}},'
+    '{"name":"arr_delay","type":"double","nullable":true,"metadata":{}},'
+    '{"name":"origin","type":"string","nullable":true,"metadata":{}},'
+    '{"name":"dest","type":"string","nullable":true,"metadata":{}},'
+    '{"name":"day","type":"date","nullable":true,"metadata":{}}]}'
+)
+
+
+def kafka_committable(p: int, cid: int) -> KafkaCommittable:
+    """Subtask ``p``'s pre-committed Kafka transaction of checkpoint ``cid``."""
+    return KafkaCommittable(
+        transactional_id=f"twophase-{JOB_ID}-kafka-{p}-{cid % 4}",
+        producer_id=1_000_000 + p,
+        producer_epoch=3 + cid,
+        topic_partitions=(("flights.enriched", p % 48),),
+        record_count=4_096 + p % 97,
+        checkpoint_id=cid,
+    )
+
+
+def s3_committable(p: int, cid: int) -> S3Committable:
+    """Subtask ``p``'s rolled Parquet file (two parts) of checkpoint ``cid``."""
+    parts = (
+        UploadedPart(1, f'"{p:016x}{cid:016x}"', 8 * 1024 * 1024),
+        UploadedPart(2, f'"{cid:016x}{p:016x}"', 1_234_567),
+    )
+    return S3Committable(
+        (
+            PendingFile(
+                bucket="lake",
+                key=f"flights/day=2013-01-01/part-{p:05d}-{cid}-a1b2c3d4-{p:08x}-0000-4000-8000-{cid:012x}.parquet",
+                upload_id=f"{p:08x}-{cid:08x}-" + "9f" * 24,
+                parts=parts,
+                byte_count=sum(x.size for x in parts),
+                record_count=40_960 + p % 97,
+            ),
+        )
+    )
+
+
+def delta_committable(p: int, cid: int) -> DeltaCommittable:
+    """Subtask ``p``'s Add action (one file, with stats) of checkpoint ``cid``."""
+    stats = (
+        f'{{"numRecords":{40_960 + p % 97},"minValues":{{"flight_id":"{p}-0","dep_delay":-43.0}},'
+        f'"maxValues":{{"flight_id":"{p}-9","dep_delay":1301.0}},"nullCount":{{"dep_delay":{p % 13}}}}}'
+    )
+    add = DeltaAddFile(
+        path=f"day=2013-01-01/part-{p:05d}-{cid}-c0ffee00-{p:08x}.snappy.parquet",
+        size=3_456_789 + p,
+        partition_values=(("day", "2013-01-01"),),
+        modification_time=1_700_000_000_000 + cid,
+        stats=stats,
+        num_records=40_960 + p % 97,
+    )
+    return DeltaCommittable(
+        table_uri="s3://lake/tables/flights",
+        app_id=f"{JOB_ID}:delta",
+        checkpoint_id=cid,
+        partition=p,
+        attempt=0,
+        num_partitions=0,
+        schema_json=SCHEMA_JSON,
+        partition_columns=("day",),
+        adds=(add,),
+    )
+
+
+class ScaleSink(TwoPhaseCommitSink[None, Any]):
+    """A connector's codec over a no-op service: the driver side only (executors are simulated).
+
+    Commit answers COMMITTED, verification passes, lingering cleanup finds nothing.
+    """
+
+    def __init__(self, name: str, codec: CommittableCodec[Any], make: Callable[[int, int], Any]) -> None:
+        self.name = name
+        self.codec = codec
+        self.make = make
+
+    def begin_transaction(self, ctx: WriterContext) -> None:
+        raise NotImplementedError("executors are simulated")
+
+    def write(self, txn: None, batch: Any) -> None:
+        raise NotImplementedError("executors are simulated")
+
+    def pre_commit(self, txn: None) -> Any:
+        raise NotImplementedError("executors are simulated")
+
+    def commit(self, committable: Any) -> CommitOutcome:
+        return CommitOutcome.COMMITTED
+
+    def abort(self, committable: Any) -> None:
+        return None
+
+    def abort_lingering(self, scope: LingeringScope[Any]) -> int:
+        return 0
+
+
+def make_sinks() -> list[ScaleSink]:
+    """The job's three sinks: Kafka, S3 (Parquet) and Delta codecs."""
+    return [
+        ScaleSink("kafka", KAFKA_CODEC, kafka_committable),
+        ScaleSink("s3", S3_CODEC, s3_committable),
+        ScaleSink("delta", DELTA_CODEC, delta_committable),
+    ]
+
+
+class Executors:
+    """Simulated executors: the acknowledgements of every subtask of an epoch, as the executor loop
+    makes them (the sink's codec encodes each committable once). One template per subtask is
+    encoded up front; an epoch's payloads are fresh objects carrying its checkpoint id."""
+
+    def __init__(self, sinks: Sequence[ScaleSink], n: int) -> None:
+        self.sinks = sinks
+        self.templates = {s.name: [s.encode(s.make(p, 1)) for p in range(n)] for s in sinks}
+
+    def acks(self, cid: int) -> list[Acknowledgement]:
+        """Every subtask's acknowledgement of checkpoint ``cid`` (partition-major, as tasks finish)."""
+        out: list[Acknowledgement] = []
+        n = len(next(iter(self.templates.values())))
+        for p in range(n):
+            for s in self.sinks:
+                t = self.templates[s.name][p]
+                body = dict(t["body"])
+                if "checkpoint_id" in body:
+                    body["checkpoint_id"] = cid
+                payload = {"kind": t["kind"], "version": t["version"], "body": body}
+                out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0))
+        return out
+
+
+# -- measuring ------------------------------------------------------------------------------------
+
+
+def _status_kb(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_peak() -> None:
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS
+
+
+def rss_mb() -> float:
+    """The process's resident set size now, MB."""
+    return _status_kb("VmRSS") / 1024
+
+
+@dataclass
+class Samples:
+    """Per step: times (ms), RSS rises (MB), RSS after (MB)."""
+
+    ms: dict[str, list[float]] = field(default_factory=dict)
+    peak: dict[str, list[float]] = field(default_factory=dict)
+    rss: dict[str, list[float]] = field(default_factory=dict)
+    nbytes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, step: str, ms: float, peak_mb: float, rss: float) -> None:
+        """Record one sample of ``step``."""
+        self.ms.setdefault(step, []).append(ms)
+        self.peak.setdefault(step, []).append(peak_mb)
+        self.rss.setdefault(step, []).append(rss)
+
+
+class Meter:
+    """Times steps (ms) and the RSS rise during each (MB) into :class:`Samples`; nested steps
+    (inside an outer measured call) are timed but their memory is the outer step's."""
+
+    def __init__(self, samples: Samples) -> None:
+        self.samples = samples
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        """Measure the block as ``name``."""
+        outer = self.depth == 0
+        if outer:
+            gc.collect()
+            _reset_peak()
+        before = rss_mb()
+        self.depth += 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            ms = (time.perf_counter() - start) * 1000.0
+            self.depth -= 1
+            peak = _status_kb("VmHWM") / 1024 - before if outer else float("nan")
+            self.samples.add(name, ms, peak, rss_mb())
+
+    def wrap(self, name: str, fn: Callable[..., T]) -> Callable[..., T]:
+        """``fn`` measured as ``name`` at every call."""
+
+        def measured(*args: Any, **kwargs: Any) -> T:
+            with self.step(name):
+                return fn(*args, **kwargs)
+
+        return measured
+
+
+class MeteredStorage:
+    """A checkpoint storage whose publish, load and retention are measured; the bytes of each
+    published ``_metadata`` are taken from the storage afterwards (no second encoding)."""
+
+    def __init__(self, inner: CheckpointStorage, meter: Meter, size_of: Callable[[str], int]) -> None:
+        self.inner = inner
+        self.job_id = inner.job_id
+        self.meter = meter
+        self.size_of = size_of
+        self.published_bytes: list[int] = []
+
+    def publish(self, metadata: CheckpointMetadata) -> CheckpointRef:
+        """Measured ``publish``."""
+        with self.meter.step("publish"):
+            ref = self.inner.publish(metadata)
+        self.published_bytes.append(self.size_of(ref.location))
+        return ref
+
+    def load(self, ref: CheckpointRef) -> CheckpointMetadata:
+        """Measured ``load``."""
+        with self.meter.step("load"):
+            return self.inner.load(ref)
+
+    def latest(self) -> CheckpointMetadata | None:
+        """``latest`` by listing, through the measured ``load``."""
+        refs = self.inner.list_checkpoints()
+        return self.load(refs[-1]) if refs else None
+
+    def apply_retention(self, keep: int) -> list[CheckpointRef]:
+        """Measured ``apply_retention``."""
+        with self.meter.step("retention"):
+            return self.inner.apply_retention(keep)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+# -- one size on one storage ----------------------------------------------------------------------
+
+STEPS = ("trigger", "acknowledge", "verify", "build", "publish", "commit", "lingering", "retention")
+
+
+def instrument(rt: JobRuntime, meter: Meter) -> None:
+    """Measure the runtime's steps (instance attributes over the bound methods)."""
+    s = rt._s
+    s.verify_acknowledged = meter.wrap("verify", s.verify_acknowledged)  # type: ignore[method-assign]
+    s.abort_lingering_live = meter.wrap("lingering", s.abort_lingering_live)  # type: ignore[method-assign]
+    coord = rt.coordinator
+    coord.build_metadata = meter.wrap("build", coord.build_metadata)  # type: ignore[method-assign]
+    coord.notify_checkpoint_complete = meter.wrap(  # type: ignore[method-assign]
+        "commit", coord.notify_checkpoint_complete
+    )
+
+
+def bench_size(
+    n: int, rounds: int, make_storage: Callable[[], CheckpointStorage], size_of: Callable[[str], int]
+) -> dict[str, dict[str, Any]]:
+    """``rounds`` epochs then ``rounds`` restores at ``n`` subtasks × 3 sinks on fresh storage.
+
+    Returns:
+        step → ``{"median_ms", "min_ms", "max_ms", "peak_mb", "rss_mb", "bytes"}`` (bytes: the
+        published checkpoint's ``_metadata`` for ``publish`` and ``load``).
+    """
+    sinks = make_sinks()
+    executors = Executors(sinks, n)
+    samples = Samples()
+    meter = Meter(samples)
+    storage = MeteredStorage(make_storage(), meter, size_of)
+    config = RuntimeConfig(abort_lingering_each_epoch=True)
+    rt = JobRuntime(JOB_ID, sinks, storage, config)
+    rt.restore()
+    instrument(rt, meter)
+    for r in range(rounds):
+        acks = executors.acks(rt.coordinator.next_checkpoint_id)
+        position = {"engine": "spark", "query_id": "6a1f0c9e-5d2b-4f7a-9e61-0b3c2d1e4f50", "batch_id": r}
+        started = time.perf_counter()
+        with meter.step("trigger"):
+            epoch = rt.begin_epoch(n, position)
+        with meter.step("acknowledge"):
+            for ack in acks:
+                epoch.acknowledge(ack)
+        rt.complete_epoch(epoch)  # verify, build, publish, commit, lingering, retention: measured inside
+        samples.add("epoch", (time.perf_counter() - started) * 1000.0, float("nan"), rss_mb())
+        del acks, epoch
+    rt.close()
+    del rt
+    for _ in range(rounds):
+        restored = JobRuntime(JOB_ID, sinks, storage, config)
+        with meter.step("restore"):
+            result = restored.restore()
+        if result.recommitted != 0 and result.recommitted != 3 * n:
+            raise AssertionError(f"restore re-committed {result.recommitted}, not 0 or {3 * n}")
+        restored.close()
+        del restored
+    out: dict[str, dict[str, Any]] = {}
+    for step in (*STEPS, "epoch", "load", "restore"):
+        ms = samples.ms.get(step)
+        if not ms:
+            continue
+        peaks = [p for p in samples.peak[step] if p == p]  # NaN for nested steps
+        row: dict[str, Any] = {
+            "median_ms": round(statistics.median(ms), 2),
+            "min_ms": round(min(ms), 2),
+            "max_ms": round(max(ms), 2),
+            "n": len(ms),
+            "peak_mb": round(statistics.median(peaks), 1) if peaks else "",
+            "rss_mb": round(max(samples.rss[step]), 1),
+        }
+        if step in ("publish", "load"):
+            row["bytes"] = storage.published_bytes[-1]
+        out[step] = row
+    return out
+
+
+def history(
+    make_storage: Callable[[], CheckpointStorage], stored_bytes: Callable[[], tuple[int, int]], n: int
+) -> dict[str, Any]:
+    """``HISTORY_EPOCHS`` epochs at ``n`` × 3 with the default retention: the metadata bytes of
+    the first and last checkpoint, and (objects, bytes) stored at the end."""
+    sinks = make_sinks()
+    executors = Executors(sinks, n)
+    meter = Meter(Samples())
+    storage = MeteredStorage(make_storage(), meter, lambda loc: 0)
+    sizes: list[int] = []
+    rt = JobRuntime(JOB_ID, sinks, storage, RuntimeConfig())
+    rt.restore()
+    for _ in range(HISTORY_EPOCHS):
+        epoch = rt.begin_epoch(n)
+        for ack in executors.acks(epoch.checkpoint_id):
+            epoch.acknowledge(ack)
+        rt.complete_epoch(epoch)
+        latest = rt.latest_checkpoint
+        sizes.append(len(latest.dumps()) if latest is not None else 0)  # untimed
+    rt.close()
+    objects, total = stored_bytes()
+    return {
+        "epochs": HISTORY_EPOCHS,
+        "subtasks": f"{n:,} x 3",
+        "retained_checkpoints": CheckpointConfig().retained_checkpoints,
+        "first_checkpoint_bytes": sizes[0],
+        "last_checkpoint_bytes": sizes[-1],
+        "stored_objects": objects,
+        "stored_bytes": total,
+    }
+
+
+# -- backends -------------------------------------------------------------------------------------
+
+
+def _dir_usage(path: Path) -> tuple[int, int]:
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+@contextlib.contextmanager
+def backends() -> Iterator[dict[str, tuple[Callable[[], CheckpointStorage], Callable[[str], int], Any]]]:
+    """name → (fresh storage factory, size of a published location, (objects, bytes) stored)."""
+    from twophase.coordinator.storage.local import LocalCheckpointStorage
+
+    counter = iter(range(1_000_000))
+    with tempfile.TemporaryDirectory(
+        prefix="twophase-scale-", dir=os.environ.get("TWOPHASE_BENCH_DIR")
+    ) as tmp:
+        current: dict[str, Any] = {}
+
+        def local_storage() -> CheckpointStorage:
+            current["local"] = Path(tmp) / f"run-{next(counter)}"
+            return LocalCheckpointStorage(current["local"], JOB_ID)
+
+        out: dict[str, tuple[Callable[[], CheckpointStorage], Callable[[str], int], Any]] = {
+            "local": (local_storage, lambda loc: os.path.getsize(loc), lambda: _dir_usage(current["local"]))
+        }
+        wanted = os.environ.get("TWOPHASE_BENCH_BACKENDS", "local,s3").split(",")
+        if "local" not in wanted:
+            del out["local"]
+        if "s3" not in wanted:
+            yield out
+            return
+        from twophase.coordinator.storage.s3 import S3CheckpointStorage
+        from twophase.integration.services import s3_service
+
+        with s3_service() as endpoint:
+            client = endpoint.boto3_client()
+            bucket = f"bench-scale-{os.getpid()}"
+            client.create_bucket(Bucket=bucket)
+
+            def s3_storage() -> CheckpointStorage:
+                current["s3"] = f"run-{next(counter)}"
+                return S3CheckpointStorage(bucket, current["s3"], JOB_ID, client)
+
+            def s3_size(location: str) -> int:
+                key = location.removeprefix(f"s3://{bucket}/")
+                return int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+
+            def s3_usage() -> tuple[int, int]:
+                objs = [
+                    o
+                    for page in client.get_paginator("list_objects_v2").paginate(
+                        Bucket=bucket, Prefix=current["s3"] + "/"
+                    )
+                    for o in page.get("Contents", ())
+                ]
+                return len(objs), sum(int(o.get("Size", 0)) for o in objs)
+
+            out["s3"] = (s3_storage, s3_size, s3_usage)
+            yield out
+
+
+def _sizes() -> tuple[int, ...]:
+    text = os.environ.get("TWOPHASE_BENCH_SIZES")
+    return tuple(int(x) for x in text.split(",")) if text else SIZES
+
+
+def _rounds(n: int) -> int:
+    forced = os.environ.get("TWOPHASE_BENCH_RUNS")
+    return int(forced) if forced else ROUNDS.get(n, 3)
+
+
+def growth(rows: dict[str, dict[str, Any]], backend: str, sizes: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """Per step, the factor by which the median time grows per 10× subtasks (1 size to the next)."""
+    out: dict[str, dict[str, Any]] = {}
+    for step in (*STEPS, "epoch", "load", "restore"):
+        factors: dict[str, Any] = {}
+        for a, b in itertools.pairwise(sizes):
+            ra, rb = rows.get(f"{backend} {a:,}: {step}"), rows.get(f"{backend} {b:,}: {step}")
+            if ra and rb and ra["median_ms"] > 0:
+                factors[f"{a:,}→{b:,}"] = round(rb["median_ms"] / ra["median_ms"], 1)
+        if factors:
+            out[f"{backend}: {step}"] = factors
+    return out
+
+
+def run() -> dict[str, object]:
+    """Run every size on every backend, then the 100-epoch history.
+
+    Returns:
+        ``{"load_at_start", "load_at_end", "steps": {"<backend> <n>: <step>": row},
+        "growth per 10x": {...}, "history <backend>": {...}}``; times in ms, sizes in bytes,
+        memory in MB.
+    """
+    start_load = Path("/proc/loadavg").read_text().split()[:3]
+    rows: dict[str, dict[str, Any]] = {}
+    hist: dict[str, dict[str, Any]] = {}
+    sizes = _sizes()
+    with backends() as stores:
+        for backend, (factory, size_of, usage) in stores.items():
+            for n in sizes:
+                for step, row in bench_size(n, _rounds(n), factory, size_of).items():
+                    rows[f"{backend} {n:,}: {step}"] = row
+                gc.collect()
+            if os.environ.get("TWOPHASE_BENCH_NO_HISTORY") != "1":
+                hist[backend] = history(factory, usage, HISTORY_SIZE)
+    result: dict[str, object] = {
+        "cores": os.cpu_count(),
+        "load_at_start": " ".join(start_load),
+        "load_at_end": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "steps": rows,
+    }
+    grow: dict[str, dict[str, Any]] = {}
+    for backend in ("local", "s3"):
+        grow.update(growth(rows, backend, sizes))
+    result["growth per 10x"] = grow
+    for backend, h in hist.items():
+        result[f"100 epochs, {backend}"] = h
+    return result
+
+
+if __name__ == "__main__":
+    from benchmarks.run import print_result
+
+    print_result("coordinator_scale", run())
