@@ -6,7 +6,7 @@ The wheel ships a top-level module ``pyspark_twophase`` whose ``DefaultSource`` 
 needed::
 
     (df.writeStream.format("twophase")
-       .option("sink", "kafka")                         # kafka | s3 | delta | postgres
+       .option("sink", "kafka")                         # kafka | s3 | delta | postgres | iceberg
        .option("job", "orders")
        .option("twophaseCheckpointDir", "s3://bucket/chk")
        .option("checkpointLocation", "s3a://bucket/spark-chk")
@@ -96,11 +96,19 @@ def _postgres(name: str, options: Mapping[str, str]) -> tuple[AnySink, set[str]]
     return PostgresSink(name, config), used
 
 
+def _iceberg(name: str, options: Mapping[str, str]) -> tuple[AnySink, set[str]]:
+    from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
+
+    config, used = config_from_options(IcebergSinkConfig, options)
+    return IcebergSink(name, config), used
+
+
 SINKS: dict[str, Callable[[str, Mapping[str, str]], tuple[AnySink, set[str]]]] = {
     "kafka": _kafka,
     "s3": _s3,
     "delta": _delta,
     "postgres": _postgres,
+    "iceberg": _iceberg,
 }
 
 
@@ -127,8 +135,9 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
 
 
 def sink_option_names(kind: str) -> list[str]:
-    """The config options of sink ``kind`` (kafka, s3, delta, postgres), for messages and docs."""
+    """The config options of sink ``kind`` (kafka, s3, delta, postgres, iceberg), for messages and docs."""
     from twophase.connectors.delta import DeltaSinkConfig
+    from twophase.connectors.iceberg import IcebergSinkConfig
     from twophase.connectors.kafka import KafkaSinkConfig
     from twophase.connectors.postgres import PostgresSinkConfig
     from twophase.connectors.s3 import S3SinkConfig
@@ -138,12 +147,13 @@ def sink_option_names(kind: str) -> list[str]:
         "s3": S3SinkConfig,
         "delta": DeltaSinkConfig,
         "postgres": PostgresSinkConfig,
+        "iceberg": IcebergSinkConfig,
     }
     return option_names(classes[kind])
 
 
 class TwophaseDataSource(TwoPhaseDataSource):
-    """``.format("twophase")``: the Kafka, S3, Delta or PostgreSQL sink chosen by ``.option("sink", …)``.
+    """``.format("twophase")``: the Kafka, S3, Delta, PostgreSQL or Iceberg sink named by ``.option("sink")``.
 
     Registered automatically by the wheel's ``pyspark_twophase`` module. The facade's limits
     apply (:mod:`twophase.coordinator.spark.datasource`): one sink per query, commits with every
