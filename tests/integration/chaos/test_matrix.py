@@ -55,7 +55,7 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
 
 def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
     cluster = CONFIGS["cluster"]
-    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 2
+    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 3
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
     matrix = config_matrix(cluster, 14, 6)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
@@ -70,6 +70,20 @@ def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_defa
     assert "mid_write:6@worker" in matrix and "mid_write:7@worker" not in matrix
     local = fault_matrix(CONFIGS["parquet"].tasks_per_batch(14, 6), CONFIGS["parquet"].executor_kills)
     assert not any("@" in m for m in local)
+
+
+def test_the_secured_configuration_keeps_its_state_on_s3_and_is_not_a_default(tmp_path: Path) -> None:
+    secured = CONFIGS["secured"]
+    assert "secured" not in LOCAL.split(",") and secured.secured and not secured.cluster
+    spec = secured.spec("s1", tmp_path / "w", 14, 6)
+    assert spec.checkpoint_uri == "s3://twophase-flights/checkpoints/s1"
+    assert spec.delta_uri == "s3://twophase-flights/delta/s1"
+    assert config_matrix(secured, 14, 6) == config_matrix(CONFIGS["s3"], 14, 6)
+
+
+def test_a_secured_trial_needs_the_secured_services(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="needs the secured services"):
+        runner.run_trial(TrialPlan(0, "plain", config="secured"), tmp_path, None, None, 2, 1, "r")
 
 
 def test_the_zombie_cluster_configuration_kills_executors_only() -> None:
@@ -176,7 +190,7 @@ def test_a_kill_that_missed_the_run_counts_as_a_plain_run_and_is_tried_again(
 
     monkeypatch.setattr(runner, "run_trial", fake_run_trial)
     # no plain run before it (a continued run): the kill is drawn from 30 s and misses a 20 s run
-    results = run_trials([TrialPlan(7, "kill", kill_at=(0.8,))], tmp_path, None, None, 14, 6)  # type: ignore[arg-type]
+    results = run_trials([TrialPlan(7, "kill", kill_at=(0.8,))], tmp_path, None, None, 14, 6)
     assert [r.plan.kind for r in results] == ["plain", "kill"]
     assert [r.plan.rerun for r in results] == [0, 1]
     assert ran[1].kill_after_s == (16.0,)  # 80 % of the 20 s it just measured
