@@ -188,13 +188,15 @@ def run_params(
         "configurations": ", ".join(
             f"{c.name} ({len(config_matrix(c, days, files_per_trigger))} point:hit)" for c in chosen
         ),
-        "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], real Kafka KRaft broker and MinIO"
-        + (
-            "; SASL_SSL Kafka with ACLs and MinIO over TLS for the secured configuration)"
-            if any(c.secured for c in chosen)
-            else ")"
-        ),
+        "wall time": f"{minutes:.1f} min on a 2-core machine (local[2,4], {services_of(chosen)})",
     }
+
+
+def services_of(chosen: list[ChaosConfig]) -> str:
+    """What the configurations ran against, for the report."""
+    plain = "real Kafka KRaft broker and MinIO" if any(not c.secured for c in chosen) else ""
+    secured = "SASL_SSL Kafka with ACLs and MinIO over TLS" if any(c.secured for c in chosen) else ""
+    return "; ".join(filter(None, (plain, secured + " (secured)" if plain and secured else secured)))
 
 
 if __name__ == "__main__":
