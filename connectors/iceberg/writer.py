@@ -65,18 +65,35 @@ def unsupported_transforms(spec: PartitionSpec, schema: Schema) -> list[str]:
     return unsupported
 
 
+def utc_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every zoned top-level timestamp column in UTC.
+
+    Spark hands timestamps to Arrow in the session time zone (``timestamp[us, tz=<zone>]``); the
+    values are UTC instants whatever the zone, and Iceberg's ``timestamptz`` is UTC, which is all
+    pyiceberg accepts. Re-labelling the zone changes no value.
+    """
+    fields = []
+    for f in schema:
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None and f.type.tz != "UTC":
+            f = f.with_type(pa.timestamp(f.type.unit, "UTC"))
+        fields.append(f)
+    return pa.schema(fields, metadata=schema.metadata)
+
+
 def project(batch: pa.RecordBatch, columns: tuple[str, ...] | None) -> pa.RecordBatch:
-    """``batch`` restricted to ``columns`` in that order (``None``: unchanged).
+    """``batch`` restricted to ``columns`` in that order (``None``: unchanged), zoned timestamps
+    re-labelled as UTC (:func:`utc_schema`).
 
     Raises:
         SchemaError: a column of the projection is missing (all missing ones named).
     """
-    if columns is None:
-        return batch
-    missing = [c for c in columns if c not in batch.schema.names]
-    if missing:
-        raise SchemaError(f"columns {missing} are not in the data ({batch.schema.names})")
-    return batch.select(list(columns))
+    if columns is not None:
+        missing = [c for c in columns if c not in batch.schema.names]
+        if missing:
+            raise SchemaError(f"columns {missing} are not in the data ({batch.schema.names})")
+        batch = batch.select(list(columns))
+    target = utc_schema(batch.schema)
+    return batch if target == batch.schema else batch.cast(target)
 
 
 @dataclass

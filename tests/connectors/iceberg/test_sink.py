@@ -230,3 +230,12 @@ def test_the_projection_writes_only_the_named_columns(make_config: Callable[...,
     projected.validate(wide.schema)
     projected.commit_checkpoint(1, pre_commit(projected, 1, [wide]))
     assert reader(projected.config).scan().to_arrow().column_names == ["id", "region"]
+
+
+def test_timestamps_in_a_session_zone_are_written_as_the_same_instants(sink: IcebergSink) -> None:
+    utc = rows(0, 3)
+    paris = utc.cast(utc.schema.set(2, pa.field("ts", pa.timestamp("us", "Europe/Paris"))))
+    sink.validate(paris.schema)
+    sink.commit_checkpoint(1, pre_commit(sink, 1, [paris]))
+    back = reader(sink.config).scan().to_arrow().sort_by("id")
+    assert back.column("ts").to_pylist() == utc.column(2).to_pylist()
