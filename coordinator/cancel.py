@@ -26,15 +26,9 @@ from typing import Any
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.commit_requests import CommitRequest, commit_requests
 from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.lingering import ALL_CHECKPOINTS, Held, canonical, held_by, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.recovery import (
-    ALL_CHECKPOINTS,
-    Held,
-    MetadataCache,
-    canonical,
-    held_by,
-    lingering_scope,
-)
+from twophase.coordinator.metadata_cache import MetadataCache
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.structured_log import log_event

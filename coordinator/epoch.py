@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import DuplicateAcknowledgementError, PendingCheckpoint
@@ -36,7 +36,6 @@ from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.run_state import RunState
-    from twophase.coordinator.runtime import JobRuntime
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +206,28 @@ class EpochResult:
     discarded: int
 
 
+class EpochRuntime(Protocol):
+    """What :func:`run_epoch` drives: ``JobRuntime``'s epoch calls (a protocol, so that the epoch
+    does not import the runtime that creates it)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    def begin_epoch(
+        self,
+        num_partitions: int,
+        source_position: JsonObject | None = None,
+        *,
+        checkpoint_id: int | None = None,
+    ) -> Epoch: ...
+
+    def complete_epoch(self, epoch: Epoch) -> CheckpointMetrics: ...
+
+    def abort_epoch_if_pending(self, epoch: Epoch, reason: str) -> list[int]: ...
+
+
 def run_epoch(
-    runtime: JobRuntime,
+    runtime: EpochRuntime,
     num_partitions: int,
     write: WriteStep,
     source_position: JsonObject | None = None,

@@ -20,9 +20,9 @@ from functools import partial
 from twophase.coordinator.cancel import abort_in_doubt, commit_durable, delete_checkpoints, keep_going
 from twophase.coordinator.driver_finish import final_participants, finish_on_driver, finish_subtasks
 from twophase.coordinator.job_lifecycle import JobState, JobTransition
+from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.recovery import ALL_CHECKPOINTS
 from twophase.coordinator.run_state import RunState
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject

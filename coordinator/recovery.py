@@ -1,35 +1,27 @@
-"""Restore and lingering cleanup: what a restore re-commits, and what may be aborted.
+"""Restore: what a restore re-commits (DESIGN.md §5, §6).
 
-The exactly-once argument rests on two choices made here (DESIGN.md §5, §6):
-
-- **What a restore re-commits**: every committable of the restored checkpoint (the latest, or a
-  savepoint), in checkpoint order, skipping sinks flagged fully finished (FLIP-147):
-  :func:`recovery_transactions`. A checkpoint holds every transaction not yet confirmed committed,
-  so the restored one alone is enough.
-- **What may be aborted** (:func:`held_by`, a pure function): ``abort_lingering`` may touch a
-  transaction of this job and sink only if nothing can still need it: no retained checkpoint or
-  savepoint references it (as a committable or as in-progress state), the running job does not
-  hold it in memory (pending commit, or in progress in a live subtask), and no acknowledgement
-  about to be recorded carries it. Aborting anything else would lose data a checkpoint promised.
-
-:class:`MetadataCache` reads retained checkpoints once per runtime.
+Every committable of the restored checkpoint (the latest, or a savepoint) is re-committed, in
+checkpoint order, skipping sinks flagged fully finished (FLIP-147): :func:`recovery_transactions`.
+A checkpoint holds every transaction not yet confirmed committed, so the restored one alone is
+enough. What lingering cleanup may then abort is decided in :mod:`twophase.coordinator.lingering`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.commit_requests import commit_requests
+from twophase.coordinator.id_floor import IdFloor
+from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.context import JsonObject, LingeringScope
+from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import JobError
 from twophase.sinks.structured_log import log_event
 
@@ -39,13 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
-ALL_CHECKPOINTS = 2**62
-"""``LingeringScope.up_to_checkpoint`` meaning "every checkpoint"."""
-
-
-def canonical(obj: JsonObject) -> str:
-    """A JSON object as canonical text (sorted keys, no spaces): equal objects, equal text."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True)
@@ -73,80 +58,6 @@ class RestoreResult:
     lingering_aborted: Mapping[str, int]
     fully_finished: tuple[str, ...]
     next_checkpoint_id: int
-
-
-@dataclass(frozen=True)
-class IdFloor:
-    """What a restore started checkpoint ids above (DESIGN.md §12, "Checkpoint ids never repeat a
-    committed one"), kept so that a refused id can name its true reason.
-
-    Attributes:
-        newest_stored: the newest checkpoint id in the job's storage (or restored), 0 if none.
-        sinks: sink → the checkpoint its external system records as committed for this job
-            (``last_committed_checkpoint``: Delta's txn version); sinks keeping no record are absent.
-    """
-
-    newest_stored: int = 0
-    sinks: Mapping[str, int] = field(default_factory=dict)
-
-    def refusal(self, job_id: str, asked: int, next_id: int, used_by_run: int) -> str:
-        """The one-line reason checkpoint ``asked`` cannot be taken when the next id is ``next_id``
-        and this run already triggered ids up to ``used_by_run`` (0: none): every source at or
-        above ``asked``."""
-        reasons = []
-        if self.newest_stored >= asked:
-            reasons.append(f"storage holds checkpoint {self.newest_stored}")
-        for name, committed in sorted(self.sinks.items()):
-            if committed >= asked:
-                reasons.append(
-                    f"sink {name!r} records checkpoint {committed} of this job as committed "
-                    "(last_committed_checkpoint, e.g. Delta's txn version)"
-                    + ("" if self.newest_stored else "; storage is empty")
-                )
-        if used_by_run >= asked:
-            reasons.append(f"this run already used checkpoint ids up to {used_by_run}")
-        return f"job {job_id}: checkpoint {asked} asked for, but the next id is {next_id}: " + "; ".join(
-            reasons or [f"ids below {next_id} are taken"]
-        )
-
-
-class MetadataCache:
-    """Checkpoint metadata by location, loaded from ``storage`` at most once (checkpoints never change).
-
-    Args:
-        storage: the job's checkpoint storage.
-    """
-
-    def __init__(self, storage: CheckpointStorage) -> None:
-        self.storage = storage
-        self._by_location: dict[str, CheckpointMetadata] = {}
-
-    def remember(self, location: str, metadata: CheckpointMetadata) -> None:
-        """Keep ``metadata`` published (or loaded) at ``location``."""
-        self._by_location[location] = metadata
-
-    def forget(self, location: str) -> None:
-        """Drop a deleted checkpoint."""
-        self._by_location.pop(location, None)
-
-    def load(self, ref: CheckpointRef) -> CheckpointMetadata:
-        """The metadata of ``ref``.
-
-        Raises:
-            CorruptCheckpointError: unreadable or invalid metadata.
-        """
-        meta = self._by_location.get(ref.location)
-        if meta is None:
-            meta = self._by_location[ref.location] = self.storage.load(ref)
-        return meta
-
-    def retained(self, *, savepoints_only: bool = False) -> list[CheckpointMetadata]:
-        """Every retained checkpoint and savepoint (only savepoints if asked), ascending by id."""
-        return [
-            self.load(ref)
-            for ref in self.storage.list_checkpoints()
-            if not savepoints_only or ref.kind is CheckpointKind.SAVEPOINT
-        ]
 
 
 def check_restorable(meta: CheckpointMetadata, sink_names: Iterable[str], job_id: str) -> None:
@@ -193,85 +104,6 @@ def recovery_transactions(
         ]
         out.extend(sorted(txns, key=lambda t: t.checkpoint_id))
     return out
-
-
-@dataclass(frozen=True)
-class Held:
-    """What ``abort_lingering`` must never touch for one sink (see :func:`held_by`).
-
-    Attributes:
-        committables: canonical JSON → encoded committable.
-        in_progress: canonical JSON → in-progress state.
-        max_partitions: the largest parallelism the sink ran with in any of them.
-    """
-
-    committables: Mapping[str, JsonObject]
-    in_progress: Mapping[str, JsonObject]
-    max_partitions: int
-
-
-def held_by(
-    sink_name: str,
-    checkpoints: Iterable[CheckpointMetadata],
-    *,
-    pending: Iterable[JsonObject] = (),
-    live_in_progress: Iterable[JsonObject] = (),
-    live_parallelism: int = 0,
-) -> Held:
-    """What may NOT be aborted for ``sink_name``: the module docstring's rule, as a pure function.
-
-    Args:
-        sink_name: the sink.
-        checkpoints: the checkpoints whose promises stand — every retained checkpoint and
-            savepoint, plus one being restored from elsewhere (a savepoint location); on cancel
-            with delete, the savepoints only.
-        pending: encoded committables the running job holds (pre-committed and not yet confirmed
-            committed, or acknowledged but not yet in a checkpoint).
-        live_in_progress: in-progress states of the running job's live subtasks.
-        live_parallelism: the running job's parallelism for the sink (0 if none).
-
-    Returns:
-        Everything held; whatever ``abort_lingering`` finds of this job and sink outside it is
-        lingering and may be aborted.
-    """
-    committables: dict[str, JsonObject] = {}
-    in_progress: dict[str, JsonObject] = {}
-    max_partitions = live_parallelism
-    for meta in checkpoints:
-        snap = meta.sinks.get(sink_name)
-        if snap is None:
-            continue
-        max_partitions = max(max_partitions, snap.num_partitions)
-        for rec in snap.committables:
-            committables.setdefault(canonical(rec.payload), rec.payload)
-        for state in snap.in_progress.values():
-            in_progress.setdefault(canonical(state), state)
-    for payload in pending:
-        committables.setdefault(canonical(payload), payload)
-    for state in live_in_progress:
-        in_progress.setdefault(canonical(state), state)
-    return Held(committables, in_progress, max_partitions)
-
-
-def lingering_scope(job_id: str, sink: AnySink, held: Held, up_to_checkpoint: int) -> LingeringScope[Any]:
-    """The :class:`~twophase.sinks.context.LingeringScope` handed to ``sink.abort_lingering``.
-
-    Raises:
-        CommittableDecodeError: a held payload does not decode with the sink's codec.
-    """
-    return LingeringScope(
-        job_id=job_id,
-        sink_name=sink.name,
-        held=tuple(sink.decode(p) for p in held.committables.values()),
-        held_in_progress=tuple(held.in_progress.values()),
-        up_to_checkpoint=up_to_checkpoint,
-        max_partitions=held.max_partitions,
-    )
-
-
-def encoded(sink: AnySink, txns: Sequence[PendingTransaction[Any]]) -> list[JsonObject]:
-    """The payloads of ``txns`` (as received, or encoded where a test built them by hand)."""
-    return [t.payload if t.payload is not None else sink.encode(t.committable) for t in txns]
 
 
 def starts_a_lineage(refs: Sequence[CheckpointRef], savepoint_location: str) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tenacity import Retrying, retry_if_exception
 
-from twophase.coordinator.job_lifecycle import JobState, JobTransition
+from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
+from twophase.coordinator.restart import RestartTracker
 from twophase.sinks.errors import (
     CorruptCheckpointError,
     IllegalTransitionError,
@@ -24,11 +25,37 @@ from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.metrics import CheckpointMetrics
-    from twophase.coordinator.runtime import JobRuntime
     from twophase.sinks.context import JsonObject
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
+
+
+class RestartableJob(Protocol):
+    """What the restart loop drives: ``JobRuntime``'s lifecycle, restore, failure and finish calls
+    (a protocol, so this layer above the runtime does not import it)."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def lifecycle(self) -> JobLifecycle: ...
+
+    @property
+    def restarts(self) -> RestartTracker: ...
+
+    def check_canceled(self) -> None: ...
+
+    def restore(self, savepoint_location: str | None = None) -> object: ...
+
+    def fail(self, error: BaseException) -> None: ...
+
+    def failover(self, error: BaseException) -> object: ...
+
+    def finish(self, source_position: JsonObject | None = None) -> CheckpointMetrics | None: ...
+
+
+J = TypeVar("J", bound=RestartableJob)
 
 
 class JobCanceledError(JobError):
@@ -40,7 +67,7 @@ FINAL_ERRORS = (JobError, IllegalTransitionError, TransactionLostError, CorruptC
 mistake, a lost transaction (the user must decide), an unreadable checkpoint."""
 
 
-def fail_over(runtime: JobRuntime, cause: BaseException) -> None:
+def fail_over(runtime: RestartableJob, cause: BaseException) -> None:
     """Fail over after ``cause`` (``runtime.failover``), again and again while the restore itself
     fails (a service still down when the restart delay ended), as the restart strategy allows.
 
@@ -59,7 +86,9 @@ def fail_over(runtime: JobRuntime, cause: BaseException) -> None:
             cause = e
 
 
-def finish_with_restarts(runtime: JobRuntime, source_position: JsonObject | None) -> CheckpointMetrics | None:
+def finish_with_restarts(
+    runtime: RestartableJob, source_position: JsonObject | None
+) -> CheckpointMetrics | None:
     """``runtime.finish`` (end of input); when it fails (e.g. its lingering cleanup meets a broker
     still down after the final checkpoint committed), fail over (:func:`fail_over`) and finish
     again: restored from the final checkpoint, the second finish has nothing left to do.
@@ -81,8 +110,8 @@ def finish_with_restarts(runtime: JobRuntime, source_position: JsonObject | None
 
 
 def run_with_restarts(
-    runtime: JobRuntime,
-    body: Callable[[JobRuntime], R],
+    runtime: J,
+    body: Callable[[J], R],
     *,
     savepoint_location: str | None = None,
     sleep: Callable[[float], None],

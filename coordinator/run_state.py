@@ -21,10 +21,12 @@ from twophase.coordinator.clock import Clock
 from twophase.coordinator.commit_policy import CommitterMetrics
 from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
+from twophase.coordinator.lingering import Held, encoded, held_by, lingering_scope
 from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.metadata_cache import MetadataCache
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
-from twophase.coordinator.recovery import Held, IdFloor, MetadataCache, encoded, held_by, lingering_scope
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError
 from twophase.coordinator.storage.base import CheckpointStorage
@@ -201,7 +203,7 @@ class RunState:
     def held(self, sink: AnySink, extra: CheckpointMetadata | None = None) -> Held:
         """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus ``extra``,
         e.g. a savepoint restored from elsewhere), what this run holds in memory, and what an
-        acknowledgement about to be recorded carries (:func:`~twophase.coordinator.recovery.held_by`)."""
+        acknowledgement about to be recorded carries (:func:`~twophase.coordinator.lingering.held_by`)."""
         checkpoints = self.cache.retained()
         if extra is not None:
             checkpoints.append(extra)

@@ -44,10 +44,11 @@ from twophase.coordinator.fanout import sink_names_unique
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.job_endings import cancel_job, finish_job, stop_job, stop_with_savepoint
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
+from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.prometheus_metrics import MetricsEndpoint, RuntimeCollector
-from twophase.coordinator.recovery import ALL_CHECKPOINTS, RestoreResult, restore_run
+from twophase.coordinator.recovery import RestoreResult, restore_run
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError, run_with_restarts
 from twophase.coordinator.run_state import RunState

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twophase.coordinator import recovery
+from twophase.coordinator import lingering
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.commit_requests import commit_requests
 from twophase.coordinator.committer_operator import CommitterOperator
@@ -80,13 +80,13 @@ class JobCheckpoints:
 
 def lingering_scope(job_id: str, sink: AnySink, metas: Sequence[CheckpointMetadata]) -> LingeringScope[Any]:
     """What ``sink``'s ``abort_lingering`` must keep: everything any of ``metas`` holds for it (the
-    runtime's own rule, :func:`twophase.coordinator.recovery.held_by`); every checkpoint id in scope.
+    runtime's own rule, :func:`twophase.coordinator.lingering.held_by`); every checkpoint id in scope.
 
     Raises:
         CommittableDecodeError: a held committable cannot be decoded: nothing may be aborted then.
     """
-    return recovery.lingering_scope(
-        job_id, sink, recovery.held_by(sink.name, metas), recovery.ALL_CHECKPOINTS
+    return lingering.lingering_scope(
+        job_id, sink, lingering.held_by(sink.name, metas), lingering.ALL_CHECKPOINTS
     )
 
 

@@ -24,7 +24,7 @@ except ImportError:  # Spark before 4.1: say which Spark is needed, by name
     raise
 from twophase.coordinator.epoch import position_covers, run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
-from twophase.coordinator.recovery import canonical
+from twophase.coordinator.lingering import canonical
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.facade_options import (

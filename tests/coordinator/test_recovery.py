@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from twophase.coordinator.lingering import ALL_CHECKPOINTS, held_by, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.recovery import ALL_CHECKPOINTS, held_by, lingering_scope, recovery_transactions
+from twophase.coordinator.recovery import recovery_transactions
 from twophase.coordinator.testing.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
 
 
