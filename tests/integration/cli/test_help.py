@@ -1,0 +1,19 @@
+"""The top-level help separates the commands for a user's jobs from the development ones (#25)."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from twophase.integration.cli import main
+
+
+def test_help_lists_user_commands_before_development_commands() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0, result.output
+    user = result.output.index("Commands for your jobs:")
+    development = result.output.index("Development of twophase:")
+    assert user < development
+    for name in ("checkpoints", "lingering", "package"):
+        assert user < result.output.index(f"  {name} ") < development
+    for name in ("services", "demo", "verify"):
+        assert result.output.index(f"  {name} ") > development
