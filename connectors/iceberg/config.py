@@ -46,8 +46,8 @@ class IcebergSinkConfig:
         catalog_password: the catalog's password (merged into a SQL URI, or the REST ``credential``);
             ``None``: none, or inside ``catalog_uri``. Never shown.
         warehouse: where a table created by the sink lives (``s3://bucket/prefix`` or a local path):
-            the table's location is ``<warehouse>/<namespace>.db/<table>``. Required with
-            ``create_table``.
+            the catalog places it below (pyiceberg 0.12's SQL catalog: ``<warehouse>/<namespace>/<table>``).
+            Required with ``create_table``.
         create_table: create the table (and its namespace) from the data's schema and
             ``partition_by`` when it does not exist; otherwise a missing table is a ConfigError.
         partition_by: the partition spec, one entry per field: ``"col"`` (identity) or

@@ -16,17 +16,22 @@ table is Iceberg's own expiry and orphan-file business.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from twophase.connectors.iceberg import naming
+from twophase.sinks.s3_access import denied_delete
+from twophase.sinks.s3_options import S3Options
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -66,8 +71,47 @@ def own_files(io: FileIO, prefix: str) -> list[OwnFile]:
     return found
 
 
+def delete_files(io: FileIO, storage: S3Options, paths: Sequence[str]) -> int:
+    """Delete data files; missing ones are not an error. Return how many were asked for.
+
+    ``s3://`` files go through boto3's ``DeleteObjects`` (``storage`` resolved against the
+    environment): pyarrow's ``delete_file``, which pyiceberg's FileIO uses, leaves an empty
+    folder marker object behind when it deletes a folder's last file. Other files go through
+    the table's FileIO.
+
+    Raises:
+        S3AccessDeniedError: S3 refused for lack of ``s3:DeleteObject`` (names the key).
+        OSError: another per-key error, or the local file system refused.
+    """
+    by_bucket: dict[str, list[str]] = {}
+    for path in paths:
+        parts = urlsplit(path)
+        if parts.scheme in ("s3", "s3a"):
+            by_bucket.setdefault(parts.netloc, []).append(parts.path.lstrip("/"))
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                io.delete(path)
+    if by_bucket:
+        client = storage.resolved(os.environ).boto3_client(max_attempts=3)
+        for bucket, keys in by_bucket.items():
+            for start in range(0, len(keys), 1000):
+                chunk = keys[start : start + 1000]
+                answer = client.delete_objects(
+                    Bucket=bucket, Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True}
+                )
+                errors = list(answer.get("Errors", []))
+                denied = denied_delete(bucket, errors)
+                if denied is not None:
+                    raise denied
+                if errors:
+                    first = errors[0]
+                    raise OSError(f"cannot delete s3://{bucket}/{first.get('Key')}: {first.get('Code')}")
+    return len(paths)
+
+
 def delete_lingering(
     io: FileIO,
+    storage: S3Options,
     candidates: Collection[OwnFile],
     referenced: Collection[str],
     held: Collection[str],
@@ -82,18 +126,16 @@ def delete_lingering(
         OSError: the storage refused a delete (files deleted before it stay deleted).
     """
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    deleted = 0
+    doomed = []
     for f in candidates:
         if f.name.checkpoint_id > up_to_checkpoint or f.path in referenced or f.path in held:
             continue
         if f.modified_ms is None or now - f.modified_ms < grace_ms:
             log_event(log, logging.INFO, "kept young unreferenced file", file=f.path, **log_fields)
             continue
-        try:
-            io.delete(f.path)
-        except FileNotFoundError:
-            continue
-        deleted += 1
+        doomed.append(f)
+    deleted = delete_files(io, storage, [f.path for f in doomed])
+    for f in doomed:
         log_event(
             log,
             logging.INFO,

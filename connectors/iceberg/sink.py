@@ -29,7 +29,7 @@ from twophase.connectors.iceberg.catalog import load_table, open_catalog, requir
 from twophase.connectors.iceberg.committable import CODEC, IcebergCommittable
 from twophase.connectors.iceberg.committer import IcebergCommitter, last_committed, referenced_paths
 from twophase.connectors.iceberg.config import IcebergSinkConfig
-from twophase.connectors.iceberg.lingering import delete_lingering, own_files
+from twophase.connectors.iceberg.lingering import delete_files, delete_lingering, own_files
 from twophase.connectors.iceberg.writer import IcebergFileWriter, project, unsupported_transforms
 from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
@@ -209,18 +209,13 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
             if table is None:
                 return
             referenced = referenced_paths(table)
-            deleted = 0
             for f in committable.files:
                 if f.path in referenced:
                     log_event(
                         log, logging.WARNING, "abort keeps a committed file", file=f.path, sink=self.name
                     )
-                    continue
-                try:
-                    table.io.delete(f.path)
-                    deleted += 1
-                except FileNotFoundError:
-                    pass
+            doomed = [f.path for f in committable.files if f.path not in referenced]
+            deleted = delete_files(table.io, self.config.storage_options, doomed)
         log_event(
             log, logging.INFO, "aborted", sink=self.name, checkpoint=committable.checkpoint_id, files=deleted
         )
@@ -243,6 +238,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
             fields: dict[str, Any] = {"job": scope.job_id, "sink": scope.sink_name}
             deleted = delete_lingering(
                 table.io,
+                self.config.storage_options,
                 candidates,
                 referenced_paths(table),
                 held,

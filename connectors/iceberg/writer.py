@@ -40,6 +40,7 @@ from pyiceberg.typedef import Record
 from twophase.connectors.iceberg import naming
 from twophase.connectors.iceberg.committable import IcebergDataFile, from_data_file
 from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.connectors.iceberg.lingering import delete_files
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import SchemaError
 from twophase.sinks.structured_log import log_event
@@ -189,7 +190,7 @@ class IcebergFileWriter:
         self._open.clear()
         for path in self._written:
             try:
-                self._table.io.delete(path)
+                delete_files(self._table.io, self._config.storage_options, [path])
             except Exception as e:
                 log_event(
                     log, logging.WARNING, "cannot delete aborted file", file=path, error=type(e).__name__

@@ -135,6 +135,7 @@ def test_abort_and_lingering_cleanup_on_minio(
     assert paths(dead) | paths(committed) == data_objects(s3_endpoint, warehouse)
     assert sink.abort_lingering(LingeringScope(JOB, "lake", up_to_checkpoint=2)) == len(paths(dead))
     assert data_objects(s3_endpoint, warehouse) == paths(committed)
+    assert not [k for k in objects(s3_endpoint, warehouse) if k.endswith("/")]  # no folder markers
     assert read_ids(sink.config) == list(range(6))
 
 
