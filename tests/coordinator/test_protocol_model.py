@@ -607,3 +607,28 @@ if "TWOPHASE_MODEL_SEED" in os.environ:
     ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[misc]
 
 TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(ProtocolModel.TestCase)
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_restore_that_meets_a_postgres_restart_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by ``TWOPHASE_MODEL_EXAMPLES=2000``: PostgreSQL restarting while a restoring driver
+    rolls back a lingering prepared transaction fails the restore (ServiceUnavailableError); the
+    driver is started again, as a supervisor would, and the life ends exactly once."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(async_commit=False, retained=2, pool_size=3, rolling="spanning", cleanup=CleanupMode.RETAIN)
+    m.postgres_restarts(at="before:rollback", refuse=0)
+    m.epoch(
+        parts=2,
+        size=4,
+        tasks=["ok"] * 6,
+        point="before_write",
+        driver="before_persist",  # the prepared transactions linger; the restore rolls them back
+        publish="ok",
+        notify=True,
+        down_ms=0,
+        on_failure="fail_over",
+    )
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.teardown()
+    assert "restarted before rollback" in m.world.postgres.events
