@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import psycopg
 import pyarrow as pa
+import tenacity
 from psycopg import sql
 
 from twophase.connectors.postgres import lingering, naming
@@ -202,16 +203,33 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         """ROLLBACK PREPARED this job's and sink's prepared transactions of checkpoints ≤
         ``scope.up_to_checkpoint`` that ``scope.held`` does not hold; return how many.
 
-        Also warns about held ones older than ``prepared_age_warning_ms``.
+        Also warns about held ones older than ``prepared_age_warning_ms``. A session that breaks
+        midway (the server restarting: ``OperationalError``) is retried from the listing with a
+        new connection, up to ``connect_attempts`` times with the connection backoff: prepared
+        transactions survive a restart and ROLLBACK PREPARED of a gid already gone is a no-op, so
+        the retry finishes the work (a rollback the broken session completed is not counted).
 
         Raises:
-            ServiceUnavailableError: the server cannot be reached or refused a rollback.
+            ServiceUnavailableError: the server cannot be reached, refused a rollback, or broke
+                the session on every attempt.
         """
+        config = self.config
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(config.connect_attempts),
+            wait=tenacity.wait_exponential(multiplier=config.connect_backoff_ms / 1000.0, max=10),
+            retry=tenacity.retry_if_exception_type(psycopg.OperationalError),
+            before_sleep=lambda state: log_event(
+                log,
+                logging.WARNING,
+                "lingering cleanup retried",
+                sink=self.name,
+                attempt=state.attempt_number,
+                error=error_text(config, state.outcome.exception() or Exception()) if state.outcome else "",
+            ),
+            reraise=True,
+        )
         try:
-            with connect(self.config, autocommit=True, connector=self.connector) as conn:
-                count = lingering.abort_lingering(conn, scope)
-                prefix = naming.gid_prefix(scope.job_id, scope.sink_name)
-                remaining = lingering.prepared_transactions(conn, prefix)
+            count, remaining = retrying(self._abort_lingering_once, scope)
         except psycopg.Error as e:
             raise ServiceUnavailableError(
                 f"PostgreSQL {self.config.host}:{self.config.port}: lingering cleanup failed: "
@@ -219,6 +237,16 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
             ) from None
         lingering.warn_old(remaining, self.config.prepared_age_warning_ms, scope.job_id, scope.sink_name)
         return count
+
+    def _abort_lingering_once(
+        self, scope: LingeringScope[PostgresCommittable]
+    ) -> tuple[int, list[lingering.PreparedTransaction]]:
+        with connect(self.config, autocommit=True, connector=self.connector) as conn:
+            count = lingering.abort_lingering(conn, scope)
+            remaining = lingering.prepared_transactions(
+                conn, naming.gid_prefix(scope.job_id, scope.sink_name)
+            )
+        return count, remaining
 
     def prepared_transactions(self, job_id: str) -> list[lingering.PreparedTransaction]:
         """This job's sink's prepared transactions with their ages, oldest first (for metrics: each
