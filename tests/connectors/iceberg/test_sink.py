@@ -239,3 +239,17 @@ def test_timestamps_in_a_session_zone_are_written_as_the_same_instants(sink: Ice
     sink.commit_checkpoint(1, pre_commit(sink, 1, [paris]))
     back = reader(sink.config).scan().to_arrow().sort_by("id")
     assert back.column("ts").to_pylist() == utc.column(2).to_pylist()
+
+
+def test_bucket_and_truncate_partitions_are_written_and_pruned(
+    make_config: Callable[..., IcebergSinkConfig],
+) -> None:
+    bucketed = IcebergSink(
+        "lake", make_config(table="db.bucketed", partition_by=("bucket[4](id)", "truncate[1](region)"))
+    )
+    bucketed.validate(rows(0, 1).schema)
+    assert bucketed.commit_checkpoint(1, pre_commit(bucketed, 1, [rows(0, 40)])) is CommitOutcome.COMMITTED
+    table = reader(bucketed.config)
+    assert [str(f.transform) for f in table.spec().fields] == ["bucket[4]", "truncate[1]"]
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(40))
+    assert sorted(table.scan(row_filter="id == 7").to_arrow().column("id").to_pylist()) == [7]
