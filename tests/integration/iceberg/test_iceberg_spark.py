@@ -23,7 +23,7 @@ from twophase.integration.services.s3 import S3Endpoint
 
 from .conftest import BUCKET
 
-# about 150 s on the shared 2-core machine (a Spark JVM, a killed worker, a retried task): `long`
+# 70 to 150 s on the shared 2-core machine (a Spark JVM, a killed worker, a retried task): `long`
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow, pytest.mark.long]
 
 SCRIPT = Path(__file__).resolve().with_name("spark_job.py")
