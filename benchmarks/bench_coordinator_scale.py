@@ -28,7 +28,7 @@ high-water mark, reset before each step), and ``rss_mb`` the RSS after it. Stora
 directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``);
 ``TWOPHASE_BENCH_BACKENDS=local`` (or ``s3``) runs one of them. Also 100 epochs at 10³ × 3 with
 the default retention: what is stored at the end, and the metadata bytes of the 1st and the 100th
-checkpoint.
+checkpoint (``TWOPHASE_BENCH_NO_HISTORY=1`` skips it). Each size's rows go to stderr as it ends.
 
 ``python -m benchmarks.bench_coordinator_scale`` prints it (``TWOPHASE_BENCH_RUNS`` overrides the
 rounds; ``TWOPHASE_BENCH_SIZES=100,1000`` the sizes).
@@ -39,8 +39,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -528,6 +530,7 @@ def run() -> dict[str, object]:
             for n in sizes:
                 for step, row in bench_size(n, _rounds(n), factory, size_of).items():
                     rows[f"{backend} {n:,}: {step}"] = row
+                    print(f"{backend} {n:,}: {step} {json.dumps(row)}", file=sys.stderr, flush=True)
                 gc.collect()
             if os.environ.get("TWOPHASE_BENCH_NO_HISTORY") != "1":
                 hist[backend] = history(factory, usage, HISTORY_SIZE)
