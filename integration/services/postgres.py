@@ -12,9 +12,10 @@ user (``TWOPHASE_POSTGRES_OS_USER`` names another), which must exist. Binaries c
 ``TWOPHASE_PG_BIN`` (a folder), else ``initdb`` on ``PATH``, else the newest
 ``/usr/lib/postgresql/<version>/bin``.
 
-``TWOPHASE_POSTGRES_DSN`` (a libpq connection string or URI) names an existing server instead
-(:func:`postgres_service`); it must allow prepared transactions. ``twophase services up
---postgres`` keeps one running (:mod:`twophase.integration.services.postgres_service`).
+``TWOPHASE_POSTGRES_DSN`` (a libpq connection string or URI) names an existing server instead; it
+must allow prepared transactions. ``twophase services up --postgres`` keeps one running, and
+:func:`~twophase.integration.services.postgres_service.postgres_service` picks the given, the
+running or a new server.
 """
 
 from __future__ import annotations
@@ -304,17 +305,3 @@ def endpoint_from_env() -> PostgresEndpoint | None:
         str(parts.get("password", "")),
         str(parts.get("dbname", "postgres")),
     )
-
-
-@contextlib.contextmanager
-def postgres_service() -> Iterator[PostgresEndpoint]:
-    """``TWOPHASE_POSTGRES_DSN``'s server if set, else the one ``twophase services up --postgres``
-    runs, else a native one for the block (see :func:`postgres_server`)."""
-    from twophase.integration.services.postgres_service import running_postgres
-
-    given = running_postgres()
-    if given is not None:
-        yield given
-        return
-    with postgres_server() as server:
-        yield server.endpoint

@@ -24,13 +24,18 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import tenacity
 
-from twophase.integration.services.postgres import PostgresEndpoint, PostgresServer, endpoint_from_env
+from twophase.integration.services.postgres import (
+    PostgresEndpoint,
+    PostgresServer,
+    endpoint_from_env,
+    postgres_server,
+)
 from twophase.integration.services.process import pid_alive
 from twophase.integration.services.state import PROCESS_MARKERS, ServiceStatus, is_process, recorded_alive
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
@@ -214,3 +219,15 @@ def _row(
     return ServiceStatus(
         "postgres", origin, endpoint_text(endpoint), pid, True, f"max_prepared_transactions={limit}, {detail}"
     )
+
+
+@contextlib.contextmanager
+def postgres_service() -> Iterator[PostgresEndpoint]:
+    """``TWOPHASE_POSTGRES_DSN``'s server if set, else the one ``twophase services up --postgres``
+    runs, else a native one for the block (see :func:`postgres_server`)."""
+    given = running_postgres()
+    if given is not None:
+        yield given
+        return
+    with postgres_server() as server:
+        yield server.endpoint
