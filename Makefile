@@ -125,6 +125,7 @@ bench: prepare
 CHAOS_TRIALS ?= 300
 CHAOS_CLUSTER_TRIALS ?= 40
 CHAOS_ZOMBIE_TRIALS ?= 8
+CHAOS_SECURED_TRIALS ?= 30
 chaos: prepare
 	$(BIN)/pytest -m long tests/integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
@@ -132,6 +133,8 @@ chaos: prepare
 		--report build/chaos-cluster-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs cluster4 --trials $(CHAOS_ZOMBIE_TRIALS) \
 		--report build/chaos-cluster4-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs secured --trials $(CHAOS_SECURED_TRIALS) --days 6 \
+		--files-per-trigger 3 --report build/chaos-secured-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
