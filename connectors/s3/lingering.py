@@ -24,7 +24,7 @@ from twophase.connectors.s3 import naming
 from twophase.connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
 from twophase.connectors.s3.uploads import ListedUpload, S3Ops
 from twophase.sinks.context import LingeringScope
-from twophase.sinks.errors import LingeringCleanupError
+from twophase.sinks.errors import ConfigError, LingeringCleanupError
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
         CommittableDecodeError: a held in-progress state is unreadable (nothing is aborted).
         LingeringCleanupError: some uploads could not be aborted; every other one was, and the
             orphaned tails were deleted.
+        S3AccessDeniedError: the same, when every failure was a refused permission (it names the
+            action and the first key).
         ServiceUnavailableError / ConfigError: listing or deleting tails keeps failing or is denied.
     """
     held = held_objects(scope)
@@ -124,6 +126,8 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
         deleted_tails=len(tails),
         failed_uploads=len(failed),
     )
+    if failed and all(isinstance(e, ConfigError) for _, e in failed):
+        raise failed[0][1]  # access denied: one fix (the IAM policy) for all, named by the first
     if failed:
         raise LingeringCleanupError(
             f"sink {scope.sink_name!r}: {len(failed)} of {len(victims)} lingering uploads could not be "

@@ -25,6 +25,7 @@ from twophase.sinks.errors import (
     ConfigError,
     IllegalTransitionError,
     LingeringCleanupError,
+    S3AccessDeniedError,
     SchemaError,
     TransactionLostError,
 )
@@ -460,14 +461,31 @@ def test_abort_lingering_goes_on_past_a_failed_abort_and_names_it(
         sink.snapshot_in_progress(txn)
         uploads.append(txn.created.popitem()[0])
     assert set(uploads) <= set(fake.uploads) and fake.object_keys() != []
-    fake.fail("abort_multipart_upload", make_error("AccessDenied", 403, "AbortMultipartUpload"))
+    fake.fail("abort_multipart_upload", make_error("InvalidRequest", 400, "AbortMultipartUpload"))
     scope = LingeringScope[S3Committable]("job-1", "out", up_to_checkpoint=1)
     with pytest.raises(LingeringCleanupError, match="1 of 3 lingering uploads") as raised:
         sink.abort_lingering(scope)
-    assert "AbortMultipartUpload" in str(raised.value)
+    assert "InvalidRequest" in str(raised.value)
     assert len(set(uploads) & set(fake.uploads)) == 1  # the two others were aborted
     assert [k for k in fake.object_keys() if "/tails/" in k] == []  # and the tails deleted
-    assert sink.abort_lingering(scope) == 1  # the refused one, once S3 allows it
+    assert sink.abort_lingering(scope) == 1  # the refused one, once S3 takes it
+
+
+def test_abort_lingering_refused_by_the_policy_still_names_the_action(
+    fake: Any, make_sink: MakeSink, make_error: MakeError
+) -> None:
+    """Access denied is one fix for every upload (the IAM policy): after trying them all, the
+    first refusal itself is raised, naming the action and the key."""
+    sink = make_sink(format="jsonl", rolling=NEVER_ROLL)
+    for partition in (0, 1):
+        txn = sink.begin_transaction(ctx(1, partition=partition))
+        sink.write(txn, lines(partition, 1))
+        sink.pre_commit(txn)
+    denied = make_error("AccessDenied", 403, "AbortMultipartUpload")
+    fake.fail("abort_multipart_upload", denied, denied)
+    with pytest.raises(S3AccessDeniedError, match="s3:AbortMultipartUpload on s3://bucket/"):
+        sink.abort_lingering(LingeringScope[S3Committable]("job-1", "out", up_to_checkpoint=1))
+    assert fake.calls.count("abort_multipart_upload") == 2  # both were tried
 
 
 def test_validate_reports_missing_bucket_and_denied_access(
