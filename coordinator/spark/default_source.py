@@ -112,6 +112,10 @@ SINKS: dict[str, Callable[[str, Mapping[str, str]], tuple[AnySink, set[str]]]] =
 }
 
 
+EXTRAS = {"postgres": "postgres", "iceberg": "iceberg"}
+"""Sink kind → the pip extra that brings its client library (the other sinks' are always installed)."""
+
+
 def sink_from_options(options: Mapping[str, str]) -> AnySink:
     """The sink the options describe (keys lower-cased, as Spark passes them).
 
@@ -123,7 +127,16 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
     if kind not in SINKS:
         raise ConfigError(f'option "sink" must be one of {sorted(SINKS)}, got {kind or "nothing"!r}')
     name = options.get(OPTION_SINK_NAME, "").strip() or kind
-    sink, used = SINKS[kind](name, options)
+    try:
+        sink, used = SINKS[kind](name, options)
+    except ModuleNotFoundError as e:  # an optional extra (psycopg, pyiceberg) not installed
+        extra = EXTRAS.get(kind)
+        if extra is None:
+            raise
+        raise ConfigError(
+            f"sink {kind!r} needs {e.name}, which is not installed where this query runs: "
+            f"pip install 'twophase[{extra}]' (on the driver and the executors, or the Connect server)"
+        ) from None
     unknown = sorted(
         k for k in options if k not in used and k not in FACADE_OPTIONS and not k.startswith(OPTION_S3_PREFIX)
     )
@@ -135,21 +148,33 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
 
 
 def sink_option_names(kind: str) -> list[str]:
-    """The config options of sink ``kind`` (kafka, s3, delta, postgres, iceberg), for messages and docs."""
-    from twophase.connectors.delta import DeltaSinkConfig
-    from twophase.connectors.iceberg import IcebergSinkConfig
-    from twophase.connectors.kafka import KafkaSinkConfig
-    from twophase.connectors.postgres import PostgresSinkConfig
-    from twophase.connectors.s3 import S3SinkConfig
+    """The config options of sink ``kind`` (kafka, s3, delta, postgres, iceberg), for messages and
+    docs. Imports that sink's connector only: the others' optional libraries may be absent."""
+    return option_names(_config_class(kind))
 
-    classes: dict[str, type[Any]] = {
-        "kafka": KafkaSinkConfig,
-        "s3": S3SinkConfig,
-        "delta": DeltaSinkConfig,
-        "postgres": PostgresSinkConfig,
-        "iceberg": IcebergSinkConfig,
-    }
-    return option_names(classes[kind])
+
+def _config_class(kind: str) -> type[Any]:
+    if kind == "kafka":
+        from twophase.connectors.kafka import KafkaSinkConfig
+
+        return KafkaSinkConfig
+    if kind == "s3":
+        from twophase.connectors.s3 import S3SinkConfig
+
+        return S3SinkConfig
+    if kind == "delta":
+        from twophase.connectors.delta import DeltaSinkConfig
+
+        return DeltaSinkConfig
+    if kind == "postgres":
+        from twophase.connectors.postgres import PostgresSinkConfig
+
+        return PostgresSinkConfig
+    if kind == "iceberg":
+        from twophase.connectors.iceberg import IcebergSinkConfig
+
+        return IcebergSinkConfig
+    raise ConfigError(f'option "sink" must be one of {sorted(SINKS)}, got {kind!r}')
 
 
 class TwophaseDataSource(TwoPhaseDataSource):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -113,3 +114,15 @@ def test_the_user_guide_lists_every_option_of_every_sink() -> None:
     section = guide[start : end if end > 0 else None]
     missing = [n for k in ("kafka", "s3", "delta") for n in sink_option_names(k) if f"`{n}`" not in section]
     assert [n for n in missing if not n.startswith("s3.")] == []
+
+
+def test_a_misspelt_kafka_option_needs_no_other_connectors_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Connect server with the plain wheel has no pyiceberg: naming Kafka's options must not
+    import the Iceberg connector (it did, and the misspelt option failed with ModuleNotFoundError)."""
+    monkeypatch.setitem(sys.modules, "pyiceberg", None)  # importing it raises ModuleNotFoundError
+    for name in [m for m in sys.modules if m.startswith("twophase.connectors.iceberg")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['topicc'\] for sink 'kafka'"):
+        sink_from_options({"sink": "kafka", "bootstrap_servers": "b:9092", "topic": "t", "topicc": "t"})
+    with pytest.raises(ConfigError, match=r"sink 'iceberg' needs pyiceberg.*twophase\[iceberg\]"):
+        sink_from_options({"sink": "iceberg", "table": "ns.t", "catalog_uri": "sqlite:///x.db"})
