@@ -119,7 +119,8 @@ def test_the_user_guide_lists_every_option_of_every_sink() -> None:
 def test_a_misspelt_kafka_option_needs_no_other_connectors_library(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Connect server with the plain wheel has no pyiceberg: naming Kafka's options must not
     import the Iceberg connector (it did, and the misspelt option failed with ModuleNotFoundError)."""
-    monkeypatch.setitem(sys.modules, "pyiceberg", None)  # importing it raises ModuleNotFoundError
+    for name in ["pyiceberg", *(m for m in sys.modules if m.startswith("pyiceberg."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # importing it raises ModuleNotFoundError
     for name in [m for m in sys.modules if m.startswith("twophase.connectors.iceberg")]:
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ConfigError, match=r"unknown option\(s\) \['topicc'\] for sink 'kafka'"):
