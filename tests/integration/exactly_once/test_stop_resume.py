@@ -43,6 +43,7 @@ def test_plain_stop_then_resume_from_latest_checkpoint(tmp_path: Path) -> None:
     _stop_then_resume(tmp_path, "stop", from_savepoint=False)
 
 
+@pytest.mark.long  # the cancel that interrupts a batch (below) covers cancel and resume in `make test`
 def test_cancel_then_resume(tmp_path: Path) -> None:
     expected = make_input(tmp_path, files=6)
     canceled = run_job(tmp_path, "--action", "cancel", "--after-batches", "2")
