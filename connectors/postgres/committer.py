@@ -80,47 +80,17 @@ class PostgresCommitter:
         except ServiceUnavailableError as e:
             log_event(log, logging.WARNING, "commit needs retry", exc_info=False, error=e, **fields)
             return CommitOutcome.RETRY
-        except psycopg.errors.ObjectNotInPrerequisiteState as e:
-            # "prepared transaction belongs to another database": the config names another dbname
-            log_event(
-                log,
-                logging.ERROR,
-                "commit failed",
-                exc_info=False,
-                error=error_text(self.config, e),
-                **fields,
-            )
-            return CommitOutcome.FATAL
-        except psycopg.errors.ObjectInUse as e:
-            log_event(
-                log,
-                logging.WARNING,
-                "commit needs retry",
-                exc_info=False,
-                error=error_text(self.config, e),
-                **fields,
-            )
-            return CommitOutcome.RETRY
-        except psycopg.OperationalError as e:
-            log_event(
-                log,
-                logging.WARNING,
-                "commit needs retry",
-                exc_info=False,
-                error=error_text(self.config, e),
-                **fields,
-            )
-            return CommitOutcome.RETRY
         except psycopg.Error as e:
-            log_event(
-                log,
-                logging.ERROR,
-                "commit failed",
-                exc_info=False,
-                error=error_text(self.config, e),
-                **fields,
+            # ObjectInUse (a concurrent COMMIT/ROLLBACK PREPARED) and a broken connection: ask again;
+            # anything else, e.g. "prepared transaction belongs to another database" (class 55 like
+            # ObjectInUse, so tested first: the config names another dbname), is fatal
+            retry = isinstance(e, (psycopg.errors.ObjectInUse, psycopg.OperationalError)) and not isinstance(
+                e, psycopg.errors.ObjectNotInPrerequisiteState
             )
-            return CommitOutcome.FATAL
+            event = "commit needs retry" if retry else "commit failed"
+            level = logging.WARNING if retry else logging.ERROR
+            log_event(log, level, event, exc_info=False, error=error_text(self.config, e), **fields)
+            return CommitOutcome.RETRY if retry else CommitOutcome.FATAL
         log_event(log, logging.INFO, "committed", exc_info=False, records=committable.record_count, **fields)
         return CommitOutcome.COMMITTED
 
