@@ -16,8 +16,6 @@ prefixes, and nothing else.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import logging
 import os
 import shutil
@@ -65,88 +63,25 @@ class S3Certificates:
 
 
 def make_s3_certificates(folder: Path, hosts: Sequence[str] = (HOST, "localhost")) -> S3Certificates:
-    """Make a CA and a server certificate for ``hosts`` (IP addresses or DNS names) in ``folder``.
-
-    Both use ECDSA P-256 keys; the CA is valid one day, the server certificate too (a test
-    session's lifetime). The private keys are written unencrypted with mode 0600.
+    """Make a CA and a server certificate for ``hosts`` (IP addresses or DNS names) in ``folder``,
+    laid out as MinIO's ``--certs-dir`` wants them; the Kafka launcher's own maker makes them
+    (:func:`~twophase.integration.services.certificates.make_tls_files`, keys mode 0600).
 
     Returns:
         Where the files are.
     """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from twophase.integration.services.certificates import make_tls_files  # cryptography: dev only
 
-    now = datetime.datetime.now(datetime.timezone.utc)
-    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "twophase test CA")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            names.append(x509.DNSName(host))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    made = make_tls_files(folder / "pem", tuple(hosts), name="minio")
     certs_dir = folder / "certs"
     (certs_dir / "CAs").mkdir(parents=True, exist_ok=True)
-    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
     ca_bundle = folder / "ca.crt"
-    ca_bundle.write_bytes(ca_pem)
-    (certs_dir / "CAs" / "ca.crt").write_bytes(ca_pem)
-    (certs_dir / "public.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    shutil.copyfile(made.ca_cert, ca_bundle)
+    shutil.copyfile(made.ca_cert, certs_dir / "CAs" / "ca.crt")
+    shutil.copyfile(made.server_cert, certs_dir / "public.crt")
     private = certs_dir / "private.key"
     private.touch(mode=0o600)
-    private.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    shutil.copyfile(made.server_key, private)
     return S3Certificates(certs_dir=certs_dir, ca_bundle=ca_bundle)
 
 
