@@ -11,7 +11,10 @@ With ``TWOPHASE_FAULT_KILL=executor``, an executor-side point kills the whole ex
 runs the task first (SIGKILL to the ancestor process running Spark's executor backend): executor
 loss mid-write on a cluster, not only a Python worker's death. With ``TWOPHASE_FAULT_KILL=worker``
 it kills the standalone worker that launched that executor and every process under it (its
-executors and their Python workers): the loss of a whole worker mid-epoch.
+executors and their Python workers): the loss of a whole worker mid-epoch. With
+``TWOPHASE_FAULT_ACTION=pause`` (and a ``TWOPHASE_FAULT_STATE`` directory) the process does not
+exit: it holds at the point until told to go on (:func:`paused_marker`, :func:`resume_marker`), so
+that a test can act on the world at an exact moment, e.g. restart a database mid-commit.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Final
 
 from twophase.sinks.structured_log import log_event
@@ -31,6 +36,11 @@ log = logging.getLogger(__name__)
 ENV: Final = "TWOPHASE_FAULT"
 STATE_ENV: Final = "TWOPHASE_FAULT_STATE"
 KILL_ENV: Final = "TWOPHASE_FAULT_KILL"
+ACTION_ENV: Final = "TWOPHASE_FAULT_ACTION"
+PAUSE_ENV: Final = "TWOPHASE_FAULT_PAUSE_S"
+ACTIONS: Final = ("exit", "pause")
+"""What ``TWOPHASE_FAULT_ACTION`` may name: exit 137 (the default), or pause at the point."""
+DEFAULT_PAUSE_S: Final = 300.0
 EXECUTOR_BACKEND: Final = b"CoarseGrainedExecutorBackend"
 WORKER_MAIN: Final = b"org.apache.spark.deploy.worker.Worker"
 KILLS: Final = ("executor", "worker")
@@ -91,23 +101,58 @@ def fault_point(name: str) -> None:
         return
     state_dir = os.environ.get(STATE_ENV)
     hit = _shared_hit(state_dir, name) if state_dir else _local_hit(name)
-    if hit == wanted:
-        log_event(log, logging.WARNING, "fault injected", point=name, hit=hit, pid=os.getpid())
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        kill = os.environ.get(KILL_ENV) or None
-        if kill is not None and kill not in KILLS:
-            raise ValueError(f"{KILL_ENV}={kill!r}: must be one of {', '.join(KILLS)}")
-        if kill == "executor":
-            _sigkill(_ancestor(EXECUTOR_BACKEND))
-        elif kill == "worker":
-            worker = _ancestor(WORKER_MAIN)
-            if worker is not None:
-                under = _descendants(worker)  # listed first: killed, the worker's children re-parent
-                _sigkill(worker)  # first, so that it cannot launch a replacement executor
-                for pid in under:
-                    _sigkill(pid)
-        os._exit(EXIT_STATUS)
+    if hit != wanted:
+        return
+    action = os.environ.get(ACTION_ENV) or "exit"
+    if action not in ACTIONS:
+        raise ValueError(f"{ACTION_ENV}={action!r}: must be one of {', '.join(ACTIONS)}")
+    if action == "pause":
+        if not state_dir:
+            raise ValueError(f"{ACTION_ENV}=pause needs {STATE_ENV} (where the pause is announced)")
+        _pause(state_dir, name, hit)
+        return
+    log_event(log, logging.WARNING, "fault injected", point=name, hit=hit, pid=os.getpid())
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    kill = os.environ.get(KILL_ENV) or None
+    if kill is not None and kill not in KILLS:
+        raise ValueError(f"{KILL_ENV}={kill!r}: must be one of {', '.join(KILLS)}")
+    if kill == "executor":
+        _sigkill(_ancestor(EXECUTOR_BACKEND))
+    elif kill == "worker":
+        worker = _ancestor(WORKER_MAIN)
+        if worker is not None:
+            under = _descendants(worker)  # listed first: killed, the worker's children re-parent
+            _sigkill(worker)  # first, so that it cannot launch a replacement executor
+            for pid in under:
+                _sigkill(pid)
+    os._exit(EXIT_STATUS)
+
+
+def paused_marker(state_dir: str | os.PathLike[str], name: str, hit: int) -> Path:
+    """The file a process creates when it holds at the ``hit``-th arrival at point ``name``."""
+    return Path(state_dir) / f"{name}.{hit}.paused"
+
+
+def resume_marker(state_dir: str | os.PathLike[str], name: str, hit: int) -> Path:
+    """The file that lets a process held at ``name``'s ``hit``-th arrival go on (created by the test)."""
+    return Path(state_dir) / f"{name}.{hit}.resume"
+
+
+def _pause(state_dir: str, name: str, hit: int) -> None:
+    """Announce the pause, then wait for the resume marker, at most ``TWOPHASE_FAULT_PAUSE_S`` seconds
+    (a test that died must not hang the job forever: it goes on, with a warning)."""
+    bound_s = float(os.environ.get(PAUSE_ENV) or DEFAULT_PAUSE_S)
+    log_event(log, logging.WARNING, "fault paused", point=name, hit=hit, pid=os.getpid())
+    paused_marker(state_dir, name, hit).touch()
+    deadline = time.monotonic() + bound_s
+    resume = resume_marker(state_dir, name, hit)
+    while not resume.exists():
+        if time.monotonic() > deadline:
+            log_event(log, logging.WARNING, "fault pause expired", point=name, hit=hit, bound_s=bound_s)
+            return
+        time.sleep(0.05)
+    log_event(log, logging.INFO, "fault resumed", point=name, hit=hit, pid=os.getpid())
 
 
 def _parent(pid: int) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,35 @@ def test_a_worker_kill_takes_the_worker_and_every_process_under_it() -> None:
     assert worker.returncode == -9 and "survived" not in worker.stdout
     other = int(worker.stdout.split()[0])
     assert gone(other)
+
+
+def test_a_paused_fault_holds_the_process_until_resumed(tmp_path: Path) -> None:
+    from twophase.coordinator.faults import ACTION_ENV, ENV, STATE_ENV, paused_marker, resume_marker
+
+    code = 'from twophase.coordinator.faults import fault_point\nfault_point("mid_commit")\nprint("went on")'
+    env = {**os.environ, ENV: "mid_commit:1", STATE_ENV: str(tmp_path), ACTION_ENV: "pause"}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if paused_marker(tmp_path, "mid_commit", 1).exists():
+                break
+            assert child.poll() is None, "the process went on instead of pausing"
+            time.sleep(0.05)
+        assert paused_marker(tmp_path, "mid_commit", 1).exists()
+        assert child.poll() is None  # held at the point
+        resume_marker(tmp_path, "mid_commit", 1).touch()
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 0
+    assert out.strip() == "went on"
+
+
+def test_a_pause_without_a_state_directory_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from twophase.coordinator import faults
+
+    monkeypatch.setenv(faults.ENV, "mid_commit:1")
+    monkeypatch.setenv(faults.ACTION_ENV, "pause")
+    monkeypatch.delenv(faults.STATE_ENV, raising=False)
+    with pytest.raises(ValueError, match="TWOPHASE_FAULT_STATE"):
+        faults.fault_point("mid_commit")
