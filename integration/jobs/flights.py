@@ -64,7 +64,7 @@ from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
 from twophase.integration.jobs.flights_cluster import cluster_session, input_locations, stage_input
 from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
-from twophase.integration.jobs.flights_sinks import run_sinks
+from twophase.integration.jobs.flights_sinks import run_sinks, running_services, with_services
 from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
 from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
 from twophase.integration.jobs.flights_spec import FlightsJobSpec as FlightsJobSpec
@@ -477,13 +477,17 @@ def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None
     spec = FlightsJobSpec.load(work_dir)
     with contextlib.ExitStack() as stack:
         if master is None:
-            endpoints = endpoints_from_environment()
+            # the optional sinks' services come from the environment too (TWOPHASE_POSTGRES_DSN, ...)
+            endpoints = with_services(endpoints_from_environment(), running_services(spec))
             spark = flights_spark_session(endpoints, spec.partition_per_file)
             stack.callback(spark.stop)
         else:
             if not spec.on_s3:
                 raise ConfigError(f"flights run {spec.job_id} keeps state on local paths: not for a cluster")
-            endpoints = dataclasses.replace(endpoints_from_environment(), keys_from_environment=True)
+            services = running_services(spec)
+            endpoints = dataclasses.replace(
+                with_services(endpoints_from_environment(), services), keys_from_environment=True
+            )
             spark = cluster_session(stack, master, endpoints.s3, event_log_dir)
         spark.sparkContext.setLogLevel("ERROR")
         run = run_flights(spark, spec, endpoints)
