@@ -116,7 +116,7 @@ def run_script(root: Path, fault: str | None, *args: str) -> subprocess.Complete
 
 @pytest.mark.chaos
 @pytest.mark.parametrize(
-    "fault", ["after_persist:2", pytest.param("before_persist:2", marks=pytest.mark.long)]
+    "fault", [pytest.param(f, marks=pytest.mark.long) for f in ("after_persist:2", "before_persist:2")]
 )
 def test_driver_side_crash_then_rerun_is_exactly_once(tmp_path: Path, fault: str) -> None:
     expected = make_input(tmp_path, files=3, rows_per_file=40)
