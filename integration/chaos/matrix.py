@@ -23,6 +23,10 @@ of them at every fault point and with kill -9. The three sinks run together in a
   (:mod:`twophase.integration.chaos.secured`): Kafka over SASL_SSL with SCRAM-SHA-512 and ACLs,
   the sink's principal holding only the documented ones, and MinIO over TLS (CA through
   ``AWS_CA_BUNDLE``) with a least-privilege IAM user per run; read back by other principals.
+- ``five`` (issue #28, not in the default list): the main path with all five sinks (Kafka, S3,
+  Delta, PostgreSQL and Iceberg); besides the usual faults and kills, trials that hold the job at a
+  fault point and crash PostgreSQL as it goes on (``point:n+pg-restart``): as the driver commits,
+  mid-COPY and after PREPARE TRANSACTION on an executor.
 """
 
 from __future__ import annotations
@@ -31,11 +35,25 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from twophase.integration.jobs.flights_sinks import BASE_SINKS
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
 from twophase.sinks.errors import ConfigError
 
 PACKED_TASKS = 2
 """Partitions per micro-batch when the file source packs the batch's files (``local[2]``)."""
+PG_RESTART = "pg-restart"
+"""The action of a ``point:n+pg-restart`` trial: hold the job at the point, let it go on and crash
+PostgreSQL under it (``pg_ctl stop -m immediate``: prepared transactions survive in the WAL, open
+sessions and unprepared transactions do not), then start the server again."""
+PG_RESTART_POINTS = (
+    "after_persist:1",
+    "mid_write:1",
+    "after_persist:2",
+    "after_pre_commit:1",
+    "mid_commit:1",
+)
+"""Where a ``five`` trial crashes PostgreSQL: as a checkpoint's commits start (COMMIT PREPARED
+meets the crash), while a task COPYs rows, once a task prepared, and between two sinks' commits."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,8 @@ class ChaosConfig:
         executors_per_worker: on a cluster, one-core executors per worker.
         driver_faults: the fault matrix has the driver's points too (else executor points only).
         secured: against the secured services of :mod:`twophase.integration.chaos.secured`.
+        sinks: the sinks every record goes to (:data:`~twophase.integration.jobs.flights_sinks.SINK_CHOICES`).
+        pg_restarts: fault points (``point:n``) at which a trial restarts PostgreSQL.
     """
 
     name: str
@@ -65,6 +85,8 @@ class ChaosConfig:
     executors_per_worker: int = 1
     driver_faults: bool = True
     secured: bool = False
+    sinks: tuple[str, ...] = BASE_SINKS
+    pg_restarts: tuple[str, ...] = ()
 
     @property
     def executor_kills(self) -> tuple[str, ...]:
@@ -96,6 +118,7 @@ class ChaosConfig:
             partition_per_file=self.partition_per_file,
             delta_uri=f"s3://{bucket}/delta/{job_id}" if self.on_s3 else "",
             checkpoint_uri=f"s3://{bucket}/checkpoints/{job_id}" if self.on_s3 else "",
+            sinks=self.sinks,
         )
 
     def tasks_per_batch(self, days: int, files_per_trigger: int) -> list[int]:
@@ -129,12 +152,20 @@ CONFIGS: dict[str, ChaosConfig] = {
             driver_faults=False,
         ),
         ChaosConfig("secured", on_s3=True, secured=True),
+        ChaosConfig(
+            "five",
+            sinks=(*BASE_SINKS, "postgres", "iceberg"),
+            pg_restarts=PG_RESTART_POINTS,
+        ),
     )
 }
 """Every configuration, by name, in matrix order."""
-LOCAL = ",".join(name for name, c in CONFIGS.items() if not c.cluster and not c.secured)
-"""The default ``--configs``: every configuration on ``local[2,4]`` against the plain services (the
-cluster ones need a cluster, the secured one its own services)."""
+LOCAL = ",".join(
+    name for name, c in CONFIGS.items() if not c.cluster and not c.secured and c.sinks == BASE_SINKS
+)
+"""The default ``--configs``: every configuration on ``local[2,4]`` against the plain services with
+the three sinks (the cluster ones need a cluster, the secured one its own services, ``five`` a
+PostgreSQL)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

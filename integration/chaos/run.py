@@ -38,6 +38,8 @@ from twophase.integration.chaos.runner import (
 )
 from twophase.integration.chaos.secured import secured_flights
 from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
+from twophase.integration.jobs.flights_sinks import BASE_SINKS, OPTIONAL_SINKS, with_services
+from twophase.integration.services.postgres import postgres_server
 
 
 @click.command()
@@ -96,11 +98,22 @@ def main(
     started = time.monotonic()
     deadline = started + max_minutes * 60 if max_minutes is not None else None
     with contextlib.ExitStack() as stack:
-        endpoints, spark = None, None
+        endpoints, spark, postgres = None, None, None
         if any(not c.secured for c in chosen):
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
             endpoints = FlightsEndpoints(bootstrap, s3)
+        extra = {name for c in chosen for name in c.sinks if name not in BASE_SINKS}
+        if endpoints is not None and extra:
+            # a server of the run's own, always native, so that trials can restart it
+            postgres = stack.enter_context(postgres_server()) if "postgres" in extra else None
+            services = {
+                name: postgres.endpoint
+                if name == "postgres" and postgres is not None
+                else stack.enter_context(OPTIONAL_SINKS[name]().service())
+                for name in sorted(extra)
+            }
+            endpoints = with_services(endpoints, services)
         base = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-chaos-")))
         secured = (
             stack.enter_context(secured_flights(base / "secured-services"))
@@ -148,6 +161,7 @@ def main(
             deadline=deadline,
             master=master,
             secured=secured,
+            postgres=postgres,
         )
         if spark is not None:
             spark.stop()
@@ -194,7 +208,9 @@ def run_params(
 
 def services_of(chosen: list[ChaosConfig]) -> str:
     """What the configurations ran against, for the report."""
+    extra = sorted({name for c in chosen for name in c.sinks if name not in BASE_SINKS})
     plain = "real Kafka KRaft broker and MinIO" if any(not c.secured for c in chosen) else ""
+    plain += f" (+ {', '.join(extra)})" if plain and extra else ""
     secured = "SASL_SSL Kafka with ACLs and MinIO over TLS" if any(c.secured for c in chosen) else ""
     return "; ".join(filter(None, (plain, secured + " (secured)" if plain and secured else secured)))
 

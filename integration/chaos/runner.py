@@ -20,6 +20,7 @@ Parquet, Delta) and zero lingering transactions, pending uploads or unreferenced
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -28,17 +29,26 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from twophase.coordinator.faults import (
+    ACTION_ENV,
+    EXIT_STATUS,
+    KILL_ENV,
+    POINTS,
+    STATE_ENV,
+    paused_marker,
+    resume_marker,
+)
 from twophase.coordinator.faults import ENV as FAULT_ENV
-from twophase.coordinator.faults import EXIT_STATUS, KILL_ENV, POINTS, STATE_ENV
 from twophase.integration.chaos.cluster import spark_events
-from twophase.integration.chaos.matrix import CONFIGS, ChaosConfig
+from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, ChaosConfig
 from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
 from twophase.integration.services.launcher import given_env
 from twophase.integration.spark import SCRATCH_ENV
@@ -48,6 +58,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from twophase.integration.chaos.secured import SecuredFlights
+    from twophase.integration.services.postgres import PostgresServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,9 +111,11 @@ def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",), driver: bool 
 
 
 def config_matrix(config: ChaosConfig, days: int, files_per_trigger: int) -> list[str]:
-    """The fault matrix of ``config``'s runs (:func:`fault_matrix` of its subtasks and kills)."""
+    """The fault matrix of ``config``'s runs: its PostgreSQL restarts first (``point:n+pg-restart``),
+    then :func:`fault_matrix` of its subtasks and kills."""
     tasks = config.tasks_per_batch(days, files_per_trigger)
-    return fault_matrix(tasks, config.executor_kills, config.driver_faults)
+    restarts = [f"{point}+{PG_RESTART}" for point in config.pg_restarts]
+    return restarts + fault_matrix(tasks, config.executor_kills, config.driver_faults)
 
 
 @dataclass(frozen=True)
@@ -246,6 +259,10 @@ def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
         env[KAFKA_SECURITY_ENV] = json.dumps(dict(endpoints.kafka_security))
     if endpoints.ca_bundle:
         env["AWS_CA_BUNDLE"] = endpoints.ca_bundle
+    if "postgres" in endpoints.extra:
+        from twophase.integration.services.postgres_service import DSN_ENV, postgres_dsn
+
+        env[DSN_ENV] = postgres_dsn(endpoints.extra["postgres"])
     return env
 
 
@@ -259,10 +276,12 @@ def run_job_process(
     timeout_s: float = 600.0,
     master: str | None = None,
     fault_kill: str = "",
+    fault_action: str = "",
 ) -> tuple[int, bool]:
     """Run the flights job of ``work_dir`` once in its own process group; on the standalone
     cluster ``master`` when given, with Spark's event log in ``<work_dir>/spark-events``.
-    ``fault_kill``: what an executor-side fault kills (``TWOPHASE_FAULT_KILL``).
+    ``fault_kill``: what an executor-side fault kills (``TWOPHASE_FAULT_KILL``); ``fault_action``:
+    ``pause`` to hold at the fault point instead (``TWOPHASE_FAULT_ACTION``).
 
     Returns:
         (exit status — negative for a signal —, whether this call sent SIGKILL).
@@ -276,6 +295,8 @@ def run_job_process(
         env[STATE_ENV] = str(fault_state or work_dir / "fault-state")
     if fault_kill:
         env[KILL_ENV] = fault_kill
+    if fault_action:
+        env[ACTION_ENV] = fault_action
     on_cluster = ("--master", master, "--event-log-dir", str(work_dir / "spark-events")) if master else ()
     with log_path.open("ab") as log:
         log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
@@ -320,17 +341,21 @@ def run_trial(
     keep: bool = False,
     master: str | None = None,
     secured: SecuredFlights | None = None,
+    postgres: PostgresServer | None = None,
 ) -> TrialResult:
     """Run one trial (see the module docstring) in its configuration and verify the outcome; a
     cluster configuration's on the standalone cluster ``master``, a secured one against
     ``secured`` (the job writes with its least-privilege credentials, other principals read back
-    and list lingering state, Delta is read with deltalake)."""
+    and list lingering state, Delta is read with deltalake). A ``point:n+pg-restart`` trial holds
+    the job at the point and restarts ``postgres`` there (:func:`restart_when_paused`)."""
     started = time.perf_counter()
     job_id = f"chaos_{run_id}_{plan.index:03d}" + (f"r{plan.rerun}" if plan.rerun else "")
     work_dir = base / job_id
     config = CONFIGS[plan.config]
     if config.cluster and master is None:
         raise ValueError(f"chaos configuration {config.name!r} runs on a cluster: no master given")
+    if (plan.fault or "").endswith(f"+{PG_RESTART}") and postgres is None:
+        raise ValueError(f"trial {plan.label} needs the PostgreSQL server to restart")
     spec = config.spec(job_id, work_dir, days, files_per_trigger)
     spec.save()
     admin: FlightsEndpoints | None = None
@@ -349,6 +374,14 @@ def run_trial(
     if plan.kind == "plain":
         code, _ = run()
         result.exit_codes.append(code)
+    elif plan.kind == "fault" and plan.fault is not None and plan.fault.endswith(f"+{PG_RESTART}"):
+        assert postgres is not None
+        fault = plan.fault.removesuffix(f"+{PG_RESTART}")
+        point, _, hit = fault.partition(":")
+        with restart_when_paused(postgres, work_dir / "fault-state", point, int(hit or 1)) as restarted:
+            code, _ = run(fault=fault, fault_action="pause")
+        result.exit_codes.append(code)
+        result.fault_fired = restarted.is_set()
     elif plan.kind == "fault":
         assert plan.fault is not None
         fault, _, kill = plan.fault.partition("@")
@@ -412,6 +445,7 @@ def run_trials(
     max_reruns: int = 2,
     master: str | None = None,
     secured: SecuredFlights | None = None,
+    postgres: PostgresServer | None = None,
 ) -> list[TrialResult]:
     """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value); the
     plain services' trials against ``endpoints``, the secured ones' against ``secured``.
@@ -431,7 +465,16 @@ def run_trials(
             if plan.kind == "kill" and (plan.rerun or not planned.kill_after_s):
                 plan = replace(plan, kill_after_s=kill_moments(plan, measured.get(plan.config)))
             result = run_trial(
-                plan, base, endpoints, spark, days, files_per_trigger, run_id, master=master, secured=secured
+                plan,
+                base,
+                endpoints,
+                spark,
+                days,
+                files_per_trigger,
+                run_id,
+                master=master,
+                secured=secured,
+                postgres=postgres,
             )
             if result.exit_codes[:1] == [0]:  # the shortest uncrashed run: kills must land before it ends
                 known = measured.get(plan.config)
@@ -455,3 +498,39 @@ def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:
     configuration's measured run length (``None``: not measured yet, 30 s is assumed)."""
     length = 30.0 if length_s is None else length_s
     return tuple(round(f * length, 1) for f in (plan.kill_at or (0.5,)))
+
+
+@contextlib.contextmanager
+def restart_when_paused(
+    postgres: PostgresServer,
+    state_dir: Path,
+    point: str,
+    hit: int,
+    delay_s: float = 0.02,
+    timeout_s: float = 900.0,
+) -> Iterator[threading.Event]:
+    """While the block runs, wait for a job process to hold at ``point``'s ``hit``-th arrival
+    (:func:`~twophase.coordinator.faults.paused_marker`), let it go on, and ``delay_s`` seconds
+    later crash ``postgres`` (``pg_ctl stop -m immediate``) and start it again: the server dies
+    under the work the process resumed (COMMIT PREPARED after ``after_persist``, a COPY after
+    ``mid_write``). The event yielded is set once the server is back."""
+    restarted, done = threading.Event(), threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done.is_set() and time.monotonic() < deadline:
+            if paused_marker(state_dir, point, hit).exists():
+                resume_marker(state_dir, point, hit).touch()
+                time.sleep(delay_s)
+                postgres.restart("immediate")
+                restarted.set()
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, name=f"pg-restart-{point}", daemon=True)
+    watcher.start()
+    try:
+        yield restarted
+    finally:
+        done.set()
+        watcher.join()

@@ -55,7 +55,7 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
 
 def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
     cluster = CONFIGS["cluster"]
-    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 3
+    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 4
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
     matrix = config_matrix(cluster, 14, 6)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
@@ -195,3 +195,21 @@ def test_a_kill_that_missed_the_run_counts_as_a_plain_run_and_is_tried_again(
     assert [r.plan.rerun for r in results] == [0, 1]
     assert ran[1].kill_after_s == (16.0,)  # 80 % of the 20 s it just measured
     assert results[1].kills == 1
+
+
+def test_the_five_sink_configuration_restarts_postgres_first_then_walks_the_matrix() -> None:
+    five = CONFIGS["five"]
+    assert "five" not in LOCAL.split(",") and five.sinks[-2:] == ("postgres", "iceberg")
+    matrix = config_matrix(five, 14, 6)
+    restarts = [m for m in matrix if m.endswith("+pg-restart")]
+    assert matrix[: len(restarts)] == restarts and "mid_commit:1+pg-restart" in restarts
+    assert matrix[len(restarts) :] == config_matrix(CONFIGS["parquet"], 14, 6)
+    assert {m.removesuffix("+pg-restart").split(":")[0] for m in restarts} <= set(DRIVER_POINTS) | set(
+        EXECUTOR_POINTS
+    )
+
+
+def test_a_postgres_restart_trial_needs_the_server(tmp_path: Path) -> None:
+    plan = TrialPlan(1, "fault", fault="mid_commit:1+pg-restart", config="parquet")
+    with pytest.raises(ValueError, match="needs the PostgreSQL server"):
+        runner.run_trial(plan, tmp_path, None, None, 2, 1, "r")
