@@ -3,7 +3,8 @@
 - a file path or ``sqlite://``: pyiceberg's ``SqlCatalog`` on SQLite (the embedded default);
 - ``postgresql+psycopg://``: ``SqlCatalog`` on PostgreSQL; its engine is disposed when the
   :func:`open_catalog` block ends, so no connection outlives a commit;
-- ``http(s)://``: pyiceberg's ``RestCatalog`` (untested here).
+- ``http(s)://``: pyiceberg's ``RestCatalog`` (untested here);
+- a :data:`CatalogFactory` given to the sink instead (the model-based protocol test's model).
 
 The SQL catalog's commit is optimistic concurrency as the Iceberg table spec describes it
 ("Commit Conflict Resolution and Retry"): it swaps the table's metadata pointer only if it still
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -23,6 +24,11 @@ from pyiceberg.table import Table
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+
+CatalogFactory = Callable[[], Catalog]
+"""Opens the sink's catalog in place of ``load_catalog`` from the configuration (tables it loads
+carry their FileIO). Called once per operation, like ``load_catalog``; an exception it raises is
+an unreachable catalog."""
 
 
 def file_io_properties(config: IcebergSinkConfig) -> dict[str, str]:
@@ -66,8 +72,8 @@ def catalog_properties(config: IcebergSinkConfig) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def open_catalog(config: IcebergSinkConfig) -> Iterator[Catalog]:
-    """The configured catalog, released (SQL engine disposed) when the block ends.
+def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = None) -> Iterator[Catalog]:
+    """The configured catalog (or ``factory``'s), released (SQL engine disposed) when the block ends.
 
     Raises:
         ServiceUnavailableError: the catalog cannot be reached (the message is redacted).
@@ -75,7 +81,10 @@ def open_catalog(config: IcebergSinkConfig) -> Iterator[Catalog]:
     from pyiceberg.catalog import load_catalog
 
     try:
-        catalog = load_catalog(config.catalog_name, **catalog_properties(config))
+        if factory is not None:
+            catalog = factory()
+        else:
+            catalog = load_catalog(config.catalog_name, **catalog_properties(config))
     except Exception as e:
         raise ServiceUnavailableError(
             f"cannot open Iceberg catalog {config.redact(config.catalog_uri)}: "

@@ -29,7 +29,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import ancestors_of
 
-from twophase.connectors.iceberg.catalog import open_catalog, require_table
+from twophase.connectors.iceberg.catalog import CatalogFactory, open_catalog, require_table
 from twophase.connectors.iceberg.committable import IcebergCommittable, to_data_file
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
@@ -108,11 +108,15 @@ class IcebergCommitter:
     Args:
         config: the sink's configuration.
         sink_name: the sink's name (summary field and log field).
+        catalog_factory: opens the catalog (``None``: from ``config``; see :class:`IcebergSink`).
     """
 
-    def __init__(self, config: IcebergSinkConfig, sink_name: str) -> None:
+    def __init__(
+        self, config: IcebergSinkConfig, sink_name: str, catalog_factory: CatalogFactory | None = None
+    ) -> None:
         self._config = config
         self._sink_name = sink_name
+        self._catalog_factory = catalog_factory
 
     def commit_checkpoint(
         self, checkpoint_id: int, committables: Sequence[IcebergCommittable]
@@ -208,7 +212,7 @@ class IcebergCommitter:
 
     def _attempt(self, checkpoint_id: int, committables: Sequence[IcebergCommittable]) -> CommitOutcome:
         first = committables[0]
-        with open_catalog(self._config) as catalog:
+        with open_catalog(self._config, self._catalog_factory) as catalog:
             table = require_table(catalog, self._config)
             done = last_committed(table, first.job_id, first.sink_name)
             if done is not None and done >= checkpoint_id:

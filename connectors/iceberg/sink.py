@@ -25,7 +25,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import parse_transform
 
 from twophase.connectors.iceberg import naming
-from twophase.connectors.iceberg.catalog import load_table, open_catalog, require_table
+from twophase.connectors.iceberg.catalog import CatalogFactory, load_table, open_catalog, require_table
 from twophase.connectors.iceberg.committable import CODEC, IcebergCommittable
 from twophase.connectors.iceberg.committer import IcebergCommitter, last_committed, referenced_paths
 from twophase.connectors.iceberg.config import IcebergSinkConfig
@@ -67,6 +67,10 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         name: the sink's name, unique and stable within the job; recorded in snapshot summaries
             (``twophase.sink``) and hashed into the job's data prefix.
         config: where and how to write (:class:`IcebergSinkConfig`).
+        catalog_factory: opens the catalog for every operation (default ``None``: pyiceberg's
+            ``load_catalog`` with the properties ``config`` gives); the model-based protocol test
+            passes a model of the catalog and its object storage, as the PostgreSQL sink takes
+            ``connector``. It is pickled to executors with the sink.
 
     Raises:
         ConfigError: an empty name.
@@ -74,11 +78,14 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
     codec = CODEC
 
-    def __init__(self, name: str, config: IcebergSinkConfig) -> None:
+    def __init__(
+        self, name: str, config: IcebergSinkConfig, *, catalog_factory: CatalogFactory | None = None
+    ) -> None:
         if not name or not isinstance(name, str):
             raise ConfigError(f"Iceberg sink name must be a non-empty string, got {name!r}")
         self.name = name
         self.config = config
+        self.catalog_factory = catalog_factory
 
     def __repr__(self) -> str:
         return f"IcebergSink(name={self.name!r}, config={self.config!r})"
@@ -98,7 +105,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
             ServiceUnavailableError: the catalog cannot be reached.
         """
         data_schema = project(pa.RecordBatch.from_pylist([], schema=schema), self.config.columns).schema
-        with open_catalog(self.config) as catalog:
+        with open_catalog(self.config, self.catalog_factory) as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 if not self.config.create_table:
@@ -119,7 +126,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
             ConfigError: no such table.
             ServiceUnavailableError: the catalog cannot be reached.
         """
-        with open_catalog(self.config) as catalog:
+        with open_catalog(self.config, self.catalog_factory) as catalog:
             table = require_table(catalog, self.config)
         return IcebergTransaction(
             ctx, str(table.metadata.table_uuid), IcebergFileWriter(self.config, ctx, table)
@@ -173,7 +180,9 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         checkpoint or a later one), so it also serves recovery. See
         :meth:`twophase.connectors.iceberg.committer.IcebergCommitter.commit_checkpoint`.
         """
-        return IcebergCommitter(self.config, self.name).commit_checkpoint(checkpoint_id, committables)
+        return IcebergCommitter(self.config, self.name, self.catalog_factory).commit_checkpoint(
+            checkpoint_id, committables
+        )
 
     def commit(self, committable: IcebergCommittable) -> CommitOutcome:
         """Commit one committable: only valid when its epoch ran with one partition.
@@ -195,7 +204,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
     def last_committed_checkpoint(self, job_id: str) -> int | None:
         """The checkpoint id recorded by this job's and sink's newest snapshot (``None``: none)."""
-        with open_catalog(self.config) as catalog:
+        with open_catalog(self.config, self.catalog_factory) as catalog:
             return last_committed(load_table(catalog, self.config), job_id, self.name)
 
     def measure(self, committable: IcebergCommittable) -> CommittableSize:
@@ -204,7 +213,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
     def abort(self, committable: IcebergCommittable) -> None:
         """Delete the committable's data files unless a snapshot references them. Idempotent."""
-        with open_catalog(self.config) as catalog:
+        with open_catalog(self.config, self.catalog_factory) as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 return
@@ -226,7 +235,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         ``lingering_grace_ms``; return how many were deleted
         (:mod:`twophase.connectors.iceberg.lingering`).
         """
-        with open_catalog(self.config) as catalog:
+        with open_catalog(self.config, self.catalog_factory) as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 return 0
