@@ -12,7 +12,9 @@ The catalog commits with optimistic concurrency (Iceberg table spec, "Commit Con
 Resolution and Retry"): a concurrent writer's commit makes pyiceberg raise
 ``CommitFailedException``; tenacity then reloads, re-checks the summaries and tries again, up to
 ``commit_attempts`` times (``RETRY`` after that). A commit whose answer was lost (an error after
-the catalog swapped the pointer) is found by the same re-check on the next call.
+the catalog may have swapped the pointer: a REST catalog's ``CommitStateUnknownException``, the
+SQL catalog's broken connection, SQLAlchemy's ``OperationalError``, a reset socket) answers
+``RETRY``: the re-check of the next call finds it applied (``ALREADY_COMMITTED``) or commits it.
 
 ``LOST`` only on durable evidence: no snapshot of the job records ``c`` (or later) and a data
 file of the checkpoint is missing or has another size.
@@ -25,9 +27,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import tenacity
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import ancestors_of
+from sqlalchemy.exc import OperationalError
 
 from twophase.connectors.iceberg.catalog import CatalogFactory, open_catalog, require_table
 from twophase.connectors.iceberg.committable import IcebergCommittable, to_data_file
@@ -126,10 +129,10 @@ class IcebergCommitter:
         Returns:
             ``COMMITTED``; ``ALREADY_COMMITTED`` if a snapshot of this job and sink records
             ``checkpoint_id`` or later; ``LOST`` if a data file is missing or truncated (and no
-            snapshot records the checkpoint); ``RETRY`` after ``commit_attempts`` conflicts or an
-            unreachable catalog or storage; ``FATAL`` for inconsistent committables, a table that
-            is not the one written to (dropped and re-created), a partition spec changed since the
-            write, or an unknown error. Never raises.
+            snapshot records the checkpoint); ``RETRY`` after ``commit_attempts`` conflicts, an
+            unreachable catalog or storage, or a commit of unknown outcome; ``FATAL`` for
+            inconsistent committables, a table that is not the one written to (dropped and
+            re-created), a partition spec changed since the write, or an unknown error. Never raises.
         """
         fields: dict[str, Any] = {"sink": self._sink_name, "checkpoint": checkpoint_id}
         if not committables:
@@ -162,6 +165,11 @@ class IcebergCommitter:
         except ConfigError as e:
             log_event(log, logging.ERROR, "cannot commit", problem=self._config.redact(str(e)), **fields)
             return CommitOutcome.FATAL
+        except (CommitStateUnknownException, OperationalError) as e:
+            # the catalog may have applied it: the next attempt's re-check tells (never FATAL,
+            # which would fail the job, or a restore, for a transient fault)
+            log_event(log, logging.WARNING, "commit outcome unknown", problem=self._first_line(e), **fields)
+            return CommitOutcome.RETRY
         except (ServiceUnavailableError, OSError) as e:
             log_event(log, logging.WARNING, "commit failed, transient", problem=self._first_line(e), **fields)
             return CommitOutcome.RETRY
