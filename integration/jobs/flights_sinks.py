@@ -6,8 +6,10 @@
 
 An optional sink needs a service of its own; it is one entry of :data:`OPTIONAL_SINKS`, a loader
 of an :class:`OptionalSink`, which says how to find or start the service, prepare it for a run
-(e.g. create a table), build the sink and read it back. Adding one (Iceberg, say) is a module with
-those five functions and one entry here.
+(e.g. create a table), build the sink and read it back. Adding one is a module with those five
+functions and one entry here: PostgreSQL (:mod:`~twophase.integration.jobs.flights_postgres`) and
+Apache Iceberg (:mod:`~twophase.integration.jobs.flights_iceberg`, whose endpoint is bound to the
+run's S3 and PostgreSQL: :attr:`OptionalSink.bind`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,11 @@ class OptionalSink:
         build: ``build(spec, endpoint)`` the sink (driver side; nothing contacted).
         verify: ``verify(spec, endpoint, expected)`` reads the sink back (never raises: errors go
             into the report).
+        bind: ``bind(endpoint, endpoints)``: the endpoint completed with the run's other services
+            (``endpoints``: S3, the other optional sinks' in :attr:`FlightsEndpoints.extra`) before
+            ``prepare``, ``build`` and ``verify`` see it (never raises); ``None``: the endpoint as
+            found. Iceberg's table lives on the run's S3, its catalog on the run's PostgreSQL
+            when the run has one.
     """
 
     name: str
@@ -56,6 +63,18 @@ class OptionalSink:
     prepare: Callable[[FlightsJobSpec, Any], None]
     build: Callable[[FlightsJobSpec, Any], TwoPhaseCommitSink[Any, Any]]
     verify: Callable[[FlightsJobSpec, Any, Expected], SinkReport]
+    bind: Callable[[Any, FlightsEndpoints], Any] | None = None
+
+    def bound(self, endpoints: FlightsEndpoints) -> Any:
+        """This sink's endpoint in ``endpoints.extra``, bound to the run's other services.
+
+        Raises:
+            ConfigError: ``endpoints.extra`` has no endpoint for this sink (names how to run it).
+        """
+        if self.name not in endpoints.extra:
+            raise ConfigError(f"sink {self.name!r} needs {self.service_name}: {self.how_to_run}")
+        endpoint = endpoints.extra[self.name]
+        return endpoint if self.bind is None else self.bind(endpoint, endpoints)
 
 
 def _postgres() -> OptionalSink:
@@ -64,7 +83,13 @@ def _postgres() -> OptionalSink:
     return POSTGRES
 
 
-OPTIONAL_SINKS: dict[str, Callable[[], OptionalSink]] = {"postgres": _postgres}
+def _iceberg() -> OptionalSink:
+    from twophase.integration.jobs.flights_iceberg import ICEBERG
+
+    return ICEBERG
+
+
+OPTIONAL_SINKS: dict[str, Callable[[], OptionalSink]] = {"postgres": _postgres, "iceberg": _iceberg}
 """Sink name → loader of its :class:`OptionalSink` (imported only when a run uses it)."""
 
 SINK_CHOICES = (*BASE_SINKS, *OPTIONAL_SINKS)
@@ -143,11 +168,24 @@ def build_optional_sinks(
     """
     built: list[TwoPhaseCommitSink[Any, Any]] = []
     for sink in optional_sinks(spec):
-        if sink.name not in endpoints.extra:
-            raise ConfigError(f"sink {sink.name!r} needs {sink.service_name}: {sink.how_to_run}")
-        sink.prepare(spec, endpoints.extra[sink.name])
-        built.append(sink.build(spec, endpoints.extra[sink.name]))
+        endpoint = sink.bound(endpoints)
+        sink.prepare(spec, endpoint)
+        built.append(sink.build(spec, endpoint))
     return built
+
+
+def operator_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[TwoPhaseCommitSink[Any, Any]]:
+    """Every sink of the run as the job configures it, for operator commands (``twophase
+    lingering``): the base sinks the run names, then its optional sinks, built without preparing
+    their services (nothing is created).
+
+    Raises:
+        ConfigError: an optional sink's service is missing from ``endpoints.extra``.
+    """
+    from twophase.integration.jobs.flights import build_sinks
+
+    base = [s for s in build_sinks(spec, endpoints) if s.name in spec.sinks]
+    return base + [sink.build(spec, sink.bound(endpoints)) for sink in optional_sinks(spec)]
 
 
 def verify_optional_sinks(
@@ -158,9 +196,8 @@ def verify_optional_sinks(
 
     reports = []
     for sink in optional_sinks(spec):
-        endpoint = endpoints.extra.get(sink.name)
-        if endpoint is None:
+        if sink.name not in endpoints.extra:
             reports.append(SinkReport(sink.name, "", error=f"no {sink.service_name}: {sink.how_to_run}"))
         else:
-            reports.append(sink.verify(spec, endpoint, expected))
+            reports.append(sink.verify(spec, sink.bound(endpoints), expected))
     return reports
