@@ -8,18 +8,24 @@ For each connector the listing uses the same rules as the connector's own ``abor
 - S3: pending multipart uploads of this job's and sink's data keys under the sink's prefix, and
   tail objects under ``<prefix>/_twophase/<token>/tails/``;
 - Delta: this job's and sink's data files under the table root that no commit references
-  (:class:`twophase.connectors.delta.lingering.ReferenceIndex`).
+  (:class:`twophase.connectors.delta.lingering.ReferenceIndex`);
+- PostgreSQL: this job's and sink's prepared transactions in ``pg_prepared_xacts`` (gids under
+  :func:`twophase.connectors.postgres.naming.gid_prefix`, the configured database's only);
+- Iceberg: this job's and sink's data files under its data prefix of the table's location that
+  no snapshot references (:mod:`twophase.connectors.iceberg.lingering`).
 
 Every item gets a status: ``lingering`` (no retained checkpoint or savepoint holds it: the sink's
 ``abort_lingering`` aborts or deletes it), ``held`` (a retained checkpoint or savepoint holds it:
-it must be committed, never aborted) or ``undecidable`` (a Delta file whose commit cannot be
-found in a truncated history: kept). Sinks of other types cannot be listed; their own
-``abort_lingering`` still works.
+it must be committed, never aborted) or ``undecidable`` (kept: a Delta file whose commit cannot be
+found in a truncated history; an Iceberg file younger than the sink's ``lingering_grace_ms``,
+which may belong to an attempt still writing). Sinks of other types cannot be listed; their own
+``abort_lingering`` still works. No listing shows a password.
 """
 
 from __future__ import annotations
 
 import enum
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +125,14 @@ def list_lingering(sink: AnySink, scope: LingeringScope[Any]) -> SinkLingering:
         return list_s3(sink, scope)
     if isinstance(sink, DeltaSink):
         return list_delta(sink, scope)
+    # the optional connectors are looked at only when loaded (a sink of theirs was built): their
+    # extras (psycopg, pyiceberg) may be missing
+    postgres = sys.modules.get("twophase.connectors.postgres")
+    if postgres is not None and isinstance(sink, postgres.PostgresSink):
+        return list_postgres(sink, scope)
+    iceberg = sys.modules.get("twophase.connectors.iceberg")
+    if iceberg is not None and isinstance(sink, iceberg.IcebergSink):
+        return list_iceberg(sink, scope)
     return SinkLingering(sink.name, type(sink).__name__, "(cannot be listed)", listable=False)
 
 
@@ -218,4 +232,89 @@ def list_delta(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
         "unreferenced data files",
         _sorted(items),
         detail=f"version {version}, {len(files)} data files of the job",
+    )
+
+
+def list_postgres(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
+    """The job's prepared transactions of its PostgreSQL sink (``sink``: a PostgresSink), oldest
+    first by gid; a gid of a checkpoint after ``scope.up_to_checkpoint`` is ``undecidable`` (work
+    that may still run: ``abort_lingering`` keeps it).
+
+    Raises:
+        ServiceUnavailableError: the server cannot be reached (the message holds no password).
+    """
+    from twophase.connectors.postgres import naming
+    from twophase.connectors.postgres.connection import connect
+    from twophase.connectors.postgres.lingering import prepared_transactions
+
+    prefix = naming.gid_prefix(scope.job_id, scope.sink_name)
+    with connect(sink.config, autocommit=True) as conn:
+        prepared = prepared_transactions(conn, prefix)
+    held = {c.gid for c in scope.held}
+    items = []
+    for p in prepared:
+        detail = f"checkpoint {p.parts.checkpoint_id}, prepared {p.age_ms / 1000:.0f} s ago by {p.owner}"
+        if p.gid not in held and p.parts.checkpoint_id > scope.up_to_checkpoint:
+            items.append(LingeringItem(p.gid, ItemStatus.UNDECIDABLE, detail))
+        else:
+            items.append(_item(p.gid, p.gid in held, detail))
+    return SinkLingering(
+        scope.sink_name,
+        "postgres",
+        "prepared transactions",
+        _sorted(items),
+        detail=f"gids {prefix}* in {sink.config.where}",
+    )
+
+
+def list_iceberg(sink: Any, scope: LingeringScope[Any], now_ms: int | None = None) -> SinkLingering:
+    """The job's data files of its Iceberg sink (``sink``: an IcebergSink) that no snapshot
+    references, by path relative to the table's location. One younger than the sink's
+    ``lingering_grace_ms`` (at ``now_ms``, default now) or of a checkpoint after
+    ``scope.up_to_checkpoint`` is ``undecidable``: ``abort_lingering`` keeps it.
+
+    Raises:
+        ServiceUnavailableError: the catalog cannot be reached (the message is redacted).
+        OSError: the table's location cannot be listed.
+    """
+    import time
+
+    from twophase.connectors.iceberg import naming
+    from twophase.connectors.iceberg.catalog import load_table, open_catalog
+    from twophase.connectors.iceberg.committer import referenced_paths
+    from twophase.connectors.iceberg.lingering import own_files
+
+    config = sink.config
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    with open_catalog(config) as catalog:
+        table = load_table(catalog, config)
+        if table is None:
+            return SinkLingering(
+                scope.sink_name, "iceberg", "unreferenced data files", detail=f"no table {config.table}"
+            )
+        location = table.location().rstrip("/")
+        prefix = naming.job_data_prefix(location, naming.job_token(scope.job_id, scope.sink_name))
+        files = own_files(table.io, prefix)
+        referenced = referenced_paths(table)
+        snapshot = table.current_snapshot()
+    held = {f.path for c in scope.held for f in c.files}
+    items = []
+    for f in files:
+        if f.path in referenced:
+            continue
+        rel = f.path[len(location) + 1 :] if f.path.startswith(location + "/") else f.path
+        detail = f"checkpoint {f.name.checkpoint_id}"
+        young = f.modified_ms is None or now - f.modified_ms < config.lingering_grace_ms
+        if f.path not in held and (young or f.name.checkpoint_id > scope.up_to_checkpoint):
+            why = "younger than the grace" if young else "a later checkpoint"
+            items.append(LingeringItem(rel, ItemStatus.UNDECIDABLE, f"{detail}, {why}: kept"))
+        else:
+            items.append(_item(rel, f.path in held, detail))
+    current = snapshot.snapshot_id if snapshot is not None else "none"
+    return SinkLingering(
+        scope.sink_name,
+        "iceberg",
+        "unreferenced data files",
+        _sorted(items),
+        detail=f"table {config.table} at {location}, snapshot {current}, {len(files)} data files of the job",
     )

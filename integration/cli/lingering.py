@@ -1,10 +1,13 @@
 """``twophase lingering [--recommit] [--abort]``: what any job's sinks left behind, and cleaning it up.
 
 Per sink it lists open Kafka transactions under the job's transactional-id prefix, pending
-multipart uploads and tail objects under the S3 sink's prefix, and Delta data files no commit
-references (:mod:`twophase.integration.lingering`), each as ``lingering`` (no retained checkpoint
-or savepoint holds it), ``held`` (one does: it waits for its commit) or ``undecidable`` (kept).
-The actions are :mod:`twophase.integration.operations`'s: ``--recommit`` first, then ``--abort``.
+multipart uploads and tail objects under the S3 sink's prefix, Delta data files no commit
+references, PostgreSQL prepared transactions under the job's gid prefix and Iceberg data files no
+snapshot references (:mod:`twophase.integration.lingering`), each as ``lingering`` (no retained
+checkpoint or savepoint holds it), ``held`` (one does: it waits for its commit) or
+``undecidable`` (kept). The actions are :mod:`twophase.integration.operations`'s: ``--recommit``
+first, then ``--abort``. A flights run's sinks are the ones it names (``--sinks`` of its demo),
+optional ones included, with their services found as ``twophase verify`` finds them.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import click
 
 from twophase.integration.cli.errors import CommandFailed
 from twophase.integration.cli.output import Column, emit_json, json_option, note, progress, show, table
-from twophase.integration.cli.target import JobTarget, resolve_target, target_options
+from twophase.integration.cli.target import JobTarget, resolve_target, resolve_work_dir, target_options
 from twophase.integration.lingering import ItemStatus, SinkLingering, list_lingering
 from twophase.integration.operations import (
     JobCheckpoints,
@@ -35,6 +38,21 @@ KEYS = (
     "{<sink>: count}, sinks[]: {sink, type, what, listable, detail, lingering, held, undecidable, "
     "items[]: {id, status, detail}} (before any action), after: null | the same list after the actions."
 )
+
+
+def flights_run_sinks(work_dir: Path | None) -> list[Any]:
+    """Every sink of the flights run in ``work_dir`` (default the latest demo's), optional ones
+    included, as the job configures them (nothing is created).
+
+    Raises:
+        ConfigError: no such run; Kafka or S3 is not running; a service of an optional sink is
+            not running (names how to run it).
+    """
+    from twophase.integration.jobs.flights import FlightsJobSpec, endpoints_from_environment
+    from twophase.integration.jobs.flights_sinks import operator_sinks, running_services, with_services
+
+    spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
+    return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
 
 
 def _listing(target: JobTarget, sinks: list[Any], checkpoints: JobCheckpoints) -> list[SinkLingering]:
@@ -128,10 +146,13 @@ def lingering(
     """List (and with --recommit / --abort, clean up) what a job's sinks left behind.
 
     The job: --sinks MODULE:FUNCTION (a function returning the job's sinks, with --checkpoint-dir and
-    --job/--job-id, or a twophase.Job), or by default the flights demo run. Listed per sink: open
-    Kafka transactions under the job's transactional-id prefix, pending S3 uploads and tails under
-    the sink's prefix, Delta files no commit references; each lingering (no retained checkpoint
-    holds it), held (one does: it waits for its commit) or undecidable (kept).
+    --job/--job-id, or a twophase.Job), or by default the flights demo run (every sink it names,
+    PostgreSQL and Iceberg included). Listed per sink: open Kafka transactions under the job's
+    transactional-id prefix, pending S3 uploads and tails under the sink's prefix, Delta files no
+    commit references, PostgreSQL prepared transactions under the job's gid prefix, Iceberg data
+    files no snapshot references; each lingering (no retained checkpoint holds it), held (one
+    does: it waits for its commit) or undecidable (kept: e.g. an Iceberg file younger than the
+    sink's grace).
 
     --recommit commits the latest checkpoint's committables without running the job (as a restart
     would). --abort calls every sink's abort_lingering with everything the retained checkpoints and
@@ -140,7 +161,8 @@ def lingering(
     something still lingers after --abort.
     """
     target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory)
-    sinks = target.sinks("lingering")
+    flights_run = not (checkpoint_dir or job_name or job_id or sinks_factory)
+    sinks = flights_run_sinks(work_dir) if flights_run else target.sinks("lingering")
     checkpoints = JobCheckpoints.load(target.storage())
     try:
         with progress(f"listing what the sinks of {target.job_id} left ...", as_json):
