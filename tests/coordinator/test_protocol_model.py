@@ -2,9 +2,10 @@
 
 The real runtime drives the real Kafka sink (on a transaction-coordinator model), the real S3 sink
 (on an S3 model; spanning JSON lines, small rolled files, or Parquet), a Delta checkpoint-commit
-sink (on a Delta log model) and the real PostgreSQL sink (on a model of the server's prepared
-transactions, ``support.postgres_model``) at once, through what happens to jobs in production, in
-any order:
+sink (on a Delta log model), the real PostgreSQL sink (on a model of the server's prepared
+transactions, ``support.postgres_model``) and the real Iceberg sink (on a model of the catalog's
+metadata pointer and its object storage, ``support.iceberg_model``) at once, through what happens
+to jobs in production, in any order:
 
 - epochs at 1–6 partitions (changing), empty partitions; failed and retried tasks, executors lost
   mid-task, zombie and speculative attempts finishing after the winner (reported or not), failed
@@ -14,7 +15,11 @@ any order:
   between steps, down for a while (past Kafka's transaction timeout, past
   ``transactional.id.expiration.ms``); checkpoint publishes refused or of unknown outcome; lost
   notifications; asynchronous commit with stalled commits (settled at the end
-  of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling;
+  of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling; Iceberg
+  commit conflicts (another writer appends between a commit's load and its pointer swap, more
+  often than the committer's attempts), an unreachable catalog (connections refused; a restore
+  meeting it fails and the driver is started again, as a supervisor would), commits whose answer
+  is lost (applied or not);
 - finish, stop with savepoint (drain or not), stop, cancel (retain or delete), a failed job
   canceled instead of restarted (the brokers refusing every abort of one transaction: no other
   may stay open, and the cancel's error names that one), resume or rewind to an older
@@ -24,13 +29,15 @@ The accounting: a published (durable) epoch checkpoint promises its epoch's reco
 sink; nothing else may land. After every step, nothing landed more often than promised; at the end
 (the job driven to FINISHED), every promise is kept exactly and nothing lingers (open Kafka
 transactions, multipart uploads, temporary objects, unreferenced Delta files, prepared PostgreSQL
-transactions). Two exceptions, both loud: a durable Kafka transaction the broker aborted while the
-driver was down past the transaction timeout must fail the restore with ``TransactionLostError``
-(the test then restarts with ``ignore_lost_on_recovery`` and stops expecting exactly those
-records); and a cancel with ``CleanupMode.DELETE`` discards in-progress files (S3's promise resets
-to what it committed). A rewind to an older savepoint abandons the later checkpoints' S3
-in-progress files (the replay writes their records again) and leaves the uploads stored checkpoints
-hold (``model_accounting``).
+transactions, Iceberg data files no snapshot references). The Iceberg table is read from its
+current snapshot's data files; no checkpoint id of the job may appear in two snapshot summaries,
+and the other writer's rows stay, once each. Two exceptions, both loud: a durable Kafka
+transaction the broker aborted while the driver was down past the transaction timeout must fail
+the restore with ``TransactionLostError`` (the test then restarts with ``ignore_lost_on_recovery``
+and stops expecting exactly those records); and a cancel with ``CleanupMode.DELETE`` discards
+in-progress files (S3's promise resets to what it committed). A rewind to an older savepoint
+abandons the later checkpoints' S3 in-progress files (the replay writes their records again) and
+leaves the uploads stored checkpoints hold (``model_accounting``).
 
 ``TWOPHASE_MODEL_EXAMPLES`` (default 30) and ``TWOPHASE_MODEL_SEED`` (default: derandomized).
 """
@@ -49,6 +56,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.iceberg_model import LOST_ANSWERS, WAREHOUSE
 from support.model_accounting import (
     s3_held_by_stored_checkpoints,
     s3_owed_after_a_rewind,
@@ -58,6 +66,7 @@ from support.model_alphabet import (
     DRIVER_POINTS,
     END_POINTS,
     EXPECTED,
+    ICEBERG_TABLE,
     JOB,
     PG_TABLE,
     PUBLISH,
@@ -73,6 +82,8 @@ from support.model_settle import settle
 from support.model_world import ModelWorld
 from support.postgres_model import RESTART_POINTS
 
+from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
+from twophase.connectors.iceberg.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID, SUMMARY_SINK
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
 from twophase.connectors.postgres.schema import WritePlan
@@ -90,6 +101,7 @@ from twophase.coordinator.testing.delta_model import ModelDeltaSink
 from twophase.coordinator.testing.engine_tasks import (
     TASK_POINTS,
     RecordingStorage,
+    key_value_batch,
     publish_fault,
     run_tasks,
 )
@@ -97,7 +109,7 @@ from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
 from twophase.coordinator.testing.s3_model import client_error
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.errors import JobError, TransactionLostError
+from twophase.sinks.errors import JobError, ServiceUnavailableError, TransactionLostError
 
 ON_FAILURE = ("fail_over",) * 4 + ("cancel", "cancel_refusing_an_abort")
 """What follows a failed epoch: the query restarts (fail-over), or the user cancels the job, maybe
@@ -162,6 +174,7 @@ class ProtocolModel(RuleBasedStateMachine):
             S3Sink("s", s3_config, client_factory=lambda _c: self.world.s3, clock=self.world.clock),  # type: ignore[arg-type,return-value]
             ModelDeltaSink("d", self.world.delta),
             self.postgres_sink(),
+            self.iceberg_sink(),
         ]
         self.config = RuntimeConfig(
             checkpoint=CheckpointConfig(retained_checkpoints=retained),
@@ -178,6 +191,26 @@ class ProtocolModel(RuleBasedStateMachine):
         config = PostgresSinkConfig(table=PG_TABLE, host="model", connect_attempts=3, connect_backoff_ms=1)
         sink = PostgresSink("p", config, connector=self.world.postgres.connect)
         sink.plan = WritePlan(("key",), ("text",))
+        return sink
+
+    def iceberg_sink(self) -> IcebergSink:
+        """The real Iceberg sink on the catalog model; ``validate`` creates the table (unpartitioned,
+        ``key`` and ``value``). Three rows a data file, so a subtask writes several; no grace for
+        lingering files (the model's tasks never run beside a cleanup); no backoff between
+        commit attempts; fewer attempts than the conflicts a rule may arm."""
+        config = IcebergSinkConfig(
+            table=ICEBERG_TABLE,
+            catalog_uri="http://model-catalog",
+            warehouse=WAREHOUSE,
+            create_table=True,
+            target_file_rows=3,
+            commit_attempts=3,
+            commit_backoff_max_ms=0,
+            lingering_grace_ms=0,
+        )
+        sink = IcebergSink("i", config, catalog_factory=self.world.iceberg.connect)
+        with self.world.iceberg.quiet():
+            sink.validate(key_value_batch([]).schema)
         return sink
 
     def harness(self, store: MemoryStore) -> TwoPhaseHarness:
@@ -208,6 +241,7 @@ class ProtocolModel(RuleBasedStateMachine):
             "s": self.world.s3_records(S3_PREFIX, "key"),
             "d": self.world.delta_records(),
             "p": self.world.postgres_records(),
+            "i": self.world.iceberg_records(),
         }
 
     @invariant()
@@ -217,6 +251,21 @@ class ProtocolModel(RuleBasedStateMachine):
         for sink, got in self.readback().items():
             extra = got - self.expected[sink]
             self.check(not extra, f"sink {sink}: landed without a promise or twice: {sorted(extra)[:10]}")
+
+    @invariant()
+    def iceberg_commits_each_checkpoint_once_and_keeps_the_other_writer(self) -> None:
+        """No (job, sink, checkpoint id) in two snapshot summaries; the other writer's rows, once each."""
+        if not hasattr(self, "h"):
+            return
+        ours = [
+            (s.get(SUMMARY_JOB_ID), s.get(SUMMARY_SINK), s.get(SUMMARY_CHECKPOINT_ID))
+            for s in self.world.iceberg.summaries(self.world.iceberg_table)
+            if SUMMARY_CHECKPOINT_ID in s
+        ]
+        twice = sorted(k for k, n in Counter(ours).items() if n > 1)
+        self.check(not twice, f"Iceberg: a checkpoint committed in two snapshots: {twice}")
+        foreign = self.world.iceberg_foreign_records()
+        self.check(foreign == self.world.iceberg.foreign, f"Iceberg: the other writer's rows: {foreign}")
 
     # -- the engine's reactions --------------------------------------------------------------------
 
@@ -305,8 +354,10 @@ class ProtocolModel(RuleBasedStateMachine):
     def restart(
         self, *, ignore_lost: bool = False, savepoint: str | None = None, fresh: bool = False
     ) -> None:
-        """A new driver process restores (the previous one abandoned: nothing closed or committed)."""
-        for _ in range(3):
+        """A new driver process restores (the previous one abandoned: nothing closed or committed);
+        a restore that meets an unreachable Iceberg catalog fails (``ServiceUnavailableError``) and
+        the driver is started again, as a supervisor would."""
+        for _ in range(4):
             if ignore_lost:
                 self.h.config = replace(
                     self.config, commit=replace(self.config.commit, ignore_lost_on_recovery=True)
@@ -322,6 +373,9 @@ class ProtocolModel(RuleBasedStateMachine):
             except TransactionLostError as e:
                 self.on_lost(e)
                 ignore_lost, fresh = True, False
+            except ServiceUnavailableError:
+                event("restore failed on a service outage; driver started again")
+                fresh = False
             finally:
                 self.h.config = self.config
         raise AssertionError("the restore kept failing")
@@ -464,6 +518,25 @@ class ProtocolModel(RuleBasedStateMachine):
         else:
             self.world.postgres.restart_at = at
 
+    @rule(n=st.integers(1, 4))
+    @traced
+    def another_iceberg_writer_wins(self, n: int) -> None:
+        """The next ``n`` Iceberg commits lose to another writer's append (up to 4, one more than
+        the committer's attempts: the commit then answers RETRY)."""
+        self.world.iceberg.conflicts = min(4, self.world.iceberg.conflicts + n)
+
+    @rule(n=st.integers(1, 2))
+    @traced
+    def iceberg_catalog_unreachable(self, n: int) -> None:
+        """The Iceberg catalog refuses its next ``n`` connections (whichever operation asks)."""
+        self.world.iceberg.refused = n
+
+    @rule(applied=st.booleans(), kind=st.sampled_from(LOST_ANSWERS))
+    @traced
+    def iceberg_commit_answer_lost(self, applied: bool, kind: str) -> None:
+        """The next Iceberg commit's answer is lost: it was applied (or not), the client hears ``kind``."""
+        self.world.iceberg.lost_answers.append((applied, kind))
+
     @rule(ms=st.sampled_from((20, 100)))
     @traced
     def commits_stall(self, ms: int) -> None:
@@ -521,7 +594,7 @@ class ProtocolModel(RuleBasedStateMachine):
     def after_delete(self) -> None:
         """Cancel with DELETE committed what checkpoints promised and discarded in-progress files."""
         got = self.readback()
-        for sink in ("k", "d", "p"):
+        for sink in ("k", "d", "p", "i"):
             self.check(got[sink] == +self.expected[sink], f"sink {sink} after cancel with delete")
         self.check(not got["s"] - self.expected["s"], "sink s after cancel with delete")
         self.expected["s"] = got["s"]
@@ -578,6 +651,8 @@ class ProtocolModel(RuleBasedStateMachine):
         for e in self.world.postgres.events:
             if e.startswith("restarted "):
                 event(f"PostgreSQL {e}")
+        for e in dict.fromkeys(self.world.iceberg.events):
+            event(f"Iceberg: {e}")
         got = self.readback()
         for sink in SINKS:
             want = +self.expected[sink]
@@ -586,7 +661,8 @@ class ProtocolModel(RuleBasedStateMachine):
         lingering = self.world.lingering(S3_PREFIX)
         lingering["s3"] = sorted(set(lingering["s3"]) - s3_held_by_stored_checkpoints(self.storage, "s"))
         self.check(
-            lingering == {"kafka": [], "s3": [], "delta": [], "postgres": []}, f"lingering: {lingering}"
+            lingering == {"kafka": [], "s3": [], "delta": [], "postgres": [], "iceberg": []},
+            f"lingering: {lingering}",
         )
 
 
@@ -632,3 +708,30 @@ def test_a_restore_that_meets_a_postgres_restart_is_retried(monkeypatch: pytest.
     m.nothing_lands_that_no_durable_checkpoint_promised()
     m.teardown()
     assert "restarted before rollback" in m.world.postgres.events
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_restore_whose_iceberg_commit_answer_is_lost_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the model check once Iceberg joined it: the driver dies after persisting a
+    checkpoint; the restore's re-commit to Iceberg is applied but its answer lost (a REST
+    catalog's ``CommitStateUnknownException``). The committer answered FATAL and the restore failed
+    (``CommitFailedError``); it answers RETRY now, the retry's re-check finds the snapshot, and the
+    life ends exactly once."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(async_commit=True, retained=3, pool_size=4, rolling="on_checkpoint", cleanup=CleanupMode.DELETE)
+    m.iceberg_commit_answer_lost(applied=True, kind="rest_unknown")
+    m.epoch(
+        parts=4,
+        size=3,
+        tasks=["ok", "fails", "ok", "lost", "ok", "lost"],
+        point="mid_write",
+        driver="after_persist",  # the restore re-commits checkpoint 1
+        publish="ok",
+        notify=True,
+        down_ms=8 * 24 * 3600 * 1000,
+        on_failure="fail_over",
+    )
+    m.iceberg_commits_each_checkpoint_once_and_keeps_the_other_writer()
+    m.teardown()
+    assert "commit applied, answer lost (rest_unknown)" in m.world.iceberg.events

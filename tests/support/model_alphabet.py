@@ -21,10 +21,12 @@ JOB = "job"
 """The job id of every life."""
 TOPIC = "events"
 S3_PREFIX = "data/s"
-SINKS = ("k", "s", "d", "p")
-"""Kafka, S3, Delta and PostgreSQL."""
+SINKS = ("k", "s", "d", "p", "i")
+"""Kafka, S3, Delta, PostgreSQL and Iceberg."""
 PG_TABLE = "events"
 """The PostgreSQL sink's table (the model holds its key column)."""
+ICEBERG_TABLE = "lake.events"
+"""The Iceberg sink's table (``ModelWorld.iceberg_table``)."""
 DRIVER_POINTS = ("before_persist", "after_persist", "mid_commit", "after_commit")
 END_POINTS = (*DRIVER_POINTS, "during_finish", "during_final_checkpoint", "during_stop_with_savepoint")
 TASKS = ("ok",) * 12 + ("fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
