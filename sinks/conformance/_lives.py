@@ -1,0 +1,632 @@
+"""The conformance kit's state machine: random lives of a job over one sink, through twophase's
+production code, checked against an accounting of what durable checkpoints promised.
+
+The accounting: an epoch's records are *promised* once its checkpoint is durable (it landed in
+checkpoint storage), once each; nothing else may ever be visible (checked after every step), and
+at the end of a life (the job driven to FINISHED) everything promised is visible, exactly once,
+and nothing lingers. Records a ``LOST`` answer owned may be missing, and only when the system
+really dropped them (:meth:`SinkContract.lose`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import typing
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any, Concatenate, Final, ParamSpec, Protocol, TypeVar
+
+import pyarrow as pa
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
+from twophase.coordinator.commit_policy import CommitPolicy
+from twophase.coordinator.epoch import Epoch
+from twophase.coordinator.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.testing.clock import ManualClock
+from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
+from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
+from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.conformance.violation import ContractViolation
+from twophase.sinks.errors import (
+    CommitFailedError,
+    ConcurrentAttemptError,
+    ServiceUnavailableError,
+    TransactionLostError,
+)
+from twophase.sinks.outcome import CommitOutcome
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+P = ParamSpec("P")
+R = TypeVar("R")
+
+TASKS: Final = ("ok", "ok", "fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+"""How one partition's task goes (see :data:`TASK_WORDS`); ``ok`` twice, so most tasks succeed."""
+TASK_WORDS: Final = {
+    "ok": "succeeds",
+    "fails": "attempt 0 fails at {point} (its loop aborts what it opened), attempt 1 succeeds",
+    "lost": "attempt 0's executor dies at {point} (nothing cleaned up), attempt 1 succeeds",
+    "zombie_reports": "succeeds; then a zombie attempt 1 writes the same data and reports too",
+    "zombie_silent": "succeeds; then a zombie attempt 1 writes the same data and never reports",
+    "stage_fails": "fails every attempt: the stage fails",
+}
+TASK_POINTS: Final = ("before_write", "mid_write", "after_pre_commit")
+DRIVER_POINTS: Final = ("before_persist", "after_persist", "mid_commit", "after_commit")
+"""Where the driver may die during an epoch (:data:`twophase.coordinator.faults.POINTS`)."""
+DRIVER_CALLS: Final = (
+    "commit",
+    "recover_and_commit",
+    "commit_checkpoint",
+    "recover_and_commit_checkpoint",
+    "abort",
+    "recover_and_abort",
+    "abort_lingering",
+)
+"""The driver-side calls the history shows, with their answers."""
+COMMIT_FAILED: Final = "a pre-committed transaction must commit, once, whatever retries it"
+"""The check a failed commit breaks: after pre-commit, only a lost transaction may fail to commit."""
+TOLERATED: Final = (ConcurrentAttemptError, ServiceUnavailableError)
+"""Errors a sink may raise in an epoch without breaking the contract: the epoch fails and is retried."""
+
+
+class ContractHooks(Protocol):
+    """What a life needs of the contract under test (:class:`~twophase.sinks.conformance.SinkContract`)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def max_partitions(self) -> int: ...
+    @property
+    def max_records(self) -> int: ...
+    def new_system(self) -> Any: ...
+    def make_sink(self, system: Any) -> AnySink: ...
+    def read_committed(self, system: Any) -> Iterable[str]: ...
+    def lingering(self, system: Any) -> Iterable[str]: ...
+    def batch(self, keys: Sequence[str]) -> pa.RecordBatch: ...
+    def executor_copy(self, sink: AnySink) -> AnySink: ...
+    def lose(self, system: Any, committables: Sequence[Any]) -> bool: ...
+    def close_system(self, system: Any) -> None: ...
+
+    @property
+    def supports_loss(self) -> bool: ...
+
+
+class TaskFailure(Exception):
+    """A task attempt raised (injected): its executor loop aborts what it opened."""
+
+
+class ExecutorLost(BaseException):
+    """A task attempt's executor died (injected): nothing is cleaned up."""
+
+
+def _raise_at(point: str, error: BaseException) -> Callable[[str], None]:
+    def hook(reached: str) -> None:
+        if reached == point:
+            raise error
+
+    return hook
+
+
+def _no_fault(point: str) -> None:
+    return None
+
+
+def _step(method: Callable[Concatenate[ContractLives, P], R]) -> Callable[Concatenate[ContractLives, P], R]:
+    """Run one step of a life: an error the contract does not allow becomes a
+    :class:`ContractViolation` with the history; any failure marks the life broken, so that
+    teardown adds no second one."""
+
+    @functools.wraps(method)
+    def run(self: ContractLives, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except ContractViolation:
+            self.broken = True
+            raise
+        except CommitFailedError as e:
+            raise self.fail(COMMIT_FAILED, str(e)) from e
+        except Exception as e:
+            raise self.fail("an error the contract does not allow", f"{type(e).__name__}: {e}") from e
+        except BaseException:
+            self.broken = True
+            raise
+
+    return typing.cast("Callable[Concatenate[ContractLives, P], R]", run)
+
+
+def _short(keys: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(keys[:limit])
+    return f"[{shown}{', ...' if len(keys) > limit else ''}]"
+
+
+class ContractLives(RuleBasedStateMachine):
+    """One random life of a job over ``contract``'s sink; see the module docstring."""
+
+    def __init__(self, contract: ContractHooks) -> None:
+        super().__init__()
+        self.contract = contract
+        self.system = contract.new_system()
+        self.broken = False
+        self.history: list[str] = []
+        self.clock = ManualClock()
+        self.storage = InMemoryCheckpointStorage(contract.job_id)
+        self.config = self.base_config = RuntimeConfig(
+            checkpoint=CheckpointConfig(retained_checkpoints=3),
+            commit=CommitPolicy(max_attempts=4, initial_backoff_ms=1, max_backoff_ms=2),
+            restart=RestartStrategy.fixed_delay(1_000_000, 0),
+        )
+        self.promised: Counter[str] = Counter()
+        self.may_be_missing: Counter[str] = Counter()
+        self.batches: dict[int, list[str]] = {}
+        self.next_batch = 1
+        self.batch_of: dict[int, int] = {}
+        """Checkpoint id → the batch its epoch wrote (set when the epoch begins)."""
+        self.durable: set[int] = set()
+        self.acknowledged: dict[int, list[Any]] = {}
+        """Checkpoint id → the encoded committables its epoch acknowledged."""
+        self.committed_through = 0
+        """Every durable checkpoint up to this id is committed (notified, or recovered)."""
+        self.losing: int | None = None
+        """The durable checkpoint whose transactions :meth:`SinkContract.lose` dropped, until a
+        restore answers LOST for it."""
+        self.lost: set[int] = set()
+        """Checkpoints a restore answered LOST for (the system dropped them)."""
+        self.h: TwoPhaseHarness | None = None
+        self._depth = 0
+        self.start_driver("the driver starts")
+
+    # -- plain words --------------------------------------------------------------------------------
+
+    def say(self, line: str) -> None:
+        self.history.append(f"{sum(1 for h in self.history if not h.startswith(' ')) + 1}. {line}")
+
+    def note(self, line: str) -> None:
+        self.history.append(f"     {line}")
+
+    def fail(self, check: str, detail: str) -> ContractViolation:
+        self.broken = True
+        return ContractViolation(check, detail, self.history)
+
+    # -- the sink, as each process sees it ----------------------------------------------------------
+
+    def driver_sink(self) -> AnySink:
+        """A new sink for a new driver process, validated, its driver-side calls shown in the history."""
+        sink = self.contract.make_sink(self.system)
+        sink.validate(self.contract.batch([]).schema)
+        self.pristine = self.contract.make_sink(self.system)
+        """What executor copies are made from: the driver's sink as configured and validated
+        (without the history's wrappers, which do not pickle)."""
+        self.pristine.validate(self.contract.batch([]).schema)
+        for name in DRIVER_CALLS:
+            if hasattr(sink, name):
+                setattr(sink, name, self._shown(name, getattr(sink, name)))
+        return sink
+
+    def _shown(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def shown(*args: Any) -> Any:
+            self._depth += 1
+            try:
+                answer = call(*args)
+            except Exception as e:
+                if self._depth == 1:
+                    self.note(f"driver: {name} raised {type(e).__name__}: {e}")
+                raise
+            finally:
+                self._depth -= 1
+            if self._depth == 0:
+                self.note(f"driver: {name} -> {answer.name if isinstance(answer, CommitOutcome) else answer}")
+            return answer
+
+        return shown
+
+    # -- driver processes ---------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Any:
+        assert self.h is not None
+        return self.h.runtime
+
+    def start_driver(self, why: str) -> None:
+        """A new driver process: new sink, new runtime over the same checkpoint storage, restore.
+        A restore answering LOST is accepted only for transactions the system really dropped."""
+        if self.h is not None:
+            self.h.runtime.abandon()
+        self.say(why)
+        self.observe()
+        for _ in range(3):
+            self.h = TwoPhaseHarness(
+                [self.driver_sink()],
+                job_id=self.contract.job_id,
+                config=self.config,
+                storage=self.storage,
+                clock=self.clock,
+            )
+            try:
+                self.h.restore()
+            except TransactionLostError as e:
+                self.accept_lost(e)
+                continue
+            except SimulatedCrash as crash:  # a fault armed for a commit fired during recovery
+                self.note(f"the driver dies again at {crash.point}")
+                continue
+            self.committed_through = max(self.durable, default=0)
+            self.config = self.base_config  # ignore_lost_on_recovery was for that one restore
+            return
+        raise self.fail("restore never succeeds", "three driver processes in a row failed to restore")
+
+    def accept_lost(self, error: TransactionLostError) -> None:
+        self.note(f"the restore fails: {type(error).__name__}")
+        if self.losing is None:
+            raise self.fail(
+                "LOST only when the data is really gone",
+                f"a restore reported a lost transaction, but the system dropped nothing: {error}",
+            )
+        seen = self.visible()
+        shown = sorted(seen & Counter(self.batches[self.batch_of[self.losing]]))
+        if shown:
+            raise self.fail(
+                "LOST only when the data is really gone",
+                f"checkpoint {self.losing} was reported LOST, yet its records are visible: {_short(shown)}",
+            )
+        event("a restore answered LOST for what the system dropped")
+        self.may_be_missing += self.promised - seen
+        self.lost.add(self.losing)
+        self.losing = None
+        commit = replace(self.config.commit, ignore_lost_on_recovery=True)
+        self.config = replace(self.config, commit=commit)
+        self.note("as the system dropped them: the next driver restores with ignore_lost_on_recovery")
+
+    def driver_crashed(self, crash: SimulatedCrash) -> None:
+        event(f"the driver died at {crash.point}")
+        self.note(f"the driver dies at {crash.point}")
+        self.observe()
+        self.start_driver("a new driver process starts and restores")
+
+    def fail_over(self, error: BaseException) -> None:
+        """The engine's query fails; the job restarts in-process (restore from the latest checkpoint)."""
+        self.note(f"the epoch fails ({type(error).__name__}); the job fails over")
+        self.observe()
+        self.start_driver("the job restarts: restore from the latest checkpoint")
+
+    # -- the accounting -----------------------------------------------------------------------------
+
+    def visible(self) -> Counter[str]:
+        return Counter(self.contract.read_committed(self.system))
+
+    def observe(self) -> None:
+        """Promise the records of every epoch checkpoint that became durable."""
+        for ref in self.storage.list_checkpoints():
+            meta = self.storage.load(ref)
+            c = meta.checkpoint_id
+            n = self.batch_of.get(c)
+            position = meta.source_position or {}
+            if n is None or c in self.durable or position.get("batch_id") != n:
+                continue
+            self.durable.add(c)
+            self.promised.update(self.batches[n])
+            self.note(f"checkpoint {c} is durable: batch {n}'s {len(self.batches[n])} records are promised")
+
+    def check_hidden(self, keys: Sequence[str], when: str) -> None:
+        shown = sorted(self.visible() & Counter(keys))
+        if shown:
+            raise self.fail("no record visible before commit", f"{when}, yet visible: {_short(shown)}")
+
+    @invariant()
+    def nothing_visible_unpromised_or_twice(self) -> None:
+        if self.broken:
+            return
+        extra = self.visible() - self.promised
+        if extra:
+            twice = sorted(k for k in extra if self.promised[k])
+            never = sorted(k for k in extra if not self.promised[k])
+            raise self.fail(
+                "nothing twice, nothing uncommitted",
+                f"visible twice: {_short(twice)}; visible without a durable checkpoint: {_short(never)}",
+            )
+
+    # -- tasks --------------------------------------------------------------------------------------
+
+    def run_tasks(
+        self, plan: EpochPlan, records: Sequence[str], tasks: Sequence[str], point: str
+    ) -> list[Acknowledgement]:
+        """One task per partition, each through the production executor loop on its own copy of
+        the sink, going as ``tasks[p]`` says; returns the reports the driver receives."""
+        acks: list[Acknowledgement] = []
+        for p in range(plan.num_partitions):
+            keys = list(records[p :: plan.num_partitions])
+            batches = [self.contract.batch(keys[:1]), self.contract.batch(keys[1:])] if keys else []
+            how = tasks[p % len(tasks)]
+            event(f"a task {how}" + (f" at {point}" if how in ("fails", "lost") else ""))
+            self.note(f"partition {p} {_short(keys)}: " + TASK_WORDS[how].format(point=point))
+            if how == "stage_fails":
+                raise TaskFailure(f"partition {p} failed every attempt")
+            if how in ("fails", "lost"):
+                error: BaseException = TaskFailure(point) if how == "fails" else ExecutorLost(point)
+                try:
+                    acks += self.attempt(plan, p, 0, batches, _raise_at(point, error), killed=how == "lost")
+                    continue  # the point was never reached (nothing to write)
+                except (TaskFailure, ExecutorLost):
+                    pass
+                acks += self.attempt(plan, p, 1, batches)
+                continue
+            acks += self.attempt(plan, p, 0, batches)
+            if how.startswith("zombie"):
+                late = self.attempt(plan, p, 1, batches)
+                acks += late if how == "zombie_reports" else []
+        return acks
+
+    def attempt(
+        self,
+        plan: EpochPlan,
+        partition: int,
+        attempt: int,
+        batches: Sequence[Any],
+        fault: Callable[[str], None] = _no_fault,
+        *,
+        killed: bool = False,
+    ) -> list[Acknowledgement]:
+        copies = (self.contract.executor_copy(self.pristine),)
+        if killed:  # a dead executor runs no clean-up
+            for sink in copies:
+                sink.abort_open = lambda txn: None  # type: ignore[method-assign]
+        return write_subtasks(replace(plan, sinks=copies), partition, attempt, batches, fault=fault)
+
+    def acknowledge(self, epoch: Epoch, acks: Sequence[Acknowledgement]) -> None:
+        accepted = []
+        for ack in acks:
+            try:
+                if epoch.acknowledge(ack) and ack.committable is not None:
+                    accepted.append(ack.committable)
+            except DuplicateAcknowledgementError:
+                self.note(f"the driver discards attempt {ack.attempt}'s report of partition {ack.partition}")
+                epoch.discard(ack)
+        self.acknowledged[epoch.checkpoint_id] = accepted
+
+    # -- steps --------------------------------------------------------------------------------------
+
+    def records_of(self, n: int, size: int) -> list[str]:
+        """Batch ``n``'s records: drawn the first time, the same when the batch is replayed."""
+        return self.batches.setdefault(n, [f"b{n}r{i}" for i in range(min(size, self.contract.max_records))])
+
+    def position(self, n: int) -> dict[str, object]:
+        return {"engine": "spark", "query_id": "conformance", "batch_id": n}
+
+    @rule(
+        parts=st.integers(1, 3),
+        size=st.integers(0, 5),
+        tasks=st.lists(st.sampled_from(TASKS), min_size=3, max_size=3),
+        point=st.sampled_from(TASK_POINTS),
+        crash=st.none() | st.sampled_from(DRIVER_POINTS),
+        notify=st.sampled_from((True, True, False)),
+    )
+    @_step
+    def epoch(
+        self, parts: int, size: int, tasks: list[str], point: str, crash: str | None, notify: bool
+    ) -> None:
+        """The engine's next batch (the same records when it is replayed after a failure)."""
+        parts = min(parts, self.contract.max_partitions)
+        n = self.next_batch
+        records = self.records_of(n, size)
+        rt = self.runtime
+        if rt.replay_check(self.position(n)):
+            self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
+            self.next_batch += 1
+            self.observe()
+            return
+        words = f"; the driver dies at {crash} if it gets there" if crash else ""
+        words += "" if notify else "; the commit notification is lost"
+        self.say(f"batch {n}: {len(records)} records on {parts} partitions{words}")
+        if crash is not None:
+            self.h.crash_at(crash)  # type: ignore[union-attr]
+        epoch = rt.begin_epoch(parts, self.position(n))
+        self.batch_of[epoch.checkpoint_id] = n
+        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
+        try:
+            self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, tasks, point))
+            self.check_hidden(records, f"batch {n} is pre-committed, its checkpoint not complete")
+            rt.complete_epoch(epoch, notify=notify)
+            if notify:
+                self.committed_through = epoch.checkpoint_id
+            else:
+                self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} is durable, not committed")
+            self.next_batch += 1
+            self.observe()
+        except ContractViolation:
+            raise
+        except SimulatedCrash as crash_:
+            self.driver_crashed(crash_)
+        except TransactionLostError as e:
+            raise self.fail("LOST only when the data is really gone", f"a commit answered LOST: {e}") from e
+        except (TaskFailure, *TOLERATED) as e:
+            rt.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
+            self.fail_over(e)
+        finally:
+            if self.h is not None:
+                self.h.faults.disarm()
+
+    @rule()
+    @_step
+    def driver_dies(self) -> None:
+        """The driver dies between two epochs; a new one restores (recover-and-commit, lingering abort)."""
+        self.say("the driver dies between epochs")
+        self.start_driver("a new driver process starts and restores")
+
+    @rule(parts=st.integers(1, 3), size=st.integers(1, 5))
+    @_step
+    def checkpoint_fails(self, parts: int, size: int) -> None:
+        """Every task pre-commits, then the checkpoint is declined: the driver aborts what was
+        pre-committed (``abort``), and aborting again must change nothing."""
+        parts = min(parts, self.contract.max_partitions)
+        n = self.next_batch
+        records = self.records_of(n, size)
+        rt = self.runtime
+        if rt.replay_check(self.position(n)):
+            self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
+            self.next_batch += 1
+            return
+        self.say(f"batch {n}: {len(records)} records on {parts} partitions; the checkpoint is then declined")
+        epoch = rt.begin_epoch(parts, self.position(n))
+        self.batch_of[epoch.checkpoint_id] = n
+        try:
+            self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
+        except TOLERATED as e:
+            rt.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
+            self.fail_over(e)
+            return
+        rt.abort_epoch(epoch, "declined by the conformance kit")
+        self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} was aborted")
+        sink = self.h.sink(self.runtime_sink_name())  # type: ignore[union-attr]
+        self.say(f"abort checkpoint {epoch.checkpoint_id}'s transactions again")
+        for payload in self.acknowledged.get(epoch.checkpoint_id, []):
+            sink.abort(sink.decode(payload))
+        self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} was aborted twice")
+        self.fail_over(TaskFailure("the checkpoint was declined"))
+
+    def runtime_sink_name(self) -> str:
+        assert self.h is not None
+        return self.h.sinks[0].name
+
+    @precondition(lambda self: self.committed_through in self.durable)
+    @rule(recovering=st.booleans())
+    @_step
+    def commit_again(self, recovering: bool) -> None:
+        """Commit the latest committed checkpoint again, from a new driver process: the answer must
+        be ``ALREADY_COMMITTED`` and nothing may change for a reader."""
+        c = self.committed_through
+        if c != max(self.durable) or c in self.lost:
+            return
+        payloads = self.acknowledged.get(c, [])
+        how = "recover_and_commit" if recovering else "commit"
+        self.say(f"{how} checkpoint {c}'s {len(payloads)} transactions again, from a new driver process")
+        sink = self.driver_sink()
+        committables = [sink.decode(p) for p in payloads]
+        before = self.visible()
+        answers: list[CommitOutcome] = []
+        try:
+            if isinstance(sink, CheckpointCommitSink):
+                if committables:
+                    call = sink.recover_and_commit_checkpoint if recovering else sink.commit_checkpoint
+                    answers.append(call(c, committables))
+            else:
+                for committable in committables:
+                    answers.append((sink.recover_and_commit if recovering else sink.commit)(committable))
+        except Exception as e:
+            raise self.fail(
+                "commit is not idempotent",
+                f"committing checkpoint {c} again raised {type(e).__name__}: {e}"
+                " (contract: ALREADY_COMMITTED)",
+            ) from e
+        finally:
+            sink.close()
+        wrong = [a.name for a in answers if a is not CommitOutcome.ALREADY_COMMITTED]
+        if wrong:
+            raise self.fail(
+                "commit is not idempotent",
+                f"committing checkpoint {c} again answered {', '.join(wrong)} (contract: ALREADY_COMMITTED)",
+            )
+        event(f"a second {how} answered ALREADY_COMMITTED")
+        after = self.visible()
+        if after != before:
+            raise self.fail(
+                "commit is not idempotent",
+                f"committing checkpoint {c} again changed what a reader sees: "
+                f"new {_short(sorted(after - before))}, gone {_short(sorted(before - after))}",
+            )
+
+    @precondition(lambda self: self.contract.supports_loss)
+    @rule(parts=st.integers(1, 3), size=st.integers(1, 5))
+    @_step
+    def transactions_lost(self, parts: int, size: int) -> None:
+        """An epoch's checkpoint is durable but its notification lost; the system then drops its
+        pre-committed transactions (:meth:`SinkContract.lose`) and the driver dies: the restore
+        must answer LOST, and none of those records may be visible."""
+        parts = min(parts, self.contract.max_partitions)
+        n = self.next_batch
+        records = self.records_of(n, size)
+        rt = self.runtime
+        if rt.replay_check(self.position(n)):
+            self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
+            self.next_batch += 1
+            return
+        self.say(f"batch {n}: {len(records)} records on {parts} partitions; the commit notification is lost")
+        epoch = rt.begin_epoch(parts, self.position(n))
+        self.batch_of[epoch.checkpoint_id] = n
+        try:
+            self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
+            rt.complete_epoch(epoch, notify=False)
+        except TOLERATED as e:
+            rt.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
+            self.fail_over(e)
+            return
+        self.next_batch += 1
+        self.observe()
+        c = epoch.checkpoint_id
+        sink = self.h.sink(self.runtime_sink_name())  # type: ignore[union-attr]
+        committables = [sink.decode(p) for p in self.acknowledged.get(c, [])]
+        if not committables or not self.contract.lose(self.system, committables):
+            return
+        self.say(f"the system drops checkpoint {c}'s {len(committables)} pre-committed transactions")
+        self.losing = c
+        self.start_driver("the driver dies; a new one restores")
+        if self.losing is not None:  # the restore answered COMMITTED or ALREADY_COMMITTED
+            self.losing = None
+            missing = sorted(Counter(records) - self.visible())
+            if missing:
+                raise self.fail(
+                    "LOST only when the data is really gone",
+                    f"the restore committed checkpoint {c}, which the system had dropped, and answered "
+                    f"success, but its records are missing: {_short(missing)}",
+                )
+
+    # -- the end ------------------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        try:
+            if not self.broken and self.h is not None:
+                _step(ContractLives.finish_and_check)(self)
+        finally:
+            if self.h is not None:
+                self.h.runtime.abandon()
+            self.contract.close_system(self.system)
+
+    def finish_and_check(self) -> None:
+        """Drive the job to FINISHED (end of input: FLIP-147's final checkpoint), then check that
+        every promise is kept exactly once and that nothing lingers."""
+        self.say("end of input: the job finishes")
+        for _ in range(5):
+            try:
+                self.runtime.finish()
+            except SimulatedCrash as crash:
+                self.driver_crashed(crash)
+                continue
+            except TOLERATED as e:
+                self.fail_over(e)
+                continue
+            if self.runtime.state is JobState.FINISHED:
+                break
+        else:
+            raise self.fail("the job finishes", "five attempts to finish the job failed")
+        self.runtime.close()
+        self.observe()
+        got = self.visible()
+        extra = sorted(got - self.promised)
+        missing = sorted(self.promised - got - self.may_be_missing)
+        if extra or missing:
+            raise self.fail(
+                "every durable record exactly once",
+                f"after the job finished: missing {_short(missing)}, extra {_short(extra)}",
+            )
+        event("a life ended with records visible" if self.promised else "a life ended without a record")
+        left = sorted(self.contract.lingering(self.system))
+        if left:
+            raise self.fail("lingering abort", f"after the job finished, left open: {_short(left)}")
