@@ -75,6 +75,8 @@ WAREHOUSE = f"{SCHEME}://warehouse"
 """Where the catalog places tables (``<warehouse>/<namespace>/<table>``)."""
 FOREIGN = "other"
 """Key prefix of the rows the other writer appends."""
+REFUSED = "refused a connection"
+"""The event of a refused catalog connection (:attr:`IcebergModel.events`)."""
 LOST_ANSWERS = ("rest_unknown", "sql_connection_lost", "socket_reset")
 """How a commit's lost answer reaches the client (:class:`IcebergModel`)."""
 
@@ -350,7 +352,7 @@ class IcebergModel:
         with self._lock:
             if self.refused > 0:
                 self.refused -= 1
-                self.events.append("refused a connection")
+                self.events.append(REFUSED)
                 raise ConnectionRefusedError(111, "Connection refused: catalog unreachable")
         return ModelCatalog(self)
 
