@@ -223,7 +223,9 @@ class ContractLives(RuleBasedStateMachine):
                 raise
             finally:
                 self._depth -= 1
-            if self._depth == 0:
+            if self._depth == 0 and answer is None:
+                self.note(f"driver: {name}")
+            elif self._depth == 0:
                 self.note(f"driver: {name} -> {answer.name if isinstance(answer, CommitOutcome) else answer}")
             return answer
 
@@ -294,7 +296,7 @@ class ContractLives(RuleBasedStateMachine):
 
     def fail_over(self, error: BaseException) -> None:
         """The engine's query fails; the job restarts in-process (restore from the latest checkpoint)."""
-        self.note(f"the epoch fails ({type(error).__name__}); the job fails over")
+        self.note(f"the epoch fails ({type(error).__name__}: {error}); the job fails over")
         self.observe()
         self.start_driver("the job restarts: restore from the latest checkpoint")
 
@@ -477,6 +479,7 @@ class ContractLives(RuleBasedStateMachine):
         self.say(f"batch {n}: {len(records)} records on {parts} partitions; the checkpoint is then declined")
         epoch = rt.begin_epoch(parts, self.position(n))
         self.batch_of[epoch.checkpoint_id] = n
+        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
         try:
             self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
         except TOLERATED as e:
@@ -486,7 +489,7 @@ class ContractLives(RuleBasedStateMachine):
         rt.abort_epoch(epoch, "declined by the conformance kit")
         self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} was aborted")
         sink = self.h.sink(self.runtime_sink_name())  # type: ignore[union-attr]
-        self.say(f"abort checkpoint {epoch.checkpoint_id}'s transactions again")
+        self.note(f"the kit aborts checkpoint {epoch.checkpoint_id}'s transactions again")
         for payload in self.acknowledged.get(epoch.checkpoint_id, []):
             sink.abort(sink.decode(payload))
         self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} was aborted twice")
@@ -561,6 +564,7 @@ class ContractLives(RuleBasedStateMachine):
         self.say(f"batch {n}: {len(records)} records on {parts} partitions; the commit notification is lost")
         epoch = rt.begin_epoch(parts, self.position(n))
         self.batch_of[epoch.checkpoint_id] = n
+        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
         try:
             self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
             rt.complete_epoch(epoch, notify=False)

@@ -136,7 +136,7 @@ class TestLocalFilesSink(SinkContract[Path]):
 
     def lose(self, system: Path, committables: Any) -> bool:
         for c in committables:  # as if someone cleaned the staging folder
-            Path(c.pending).unlink()
+            Path(c.pending).unlink(missing_ok=True)
         return True
 
 
