@@ -538,8 +538,11 @@ class ProtocolModel(RuleBasedStateMachine):
     @rule(applied=st.booleans(), kind=st.sampled_from(LOST_ANSWERS))
     @traced
     def iceberg_commit_answer_lost(self, applied: bool, kind: str) -> None:
-        """The next Iceberg commit's answer is lost: it was applied (or not), the client hears ``kind``."""
-        self.world.iceberg.lost_answers.append((applied, kind))
+        """The next Iceberg commit's answer is lost: it was applied (or not), the client hears
+        ``kind``. At most three armed: fewer than the commit policy's attempts, which answers of
+        commits never applied would otherwise exhaust (failing a restore, a supervisor's business)."""
+        if len(self.world.iceberg.lost_answers) < 3:
+            self.world.iceberg.lost_answers.append((applied, kind))
 
     @rule(ms=st.sampled_from((20, 100)))
     @traced
