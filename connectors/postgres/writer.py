@@ -9,9 +9,12 @@ API, ``tpc_begin`` / ``tpc_prepare``):
    ``SET LOCAL lock_timeout``; in upsert mode create the staging table
    ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary tables cannot be
    prepared).
-2. ``write``: each Arrow batch goes in by ``COPY … FROM STDIN (FORMAT BINARY)``, typed with the
-   table's column types (psycopg's ``Copy.set_types`` encodes each value).
-3. ``pre_commit``: upsert mode moves the staged rows with ``INSERT … SELECT DISTINCT ON (key) …
+2. ``write``: the Arrow batches go in by ONE ``COPY … FROM STDIN (FORMAT BINARY)`` per
+   transaction, opened by the first batch and ended by ``pre_commit``, typed with the table's
+   column types (psycopg's ``Copy.set_types`` encodes each value). psycopg's ``QueuedLibpqWriter``
+   sends the data from a thread while the task formats the next rows (psycopg docs, "Copy.writer").
+   The server reports a refused row when the COPY ends: in ``pre_commit`` for the last rows.
+3. ``pre_commit``: ends the COPY; upsert mode moves the staged rows with ``INSERT … SELECT DISTINCT ON (key) …
    ON CONFLICT (key) DO UPDATE`` (the last row of a key in the transaction wins) and drops the
    staging table; a row goes into the commit-record table; ``PREPARE TRANSACTION '<gid>'``
    (``tpc_prepare``). The connection is closed: the prepared transaction is the server's now and
@@ -21,13 +24,16 @@ API, ``tpc_begin`` / ``tpc_prepare``):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
+from psycopg.copy import QueuedLibpqWriter
 
 from twophase.connectors.postgres import naming
 from twophase.connectors.postgres.committable import PostgresCommittable
@@ -63,6 +69,9 @@ class PostgresTransaction:
     records: int = 0
     state: str = "open"
     staging: str | None = field(default=None)
+    # the transaction's open COPY (psycopg's Copy) and what closes it and its cursor
+    _copy: Any = field(default=None, repr=False)
+    _copy_exit: contextlib.ExitStack | None = field(default=None, repr=False)
 
     @classmethod
     def open(
@@ -103,11 +112,14 @@ class PostgresTransaction:
         return txn
 
     def write(self, batch: pa.RecordBatch) -> None:
-        """COPY the rows of ``batch`` (its written columns) into the target or staging table.
+        """COPY the rows of ``batch`` (its written columns) into the target or staging table, on the
+        transaction's COPY (opened by the first batch).
 
         Raises:
             SchemaError: a written column is missing from the batch.
-            RecordError: the server refused a row (names the batch's checkpoint and partition).
+            RecordError: a value cannot be encoded as its column's type, or the server refused a
+                row (names the batch's checkpoint and partition). The server may report a refused
+                row only when the COPY ends, in :meth:`pre_commit`.
             ServiceUnavailableError: the connection broke.
         """
         if self.state != "open":
@@ -118,20 +130,16 @@ class PostgresTransaction:
         missing = [c for c in plan.columns if batch.schema.get_field_index(c) < 0]
         if missing:
             raise SchemaError(f"batch lacks written column(s) {missing}")
-        target = self.staging or self.config.table
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-            sql.Identifier(self.config.schema, target),
-            sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns),
-        )
         values = [batch.column(batch.schema.get_field_index(c)).to_pylist() for c in plan.columns]
         try:
-            with self.conn.cursor() as cur, cur.copy(statement) as copy:
-                copy.set_types(list(plan.type_names))
-                for row in zip(*values, strict=True):
-                    copy.write_row(row)
+            copy = self._copy if self._copy is not None else self._open_copy(plan)
+            for row in zip(*values, strict=True):
+                copy.write_row(row)
         except psycopg.OperationalError as e:
+            self._abort_copy()
             raise _service_error(self.config, "write", e) from None
         except (psycopg.Error, ValueError, TypeError, OverflowError) as e:
+            self._abort_copy()
             raise RecordError(
                 f"PostgreSQL {self.config.where} refused a row of checkpoint {self.ctx.checkpoint_id}, "
                 f"partition {self.ctx.partition} (batch of {batch.num_rows} rows): "
@@ -159,6 +167,17 @@ class PostgresTransaction:
         config, ctx = self.config, self.ctx
         parts = naming.parse_gid(self.gid)
         assert parts is not None
+        try:
+            self._end_copy()
+        except psycopg.OperationalError as e:
+            self._close(rollback=False)
+            raise _service_error(config, "the end of the COPY", e) from None
+        except (psycopg.Error, ValueError, TypeError, OverflowError) as e:
+            self._close(rollback=False)
+            raise RecordError(
+                f"PostgreSQL {config.where} refused a row of checkpoint {ctx.checkpoint_id}, "
+                f"partition {ctx.partition} ({self.records} rows written): {error_text(config, e)}"
+            ) from None
         try:
             if self.staging is not None:
                 self._upsert()
@@ -224,6 +243,37 @@ class PostgresTransaction:
                 raise _service_error(config, "the table check", e) from None
         return self.plan
 
+    def _open_copy(self, plan: WritePlan) -> Any:
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+            sql.Identifier(self.config.schema, self.staging or self.config.table),
+            sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns),
+        )
+        with contextlib.ExitStack() as stack:
+            cur = stack.enter_context(self.conn.cursor())
+            # a queued writer needs libpq: a connector's stand-in connection (the protocol model's)
+            # gets its own plain COPY
+            if isinstance(cur, psycopg.Cursor):
+                copy = stack.enter_context(cur.copy(statement, writer=QueuedLibpqWriter(cur)))
+            else:
+                copy = stack.enter_context(cur.copy(statement))
+            copy.set_types(list(plan.type_names))
+            self._copy, self._copy_exit = copy, stack.pop_all()
+        return copy
+
+    def _end_copy(self) -> None:
+        """End the open COPY, if any: the server checks the last rows now (psycopg errors raised)."""
+        exit_stack, self._copy, self._copy_exit = self._copy_exit, None, None
+        if exit_stack is not None:
+            exit_stack.close()
+
+    def _abort_copy(self) -> None:
+        """Abandon the open COPY, if any (CopyFail; the transaction is failed anyway). Best effort."""
+        exit_stack, self._copy, self._copy_exit = self._copy_exit, None, None
+        if exit_stack is not None:
+            failure = RuntimeError("twophase: the COPY was abandoned")
+            with contextlib.suppress(psycopg.Error):
+                exit_stack.__exit__(type(failure), failure, None)
+
     def _create_staging(self, plan: WritePlan) -> None:
         config = self.config
         if config.mode != "upsert":
@@ -265,6 +315,7 @@ class PostgresTransaction:
         self.conn.execute(sql.SQL("DROP TABLE {}").format(staging))
 
     def _close(self, *, rollback: bool) -> None:
+        self._abort_copy()
         try:
             if rollback and not self.conn.closed:
                 self.conn.rollback()
