@@ -346,10 +346,17 @@ class ContractLives(RuleBasedStateMachine):
         self.start_driver("a new driver process starts and restores")
 
     def fail_over(self, error: BaseException) -> None:
-        """The engine's query fails; the job restarts in-process (restore from the latest checkpoint)."""
+        """The engine's query fails; the job fails over in the same driver (``JobRuntime.failover``:
+        pending checkpoints aborted, subtasks closed, restore from the latest checkpoint)."""
         self.note(f"the epoch fails ({type(error).__name__}: {error}); the job fails over")
         self.observe()
-        self.start_driver("the job restarts: restore from the latest checkpoint")
+        try:
+            self.runtime.failover(error)
+        except TransactionLostError as e:
+            self.accept_lost(e)
+            self.start_driver("a new driver process starts and restores")
+            return
+        self.committed_through = max(self.durable, default=0)
 
     # -- the accounting -----------------------------------------------------------------------------
 
