@@ -21,6 +21,7 @@ import contextlib
 import datetime as dt
 import logging
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -132,6 +133,7 @@ def main(
         def on_result(r: TrialResult) -> None:
             results.append(r)
             click.echo(result_json(r))
+            sys.stdout.flush()  # one line per trial, also when stdout is a file
             write_report(report, results, params(started, len(plans)))
 
         def params(since: float, planned: int) -> dict[str, object]:

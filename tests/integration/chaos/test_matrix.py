@@ -213,3 +213,17 @@ def test_a_postgres_restart_trial_needs_the_server(tmp_path: Path) -> None:
     plan = TrialPlan(1, "fault", fault="mid_commit:1+pg-restart", config="parquet")
     with pytest.raises(ValueError, match="needs the PostgreSQL server"):
         runner.run_trial(plan, tmp_path, None, None, 2, 1, "r")
+
+
+def test_the_report_has_a_column_per_sink_the_trials_wrote_to(tmp_path: Path) -> None:
+    from twophase.integration.chaos.report import result_json, sink_columns
+    from twophase.integration.verify import SinkReport, VerifyReport
+
+    names = ("kafka", "s3", "delta", "postgres", "iceberg")
+    report = VerifyReport("j", 5, tuple(SinkReport(n, "", records=5) for n in names), True, "final")
+    result = TrialResult(TrialPlan(0, "plain", config="five"), "j", exit_codes=[0], report=report)
+    assert sink_columns([result]) == list(names)
+    assert sink_columns([]) == ["kafka", "s3", "delta"]
+    write_report(tmp_path / "r.md", [result], {})
+    assert "| kafka | s3 | delta | postgres | iceberg | lingering |" in (tmp_path / "r.md").read_text()
+    assert json.loads(result_json(result))["records"]["iceberg"] == 5
