@@ -31,9 +31,10 @@ Left out, because exactly-once does not depend on them here: metadata JSON files
 objects are kept by location, never serialized; old ones are never deleted), snapshot expiry,
 orphan-file removal and compaction (Iceberg's own maintenance: the sink never expires), branches
 other than ``main``, views, namespaces beyond a name set, several tables, schema or partition
-evolution, storage faults (throttling, partial writes: the S3 model covers the sink's S3 paths
-only through pyarrow, which this model bypasses), eventual consistency (S3 and the catalogs
-pyiceberg supports are strongly consistent), and latency.
+evolution, storage faults (throttling, failed writes or deletes), the sink's ``s3://`` paths
+(boto3's ``DeleteObjects`` for deletes: on ``mem://`` the sink deletes through the FileIO),
+eventual consistency (S3 and the catalogs pyiceberg supports are strongly consistent), and
+latency.
 """
 
 from __future__ import annotations
