@@ -205,7 +205,9 @@ class ContractLives(RuleBasedStateMachine):
         """The production checkpoint storage, in a temporary folder that outlives driver processes."""
         self.faults = DriverFaults()
         self.config = self.base_config = RuntimeConfig(
-            checkpoint=CheckpointConfig(retained_checkpoints=3),
+            # one retained checkpoint: what a checkpoint holds is never lingering cleanup's to take, so
+            # with more, a lost transaction's leftovers (S3's tail objects) would outlive the life
+            checkpoint=CheckpointConfig(retained_checkpoints=1),
             commit=CommitPolicy(max_attempts=4, initial_backoff_ms=1, max_backoff_ms=2),
             restart=RestartStrategy.fixed_delay(1_000_000, 0),
         )

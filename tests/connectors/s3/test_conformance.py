@@ -1,9 +1,11 @@
 """The S3 sink passes the conformance kit (:mod:`twophase.sinks.conformance`): its real code
 (multipart uploads, in-progress files across checkpoints, lingering cleanup) against the S3 model,
-with JSON-lines files that span checkpoints and with small files that roll inside an epoch."""
+with JSON-lines files that span checkpoints and with small files that roll inside an epoch; a
+bucket lifecycle rule aborting the multipart uploads drops pre-committed files (the LOST check)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from twophase.connectors.s3 import RollingPolicy, S3Sink, S3SinkConfig
@@ -42,6 +44,12 @@ class TestS3SpanningFilesContract(SinkContract[World]):
 
     def lingering(self, system: World) -> list[str]:
         return system.lingering(PREFIX)["s3"]
+
+    def lose(self, system: World, committables: Sequence[Any]) -> bool:
+        for c in committables:  # a lifecycle rule (AbortIncompleteMultipartUpload) aborts them
+            for f in c.files:
+                system.s3.uploads.pop(f.upload_id, None)
+        return True
 
 
 class TestS3SmallFilesContract(TestS3SpanningFilesContract):
