@@ -16,7 +16,11 @@ What is modelled, as the real service behaves where exactly-once depends on it:
   (:class:`ModelFileIO`, a ``PyArrowFileIO`` on the ``mem://`` scheme). The sink's tasks write
   their Parquet data files there, pyiceberg its manifests and manifest lists; listing (lingering
   cleanup), sizes (the committer's LOST check), reads and deletes are served from it. Objects
-  carry the storage's own wall-clock modification time, as a real store's ``Last-Modified``;
+  carry the storage's own wall-clock modification time, as a real store's ``Last-Modified``.
+  A file is visible from its creation (empty until closed, as on a local file system) and a close
+  after it was deleted does not bring it back (POSIX unlink): an executor the test kills mid-task
+  leaves its stream unclosed, and its garbage-collected writer must not land a file after the
+  cleanup that deleted it (a dead process never finishes an upload);
 - **faults**, armed by the test's rules and consumed by the next operations:
   ``conflicts`` — another writer appends a snapshot (its own data file, rows ``other<n>``) after
   a commit loaded the table and before its pointer swap, so the commit fails with
@@ -117,6 +121,21 @@ class ObjectStore:
         with self.lock:
             self.objects[path] = StoredObject(data, time.time_ns())
 
+    def create(self, path: str) -> StoredObject:
+        """Create (or truncate) ``path``, empty; return the new object."""
+        with self.lock:
+            created = self.objects[path] = StoredObject(b"", time.time_ns())
+            return created
+
+    def finish(self, path: str, created: StoredObject, data: bytes) -> bool:
+        """Give ``created`` its bytes if ``path`` still holds it; False if it was deleted or
+        replaced since (nothing is stored then)."""
+        with self.lock:
+            if self.objects.get(path) is not created:
+                return False
+            self.objects[path] = StoredObject(data, time.time_ns())
+            return True
+
     def get(self, path: str) -> StoredObject | None:
         """The object at ``path``, or ``None``."""
         with self.lock:
@@ -134,15 +153,17 @@ class ObjectStore:
 
 
 class _Upload(io.BytesIO):
-    """An output stream that stores its bytes when closed (a single PUT: nothing before)."""
+    """An output stream: the file exists (empty) from its creation and gets its bytes when
+    closed, unless it was deleted meanwhile (:meth:`ObjectStore.finish`)."""
 
     def __init__(self, store: ObjectStore, path: str) -> None:
         super().__init__()
         self._store, self._path = store, path
+        self._created = store.create(path)
 
     def close(self) -> None:
         if not self.closed:
-            self._store.put(self._path, self.getvalue())
+            self._store.finish(self._path, self._created, self.getvalue())
         super().close()
 
 
