@@ -8,6 +8,7 @@ lingering, never shows a password, and ``--abort`` rolls the transaction back an
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,9 @@ import psycopg
 import pytest
 from support.cli import json_output, run_twophase
 
+from twophase.connectors.iceberg import IcebergSink
 from twophase.connectors.iceberg import naming as iceberg_naming
+from twophase.connectors.postgres import PostgresCommittable
 from twophase.connectors.postgres import naming as pg_naming
 from twophase.integration.jobs.flights import FlightsEndpoints, FlightsJobSpec
 from twophase.integration.jobs.flights_iceberg import IcebergEndpoint, bind, reader_catalog, table_identifier
@@ -82,6 +85,19 @@ def test_lingering_lists_and_aborts_postgres_transactions_and_iceberg_files(
     for sink, item in ((pg_sink, gid), (iceberg_sink, rel)):
         listing = list_lingering(sink, LingeringScope(spec.job_id, sink.name))
         assert [(i.id, i.status) for i in listing.items] == [(item, ItemStatus.LINGERING)], listing
+    # a retained checkpoint holds them: held; a file younger than the sink's grace, or a
+    # transaction of a checkpoint after the scope's: undecidable (abort_lingering keeps them)
+    held = PostgresCommittable(gid=gid, record_count=1)
+    listing = list_lingering(pg_sink, LingeringScope(spec.job_id, "postgres", held=(held,)))
+    assert [i.status for i in listing.items] == [ItemStatus.HELD]
+    listing = list_lingering(pg_sink, LingeringScope(spec.job_id, "postgres", up_to_checkpoint=0))
+    assert [i.status for i in listing.items] == [ItemStatus.UNDECIDABLE]
+    assert isinstance(iceberg_sink, IcebergSink)
+    patient = IcebergSink("iceberg", dataclasses.replace(iceberg_sink.config, lingering_grace_ms=3_600_000))
+    listing = list_lingering(patient, LingeringScope(spec.job_id, "iceberg"))
+    assert [(i.status, i.detail) for i in listing.items] == [
+        (ItemStatus.UNDECIDABLE, "checkpoint 1, younger than the grace: kept")
+    ]
 
     # one command lists (before), aborts and lists again (after)
     env = given_env(kafka_bootstrap, s3_endpoint, postgres.endpoint)
