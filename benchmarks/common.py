@@ -143,3 +143,44 @@ def machine() -> dict[str, Any]:
     """Load average and core count when a benchmark starts (the machine is shared)."""
     load1, load5, _ = os.getloadavg()
     return {"cores": os.cpu_count(), "load_1m_at_start": round(load1, 2), "load_5m_at_start": round(load5, 2)}
+
+
+def maven_jars(name: str, artifacts: Sequence[str]) -> list[str]:
+    """Absolute paths of ``artifacts`` (``group:artifact:version``) and their runtime dependencies,
+    resolved from Maven Central once into ``<cache>/bench-jars-<name>-<digest>`` the way the
+    project resolves Spark's jars (:func:`twophase.integration.services.maven.resolve_jars`: a POM,
+    ``mvn dependency:copy-dependencies``, ``~/.m2`` as Maven's cache).
+
+    Raises:
+        ServiceUnavailableError: Maven is missing or cannot resolve an artifact.
+    """
+    import hashlib
+
+    from twophase.integration.services.cache import cache_dir
+    from twophase.integration.services.maven import resolve_jars
+
+    deps = "".join(
+        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>".format(
+            *a.split(":")
+        )
+        for a in artifacts
+    )
+    pom_text = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        f"<groupId>twophase.benchmarks</groupId><artifactId>{name}</artifactId><version>1</version>"
+        f"<packaging>pom</packaging><dependencies>{deps}</dependencies></project>\n"
+    )
+    key = hashlib.sha256(pom_text.encode()).hexdigest()[:12]
+    root = cache_dir() / "bench-poms"
+    root.mkdir(parents=True, exist_ok=True)
+    pom = root / f"{name}-{key}.xml"
+    if not pom.is_file():
+        pom.write_text(pom_text)
+    return [str(j) for j in resolve_jars(pom, cache_dir() / f"bench-jars-{name}-{key}")]
+
+
+def load_at_end(start: Mapping[str, Any]) -> dict[str, Any]:
+    """``start`` (from :func:`machine`) plus the load average when the benchmark ends."""
+    load1, load5, _ = os.getloadavg()
+    return {**start, "load_1m_at_end": round(load1, 2), "load_5m_at_end": round(load5, 2)}
