@@ -70,17 +70,13 @@ FLINK_VERSION = "2.2.1"
 FLINK_FORMAT_VERSION = "2.2.0"
 """``flink-parquet`` and ``flink-s3-fs-hadoop``: Maven Central serves no 2.2.1 of either; 2.2.0 is
 the same minor release (format and plugin interfaces are stable within it)."""
-KAFKA_CONNECTOR = "org.apache.flink:flink-sql-connector-kafka:5.0.0-2.2"
-HADOOP_VERSION = "3.4.1"
-"""``hadoop-client-api``/``-runtime`` for the Parquet format (parquet-hadoop needs Hadoop's
-``Configuration``); the S3 plugin carries its own shaded Hadoop."""
-LIB_ARTIFACTS = (
-    KAFKA_CONNECTOR,
-    f"org.apache.flink:flink-parquet:{FLINK_FORMAT_VERSION}",
-    f"org.apache.hadoop:hadoop-client-api:{HADOOP_VERSION}",
-    f"org.apache.hadoop:hadoop-client-runtime:{HADOOP_VERSION}",
-)
-S3_PLUGIN = f"org.apache.flink:flink-s3-fs-hadoop:{FLINK_FORMAT_VERSION}"
+POMS = {
+    "lib": Path(__file__).resolve().parent / "flink" / "pom-lib.xml",
+    "plugin": Path(__file__).resolve().parent / "flink" / "pom-s3-plugin.xml",
+}
+"""What Flink gets from Maven Central: ``lib``, the Kafka SQL connector 5.0.0-2.2, ``flink-parquet``
+and ``hadoop-client-api``/``-runtime`` 3.4.1 (parquet-hadoop needs Hadoop's ``Configuration``);
+``plugin``, ``flink-s3-fs-hadoop`` (its own shaded Hadoop)."""
 DUPLICATE_JARS = ("slf4j-api-",)
 """Jars the resolved set brings that ``flink-dist`` already holds (one copy on the classpath)."""
 
@@ -120,16 +116,16 @@ def files_per_trigger(days: int, batches: int = BATCHES) -> int:
     return max(1, math.ceil(days / batches))
 
 
-def matched_interval_ms(wall_s: float, checkpoints: int, floor_ms: int = 200) -> int:
-    """Flink's checkpoint interval matched to twophase's cadence: the twophase run's wall time per
-    checkpoint (its final one included), in ms, at least ``floor_ms``.
+def matched_interval_ms(epoch_ms: float, floor_ms: int = 200) -> int:
+    """Flink's checkpoint interval matched to twophase's cadence (one checkpoint per micro-batch):
+    the twophase run's median micro-batch (epoch) time, in ms, at least ``floor_ms``.
 
     Raises:
-        ValueError: ``checkpoints`` < 1.
+        ValueError: ``epoch_ms`` is not positive.
     """
-    if checkpoints < 1:
-        raise ValueError(f"checkpoints must be >= 1, got {checkpoints}")
-    return max(floor_ms, round(wall_s * 1000 / checkpoints))
+    if epoch_ms <= 0:
+        raise ValueError(f"epoch_ms must be > 0, got {epoch_ms}")
+    return max(floor_ms, round(epoch_ms))
 
 
 def completed_checkpoints(log_text: str, job_id: str) -> int:
@@ -188,8 +184,7 @@ def flink_home(python: Path) -> Path:
             text=True,
         ).stdout.strip()
     )
-    lib_jars = common.maven_jars("flink-2.2-lib", LIB_ARTIFACTS)
-    plugin_jars = common.maven_jars("flink-2.2-s3-plugin", [S3_PLUGIN])
+    lib_jars, plugin_jars = (maven_jars(POMS[k]) for k in ("lib", "plugin"))
     home = cache_dir() / f"flink-{FLINK_VERSION}"
     for sub in ("lib", "plugins/s3-fs-hadoop"):
         shutil.rmtree(home / sub, ignore_errors=True)
@@ -199,12 +194,33 @@ def flink_home(python: Path) -> Path:
         if link.is_symlink() or link.exists():
             link.unlink()
         link.symlink_to(pyflink / name)
-    for jar in [*sorted((pyflink / "lib").glob("*.jar")), *map(Path, lib_jars)]:
+    for jar in [*sorted((pyflink / "lib").glob("*.jar")), *lib_jars]:
         if not jar.name.startswith(DUPLICATE_JARS):
             (home / "lib" / jar.name).symlink_to(jar)
-    for jar in map(Path, plugin_jars):
+    for jar in plugin_jars:
         (home / "plugins" / "s3-fs-hadoop" / jar.name).symlink_to(jar)
     return home
+
+
+def maven_jars(pom: Path) -> list[Path]:
+    """``pom``'s runtime classpath, resolved once into ``<cache>/flink-jars-<name>-<digest>``
+    (:func:`twophase.integration.services.maven.resolve_jars`, ``~/.m2`` as Maven's cache).
+
+    Raises:
+        ServiceUnavailableError: Maven is missing or cannot resolve an artifact.
+    """
+    from twophase.integration.services.cache import cache_dir
+    from twophase.integration.services.maven import pom_digest, resolve_jars
+
+    return resolve_jars(
+        pom, cache_dir() / f"flink-jars-{pom.stem.removeprefix('pom-')}-{pom_digest(pom)[:12]}"
+    )
+
+
+def load_average() -> dict[str, float]:
+    """The 1- and 5-minute load averages now (the machine is shared)."""
+    load1, load5, _ = os.getloadavg()
+    return {"load_1m": round(load1, 2), "load_5m": round(load5, 2)}
 
 
 class FlinkServer:
@@ -403,12 +419,19 @@ def check_s3(endpoints: FlightsEndpoints, bucket: str, prefix: str, expected: An
 
 @dataclass
 class RoundResult:
-    """What one writer's run produced, beside its wall time."""
+    """What one writer's run produced, beside its wall time.
+
+    Attributes:
+        cadence_ms: twophase: the median micro-batch (epoch) time; Flink: the run's wall time per
+            completed checkpoint (the interval achieved).
+    """
 
     writer: str
     checkpoints: int
     visibility_ms: float | None
     inner_wall_s: float
+    cadence_ms: float
+    extra: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
 
 
@@ -489,7 +512,16 @@ def run() -> dict[str, Any]:
             seen = watcher.stop() if watcher is not None else Visibility()
             assert outcome.state is JobState.FINISHED, outcome.state
             result = RoundResult(
-                f"twophase_{tag}", len(outcome.checkpoints), seen.final_commit_ms, round(outcome.wall_s, 3)
+                f"twophase_{tag}",
+                len(outcome.checkpoints),
+                seen.final_commit_ms,
+                round(outcome.wall_s, 3),
+                round(statistics.median(e.epoch_ms for e in outcome.epochs), 1),
+                {
+                    "epochs": common.epoch_summary(outcome.epochs),
+                    "final_checkpoint_persist_ms": round(outcome.checkpoints[-1].persist_ms, 1),
+                    "final_checkpoint_commit_ms": round(outcome.checkpoints[-1].commit_ms, 1),
+                },
             )
             return checked(result, sinks, spec.topic, spec.s3_prefix)
 
@@ -518,8 +550,15 @@ def run() -> dict[str, Any]:
                 }
             )
             seen = watcher.stop() if watcher is not None else Visibility()
+            done = server.checkpoints(reply["job_id"])
+            achieved = round(reply["wall_s"] * 1000 / max(done, 1), 1)
             result = RoundResult(
-                f"flink_{tag}", server.checkpoints(reply["job_id"]), seen.final_commit_ms, reply["wall_s"]
+                f"flink_{tag}",
+                done,
+                seen.final_commit_ms,
+                reply["wall_s"],
+                achieved,
+                {"plan_s": reply["plan_s"]},
             )
             return checked(result, sinks, topic, prefix)
 
@@ -537,8 +576,7 @@ def run() -> dict[str, Any]:
             # workers and planner; the twophase run's cadence sets Flink's checkpoint interval
             warm = twophase("all", 0)
             interval["ms"] = int(
-                os.environ.get("TWOPHASE_BENCH_FLINK_CHECKPOINT_MS")
-                or matched_interval_ms(warm.inner_wall_s, warm.checkpoints)
+                os.environ.get("TWOPHASE_BENCH_FLINK_CHECKPOINT_MS") or matched_interval_ms(warm.cadence_ms)
             )
             log.warning("Flink checkpoint interval %d ms (twophase warm-up: %s)", interval["ms"], warm)
             flink("all", 0)
@@ -559,7 +597,8 @@ def run() -> dict[str, Any]:
         "rows": rows,
         "days": days,
         "rounds": rounds,
-        **common.load_at_end(env),
+        **env,
+        "at_end": load_average(),
         "settings": settings(per_trigger, interval["ms"]),
         "writers": {w: common.summary(t, rows) for w, t in times.items()},
         "ratio_twophase_over_flink": sink_ratios(times),
@@ -569,14 +608,16 @@ def run() -> dict[str, Any]:
                     "wall_s": round(t, 3),
                     "inner_wall_s": res.inner_wall_s,
                     "checkpoints": res.checkpoints,
-                    "final_commit_ms": res.visibility_ms,
+                    "cadence_ms": res.cadence_ms,
+                    **res.extra,
+                    "end_of_input_to_visible_ms": res.visibility_ms,
                     "checks": [asdict(c) for c in res.checks],
                 }
                 for t, res in zip(times[w], by_writer[w], strict=True)
             ]
             for w in times
         },
-        "final_commit_ms_median": {
+        "end_of_input_to_visible_ms_median": {
             w: statistics.median(v)
             if (v := [r.visibility_ms for r in by_writer[w] if r.visibility_ms is not None])
             else None
@@ -605,7 +646,7 @@ def settings(per_trigger: int, checkpoint_ms: int) -> dict[str, Any]:
         },
         "flink": {
             "version": FLINK_VERSION,
-            "jars": [*LIB_ARTIFACTS, S3_PLUGIN],
+            "jars": "benchmarks/flink/pom-lib.xml and pom-s3-plugin.xml (Maven Central)",
             "mode": "Table API/SQL, STREAMING, bounded file source",
             "checkpoint_interval_ms": checkpoint_ms,
             "checkpointing": "EXACTLY_ONCE, hashmap state, file:// storage, checkpoints after tasks finish",

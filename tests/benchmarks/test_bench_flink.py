@@ -40,11 +40,11 @@ def test_input_days_and_batches() -> None:
     assert bench.files_per_trigger(14) == 2
 
 
-def test_matched_interval_is_the_twophase_time_per_checkpoint() -> None:
-    assert bench.matched_interval_ms(26.0, 13) == 2000
-    assert bench.matched_interval_ms(0.5, 13) == 200  # the floor
+def test_matched_interval_is_the_twophase_micro_batch_time() -> None:
+    assert bench.matched_interval_ms(2000.4) == 2000
+    assert bench.matched_interval_ms(35.0) == 200  # the floor
     with pytest.raises(ValueError):
-        bench.matched_interval_ms(1.0, 0)
+        bench.matched_interval_ms(0.0)
 
 
 def test_completed_checkpoints_counts_only_that_job() -> None:
