@@ -456,16 +456,18 @@ class ContractLives(RuleBasedStateMachine):
 
     # -- steps --------------------------------------------------------------------------------------
 
-    def records_of(self, n: int, size: int) -> list[str]:
-        """Batch ``n``'s records: drawn the first time, the same when the batch is replayed."""
-        return self.batches.setdefault(n, [f"b{n}r{i}" for i in range(min(size, self.contract.max_records))])
+    def records_of(self, n: int, size: int, least: int = 0) -> list[str]:
+        """Batch ``n``'s records, ``least..max_records`` of them (``size`` is the raw draw): drawn
+        the first time, the same when the batch is replayed."""
+        count = least + (size - least) % (self.contract.max_records - least + 1)
+        return self.batches.setdefault(n, [f"b{n}r{i}" for i in range(count)])
 
     def position(self, n: int) -> dict[str, object]:
         return {"engine": "spark", "query_id": "conformance", "batch_id": n}
 
     @rule(
-        parts=st.integers(1, 3),
-        size=st.integers(0, 5),
+        parts=st.integers(1, 12),
+        size=st.integers(0, 20),
         tasks=st.lists(st.sampled_from(TASKS), min_size=3, max_size=3),
         point=st.sampled_from(TASK_POINTS),
         crash=st.none() | st.sampled_from(DRIVER_POINTS),
@@ -476,7 +478,7 @@ class ContractLives(RuleBasedStateMachine):
         self, parts: int, size: int, tasks: list[str], point: str, crash: str | None, notify: bool
     ) -> None:
         """The engine's next batch (the same records when it is replayed after a failure)."""
-        parts = min(parts, self.contract.max_partitions)
+        parts = (parts - 1) % self.contract.max_partitions + 1  # 1..max_partitions, shrinking to 1
         n = self.next_batch
         records = self.records_of(n, size)
         rt = self.runtime
@@ -499,6 +501,8 @@ class ContractLives(RuleBasedStateMachine):
             rt.complete_epoch(epoch, notify=notify)
             if notify:
                 self.committed_through = epoch.checkpoint_id
+                self.note(f"a replayed notification commits checkpoint {epoch.checkpoint_id} again")
+                self.recommit(epoch.checkpoint_id, self.driver_side, recovering=False)
             else:
                 self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} is durable, not committed")
             self.next_batch += 1
@@ -522,14 +526,14 @@ class ContractLives(RuleBasedStateMachine):
         self.say("the driver dies between epochs")
         self.start_driver("a new driver process starts and restores")
 
-    @rule(parts=st.integers(1, 3), size=st.integers(1, 5))
+    @rule(parts=st.integers(1, 12), size=st.integers(1, 20))
     @_step
     def checkpoint_fails(self, parts: int, size: int) -> None:
         """Every task pre-commits, then the checkpoint is declined: the driver aborts what was
         pre-committed (``abort``), and aborting again must change nothing."""
-        parts = min(parts, self.contract.max_partitions)
+        parts = (parts - 1) % self.contract.max_partitions + 1  # 1..max_partitions, shrinking to 1
         n = self.next_batch
-        records = self.records_of(n, size)
+        records = self.records_of(n, size, least=1)
         rt = self.runtime
         if rt.replay_check(self.position(n)):
             self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
@@ -563,11 +567,19 @@ class ContractLives(RuleBasedStateMachine):
         c = self.committed_through
         if c != max(self.durable) or c in self.lost:
             return
-        payloads = self.acknowledged.get(c, [])
         how = "recover_and_commit" if recovering else "commit"
-        self.say(f"{how} checkpoint {c}'s {len(payloads)} transactions again, from a new driver process")
+        self.say(f"{how} checkpoint {c} again, from a new driver process")
         sink = self.driver_sink()
-        committables = [sink.decode(p) for p in payloads]
+        try:
+            self.recommit(c, sink, recovering=recovering)
+        finally:
+            sink.close()
+
+    def recommit(self, c: int, sink: AnySink, *, recovering: bool) -> None:
+        """Commit checkpoint ``c``'s acknowledged committables again with ``sink``: every answer
+        must be ``ALREADY_COMMITTED`` and nothing may change for a reader."""
+        committables = [sink.decode(p) for p in self.acknowledged.get(c, [])]
+        how = "recover_and_commit" if recovering else "commit"
         before = self.visible()
         answers: list[CommitOutcome] = []
         try:
@@ -584,15 +596,14 @@ class ContractLives(RuleBasedStateMachine):
                 f"committing checkpoint {c} again raised {type(e).__name__}: {e}"
                 " (contract: ALREADY_COMMITTED)",
             ) from e
-        finally:
-            sink.close()
         wrong = [a.name for a in answers if a is not CommitOutcome.ALREADY_COMMITTED]
         if wrong:
             raise self.fail(
                 "commit is not idempotent",
                 f"committing checkpoint {c} again answered {', '.join(wrong)} (contract: ALREADY_COMMITTED)",
             )
-        event(f"a second {how} answered ALREADY_COMMITTED")
+        if answers:
+            event(f"a second {how} answered ALREADY_COMMITTED")
         after = self.visible()
         if after != before:
             raise self.fail(
@@ -602,15 +613,15 @@ class ContractLives(RuleBasedStateMachine):
             )
 
     @precondition(lambda self: self.contract.supports_loss)
-    @rule(parts=st.integers(1, 3), size=st.integers(1, 5))
+    @rule(parts=st.integers(1, 12), size=st.integers(1, 20))
     @_step
     def transactions_lost(self, parts: int, size: int) -> None:
         """An epoch's checkpoint is durable but its notification lost; the system then drops its
         pre-committed transactions (:meth:`SinkContract.lose`) and the driver dies: the restore
         must answer LOST, and none of those records may be visible."""
-        parts = min(parts, self.contract.max_partitions)
+        parts = (parts - 1) % self.contract.max_partitions + 1  # 1..max_partitions, shrinking to 1
         n = self.next_batch
-        records = self.records_of(n, size)
+        records = self.records_of(n, size, least=1)
         rt = self.runtime
         if rt.replay_check(self.position(n)):
             self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")

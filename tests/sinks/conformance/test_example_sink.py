@@ -156,7 +156,6 @@ class RenameOnlySinkContract(TestLocalFilesSink):
     """Not collected (no ``Test`` prefix): run by the test below."""
 
     lose = SinkContract.lose  # this sink cannot tell LOST either; only idempotence is shown here
-    steps = 4  # short lives: the failure is found and shrunk in a few seconds
 
     def make_sink(self, system: Path) -> TwoPhaseCommitSink[Any, Any]:
         return RenameOnlySink("files", str(system))
