@@ -414,6 +414,21 @@ def check_s3(endpoints: FlightsEndpoints, bucket: str, prefix: str, expected: An
     )
 
 
+def clean_up(endpoints: FlightsEndpoints, topic: str, bucket: str, prefix: str) -> None:
+    """Delete a checked round's topic and objects (a full run would otherwise keep gigabytes)."""
+    from confluent_kafka.admin import AdminClient
+
+    for future in (
+        AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap}).delete_topics([topic]).values()
+    ):
+        future.result(60)
+    client = endpoints.s3.boto3_client()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        keys = [o["Key"] for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+
+
 # ------------------------------------------------------------------------------------ the run
 
 
@@ -433,6 +448,7 @@ class RoundResult:
     cadence_ms: float
     extra: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
+    output: tuple[tuple[str, ...], str, str] = ((), "", "")
 
 
 def run() -> dict[str, Any]:
@@ -484,11 +500,15 @@ def run() -> dict[str, Any]:
         def job_name(system: str, sinks: str, r: int) -> str:
             return f"{system}_{sinks}_{run_id}_{r}"  # the warm-up is round 0
 
-        def checked(result: RoundResult, sinks: tuple[str, ...], topic: str, prefix: str) -> RoundResult:
+        def checked(result: RoundResult) -> RoundResult:
+            """Read the round's output back (untimed: called after the writer's clock stops)."""
+            sinks, topic, prefix = result.output
             if "kafka" in sinks:
                 result.checks.append(check_kafka(endpoints, topic, expected))
             if "s3" in sinks:
                 result.checks.append(check_s3(endpoints, BUCKET, prefix, expected))
+            if all(c.exactly_once and not c.left_open for c in result.checks):
+                clean_up(endpoints, topic, BUCKET, prefix)  # a failed round's output stays to look at
             return result
 
         def watched(topic: str, sinks: tuple[str, ...]) -> VisibilityWatcher | None:
@@ -523,7 +543,8 @@ def run() -> dict[str, Any]:
                     "final_checkpoint_commit_ms": round(outcome.checkpoints[-1].commit_ms, 1),
                 },
             )
-            return checked(result, sinks, spec.topic, spec.s3_prefix)
+            result.output = (sinks, spec.topic, spec.s3_prefix)
+            return result
 
         def flink(tag: str, r: int) -> RoundResult:
             sinks = SINK_SETS[tag]
@@ -560,26 +581,27 @@ def run() -> dict[str, Any]:
                 achieved,
                 {"plan_s": reply["plan_s"]},
             )
-            return checked(result, sinks, topic, prefix)
+            result.output = (sinks, topic, prefix)
+            return result
 
         def writer(system: Callable[[str, int], RoundResult], tag: str) -> Callable[[int], object]:
             return lambda r: system(tag, r + 1)
 
         def record(name: str, r: int, result: object) -> None:
             assert isinstance(result, RoundResult)
-            results.append(result)
+            results.append(checked(result))
             bad = [c for c in result.checks if not c.exactly_once or c.left_open]
             assert not bad, (name, r, bad)
 
         try:
             # warm-up (round 0): Spark's JVM and Python workers, Flink's gateway JVM, Python
             # workers and planner; the twophase run's cadence sets Flink's checkpoint interval
-            warm = twophase("all", 0)
+            warm = checked(twophase("all", 0))
             interval["ms"] = int(
                 os.environ.get("TWOPHASE_BENCH_FLINK_CHECKPOINT_MS") or matched_interval_ms(warm.cadence_ms)
             )
             log.warning("Flink checkpoint interval %d ms (twophase warm-up: %s)", interval["ms"], warm)
-            flink("all", 0)
+            checked(flink("all", 0))
             writers = {
                 f"{system}_{tag}": writer(fn, tag)
                 for tag in SINK_SETS
