@@ -18,9 +18,10 @@ under the S3 prefix, and Delta data files of the job that no commit references. 
 verified only when all of it is clean.
 
 Against secured services the reader is not the writer: the records are read with the
-``endpoints`` given to :func:`verify_run` (e.g. a Kafka principal with only Read ACLs and the S3
-root keys over TLS), and lingering state is listed with ``admin`` (a principal that sees every
-transaction: ListTransactions only shows those the caller may describe).
+``endpoints`` given to :func:`~twophase.integration.jobs.flights_sinks.verify_run` (e.g. a Kafka
+principal with only Read ACLs and the S3 root keys over TLS), and lingering state is listed with
+``admin`` (a principal that sees every transaction: ListTransactions only shows those the caller
+may describe).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -43,14 +44,9 @@ import pyarrow.parquet as pq
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.storage import open_storage
 from twophase.integration.jobs import flights_data
-from twophase.integration.jobs.flights import (
-    DELTA_SINK,
-    KAFKA_SINK,
-    S3_SINK,
-    FlightsEndpoints,
-    FlightsJobSpec,
-    build_sinks,
-)
+from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, S3_SINK, build_sinks
+from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
+from twophase.integration.jobs.flights_spec import FlightsJobSpec
 from twophase.integration.lingering import SinkLingering, list_lingering
 from twophase.integration.readback import NO_SECURITY, end_offsets, read_topic
 from twophase.sinks.context import LingeringScope
@@ -417,44 +413,6 @@ def checkpoint_state(spec: FlightsJobSpec, endpoints: FlightsEndpoints | None = 
     finished = latest.end_of_input and latest.kind in (CheckpointKind.FINAL, CheckpointKind.SAVEPOINT)
     what = f"checkpoint {latest.checkpoint_id} ({latest.kind.value}, end_of_input={latest.end_of_input})"
     return finished, what
-
-
-def verify_run(
-    spec: FlightsJobSpec,
-    endpoints: FlightsEndpoints,
-    spark: SparkSession | None = None,
-    sinks: Sequence[str] | None = None,
-    admin: FlightsEndpoints | None = None,
-) -> VerifyReport:
-    """Verify every sink of a flights run against its input (see the module docstring).
-
-    Args:
-        spec: the run.
-        endpoints: the services it wrote to, with the reader's credentials.
-        spark: a session with Delta to read the table with delta-spark; ``None``: deltalake.
-        sinks: the sinks to check (default: every sink of the run, ``spec.sinks``); an optional
-            sink (PostgreSQL…) is read with its endpoint in ``endpoints.extra``
-            (:func:`~twophase.integration.jobs.flights_sinks.verify_optional_sinks`).
-        admin: the credentials that list lingering state (default ``endpoints``): against a
-            secured Kafka a principal that may describe every transactional id of the job.
-
-    Returns:
-        The report; read failures are reported per sink (``error``), never raised.
-    """
-    from twophase.integration.jobs.flights_sinks import verify_optional_sinks
-
-    sinks = spec.sinks if sinks is None else sinks
-    expected = expected_input(spec)
-    reports: list[SinkReport] = []
-    if KAFKA_SINK in sinks:
-        reports.append(verify_kafka(spec, endpoints, expected, admin))
-    if S3_SINK in sinks:
-        reports.append(verify_s3(spec, endpoints, expected, admin))
-    if DELTA_SINK in sinks:
-        reports.append(verify_delta(spec, endpoints, expected, spark, admin))
-    reports += [r for r in verify_optional_sinks(spec, endpoints, expected) if r.sink in sinks]
-    ok, detail = checkpoint_state(spec, endpoints)
-    return VerifyReport(spec.job_id, expected.rows, tuple(reports), ok, detail)
 
 
 def _one_line(e: BaseException) -> str:

@@ -14,8 +14,9 @@ submitted to the standalone master, executor points name what they kill (``point
 ``point:n@worker``) and Spark's event log tells what each trial did to the executors and stages.
 
 Then it restarts the job without faults until it exits 0 (FINISHED), and verifies every sink
-(:func:`twophase.integration.verify.verify_run`): each record exactly once (Kafka read_committed, S3
-Parquet, Delta) and zero lingering transactions, pending uploads or unreferenced files.
+(:func:`twophase.integration.jobs.flights_sinks.verify_run`): each record exactly once (Kafka
+read_committed, S3 Parquet, Delta, PostgreSQL, Iceberg) and zero lingering transactions, pending
+uploads or unreferenced files.
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, ChaosConfig
 from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
+from twophase.integration.jobs.flights_sinks import verify_run
 from twophase.integration.services.launcher import given_env
 from twophase.integration.spark import SCRATCH_ENV
-from twophase.integration.verify import VerifyReport, verify_run
+from twophase.integration.verify import VerifyReport
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

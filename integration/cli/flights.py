@@ -403,9 +403,8 @@ def demo(
     Spark's checkpoint and the Delta table live on S3 and twophase is shipped to the executors.
     """
     from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
-    from twophase.integration.jobs.flights_sinks import enter_services, optional_sinks
+    from twophase.integration.jobs.flights_sinks import enter_services, optional_sinks, verify_run
     from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
-    from twophase.integration.verify import verify_run
 
     if master is not None and spark_cluster:
         raise click.UsageError("give --master or --spark-cluster, not both")
@@ -486,8 +485,7 @@ def verify(work_dir: Path | None, delta_reader: str, as_json: bool) -> None:
         endpoints_from_environment,
         flights_spark_session,
     )
-    from twophase.integration.jobs.flights_sinks import running_services, with_services
-    from twophase.integration.verify import verify_run
+    from twophase.integration.jobs.flights_sinks import running_services, verify_run, with_services
 
     spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
     endpoints = with_services(endpoints_from_environment(), running_services(spec))

@@ -48,7 +48,8 @@ from twophase.integration.jobs.flights import (
     build_sinks,
     flights_stream,
 )
-from twophase.integration.verify import VerifyReport, verify_run
+from twophase.integration.jobs.flights_sinks import verify_run
+from twophase.integration.verify import VerifyReport
 from twophase.sinks.api import TwoPhaseCommitSink
 
 if TYPE_CHECKING:
@@ -406,7 +407,7 @@ def run_case(
     **options: Any,
 ) -> FaultResult:
     """:func:`run_with_fault` (``options`` are its keywords), then read every sink back
-    (:func:`twophase.integration.verify.verify_run`, Delta with deltalake) and :func:`record`."""
+    (:func:`twophase.integration.jobs.flights_sinks.verify_run`, Delta with deltalake) and :func:`record`."""
     result = run_with_fault(spark, case, spec, endpoints, injector, **options)
     result.report = verify_run(spec, endpoints, None)
     kafka = result.report.sink(KAFKA_SINK)

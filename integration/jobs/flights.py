@@ -45,16 +45,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
-from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics, SinkCommitMetrics
@@ -62,153 +59,31 @@ from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
+from twophase.integration.jobs.flights_base_sinks import DELTA_SINK as DELTA_SINK
+from twophase.integration.jobs.flights_base_sinks import KAFKA_SINK as KAFKA_SINK
+from twophase.integration.jobs.flights_base_sinks import KEY_COLUMN as KEY_COLUMN
+from twophase.integration.jobs.flights_base_sinks import S3_SINK as S3_SINK
+from twophase.integration.jobs.flights_base_sinks import SINK_NAMES as SINK_NAMES
+from twophase.integration.jobs.flights_base_sinks import TYPED_COLUMNS as TYPED_COLUMNS
+from twophase.integration.jobs.flights_base_sinks import VALUE_COLUMN as VALUE_COLUMN
+from twophase.integration.jobs.flights_base_sinks import build_sinks as build_sinks
 from twophase.integration.jobs.flights_cluster import cluster_session, input_locations, stage_input
 from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
+from twophase.integration.jobs.flights_endpoints import KAFKA_SECURITY_ENV as KAFKA_SECURITY_ENV
+from twophase.integration.jobs.flights_endpoints import FlightsEndpoints as FlightsEndpoints
 from twophase.integration.jobs.flights_sinks import run_sinks, running_services, with_services
 from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
 from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
 from twophase.integration.jobs.flights_spec import FlightsJobSpec as FlightsJobSpec
-from twophase.integration.services import S3Endpoint
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.s3_options import S3Options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
-KAFKA_SINK = "kafka"
-S3_SINK = "s3"
-DELTA_SINK = "delta"
-SINK_NAMES = (KAFKA_SINK, S3_SINK, DELTA_SINK)
-
 DELAY_CLASSES = ("cancelled", "on_time", "minor", "moderate", "severe")
 """``delay_class`` values, by departure delay: none (cancelled), < 15, < 60, < 180, ≥ 180 minutes."""
-
-TYPED_COLUMNS = (
-    "flight_id",
-    "year",
-    "month",
-    "day",
-    "dep_time",
-    "sched_dep_time",
-    "dep_delay",
-    "arr_time",
-    "sched_arr_time",
-    "arr_delay",
-    "carrier",
-    "airline",
-    "flight",
-    "tailnum",
-    "origin",
-    "origin_name",
-    "origin_tzone",
-    "dest",
-    "dest_name",
-    "dest_tzone",
-    "air_time",
-    "distance",
-    "delay_class",
-    "sched_dep_at",
-)
-"""The enriched record's columns: what S3 and Delta store and Kafka's JSON value holds."""
-
-ROW_FILE_BYTES = 512 * 1024
-"""JSON-lines files roll at 512 KiB: some roll mid-run, most span several checkpoints."""
-
-KEY_COLUMN = "flight_id"
-VALUE_COLUMN = "value"
-
-KAFKA_SECURITY_ENV = "TWOPHASE_KAFKA_SECURITY"
-"""librdkafka security settings of the job's Kafka clients as a JSON object (``security.protocol``,
-``sasl.*``, ``ssl.ca.location``): holds a password, so only ever in a job process's environment."""
-
-
-@dataclass(frozen=True)
-class FlightsEndpoints:
-    """Where the services are.
-
-    Attributes:
-        kafka_bootstrap: ``host:port[,host:port]``.
-        s3: the S3 endpoint and credentials (MinIO).
-        keys_from_environment: the sinks and checkpoints get the endpoint only, and every process
-            takes the keys from its own AWS chain (the driver's environment, the executors'
-            ``spark.executorEnv.AWS_*``): no key is pickled into a task. For a cluster.
-        kafka_security: librdkafka settings that log the Kafka clients in (``security.protocol``,
-            ``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.ca.location``); empty
-            for a PLAINTEXT broker. Holds a password: left out of ``repr``.
-        ca_bundle: the PEM file of the CAs that sign the S3 endpoint's certificate
-            (``AWS_CA_BUNDLE`` of every process), or ``""``.
-        extra: optional sink name → its service's endpoint (``postgres``: a ``PostgresEndpoint``;
-            :mod:`twophase.integration.jobs.flights_sinks`). May hold passwords: left out of ``repr``.
-    """
-
-    kafka_bootstrap: str
-    s3: S3Endpoint
-    keys_from_environment: bool = False
-    kafka_security: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
-    ca_bundle: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def storage_options(self) -> S3Options:
-        """S3 settings of the sinks and checkpoints: the endpoint with its keys, or, with
-        :attr:`keys_from_environment`, the endpoint and region only."""
-        if self.keys_from_environment:
-            return S3Options(endpoint_url=self.s3.endpoint_url, region=self.s3.region)
-        return self.s3.s3_options()
-
-
-def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[KafkaSink, S3Sink, DeltaSink]:
-    """The job's three sinks, configured for ``spec`` (driver side; nothing is contacted yet).
-
-    Each takes its own projection of the shared batch by configuration (DESIGN.md §6): the Kafka
-    sink its key/value columns, the S3 and Delta sinks ``TYPED_COLUMNS`` (an Arrow select per
-    batch, zero-copy; nothing runs per record in Python). Delta writes Spark's zoned timestamps as
-    Delta ``timestamp``.
-
-    Raises:
-        ConfigError: an invalid setting.
-    """
-    kafka = KafkaSink(
-        KAFKA_SINK,
-        KafkaSinkConfig(
-            bootstrap_servers=endpoints.kafka_bootstrap,
-            topic=spec.topic,
-            key_column=KEY_COLUMN,
-            value_column=VALUE_COLUMN,
-            create_topic=True,
-            new_topic_partitions=spec.kafka_partitions,
-            new_topic_replication_factor=spec.kafka_replication,
-            client_config={"linger.ms": 20, "compression.type": "lz4", **endpoints.kafka_security},
-        ),
-    )
-    options = endpoints.storage_options()
-    s3_sink = S3Sink(
-        S3_SINK,
-        S3SinkConfig(
-            storage_options=options,
-            bucket=spec.bucket,
-            prefix=spec.s3_prefix,
-            format=FileFormat(spec.s3_format),
-            rolling=(  # Parquet rolls per checkpoint: the default policy
-                RollingPolicy(max_file_bytes=ROW_FILE_BYTES)
-                if spec.s3_format != "parquet"
-                else RollingPolicy()
-            ),
-            partition_by=("origin", "month"),
-            columns=TYPED_COLUMNS,
-        ),
-    )
-    delta = DeltaSink(
-        DELTA_SINK,
-        DeltaSinkConfig(
-            table_uri=spec.delta_uri,
-            columns=TYPED_COLUMNS,
-            storage_options=options,
-            table_name="flights",
-        ),
-    )
-    return kafka, s3_sink, delta
 
 
 def runtime_config(spec: FlightsJobSpec) -> RuntimeConfig:

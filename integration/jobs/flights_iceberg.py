@@ -35,8 +35,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, IcebergType, IntegerType, NestedField, StringType
 
 from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
-from twophase.integration.jobs.flights_sinks import OptionalSink
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.integration.jobs.optional_sink import OptionalSink
 from twophase.integration.services.postgres import PostgresEndpoint
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.integration.verify import CONTENT_COLUMNS, Expected, SinkReport, compare
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
-    from twophase.integration.jobs.flights import FlightsEndpoints
+    from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
 
 ICEBERG_SINK = "iceberg"
 NAMESPACE = "flights"

@@ -20,8 +20,8 @@ import pyarrow as pa
 
 from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
 from twophase.connectors.postgres.naming import gid_prefix
-from twophase.integration.jobs.flights_sinks import OptionalSink
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.integration.jobs.optional_sink import OptionalSink
 from twophase.integration.services.postgres import PostgresEndpoint
 from twophase.integration.services.postgres_service import endpoint_text, postgres_service, running_postgres
 from twophase.integration.verify import CONTENT_COLUMNS, Expected, SinkReport, compare

@@ -16,65 +16,32 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, S3_SINK
+from twophase.integration.jobs.flights_spec import BASE_SINKS as BASE_SINKS
+from twophase.integration.jobs.flights_spec import SINK_CHOICES as SINK_CHOICES
+from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.integration.jobs.flights_spec import check_sinks as check_sinks
+from twophase.integration.jobs.optional_sink import OptionalSink as OptionalSink
+from twophase.integration.verify import (
+    Expected,
+    SinkReport,
+    VerifyReport,
+    checkpoint_state,
+    expected_input,
+    verify_delta,
+    verify_kafka,
+    verify_s3,
+)
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
-    from twophase.integration.jobs.flights import FlightsEndpoints
-    from twophase.integration.jobs.flights_spec import FlightsJobSpec
-    from twophase.integration.verify import Expected, SinkReport
+    from pyspark.sql import SparkSession
+
+    from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
     from twophase.sinks.api import TwoPhaseCommitSink
-
-BASE_SINKS = ("kafka", "s3", "delta")
-"""The sinks whose services every run has (Kafka and S3), in the order they are attached."""
-
-
-@dataclass(frozen=True)
-class OptionalSink:
-    """An optional sink of the flights job and its service.
-
-    Attributes:
-        name: the sink's name in the job and in ``--sinks``.
-        service_name: the service, for messages (``PostgreSQL``).
-        how_to_run: how a user gets the service running for ``verify`` (one sentence).
-        service: a context manager yielding the service's endpoint: the given or running one, else
-            one started for the block (the demo's).
-        running: the given or running service's endpoint, or ``None`` (nothing is started).
-        prepare: ``prepare(spec, endpoint)`` readies the service for the run (idempotent: a resumed
-            run calls it again). Raises ``ServiceUnavailableError``.
-        build: ``build(spec, endpoint)`` the sink (driver side; nothing contacted).
-        verify: ``verify(spec, endpoint, expected)`` reads the sink back (never raises: errors go
-            into the report).
-        bind: ``bind(endpoint, endpoints)``: the endpoint completed with the run's other services
-            (``endpoints``: S3, the other optional sinks' in :attr:`FlightsEndpoints.extra`) before
-            ``prepare``, ``build`` and ``verify`` see it (never raises); ``None``: the endpoint as
-            found. Iceberg's table lives on the run's S3, its catalog on the run's PostgreSQL
-            when the run has one.
-    """
-
-    name: str
-    service_name: str
-    how_to_run: str
-    service: Callable[[], contextlib.AbstractContextManager[Any]]
-    running: Callable[[], Any | None]
-    prepare: Callable[[FlightsJobSpec, Any], None]
-    build: Callable[[FlightsJobSpec, Any], TwoPhaseCommitSink[Any, Any]]
-    verify: Callable[[FlightsJobSpec, Any, Expected], SinkReport]
-    bind: Callable[[Any, FlightsEndpoints], Any] | None = None
-
-    def bound(self, endpoints: FlightsEndpoints) -> Any:
-        """This sink's endpoint in ``endpoints.extra``, bound to the run's other services.
-
-        Raises:
-            ConfigError: ``endpoints.extra`` has no endpoint for this sink (names how to run it).
-        """
-        if self.name not in endpoints.extra:
-            raise ConfigError(f"sink {self.name!r} needs {self.service_name}: {self.how_to_run}")
-        endpoint = endpoints.extra[self.name]
-        return endpoint if self.bind is None else self.bind(endpoint, endpoints)
 
 
 def _postgres() -> OptionalSink:
@@ -91,24 +58,6 @@ def _iceberg() -> OptionalSink:
 
 OPTIONAL_SINKS: dict[str, Callable[[], OptionalSink]] = {"postgres": _postgres, "iceberg": _iceberg}
 """Sink name → loader of its :class:`OptionalSink` (imported only when a run uses it)."""
-
-SINK_CHOICES = (*BASE_SINKS, *OPTIONAL_SINKS)
-"""Every name ``--sinks`` accepts."""
-
-
-def check_sinks(sinks: Iterable[str]) -> tuple[str, ...]:
-    """``sinks`` as a tuple in :data:`SINK_CHOICES` order, each once.
-
-    Raises:
-        ConfigError: an unknown name, or none at all.
-    """
-    names = [s.strip() for s in sinks if s.strip()]
-    unknown = [s for s in names if s not in SINK_CHOICES]
-    if unknown:
-        raise ConfigError(f"unknown sink(s) {unknown}: choose from {','.join(SINK_CHOICES)}")
-    if not names:
-        raise ConfigError(f"no sink given: choose from {','.join(SINK_CHOICES)}")
-    return tuple(s for s in SINK_CHOICES if s in names)
 
 
 def optional_sinks(spec: FlightsJobSpec) -> list[OptionalSink]:
@@ -182,7 +131,7 @@ def operator_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> list[Tw
     Raises:
         ConfigError: an optional sink's service is missing from ``endpoints.extra``.
     """
-    from twophase.integration.jobs.flights import build_sinks
+    from twophase.integration.jobs.flights_base_sinks import build_sinks
 
     base = [s for s in build_sinks(spec, endpoints) if s.name in spec.sinks]
     return base + [sink.build(spec, sink.bound(endpoints)) for sink in optional_sinks(spec)]
@@ -192,8 +141,6 @@ def verify_optional_sinks(
     spec: FlightsJobSpec, endpoints: FlightsEndpoints, expected: Expected
 ) -> list[SinkReport]:
     """Read each optional sink of the run back (a missing endpoint is reported, not raised)."""
-    from twophase.integration.verify import SinkReport
-
     reports = []
     for sink in optional_sinks(spec):
         if sink.name not in endpoints.extra:
@@ -201,3 +148,39 @@ def verify_optional_sinks(
         else:
             reports.append(sink.verify(spec, sink.bound(endpoints), expected))
     return reports
+
+
+def verify_run(
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    spark: SparkSession | None = None,
+    sinks: Sequence[str] | None = None,
+    admin: FlightsEndpoints | None = None,
+) -> VerifyReport:
+    """Verify every sink of a flights run against its input (:mod:`twophase.integration.verify` says how).
+
+    Args:
+        spec: the run.
+        endpoints: the services it wrote to, with the reader's credentials.
+        spark: a session with Delta to read the table with delta-spark; ``None``: deltalake.
+        sinks: the sinks to check (default: every sink of the run, ``spec.sinks``); an optional
+            sink (PostgreSQL…) is read with its endpoint in ``endpoints.extra``
+            (:func:`verify_optional_sinks`).
+        admin: the credentials that list lingering state (default ``endpoints``): against a
+            secured Kafka a principal that may describe every transactional id of the job.
+
+    Returns:
+        The report; read failures are reported per sink (``error``), never raised.
+    """
+    sinks = spec.sinks if sinks is None else sinks
+    expected = expected_input(spec)
+    reports: list[SinkReport] = []
+    if KAFKA_SINK in sinks:
+        reports.append(verify_kafka(spec, endpoints, expected, admin))
+    if S3_SINK in sinks:
+        reports.append(verify_s3(spec, endpoints, expected, admin))
+    if DELTA_SINK in sinks:
+        reports.append(verify_delta(spec, endpoints, expected, spark, admin))
+    reports += [r for r in verify_optional_sinks(spec, endpoints, expected) if r.sink in sinks]
+    ok, detail = checkpoint_state(spec, endpoints)
+    return VerifyReport(spec.job_id, expected.rows, tuple(reports), ok, detail)

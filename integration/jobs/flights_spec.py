@@ -8,12 +8,12 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from twophase.integration.jobs import flights_data
-from twophase.integration.jobs.flights_sinks import BASE_SINKS, check_sinks
 from twophase.sinks.errors import ConfigError
 
 MANIFEST = "flights-job.json"
@@ -24,6 +24,30 @@ MANIFEST_VERSION = 1
 S3_FORMATS = ("parquet", "jsonl")
 """The S3 sink's file formats the job offers: Parquet (rolls per checkpoint) or JSON lines
 (files span checkpoints, resumed across them)."""
+
+BASE_SINKS = ("kafka", "s3", "delta")
+"""The sinks whose services every run has (Kafka and S3), in the order they are attached."""
+OPTIONAL_SINK_NAMES = ("postgres", "iceberg")
+"""The optional sinks, each with a service of its own
+(:data:`~twophase.integration.jobs.flights_sinks.OPTIONAL_SINKS`)."""
+SINK_CHOICES = (*BASE_SINKS, *OPTIONAL_SINK_NAMES)
+"""Every name ``--sinks`` accepts."""
+
+
+def check_sinks(sinks: Iterable[str]) -> tuple[str, ...]:
+    """``sinks`` as a tuple in :data:`SINK_CHOICES` order, each once.
+
+    Raises:
+        ConfigError: an unknown name, or none at all.
+    """
+    names = [s.strip() for s in sinks if s.strip()]
+    unknown = [s for s in names if s not in SINK_CHOICES]
+    if unknown:
+        raise ConfigError(f"unknown sink(s) {unknown}: choose from {','.join(SINK_CHOICES)}")
+    if not names:
+        raise ConfigError(f"no sink given: choose from {','.join(SINK_CHOICES)}")
+    return tuple(s for s in SINK_CHOICES if s in names)
+
 
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*")
 

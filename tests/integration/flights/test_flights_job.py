@@ -29,8 +29,9 @@ from twophase.integration.jobs.flights import (
     FlightsJobSpec,
     run_flights,
 )
+from twophase.integration.jobs.flights_sinks import verify_run
 from twophase.integration.services import S3Endpoint
-from twophase.integration.verify import CONTENT_COLUMNS, compare, expected_input, read_kafka, verify_run
+from twophase.integration.verify import CONTENT_COLUMNS, compare, expected_input, read_kafka
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

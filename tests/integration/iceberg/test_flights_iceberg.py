@@ -172,7 +172,8 @@ def test_flights_job_lands_exactly_once_in_all_five_sinks(
 ) -> None:
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.integration.jobs.flights import run_flights
-    from twophase.integration.verify import expected_input, verify_run
+    from twophase.integration.jobs.flights_sinks import verify_run
+    from twophase.integration.verify import expected_input
 
     days = 3
     postgres.start()

@@ -25,12 +25,12 @@ from twophase.coordinator.job_lifecycle import JobState
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights import FlightsEndpoints, FlightsJobSpec, run_flights
 from twophase.integration.jobs.flights_postgres import POSTGRES_SINK, table_name
-from twophase.integration.jobs.flights_sinks import BASE_SINKS, SINK_CHOICES, check_sinks
+from twophase.integration.jobs.flights_sinks import BASE_SINKS, SINK_CHOICES, check_sinks, verify_run
 from twophase.integration.jobs.flights_spec import MANIFEST
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.launcher import given_env
 from twophase.integration.services.postgres import PostgresServer
-from twophase.integration.verify import expected_input, verify_run
+from twophase.integration.verify import expected_input
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
