@@ -35,7 +35,8 @@ same measure for both systems.
 Environment: ``TWOPHASE_BENCH_RUNS`` (rounds, default 3), ``TWOPHASE_BENCH_SCALE`` (share of the
 year's 365 days, default 1), ``TWOPHASE_BENCH_FLINK_CHECKPOINT_MS`` (Flink's checkpoint interval
 instead of the matched one), ``TWOPHASE_BENCH_FLINK_LOG_DIR`` (keep Flink's logs there).
-``python -m benchmarks.bench_flink`` prints one JSON document.
+``python -m benchmarks.bench_flink`` prints one JSON document; ``python -m benchmarks.bench_flink
+--markdown run.json`` renders a saved one as the per-round table of BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -685,6 +686,35 @@ def settings(per_trigger: int, checkpoint_ms: int) -> dict[str, Any]:
     }
 
 
+def markdown(result: Mapping[str, Any]) -> str:
+    """The per-round table of a run's JSON (:func:`run`), for BENCHMARKS.md: per sink set the two
+    systems' wall time, rows/s, checkpoints, end of input to visible and the read-back, then the
+    ratio twophase ÷ Flink."""
+    rows = result["rows"]
+    lines = [
+        "| sinks | round | twophase s (rows/s) | Flink s (rows/s) | twophase ÷ Flink "
+        "| checkpoints 2PC / Flink | end of input → visible ms 2PC / Flink | read back |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    per_round = result["per_round"]
+    for tag in SINK_SETS:
+        ours, theirs = per_round.get(f"twophase_{tag}", []), per_round.get(f"flink_{tag}", [])
+        for r, (a, b) in enumerate(zip(ours, theirs, strict=False), start=1):
+            checks = [c for run_ in (a, b) for c in run_["checks"]]
+            ok = all(c["exactly_once"] and not c["left_open"] for c in checks)
+            verdict = "exactly once, nothing open" if ok else "FAILED"
+            lines.append(
+                f"| {tag} | {r} | {a['wall_s']:.1f} ({rows / a['wall_s']:,.0f}) | {b['wall_s']:.1f} "
+                f"({rows / b['wall_s']:,.0f}) | {b['wall_s'] / a['wall_s']:.2f} | {a['checkpoints']} / "
+                f"{b['checkpoints']} | {a['end_of_input_to_visible_ms'] or '–'} / "
+                f"{b['end_of_input_to_visible_ms'] or '–'} | {verdict} |"
+            )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--markdown"]:  # render a saved run: --markdown run.json
+        print(markdown(json.loads(Path(sys.argv[2]).read_text())))
+        sys.exit(0)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     print(json.dumps(run(), indent=2))

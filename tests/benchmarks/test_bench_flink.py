@@ -89,3 +89,26 @@ def test_flink_columns_match_the_twophase_job() -> None:
 
     assert tuple(n for n, _ in job.TYPED_COLUMNS) == TYPED_COLUMNS
     assert tuple(n for n, _ in job.INPUT_COLUMNS) == tuple(FLIGHT_SCHEMA.names)
+
+
+def test_markdown_table_of_a_saved_run() -> None:
+    check = {"sink": "kafka", "records": 10, "exactly_once": True, "left_open": 0}
+    run = {
+        "rows": 10,
+        "per_round": {
+            "twophase_kafka": [
+                {"wall_s": 2.0, "checkpoints": 3, "end_of_input_to_visible_ms": 300.0, "checks": [check]}
+            ],
+            "flink_kafka": [
+                {
+                    "wall_s": 4.0,
+                    "checkpoints": 2,
+                    "end_of_input_to_visible_ms": 900.0,
+                    "checks": [{**check, "left_open": 1}],
+                }
+            ],
+        },
+    }
+    table = bench.markdown(run).splitlines()
+    assert len(table) == 3  # header, rule, one row: the sink sets that did not run are left out
+    assert table[2] == "| kafka | 1 | 2.0 (5) | 4.0 (2) | 2.00 | 3 / 2 | 300.0 / 900.0 | FAILED |"
