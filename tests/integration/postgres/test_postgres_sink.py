@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -346,4 +347,20 @@ def test_prepared_transaction_ages_as_prometheus_gauges(
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     text = generate_latest(registry).decode()
     assert f'twophase_postgres_prepared_transactions{{job="{JOB}",sink="pg"}} 0.0' in text
+    assert _prepared(reader) == []
+
+
+def test_a_restart_validates_beside_its_own_prepared_transactions(
+    make_sink: MakeSink, reader: Conn, people: str
+) -> None:
+    # a job killed after PREPARE TRANSACTION restarts: its prepared transactions (rows in the
+    # commit-record table) hold locks until recovery commits them, and validation runs first
+    held = _prepare(_validated(make_sink), _batch([1, 2]))
+    restarted = make_sink()
+    validating = threading.Thread(target=restarted.validate, args=(_batch([0]).schema,), daemon=True)
+    validating.start()
+    validating.join(timeout=30)
+    assert not validating.is_alive(), "validation waits for the job's own prepared transaction"
+    assert restarted.commit(held) is CommitOutcome.COMMITTED
+    assert _rows(reader, people) == [(1, "n1"), (2, "n2")]
     assert _prepared(reader) == []
