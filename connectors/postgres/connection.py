@@ -90,6 +90,17 @@ def require_prepared_transactions(
     return limit
 
 
+DDL_LOCK_TIMEOUT_MS = 30_000
+"""How long creating the commit-record table or its index may wait for a lock (ms)."""
+
+
+def _exists(conn: psycopg.Connection[tuple[object, ...]], schema: str, name: str) -> bool:
+    """Whether relation ``schema.name`` (a table or an index) exists; takes no lock on it."""
+    qualified = sql.Identifier(schema, name).as_string(conn)
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (qualified,)).fetchone()
+    return bool(row and row[0])
+
+
 def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: PostgresSinkConfig) -> None:
     """Create the commit-record table and its index when missing (autocommit connection).
 
@@ -99,10 +110,21 @@ def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: Po
 
     Raises:
         ConfigError: the role may not create it (names the privilege).
+        ServiceUnavailableError: creating it waited :data:`DDL_LOCK_TIMEOUT_MS` for a lock.
     """
     table = sql.Identifier(config.commit_schema, config.commit_table)
-    index = sql.Identifier(f"{config.commit_table}_job_checkpoint"[:63])
+    index_name = f"{config.commit_table}_job_checkpoint"[:63]
+    index = sql.Identifier(index_name)
+    if _exists(conn, config.commit_schema, config.commit_table) and _exists(
+        conn, config.commit_schema, index_name
+    ):
+        # nothing to create: even CREATE INDEX IF NOT EXISTS first takes a SHARE lock on the table,
+        # which waits for every prepared transaction that inserted a commit record: the job's own,
+        # after a crash, which only this job's recovery commits
+        return
     try:
+        # bounded: never wait forever behind another job's prepared transactions
+        conn.execute(sql.SQL("SET lock_timeout = {}").format(sql.Literal(f"{DDL_LOCK_TIMEOUT_MS}ms")))
         conn.execute(
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} ("
@@ -124,6 +146,13 @@ def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: Po
             f"PostgreSQL role {config.user!r} may not create the commit-record table "
             f"{config.commit_schema}.{config.commit_table}: grant CREATE on schema {config.commit_schema} "
             f"or create it beforehand ({error_text(config, e)})"
+        ) from None
+    except psycopg.errors.LockNotAvailable:
+        raise ServiceUnavailableError(
+            f"PostgreSQL {config.host}:{config.port}: creating the commit-record table "
+            f"{config.commit_schema}.{config.commit_table} waited {DDL_LOCK_TIMEOUT_MS} ms for locks held by "
+            "prepared transactions: commit or roll them back (`twophase lingering`), or create the table "
+            "and its index beforehand"
         ) from None
     except psycopg.errors.UniqueViolation:
         # two drivers creating it at once: the other one won
