@@ -46,7 +46,6 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,13 +113,6 @@ def run() -> dict[str, Any]:
         )
         result: dict[str, Any] = json.loads(out.read_text())
     return result
-
-
-def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` function: one batch with the number of rows it was handed (``rows long``)."""
-    import pyarrow as pa
-
-    yield pa.record_batch({"rows": [sum(b.num_rows for b in batches)]})
 
 
 def check_table(table: Any, expected: pa.Table) -> tuple[int, int, int]:
@@ -220,7 +212,7 @@ def measure(jars: list[str]) -> dict[str, Any]:
             return name
 
         def python_floor(r: int | str, frame: Any = None) -> object:
-            counted = (df if frame is None else frame).mapInArrow(count_rows, "rows long").collect()
+            counted = (df if frame is None else frame).mapInArrow(common.count_rows, "rows long").collect()
             assert frame is not None or sum(row["rows"] for row in counted) == rows
             return None
 

@@ -17,7 +17,10 @@ timed end to end (wall clock, s):
   default is 1,000): a batch of ``INSERT`` per ``executeBatch``, one transaction per partition,
   committed by each task. At least once (a retried task writes its rows again);
 - ``jdbc_rewrite``: the same with ``reWriteBatchedInserts=true`` in the URL (the driver rewrites a
-  batch into multi-row ``INSERT … VALUES (…), (…)``), what a tuned user sets.
+  batch into multi-row ``INSERT … VALUES (…), (…)``), what a tuned user sets;
+- ``python_floor`` (not a writer): ``df.mapInArrow(count)`` — the rows handed to Python workers as
+  Arrow batches and counted: what every Python-side sink pays before writing anything, the floor
+  under ``twophase``'s time (the JDBC writer stays in the JVM).
 
 The peer is the faster of the two JDBC variants (by median). Every round's table is checked with
 plain psycopg (not the writer): the row count, then every row, ordered by ``flight_id``, equal to
@@ -194,21 +197,31 @@ def run() -> dict[str, Any]:
 
             return write
 
+        def python_floor(r: int | str, frame: Any = None) -> object:
+            counted = (df if frame is None else frame).mapInArrow(common.count_rows, "rows long").collect()
+            assert frame is not None or sum(row["rows"] for row in counted) == rows
+            return None
+
         writers = {
             "twophase": twophase,
             "jdbc": jdbc_writer("jdbc", False),
             "jdbc_rewrite": jdbc_writer("jdbc_rewrite", True),
+            "python_floor": python_floor,
         }
         counts: dict[str, list[int]] = {w: [] for w in writers}
 
         def check(writer: str, r: int, name: object) -> None:
+            if name is None:
+                return
             assert isinstance(name, str)
             counts[writer].append(check_table(conn, name, expected))
             conn.execute(f'DROP TABLE "{name}"')
 
         try:
             for write in writers.values():  # warm up: JVM, Python workers, driver classes
-                conn.execute(f'DROP TABLE "{write("warmup", df.limit(1000))}"')
+                warm = write("warmup", df.limit(1000))
+                if warm is not None:
+                    conn.execute(f'DROP TABLE "{warm}"')
             times = common.side_by_side(writers, rounds, check)
             server = conn.execute("SHOW server_version").fetchone()
         finally:

@@ -14,7 +14,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -184,3 +184,12 @@ def load_at_end(start: Mapping[str, Any]) -> dict[str, Any]:
     """``start`` (from :func:`machine`) plus the load average when the benchmark ends."""
     load1, load5, _ = os.getloadavg()
     return {**start, "load_1m_at_end": round(load1, 2), "load_5m_at_end": round(load5, 2)}
+
+
+def count_rows(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function: one Arrow batch holding the number of rows it was handed
+    (``rows long``). ``df.mapInArrow(count_rows, "rows long")`` is the cost of handing ``df`` to
+    Python workers as Arrow, the floor under every Python-side sink."""
+    import pyarrow as pa
+
+    yield pa.record_batch({"rows": [sum(b.num_rows for b in batches)]})
