@@ -126,6 +126,7 @@ CHAOS_TRIALS ?= 300
 CHAOS_CLUSTER_TRIALS ?= 40
 CHAOS_ZOMBIE_TRIALS ?= 8
 CHAOS_SECURED_TRIALS ?= 30
+CHAOS_FIVE_TRIALS ?= 50
 chaos: prepare
 	$(BIN)/pytest -m long tests/integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
@@ -135,6 +136,8 @@ chaos: prepare
 		--report build/chaos-cluster4-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs secured --trials $(CHAOS_SECURED_TRIALS) --days 6 \
 		--files-per-trigger 3 --report build/chaos-secured-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs five --trials $(CHAOS_FIVE_TRIALS) --days 14 \
+		--files-per-trigger 7 --report build/chaos-five-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
