@@ -253,3 +253,21 @@ def test_bucket_and_truncate_partitions_are_written_and_pruned(
     assert [str(f.transform) for f in table.spec().fields] == ["bucket[4]", "truncate[1]"]
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(40))
     assert sorted(table.scan(row_filter="id == 7").to_arrow().column("id").to_pylist()) == [7]
+
+
+def test_many_small_batches_make_one_row_group_per_file(
+    make_config: Callable[..., IcebergSinkConfig],
+) -> None:
+    import pyarrow.parquet as pq
+
+    sink = IcebergSink("lake", make_config(partition_by=()))
+    sink.validate(rows(0, 1).schema)
+    txn = sink.begin_transaction(WriterContext(JOB, sink.name, 1, 0, 0, 1))
+    for start in range(0, 2_000, 100):  # Spark hands batches over a few at a time
+        sink.write(txn, rows(start, 100))
+    committable = sink.pre_commit(txn)
+    assert committable is not None and len(committable.files) == 1
+    meta = pq.ParquetFile(committable.files[0].path.removeprefix("file://")).metadata
+    assert (meta.num_rows, meta.num_row_groups) == (2_000, 1)
+    assert sink.commit_checkpoint(1, [committable]) is CommitOutcome.COMMITTED
+    assert ids(sink.config) == list(range(2_000))
