@@ -419,9 +419,8 @@ def clean_up(endpoints: FlightsEndpoints, topic: str, bucket: str, prefix: str) 
     """Delete a checked round's topic and objects (a full run would otherwise keep gigabytes)."""
     from confluent_kafka.admin import AdminClient
 
-    for future in (
-        AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap}).delete_topics([topic]).values()
-    ):
+    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})  # kept: its futures need it
+    for future in admin.delete_topics([topic]).values():
         future.result(60)
     client = endpoints.s3.boto3_client()
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
