@@ -587,21 +587,25 @@ def run() -> dict[str, Any]:
         def writer(system: Callable[[str, int], RoundResult], tag: str) -> Callable[[int], object]:
             return lambda r: system(tag, r + 1)
 
+        def verified(result: RoundResult) -> RoundResult:
+            bad = [c for c in checked(result).checks if not c.exactly_once or c.left_open]
+            if bad:
+                raise AssertionError(f"{result.writer}: output not exactly once or left open: {bad}")
+            return result
+
         def record(name: str, r: int, result: object) -> None:
             assert isinstance(result, RoundResult)
-            results.append(checked(result))
-            bad = [c for c in result.checks if not c.exactly_once or c.left_open]
-            assert not bad, (name, r, bad)
+            results.append(verified(result))
 
         try:
             # warm-up (round 0): Spark's JVM and Python workers, Flink's gateway JVM, Python
             # workers and planner; the twophase run's cadence sets Flink's checkpoint interval
-            warm = checked(twophase("all", 0))
+            warm = verified(twophase("all", 0))
             interval["ms"] = int(
                 os.environ.get("TWOPHASE_BENCH_FLINK_CHECKPOINT_MS") or matched_interval_ms(warm.cadence_ms)
             )
             log.warning("Flink checkpoint interval %d ms (twophase warm-up: %s)", interval["ms"], warm)
-            checked(flink("all", 0))
+            verified(flink("all", 0))
             writers = {
                 f"{system}_{tag}": writer(fn, tag)
                 for tag in SINK_SETS
