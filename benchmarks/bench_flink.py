@@ -10,11 +10,14 @@ two writers:
 - ``twophase_<sinks>``: the flights job (:func:`twophase.integration.jobs.flights.run_flights`) on
   ``local[2,4]``, ``availableNow``, ``files_per_trigger`` days per micro-batch (one checkpoint
   each), the final checkpoint at end of input;
-- ``flink_<sinks>``: the same work on PyFlink (:mod:`benchmarks/flink/flights_flink.py`): Flink
-  SQL in streaming mode, parallelism 2, checkpointing every ``checkpoint_ms`` (matched: the
-  twophase warm-up run's wall time divided by its checkpoints), ``KafkaSink`` exactly-once and the
-  filesystem sink's Parquet bulk format on MinIO through the S3 plugin, bounded: the job ends with
-  FLIP-147's final checkpoint.
+- ``flink_<sinks>``: the same work on PyFlink (``benchmarks/flink/flights_flink.py``, run by one
+  PyFlink process in its own venv for the whole benchmark): Flink SQL in streaming mode,
+  parallelism 2, checkpointing every ``checkpoint_interval_ms`` (matched: the twophase warm-up
+  run's median micro-batch time), ``KafkaSink`` exactly-once and the filesystem sink's Parquet bulk
+  format on MinIO through the S3 plugin, bounded: the job ends with FLIP-147's final checkpoint.
+
+Both sides get a 2 GiB JVM heap and 2 Python workers; every setting is in the output's
+``settings`` (and in BENCHMARKS.md's "Against Flink").
 
 There is no Delta sink for Flink 2.x (``io.delta:delta-flink`` targets Flink 1.x and is not even
 served here): Delta is left out of both sides.
