@@ -19,7 +19,7 @@ import click
 
 from twophase.integration.cli.errors import CommandFailed
 from twophase.integration.cli.output import Column, emit_json, json_option, note, progress, show, table
-from twophase.integration.cli.target import JobTarget, resolve_target, resolve_work_dir, target_options
+from twophase.integration.cli.target import JobTarget, resolve_target, target_options
 from twophase.integration.lingering import ItemStatus, SinkLingering, list_lingering
 from twophase.integration.operations import (
     JobCheckpoints,
@@ -38,21 +38,6 @@ KEYS = (
     "{<sink>: count}, sinks[]: {sink, type, what, listable, detail, lingering, held, undecidable, "
     "items[]: {id, status, detail}} (before any action), after: null | the same list after the actions."
 )
-
-
-def flights_run_sinks(work_dir: Path | None) -> list[Any]:
-    """Every sink of the flights run in ``work_dir`` (default the latest demo's), optional ones
-    included, as the job configures them (nothing is created).
-
-    Raises:
-        ConfigError: no such run; Kafka or S3 is not running; a service of an optional sink is
-            not running (names how to run it).
-    """
-    from twophase.integration.jobs.flights import FlightsJobSpec, endpoints_from_environment
-    from twophase.integration.jobs.flights_sinks import operator_sinks, running_services, with_services
-
-    spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
-    return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
 
 
 def _listing(target: JobTarget, sinks: list[Any], checkpoints: JobCheckpoints) -> list[SinkLingering]:
@@ -161,8 +146,7 @@ def lingering(
     something still lingers after --abort.
     """
     target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory)
-    flights_run = not (checkpoint_dir or job_name or job_id or sinks_factory)
-    sinks = flights_run_sinks(work_dir) if flights_run else target.sinks("lingering")
+    sinks = target.sinks("lingering")  # a flights run's: every sink it names, optional ones included
     checkpoints = JobCheckpoints.load(target.storage())
     try:
         with progress(f"listing what the sinks of {target.job_id} left ...", as_json):

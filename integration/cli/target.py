@@ -175,9 +175,11 @@ def _flights_run(work_dir: Path | None) -> JobTarget:
     spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
 
     def sinks() -> list[AnySink]:
-        from twophase.integration.jobs.flights import build_sinks, endpoints_from_environment
+        # every sink the run names, optional ones (PostgreSQL, Iceberg) included
+        from twophase.integration.jobs.flights import endpoints_from_environment
+        from twophase.integration.jobs.flights_sinks import operator_sinks, running_services, with_services
 
-        return list(build_sinks(spec, endpoints_from_environment()))
+        return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
 
     return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks)
 
