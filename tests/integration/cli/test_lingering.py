@@ -77,6 +77,7 @@ def _kafka_records(ids: list[int]) -> list[tuple[bytes | None, bytes | None]]:
 @pytest.mark.s3
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.long  # make chaos; in make test the five-sink listing and the sink-factory recommit cover it
 def test_list_abort_and_recommit_for_a_crashed_kafka_and_s3_job(
     tmp_path: Path, kafka_bootstrap: str, s3_endpoint: S3Endpoint
 ) -> None:

@@ -21,7 +21,9 @@ DRIVER_POINTS: list[Any] = [
     # quick chaos trial of `make test` crashes after_persist:2, the data source suite both)
     pytest.param("before_persist:2", marks=pytest.mark.long),  # epoch replayed and rewritten
     pytest.param("after_persist:2", marks=pytest.mark.long),  # restart re-commits, replay check skips
-    "mid_commit:2",  # one of two sinks' transactions committed: the other is re-committed
+    # one of two sinks' transactions committed: the other is re-committed (make chaos; in make test
+    # the broker-fault case and the model check cover it)
+    pytest.param("mid_commit:2", marks=pytest.mark.long),
     pytest.param("after_commit:2", marks=pytest.mark.long),  # committed, Spark's commit log not written
     pytest.param("during_finish", marks=pytest.mark.long),  # end of input reached, sinks finishing
     "during_final_checkpoint",  # final checkpoint triggered, not persisted

@@ -55,6 +55,40 @@ def test_cancel_then_resume(tmp_path: Path) -> None:
     assert_exactly_once(tmp_path, ["a"], expected)
 
 
+def without_spark_interrupt_race(log: str) -> str:
+    """``log`` without Spark's own report of a race in interrupting a task (seen under load):
+    ``ERROR TaskContextImpl: Error in TaskCompletionListener`` with ``Block broadcast_N is not
+    locked for reading`` and its Java stack. Spark logs it from the executor thread it interrupts,
+    whoever cancels the job; twophase's cancel is what the test checks."""
+    kept, skipping = [], False
+    for line in log.splitlines():
+        if "ERROR TaskContextImpl: Error in TaskCompletionListener" in line:
+            skipping = True
+            continue
+        if skipping and (
+            line.startswith(("\tat ", "java.lang.AssertionError: assertion failed: Block broadcast", "\t..."))
+            or not line.strip()
+        ):
+            continue
+        skipping = False
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def test_only_sparks_interrupt_race_is_left_out() -> None:
+    log = (
+        "checkpoint completed\n26/11/26 11:42:36 ERROR TaskContextImpl: Error in TaskCompletionListener\n"
+        "java.lang.AssertionError: assertion failed: Block broadcast_2 is not locked for reading\n"
+        "\tat scala.Predef$.assert(Predef.scala:279)\n"
+        "job canceled\n26/11/26 11:42:37 ERROR Executor: another error\n"
+    )
+    assert without_spark_interrupt_race(log).splitlines() == [
+        "checkpoint completed",
+        "job canceled",
+        "26/11/26 11:42:37 ERROR Executor: another error",
+    ]
+
+
 def test_cancel_during_a_batch_says_one_line_and_resumes_exactly(tmp_path: Path) -> None:
     """#26 item 5: a cancel that interrupts the batch in flight printed ~1,150 lines (py4j's ERROR
     with the whole Java stack, then a StackOverflowError of Spark's stop-pattern regex over it)."""
@@ -64,7 +98,7 @@ def test_cancel_during_a_batch_says_one_line_and_resumes_exactly(tmp_path: Path)
     )
     assert canceled.returncode == 0, canceled.log
     assert canceled.outcome is not None and canceled.outcome["state"] == "CANCELED"
-    after = canceled.log[canceled.log.index("checkpoint completed") :]
+    after = without_spark_interrupt_race(canceled.log[canceled.log.index("checkpoint completed") :])
     assert "StackOverflowError" not in after
     assert "Traceback" not in after
     assert " ERROR " not in after
