@@ -465,6 +465,25 @@ class ContractLives(RuleBasedStateMachine):
     def position(self, n: int) -> dict[str, object]:
         return {"engine": "spark", "query_id": "conformance", "batch_id": n}
 
+    def partitions(self, drawn: int) -> int:
+        """A drawn partition count as 1..``max_partitions`` (shrinking to 1)."""
+        return (drawn - 1) % self.contract.max_partitions + 1
+
+    def skip_replayed(self, n: int) -> bool:
+        """Whether batch ``n`` is a replay the latest checkpoint covers: then it is skipped."""
+        if not self.runtime.replay_check(self.position(n)):
+            return False
+        self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
+        self.next_batch += 1
+        return True
+
+    def begin_epoch(self, parts: int, n: int) -> Epoch:
+        """Trigger the checkpoint of batch ``n`` on ``parts`` partitions."""
+        epoch = self.runtime.begin_epoch(parts, self.position(n))
+        self.batch_of[epoch.checkpoint_id] = n
+        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
+        return epoch
+
     @rule(
         parts=st.integers(1, 12),
         size=st.integers(0, 20),
@@ -478,13 +497,11 @@ class ContractLives(RuleBasedStateMachine):
         self, parts: int, size: int, tasks: list[str], point: str, crash: str | None, notify: bool
     ) -> None:
         """The engine's next batch (the same records when it is replayed after a failure)."""
-        parts = (parts - 1) % self.contract.max_partitions + 1  # 1..max_partitions, shrinking to 1
+        parts = self.partitions(parts)
         n = self.next_batch
         records = self.records_of(n, size)
         rt = self.runtime
-        if rt.replay_check(self.position(n)):
-            self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
-            self.next_batch += 1
+        if self.skip_replayed(n):
             self.observe()
             return
         words = f"; the driver dies at {crash} if it gets there" if crash else ""
@@ -492,9 +509,7 @@ class ContractLives(RuleBasedStateMachine):
         self.say(f"batch {n}: {len(records)} records on {parts} partitions{words}")
         if crash is not None:
             self.faults.arm(crash)
-        epoch = rt.begin_epoch(parts, self.position(n))
-        self.batch_of[epoch.checkpoint_id] = n
-        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
+        epoch = self.begin_epoch(parts, n)
         try:
             self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, tasks, point))
             self.check_hidden(records, f"batch {n} is pre-committed, its checkpoint not complete")
@@ -531,18 +546,14 @@ class ContractLives(RuleBasedStateMachine):
     def checkpoint_fails(self, parts: int, size: int) -> None:
         """Every task pre-commits, then the checkpoint is declined: the driver aborts what was
         pre-committed (``abort``), and aborting again must change nothing."""
-        parts = (parts - 1) % self.contract.max_partitions + 1  # 1..max_partitions, shrinking to 1
+        parts = self.partitions(parts)
         n = self.next_batch
         records = self.records_of(n, size, least=1)
         rt = self.runtime
-        if rt.replay_check(self.position(n)):
-            self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
-            self.next_batch += 1
+        if self.skip_replayed(n):
             return
         self.say(f"batch {n}: {len(records)} records on {parts} partitions; the checkpoint is then declined")
-        epoch = rt.begin_epoch(parts, self.position(n))
-        self.batch_of[epoch.checkpoint_id] = n
-        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
+        epoch = self.begin_epoch(parts, n)
         try:
             self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
         except TOLERATED as e:
@@ -619,18 +630,14 @@ class ContractLives(RuleBasedStateMachine):
         """An epoch's checkpoint is durable but its notification lost; the system then drops its
         pre-committed transactions (:meth:`SinkContract.lose`) and the driver dies: the restore
         must answer LOST, and none of those records may be visible."""
-        parts = (parts - 1) % self.contract.max_partitions + 1  # 1..max_partitions, shrinking to 1
+        parts = self.partitions(parts)
         n = self.next_batch
         records = self.records_of(n, size, least=1)
         rt = self.runtime
-        if rt.replay_check(self.position(n)):
-            self.say(f"batch {n} is replayed; the latest checkpoint covers it: skipped")
-            self.next_batch += 1
+        if self.skip_replayed(n):
             return
         self.say(f"batch {n}: {len(records)} records on {parts} partitions; the commit notification is lost")
-        epoch = rt.begin_epoch(parts, self.position(n))
-        self.batch_of[epoch.checkpoint_id] = n
-        self.note(f"checkpoint {epoch.checkpoint_id} triggered")
+        epoch = self.begin_epoch(parts, n)
         try:
             self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
             rt.complete_epoch(epoch, notify=False)
