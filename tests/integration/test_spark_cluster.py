@@ -52,6 +52,8 @@ def executors_launched(root: Path) -> int:
     return sum(1 for d in root.glob("worker-*/app-*/*") if d.is_dir())
 
 
+# make test runs the cluster in test_flights_cluster; make chaos kills executors by the dozen
+@pytest.mark.long
 def test_an_executor_killed_mid_write_on_a_cluster_is_exactly_once(
     spark_cluster: tuple[str, Path | None], shipping: dict[str, str], tmp_path: Path
 ) -> None:

@@ -33,8 +33,9 @@ DAYS = 14
 FILES_PER_TRIGGER = 7  # 2 micro-batches of 2 partitions, then the final checkpoint
 
 QUICK: list[Any] = [
-    pytest.param(  # durable, not committed: re-commit on restart; every make compat cell runs it
-        TrialPlan(0, "fault", fault="after_persist:2"), marks=pytest.mark.compat
+    # durable, not committed: re-commit on restart; every make compat cell and make chaos run it
+    pytest.param(
+        TrialPlan(0, "fault", fault="after_persist:2"), marks=[pytest.mark.compat, pytest.mark.long]
     ),
     pytest.param(  # a worker dies pre-committed; task retried (crash points cover it in make test)
         TrialPlan(1, "fault", fault="after_pre_commit:3"), marks=pytest.mark.long

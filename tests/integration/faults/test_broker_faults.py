@@ -61,16 +61,10 @@ def kill_coordinator(cluster: KafkaCluster, spec: FlightsJobSpec) -> Action:
     return action
 
 
-# the quickest moment runs in `make test`; the others (restarts while the broker is away) in `make faults`
-@pytest.mark.parametrize(
-    "moment",
-    [
-        pytest.param("write", marks=pytest.mark.faults_long),
-        pytest.param("persist_commit", marks=pytest.mark.faults_long),
-        "mid_commit",
-        pytest.param("final_checkpoint", marks=pytest.mark.faults_long),
-    ],
-)
+# every moment runs in `make faults` (restarts while the broker is away); make test keeps the
+# three-broker cluster's own controls (test_service_controls)
+@pytest.mark.faults_long
+@pytest.mark.parametrize("moment", ["write", "persist_commit", "mid_commit", "final_checkpoint"])
 def test_coordinator_killed_and_restarted(
     moment: str,
     spark: SparkSession,

@@ -19,6 +19,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.storage import CheckpointStorage, open_storage
@@ -52,6 +54,8 @@ def causes(error: BaseException | None) -> list[BaseException]:
     return chain
 
 
+# make faults (and make chaos) run it; secured_s3 covers a denied checkpoint PutObject in make test
+@pytest.mark.faults_long
 def test_checkpoint_put_denied_fails_cleanly_then_resumes(
     spark: SparkSession,
     tmp_path: Path,
