@@ -15,15 +15,20 @@ names the metadata file the commit started from, and raises pyiceberg's
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 
+import tenacity
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
 
 CatalogFactory = Callable[[], Catalog]
 """Opens the sink's catalog in place of ``load_catalog`` from the configuration (tables it loads
@@ -75,20 +80,40 @@ def catalog_properties(config: IcebergSinkConfig) -> dict[str, str]:
 def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = None) -> Iterator[Catalog]:
     """The configured catalog (or ``factory``'s), released (SQL engine disposed) when the block ends.
 
+    Opening is tried ``config.connect_attempts`` times with exponential backoff from
+    ``config.connect_backoff_ms`` (a SQL catalog connects as it opens: pyiceberg checks its tables).
+
     Raises:
-        ServiceUnavailableError: the catalog cannot be reached (the message is redacted).
+        ServiceUnavailableError: the catalog cannot be reached after every attempt (the message is
+            redacted).
     """
     from pyiceberg.catalog import load_catalog
 
-    try:
+    def load() -> Catalog:
         if factory is not None:
-            catalog = factory()
-        else:
-            catalog = load_catalog(config.catalog_name, **catalog_properties(config))
+            return factory()
+        return load_catalog(config.catalog_name, **catalog_properties(config))
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(config.connect_attempts),
+        wait=tenacity.wait_exponential(multiplier=config.connect_backoff_ms / 1000.0, max=10),
+        retry=tenacity.retry_if_exception_type(Exception),
+        before_sleep=lambda state: log_event(
+            log,
+            logging.WARNING,
+            "iceberg catalog unreachable, retrying",
+            catalog=config.catalog_name,
+            attempt=state.attempt_number,
+            error=_first_line(config, state.outcome.exception() if state.outcome else None),
+        ),
+        reraise=True,
+    )
+    try:
+        catalog = retrying(load)
     except Exception as e:
         raise ServiceUnavailableError(
-            f"cannot open Iceberg catalog {config.redact(config.catalog_uri)}: "
-            f"{config.redact(str(e)).splitlines()[0] if str(e) else type(e).__name__}"
+            f"cannot open Iceberg catalog {config.redact(config.catalog_uri)} after "
+            f"{config.connect_attempts} attempts: {_first_line(config, e)}"
         ) from None
     try:
         yield catalog
@@ -96,6 +121,14 @@ def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = Non
         engine = getattr(catalog, "engine", None)
         if engine is not None:
             engine.dispose()
+
+
+def _first_line(config: IcebergSinkConfig, error: BaseException | None) -> str:
+    """``error``'s first line with every secret of ``config`` removed."""
+    if error is None:
+        return ""
+    text = config.redact(str(error)).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def load_table(catalog: Catalog, config: IcebergSinkConfig) -> Table | None:

@@ -64,6 +64,10 @@ class IcebergSinkConfig:
         commit_backoff_max_ms: upper bound of the exponential backoff between those attempts (ms).
         lingering_grace_ms: lingering cleanup deletes an unreferenced data file only once it is
             older than this (ms, ≥ 0): a younger one may belong to an attempt still writing.
+        connect_attempts: how many times opening the catalog is tried before
+            ``ServiceUnavailableError`` (≥ 1): a catalog database restarting while the job restores
+            is waited for rather than costing one of the job's restarts.
+        connect_backoff_ms: the first wait between those attempts (ms, ≥ 0), doubling up to 10 s.
 
     Raises:
         ConfigError: an empty or malformed identifier, an unsupported catalog URI, a malformed
@@ -84,6 +88,8 @@ class IcebergSinkConfig:
     commit_attempts: int = 10
     commit_backoff_max_ms: int = 2_000
     lingering_grace_ms: int = 600_000
+    connect_attempts: int = 5
+    connect_backoff_ms: int = 500
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str) or len(self.identifier) < 2 or not all(self.identifier):
@@ -122,11 +128,11 @@ class IcebergSinkConfig:
             object.__setattr__(self, "warehouse", "file://" + os.path.abspath(path))
         if not isinstance(self.storage_options, S3Options):
             raise ConfigError("IcebergSinkConfig.storage_options must be an S3Options (twophase.S3Options)")
-        for name in ("target_file_rows", "commit_attempts"):
+        for name in ("target_file_rows", "commit_attempts", "connect_attempts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"IcebergSinkConfig.{name} must be a positive int, got {value!r}")
-        for name in ("commit_backoff_max_ms", "lingering_grace_ms"):
+        for name in ("commit_backoff_max_ms", "lingering_grace_ms", "connect_backoff_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"IcebergSinkConfig.{name} must be an int >= 0, got {value!r}")

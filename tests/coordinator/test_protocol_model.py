@@ -17,8 +17,9 @@ to jobs in production, in any order:
   notifications; asynchronous commit with stalled commits (settled at the end
   of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling; Iceberg
   commit conflicts (another writer appends between a commit's load and its pointer swap, more
-  often than the committer's attempts), an unreachable catalog (connections refused; a restore
-  meeting it fails and the driver is started again, as a supervisor would), commits whose answer
+  often than the committer's attempts), an unreachable catalog (connections refused: one is retried by
+  the sink, two fail the operation; a restore meeting that fails and the driver is started again,
+  as a supervisor would), commits whose answer
   is lost (applied or not);
 - finish, stop with savepoint (drain or not), stop, cancel (retain or delete), a failed job
   canceled instead of restarted (the brokers refusing every abort of one transaction: no other
@@ -207,6 +208,8 @@ class ProtocolModel(RuleBasedStateMachine):
             commit_attempts=3,
             commit_backoff_max_ms=0,
             lingering_grace_ms=0,
+            connect_attempts=2,
+            connect_backoff_ms=0,
         )
         sink = IcebergSink("i", config, catalog_factory=self.world.iceberg.connect)
         with self.world.iceberg.quiet():
@@ -532,7 +535,8 @@ class ProtocolModel(RuleBasedStateMachine):
     @rule(n=st.integers(1, 2))
     @traced
     def iceberg_catalog_unreachable(self, n: int) -> None:
-        """The Iceberg catalog refuses its next ``n`` connections (whichever operation asks)."""
+        """The Iceberg catalog refuses its next ``n`` connections (whichever operation asks): the
+        sink's two connect attempts absorb one refusal; two fail the operation."""
         self.world.iceberg.refused = n
 
     @rule(applied=st.booleans(), kind=st.sampled_from(LOST_ANSWERS))

@@ -22,6 +22,7 @@ CONFIG = IcebergSinkConfig(
     create_table=True,
     target_file_rows=3,
     commit_backoff_max_ms=0,
+    connect_backoff_ms=0,
     lingering_grace_ms=0,  # no task of the kit runs beside a cleanup
 )
 
