@@ -29,6 +29,7 @@ def _stop_then_resume(root: Path, action: str, *, from_savepoint: bool) -> None:
     assert_exactly_once(root, ["a"], expected)
 
 
+@pytest.mark.long  # the runtime tests cover stop with savepoint; make chaos runs this job-level case
 def test_stop_with_savepoint_no_drain_then_resume(tmp_path: Path) -> None:
     _stop_then_resume(tmp_path, "savepoint", from_savepoint=True)
 
