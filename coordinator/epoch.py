@@ -30,8 +30,8 @@ from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.context import JsonObject, WriterContext
-from twophase.sinks.errors import CommitWaitTimeoutError, ConfigError, IllegalTransitionError, JobError
+from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import CommitWaitTimeoutError, ConfigError, JobError
 from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
@@ -112,11 +112,6 @@ class Epoch:
     def __repr__(self) -> str:
         return f"Epoch(checkpoint_id={self.checkpoint_id}, num_partitions={self.num_partitions})"
 
-    @property
-    def sinks(self) -> list[str]:
-        """Sinks that write in this epoch, in job order."""
-        return list(self._sinks)
-
     def plan(self) -> EpochPlan:
         """What every task of the epoch needs: shipped to executors (configuration only, no clients)."""
         return EpochPlan(
@@ -125,28 +120,6 @@ class Epoch:
             num_partitions=self.num_partitions,
             sinks=tuple(self._sinks.values()),
             restored=self._restored,
-        )
-
-    def writer_context(self, sink: str, partition: int, attempt: int = 0) -> WriterContext:
-        """The context of subtask (sink, partition, attempt), with its restored in-progress state.
-
-        Raises:
-            IllegalTransitionError: the sink does not write this partition in this epoch.
-        """
-        if (sink, partition) not in self._pending.expected or partition >= self.num_partitions:
-            raise IllegalTransitionError(
-                f"checkpoint {self.checkpoint_id}",
-                self._pending.status.value,
-                f"writer_context {sink}[{partition}]",
-            )
-        return WriterContext(
-            job_id=self.job_id,
-            sink_name=sink,
-            checkpoint_id=self.checkpoint_id,
-            partition=partition,
-            attempt=attempt,
-            num_partitions=self.num_partitions,
-            restored_state=self._restored.get(sink, {}).get(partition),
         )
 
     def acknowledge(self, ack: Acknowledgement) -> bool:
@@ -173,16 +146,6 @@ class Epoch:
         )
         self._abort(sink, txn)
         return 1
-
-    @property
-    def missing(self) -> frozenset[tuple[str, int]]:
-        """(sink, partition) acknowledgements still expected."""
-        return self._pending.missing
-
-    @property
-    def is_fully_acknowledged(self) -> bool:
-        """True once every expected acknowledgement arrived."""
-        return self._pending.is_fully_acknowledged
 
 
 @dataclass(frozen=True)
