@@ -34,7 +34,6 @@ from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import (
     CheckpointConfig,
     CheckpointLimitError,
-    CheckpointStatus,
     CompletedCheckpoint,
     DuplicateAcknowledgementError,
     NotifyResult,
@@ -288,7 +287,7 @@ class CheckpointCoordinator:
         self.subtask(sink, partition).snapshot(
             checkpoint_id, attempt, committables, ack.in_progress, self.clock(), payloads=payloads
         )
-        pc.acks[key] = ack
+        pc.record(key, ack)
         return True
 
     def _decode(self, ack: Acknowledgement) -> list[Any]:
@@ -352,7 +351,7 @@ class CheckpointCoordinator:
             self._in_doubt(pc, e)
             raise
         persist_ms = (time.perf_counter() - started) * 1000.0
-        pc.status = CheckpointStatus.COMPLETED
+        pc.complete()
         del self._pending[checkpoint_id]
         self._completed_ids.add(checkpoint_id)
         for lc in self._subtasks.values():
@@ -381,7 +380,7 @@ class CheckpointCoordinator:
         durable), abort newer pending checkpoints (they are not), and let the job fail."""
         c = pc.checkpoint_id
         del self._pending[c]
-        pc.status = CheckpointStatus.IN_DOUBT
+        pc.mark_in_doubt()
         self._aborted.add(c)
         for lc in self._subtasks.values():
             lc.checkpoint_in_doubt(c)
@@ -476,8 +475,7 @@ class CheckpointCoordinator:
         ids = sorted(c for c in self._pending if c >= checkpoint_id)
         for c in ids:
             pc = self._pending.pop(c)
-            pc.status = CheckpointStatus.ABORTED
-            pc.abort_reason = reason
+            pc.abort(reason)
             self._aborted.add(c)
             aborted = 0
             for _, lc in sorted(self._subtasks.items()):

@@ -1,7 +1,9 @@
 """What a checkpoint is while the coordinator handles it: settings, states, pending and completed
 checkpoints, and the result of a notification (see :mod:`twophase.coordinator.checkpoint_coordinator`).
 
-Checkpoint states: ``PENDING ──complete──► COMPLETED`` and ``PENDING ──abort──► ABORTED``.
+Checkpoint states: ``PENDING ──complete──► COMPLETED``, ``PENDING ──abort──► ABORTED`` and
+``PENDING ──in_doubt──► IN_DOUBT`` (publish outcome unknown); :class:`PendingCheckpoint` names and
+checks each transition, and only it changes its status.
 """
 
 from __future__ import annotations
@@ -95,6 +97,47 @@ class PendingCheckpoint:
     status: CheckpointStatus = CheckpointStatus.PENDING
     acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
+
+    def record(self, key: SubtaskKey, ack: Acknowledgement) -> None:
+        """Keep ``ack`` as subtask ``key``'s acknowledgement (the coordinator checked it first).
+
+        Raises:
+            IllegalTransitionError: the checkpoint is no longer pending.
+        """
+        self._require_pending(f"acknowledge {key[0]}[{key[1]}]")
+        self.acks[key] = ack
+
+    def complete(self) -> None:
+        """PENDING → COMPLETED: its metadata is published.
+
+        Raises:
+            IllegalTransitionError: not pending.
+        """
+        self._require_pending("complete")
+        self.status = CheckpointStatus.COMPLETED
+
+    def mark_in_doubt(self) -> None:
+        """PENDING → IN_DOUBT: its publish may or may not have landed.
+
+        Raises:
+            IllegalTransitionError: not pending.
+        """
+        self._require_pending("in_doubt")
+        self.status = CheckpointStatus.IN_DOUBT
+
+    def abort(self, reason: str) -> None:
+        """PENDING → ABORTED, for ``reason``.
+
+        Raises:
+            IllegalTransitionError: not pending.
+        """
+        self._require_pending("abort")
+        self.status = CheckpointStatus.ABORTED
+        self.abort_reason = reason
+
+    def _require_pending(self, transition: str) -> None:
+        if self.status is not CheckpointStatus.PENDING:
+            raise IllegalTransitionError(f"checkpoint {self.checkpoint_id}", self.status.value, transition)
 
     @property
     def missing(self) -> frozenset[SubtaskKey]:

@@ -292,13 +292,13 @@ def open_epoch(
                 num_partitions={n: num_partitions for n in participants},
                 source_position=source_position,
             )
-            s.max_triggered = pc.checkpoint_id
+            s.triggered(pc.checkpoint_id)
             try:
                 finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, handover)
             except Exception as e:
                 coord.abort_checkpoint(pc.checkpoint_id, f"handover of in-progress state failed: {e!r}")
                 raise
-            s.epochs_since_restore += 1
+            s.epoch_started()
             restored: dict[str, dict[int, JsonObject]] = {}
             for sink, p in sorted(pc.expected):
                 state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)

@@ -47,7 +47,7 @@ def final_checkpoint(
     last = s.last_completed
     position = source_position if source_position is not None else (last.source_position if last else None)
     pc = coord.trigger(kind, participants, source_position=position, end_of_input=True)
-    s.max_triggered = pc.checkpoint_id
+    s.triggered(pc.checkpoint_id)
     on_driver = [(n, p, coord.parallelism.get(n, p + 1)) for n, parts in participants.items() for p in parts]
     finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, on_driver)
     s.fault(fault)
@@ -67,7 +67,7 @@ def suspend_checkpoint(s: RunState, kind: CheckpointKind, fault: str) -> Checkpo
     coord = s.coordinator()
     last = s.last_completed
     pc = coord.trigger(kind, {}, source_position=last.source_position if last else None)
-    s.max_triggered = pc.checkpoint_id
+    s.triggered(pc.checkpoint_id)
     s.fault(fault)
     s.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
     s.drain_commits()

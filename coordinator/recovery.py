@@ -206,12 +206,12 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     # not above ids that failed epochs of this process used: nothing durable holds them, and
     # reusing them keeps a name pool (Kafka) away from the restored checkpoint's names
     newest_stored = max([*(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0])
-    s.id_floor = IdFloor(newest_stored, floors)
+    id_floor = IdFloor(newest_stored, floors)
     max_id = max([newest_stored, *floors.values()])
     if meta is not None and savepoint_location is not None and starts_a_lineage(refs, savepoint_location):
         meta, location = publish_lineage_start(s.storage, meta, s.job_id, max_id + 1, s.clock())
         max_id = meta.checkpoint_id
-    s.coord = CheckpointCoordinator(
+    coord = CheckpointCoordinator(
         s.job_id,
         list(s.sinks.values()),
         s.storage,
@@ -223,13 +223,12 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         restored=meta,
         marker=s.marker,
     )
+    s.begin_run(id_floor, coord)
     lingering = {
-        name: s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS, extra=meta) for name in s.coord.live_sinks()
+        name: s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS, extra=meta) for name in coord.live_sinks()
     }
-    s.restored = meta
-    s.last_completed = meta
+    s.restored_from(meta)
     s.marker.restored(meta.checkpoint_id if meta is not None else None, location)
-    s.epochs_since_restore = 0
     result = RestoreResult(
         checkpoint_id=meta.checkpoint_id if meta else None,
         kind=meta.kind if meta else None,

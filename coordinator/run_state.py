@@ -95,6 +95,44 @@ class RunState:
         self.abandoned = False
         self.checkpoint_metrics: list[CheckpointMetrics] = []
 
+    # -- named transitions of the run (nobody else writes these attributes) --------------------------
+
+    def begin_run(self, id_floor: IdFloor, coord: CheckpointCoordinator) -> None:
+        """A restore starts a run: checkpoint ids start above ``id_floor``, ``coord`` handles them."""
+        self.id_floor = id_floor
+        self.coord = coord
+
+    def restored_from(self, meta: CheckpointMetadata | None) -> None:
+        """The run's restore finished from ``meta`` (``None``: a fresh start): it is the last
+        completed checkpoint, and no epoch ran since."""
+        self.restored = meta
+        self.last_completed = meta
+        self.epochs_since_restore = 0
+
+    @contextmanager
+    def holding_for_restore(self, held: Mapping[str, Sequence[JsonObject]] | None) -> Iterator[None]:
+        """While the block runs, the restore's lingering cleanup keeps ``held`` (sink → encoded
+        committables a caller still needs); nothing is held afterwards, whatever the block raised."""
+        self.restore_held = {k: tuple(v) for k, v in (held or {}).items()}
+        try:
+            yield
+        finally:
+            self.restore_held = {}
+
+    def triggered(self, checkpoint_id: int) -> None:
+        """A checkpoint was triggered (the newest id this run used)."""
+        self.max_triggered = checkpoint_id
+
+    def epoch_started(self) -> None:
+        """An epoch's checkpoint was triggered and its in-progress state handed over."""
+        self.epochs_since_restore += 1
+
+    def abandon(self) -> None:
+        """The driver dies (a simulated crash): nothing is closed, aborted or committed, this
+        state refuses further use, the committer thread stops."""
+        self.abandoned = True
+        self.committer.shutdown(wait=False)
+
     def new_committer(self) -> CommitterOperator:
         """A committer operator with the job's commit policy, clock, backoff sleep and faults."""
         return CommitterOperator(

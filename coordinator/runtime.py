@@ -229,14 +229,12 @@ class JobRuntime:
                 raise IllegalTransitionError(f"job {self.job_id}", state.value, "restore")
             s.check_canceled()
             try:
-                s.restore_held = {k: tuple(v) for k, v in (held or {}).items()}
-                result = restore_run(s, savepoint_location)
+                with s.holding_for_restore(held):
+                    result = restore_run(s, savepoint_location)
             except Exception as e:
                 if s.lifecycle.state is JobState.RESTARTING and not s.cancel_requested.is_set():
                     s.fail(e)
                 raise
-            finally:
-                s.restore_held = {}
             s.transition(done_transition)
             return result
 
@@ -483,8 +481,7 @@ class JobRuntime:
     def abandon(self) -> None:
         """Test hook: simulate the driver process dying. Nothing is closed, aborted or committed;
         this runtime refuses further use. Restore in a new runtime from the same storage."""
-        self._s.abandoned = True
-        self._s.committer.shutdown(wait=False)
+        self._s.abandon()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
 
