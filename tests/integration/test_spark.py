@@ -20,6 +20,7 @@ pytestmark = pytest.mark.spark
 
 
 @pytest.mark.delta
+@pytest.mark.long  # delta-spark on this session: tests/integration/delta reads every Delta sink's table
 def test_delta_table_round_trip(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "table")
     spark.range(0, 100).write.format("delta").save(path)
@@ -58,6 +59,8 @@ def test_kafka_topic_batch_read(spark: SparkSession, kafka_bootstrap: str) -> No
 
 @pytest.mark.s3
 @pytest.mark.delta
+# tests/integration/delta/test_delta_sink_spark.py::test_s3_table_on_minio reads Delta on s3a
+@pytest.mark.long
 def test_delta_table_on_s3a(spark_s3: SparkSession, s3_endpoint: S3Endpoint) -> None:
     bucket = f"spark-{uuid.uuid4().hex[:8]}"
     s3_endpoint.ensure_bucket(bucket)

@@ -97,6 +97,8 @@ def test_delta_spark_reads_exactly_the_committed_rows(spark: SparkSession, tmp_p
     assert history[0]["operation"] == "CREATE TABLE"
 
 
+# tests/connectors/delta covers ALREADY_COMMITTED on recovery; make chaos runs this on Spark
+@pytest.mark.long
 def test_recommit_after_recovery_adds_nothing(spark: SparkSession, tmp_path: Path) -> None:
     path = str(tmp_path / "again")
     sink = DeltaSink("again", DeltaSinkConfig(path))

@@ -17,8 +17,8 @@ from twophase.integration.exactly_once.support import FAULT_EXIT, assert_exactly
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 DRIVER_POINTS: list[Any] = [
-    # these run in `make chaos` (the chaos matrix reaches them in every configuration too; the
-    # quick chaos trial of `make test` crashes after_persist:2, the data source suite both)
+    # these run in `make chaos` (the chaos matrix reaches them in every configuration too, as do
+    # the quick chaos trial and the data source suite's crash runs); make test keeps the last one
     pytest.param("before_persist:2", marks=pytest.mark.long),  # epoch replayed and rewritten
     pytest.param("after_persist:2", marks=pytest.mark.long),  # restart re-commits, replay check skips
     # one of two sinks' transactions committed: the other is re-committed (make chaos; in make test

@@ -44,6 +44,8 @@ def _run(postgres: PostgresServer, tmp_path: Path, table: str, job: str, fault: 
     return log
 
 
+# make test runs PostgreSQL through Spark in test_flights_postgres; make chaos kills its tasks
+@pytest.mark.long
 def test_job_writes_exactly_once_through_a_task_retry(
     postgres: PostgresServer, reader: psycopg.Connection[tuple[Any, ...]], table: str, tmp_path: Path
 ) -> None:
