@@ -104,7 +104,7 @@ def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = Non
             "iceberg catalog unreachable, retrying",
             catalog=config.catalog_name,
             attempt=state.attempt_number,
-            error=_first_line(config, state.outcome.exception() if state.outcome else None),
+            error=error_line(config, state.outcome.exception() or Exception()) if state.outcome else "",
         ),
         reraise=True,
     )
@@ -113,7 +113,7 @@ def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = Non
     except Exception as e:
         raise ServiceUnavailableError(
             f"cannot open Iceberg catalog {config.redact(config.catalog_uri)} after "
-            f"{config.connect_attempts} attempts: {_first_line(config, e)}"
+            f"{config.connect_attempts} attempts: {error_line(config, e)}"
         ) from None
     try:
         yield catalog
@@ -123,11 +123,10 @@ def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = Non
             engine.dispose()
 
 
-def _first_line(config: IcebergSinkConfig, error: BaseException | None) -> str:
-    """``error``'s first line with every secret of ``config`` removed."""
-    if error is None:
-        return ""
-    text = config.redact(str(error)).strip()
+def error_line(config: IcebergSinkConfig, error: BaseException) -> str:
+    """``error``'s first line with every secret of ``config`` removed (its type's name if it has no
+    message), for one-line errors and logs."""
+    text = config.redact(str(error))
     return text.splitlines()[0] if text else type(error).__name__
 
 

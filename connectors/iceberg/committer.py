@@ -32,7 +32,7 @@ from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import ancestors_of
 from sqlalchemy.exc import OperationalError
 
-from twophase.connectors.iceberg.catalog import CatalogFactory, open_catalog, require_table
+from twophase.connectors.iceberg.catalog import CatalogFactory, error_line, open_catalog, require_table
 from twophase.connectors.iceberg.committable import IcebergCommittable, to_data_file
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
@@ -168,17 +168,25 @@ class IcebergCommitter:
         except (CommitStateUnknownException, OperationalError) as e:
             # the catalog may have applied it: the next attempt's re-check tells (never FATAL,
             # which would fail the job, or a restore, for a transient fault)
-            log_event(log, logging.WARNING, "commit outcome unknown", problem=self._first_line(e), **fields)
+            log_event(
+                log, logging.WARNING, "commit outcome unknown", problem=error_line(self._config, e), **fields
+            )
             return CommitOutcome.RETRY
         except (ServiceUnavailableError, OSError) as e:
-            log_event(log, logging.WARNING, "commit failed, transient", problem=self._first_line(e), **fields)
+            log_event(
+                log,
+                logging.WARNING,
+                "commit failed, transient",
+                problem=error_line(self._config, e),
+                **fields,
+            )
             return CommitOutcome.RETRY
         except Exception as e:
             log_event(
                 log,
                 logging.ERROR,
                 "commit failed",
-                problem=self._first_line(e),
+                problem=error_line(self._config, e),
                 error=type(e).__name__,
                 **fields,
             )
@@ -195,10 +203,6 @@ class IcebergCommitter:
         return outcome
 
     # --- internals ---------------------------------------------------------------------------
-
-    def _first_line(self, e: BaseException) -> str:
-        text = self._config.redact(str(e))
-        return text.splitlines()[0] if text else type(e).__name__
 
     def _inconsistency(self, checkpoint_id: int, committables: Sequence[IcebergCommittable]) -> str | None:
         first = committables[0]
