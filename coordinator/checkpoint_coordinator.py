@@ -47,7 +47,7 @@ from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
-from twophase.coordinator.storage.base import CheckpointStorage
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import (
     PendingTransaction,
     SubtaskLifecycle,
@@ -111,6 +111,8 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         self._aborted: set[int] = set()
         self.completed: list[CompletedCheckpoint] = []
+        """The latest checkpoint completed in this run (at most one: an older one's metadata and
+        committables would stay in memory for the run's life, a checkpoint's worth per epoch)."""
         self._completed_ids: set[int] = set()
         self._subtasks: dict[SubtaskKey, SubtaskLifecycle[Any]] = {}
         self.fully_finished: set[str] = set()
@@ -247,7 +249,10 @@ class CheckpointCoordinator:
 
     def acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
         """Record one subtask's acknowledgement of ``checkpoint_id``; its committable is decoded
-        with the sink's codec, and its payload kept as received for the checkpoint metadata.
+        with the sink's codec, here and only here for the epoch (the pending checkpoint keeps the
+        decoded committable for verification, the subtask's pending transaction for commit, the
+        completed checkpoint hands it to lingering cleanup), and its payload kept as received for
+        the checkpoint metadata.
 
         Returns True if recorded, False if the checkpoint was aborted (its committable aborted).
 
@@ -287,7 +292,7 @@ class CheckpointCoordinator:
         self.subtask(sink, partition).snapshot(
             checkpoint_id, attempt, committables, ack.in_progress, self.clock(), payloads=payloads
         )
-        pc.record(key, ack)
+        pc.record(key, ack, committables)
         return True
 
     def _decode(self, ack: Acknowledgement) -> list[Any]:
@@ -301,8 +306,10 @@ class CheckpointCoordinator:
         lcs = [lc for (s, _), lc in self._subtasks.items() if s == sink]
         return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
 
-    def build_metadata(self, pc: PendingCheckpoint) -> CheckpointMetadata:
-        """The metadata ``pc`` would publish now; first flags sinks that became fully finished."""
+    def build_metadata(self, pc: PendingCheckpoint) -> tuple[CheckpointMetadata, dict[str, tuple[Any, ...]]]:
+        """The metadata ``pc`` would publish now, and per sink its committables decoded (as
+        :func:`~twophase.coordinator.checkpoint_state.metadata_of`); first flags sinks that became
+        fully finished."""
         for name in self.sinks:
             if name not in self.fully_finished and self._is_fully_finished(name):
                 self.fully_finished.add(name)
@@ -340,7 +347,7 @@ class CheckpointCoordinator:
                 f"complete before older pending {sorted(older)}",
             )
         started = time.perf_counter()
-        metadata = self.build_metadata(pc)
+        metadata, decoded = self.build_metadata(pc)
         self._fault("before_persist")
         try:
             ref = self.storage.publish(metadata)
@@ -356,8 +363,6 @@ class CheckpointCoordinator:
         self._completed_ids.add(checkpoint_id)
         for lc in self._subtasks.values():
             lc.checkpoint_persisted(checkpoint_id)
-        done = CompletedCheckpoint(metadata, ref, persist_ms, pc.records, len(pc.acks))
-        self.completed.append(done)
         if self.marker is not None:  # before retention: an older checkpoint's marker is not written now
             self.marker.published(checkpoint_id, ref.location)
         self._log(
@@ -368,10 +373,15 @@ class CheckpointCoordinator:
             committables=sum(len(s.committables) for s in metadata.sinks.values()),
             persist_ms=persist_ms,
         )
+        retired: list[CheckpointRef] = []
         try:
-            self.storage.apply_retention(self.config.retained_checkpoints)
+            retired = self.storage.apply_retention(self.config.retained_checkpoints)
         except Exception as e:  # old checkpoints are only garbage; never fail a completed checkpoint
             log.warning("checkpoint retention failed job=%s: %r", self.job_id, e, extra={"job": self.job_id})
+        done = CompletedCheckpoint(
+            metadata, ref, persist_ms, pc.records, len(pc.acks), committables=decoded, retired=tuple(retired)
+        )
+        self.completed[:] = [done]
         self._fault("after_persist")
         return done
 

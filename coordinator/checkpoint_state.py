@@ -9,14 +9,14 @@ checks each transition, and only it changes its status.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.subtask_lifecycle import SubtaskLifecycle
+from twophase.coordinator.subtask_lifecycle import PendingTransaction, SubtaskLifecycle
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, IllegalTransitionError
@@ -97,15 +97,30 @@ class PendingCheckpoint:
     status: CheckpointStatus = CheckpointStatus.PENDING
     acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
+    _decoded: dict[SubtaskKey, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
+    """(sink, partition) → its acknowledgement's committables as decoded at acknowledgement (the
+    same objects its pending transactions hold): verification never decodes them again."""
 
-    def record(self, key: SubtaskKey, ack: Acknowledgement) -> None:
-        """Keep ``ack`` as subtask ``key``'s acknowledgement (the coordinator checked it first).
+    def record(self, key: SubtaskKey, ack: Acknowledgement, committables: Sequence[Any]) -> None:
+        """Keep ``ack`` as subtask ``key``'s acknowledgement, with ``committables``: its payload as
+        the coordinator decoded it (the coordinator checked both first).
 
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
         """
         self._require_pending(f"acknowledge {key[0]}[{key[1]}]")
         self.acks[key] = ack
+        self._decoded[key] = tuple(committables)
+
+    def acknowledged(self, sink: str) -> tuple[list[Any], list[JsonObject]] | None:
+        """What ``sink``'s subtasks acknowledged, in partition order: their committables (decoded
+        once, at acknowledgement) and their in-progress states; ``None`` if none acknowledged."""
+        keys = sorted(k for k in self.acks if k[0] == sink)
+        if not keys:
+            return None
+        committables = [c for k in keys for c in self._decoded[k]]
+        states = [st for k in keys if (st := self.acks[k].in_progress) is not None]
+        return committables, states
 
     def complete(self) -> None:
         """PENDING → COMPLETED: its metadata is published.
@@ -171,6 +186,10 @@ class CompletedCheckpoint:
         persist_ms: time to build and publish, ms.
         records: records written in its epoch, if known.
         acknowledgements: acknowledgements it received.
+        committables: sink → the committables ``metadata`` holds for it, decoded (the objects the
+            coordinator's pending transactions hold), in the order of its ``committables``: handed
+            to the metadata cache so that nothing decodes the published payloads again.
+        retired: checkpoints retention deleted after this one was published.
     """
 
     metadata: CheckpointMetadata
@@ -178,6 +197,8 @@ class CompletedCheckpoint:
     persist_ms: float
     records: int | None
     acknowledgements: int
+    committables: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False, compare=False)
+    retired: tuple[CheckpointRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,18 +231,24 @@ def metadata_of(
     fully_finished: Set[str],
     parallelism: Mapping[str, int],
     now_ms: int,
-) -> CheckpointMetadata:
+) -> tuple[CheckpointMetadata, dict[str, tuple[Any, ...]]]:
     """What checkpoint ``pc`` publishes: per sink not fully finished, every transaction not yet
     confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
     latest checkpoint alone is enough to recover), payloads as received, and the in-progress state
-    of live subtasks. A pure function of the coordinator's state."""
+    of live subtasks. A pure function of the coordinator's state.
+
+    Returns:
+        the metadata, and per sink the same transactions' decoded committables in the order of
+        its ``committables`` (what :attr:`CompletedCheckpoint.committables` hands on).
+    """
     c = pc.checkpoint_id
     snaps: dict[str, SinkSnapshot] = {}
+    decoded: dict[str, tuple[Any, ...]] = {}
     for name, sink in sinks.items():
         if name in fully_finished:
             continue
         lcs = sorted(((p, lc) for (s, p), lc in subtasks.items() if s == name), key=lambda x: x[0])
-        txns = sorted(
+        txns: list[PendingTransaction[Any]] = sorted(
             (t for _, lc in lcs for t in lc.uncommitted(c)), key=lambda t: (t.checkpoint_id, t.partition)
         )
         in_progress = {
@@ -240,7 +267,8 @@ def metadata_of(
             ),
             in_progress=in_progress,
         )
-    return CheckpointMetadata(
+        decoded[name] = tuple(t.committable for t in txns)
+    metadata = CheckpointMetadata(
         job_id=job_id,
         checkpoint_id=c,
         kind=pc.kind,
@@ -250,3 +278,4 @@ def metadata_of(
         fully_finished=tuple(sorted(fully_finished)),
         end_of_input=pc.end_of_input,
     )
+    return metadata, decoded

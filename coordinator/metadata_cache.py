@@ -1,13 +1,23 @@
-"""Checkpoint metadata read once per runtime: retained checkpoints never change."""
+"""Checkpoint metadata read once per runtime: retained checkpoints never change.
+
+The cache also keeps each checkpoint's committables decoded, per sink, so that no payload is
+decoded twice: a checkpoint this runtime published comes with the committables the coordinator
+decoded at acknowledgement; a loaded one is decoded on first use (restore, lingering cleanup).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
 
 
 class MetadataCache:
-    """Checkpoint metadata by location, loaded from ``storage`` at most once (checkpoints never change).
+    """Checkpoint metadata by location, loaded from ``storage`` at most once (checkpoints never
+    change), and each one's committables decoded at most once per sink.
 
     Args:
         storage: the job's checkpoint storage.
@@ -16,14 +26,24 @@ class MetadataCache:
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
         self._by_location: dict[str, CheckpointMetadata] = {}
+        self._decoded: dict[str, dict[str, tuple[Any, ...]]] = {}
 
-    def remember(self, location: str, metadata: CheckpointMetadata) -> None:
-        """Keep ``metadata`` published (or loaded) at ``location``."""
+    def remember(
+        self,
+        location: str,
+        metadata: CheckpointMetadata,
+        committables: Mapping[str, Sequence[Any]] | None = None,
+    ) -> None:
+        """Keep ``metadata`` published (or loaded) at ``location``, and ``committables``: sink →
+        its committables already decoded, in the order of ``metadata``'s (others are decoded on
+        first use). Replaces whatever was kept for ``location``."""
         self._by_location[location] = metadata
+        self._decoded[location] = {name: tuple(c) for name, c in (committables or {}).items()}
 
     def forget(self, location: str) -> None:
         """Drop a deleted checkpoint."""
         self._by_location.pop(location, None)
+        self._decoded.pop(location, None)
 
     def load(self, ref: CheckpointRef) -> CheckpointMetadata:
         """The metadata of ``ref``.
@@ -33,7 +53,8 @@ class MetadataCache:
         """
         meta = self._by_location.get(ref.location)
         if meta is None:
-            meta = self._by_location[ref.location] = self.storage.load(ref)
+            meta = self.storage.load(ref)
+            self.remember(ref.location, meta)
         return meta
 
     def retained(self, *, savepoints_only: bool = False) -> list[CheckpointMetadata]:
@@ -43,3 +64,35 @@ class MetadataCache:
             for ref in self.storage.list_checkpoints()
             if not savepoints_only or ref.kind is CheckpointKind.SAVEPOINT
         ]
+
+    def retained_at(self, also: str | None = None) -> list[tuple[str, CheckpointMetadata]]:
+        """Every retained checkpoint and savepoint with its location, ascending by id; then
+        ``also`` (a location :meth:`remember` was given, e.g. a savepoint restored from elsewhere)
+        unless it is one of them.
+
+        Raises:
+            CorruptCheckpointError: unreadable or invalid metadata.
+            KeyError: ``also`` was never remembered.
+        """
+        out = [(ref.location, self.load(ref)) for ref in self.storage.list_checkpoints()]
+        if also is not None and all(location != also for location, _ in out):
+            out.append((also, self._by_location[also]))
+        return out
+
+    def committables(self, location: str, sink: TwoPhaseCommitSink[Any, Any]) -> tuple[Any, ...]:
+        """The committables ``sink``'s part of the checkpoint at ``location`` holds, decoded with
+        the sink's codec the first time they are asked for (or as :meth:`remember` was given them),
+        in metadata order.
+
+        Raises:
+            KeyError: nothing was loaded or remembered at ``location``.
+            CommittableDecodeError: a payload does not decode.
+        """
+        meta = self._by_location[location]
+        per_sink = self._decoded.setdefault(location, {})
+        decoded = per_sink.get(sink.name)
+        if decoded is None:
+            snap = meta.sinks.get(sink.name)
+            decoded = () if snap is None else tuple(sink.decode(rec.payload) for rec in snap.committables)
+            per_sink[sink.name] = decoded
+        return decoded

@@ -76,11 +76,21 @@ def check_restorable(meta: CheckpointMetadata, sink_names: Iterable[str], job_id
 
 
 def recovery_transactions(
-    meta: CheckpointMetadata, sinks: Mapping[str, AnySink], now_ms: int
+    meta: CheckpointMetadata,
+    sinks: Mapping[str, AnySink],
+    now_ms: int,
+    decoded: Mapping[str, Sequence[Any]] | None = None,
 ) -> list[PendingTransaction[Any]]:
     """The transactions a restore from ``meta`` re-commits: every committable of every sink not
     flagged fully finished, ascending by the checkpoint each was pre-committed for (metadata
     order within a checkpoint), decoded, with the payload kept as stored.
+
+    Args:
+        meta: the restored checkpoint.
+        sinks: the job's sinks by name.
+        now_ms: the restore's time (the transactions' pre-commit time, for age warnings).
+        decoded: sink → its committables in ``meta`` already decoded, in metadata order (the
+            runtime's metadata cache); a sink missing here has its payloads decoded now.
 
     Raises:
         CommittableDecodeError: a payload does not decode.
@@ -90,17 +100,19 @@ def recovery_transactions(
         if name in meta.fully_finished or not snap.committables:
             continue
         sink = sinks[name]
+        given = None if decoded is None else decoded.get(name)
+        committables = given if given is not None else [sink.decode(rec.payload) for rec in snap.committables]
         txns = [
             PendingTransaction(
                 name,
                 rec.partition,
                 rec.attempt,
                 meta.checkpoint_id if rec.checkpoint_id is None else rec.checkpoint_id,
-                sink.decode(rec.payload),
+                committable,
                 now_ms,
                 payload=rec.payload,
             )
-            for rec in snap.committables
+            for rec, committable in zip(snap.committables, committables, strict=True)
         ]
         out.extend(sorted(txns, key=lambda t: t.checkpoint_id))
     return out
@@ -154,6 +166,18 @@ def publish_lineage_start(
     return copy, ref.location
 
 
+def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> dict[str, tuple[Any, ...]]:
+    """Per sink a restore from ``meta`` (remembered at ``location``) re-commits, its committables
+    decoded by the run's metadata cache, which keeps them for the lingering cleanup."""
+    if location is None:
+        return {}
+    return {
+        name: s.cache.committables(location, s.sinks[name])
+        for name, snap in meta.sinks.items()
+        if name not in meta.fully_finished and snap.committables
+    }
+
+
 def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     """Restore a run: load the savepoint (or the latest checkpoint by listing), re-commit its
     committables, start a new checkpoint coordinator above every stored id, and abort what
@@ -167,12 +191,16 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     if s.coord is not None:
         s.replace_committer()
     refs = s.storage.list_checkpoints()
+    # each checkpoint read and parsed once: the cache keeps what is read here for the lingering
+    # cleanup, and each committable is decoded once, by the cache, for the re-commit and the cleanup
+    meta: CheckpointMetadata | None = None
+    location: str | None = None
     if savepoint_location is not None:
-        meta: CheckpointMetadata | None = s.storage.load_location(savepoint_location)
-        location: str | None = savepoint_location
-    else:
-        meta = s.storage.latest()
-        location = next((r.location for r in refs if meta and r.checkpoint_id == meta.checkpoint_id), None)
+        meta, location = s.storage.load_location(savepoint_location), savepoint_location
+    elif refs:  # the latest by listing (storage.latest()), read from storage as every restore does
+        meta, location = s.storage.load(refs[-1]), refs[-1].location
+    if meta is not None and location is not None:
+        s.cache.remember(location, meta)
     lost_before = s.committer.metrics.lost_ignored
     recommitted = 0
     if meta is not None:
@@ -186,10 +214,12 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
                 from_job=meta.job_id,
             )
         check_restorable(meta, s.sinks, s.job_id)
-        if savepoint_location is not None:
-            s.cache.remember(savepoint_location, meta)
         committed = location is not None and s.storage.is_committed(location)
-        txns = [] if committed else recovery_transactions(meta, s.sinks, s.clock())
+        txns = (
+            []
+            if committed
+            else recovery_transactions(meta, s.sinks, s.clock(), decoded_in(s, meta, location))
+        )
         # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order;
         # the sinks recover concurrently (one lane each)
         s.committer.commit_all(commit_requests(s.sinks, txns, recovery=True))
@@ -210,6 +240,7 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     max_id = max([newest_stored, *floors.values()])
     if meta is not None and savepoint_location is not None and starts_a_lineage(refs, savepoint_location):
         meta, location = publish_lineage_start(s.storage, meta, s.job_id, max_id + 1, s.clock())
+        s.cache.remember(location, meta)
         max_id = meta.checkpoint_id
     coord = CheckpointCoordinator(
         s.job_id,
@@ -225,7 +256,7 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     )
     s.begin_run(id_floor, coord)
     lingering = {
-        name: s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS, extra=meta) for name in coord.live_sinks()
+        name: s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS, extra=location) for name in coord.live_sinks()
     }
     s.restored_from(meta)
     s.marker.restored(meta.checkpoint_id if meta is not None else None, location)

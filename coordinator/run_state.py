@@ -23,7 +23,7 @@ from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
-from twophase.coordinator.lingering import Held, encoded, held_by, lingering_scope
+from twophase.coordinator.lingering import HeldCommittables, held_decoded
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metadata_cache import MetadataCache
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
@@ -218,8 +218,11 @@ class RunState:
         self.committer.ages.check(coord.uncommitted_transactions())
 
     def remember(self, done: CompletedCheckpoint) -> None:
-        """Keep a completed checkpoint's metadata (the latest, and in the cache)."""
-        self.cache.remember(done.ref.location, done.metadata)
+        """Keep a completed checkpoint's metadata (the latest, and in the cache with its
+        committables as the coordinator decoded them); forget those retention deleted."""
+        self.cache.remember(done.ref.location, done.metadata, done.committables)
+        for ref in done.retired:
+            self.cache.forget(ref.location)
         self.last_completed = done.metadata
 
     def mark_committed_if_done(self) -> None:
@@ -238,36 +241,48 @@ class RunState:
 
     # -- lingering --------------------------------------------------------------------------------
 
-    def held(self, sink: AnySink, extra: CheckpointMetadata | None = None) -> Held:
-        """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus ``extra``,
-        e.g. a savepoint restored from elsewhere), what this run holds in memory, and what an
-        acknowledgement about to be recorded carries (:func:`~twophase.coordinator.lingering.held_by`)."""
-        checkpoints = self.cache.retained()
-        if extra is not None:
-            checkpoints.append(extra)
-        pending: list[JsonObject] = list(self.restore_held.get(sink.name, ()))
+    def held(self, sink: AnySink, extra: str | None = None) -> HeldCommittables[Any]:
+        """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus the one
+        remembered at location ``extra``, e.g. a savepoint restored from elsewhere), what this run
+        holds in memory, and what an acknowledgement about to be recorded carries
+        (:func:`~twophase.coordinator.lingering.held_decoded`). Committables come decoded from
+        where they were first decoded: the metadata cache for checkpoints, the coordinator's
+        pending transactions for this run's; only those an acknowledgement about to be recorded
+        carries are decoded here.
+
+        Raises:
+            CorruptCheckpointError: a retained checkpoint is unreadable.
+            CommittableDecodeError: a held payload does not decode.
+        """
+        checkpoints = [
+            (meta, self.cache.committables(location, sink))
+            for location, meta in self.cache.retained_at(extra)
+        ]
+        pending: list[Any] = [sink.decode(p) for p in self.restore_held.get(sink.name, ())]
         live_in_progress: list[JsonObject] = []
         parallelism = 0
         if self.coord is not None:
-            mine = [t for t in self.coord.uncommitted_transactions() if t.sink_name == sink.name]
-            pending.extend(encoded(sink, mine))
+            pending.extend(
+                t.committable for t in self.coord.uncommitted_transactions() if t.sink_name == sink.name
+            )
             live_in_progress = [
                 st
                 for (s, _), lc in self.coord.subtasks.items()
                 if s == sink.name and lc.state.is_live and (st := lc.latest_in_progress) is not None
             ]
             parallelism = self.coord.parallelism.get(sink.name, 0)
-        return held_by(
-            sink.name,
+        return held_decoded(
+            sink,
             checkpoints,
             pending=pending,
             live_in_progress=live_in_progress,
             live_parallelism=parallelism,
         )
 
-    def abort_lingering(self, sink: AnySink, up_to: int, *, extra: CheckpointMetadata | None = None) -> int:
-        """``sink.abort_lingering`` with everything held; returns how many it aborted."""
-        n = sink.abort_lingering(lingering_scope(self.job_id, sink, self.held(sink, extra), up_to))
+    def abort_lingering(self, sink: AnySink, up_to: int, *, extra: str | None = None) -> int:
+        """``sink.abort_lingering`` with everything held (``extra``: see :meth:`held`); returns
+        how many it aborted."""
+        n = sink.abort_lingering(self.held(sink, extra).scope(self.job_id, sink.name, up_to))
         last = self.last_completed.checkpoint_id if self.last_completed is not None else 0
         self.sink_metrics.lingering(sink.name, min(up_to, last) if up_to < 2**62 else last, n)
         if n:
@@ -347,14 +362,12 @@ class RunState:
         coord = self.coordinator()
         pc = coord.pending(checkpoint_id)
         for name in coord.live_sinks():
-            acks = [a for (s, _), a in sorted(pc.acks.items()) if s == name]
-            if not acks:
+            acknowledged = pc.acknowledged(name)  # decoded at acknowledgement, not again
+            if acknowledged is None:
                 continue
-            sink = self.sinks[name]
-            committables = [sink.decode(a.committable) for a in acks if a.committable is not None]
-            states = [a.in_progress for a in acks if a.in_progress is not None]
+            committables, states = acknowledged
             try:
-                sink.verify_pre_committed(committables, states)
+                self.sinks[name].verify_pre_committed(committables, states)
             except Exception as e:
                 coord.abort_checkpoint(checkpoint_id, f"verification before persist failed: {e!r}")
                 raise
