@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from twophase.coordinator.lingering import ALL_CHECKPOINTS, held_by, lingering_scope
+from dataclasses import dataclass
+
+from twophase.coordinator.lingering import ALL_CHECKPOINTS, distinct, held_by, held_decoded, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.recovery import recovery_transactions
 from twophase.coordinator.testing.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
+from twophase.sinks.codec import CommittableCodec
+from twophase.sinks.context import JsonObject
 
 
 def comm(txn: str, checkpoint: int, partition: int = 0) -> dict[str, object]:
@@ -89,3 +93,55 @@ def test_recovery_commits_in_checkpoint_order_and_skips_fully_finished_sinks() -
         ("a", 3, "a3b"),
     ]
     assert all(t.payload is not None and t.pre_committed_ms == 5 for t in txns)
+
+
+def test_held_decoded_is_held_by_over_decoded_committables() -> None:
+    sink = FakeSink("a", FakeExternalSystem())
+    a1, a2, p3 = (
+        FakeCommittable("a1", 1, 0, 1),
+        FakeCommittable("a2", 2, 1, 1),
+        FakeCommittable("p3", 3, 0, 1),
+    )
+    ip: dict[str, object] = {"file": "x"}
+    live: dict[str, object] = {"file": "live"}
+    checkpoints = [
+        meta(1, {"a": snap((0, 1, comm("a1", 1)))}),
+        meta(
+            2, {"a": snap((0, 1, comm("a1", 1)), (1, 2, comm("a2", 2, 1)), in_progress={1: ip}, partitions=5)}
+        ),
+    ]
+    decoded = [(checkpoints[0], [a1]), (checkpoints[1], [FakeCommittable("a1", 1, 0, 1), a2])]
+    held = held_decoded(sink, decoded, pending=[p3, a2], live_in_progress=[live], live_parallelism=4)
+    assert held.committables == (a1, a2, p3)  # equal committables once, in order of first appearance
+    assert list(held.in_progress.values()) == [ip, live]
+    assert held.max_partitions == 5
+    scope = held.scope("job", "a", 7)
+    assert (scope.held, scope.held_in_progress, scope.up_to_checkpoint) == ((a1, a2, p3), (ip, live), 7)
+    # the same rule as held_by over payloads
+    by_payload = held_by("a", checkpoints, pending=[comm("p3", 3), comm("a2", 2, 1)], live_in_progress=[live])
+    assert lingering_scope("job", sink, by_payload, 7).held == held.committables
+
+
+@dataclass(frozen=True)
+class Tagged:
+    name: str
+    tags: dict[str, str]  # a mapping field: the dataclass cannot be hashed
+
+
+def test_committables_that_cannot_be_hashed_are_told_apart_by_their_encoding() -> None:
+    codec = CommittableCodec(Tagged, "test.tagged")
+    one, same, other = Tagged("t", {"a": "1", "b": "2"}), Tagged("t", {"b": "2", "a": "1"}), Tagged("u", {})
+    assert distinct([one, same, other], codec.to_json) == (one, other)
+
+
+def test_recovery_uses_committables_already_decoded() -> None:
+    class NoDecode(FakeSink):
+        def decode(self, payload: JsonObject) -> FakeCommittable:
+            raise AssertionError("decoded again")
+
+    sinks = {"a": NoDecode("a", FakeExternalSystem())}
+    m = meta(3, {"a": snap((1, 3, comm("a3", 3, 1)), (0, 2, comm("a2", 2)))})
+    given = (FakeCommittable("a3", 3, 1, 1), FakeCommittable("a2", 2, 0, 1))
+    txns = recovery_transactions(m, sinks, 5, {"a": given})
+    assert [t.committable for t in txns] == [given[1], given[0]]  # checkpoint order
+    assert [t.payload for t in txns] == [comm("a2", 2), comm("a3", 3, 1)]
