@@ -24,7 +24,15 @@ from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorag
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import CheckpointPublishUnknownError, CheckpointStorageError
 
-TASK_PLANS: Final = ("ok", "fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+TASK_PLANS: Final = (
+    "ok",
+    "fails",
+    "lost",
+    "zombie_reports",
+    "zombie_silent",
+    "zombie_after_publish",
+    "stage_fails",
+)
 """How one partition's task goes:
 
 - ``ok``: attempt 0 succeeds;
@@ -34,6 +42,9 @@ TASK_PLANS: Final = ("ok", "fails", "lost", "zombie_reports", "zombie_silent", "
 - ``zombie_reports``: attempt 0 succeeds, then attempt 1 of the same partition runs to the end
   and reports too (a speculative copy, a zombie of a lost stage): the epoch discards its report;
 - ``zombie_silent``: the same, but the late attempt's report never arrives;
+- ``zombie_after_publish``: attempt 0 succeeds and reports; attempt 1 (a zombie of an earlier
+  stage attempt Spark left running) starts only after the checkpoint was published, before its
+  commit, and its report never arrives (:func:`zombies_after_publish` runs it; #26 item 4);
 - ``stage_fails``: the task fails every attempt; the epoch fails.
 """
 
@@ -111,7 +122,7 @@ def run_tasks(
         keys = list(records[p :: plan.num_partitions])
         batches = [key_value_batch(keys[:1]), key_value_batch(keys[1:])] if keys else []
         how = plans[p]
-        if how == "ok":
+        if how in ("ok", "zombie_after_publish"):
             acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)
         elif how in ("fails", "lost"):
             acks += _retried(plan, p, batches, how, point)
@@ -125,6 +136,31 @@ def run_tasks(
         else:
             raise ValueError(f"unknown task plan {how!r}; known: {TASK_PLANS}")
     return acks
+
+
+def zombies_after_publish(
+    storage: InMemoryCheckpointStorage, plan: EpochPlan, records: Sequence[str], plans: Sequence[str]
+) -> None:
+    """Arm ``storage`` so that, right after the epoch's checkpoint becomes visible, attempt 1 of
+    every ``zombie_after_publish`` partition runs to the end (writes, pre-commits; its report is
+    lost), before the driver commits. Chains any ``after_publish_hook`` already armed."""
+    zombies = [p for p in range(plan.num_partitions) if plans[p] == "zombie_after_publish"]
+    if not zombies:
+        return
+    then = storage.after_publish_hook
+    fired = [False]
+
+    def hook(meta: CheckpointMetadata) -> None:
+        if not fired[0] and meta.checkpoint_id == plan.checkpoint_id:
+            fired[0] = True
+            for p in zombies:
+                keys = list(records[p :: plan.num_partitions])
+                batches = [key_value_batch(keys[:1]), key_value_batch(keys[1:])] if keys else []
+                write_subtasks(plan, p, 1, batches, fault=_no_fault)
+        if then is not None:
+            then(meta)
+
+    storage.after_publish_hook = hook
 
 
 class RecordingStorage(InMemoryCheckpointStorage):

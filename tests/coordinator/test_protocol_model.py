@@ -105,6 +105,7 @@ from twophase.coordinator.testing.engine_tasks import (
     key_value_batch,
     publish_fault,
     run_tasks,
+    zombies_after_publish,
 )
 from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
 from twophase.coordinator.testing.memory_storage import MemoryStore
@@ -456,7 +457,9 @@ class ProtocolModel(RuleBasedStateMachine):
 
             def write(plan: EpochPlan) -> list[Acknowledgement]:
                 self.running_epoch = (plan.checkpoint_id, records)
-                return run_tasks(plan, records, tasks, point)
+                acks = run_tasks(plan, records, tasks, point)
+                zombies_after_publish(self.storage, plan, records, tasks)
+                return acks
 
             if notify:
                 run_epoch(rt, parts, write, position)

@@ -29,7 +29,14 @@ ICEBERG_TABLE = "lake.events"
 """The Iceberg sink's table (``ModelWorld.iceberg_table``)."""
 DRIVER_POINTS = ("before_persist", "after_persist", "mid_commit", "after_commit")
 END_POINTS = (*DRIVER_POINTS, "during_finish", "during_final_checkpoint", "during_stop_with_savepoint")
-TASKS = ("ok",) * 12 + ("fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+TASKS = ("ok",) * 12 + (
+    "fails",
+    "lost",
+    "zombie_reports",
+    "zombie_silent",
+    "zombie_after_publish",
+    "stage_fails",
+)
 PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed", "landed_reported_failed")
 """Each exit of a publish (published, not published, unknown), and an unknown one a backend
 reports as a plain storage error (engine_tasks.publish_fault)."""
