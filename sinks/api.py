@@ -47,9 +47,9 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         name: stable within a job; part of every transaction name.
         codec: encodes committables (``COMM``) as versioned JSON for checkpoint metadata.
         speculation_safe: False when two concurrent attempts of one subtask would interfere (e.g.
-            Kafka's pooled transactional ids: a speculative attempt's ``init_transactions`` fences
-            the first attempt's pre-committed transaction). The runtime then refuses to run with
-            Spark speculation on.
+            PostgreSQL's: a speculative copy's begin rolls back what the first attempt prepared,
+            and the epoch then fails verification). The runtime then refuses to run with Spark
+            speculation on.
         commit_concurrency: how many ``commit`` / ``recover_and_commit`` calls of this sink, each
             on a different committable, the driver may run at once (≥ 1; 1: one at a time). Only
             sinks whose commits are independent of each other and whose driver-side clients are

@@ -9,7 +9,7 @@ correctness matter.
    ``<prefix>-<sink>-`` when it supports KIP-1152 patterns, and always on the client with
    :func:`naming.parse_transactional_id`).
 2. If the broker cannot list them, probe the known pool instead: every
-   ``<prefix>-<sink>-<partition>-<slot>`` for ``partition < scope.max_partitions`` with
+   id of ``naming.pool_ids`` (partitions below ``scope.max_partitions``, the first attempts) with
    DescribeTransactions.
 3. Fence-abort each ongoing one whose id no held committable uses: ``init_transactions`` on that
    id with a confluent-kafka producer, which makes the coordinator abort it and bump the epoch.

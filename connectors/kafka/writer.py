@@ -120,9 +120,9 @@ class KafkaTransaction:
         topic_max_message_bytes: int | None = None,
         new_producer: Callable[[dict[str, Any]], Any] = Producer,
     ) -> KafkaTransaction:
-        """Create the producer for ``ctx``'s pooled transactional id, ``init_transactions`` (which
-        fences an older attempt's transaction on the same id), read the producer id and epoch
-        from statistics, and ``begin_transaction``.
+        """Create the producer for the transactional id of ``ctx``'s attempt and slot,
+        ``init_transactions`` (which ends whatever the id's previous checkpoint left open), read
+        the producer id and epoch from statistics, and ``begin_transaction``.
 
         Args:
             topic_max_message_bytes: the topic's ``max.message.bytes`` if known (read on the
@@ -137,7 +137,12 @@ class KafkaTransaction:
             KafkaTransactionError: fatal producer error, or no producer id in statistics in time.
         """
         txn_id = naming.transactional_id_for(
-            config.prefix(ctx.job_id), ctx.sink_name, ctx.partition, ctx.checkpoint_id, config.pool_size
+            config.prefix(ctx.job_id),
+            ctx.sink_name,
+            ctx.partition,
+            ctx.checkpoint_id,
+            config.pool_size,
+            ctx.attempt,
         )
         stats = ProducerStatistics()
         errors = ProducerErrors()
@@ -455,8 +460,8 @@ class KafkaTransaction:
     def abort_open(self) -> None:
         """Best-effort abort of a transaction that was never pre-committed; idempotent.
 
-        Whatever this cannot abort is fenced later by ``abort_lingering`` (or by the next
-        attempt's ``init_transactions`` on the same id).
+        Whatever this cannot abort is fenced later by ``abort_lingering`` (or by the
+        ``init_transactions`` of the same attempt number ``pool_size`` checkpoints later).
         """
         if self.state is not TxnState.OPEN:
             return

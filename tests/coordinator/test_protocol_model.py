@@ -340,7 +340,7 @@ class ProtocolModel(RuleBasedStateMachine):
             self.world.kafka.accept_aborts()
         self.phase = "stopped"
         self.check(rt.state is JobState.CANCELED, f"cancel of a failed job ended {rt.state}")
-        named = set(re.findall(r"twophase-job-k-\d+-\d+", str(error)))
+        named = set(re.findall(r"twophase-job-k-\d+-\d+(?:-\d+)?", str(error)))
         held = {
             self.sinks[0].decode(c.payload).transactional_id
             for meta in self.storage_checkpoints()

@@ -263,8 +263,9 @@ def test_lost_notifications_never_stop_the_job_when_the_pool_would_wrap() -> Non
 def test_a_zombie_on_an_id_a_retained_checkpoint_names_never_lingers() -> None:
     """Found by the model-based test: with asynchronous commit (no committed marker yet) and three
     retained checkpoints, checkpoint 1 still names the pooled ids that epoch 4 reuses. A zombie
-    attempt of epoch 4 fences the acknowledged transaction (the epoch fails over) and leaves its
-    own Ongoing on such an id; the restore's lingering cleanup must abort it."""
+    attempt of epoch 4 with the winner's attempt number (one of an earlier stage attempt: Spark
+    numbers attempts from 0 again in each) fences the acknowledged transaction (the epoch fails
+    over) and leaves its own Ongoing on such an id; the restore's lingering cleanup must abort it."""
     from twophase.coordinator.checkpoint_state import CheckpointConfig
     from twophase.coordinator.fanout import write_subtasks
 
@@ -279,10 +280,39 @@ def test_a_zombie_on_an_id_a_retained_checkpoint_names_never_lingers() -> None:
     for p, batches in enumerate(rows(4)):
         [ack] = write_subtasks(epoch.plan(), p, 0, batches)
         epoch.acknowledge(ack)
-    write_subtasks(epoch.plan(), 0, 1, rows(4)[0])  # the zombie: same partition, after the winner
+    write_subtasks(epoch.plan(), 0, 0, rows(4)[0])  # the zombie: same partition, after the winner
     with pytest.raises(ConcurrentAttemptError):
         h.complete(epoch)
     h.runtime.failover(ConcurrentAttemptError("zombie"))
     h.runtime.finish()
     assert committed(model) == expected([1, 2, 3])
+    assert model.ongoing() == []
+
+
+def test_a_later_attempt_cannot_fence_the_acknowledged_transaction() -> None:
+    """#26 item 4: every attempt number has its own transactional id, so an attempt that runs
+    after the acknowledged one (a speculative copy, an attempt on an executor Spark declared lost)
+    does not fence it: the epoch completes, and the cleanup after it aborts the late attempt's
+    transaction. (The same attempt after the publish: the model check's ``zombie_after_publish``.)"""
+    from twophase.coordinator.fanout import write_subtasks
+
+    h, model = setup(RuntimeConfig(), pool_size=3)
+    h.restore()
+    epoch = h.begin_epoch(2, pos(1))
+    for p, batches in enumerate(rows(1)):
+        [ack] = write_subtasks(epoch.plan(), p, 0, batches)
+        epoch.acknowledge(ack)
+    write_subtasks(epoch.plan(), 0, 1, rows(1)[0])  # before the publish
+    h.complete(epoch)
+    assert committed(model) == expected([1])
+    assert model.ongoing() == []
+
+    epoch = h.begin_epoch(2, pos(2))
+    for p, batches in enumerate(rows(2)):
+        [ack] = write_subtasks(epoch.plan(), p, 0, batches)
+        epoch.acknowledge(ack)
+    late = [write_subtasks(epoch.plan(), p, 2, batches) for p, batches in enumerate(rows(2))]
+    assert {a.attempt for [a] in late} == {2}
+    h.complete(epoch)
+    assert committed(model) == expected([1, 2])
     assert model.ongoing() == []

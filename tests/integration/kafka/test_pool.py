@@ -76,7 +76,11 @@ def test_transactional_ids_held_after_100_epochs(
         ids = sorted({t for t, _pid, _state in held})
         print(f"transactional ids held by the broker after 100 epochs: {len(ids)}")
         record_property("transactional_ids_after_100_epochs", len(ids))
-        assert ids == sorted(naming.pool_ids(config.prefix(job), "out", partitions, 3))
+        assert ids == sorted(
+            naming.transactional_id(config.prefix(job), "out", p, slot)
+            for p in range(partitions)
+            for slot in range(3)
+        )
         assert (
             sink.abort_lingering(LingeringScope[KafkaCommittable](job, "out", max_partitions=partitions)) == 0
         )
