@@ -26,6 +26,7 @@ import logging
 import psycopg
 from psycopg import sql
 
+from twophase.connectors.postgres import seal
 from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
 from twophase.connectors.postgres.connection import Connector, connect, error_text
@@ -127,7 +128,7 @@ class PostgresCommitter:
         return CommitOutcome.LOST
 
     def _prune(self, conn: Connection, committable: PostgresCommittable) -> None:
-        """Delete this sink's commit records far below the committed checkpoint. Best effort."""
+        """Delete this sink's commit records and seals far below the committed checkpoint. Best effort."""
         parts = committable.parts()
         below = parts.checkpoint_id - self.config.commit_record_retention
         if below <= 0:
@@ -141,6 +142,7 @@ class PostgresCommitter:
                 ),
                 (token, self.sink_name, below),
             )
+            seal.prune(conn, self.config, token, self.sink_name, below)
         except psycopg.Error as e:
             log_event(log, logging.WARNING, "commit records not pruned", error=error_text(self.config, e))
 

@@ -15,6 +15,7 @@ import psycopg
 import tenacity
 from psycopg import sql
 
+from twophase.connectors.postgres import seal
 from twophase.connectors.postgres.config import PostgresSinkConfig, redact_conninfo
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.structured_log import log_event
@@ -102,11 +103,12 @@ def _exists(conn: psycopg.Connection[tuple[object, ...]], schema: str, name: str
 
 
 def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: PostgresSinkConfig) -> None:
-    """Create the commit-record table and its index when missing (autocommit connection).
+    """Create the commit-record table, its index and the seal table when missing (autocommit
+    connection).
 
     One row per prepared transaction, inserted inside it: visible once ``COMMIT PREPARED`` ran,
     gone with ``ROLLBACK PREPARED``. It is the durable evidence that tells ALREADY_COMMITTED from
-    LOST once a gid no longer exists.
+    LOST once a gid no longer exists. The seal table beside it is :mod:`~twophase.connectors.postgres.seal`'s.
 
     Raises:
         ConfigError: the role may not create it (names the privilege).
@@ -115,9 +117,8 @@ def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: Po
     table = sql.Identifier(config.commit_schema, config.commit_table)
     index_name = f"{config.commit_table}_job_checkpoint"[:63]
     index = sql.Identifier(index_name)
-    if _exists(conn, config.commit_schema, config.commit_table) and _exists(
-        conn, config.commit_schema, index_name
-    ):
+    names = (config.commit_table, index_name, seal.seal_table_name(config))
+    if all(_exists(conn, config.commit_schema, name) for name in names):
         # nothing to create: even CREATE INDEX IF NOT EXISTS first takes a SHARE lock on the table,
         # which waits for every prepared transaction that inserted a commit record: the job's own,
         # after a crash, which only this job's recovery commits
@@ -141,6 +142,7 @@ def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: Po
         conn.execute(
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (job_token, checkpoint_id)").format(index, table)
         )
+        seal.ensure_seal_table(conn, config)
     except psycopg.errors.InsufficientPrivilege as e:
         raise ConfigError(
             f"PostgreSQL role {config.user!r} may not create the commit-record table "

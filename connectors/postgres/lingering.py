@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 import psycopg
 
-from twophase.connectors.postgres import naming
+from twophase.connectors.postgres import naming, seal
 from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.committer import rollback_prepared
+from twophase.connectors.postgres.config import PostgresSinkConfig
 from twophase.sinks.context import LingeringScope
+from twophase.sinks.errors import ConcurrentAttemptError
 from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -106,33 +108,52 @@ def abort_lingering(conn: Connection, scope: LingeringScope[PostgresCommittable]
     return count
 
 
-def fence_earlier_attempts(conn: Connection, prefix: str, checkpoint_id: int, partition: int) -> list[str]:
-    """ROLLBACK PREPARED what earlier attempts of one subtask (same checkpoint and partition) left
-    prepared, before a new attempt begins; return their gids.
+def fence_earlier_attempts(
+    conn: Connection, config: PostgresSinkConfig, prefix: str, checkpoint_id: int, partition: int
+) -> list[str]:
+    """ROLLBACK PREPARED what other attempts of one subtask (same checkpoint and partition) left
+    prepared, before a new attempt begins, unless the driver sealed one of them; return their gids.
 
-    Such a transaction was never acknowledged (Spark acknowledges one attempt per partition, and
-    ``verify_pre_committed`` catches an acknowledged one fenced by a zombie), and it holds the row
-    locks of every key it wrote: the new attempt, writing the same keys, would wait for it until
-    ``lock_timeout``. Kafka's ``init_transactions`` fences an earlier attempt the same way.
+    An unsealed one was never acknowledged, or its checkpoint is not about to be published, and it
+    holds the row locks of every key it wrote: the new attempt, writing the same keys, would wait
+    for it until ``lock_timeout``. A sealed one belongs to a checkpoint the driver is publishing or
+    has published: this attempt is then a zombie (#26 item 4), and rolling it back would lose a
+    checkpoint's data. The check and the rollbacks run under the seal's advisory lock
+    (:mod:`~twophase.connectors.postgres.seal`).
 
     Raises:
+        ConcurrentAttemptError: one of them is sealed: this attempt must not begin (nothing was
+            rolled back).
         psycopg.Error: the server refused a rollback.
     """
+    earlier = [
+        p
+        for p in prepared_transactions(conn, prefix)
+        if p.parts.checkpoint_id == checkpoint_id and p.parts.partition == partition
+    ]
+    if not earlier:
+        return []
     fenced = []
-    for p in prepared_transactions(conn, prefix):
-        same_subtask = p.parts.checkpoint_id == checkpoint_id and p.parts.partition == partition
-        if same_subtask and rollback_prepared(conn, p.gid):
-            fenced.append(p.gid)
-            log_event(
-                log,
-                logging.INFO,
-                "earlier attempt's prepared transaction rolled back",
-                checkpoint=checkpoint_id,
-                partition=partition,
-                attempt=p.parts.attempt,
-                gid=p.gid,
+    with seal.sealing_lock(conn, prefix):
+        held = seal.sealed(conn, config, [p.gid for p in earlier])
+        if held:
+            raise ConcurrentAttemptError(
+                f"checkpoint {checkpoint_id} partition {partition}: the driver sealed prepared "
+                f"transaction(s) {sorted(held)} of another attempt for publishing; this attempt is a "
+                "zombie and does not begin"
             )
-    return fenced
+        fenced = [p for p in earlier if rollback_prepared(conn, p.gid)]
+    for p in fenced:
+        log_event(
+            log,
+            logging.INFO,
+            "earlier attempt's prepared transaction rolled back",
+            checkpoint=checkpoint_id,
+            partition=partition,
+            attempt=p.parts.attempt,
+            gid=p.gid,
+        )
+    return [p.gid for p in fenced]
 
 
 def warn_old(prepared: Sequence[PreparedTransaction], threshold_ms: int, job_id: str, sink: str) -> int:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import tenacity
 from psycopg import sql
 
-from twophase.connectors.postgres import lingering, naming
+from twophase.connectors.postgres import lingering, naming, seal
 from twophase.connectors.postgres.committable import CODEC, PostgresCommittable
 from twophase.connectors.postgres.committer import PostgresCommitter
 from twophase.connectors.postgres.config import PostgresSinkConfig
@@ -61,8 +61,9 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     """
 
     codec = CODEC
-    # a new attempt rolls back what an earlier attempt of the same subtask prepared (its row locks
-    # would block the new one): a speculative copy would roll back the first attempt's transaction
+    # a new attempt rolls back what an unsealed earlier attempt of the same subtask prepared (its
+    # row locks would block the new one): a speculative copy would roll back the first attempt's
+    # transaction before the driver seals it, and the epoch would fail verification
     speculation_safe = False
     # each commit opens its own connection; COMMIT PREPARED of different gids are independent
     commit_concurrency = 4
@@ -159,7 +160,10 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     def verify_pre_committed(
         self, committables: Sequence[PostgresCommittable], in_progress: Sequence[JsonObject]
     ) -> None:
-        """Each acknowledged gid is still a prepared transaction (nothing rolled it back meanwhile).
+        """Seal the acknowledged gids, then check that each is still a prepared transaction
+        (nothing rolled it back meanwhile). Once sealed, no attempt of their subtasks rolls them
+        back (:mod:`~twophase.connectors.postgres.seal`; #26 item 4): the runtime calls this after
+        every acknowledgement arrived and before it publishes the checkpoint.
 
         Raises:
             ConcurrentAttemptError: a gid is gone (named).
@@ -168,12 +172,23 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         if not committables:
             return
         gids = [c.gid for c in committables]
+        parts = committables[0].parts()
         try:
             with connect(self.config, autocommit=True, connector=self.connector) as conn:
-                rows = conn.execute(
-                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
-                    (gids,),
-                ).fetchall()
+                with seal.sealing_lock(conn, parts.prefix):
+                    seal.seal(
+                        conn,
+                        self.config,
+                        parts.prefix.split(".")[-2],
+                        self.name,
+                        max(c.parts().checkpoint_id for c in committables),
+                        gids,
+                    )
+                    rows = conn.execute(
+                        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+                        " AND gid = ANY(%s)",
+                        (gids,),
+                    ).fetchall()
                 present = {str(r[0]) for r in rows}
         except psycopg.Error as e:
             raise ServiceUnavailableError(

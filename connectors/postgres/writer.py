@@ -4,7 +4,8 @@ Protocol (PostgreSQL docs, "PREPARE TRANSACTION", "COMMIT PREPARED"; psycopg's t
 API, ``tpc_begin`` / ``tpc_prepare``):
 
 1. ``begin``: connect; roll back what earlier attempts of the same subtask left prepared (they
-   hold the row locks of the keys this attempt writes again; see
+   hold the row locks of the keys this attempt writes again), unless the driver sealed one for
+   publishing, which makes this attempt a zombie that must not begin (see
    :func:`~twophase.connectors.postgres.lingering.fence_earlier_attempts`); ``tpc_begin(gid)``,
    ``SET LOCAL lock_timeout``; in upsert mode create the staging table
    ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary tables cannot be
@@ -89,6 +90,7 @@ class PostgresTransaction:
 
         Raises:
             ServiceUnavailableError: the server cannot be reached.
+            ConcurrentAttemptError: this attempt is a zombie of a sealed checkpoint (nothing begun).
         """
         gid = naming.make_gid(
             ctx.job_id, ctx.sink_name, ctx.checkpoint_id, ctx.partition, ctx.attempt, naming.new_nonce()
@@ -97,7 +99,7 @@ class PostgresTransaction:
         txn = cls(config, plan, ctx, gid, conn)
         try:
             prefix = naming.gid_prefix(ctx.job_id, ctx.sink_name)
-            fence_earlier_attempts(conn, prefix, ctx.checkpoint_id, ctx.partition)
+            fence_earlier_attempts(conn, config, prefix, ctx.checkpoint_id, ctx.partition)
             conn.autocommit = False
             conn.tpc_begin(gid)
             conn.execute(
@@ -108,6 +110,9 @@ class PostgresTransaction:
         except psycopg.Error as e:
             conn.close()
             raise _service_error(config, "begin", e) from None
+        except BaseException:
+            conn.close()
+            raise
         log_event(log, logging.DEBUG, "transaction begun", exc_info=False, gid=gid, **ctx.log_fields())
         return txn
 

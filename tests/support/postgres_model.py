@@ -20,10 +20,13 @@ connection (its ``connector``). It behaves like the server where exactly-once de
   connection attempts while it starts;
 - :attr:`PostgresModel.restart_at` restarts the server at the next operation of a kind, before it
   takes effect or after it did (the client then hears a broken connection: the outcome is
-  unknown to it).
+  unknown to it);
+- the seal table (:mod:`~twophase.connectors.postgres.seal`): rows inserted with autocommit,
+  visible at once, durable.
 
-What it leaves out: locks (the protocol test writes each key once), MVCC snapshots, the catalog
-(the sink's write plan is given, not read), privileges, other databases.
+What it leaves out: locks, advisory ones included, which are always granted (the protocol test
+writes each key once and runs one session at a time), MVCC snapshots, the catalog (the sink's
+write plan is given, not read), privileges, other databases.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from twophase.connectors.postgres.seal import SEAL_SUFFIX
 
 RESTART_POINTS = (
     "before:copy",
@@ -82,6 +87,7 @@ class PostgresModel:
         prepared: gid → prepared transaction (``pg_prepared_xacts``).
         table: committed rows of the target table.
         commit_records: gid → visible commit record.
+        sealed: gid → its seal (the seal table's row: job token, sink, checkpoint).
         restart_at: one of :data:`RESTART_POINTS` or ``None``: restart at that point, once.
         refuse_connects: connection attempts to refuse (the server is starting).
         events: what happened, in order (``prepared <gid>``, ``restarted``…).
@@ -93,6 +99,7 @@ class PostgresModel:
         self.prepared: dict[str, Transaction] = {}
         self.table: list[str] = []
         self.commit_records: dict[str, CommitRecord] = {}
+        self.sealed: dict[str, CommitRecord] = {}
         self.generation = 0
         self.restart_at: str | None = None
         self.refuse_connects = 0
@@ -285,6 +292,10 @@ class ModelConnection:
                 return _Result([(1,)] if params[0] in model.prepared else [])
             if text.startswith("SET LOCAL lock_timeout"):
                 return _Result()
+            if text in ("SELECT pg_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)"):
+                return _Result([(True,)])
+            if f'{SEAL_SUFFIX}"' in text:
+                return self._seal_statement(text, params)
             if text.startswith("INSERT INTO ") and "(gid, job_token, sink, checkpoint_id" in text:
                 assert self.txn is not None, "the commit record is inserted inside the transaction"
                 gid, token, sink, checkpoint = params[:4]
@@ -306,6 +317,24 @@ class ModelConnection:
                         del model.commit_records[gid]
                 return _Result()
             raise AssertionError(f"the PostgreSQL model does not know the statement {text!r}")
+
+    def _seal_statement(self, text: str, params: Sequence[Any]) -> _Result:
+        model = self.model
+        assert self.autocommit, "the seal table is written and read with autocommit"
+        if text.startswith("INSERT INTO "):
+            gids, token, sink, checkpoint = params
+            for gid in gids:
+                model.sealed.setdefault(gid, CommitRecord(gid, token, sink, int(checkpoint)))
+            return _Result()
+        if text.startswith("SELECT gid FROM "):
+            return _Result([(g,) for g in params[0] if g in model.sealed])
+        if text.startswith("DELETE FROM "):
+            token, sink, below = params
+            for gid, r in list(model.sealed.items()):
+                if (r.job_token, r.sink) == (token, sink) and r.checkpoint_id < below:
+                    del model.sealed[gid]
+            return _Result()
+        raise AssertionError(f"the PostgreSQL model does not know the statement {text!r}")
 
 
 class _Cursor:

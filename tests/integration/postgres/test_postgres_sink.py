@@ -174,6 +174,25 @@ def test_a_task_retry_rolls_back_the_earlier_attempts_prepared_transaction(
     assert _prepared(reader) == []
 
 
+def test_an_attempt_after_the_seal_is_a_zombie_and_rolls_nothing_back(
+    make_sink: MakeSink, reader: Conn, people: str
+) -> None:
+    """#26 item 4: once the driver sealed a checkpoint's prepared transactions (before publishing
+    it), another attempt of the subtask refuses to begin instead of rolling the acknowledged one
+    back; after the commit, a late one begins and is lingering."""
+    sink = _validated(make_sink, lock_timeout_ms=5_000)
+    acknowledged = _prepare(sink, _batch([1, 2]), attempt=0)
+    sink.verify_pre_committed([acknowledged], [])
+    with pytest.raises(ConcurrentAttemptError, match="zombie"):
+        _prepare(sink, _batch([1, 2]), attempt=1)
+    assert _prepared(reader) == [acknowledged.gid]
+    assert sink.commit(acknowledged) is CommitOutcome.COMMITTED
+    _prepare(sink, _batch([3]), attempt=2)
+    assert sink.abort_lingering(LingeringScope(JOB, sink.name)) == 1
+    assert _prepared(reader) == []
+    assert _rows(reader, people) == [(1, "n1"), (2, "n2")]
+
+
 def test_prepared_transactions_survive_a_server_restart(
     postgres: PostgresServer, make_sink: MakeSink, reader: Conn, people: str
 ) -> None:
