@@ -38,7 +38,7 @@ def test_commit_from_another_process_then_recommit(kafka_bootstrap: str) -> None
     try:
         assert sink.recover_and_commit(committable) is CommitOutcome.COMMITTED
         assert sink.commit(committable) is CommitOutcome.ALREADY_COMMITTED
-        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
+        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed", until_stable=True))
         assert sorted(got) == sorted(expected("c1-p0-a0", 500))  # exactly once
         # a fresh driver process (new sink, new connections) re-commits idempotently too
         fresh = KafkaSink("out", sink_config(kafka_bootstrap, topic, job))
