@@ -12,8 +12,9 @@ coordinator work, not services.
 Steps (wall-clock ms, median of the rounds with min-max; memory as the driver's RSS):
 
 - ``trigger``: ``begin_epoch`` (every sink expects ``n`` acknowledgements);
-- ``acknowledge``: the ``3n`` acknowledgements (each decoded with its sink's codec);
-- ``verify``: verify-before-persist (decodes every acknowledged committable for its sink);
+- ``acknowledge``: the ``3n`` acknowledgements (each decoded with its sink's codec, the only
+  decode of the epoch);
+- ``verify``: verify-before-persist (each sink is handed the committables acknowledgement decoded);
 - ``build``: the checkpoint metadata from the coordinator's state;
 - ``publish``: ``storage.publish`` (encode, write; local: temp file, fsync, link; s3: conditional PUT);
 - ``commit``: ``notify_checkpoint_complete`` (commit requests to the committer, synchronous);
@@ -22,7 +23,8 @@ Steps (wall-clock ms, median of the rounds with min-max; memory as the driver's 
 - ``epoch``: the whole epoch, trigger to retention, less the meter's own garbage collections
   (the goal: < 1 s at 10⁵ × 3);
 - ``restore``: a new runtime's ``restore()`` of the newest checkpoint (list, load, decode,
-  re-commit, lingering cleanup); ``load`` is the storage read and decode part of it.
+  re-commit, lingering cleanup); ``load`` is each read and parse of a ``_metadata`` inside it
+  (once per retained checkpoint; twice for the newest before issue #29 item 3's "restore once").
 
 Each step's ``peak_mb`` is how far the RSS rose above its value at the step's start (the kernel's
 high-water mark, reset before each step), and ``rss_mb`` the RSS after it. Storage: a local
