@@ -15,6 +15,13 @@ executors and their Python workers): the loss of a whole worker mid-epoch. With
 ``TWOPHASE_FAULT_ACTION=pause`` (and a ``TWOPHASE_FAULT_STATE`` directory) the process does not
 exit: it holds at the point until told to go on (:func:`paused_marker`, :func:`resume_marker`), so
 that a test can act on the world at an exact moment, e.g. restart a database mid-commit.
+
+A point may also carry its own timed pause, ``<point>:<n>:pause=<seconds>``: the n-th arrival
+sleeps that long and goes on (nothing to resume it, no exit; with ``TWOPHASE_FAULT_STATE`` the
+pause is announced by :func:`paused_marker`, so a test can tell it fired). That holds one attempt
+of one task at an exact point, so that Spark's speculation starts a copy of it on another executor
+which wins, and the held attempt lives on beside it as a zombie (the ``cluster4z`` chaos trials).
+The other points of the same variable still exit (or kill) as usual.
 """
 
 from __future__ import annotations
@@ -63,30 +70,52 @@ POINTS: Final = frozenset(
     }
 )
 
+PAUSE_KEY: Final = "pause="
+"""The third field of a timed pause, ``<point>:<n>:pause=<seconds>``."""
+
 _lock = threading.Lock()
 _hits: Counter[str] = Counter()
 
 
-def parse(spec: str) -> dict[str, int]:
-    """Parse ``point[:n][,point[:n]...]`` into ``{point: n}``.
+def parse_faults(spec: str) -> dict[str, tuple[int, float | None]]:
+    """Parse ``point[:n[:pause=S]][,...]`` into ``{point: (n, pause seconds or None)}``.
 
     Raises:
-        ValueError: an unknown point or a count that is not a positive integer.
+        ValueError: an unknown point, a count that is not a positive integer, or a third field
+            that is not ``pause=<seconds ≥ 0>``.
     """
-    out: dict[str, int] = {}
+    out: dict[str, tuple[int, float | None]] = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, _, count = part.partition(":")
+        name, _, rest = part.partition(":")
+        count, _, extra = rest.partition(":")
         if name not in POINTS:
             raise ValueError(f"{ENV}: unknown fault point {name!r}; known: {', '.join(sorted(POINTS))}")
         n = int(count) if count else 1
         if n < 1:
             raise ValueError(f"{ENV}: count must be >= 1 in {part!r}")
-        out[name] = n
+        pause: float | None = None
+        if extra:
+            if not extra.startswith(PAUSE_KEY):
+                raise ValueError(f"{ENV}: expected {PAUSE_KEY}<seconds> after the count in {part!r}")
+            pause = float(extra.removeprefix(PAUSE_KEY))
+            if not pause >= 0:  # also refuses nan
+                raise ValueError(f"{ENV}: a pause must be >= 0 seconds in {part!r}")
+        out[name] = (n, pause)
     return out
 
 
+def parse(spec: str) -> dict[str, int]:
+    """Parse ``point[:n[:pause=S]][,...]`` into ``{point: n}`` (see :func:`parse_faults`).
+
+    Raises:
+        ValueError: as :func:`parse_faults`.
+    """
+    return {name: n for name, (n, _) in parse_faults(spec).items()}
+
+
 def fault_point(name: str) -> None:
-    """Mark that the process reached fault point ``name``; exit 137 if ``TWOPHASE_FAULT`` says so.
+    """Mark that the process reached fault point ``name``; exit 137 (or pause) if ``TWOPHASE_FAULT``
+    says so: a timed pause (``point:n:pause=S``) sleeps and returns, whatever ``TWOPHASE_FAULT_ACTION``.
 
     Raises:
         ValueError: ``name`` is not a known point (a programming error), or the env var is malformed.
@@ -96,12 +125,15 @@ def fault_point(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    wanted = parse(spec).get(name)
+    wanted, timed_pause = parse_faults(spec).get(name, (None, None))
     if wanted is None:
         return
     state_dir = os.environ.get(STATE_ENV)
     hit = _shared_hit(state_dir, name) if state_dir else _local_hit(name)
     if hit != wanted:
+        return
+    if timed_pause is not None:
+        _sleep(state_dir, name, hit, timed_pause)
         return
     action = os.environ.get(ACTION_ENV) or "exit"
     if action not in ACTIONS:
@@ -153,6 +185,15 @@ def _pause(state_dir: str, name: str, hit: int) -> None:
             return
         time.sleep(0.05)
     log_event(log, logging.INFO, "fault resumed", point=name, hit=hit, pid=os.getpid())
+
+
+def _sleep(state_dir: str | None, name: str, hit: int, seconds: float) -> None:
+    """A timed pause: announce it (the marker, when hits are shared) and hold ``seconds``."""
+    log_event(log, logging.WARNING, "fault paused", point=name, hit=hit, pid=os.getpid(), seconds=seconds)
+    if state_dir:
+        paused_marker(state_dir, name, hit).touch()
+    time.sleep(seconds)
+    log_event(log, logging.INFO, "fault pause over", point=name, hit=hit, pid=os.getpid())
 
 
 def _parent(pid: int) -> int:

@@ -19,6 +19,14 @@ of them at every fault point and with kill -9. The three sinks run together in a
   worker and one partition per input file, executor-side faults only: a failed task's retry starts
   at once on an idle executor and fails to fetch the lost executor's map output while the other
   task of the stage still runs, so that task finishes as a zombie attempt beside the stage retry.
+- ``cluster4z`` (issue #26 item 4, not in the default list): ``cluster4`` with Spark speculation
+  on (aggressive: :data:`SPECULATION_CONF`; every sink of the flights job is speculation-safe) and
+  the workers on two loopback addresses (Spark starts no copy on a host that runs an attempt of the
+  task). Every trial holds one attempt of one partition at an executor point for a seeded number
+  of seconds (``point:n:pause=S``, :mod:`twophase.coordinator.faults`), so that Spark starts a
+  speculative copy on the other worker that wins, and the held attempt runs on beside it or is
+  killed: a deliberate zombie attempt. Every other trial also kills an executor or worker at
+  another point, as ``cluster4`` does. No plain run and no driver kill: each trial makes zombies.
 - ``secured`` (issue #27, not in the default list): the ``s3`` path against secured services
   (:mod:`twophase.integration.chaos.secured`): Kafka over SASL_SSL with SCRAM-SHA-512 and ACLs,
   the sink's principal holding only the documented ones, and MinIO over TLS (CA through
@@ -55,6 +63,21 @@ PG_RESTART_POINTS = (
 """Where a ``five`` trial crashes PostgreSQL: as a checkpoint's commits start (COMMIT PREPARED
 meets the crash), while a task COPYs rows, once a task prepared, and between two sinks' commits."""
 
+SPECULATION_CONF: tuple[tuple[str, str], ...] = (
+    ("spark.speculation", "true"),
+    ("spark.speculation.interval", "500ms"),
+    ("spark.speculation.quantile", "0.5"),  # of a stage's 2 tasks, one done is enough
+    ("spark.speculation.multiplier", "2"),
+    ("spark.speculation.minTaskRuntime", "5s"),  # not the short map tasks of a loaded machine
+    # speculate on run time alone: a held attempt's progress rate says nothing Spark can weigh
+    ("spark.speculation.efficiency.enabled", "false"),
+)
+"""Spark settings of the speculation configurations: a task that runs twice as long as the median
+of its stage's finished tasks, and at least 5 s, gets a copy within half a second."""
+ZOMBIE_PAUSES_S = (30.0, 90.0)
+"""How long a ``cluster4z`` trial holds its attempt (drawn per trial): 30 s may end before the copy
+wins (both attempts write at once), 90 s outlasts it (Spark kills the held attempt)."""
+
 
 @dataclass(frozen=True)
 class ChaosConfig:
@@ -73,6 +96,9 @@ class ChaosConfig:
         secured: against the secured services of :mod:`twophase.integration.chaos.secured`.
         sinks: the sinks every record goes to (:data:`~twophase.integration.jobs.flights_sinks.SINK_CHOICES`).
         pg_restarts: fault points (``point:n``) at which a trial restarts PostgreSQL.
+        spark_conf: further Spark settings of the job (on a cluster), e.g. :data:`SPECULATION_CONF`.
+        zombie_pauses_s: non-empty: every trial holds one task attempt at an executor point for
+            one of these many seconds (``point:n:pause=S``), so that speculation starts a copy.
     """
 
     name: str
@@ -87,6 +113,13 @@ class ChaosConfig:
     secured: bool = False
     sinks: tuple[str, ...] = BASE_SINKS
     pg_restarts: tuple[str, ...] = ()
+    spark_conf: tuple[tuple[str, str], ...] = ()
+    zombie_pauses_s: tuple[float, ...] = ()
+
+    @property
+    def speculation(self) -> bool:
+        """Spark speculation is on in this configuration's runs."""
+        return dict(self.spark_conf).get("spark.speculation", "false") == "true"
 
     @property
     def executor_kills(self) -> tuple[str, ...]:
@@ -150,6 +183,17 @@ CONFIGS: dict[str, ChaosConfig] = {
             partition_per_file=True,
             executors_per_worker=2,
             driver_faults=False,
+        ),
+        ChaosConfig(
+            "cluster4z",
+            on_s3=True,
+            cluster=True,
+            shuffle_partitions=2,
+            partition_per_file=True,
+            executors_per_worker=2,
+            driver_faults=False,
+            spark_conf=SPECULATION_CONF,
+            zombie_pauses_s=ZOMBIE_PAUSES_S,
         ),
         ChaosConfig("secured", on_s3=True, secured=True),
         ChaosConfig(

@@ -79,7 +79,9 @@ def write_report(path: Path, results: list[TrialResult], params: dict[str, objec
             e = r.events
             verdict += (
                 f" ({e['executors_lost']} executors lost, {e['fetch_failures']} fetch failures, "
-                f"{e['stage_retries']} stage retries, {e['zombie_tasks']} zombie tasks)"
+                f"{e['stage_retries']} stage retries, {e['speculative_tasks']} speculative, "
+                f"{e['superseded_tasks']} superseded, {e['zombie_tasks']} zombie tasks, "
+                f"{e['sink_zombie_tasks']} in the sinks' stage)"
             )
         lines.append(
             f"| {r.plan.index} | {r.plan.config} | {r.plan.label} | {' '.join(map(str, r.exit_codes))} | "

@@ -122,8 +122,11 @@ def main(
             else None
         )
         per_worker = max((c.executors_per_worker for c in chosen if c.cluster), default=0)
+        hosts = any(c.speculation for c in chosen if c.cluster)  # speculation needs two hosts
         master = (
-            stack.enter_context(chaos_cluster(base / "spark-cluster", per_worker)) if per_worker else None
+            stack.enter_context(chaos_cluster(base / "spark-cluster", per_worker, hosts))
+            if per_worker
+            else None
         )
         if endpoints is not None:
             spark = flights_spark_session(endpoints)

@@ -12,6 +12,9 @@ driver, Spark JVM and Python workers), in one of two ways:
 On a cluster (the ``cluster`` configuration, :mod:`twophase.integration.chaos.cluster`) the job is
 submitted to the standalone master, executor points name what they kill (``point:n@executor``,
 ``point:n@worker``) and Spark's event log tells what each trial did to the executors and stages.
+A ``cluster4z`` trial holds one task attempt (``point:n:pause=S``) with speculation on, maybe
+beside a kill at another point (``point:n:pause=S,point:m@executor``), and runs the job through
+:mod:`twophase.integration.chaos.job_with_conf` (the job's cluster conf with speculation on).
 
 Then it restarts the job without faults until it exits 0 (FINISHED), and verifies every sink
 (:func:`twophase.integration.jobs.flights_sinks.verify_run`): each record exactly once (Kafka
@@ -44,11 +47,13 @@ from twophase.coordinator.faults import (
     KILL_ENV,
     POINTS,
     STATE_ENV,
+    parse_faults,
     paused_marker,
     resume_marker,
 )
 from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.integration.chaos.cluster import spark_events
+from twophase.integration.chaos.job_with_conf import CONF_ENV
 from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, ChaosConfig
 from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
 from twophase.integration.jobs.flights_sinks import verify_run
@@ -194,8 +199,11 @@ def plan_matrix(
     uncrashed lower it to the shortest seen); then its fault matrix in
     order, with every ``round(1 / kill_share)``-th trial a kill trial whose moment is a seeded
     fraction (15–85 %) of the measured length, so that every kill lands while the job runs.
+    A configuration with zombie pauses has neither: every trial of it holds an attempt
+    (:func:`zombie_fault`).
     """
     rng = random.Random(seed)
+    zombie_rngs = {c.name: random.Random(f"{seed}/{c.name}") for c in configs if c.zombie_pauses_s}
     every = max(1, round(1 / kill_share)) if kill_share > 0 else 0
     matrices = {c.name: config_matrix(c, days, files_per_trigger) for c in configs}
     seen = {c.name: 0 for c in configs}
@@ -205,7 +213,14 @@ def plan_matrix(
         c = configs[i % len(configs)]
         j = seen[c.name]
         seen[c.name] += 1
-        if j == 0:
+        if c.zombie_pauses_s:
+            m = matrices[c.name]
+            kill = m[faults[c.name] % len(m)] if j % 2 else None
+            faults[c.name] += int(kill is not None)
+            tasks = c.tasks_per_batch(days, files_per_trigger)
+            fault = zombie_fault(j, tasks, c.zombie_pauses_s, zombie_rngs[c.name], kill)
+            plans.append(TrialPlan(i, "fault", fault=fault, config=c.name))
+        elif j == 0:
             plans.append(TrialPlan(i, "plain", config=c.name))
         elif every and j % every == 0:
             plans.append(TrialPlan(i, "kill", kill_at=(round(rng.uniform(0.15, 0.85), 2),), config=c.name))
@@ -214,6 +229,37 @@ def plan_matrix(
             plans.append(TrialPlan(i, "fault", fault=m[faults[c.name] % len(m)], config=c.name))
             faults[c.name] += 1
     return plans
+
+
+def zombie_fault(
+    j: int, tasks: list[int], pauses_s: tuple[float, ...], rng: random.Random, kill: str | None = None
+) -> str:
+    """The faults of a configuration's ``j``-th zombie trial: hold the ``n``-th arrival at an
+    executor point (round-robin over :data:`EXECUTOR_POINTS`; ``n`` drawn by ``rng`` from the
+    run's task attempts, so any partition of any epoch) for a pause drawn from ``pauses_s``
+    (``point:n:pause=S``), and with ``kill`` (``point:n@what``, from the kill matrix) also kill an
+    executor or worker; at another point, since a point has one entry in ``TWOPHASE_FAULT``."""
+    point = EXECUTOR_POINTS[j % len(EXECUTOR_POINTS)]
+    if kill is not None and kill.split(":")[0] == point:
+        point = EXECUTOR_POINTS[(j + 1) % len(EXECUTOR_POINTS)]
+    pause = f"{point}:{rng.randint(1, sum(tasks))}:pause={rng.choice(pauses_s):g}"
+    return pause if kill is None else f"{pause},{kill}"
+
+
+def fault_reached(fault: str, state_dir: Path, exit_code: int) -> bool:
+    """Every fault of ``fault`` (``TWOPHASE_FAULT``'s value, no ``@kill``) fired: a driver point
+    made the process exit 137, an executor point recorded its hit in ``state_dir``, a timed pause
+    left its marker there."""
+    for point, (hit, pause) in parse_faults(fault).items():
+        if pause is not None:
+            reached = paused_marker(state_dir, point, hit).exists()
+        elif point in DRIVER_POINTS:
+            reached = exit_code == EXIT_STATUS
+        else:
+            reached = (state_dir / f"{point}.{hit}").exists()
+        if not reached:
+            return False
+    return True
 
 
 @dataclass
@@ -279,11 +325,14 @@ def run_job_process(
     master: str | None = None,
     fault_kill: str = "",
     fault_action: str = "",
+    spark_conf: tuple[tuple[str, str], ...] = (),
 ) -> tuple[int, bool]:
     """Run the flights job of ``work_dir`` once in its own process group; on the standalone
     cluster ``master`` when given, with Spark's event log in ``<work_dir>/spark-events``.
     ``fault_kill``: what an executor-side fault kills (``TWOPHASE_FAULT_KILL``); ``fault_action``:
-    ``pause`` to hold at the fault point instead (``TWOPHASE_FAULT_ACTION``).
+    ``pause`` to hold at the fault point instead (``TWOPHASE_FAULT_ACTION``); ``spark_conf``:
+    further Spark settings of a cluster run (through
+    :mod:`~twophase.integration.chaos.job_with_conf`).
 
     Returns:
         (exit status — negative for a signal —, whether this call sent SIGKILL).
@@ -300,6 +349,10 @@ def run_job_process(
     if fault_action:
         env[ACTION_ENV] = fault_action
     on_cluster = ("--master", master, "--event-log-dir", str(work_dir / "spark-events")) if master else ()
+    module = "twophase.integration.jobs.flights"
+    if spark_conf and master:
+        env[CONF_ENV] = json.dumps(dict(spark_conf))
+        module = "twophase.integration.chaos.job_with_conf"
     with log_path.open("ab") as log:
         log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
         log.flush()
@@ -307,7 +360,7 @@ def run_job_process(
             [
                 sys.executable,
                 "-m",
-                "twophase.integration.jobs.flights",
+                module,
                 "--work-dir",
                 str(work_dir),
                 *on_cluster,
@@ -370,7 +423,12 @@ def run_trial(
     else:
         reader = endpoints
     run = functools.partial(
-        run_job_process, work_dir, endpoints, work_dir / "job.log", master=master if config.cluster else None
+        run_job_process,
+        work_dir,
+        endpoints,
+        work_dir / "job.log",
+        master=master if config.cluster else None,
+        spark_conf=config.spark_conf,
     )
     result = TrialResult(plan, job_id)
     if plan.kind == "plain":
@@ -389,9 +447,7 @@ def run_trial(
         fault, _, kill = plan.fault.partition("@")
         code, _ = run(fault=fault, fault_kill=kill)
         result.exit_codes.append(code)
-        point, _, hit = fault.partition(":")
-        reached = (work_dir / "fault-state" / f"{point}.{hit or 1}").exists()
-        result.fault_fired = code == EXIT_STATUS if point in DRIVER_POINTS else reached
+        result.fault_fired = fault_reached(fault, work_dir / "fault-state", code)
     else:
         for delay in plan.kill_after_s:
             code, killed = run(kill_after_s=delay)

@@ -117,3 +117,43 @@ def test_a_pause_without_a_state_directory_is_refused(monkeypatch: pytest.Monkey
     monkeypatch.delenv(faults.STATE_ENV, raising=False)
     with pytest.raises(ValueError, match="TWOPHASE_FAULT_STATE"):
         faults.fault_point("mid_commit")
+
+
+def test_parse_reads_a_timed_pause_per_point() -> None:
+    from twophase.coordinator.faults import parse_faults
+
+    spec = "before_write:3:pause=90, mid_write:1"
+    assert parse_faults(spec) == {"before_write": (3, 90.0), "mid_write": (1, None)}
+    assert parse(spec) == {"before_write": 3, "mid_write": 1}
+    for bad in ("before_write:3:sleep=9", "before_write:3:pause=-1", "before_write:3:pause=nan"):
+        with pytest.raises(ValueError, match="pause"):
+            parse_faults(bad)
+
+
+def test_a_timed_pause_holds_its_hit_only_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from twophase.coordinator import faults
+
+    slept: list[float] = []
+    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    # the other point of the same variable would exit: the pause must not take its action
+    monkeypatch.setenv(faults.ENV, "before_write:2:pause=45,after_pre_commit:9")
+    monkeypatch.setenv(faults.STATE_ENV, str(tmp_path))
+    monkeypatch.setenv(faults.ACTION_ENV, "exit")
+    for _ in range(3):
+        faults.fault_point("before_write")  # returns each time: the 2nd arrival sleeps first
+    assert slept == [45.0]
+    assert faults.paused_marker(tmp_path, "before_write", 2).exists()
+    assert not faults.paused_marker(tmp_path, "before_write", 1).exists()
+
+
+def test_a_timed_pause_really_sleeps_then_the_process_goes_on(tmp_path: Path) -> None:
+    from twophase.coordinator.faults import ENV, STATE_ENV
+
+    code = 'from twophase.coordinator.faults import fault_point\nfault_point("mid_write")\nprint("went on")'
+    env = {**os.environ, ENV: "mid_write:1:pause=0.5", STATE_ENV: str(tmp_path)}
+    started = time.monotonic()
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert child.returncode == 0 and child.stdout.strip() == "went on"
+    assert time.monotonic() - started >= 0.5

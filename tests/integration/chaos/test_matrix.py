@@ -55,7 +55,7 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
 
 def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
     cluster = CONFIGS["cluster"]
-    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 4
+    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 5
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
     matrix = config_matrix(cluster, 14, 6)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
@@ -96,6 +96,93 @@ def test_the_zombie_cluster_configuration_kills_executors_only() -> None:
     assert plans[1].fault == "before_write:1@executor"
 
 
+def test_the_speculation_configuration_holds_an_attempt_in_every_trial() -> None:
+    z = CONFIGS["cluster4z"]
+    assert "cluster4z" not in LOCAL.split(",") and z.speculation and not CONFIGS["cluster4"].speculation
+    conf = dict(z.spark_conf)
+    assert conf["spark.speculation"] == "true" and float(conf["spark.speculation.quantile"]) <= 0.5
+    plans = plan_matrix(24, [z], 14, 6, seed=1)
+    assert [p.kind for p in plans] == ["fault"] * 24  # no plain run, no driver kill: every trial holds
+    for p in plans:
+        assert p.fault is not None
+        pause, *kill = p.fault.split(",")
+        point, hit, seconds = pause.split(":")
+        assert point in EXECUTOR_POINTS and 1 <= int(hit) <= 6  # any of the 3 epochs' 2 tasks
+        assert float(seconds.removeprefix("pause=")) in z.zombie_pauses_s
+        # every other trial also kills as cluster4 does, at another point
+        assert len(kill) == p.index % 2
+        assert all("@" in k and k.split(":")[0] != point for k in kill)
+    assert {p.fault.split(":")[0] for p in plans if p.fault} == set(EXECUTOR_POINTS)
+    assert plan_matrix(24, [z], 14, 6, seed=1) == plans  # the seed decides
+    assert plan_matrix(24, [z], 14, 6, seed=2) != plans
+
+
+def test_a_trial_fired_only_when_every_fault_of_it_did(tmp_path: Path) -> None:
+    from twophase.coordinator.faults import paused_marker
+
+    fault = "mid_write:5:pause=30,before_write:1"
+    assert not runner.fault_reached(fault, tmp_path, 0)
+    paused_marker(tmp_path, "mid_write", 5).touch()
+    assert not runner.fault_reached(fault, tmp_path, 0)  # the kill's hit is not recorded
+    (tmp_path / "before_write.1").touch()
+    assert runner.fault_reached(fault, tmp_path, 0)
+    assert runner.fault_reached("after_persist:2", tmp_path, 137)
+    assert not runner.fault_reached("after_persist:2", tmp_path, 0)
+
+
+def test_spark_events_count_speculative_copies_and_the_attempts_they_superseded(tmp_path: Path) -> None:
+    """The shape of a recorded cluster4z log (Spark 4.2, trimmed): epoch 1's sinks' stage 6
+    (reading shuffle 5) where partition 1's held attempt lost to a speculative copy and was killed;
+    a map stage whose copy won too (a zombie outside the sinks' stage); a sinks' stage where a
+    retry after a failure won (no zombie); and one where the copy lost."""
+
+    def submitted(stage: int, parents: list[int], tasks: int) -> dict[str, object]:
+        info = {"Stage ID": stage, "Stage Attempt ID": 0, "Number of Tasks": tasks, "Parent IDs": parents}
+        return {"Event": "SparkListenerStageSubmitted", "Stage Info": info}
+
+    def end(stage: int, task: int, index: int, reason: str, speculative: bool = False) -> dict[str, object]:
+        kind = "ResultTask" if stage != 9 else "ShuffleMapTask"
+        info = {"Task ID": task, "Index": index, "Attempt": int(speculative), "Speculative": speculative}
+        return {
+            "Event": "SparkListenerTaskEnd",
+            "Stage ID": stage,
+            "Stage Attempt ID": 0,
+            "Task Type": kind,
+            "Task End Reason": {"Reason": reason}
+            | ({"Kill Reason": "another attempt succeeded"} if reason == "TaskKilled" else {}),
+            "Task Info": info | {"Host": "127.0.0.1" if task % 2 else "127.0.0.2"},
+        }
+
+    events = [
+        {"Event": "SparkListenerLogStart", "Spark Version": "4.2.0"},
+        submitted(6, [5], 2),
+        {"Event": "SparkListenerTaskStart", "Stage ID": 6, "Task Info": {"Task ID": 8, "Speculative": True}},
+        end(6, 7, 1, "Success"),
+        end(6, 8, 0, "Success", speculative=True),  # the copy won
+        end(6, 6, 0, "TaskKilled"),  # the held attempt: a zombie of the sinks' stage
+        submitted(9, [], 2),
+        end(9, 11, 0, "Success"),
+        end(9, 13, 1, "Success", speculative=True),
+        end(9, 12, 1, "TaskKilled"),  # a zombie of a map stage
+        submitted(12, [10], 2),
+        end(12, 20, 0, "ExceptionFailure"),
+        end(12, 22, 0, "Success"),  # a retry after a failure: no zombie
+        end(12, 21, 1, "Success"),
+        submitted(16, [15], 2),
+        end(16, 30, 0, "Success"),
+        end(16, 31, 0, "TaskKilled", speculative=True),  # a copy that lost: a zombie too
+    ]
+    (tmp_path / "app-20261126165003-0000").write_text("\n".join(map(json.dumps, events)) + "\n")
+    (tmp_path / "app-20261126165503-0001.inprogress").write_text(json.dumps(end(6, 1, 0, "Success"))[:40])
+    counts = spark_events(tmp_path)
+    assert {k: v for k, v in counts.items() if v} == {
+        "speculative_tasks": 3,
+        "superseded_tasks": 3,
+        "zombie_tasks": 3,
+        "sink_zombie_tasks": 2,
+    }
+
+
 def test_the_cluster_run_keeps_everything_on_s3_and_shuffles(tmp_path: Path) -> None:
     spec = CONFIGS["cluster"].spec("c1", tmp_path / "w", 14, 6)
     assert spec.on_s3 and spec.shuffle_partitions == 2
@@ -128,7 +215,10 @@ def test_spark_events_count_lost_executors_fetch_failures_stage_retries_and_zomb
         "executor_lost_tasks": 1,
         "fetch_failures": 1,
         "stage_retries": 1,
+        "speculative_tasks": 0,
+        "superseded_tasks": 0,
         "zombie_tasks": 1,
+        "sink_zombie_tasks": 0,
     }
     assert spark_events(tmp_path / "none") == dict.fromkeys(spark_events(tmp_path), 0)
 
