@@ -168,7 +168,11 @@ def publish_lineage_start(
 
 def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> dict[str, tuple[Any, ...]]:
     """Per sink a restore from ``meta`` (remembered at ``location``) re-commits, its committables
-    decoded by the run's metadata cache, which keeps them for the lingering cleanup."""
+    decoded by the run's metadata cache, which keeps them for the lingering cleanup.
+
+    Raises:
+        CommittableDecodeError: a payload does not decode.
+    """
     if location is None:
         return {}
     return {
