@@ -1,9 +1,9 @@
 """Build hook only; metadata, dependencies and tool settings live in setup.cfg.
 
 The wheel's packages follow from the layout: every folder with an ``__init__.py`` under the code
-folders, as ``twophase.<folder>``, except the test support that still lives under ``integration/``
-(:data:`TEST_SUPPORT`). Test suites live under ``tests/``, outside every package; the build hook is
-the second guard that no ``test_*.py`` or ``conftest.py`` reaches the wheel.
+folders, as ``twophase.<folder>``. Test suites and their support live under ``tests/``, outside
+every package; the build hook is the second guard that no ``test_*.py`` or ``conftest.py`` reaches
+the wheel.
 """
 
 from pathlib import Path
@@ -13,19 +13,14 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CODE_FOLDERS = ("sinks", "coordinator", "connectors", "integration")
-TEST_SUPPORT = ("integration/kafka", "integration/s3", "integration/delta", "integration/exactly_once")
-TEST_SUPPORT += ("integration/datasource", "integration/faults")
-"""Folders of test support not yet moved to ``tests/support``: never installed."""
 
 
 def product_packages() -> list[str]:
-    """``twophase`` and every package of the code folders except the test support."""
+    """``twophase`` and every package of the code folders."""
     found = ["twophase"]
     for top in CODE_FOLDERS:
         for init in sorted((ROOT / top).rglob("__init__.py")):
-            folder = init.parent.relative_to(ROOT).as_posix()
-            if not any(folder == s or folder.startswith(s + "/") for s in TEST_SUPPORT):
-                found.append("twophase." + folder.replace("/", "."))
+            found.append("twophase." + init.parent.relative_to(ROOT).as_posix().replace("/", "."))
     return found
 
 

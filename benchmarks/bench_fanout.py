@@ -56,6 +56,8 @@ BUCKET = "twophase-bench-fanout"
 
 def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring."""
+    from support.kafka.support import create_topic
+
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.integration.jobs import flights_data
     from twophase.integration.jobs.flights import (
@@ -68,7 +70,6 @@ def run() -> dict[str, Any]:
         run_flights,
     )
     from twophase.integration.jobs.flights_spec import FlightsJobSpec
-    from twophase.integration.kafka.support import create_topic
     from twophase.integration.services import kafka_service, s3_service
 
     days = max(FILES_PER_TRIGGER, min(DAYS, round(DAYS * common.scaled(1_000_000) / 1_000_000)))

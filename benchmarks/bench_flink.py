@@ -456,11 +456,12 @@ class RoundResult:
 
 def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring."""
+    from support.kafka.support import create_topic
+
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.integration.jobs import flights_data
     from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
     from twophase.integration.jobs.flights_spec import FlightsJobSpec
-    from twophase.integration.kafka.support import create_topic
     from twophase.integration.services import kafka_service, s3_service
     from twophase.integration.services.launcher import given_env
     from twophase.integration.spark import build_spark_session

@@ -7,7 +7,7 @@
 - ``kafka_cluster`` (:class:`~twophase.integration.services.kafka_cluster.KafkaCluster`): a native
   three-broker KRaft cluster (one controller; replication 3, min ISR 2) whose brokers tests may
   kill, pause and restart. Session scope: it starts once (~20 s); tests that break it call
-  ``kafka_cluster.heal()`` first (``integration/faults`` does so before every test).
+  ``kafka_cluster.heal()`` first (``tests/integration/faults`` does so before every test).
 - ``minio_controls`` (:class:`~twophase.integration.services.minio_server.MinioServer`): a native
   MinIO, separate from ``s3_endpoint``, that tests may kill, restart, pause and restrict with IAM
   policies. Session scope, healed the same way.
@@ -19,19 +19,12 @@ that cannot start makes the requesting tests error with the reason; nothing is s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-import twophase.integration
-
-# In a `make compat` cell twophase is the installed wheel, which leaves the test support out
-# (integration/exactly_once, datasource, ...): it is found in this checkout, behind the wheel's
-# own modules, so product code always comes from the wheel
-if str(Path(__file__).resolve().parents[2] / "integration") not in twophase.integration.__path__:
-    twophase.integration.__path__.append(str(Path(__file__).resolve().parents[2] / "integration"))
 
 from twophase.integration.services import S3Endpoint, kafka_service, s3_service
 from twophase.integration.services.kafka_cluster import KafkaCluster, kafka_cluster_service
@@ -40,6 +33,14 @@ from twophase.integration.spark import build_spark_session, configure_s3a
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+# The test support is the package ``support`` in tests/ (pytest's ``pythonpath``). The job
+# scripts, writer processes, Spark's Python workers and Connect servers these tests start are
+# other processes: they find it through PYTHONPATH, set before the first of them starts.
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p)
 
 
 @pytest.fixture(scope="session")

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from support.exactly_once.support import make_input
 
 from twophase.coordinator.spark.compat import DATA_SOURCE_SPARK, spark_version
-from twophase.integration.exactly_once.support import make_input
 from twophase.sinks.errors import UnsupportedSparkError
 
 if TYPE_CHECKING:

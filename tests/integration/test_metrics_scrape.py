@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.exactly_once.support import make_input
 
 from twophase import DeltaSink, DeltaSinkConfig, Job, KafkaSink, KafkaSinkConfig, RuntimeConfig
-from twophase.integration.exactly_once.support import make_input
 from twophase.integration.services.process import wait_ready
 
 if TYPE_CHECKING:

@@ -15,17 +15,6 @@ from twophase.integration.spark_shipping import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE_ROOTS = ("sinks", "coordinator", "connectors", "integration")
-TEST_SUITES = frozenset(
-    {
-        "integration/kafka",
-        "integration/s3",
-        "integration/delta",
-        "integration/exactly_once",
-        "integration/datasource",
-        "integration/faults",
-    }
-)
-"""Folders of ``integration/`` that hold only test support (suites are in ``tests/``): never installed."""
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +25,11 @@ def wheel() -> zipfile.ZipFile:
 
 
 def _product_packages() -> set[str]:
+    """Every package of the code folders: what ships follows from the layout, no list."""
     found = {"twophase"}
     for root in CODE_ROOTS:
         for init in (ROOT / root).rglob("__init__.py"):
-            folder = init.parent.relative_to(ROOT).as_posix()
-            if not any(folder == s or folder.startswith(s + "/") for s in TEST_SUITES):
-                found.add("twophase." + folder.replace("/", "."))
+            found.add("twophase." + init.parent.relative_to(ROOT).as_posix().replace("/", "."))
     return found
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.exactly_once.support import REPO, assert_exactly_once, make_input, run_job
 
-from twophase.integration.exactly_once.support import REPO, assert_exactly_once, make_input, run_job
 from twophase.integration.services.process import wait_ready
 from twophase.integration.services.spark_cluster import SparkCluster, executor_pids, spark_master_from_env
 from twophase.integration.spark_shipping import build_wheel, executor_python, importable, ship_conf

@@ -1,6 +1,6 @@
 """``twophase lingering`` and ``checkpoints`` for jobs that are not the flights demo.
 
-The main test runs a user's Kafka + S3 job (:mod:`twophase.integration.exactly_once.kafka_s3_job`)
+The main test runs a user's Kafka + S3 job (:mod:`support.exactly_once.kafka_s3_job`)
 in its own process, crashes it with ``TWOPHASE_FAULT`` and cleans up with the CLI (a subprocess, as
 a user runs it): exactly what is listed, aborted and recommitted, and what a ``read_committed``
 consumer and an S3 listing see afterwards. The other tests use the file sink and need no service.
@@ -22,12 +22,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from support.cli import json_output, one_line_error, run_twophase
+from support.exactly_once import kafka_s3_job
+from support.exactly_once.support import FAULT_EXIT, REPO, make_input
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.testing.file_sink import JsonLinesFileSink, read_committed, staging_files
-from twophase.integration.exactly_once import kafka_s3_job
-from twophase.integration.exactly_once.support import FAULT_EXIT, REPO, make_input
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.context import WriterContext
@@ -44,7 +44,7 @@ def _run_job(root: Path, env: dict[str, str], fault: str | None = None) -> subpr
             TWOPHASE_FAULT=fault, TWOPHASE_FAULT_STATE=str(root / "fault-state" / fault.replace(":", "_"))
         )
     return subprocess.run(
-        [sys.executable, "-m", "twophase.integration.exactly_once.kafka_s3_job"],
+        [sys.executable, "-m", "support.exactly_once.kafka_s3_job"],
         cwd=REPO,
         env=run_env,
         capture_output=True,
@@ -89,7 +89,7 @@ def test_list_abort_and_recommit_for_a_crashed_kafka_and_s3_job(
                "secret_key": s3_endpoint.secret_key},
     }  # fmt: skip
     env = {kafka_s3_job.SETTINGS_ENV: json.dumps(settings)}
-    factory = ["--sinks", "twophase.integration.exactly_once.kafka_s3_job:job"]
+    factory = ["--sinks", "support.exactly_once.kafka_s3_job:job"]
     ids = make_input(tmp_path, files=3, rows_per_file=ROWS)
     file0, file1 = ids[:ROWS], ids[ROWS : 2 * ROWS]
 
@@ -123,7 +123,7 @@ def test_list_abort_and_recommit_for_a_crashed_kafka_and_s3_job(
     # 2. a crash right after checkpoint 2 is durable: its transactions are held, never aborted
     crashed = _run_job(tmp_path, env, fault="after_persist:1")
     assert crashed.returncode == FAULT_EXIT, crashed.stdout + crashed.stderr
-    sinks_only = ["--sinks", "twophase.integration.exactly_once.kafka_s3_job:sinks",
+    sinks_only = ["--sinks", "support.exactly_once.kafka_s3_job:sinks",
                   "--checkpoint-dir", str(tmp_path / "chk"), "--job", job_id]  # fmt: skip
     kept = json_output(cli("lingering", "--abort", "--json", *sinks_only))
     assert [c["id"] for c in kept["checkpoints"]] == [2]

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
+from support.exactly_once.support import make_input
 
 from twophase.coordinator.spark.compat import DATA_SOURCE_SPARK, spark_version
-from twophase.integration.exactly_once.support import make_input
 from twophase.integration.readback import read_topic
 from twophase.integration.services.s3 import S3Endpoint
 

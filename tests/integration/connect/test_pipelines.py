@@ -14,9 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.exactly_once.support import make_input
 
 from twophase.coordinator.spark.compat import spark_version
-from twophase.integration.exactly_once.support import make_input
 
 pytestmark = [
     pytest.mark.spark,

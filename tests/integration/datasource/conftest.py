@@ -6,8 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 import pytest
-
-from twophase.integration.datasource.jsonl_format import JsonLinesTwoPhase
+from support.datasource.jsonl_format import JsonLinesTwoPhase
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,8 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support.exactly_once.support import make_input
 
-from twophase.integration.exactly_once.support import make_input
 from twophase.integration.services.spark_cluster import spark_home
 from twophase.integration.spark_shipping import build_wheel, executor_python, importable, py_file
 

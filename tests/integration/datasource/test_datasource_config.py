@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
+from support.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
 
 from twophase.coordinator.spark.datasource import (
     FacadeSettings,
@@ -16,7 +17,6 @@ from twophase.coordinator.spark.datasource import (
 )
 from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink
 from twophase.coordinator.testing.file_sink import JsonLinesFileSink
-from twophase.integration.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 

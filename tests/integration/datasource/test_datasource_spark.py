@@ -1,7 +1,7 @@
 """The facade on real Spark (local[2]): ``writeStream.format("twophase-jsonl")`` is exactly-once.
 
 In-process runs use the shared session; crash runs use their own process
-(:mod:`twophase.integration.datasource.streamscript`) so that ``TWOPHASE_FAULT`` exits are real.
+(:mod:`support.datasource.streamscript`) so that ``TWOPHASE_FAULT`` exits are real.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from support.datasource.streamscript import SINK, start_query
+from support.exactly_once.support import make_input
 
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.testing.file_sink import read_committed, staging_files
-from twophase.integration.datasource.streamscript import SINK, start_query
-from twophase.integration.exactly_once.support import make_input
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.spark
 
 JOB = "ds"
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = "twophase.integration.datasource.streamscript"
+SCRIPT = "support.datasource.streamscript"
 
 
 def committed(root: Path) -> Counter[int]:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support.delta.spark_write import write_and_commit, write_epoch
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from twophase.integration.delta.spark_write import write_and_commit, write_epoch
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.outcome import CommitOutcome

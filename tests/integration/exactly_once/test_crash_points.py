@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from twophase.integration.exactly_once.support import FAULT_EXIT, assert_exactly_once, make_input, run_job
+from support.exactly_once.support import FAULT_EXIT, assert_exactly_once, make_input, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

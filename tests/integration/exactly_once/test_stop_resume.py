@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.exactly_once.support import assert_exactly_once, committed_ids, make_input, run_job
 
 from twophase.coordinator.testing.file_sink import staging_files
-from twophase.integration.exactly_once.support import assert_exactly_once, committed_ids, make_input, run_job
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.faults.support import BUCKET, FaultResult
 
-from twophase.integration.faults.support import BUCKET, FaultResult
 from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.services.kafka_cluster import KafkaCluster
 from twophase.integration.services.minio_server import MinioServer

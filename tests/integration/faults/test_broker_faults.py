@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from twophase.connectors.kafka import naming
-from twophase.integration.faults.support import (
+from support.faults.support import (
     BUCKET,
     JOB_CASE_MARKS,
     MOMENTS,
@@ -24,7 +22,9 @@ from twophase.integration.faults.support import (
     new_spec,
     run_case,
 )
-from twophase.integration.faults.verdicts import assert_exactly_once
+from support.faults.verdicts import assert_exactly_once
+
+from twophase.connectors.kafka import naming
 from twophase.integration.jobs.flights import KAFKA_SINK, FlightsEndpoints, FlightsJobSpec
 from twophase.integration.services.kafka_cluster import KafkaCluster
 

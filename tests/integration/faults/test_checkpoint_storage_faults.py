@@ -20,11 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.storage import CheckpointStorage, open_storage
-from twophase.integration.faults.support import (
+from support.faults.support import (
     BUCKET,
     EXPECTED_RECORDS,
     JOB_CASE_MARKS,
@@ -34,7 +30,11 @@ from twophase.integration.faults.support import (
     new_spec,
     run_case,
 )
-from twophase.integration.faults.verdicts import assert_exactly_once, describe
+from support.faults.verdicts import assert_exactly_once, describe
+
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.storage import CheckpointStorage, open_storage
 from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.services.minio_server import MinioServer
 from twophase.sinks.errors import CheckpointStorageError, JobError

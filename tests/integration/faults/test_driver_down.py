@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from twophase.integration.faults.support import (
+from support.faults.support import (
     BUCKET,
     EXPECTED_RECORDS,
     JOB_CASE_MARKS,
@@ -29,7 +28,8 @@ from twophase.integration.faults.support import (
     new_spec,
     run_case,
 )
-from twophase.integration.faults.verdicts import describe, lost_error
+from support.faults.verdicts import describe, lost_error
+
 from twophase.integration.jobs.flights import KAFKA_SINK, FlightsEndpoints
 
 if TYPE_CHECKING:

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-from twophase.integration.faults.support import (
+from support.faults.support import (
     BUCKET,
     JOB_CASE_MARKS,
     MOMENTS,
@@ -24,11 +23,12 @@ from twophase.integration.faults.support import (
     new_spec,
     run_case,
 )
-from twophase.integration.faults.verdicts import (
+from support.faults.verdicts import (
     assert_exactly_once,
     assert_resumed_with_lost_records,
     lost_error,
 )
+
 from twophase.integration.jobs.flights import S3_SINK, FlightsEndpoints
 from twophase.integration.services.minio_server import MinioServer
 

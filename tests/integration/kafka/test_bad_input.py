@@ -6,9 +6,9 @@ import socket
 
 import pyarrow as pa
 import pytest
+from support.kafka.support import create_topic, ongoing_with_prefix, sink_config, unique
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.integration.kafka.support import create_topic, ongoing_with_prefix, sink_config, unique
 from twophase.integration.readback import read_topic
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, ServiceUnavailableError

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from twophase.connectors.kafka import KafkaSink
-from twophase.integration.kafka.support import (
+from support.kafka.support import (
     create_topic,
     decode,
     expected,
@@ -17,6 +15,8 @@ from twophase.integration.kafka.support import (
     write_one,
     writer_process,
 )
+
+from twophase.connectors.kafka import KafkaSink
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.outcome import CommitOutcome
 
@@ -94,8 +94,8 @@ def test_abort_of_a_pre_committed_transaction(kafka_bootstrap: str) -> None:
 
 def test_empty_transaction_has_no_committable_and_leaves_nothing_open(kafka_bootstrap: str) -> None:
     import pyarrow as pa
+    from support.kafka.support import ongoing_with_prefix
 
-    from twophase.integration.kafka.support import ongoing_with_prefix
     from twophase.sinks.context import WriterContext
 
     topic, job = unique("empty"), unique("job")

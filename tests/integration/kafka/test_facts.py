@@ -10,10 +10,7 @@
 from __future__ import annotations
 
 import pytest
-
-from twophase.connectors.kafka.admin import KafkaAdmin
-from twophase.connectors.kafka.committer import KafkaErrorCode
-from twophase.integration.kafka.support import (
+from support.kafka.support import (
     create_topic,
     describe,
     read_json_line,
@@ -21,6 +18,9 @@ from twophase.integration.kafka.support import (
     unique,
     writer_process,
 )
+
+from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.committer import KafkaErrorCode
 from twophase.integration.readback import is_stable, key_values, read_topic, wait_until_stable
 
 pytestmark = pytest.mark.kafka

@@ -5,9 +5,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-
-from twophase.connectors.kafka import KafkaCommittable, KafkaSink
-from twophase.integration.kafka.support import (
+from support.kafka.support import (
     create_topic,
     expected,
     ongoing_with_prefix,
@@ -18,6 +16,8 @@ from twophase.integration.kafka.support import (
     write_one,
     writer_process,
 )
+
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink
 from twophase.integration.readback import end_offsets, is_stable, key_values, read_topic, wait_until_stable
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.outcome import CommitOutcome

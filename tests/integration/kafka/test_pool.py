@@ -6,9 +6,7 @@ import logging
 from collections.abc import Callable
 
 import pytest
-
-from twophase.connectors.kafka import KafkaCommittable, KafkaSink, naming
-from twophase.integration.kafka.support import (
+from support.kafka.support import (
     all_with_prefix,
     create_topic,
     expected,
@@ -18,6 +16,8 @@ from twophase.integration.kafka.support import (
     unique,
     write_one,
 )
+
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink, naming
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.outcome import CommitOutcome

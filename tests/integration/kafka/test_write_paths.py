@@ -6,9 +6,9 @@ import json
 
 import pyarrow as pa
 import pytest
+from support.kafka.support import create_topic, sink_config, unique, write_one
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.integration.kafka.support import create_topic, sink_config, unique, write_one
 from twophase.integration.readback import read_topic
 from twophase.sinks.outcome import CommitOutcome
 

@@ -21,12 +21,12 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.json as pajson
 import pytest
+from support.s3.worker import rows
 
 from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkConfig
 from twophase.connectors.s3.committable import IN_PROGRESS_CODEC
 from twophase.connectors.s3.config import MiB
 from twophase.connectors.s3.naming import TEMP_DIR
-from twophase.integration.s3.worker import rows
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError
@@ -252,7 +252,7 @@ def run_worker(
     path.write_text(json.dumps(request))
     env = {**os.environ, **endpoint.aws_env()}  # the standard AWS chain, as on an executor
     return subprocess.run(
-        [sys.executable, "-m", "twophase.integration.s3.worker", str(path)],
+        [sys.executable, "-m", "support.s3.worker", str(path)],
         env=env,
         cwd=Path(__file__).resolve().parents[3],
         capture_output=True,

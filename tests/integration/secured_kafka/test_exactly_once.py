@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
+from support.exactly_once.support import make_input
 
 from twophase.connectors.kafka import oauth
 from twophase.connectors.kafka.config import KafkaSinkConfig
@@ -23,7 +24,6 @@ from twophase.connectors.kafka.sink import KafkaSink
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.spark.job import Job
 from twophase.integration.cli.main import main as cli_main
-from twophase.integration.exactly_once.support import make_input
 from twophase.integration.services.secured_kafka import SINK_SETTINGS_ENV, SecuredKafka
 
 from .conftest import Grants

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin._acl import AclOperation
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+from support.exactly_once.support import make_input
 
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
@@ -23,7 +24,6 @@ from twophase.connectors.kafka.sink import KafkaSink
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.job import Job
-from twophase.integration.exactly_once.support import make_input
 from twophase.integration.services.certificates import make_tls_files
 from twophase.integration.services.secured_kafka import SecuredKafka
 from twophase.sinks.errors import ConfigError

@@ -81,7 +81,8 @@ def error_texts(fn: Any) -> dict[str, str]:
 
 
 def main(work: Path) -> int:
-    from twophase.integration.exactly_once.support import make_input
+    from support.exactly_once.support import make_input
+
     from twophase.integration.spark import build_spark_session
 
     env = os.environ

@@ -21,7 +21,7 @@ from twophase.connectors.kafka.admin import KafkaAdmin, TransactionSnapshot
 from twophase.connectors.kafka.committable import CODEC
 from twophase.sinks.context import WriterContext
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def unique(name: str) -> str:
@@ -135,14 +135,14 @@ def wait_for_state(
 
 @contextmanager
 def writer_process(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """Run ``integration/kafka/writer_process.py`` with ``args`` in a separate Python process."""
+    """Run ``tests/support/kafka/writer_process.py`` with ``args`` in a separate Python process."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "twophase.integration.kafka.writer_process", *args],
+        [sys.executable, "-m", "support.kafka.writer_process", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=dict(os.environ),  # PYTHONPATH holds tests/ (tests/integration/conftest.py)
     )
     try:
         yield proc

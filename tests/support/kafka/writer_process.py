@@ -1,6 +1,6 @@
 """A writer in its own process, so commits and crashes cross process boundaries like on Spark.
 
-Usage: ``python -m twophase.integration.kafka.writer_process <mode> <bootstrap> <topic> <job> <sink>
+Usage: ``python -m support.kafka.writer_process <mode> <bootstrap> <topic> <job> <sink>
 <checkpoint> <partition> <records> [<attempt>]``
 
 Modes:
@@ -23,9 +23,9 @@ import time
 import tenacity
 from confluent_kafka import Producer
 
+from support.kafka.support import rows, sink_config
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka.committable import CODEC
-from twophase.integration.kafka.support import rows, sink_config
 from twophase.sinks.context import WriterContext
 
 

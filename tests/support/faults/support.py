@@ -81,7 +81,7 @@ JOB_TIMEOUT_S = 900.0
 """The longest one faulted job may run; past it the job is canceled and the case fails."""
 REPORT_ENV = "TWOPHASE_FAULTS_REPORT"
 """Where results are appended as JSON lines (default ``build/faults-report.jsonl``)."""
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def fault_runtime_config(transaction_timeout_ms: int) -> RuntimeConfig:

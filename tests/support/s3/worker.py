@@ -1,6 +1,6 @@
 """A separate process that runs one S3 sink epoch, for tests that need a NEW process.
 
-Usage: ``python -m twophase.integration.s3.worker REQUEST.json``; the endpoint and credentials come from
+Usage: ``python -m support.s3.worker REQUEST.json``; the endpoint and credentials come from
 the standard AWS chain (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...), as on an executor; never
 from argv, which other users can read.
 

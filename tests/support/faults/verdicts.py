@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from support.faults.support import EXPECTED_RECORDS, FaultResult
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.integration.faults.support import EXPECTED_RECORDS, FaultResult
 from twophase.sinks.errors import TransactionLostError
 
 

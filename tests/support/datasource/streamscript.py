@@ -4,7 +4,7 @@ Layout under ``root``: ``input/`` (Parquet files, one ``id`` column), ``out/`` (
 ``chk/`` (the job's checkpoints), ``spark/`` (Spark's checkpoint location). Run as a process by the
 crash tests, so that ``TWOPHASE_FAULT`` exits are real::
 
-    python -m twophase.integration.datasource.streamscript --root R [--job J]
+    python -m support.datasource.streamscript --root R [--job J]
         [--files-per-trigger N] [--master M]
 
 Exit status 0 and one JSON line (``{"batches": n}``) when the query ended; 1 when it failed (e.g. the
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from twophase.integration.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
+from support.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from twophase.coordinator.testing.file_sink import read_committed, staging_files
 from twophase.integration.services.spark_cluster import spark_home
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 JOBSCRIPT = Path(__file__).resolve().with_name("jobscript.py")
 FAULT_EXIT = 137
 
@@ -69,7 +69,7 @@ def run_job(
     instead of ``python -m``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_FAULT")}
     env["PYSPARK_PYTHON"] = sys.executable
-    cmd = [sys.executable, "-m", "twophase.integration.exactly_once.jobscript"]
+    cmd = [sys.executable, "-m", "support.exactly_once.jobscript"]
     if submit_conf is not None:
         del env["PYSPARK_PYTHON"]  # spark-submit sets it from spark.pyspark.python
         conf = {"spark.pyspark.driver.python": sys.executable, **submit_conf}

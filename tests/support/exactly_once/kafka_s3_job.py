@@ -10,7 +10,7 @@ Settings come from one environment variable, :data:`SETTINGS_ENV`, holding JSON:
 ``root/input``, checkpoints in ``root/chk``, Spark's in ``root/spark``), ``job``, ``topic``,
 ``bootstrap``, ``bucket``, ``prefix`` and ``s3`` (``endpoint_url``, ``access_key``, ``secret_key``).
 
-    python -m twophase.integration.exactly_once.kafka_s3_job
+    python -m support.exactly_once.kafka_s3_job
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Input: a folder of Parquet files with one ``id`` column. Output: one JSON-lines file sink per name
 in ``--sinks``. Exit status 0 when the job ended as asked, 137 when a fault point fired.
 
-    python -m twophase.integration.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
+    python -m support.exactly_once.jobscript --root R --job J --mode stream [--sinks a,b]
         [--action finish|stop|savepoint|drain|cancel] [--after-batches N] [--from-savepoint LOC]
         [--write-delay-s S] [--act-after-s S] [--report-imports]
 
