@@ -15,7 +15,7 @@ committed), then times **end of input → FINISHED**:
 
 Sink families:
 
-- ``file``: ``twophase.coordinator.testing.file_sink.JsonLinesFileSink`` (local files; its data is committed
+- ``file``: ``support.file_sink.JsonLinesFileSink`` (local files; its data is committed
   with the epoch's checkpoint, so the final checkpoint carries no data: the cost is the
   checkpoint itself — finish the subtasks, publish, lingering clean-up);
 - ``s3_jsonl``: ``S3Sink`` writing JSON lines that span checkpoints (MinIO): each partition's file
@@ -129,8 +129,9 @@ def _family(make_sink: Callable[[str, str], Any], rounds: int, scratch: Path) ->
 
 def run() -> dict[str, Any]:
     """Run both sink families; see the module docstring."""
+    from support.file_sink import JsonLinesFileSink
+
     from twophase.connectors.s3 import S3Sink
-    from twophase.coordinator.testing.file_sink import JsonLinesFileSink
     from twophase.integration.services import s3_service
 
     rounds = common.runs(ROUNDS)

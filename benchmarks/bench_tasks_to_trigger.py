@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from twophase.coordinator.testing.flip147_graph import (
+from support.flip147_graph import (
     DistributionPattern,
     Edge,
     JobGraph,

@@ -1,4 +1,4 @@
-"""Millisecond clocks: the system clock (a manual one for tests is in ``coordinator.testing.clock``)."""
+"""Millisecond clocks: the system clock (a manual one for tests is in ``tests/support/clock.py``)."""
 
 from __future__ import annotations
 

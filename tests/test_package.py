@@ -70,3 +70,61 @@ def test_no_module_imports_the_folders_as_top_level_packages() -> None:
         if ".venv" not in p.parts and "build" not in p.parts and _imported_roots(p) & OLD_ROOTS
     }
     assert offenders == {}
+
+
+CODE_FOLDERS = ("sinks", "coordinator", "connectors", "integration")
+ENTRY_POINTS = {
+    "twophase.integration.cli.__main__": "python -m twophase.integration.cli",
+    "twophase.integration.chaos.run": "make chaos",
+    "twophase.integration.compat.run": "make compat",
+    "twophase.integration.jobs.flights_submit": "the flights job's spark-submit script",
+    "twophase.coordinator.spark.autoload.pyspark_twophase": "Spark's data source lookup",
+    "twophase.connectors.postgres.metrics": "the documented Prometheus collector (docs/postgres.md)",
+}
+"""Shipped modules no other shipped module imports, and who starts or imports each."""
+
+
+def _shipped_modules() -> dict[str, Path]:
+    found = {"twophase": ROOT / "__init__.py"}
+    for top in CODE_FOLDERS:
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            found[".".join(["twophase", *(parts[:-1] if parts[-1] == "__init__" else parts)])] = path
+    return found
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return out
+
+
+def test_every_shipped_module_serves_the_product() -> None:
+    """#25: the wheel holds no module that only this project's tests use. Every module of the code
+    folders is reached by imports from what users and tools start: the packages, the root's lazy
+    exports and the :data:`ENTRY_POINTS`; no other module is such a start; and none imports the
+    test support (``support``)."""
+    shipped = _shipped_modules()
+    imports = {name: _imports(name, path) for name, path in shipped.items()}
+    starts = {n for n, p in shipped.items() if p.name == "__init__.py"} | set(ENTRY_POINTS)
+    starts |= set(twophase._EXPORTS.values())
+    reached, todo = set(), list(starts)
+    while todo:
+        name = todo.pop()
+        if name in shipped and name not in reached:
+            reached.add(name)
+            todo += imports[name]
+    assert sorted(set(shipped) - reached) == []
+    used = set().union(*imports.values())
+    assert {n for n, p in shipped.items() if p.name != "__init__.py" and n not in used} == set(ENTRY_POINTS)
+    on_support = sorted(n for n, found in imports.items() if any(m.split(".")[0] == "support" for m in found))
+    assert on_support == []

@@ -7,7 +7,7 @@ and returns the answer. :class:`KafkaPythonTransport` sends kafka-python's own r
 (``FindCoordinatorRequest``, ``EndTxnRequest``, ``DescribeTransactionsRequest``) through its
 connection manager, and uses ``KafkaAdminClient`` for ListTransactions, DescribeConfigs and
 CreateTopics. No wire encoding here. Tests answer the same protocol with a model of the
-transaction coordinator (``twophase.coordinator.testing.kafka_model``).
+transaction coordinator (``tests/support/kafka_model.py``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,16 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 import pytest
+from support.clock import ManualClock
+from support.fakes import (
+    CheckpointCommitCall,
+    FakeCheckpointSink,
+    FakeCommittable,
+    FakeExternalSystem,
+    FakeInProgressSink,
+    FakeSink,
+)
+from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.commit_policy import CommitPolicy
@@ -20,16 +30,6 @@ from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
-from twophase.coordinator.testing.clock import ManualClock
-from twophase.coordinator.testing.fakes import (
-    CheckpointCommitCall,
-    FakeCheckpointSink,
-    FakeCommittable,
-    FakeExternalSystem,
-    FakeInProgressSink,
-    FakeSink,
-)
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks import CheckpointCommitSink
 from twophase.sinks.errors import CommitFailedError, JobError, TransactionLostError
 from twophase.sinks.outcome import CommitOutcome

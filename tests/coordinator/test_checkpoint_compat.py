@@ -14,19 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fakes import (
+    FakeCheckpointSink,
+    FakeExternalSystem,
+    FakeInProgressSink,
+    FakeSink,
+)
+from support.harness import TwoPhaseHarness, batch
 
 from twophase.connectors.delta.committable import CODEC as DELTA_CODEC
 from twophase.connectors.kafka.committable import CODEC as KAFKA_CODEC
 from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage.local import LocalCheckpointStorage
-from twophase.coordinator.testing.fakes import (
-    FakeCheckpointSink,
-    FakeExternalSystem,
-    FakeInProgressSink,
-    FakeSink,
-)
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints_v1"
 JOB = "fixture_job"

@@ -4,6 +4,10 @@ aborts, limits and timeouts — each asserting exact committed/aborted transacti
 from __future__ import annotations
 
 import pytest
+from support.clock import ManualClock
+from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from support.harness import batch
+from support.memory_storage import InMemoryCheckpointStorage
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
@@ -17,10 +21,6 @@ from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.driver_finish import finish_subtasks
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.subtask_lifecycle import SubtaskState
-from twophase.coordinator.testing.clock import ManualClock
-from twophase.coordinator.testing.fakes import FakeCommittable, FakeExternalSystem, FakeSink
-from twophase.coordinator.testing.harness import batch
-from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import CheckpointStorageError, IllegalTransitionError
 

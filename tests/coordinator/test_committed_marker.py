@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from support.memory_storage import InMemoryCheckpointStorage
 
 from twophase.coordinator.committed_marker import CommittedMarker
-from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.errors import CheckpointStorageError
 
 

@@ -8,18 +8,18 @@ import threading
 from typing import Any
 
 import pytest
-
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
-from twophase.coordinator.committer_operator import CommitterOperator
-from twophase.coordinator.subtask_lifecycle import PendingTransaction
-from twophase.coordinator.testing.clock import ManualClock
-from twophase.coordinator.testing.fakes import (
+from support.clock import ManualClock
+from support.fakes import (
     FakeCheckpointSink,
     FakeCommittable,
     FakeExternalSystem,
     FakeSink,
 )
+
+from twophase.coordinator.commit_policy import CommitPolicy
+from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
+from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.errors import (
     CommitFailedError,
     ConfigError,

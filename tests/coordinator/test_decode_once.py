@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from support.harness import TwoPhaseHarness
+from support.memory_storage import InMemoryCheckpointStorage
 from support.runtime_scenarios import data, expected, pos
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.testing.fakes import FakeCommittable, FakeExternalSystem, FakeSink
-from twophase.coordinator.testing.harness import TwoPhaseHarness
-from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.context import JsonObject
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from support.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
+from support.harness import SimulatedCrash, TwoPhaseHarness, batch
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.epoch import Epoch
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
-from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness, batch
 
 CRASH_POINTS = sorted(POINTS - {"during_cancel", "during_stop_with_savepoint"})
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from support.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
+from support.memory_storage import InMemoryCheckpointStorage
+
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.metadata_cache import MetadataCache
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.testing.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
-from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.context import JsonObject
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pyarrow as pa
+from support.fakes import FakeExternalSystem, FakeSink
+from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.metrics import SinkCommitMetrics, SinkMetricsRecorder
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeSink
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 

@@ -8,11 +8,11 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support.harness import TwoPhaseHarness
 from support.runtime_scenarios import data, expected, harness, records_of
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.sinks.errors import ConfigError
 
 

@@ -57,7 +57,18 @@ import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from support.delta_model import ModelDeltaSink
+from support.engine_tasks import (
+    TASK_POINTS,
+    RecordingStorage,
+    key_value_batch,
+    publish_fault,
+    run_tasks,
+    zombies_after_publish,
+)
+from support.harness import SimulatedCrash, TwoPhaseHarness
 from support.iceberg_model import LOST_ANSWERS, REFUSED, WAREHOUSE
+from support.memory_storage import MemoryStore
 from support.model_accounting import (
     s3_held_by_stored_checkpoints,
     s3_owed_after_a_rewind,
@@ -82,6 +93,7 @@ from support.model_alphabet import (
 from support.model_settle import settle
 from support.model_world import ModelWorld
 from support.postgres_model import RESTART_POINTS
+from support.s3_model import client_error
 
 from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
 from twophase.connectors.iceberg.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID, SUMMARY_SINK
@@ -98,18 +110,6 @@ from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
-from twophase.coordinator.testing.delta_model import ModelDeltaSink
-from twophase.coordinator.testing.engine_tasks import (
-    TASK_POINTS,
-    RecordingStorage,
-    key_value_batch,
-    publish_fault,
-    run_tasks,
-    zombies_after_publish,
-)
-from twophase.coordinator.testing.harness import SimulatedCrash, TwoPhaseHarness
-from twophase.coordinator.testing.memory_storage import MemoryStore
-from twophase.coordinator.testing.s3_model import client_error
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import JobError, ServiceUnavailableError, TransactionLostError
 

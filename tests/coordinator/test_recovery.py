@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from support.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
+
 from twophase.coordinator.lingering import ALL_CHECKPOINTS, distinct, held_by, held_decoded, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.recovery import recovery_transactions
-from twophase.coordinator.testing.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject
 

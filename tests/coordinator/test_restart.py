@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from support.clock import ManualClock
 
 from twophase.coordinator.restart import RestartKind, RestartStrategy, RestartTracker
-from twophase.coordinator.testing.clock import ManualClock
 from twophase.sinks.errors import ConfigError
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from support.fakes import FakeExternalSystem, FakeSink
+from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.restart_loop import fail_over, finish_with_restarts
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeSink
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks.errors import JobError, ServiceUnavailableError
 
 

@@ -7,6 +7,14 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.fakes import (
+    FakeCommittable,
+    FakeExternalSystem,
+    FakeInProgressSink,
+    FakeSink,
+    FakeTxn,
+)
+from support.harness import TwoPhaseHarness, batch
 from support.runtime_scenarios import data, expected, harness, pos, records_of
 
 from twophase.coordinator.acknowledgement import Acknowledgement
@@ -18,14 +26,6 @@ from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.fakes import (
-    FakeCommittable,
-    FakeExternalSystem,
-    FakeInProgressSink,
-    FakeSink,
-    FakeTxn,
-)
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks.errors import (
     CommitFailedError,
     CorruptCheckpointError,

@@ -8,6 +8,11 @@ import logging
 import threading
 
 import pytest
+from support.fakes import (
+    FakeExternalSystem,
+    FakeSink,
+)
+from support.harness import TwoPhaseHarness, batch
 from support.runtime_scenarios import data, expected, harness, pos, records_of
 
 from twophase.coordinator.acknowledgement import Acknowledgement
@@ -19,11 +24,6 @@ from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.runtime import JobCanceledError
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.testing.fakes import (
-    FakeExternalSystem,
-    FakeSink,
-)
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
     CheckpointStorageError,

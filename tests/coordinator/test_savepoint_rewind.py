@@ -5,13 +5,13 @@ store for the same reason)."""
 
 from __future__ import annotations
 
+from support.fakes import FakeExternalSystem
+from support.harness import TwoPhaseHarness, batch
 from support.runtime_scenarios import harness, pos, records_of
 
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.recovery import starts_a_lineage
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.testing.fakes import FakeExternalSystem
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 
 
 def rewound() -> tuple[TwoPhaseHarness, FakeExternalSystem]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.fakes import FakeExternalSystem, FakeSink
 
 from twophase.coordinator.spark.checks import (
     batch_position,
@@ -12,7 +13,6 @@ from twophase.coordinator.spark.checks import (
     check_stream_options,
     job_id_from_name,
 )
-from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeSink
 from twophase.sinks.errors import ConfigError, JobError
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage.base import CheckpointStorage
-from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage, MemoryStore
 from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 

@@ -73,10 +73,9 @@ def test_the_wheel_is_built_once_and_shipped_under_a_zip_name() -> None:
 def test_the_executors_python_imports_twophase_only_from_the_shipped_file(tmp_path: Path) -> None:
     python = executor_python()
     shipped = py_file(build_wheel())
-    # what executors load: the sinks, the test file sink, the fault points (executor kill)
+    # what executors load: the sinks, the fault points (executor kill)
     modules = (
         "twophase.sinks.errors",
-        "twophase.coordinator.testing.file_sink",
         "twophase.coordinator.faults",
     )
     code = f"import twophase, {', '.join(modules)}; print(twophase.__file__)"

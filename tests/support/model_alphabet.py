@@ -8,8 +8,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from support.engine_tasks import TaskFailure
 from twophase.connectors.s3 import RollingPolicy
-from twophase.coordinator.testing.engine_tasks import TaskFailure
 from twophase.sinks.errors import (
     CheckpointStorageError,
     CommitFailedError,

@@ -1,4 +1,4 @@
-"""The model-based protocol test's world: :class:`~twophase.coordinator.testing.world.World`'s Kafka,
+"""The model-based protocol test's world: :class:`~support.world.World`'s Kafka,
 S3, Delta and checkpoint storage, plus a PostgreSQL server (:mod:`support.postgres_model`) and an
 Iceberg catalog with its object storage (:mod:`support.iceberg_model`)."""
 
@@ -11,7 +11,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from support.iceberg_model import FOREIGN, IcebergModel
 from support.postgres_model import PostgresModel
-from twophase.coordinator.testing.world import World
+from support.world import World
 
 
 @dataclass

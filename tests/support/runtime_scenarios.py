@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
+from support.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
+from support.harness import TwoPhaseHarness, batch
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
-from twophase.coordinator.testing.harness import TwoPhaseHarness, batch
 
 
 def pos(n: int, query: str = "q1") -> dict[str, object]:

@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from support.harness import TwoPhaseHarness
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.local import LocalCheckpointStorage
-from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.sinks.errors import JobError
 
 pytestmark = pytest.mark.delta

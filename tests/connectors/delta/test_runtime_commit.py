@@ -12,13 +12,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from support.harness import TwoPhaseHarness
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig, naming
 from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.epoch import Epoch
 from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.testing.harness import TwoPhaseHarness
 from twophase.sinks import CheckpointCommitSink
 
 pytestmark = pytest.mark.delta

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import kafka.errors as kerrors
 import pytest
+from support.kafka_model import NONE, NOT_COORDINATOR, KafkaModel
 
 from twophase.connectors.kafka.admin import KafkaAdmin
-from twophase.coordinator.testing.kafka_model import NONE, NOT_COORDINATOR, KafkaModel
 
 
 class CountingTransport:

@@ -1,5 +1,5 @@
 """The Kafka sink's real code (writer, committer, admin, lingering cleanup) against a model of
-Kafka's transaction coordinator (coordinator.testing.kafka_model), through the production runtime."""
+Kafka's transaction coordinator (support.kafka_model), through the production runtime."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import threading
 
 import pyarrow as pa
 import pytest
+from support.clock import ManualClock
+from support.harness import TwoPhaseHarness
+from support.kafka_model import KafkaModel
 from support.model_settle import settle
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.clock import ManualClock
-from twophase.coordinator.testing.harness import TwoPhaseHarness
-from twophase.coordinator.testing.kafka_model import KafkaModel
 from twophase.sinks.errors import ConcurrentAttemptError
 
 TOPIC = "events"

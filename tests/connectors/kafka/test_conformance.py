@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from support.world import World
+
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.conformance import SinkContract
 

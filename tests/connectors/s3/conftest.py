@@ -1,4 +1,4 @@
-"""Fixtures of the S3 sink unit tests, on the in-memory S3 model (``coordinator.testing.s3_model``)."""
+"""Fixtures of the S3 sink unit tests, on the in-memory S3 model (``support.s3_model``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 from botocore.exceptions import ClientError
+from support.s3_model import S3Model, client_error
 
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
-from twophase.coordinator.testing.s3_model import S3Model, client_error
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from support.world import World
+
 from twophase.connectors.s3 import RollingPolicy, S3Sink, S3SinkConfig
-from twophase.coordinator.testing.world import World
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.conformance import SinkContract
 

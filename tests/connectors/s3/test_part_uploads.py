@@ -105,10 +105,10 @@ def test_parts_of_a_crc32_upload_carry_their_checksum_algorithm() -> None:
     from typing import cast
 
     from mypy_boto3_s3 import S3Client
+    from support.s3_model import S3Model
 
     from twophase.connectors.s3 import S3SinkConfig
     from twophase.connectors.s3.uploads import S3Ops
-    from twophase.coordinator.testing.s3_model import S3Model
 
     model = S3Model()
     ops = S3Ops(cast("S3Client", model), S3SinkConfig(bucket="bucket", prefix="p"))

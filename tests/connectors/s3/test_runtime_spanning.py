@@ -9,11 +9,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.harness import TwoPhaseHarness
+from support.s3_model import S3Model
 
 from twophase.connectors.s3 import S3Sink
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.testing.harness import TwoPhaseHarness
-from twophase.coordinator.testing.s3_model import S3Model
 from twophase.sinks.errors import TransactionLostError
 
 MakeSink = Callable[..., S3Sink]

@@ -116,7 +116,7 @@ def _factory_module(folder: Path, checkpoint_dir: Path) -> None:
         textwrap.dedent(
             f"""
             from twophase import Job
-            from twophase.coordinator.testing.file_sink import JsonLinesFileSink
+            from support.file_sink import JsonLinesFileSink
 
             def sinks():
                 return [JsonLinesFileSink("archive", {str(checkpoint_dir / "out")!r})]

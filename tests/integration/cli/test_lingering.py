@@ -24,10 +24,10 @@ import pytest
 from support.cli import json_output, one_line_error, run_twophase
 from support.exactly_once import kafka_s3_job
 from support.exactly_once.support import FAULT_EXIT, REPO, make_input
+from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage import open_storage
-from twophase.coordinator.testing.file_sink import JsonLinesFileSink, read_committed, staging_files
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.context import WriterContext
@@ -194,7 +194,7 @@ def _file_sink_job(root: Path) -> None:
         )
     )
     (root / "filejob.py").write_text(
-        "from twophase.coordinator.testing.file_sink import JsonLinesFileSink\n\n"
+        "from support.file_sink import JsonLinesFileSink\n\n"
         f"def sinks():\n    return [JsonLinesFileSink('out', {str(root / 'out')!r})]\n\n"
         f"def other():\n    return [JsonLinesFileSink('elsewhere', {str(root / 'out')!r})]\n"
     )

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql.types import LongType, StructField, StructType
 from support.datasource.jsonl_format import FORMAT, JsonLinesTwoPhase
+from support.fakes import FakeExternalSystem, FakeInProgressSink
+from support.file_sink import JsonLinesFileSink
 
 from twophase.coordinator.spark.datasource import (
     FacadeSettings,
@@ -15,8 +17,6 @@ from twophase.coordinator.spark.datasource import (
     TwoPhaseStreamWriter,
     checkpoint_id_for_batch,
 )
-from twophase.coordinator.testing.fakes import FakeExternalSystem, FakeInProgressSink
-from twophase.coordinator.testing.file_sink import JsonLinesFileSink
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 

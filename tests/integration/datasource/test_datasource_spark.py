@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import pytest
 from support.datasource.streamscript import SINK, start_query
 from support.exactly_once.support import make_input
+from support.file_sink import read_committed, staging_files
 
 from twophase.coordinator.storage import open_storage
-from twophase.coordinator.testing.file_sink import read_committed, staging_files
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from support.exactly_once.support import assert_exactly_once, make_input
+from support.file_sink import JsonLinesFileSink, _OpenFile
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.job_lifecycle import JobState
@@ -16,7 +17,6 @@ from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
-from twophase.coordinator.testing.file_sink import JsonLinesFileSink, _OpenFile
 from twophase.sinks.errors import ConfigError, JobError, SchemaError
 
 pytestmark = [pytest.mark.spark]

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 from support.exactly_once.support import assert_exactly_once, committed_ids, make_input, run_job
-
-from twophase.coordinator.testing.file_sink import staging_files
+from support.file_sink import staging_files
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

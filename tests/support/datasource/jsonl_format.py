@@ -1,5 +1,5 @@
 """The ``twophase-jsonl`` test format: the facade over
-:class:`~twophase.coordinator.testing.file_sink.JsonLinesFileSink`.
+:class:`~support.file_sink.JsonLinesFileSink`.
 
 Options: ``outputDir`` (required; the sink's root folder) and ``sinkName`` (default ``jsonl``), plus
 the facade's own (``job``, ``twophaseCheckpointDir``). Lives in ``integration/`` because
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from support.file_sink import JsonLinesFileSink
 from twophase.coordinator.spark.datasource import TwoPhaseDataSource
-from twophase.coordinator.testing.file_sink import JsonLinesFileSink
 from twophase.sinks.errors import ConfigError
 
 FORMAT = "twophase-jsonl"

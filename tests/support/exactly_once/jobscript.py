@@ -22,9 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
+from pyspark import cloudpickle
 
+import support.file_sink
+from support.file_sink import JsonLinesFileSink, _OpenFile
 from twophase.coordinator.spark.job import Job
-from twophase.coordinator.testing.file_sink import JsonLinesFileSink, _OpenFile
+
+# On a cluster the executors have the shipped wheel, not the test support: the file sink's class
+# travels with the plan, by value
+cloudpickle.register_pickle_by_value(support.file_sink)  # type: ignore[no-untyped-call]
 
 
 class SlowJsonLinesFileSink(JsonLinesFileSink):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twophase.coordinator.testing.file_sink import read_committed, staging_files
+from support.file_sink import read_committed, staging_files
 from twophase.integration.services.spark_cluster import spark_home
 
 REPO = Path(__file__).resolve().parents[3]

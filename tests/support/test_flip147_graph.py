@@ -1,4 +1,4 @@
-"""Tests of the job graph and FLIP-147's tasks-to-trigger computation (coordinator/testing/flip147_graph.py).
+"""Tests of the job graph and FLIP-147's tasks-to-trigger computation (tests/support/flip147_graph.py).
 
 The brute-force reference below enumerates every subtask-level connection itself, with the ranges
 written the way Flink's ``EdgeManagerBuildUtil.connectPointwise`` loops over them, so it shares no
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twophase.coordinator.testing.flip147_graph import (
+from support.flip147_graph import (
     CheckpointPlan,
     DistributionPattern,
     Edge,

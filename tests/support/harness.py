@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from support.clock import ManualClock
+from support.memory_storage import InMemoryCheckpointStorage
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.epoch import Epoch, run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
@@ -43,8 +45,6 @@ from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.recovery import RestoreResult
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.coordinator.testing.clock import ManualClock
-from twophase.coordinator.testing.memory_storage import InMemoryCheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 

@@ -1,4 +1,4 @@
-"""In-memory two-phase-commit sinks for protocol tests (with :mod:`twophase.coordinator.testing.harness`).
+"""In-memory two-phase-commit sinks for protocol tests (with :mod:`support.harness`).
 
 They record the exact sets of committed, aborted and lingering transactions in a
 :class:`FakeExternalSystem` that outlives runtimes (like a broker outlives a driver), with

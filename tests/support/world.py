@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
 
-from twophase.coordinator.testing.clock import ManualClock
-from twophase.coordinator.testing.delta_model import DeltaLogModel
-from twophase.coordinator.testing.kafka_model import KafkaModel
-from twophase.coordinator.testing.memory_storage import MemoryStore
-from twophase.coordinator.testing.s3_model import S3Model
+from support.clock import ManualClock
+from support.delta_model import DeltaLogModel
+from support.kafka_model import KafkaModel
+from support.memory_storage import MemoryStore
+from support.s3_model import S3Model
 
 
 @dataclass
