@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from support.engine_tasks import TaskFailure
+from support.engine_tasks import TASK_PLANS, TaskFailure
 from twophase.connectors.s3 import RollingPolicy
 from twophase.sinks.errors import (
     CheckpointStorageError,
@@ -29,14 +29,8 @@ ICEBERG_TABLE = "lake.events"
 """The Iceberg sink's table (``ModelWorld.iceberg_table``)."""
 DRIVER_POINTS = ("before_persist", "after_persist", "mid_commit", "after_commit")
 END_POINTS = (*DRIVER_POINTS, "during_finish", "during_final_checkpoint", "during_stop_with_savepoint")
-TASKS = ("ok",) * 12 + (
-    "fails",
-    "lost",
-    "zombie_reports",
-    "zombie_silent",
-    "zombie_after_publish",
-    "stage_fails",
-)
+TASKS = ("ok",) * 12 + tuple(plan for plan in TASK_PLANS if plan != "ok")
+"""Each task plan of ``engine_tasks.TASK_PLANS``, a plain success twelve times as likely."""
 PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed", "landed_reported_failed")
 """Each exit of a publish (published, not published, unknown), and an unknown one a backend
 reports as a plain storage error (engine_tasks.publish_fault)."""

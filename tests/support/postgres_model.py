@@ -311,10 +311,7 @@ class ModelConnection:
                 ]
                 return _Result([(max(ids) if ids else None,)])
             if text.startswith("DELETE FROM ") and text.endswith("checkpoint_id < %s"):
-                token, sink, below = params
-                for gid, r in list(model.commit_records.items()):
-                    if (r.job_token, r.sink) == (token, sink) and r.checkpoint_id < below:
-                        del model.commit_records[gid]
+                _prune(model.commit_records, *params)
                 return _Result()
             raise AssertionError(f"the PostgreSQL model does not know the statement {text!r}")
 
@@ -329,12 +326,16 @@ class ModelConnection:
         if text.startswith("SELECT gid FROM "):
             return _Result([(g,) for g in params[0] if g in model.sealed])
         if text.startswith("DELETE FROM "):
-            token, sink, below = params
-            for gid, r in list(model.sealed.items()):
-                if (r.job_token, r.sink) == (token, sink) and r.checkpoint_id < below:
-                    del model.sealed[gid]
+            _prune(model.sealed, *params)
             return _Result()
         raise AssertionError(f"the PostgreSQL model does not know the statement {text!r}")
+
+
+def _prune(rows: dict[str, CommitRecord], token: str, sink: str, below: int) -> None:
+    """``DELETE … WHERE job_token = %s AND sink = %s AND checkpoint_id < %s`` on ``rows``."""
+    for gid, r in list(rows.items()):
+        if (r.job_token, r.sink) == (token, sink) and r.checkpoint_id < below:
+            del rows[gid]
 
 
 class _Cursor:
