@@ -134,7 +134,7 @@ class PostgresCommitter:
         if below <= 0:
             return
         table = sql.Identifier(self.config.commit_schema, self.config.commit_table)
-        token = parts.prefix.split(".")[-2]
+        token = parts.token
         try:
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE job_token = %s AND sink = %s AND checkpoint_id < %s").format(

@@ -59,6 +59,11 @@ class GidParts:
     attempt: int
     nonce: str
 
+    @property
+    def token(self) -> str:
+        """The job's and sink's token (:func:`job_token`), read from the prefix."""
+        return self.prefix.split(".")[-2]
+
 
 def job_token(job_id: str, sink_name: str) -> str:
     """16 lowercase hex digits of SHA-256 over ``job_id NUL sink_name``."""

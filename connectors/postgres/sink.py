@@ -179,7 +179,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
                     seal.seal(
                         conn,
                         self.config,
-                        parts.prefix.split(".")[-2],
+                        parts.token,
                         self.name,
                         max(c.parts().checkpoint_id for c in committables),
                         gids,
