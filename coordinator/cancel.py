@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.commit_requests import CommitRequest, commit_requests
+from twophase.coordinator.commit_calls import CommitCall
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.lingering import ALL_CHECKPOINTS, Held, canonical, held_by, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind
@@ -67,7 +67,6 @@ def keep_going(failures: list[BaseException], job_id: str, step: str, action: Ca
 
 def abort_in_doubt(
     coord: CheckpointCoordinator,
-    sinks: Mapping[str, AnySink],
     committer: CommitterOperator,
     landed: Set[int],
     failures: list[BaseException],
@@ -79,13 +78,12 @@ def abort_in_doubt(
     aborted = 0
     for t in coord.release_in_doubt(landed):
         step = f"abort in-doubt {t.committable!r} of sink {t.sink_name!r} checkpoint {t.checkpoint_id}"
-        aborted += keep_going(failures, coord.job_id, step, partial(committer.abort, sinks[t.sink_name], t))
+        aborted += keep_going(failures, coord.job_id, step, partial(committer.abort, t))
     return aborted
 
 
 def commit_durable(
     coord: CheckpointCoordinator,
-    sinks: Mapping[str, AnySink],
     committer: CommitterOperator,
     stored: set[int],
 ) -> None:
@@ -99,16 +97,14 @@ def commit_durable(
     Raises:
         CommitFailedError, TransactionLostError: a commit failed.
     """
-    done: list[CommitRequest] = []
+    done: list[CommitCall] = []
     try:
         committer.commit_all(
-            commit_requests(sinks, coord.durable_transactions(landed=stored)),
-            cancellable=False,
-            on_done=done.append,
+            coord.durable_transactions(landed=stored), cancellable=False, on_done=done.append
         )
     finally:  # confirmed here, on one thread: a subtask's pending list is not thread-safe
-        for request in done:
-            for t in request.txns:
+        for call in done:
+            for t in call:
                 coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
 
 

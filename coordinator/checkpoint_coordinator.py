@@ -42,7 +42,6 @@ from twophase.coordinator.checkpoint_state import (
     metadata_of,
 )
 from twophase.coordinator.clock import Clock, system_clock_ms
-from twophase.coordinator.commit_requests import commit_requests
 from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import fault_point
@@ -274,7 +273,7 @@ class CheckpointCoordinator:
             )
             for c in committables:
                 txn = PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock())
-                self.committer.abort(self.sinks[sink], txn)
+                self.committer.abort(txn)
             return False
         pc = self.pending(checkpoint_id)
         key = (sink, partition)
@@ -425,10 +424,9 @@ class CheckpointCoordinator:
         order = {name: i for i, name in enumerate(self.sinks)}
         commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
         for t in aborts:
-            self.committer.abort(self.sinks[t.sink_name], t)
-        # a CheckpointCommitSink's transactions of one checkpoint go out as ONE request
+            self.committer.abort(t)
         before = self.committer.metrics
-        self.committer.submit(commit_requests(self.sinks, commits), on_landed=self._marker_for(checkpoint_id))
+        self.committer.submit(commits, on_landed=self._marker_for(checkpoint_id))
         after = self.committer.metrics
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
@@ -460,14 +458,11 @@ class CheckpointCoordinator:
         return landed
 
     def confirm_commits(self) -> int:
-        """Forget the transactions the committer confirmed since the last call (every transaction of
-        each completed request); return how many transactions."""
-        n = 0
-        for r in self.committer.poll_completed():
-            for t in r.txns:
-                self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
-                n += 1
-        return n
+        """Forget the transactions the committer confirmed since the last call; return how many."""
+        confirmed = self.committer.poll_completed()
+        for t in confirmed:
+            self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+        return len(confirmed)
 
     def abort_checkpoint(self, checkpoint_id: int, reason: str) -> list[int]:
         """Abort pending checkpoint ``checkpoint_id`` and every newer pending one, and abort the
@@ -491,7 +486,7 @@ class CheckpointCoordinator:
             for _, lc in sorted(self._subtasks.items()):
                 if lc.state.is_live:
                     for t in lc.notify_checkpoint_aborted(c).abort:
-                        self.committer.abort(self.sinks[t.sink_name], t)
+                        self.committer.abort(t)
                         aborted += 1
             self._log(
                 logging.WARNING,
@@ -522,7 +517,7 @@ class CheckpointCoordinator:
         for _, lc in sorted(self._subtasks.items()):
             if lc.state.is_live:
                 for t in lc.close().abort:
-                    self.committer.abort(self.sinks[t.sink_name], t)
+                    self.committer.abort(t)
         return self.committer.metrics.aborted - before
 
     def release_in_doubt(self, landed: Set[int]) -> list[PendingTransaction[Any]]:

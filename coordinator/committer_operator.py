@@ -21,10 +21,10 @@ transaction holds back ``read_committed`` consumers and is aborted by the broker
 ``transaction.timeout.ms``). :class:`TransactionAgeMonitor` warns once per transaction when one
 passes 80% (configurable) of the configured timeout.
 
-Work comes as :class:`~twophase.coordinator.commit_requests.CommitRequest` s (one transaction, or
-every transaction of one checkpoint of a checkpoint-commit sink such as Delta). Retries, ``LOST``
-handling, ordering, asynchronous commit and confirmation work on whole requests; metrics count
-transactions.
+Work comes as the coordinator's pending transactions, unchanged. A commit call
+(:data:`~twophase.coordinator.commit_calls.CommitCall`) is one transaction, or every transaction of
+one checkpoint of a checkpoint-commit sink such as Delta. Retries, ``LOST`` handling, ordering,
+asynchronous commit and confirmation work on whole calls; metrics count transactions.
 
 Commits run synchronously by default. With ``CommitPolicy.async_commit`` they run on one ordered
 committer thread: the commits of checkpoint c may overlap the next epoch, batches stay in
@@ -34,7 +34,7 @@ recovery re-commits from checkpoint storage).
 
 Within a batch (a checkpoint's notification, a restore, a cancel) the sinks commit concurrently,
 one lane per sink (``commit_lanes``): the sinks of a job are independent, so k sinks finish in
-about the time of the slowest rather than the sum. A sink's own requests stay in order, except
+about the time of the slowest rather than the sum. A sink's own calls stay in order, except
 that a sink declaring ``commit_concurrency`` > 1 (its committables are independent, e.g. S3
 multipart uploads) commits that many at once: recovering 1,000 pending uploads is not 1,000 round
 trips in a row. A checkpoint-commit sink (Delta) is always committed checkpoint after checkpoint.
@@ -46,7 +46,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -61,8 +61,8 @@ from tenacity import (
 )
 
 from twophase.coordinator.clock import Clock, system_clock_ms
+from twophase.coordinator.commit_calls import CommitCall, check_call, commit_calls, commit_lanes
 from twophase.coordinator.commit_policy import LOST_WAY_FORWARD, CommitPolicy, CommitterMetrics
-from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
 from twophase.coordinator.lanes import run_lanes
 from twophase.coordinator.metrics import SinkMetricsRecorder
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
@@ -87,25 +87,28 @@ class CommitterOperator:
 
     Args:
         job_id: for log fields.
+        sinks: the job's sinks by name (every transaction it is given belongs to one of them).
         policy: retries, timeouts, async commit.
         clock: ms clock (age warnings).
         sleep: backoff sleep in seconds (injectable so tests do not wait); by default it waits on
             the cancel event, so :meth:`cancel` interrupts a backoff at once.
         fault: fault-point hook, called with ``"mid_commit"`` after the first of several commits.
+        sink_metrics: where per-sink commit metrics go (a fresh recorder if ``None``).
     """
 
     def __init__(
         self,
         job_id: str,
+        sinks: Mapping[str, AnySink],
         policy: CommitPolicy | None = None,
         *,
         clock: Clock = system_clock_ms,
         sleep: Callable[[float], None] | None = None,
         fault: Callable[[str], None] = lambda point: None,
         sink_metrics: SinkMetricsRecorder | None = None,
-        sink_timeouts: Mapping[str, int] | None = None,
     ) -> None:
         self.job_id = job_id
+        self._sinks = dict(sinks)
         self.policy = policy or CommitPolicy()
         self.clock = clock
         self._cancel = threading.Event()
@@ -117,13 +120,13 @@ class CommitterOperator:
             self.policy.transaction_timeout_ms,
             self.policy.timeout_warning_ratio,
             clock,
-            sink_timeouts,
+            {n: t for n, s in self._sinks.items() if (t := s.transaction_timeout_ms) is not None},
         )
         self._lock = threading.Lock()
         self._metrics = CommitterMetrics()
         self._executor: ThreadPoolExecutor | None = None
         self._error: BaseException | None = None
-        self._done: queue.SimpleQueue[CommitRequest] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[CommitCall] = queue.SimpleQueue()
         self._inflight = 0
         self._idle = threading.Condition(self._lock)
 
@@ -132,11 +135,18 @@ class CommitterOperator:
 
     # -- single transactions --------------------------------------------------------------------
 
-    def commit(self, request: CommitRequest, *, cancellable: bool = True) -> CommitOutcome:
-        """Commit one request synchronously, retrying ``RETRY`` with backoff: ``commit`` /
+    def commit(
+        self, call: Sequence[PendingTransaction[Any]], *, recovery: bool = False, cancellable: bool = True
+    ) -> CommitOutcome:
+        """Make one commit call synchronously, retrying ``RETRY`` with backoff: ``commit`` /
         ``recover_and_commit`` for a per-committable sink; ONE ``commit_checkpoint`` /
-        ``recover_and_commit_checkpoint`` call with every committable of the request for a
+        ``recover_and_commit_checkpoint`` call with every committable of ``call`` for a
         checkpoint-commit sink (its outcome covers all of them).
+
+        Args:
+            call: one commit call (:data:`~twophase.coordinator.commit_calls.CommitCall`).
+            recovery: True when recovering after a restore (``recover_and_commit[_checkpoint]``).
+            cancellable: :meth:`cancel` stops its retries.
 
         Returns:
             ``COMMITTED`` or ``ALREADY_COMMITTED``; ``LOST`` only when recovering with
@@ -146,8 +156,14 @@ class CommitterOperator:
             TransactionLostError: the external system lost the transaction(s) (names sink and transactions).
             CommitFailedError: ``FATAL``, an exception from the sink, the retry budget exhausted,
                 or the committer was canceled while retrying.
+            ValueError: ``call`` is not one commit call of one sink
+                (:func:`~twophase.coordinator.commit_calls.check_call`).
         """
-        sink, txns = request.sink, request.txns
+        txns = tuple(call)
+        if not txns:
+            raise ValueError("an empty commit call")
+        sink = self._sinks[txns[0].sink_name]
+        check_call(sink, txns)
         t = txns[0]
         partitions = [x.partition for x in txns]
         fields: dict[str, Any] = {
@@ -155,26 +171,24 @@ class CommitterOperator:
             "partition": t.partition if len(txns) == 1 else partitions, "attempt": t.attempt,
             "transactions": len(txns),
         }  # fmt: skip
-        call: Callable[[], CommitOutcome]
+        invoke: Callable[[], CommitOutcome]
         if isinstance(sink, CheckpointCommitSink):
-            commit_checkpoint = (
-                sink.recover_and_commit_checkpoint if request.recovery else sink.commit_checkpoint
-            )
+            commit_checkpoint = sink.recover_and_commit_checkpoint if recovery else sink.commit_checkpoint
             committables = [x.committable for x in txns]
 
-            def call() -> CommitOutcome:
+            def invoke() -> CommitOutcome:
                 return commit_checkpoint(t.checkpoint_id, committables)
         else:
-            commit_one = sink.recover_and_commit if request.recovery else sink.commit
+            commit_one = sink.recover_and_commit if recovery else sink.commit
 
-            def call() -> CommitOutcome:
+            def invoke() -> CommitOutcome:
                 return commit_one(t.committable)
 
         pol = self.policy
 
         def attempt() -> CommitOutcome:
             try:
-                return call()
+                return invoke()
             except ServiceUnavailableError as e:
                 log.warning("commit: service unavailable, will retry: %s", e, extra=fields)
                 return CommitOutcome.RETRY
@@ -222,7 +236,7 @@ class CommitterOperator:
         measured = outcome is CommitOutcome.COMMITTED
         sizes = [sink.measure(x.committable) if measured else CommittableSize() for x in txns]
         self.sink_metrics.committed(sink.name, t.checkpoint_id, outcome, sizes, elapsed_ms)
-        if len(txns) == 1 and not request.per_checkpoint:
+        if len(txns) == 1 and not isinstance(sink, CheckpointCommitSink):
             what = (
                 f"sink {sink.name!r} checkpoint {t.checkpoint_id} partition {t.partition} "
                 f"attempt {t.attempt} transaction {t.committable!r}"
@@ -241,7 +255,7 @@ class CommitterOperator:
             self._add(already_committed=n)
             log.info("already committed %s", what, extra=fields)
         elif outcome is CommitOutcome.LOST:
-            if request.recovery and pol.ignore_lost_on_recovery:
+            if recovery and pol.ignore_lost_on_recovery:
                 self._add(lost_ignored=n)
                 log.error("transaction LOST on recovery, ignored as configured: %s", what, extra=fields)
             else:
@@ -256,12 +270,13 @@ class CommitterOperator:
             raise CommitFailedError(f"commit failed ({outcome.name}): {what}")
         return outcome
 
-    def abort(self, sink: AnySink, txn: PendingTransaction[Any], *, recovery: bool = False) -> None:
-        """Abort one pre-committed transaction (idempotent in the sink).
+    def abort(self, txn: PendingTransaction[Any], *, recovery: bool = False) -> None:
+        """Abort one pre-committed transaction through its sink (idempotent in the sink).
 
         Raises:
             Whatever the sink's ``abort``/``recover_and_abort`` raises.
         """
+        sink = self._sinks[txn.sink_name]
         (sink.recover_and_abort if recovery else sink.abort)(txn.committable)
         self._add(aborted=1)
         self.sink_metrics.aborted(sink.name, txn.checkpoint_id)
@@ -279,17 +294,17 @@ class CommitterOperator:
     # -- batches (sync or ordered async) ---------------------------------------------------------
 
     def submit(
-        self, requests: Sequence[CommitRequest], *, on_landed: Callable[[], None] | None = None
+        self, txns: Sequence[PendingTransaction[Any]], *, on_landed: Callable[[], None] | None = None
     ) -> None:
-        """Commit ``requests`` in order: now, or queued on the committer thread (``async_commit``).
+        """Commit ``txns`` in order: now, or queued on the committer thread (``async_commit``).
 
-        Completed requests are reported by :meth:`poll_completed` (every transaction of a request
-        is committed once the request is). Fault point ``mid_commit`` fires after the first of
-        several requests.
+        Committed transactions are reported by :meth:`poll_completed`. Fault point ``mid_commit``
+        fires after the first of several commit calls.
 
         Args:
-            requests: the batch.
-            on_landed: called once every request of the batch (and, batches running in order, of
+            txns: the batch, in commit order (grouped into calls by
+                :func:`~twophase.coordinator.commit_calls.commit_calls`).
+            on_landed: called once every transaction of the batch (and, batches running in order, of
                 every earlier batch) is committed, from the thread that committed it: at once, or
                 on the committer thread (issue #26 item 2: the committed marker follows the
                 commit). Not called if the batch fails; it must not raise.
@@ -298,10 +313,11 @@ class CommitterOperator:
             The first error of an earlier asynchronous batch; synchronously, the errors of :meth:`commit`.
         """
         self.raise_if_failed()
-        if not requests and on_landed is None:
+        if not txns and on_landed is None:
             return
+        calls = commit_calls(self._sinks, txns)
         if not self.policy.async_commit:
-            self._run(requests, on_landed)
+            self._run(calls, on_landed)
             return
         with self._lock:
             if self._executor is None:
@@ -309,37 +325,39 @@ class CommitterOperator:
                     max_workers=1, thread_name_prefix=f"committer-{self.job_id}"
                 )
             self._inflight += 1
-        self._executor.submit(self._run_async, list(requests), on_landed)
+        self._executor.submit(self._run_async, calls, on_landed)
 
-    def _run(self, requests: Sequence[CommitRequest], on_landed: Callable[[], None] | None = None) -> None:
-        fired = [len(requests) < 2]  # mid_commit only applies to several requests
+    def _run(self, calls: Sequence[CommitCall], on_landed: Callable[[], None] | None = None) -> None:
+        fired = [len(calls) < 2]  # mid_commit only applies to several calls
         fire_lock = threading.Lock()
 
-        def done(r: CommitRequest) -> None:
-            self._done.put(r)
-            # mid_commit: once the first of several requests committed, whatever else is in flight
+        def done(call: CommitCall) -> None:
+            self._done.put(call)
+            # mid_commit: once the first of several calls committed, whatever else is in flight
             with fire_lock:
                 if not fired[0]:
                     fired[0] = True
                     self._fault("mid_commit")
 
-        self.commit_all(requests, on_done=done)
+        self._commit_calls(calls, recovery=False, cancellable=True, on_done=done)
         if on_landed is not None:
             on_landed()
 
     def commit_all(
         self,
-        requests: Sequence[CommitRequest],
+        txns: Iterable[PendingTransaction[Any]],
         *,
+        recovery: bool = False,
         cancellable: bool = True,
-        on_done: Callable[[CommitRequest], None] = lambda r: None,
+        on_done: Callable[[CommitCall], None] = lambda call: None,
     ) -> None:
-        """Commit ``requests`` (see :meth:`commit`): one lane per sink (``commit_lanes``), the lanes
-        concurrently; within a lane in order, or up to its parallelism at once. Calls
-        ``on_done`` from the committing thread after each request succeeds.
+        """Commit ``txns`` now (see :meth:`commit`), grouped into commit calls
+        (:func:`~twophase.coordinator.commit_calls.commit_calls`): one lane per sink
+        (``commit_lanes``), the lanes concurrently; within a lane in order, or up to its
+        parallelism at once. Calls ``on_done`` from the committing thread after each call succeeds.
 
-        After the first error no lane starts another request (a checkpoint-commit sink's later
-        checkpoints must never commit before an earlier one); requests already running finish,
+        After the first error no lane starts another call (a checkpoint-commit sink's later
+        checkpoints must never commit before an earlier one); calls already running finish,
         then the first error is raised. What was not committed is recommitted by recovery. A
         recovery commit of a per-transaction sink found LOST does not stop the others: the error
         raised at the end names every lost transaction.
@@ -347,22 +365,32 @@ class CommitterOperator:
         Raises:
             The first error of :meth:`commit` (``CommitFailedError``, ``TransactionLostError``).
         """
+        calls = commit_calls(self._sinks, txns)
+        self._commit_calls(calls, recovery=recovery, cancellable=cancellable, on_done=on_done)
 
+    def _commit_calls(
+        self,
+        calls: Sequence[CommitCall],
+        *,
+        recovery: bool,
+        cancellable: bool,
+        on_done: Callable[[CommitCall], None],
+    ) -> None:
         lost: list[TransactionLostError] = []
         lost_lock = threading.Lock()
 
-        def one(r: CommitRequest) -> None:
+        def one(call: CommitCall) -> None:
             try:
-                self.commit(r, cancellable=cancellable)
+                self.commit(call, recovery=recovery, cancellable=cancellable)
             except TransactionLostError as e:
-                if not r.recovery or r.per_checkpoint:  # checkpoint commits keep their order
-                    raise
+                if not recovery or isinstance(self._sinks[call[0].sink_name], CheckpointCommitSink):
+                    raise  # checkpoint commits keep their order
                 with lost_lock:  # recovery names every lost transaction, not only the first
                     lost.append(e)
                 return
-            on_done(r)
+            on_done(call)
 
-        run_lanes(commit_lanes(requests), one, thread_prefix=f"commit-{self.job_id}")
+        run_lanes(commit_lanes(self._sinks, calls), one, thread_prefix=f"commit-{self.job_id}")
         if len(lost) == 1:
             raise lost[0]
         if lost:
@@ -372,10 +400,10 @@ class CommitterOperator:
                 + f"\n{LOST_WAY_FORWARD}"
             )
 
-    def _run_async(self, requests: list[CommitRequest], on_landed: Callable[[], None] | None) -> None:
+    def _run_async(self, calls: list[CommitCall], on_landed: Callable[[], None] | None) -> None:
         try:
             if self._error is None:  # after an error, later commits are skipped: order is kept
-                self._run(requests, on_landed)
+                self._run(calls, on_landed)
         except BaseException as e:
             with self._lock:
                 if self._error is None:
@@ -386,12 +414,12 @@ class CommitterOperator:
                 self._inflight -= 1
                 self._idle.notify_all()
 
-    def poll_completed(self) -> list[CommitRequest]:
-        """Requests committed since the last poll, in commit order."""
-        out: list[CommitRequest] = []
+    def poll_completed(self) -> list[PendingTransaction[Any]]:
+        """Transactions committed since the last poll, in commit order."""
+        out: list[PendingTransaction[Any]] = []
         while True:
             try:
-                out.append(self._done.get_nowait())
+                out.extend(self._done.get_nowait())
             except queue.Empty:
                 return out
 

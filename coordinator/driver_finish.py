@@ -20,7 +20,7 @@ from typing import Any
 
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.commit_requests import sink_concurrency
+from twophase.coordinator.commit_calls import sink_concurrency
 from twophase.coordinator.lanes import group_lanes, run_lanes
 from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink

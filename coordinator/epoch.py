@@ -78,8 +78,8 @@ class Epoch:
         sinks: the sinks that write in this epoch (not fully finished), in job order.
         restored: sink → partition → in-progress state each subtask resumes (partitions below
             ``num_partitions`` only; the rest was handed over to the driver).
-        acknowledge: records one acknowledgement of this checkpoint (the runtime's, under its lock).
-        abort: aborts one pre-committed transaction (a discarded duplicate's).
+        run: the run it belongs to: its coordinator records the acknowledgements (under the run's
+            lock), its committer aborts a discarded duplicate's transaction.
 
     Attributes:
         checkpoint_id: the checkpoint the epoch's transactions belong to.
@@ -95,15 +95,13 @@ class Epoch:
         num_partitions: int,
         sinks: Sequence[AnySink],
         restored: Mapping[str, Mapping[int, JsonObject]],
-        acknowledge: Callable[[Acknowledgement], bool],
-        abort: Callable[[AnySink, PendingTransaction[Any]], None],
+        run: RunState,
     ) -> None:
         self.job_id = job_id
         self._pending = pending
         self._sinks = {s.name: s for s in sinks}
         self._restored = restored
-        self._acknowledge = acknowledge
-        self._abort = abort
+        self._run = run
         self.checkpoint_id = pending.checkpoint_id
         self.kind = pending.kind
         self.num_partitions = num_partitions
@@ -123,7 +121,9 @@ class Epoch:
         )
 
     def acknowledge(self, ack: Acknowledgement) -> bool:
-        """Record one subtask's acknowledgement.
+        """Record one subtask's acknowledgement with the run's checkpoint coordinator
+        (:meth:`~twophase.coordinator.checkpoint_coordinator.CheckpointCoordinator.acknowledge`,
+        which decodes its committable, the epoch's only decode).
 
         Returns:
             True if recorded; False if the checkpoint was aborted meanwhile (committable aborted).
@@ -132,8 +132,10 @@ class Epoch:
             DuplicateAcknowledgementError: already acknowledged (nothing kept; see :meth:`discard`).
             CommittableDecodeError: the committable does not decode.
             IllegalTransitionError: not expected, or the checkpoint is no longer pending.
+            JobError: the run was abandoned (a simulated crash).
         """
-        return self._acknowledge(ack)
+        with self._run.lock:
+            return self._run.coordinator().acknowledge(self.checkpoint_id, ack)
 
     def discard(self, ack: Acknowledgement) -> int:
         """Abort, now, the committable of an attempt that is not acknowledged (a duplicate or
@@ -144,7 +146,7 @@ class Epoch:
         txn = PendingTransaction(
             ack.sink, ack.partition, ack.attempt, self.checkpoint_id, sink.decode(ack.committable), 0
         )
-        self._abort(sink, txn)
+        self._run.committer.abort(txn)
         return 1
 
 
@@ -257,8 +259,6 @@ def open_epoch(
     num_partitions: int,
     source_position: JsonObject | None,
     checkpoint_id: int | None,
-    *,
-    acknowledge: Callable[[int, Acknowledgement], bool],
 ) -> Epoch:
     """Trigger an epoch's checkpoint (``JobRuntime.begin_epoch``): every live sink expects one
     acknowledgement per partition; in-progress state of partitions beyond ``num_partitions`` is
@@ -304,16 +304,7 @@ def open_epoch(
                 state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
                 if p < num_partitions and state is not None:
                     restored.setdefault(sink, {})[p] = state
-            cid = pc.checkpoint_id
-            return Epoch(
-                s.job_id,
-                pc,
-                num_partitions,
-                s.live_sinks(list(participants)),
-                restored,
-                acknowledge=lambda ack: acknowledge(cid, ack),
-                abort=s.committer.abort,
-            )
+            return Epoch(s.job_id, pc, num_partitions, s.live_sinks(list(participants)), restored, s)
 
 
 def too_old_for(s: RunState, writing: int) -> dict[str, list[int]]:

@@ -135,15 +135,8 @@ def _close_subtask(
             in_progress = sink.snapshot_in_progress(txn)
     else:
         committable = sink.pre_commit(txn)
-    return Acknowledgement(
-        sink=sink.name,
-        partition=partition,
-        attempt=attempt,
-        committable=None if committable is None else sink.encode(committable),
-        in_progress=in_progress,
-        records=records,
-        write_ms=(time.perf_counter() - started) * 1000.0,
-    )
+    write_ms = (time.perf_counter() - started) * 1000.0
+    return Acknowledgement.of(sink, partition, attempt, committable, in_progress, records, write_ms)
 
 
 def sink_names_unique(sinks: Sequence[AnySink]) -> None:

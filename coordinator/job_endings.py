@@ -94,7 +94,7 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
         log_event(log, logging.ERROR, "cancel: checkpoints cannot be listed", job=s.job_id, error=repr(e))
         failures.append(e)
     if coord is not None and landed is not None:
-        abort_in_doubt(coord, s.sinks, s.committer, landed, failures)
+        abort_in_doubt(coord, s.committer, landed, failures)
     if not delete:
         if coord is not None:
             for name in coord.live_sinks():
@@ -108,7 +108,7 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
     if coord is not None:
         committer = s.new_committer()
         try:
-            commit_durable(coord, s.sinks, committer, landed)
+            commit_durable(coord, committer, landed)
         except Exception as e:  # a checkpoint whose promise is not kept is never deleted
             log_event(log, logging.ERROR, "cancel: commit before delete failed", job=s.job_id, error=repr(e))
             failures.append(e)

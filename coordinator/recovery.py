@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.commit_requests import commit_requests
 from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
@@ -226,7 +225,7 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         )
         # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order;
         # the sinks recover concurrently (one lane each)
-        s.committer.commit_all(commit_requests(s.sinks, txns, recovery=True))
+        s.committer.commit_all(txns, recovery=True)
         recommitted = len(txns)
         if location is not None and not committed:
             try:  # everything it holds is committed now

@@ -137,14 +137,12 @@ class RunState:
         """A committer operator with the job's commit policy, clock, backoff sleep and faults."""
         return CommitterOperator(
             self.job_id,
+            self.sinks,
             self.config.commit,
             clock=self.clock,
             sleep=self.commit_sleep,
             fault=self.fault,
             sink_metrics=self.sink_metrics,
-            sink_timeouts={
-                n: t for n, s in self.sinks.items() if (t := s.transaction_timeout_ms) is not None
-            },
         )
 
     def replace_committer(self) -> None:

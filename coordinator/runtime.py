@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import NotifyResult
 from twophase.coordinator.clock import Clock, system_clock_ms
@@ -290,17 +289,7 @@ class JobRuntime:
             ConfigError: ``num_partitions`` < 1.
             CommitFailedError, TransactionLostError: an earlier asynchronous commit failed.
         """
-        return open_epoch(
-            self._s,
-            num_partitions,
-            source_position,
-            checkpoint_id,
-            acknowledge=lambda c, ack: self._acknowledge(c, ack),
-        )
-
-    def _acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
-        with self._s.lock:
-            return self._s.coordinator().acknowledge(checkpoint_id, ack)
+        return open_epoch(self._s, num_partitions, source_position, checkpoint_id)
 
     def complete_epoch(
         self, epoch: Epoch, *, notify: bool = True, abort_lingering: bool | None = None

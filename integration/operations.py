@@ -25,7 +25,6 @@ from typing import Any
 
 from twophase.coordinator import lingering
 from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.commit_requests import commit_requests
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.recovery import recovery_transactions
@@ -182,8 +181,8 @@ def recommit_latest(job_id: str, sinks: Sequence[AnySink], checkpoints: JobCheck
         done = report[name] = SinkRecommit()
         txns = [t for t in every if t.sink_name == name]
         done.checkpoints = sorted({t.checkpoint_id for t in txns})
-        committer = CommitterOperator(job_id, CommitPolicy(max_attempts=COMMIT_ATTEMPTS))
-        committer.commit_all(commit_requests(by_name, txns, recovery=True), cancellable=False)
+        committer = CommitterOperator(job_id, by_name, CommitPolicy(max_attempts=COMMIT_ATTEMPTS))
+        committer.commit_all(txns, recovery=True, cancellable=False)
         metrics = committer.metrics
         done.committed, done.already_committed = metrics.committed, metrics.already_committed
         log_event(

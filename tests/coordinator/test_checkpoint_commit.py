@@ -21,8 +21,8 @@ from support.fakes import (
 from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.commit_calls import check_call, commit_calls
 from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.commit_requests import CommitRequest, commit_requests
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
@@ -74,45 +74,47 @@ def clean(system: FakeExternalSystem) -> bool:
     return system.lingering() == set() and system.violations == []
 
 
-# -- requests ---------------------------------------------------------------------------------------
+# -- commit calls ------------------------------------------------------------------------------------
 
 
 def pending(sink: str, c: int, p: int) -> PendingTransaction[FakeCommittable]:
     return PendingTransaction(sink, p, 0, c, FakeCommittable(f"{sink}-c{c}-p{p}-a0", c, p, 1), 0)
 
 
-def test_commit_requests_group_per_sink_and_checkpoint_keeping_order() -> None:
+def test_commit_calls_group_per_sink_and_checkpoint_keeping_order() -> None:
     system = FakeExternalSystem()
     sinks = {"k": FakeSink("k", system), "g": FakeCheckpointSink("g", system)}
     txns = [pending(s, c, p) for c in (1, 2) for s in ("k", "g") for p in (1, 0)]
-    reqs = commit_requests(sinks, txns, recovery=True)
-    assert [(r.sink.name, r.checkpoint_id, [t.partition for t in r.txns]) for r in reqs] == [
+    calls = commit_calls(sinks, txns)
+    assert [(call[0].sink_name, call[0].checkpoint_id, [t.partition for t in call]) for call in calls] == [
         ("k", 1, [1]),
         ("k", 1, [0]),
-        ("g", 1, [0, 1]),  # one request, ascending by partition
+        ("g", 1, [0, 1]),  # one call, ascending by partition
         ("k", 2, [1]),
         ("k", 2, [0]),
         ("g", 2, [0, 1]),
     ]
-    assert all(r.recovery for r in reqs)
-    assert [r.per_checkpoint for r in reqs] == [False, False, True] * 2
+    for call in calls:
+        check_call(sinks[call[0].sink_name], call)
     assert isinstance(sinks["g"], CheckpointCommitSink) and not isinstance(sinks["k"], CheckpointCommitSink)
 
 
-def test_commit_request_refuses_malformed_groups() -> None:
+def test_a_malformed_commit_call_is_refused() -> None:
     system = FakeExternalSystem()
     k, g = FakeSink("k", system), FakeCheckpointSink("g", system)
     with pytest.raises(ValueError, match="empty"):
-        CommitRequest(g, [])
-    with pytest.raises(ValueError, match="one transaction per request"):
-        CommitRequest(k, [pending("k", 1, 0), pending("k", 1, 1)])
+        check_call(g, [])
+    with pytest.raises(ValueError, match="one transaction per call"):
+        check_call(k, [pending("k", 1, 0), pending("k", 1, 1)])
     with pytest.raises(ValueError, match="several checkpoints"):
-        CommitRequest(g, [pending("g", 1, 0), pending("g", 2, 1)])
+        check_call(g, [pending("g", 1, 0), pending("g", 2, 1)])
     with pytest.raises(ValueError, match="other sinks"):
-        CommitRequest(g, [pending("k", 1, 0)])
-    t = pending("k", 1, 0)
-    req = CommitRequest(k, t)  # a single transaction, as before
-    assert req.txns == (t,) and req.txn is t and not req.recovery and not req.per_checkpoint
+        check_call(g, [pending("k", 1, 0)])
+    check_call(k, [pending("k", 1, 0)])  # a single transaction
+    committer = CommitterOperator("job", {"k": k, "g": g})
+    with pytest.raises(ValueError, match="one transaction per call"):
+        committer.commit([pending("k", 1, 0), pending("k", 1, 1)])  # checked before any call
+    assert system.commit_calls == []
 
 
 def test_committer_one_call_for_the_group_and_metrics_per_transaction() -> None:
@@ -125,12 +127,12 @@ def test_committer_one_call_for_the_group_and_metrics_per_transaction() -> None:
         system.open.pop(name)
         txns.append(pending("g", 1, p))
     clock = ManualClock()
-    c = CommitterOperator("job", clock=clock, sleep=clock.sleep)
-    c.submit([CommitRequest(g, txns)])
+    c = CommitterOperator("job", {"g": g}, clock=clock, sleep=clock.sleep)
+    c.submit(list(reversed(txns)))
     assert system.checkpoint_calls == [call(1)]
-    assert [r.txns for r in c.poll_completed()] == [tuple(txns)]  # every transaction confirmed
+    assert c.poll_completed() == txns  # every transaction confirmed, ascending by partition
     assert (c.metrics.committed, c.metrics.already_committed) == (3, 0)
-    assert c.commit(CommitRequest(g, txns, recovery=True)) is CommitOutcome.ALREADY_COMMITTED
+    assert c.commit(txns, recovery=True) is CommitOutcome.ALREADY_COMMITTED
     assert c.metrics.already_committed == 3
     assert system.checkpoint_calls[-1] == call(1, recovery=True)
 

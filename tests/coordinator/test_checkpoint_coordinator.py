@@ -34,7 +34,7 @@ def make(
     sinks = [FakeSink(f"s{i}", system, emit_empty=emit_empty) for i in range(n_sinks)]
     storage = InMemoryCheckpointStorage(JOB)
     clock = ManualClock()
-    committer = CommitterOperator(JOB, clock=clock, sleep=clock.sleep)
+    committer = CommitterOperator(JOB, {s.name: s for s in sinks}, clock=clock, sleep=clock.sleep)
     cfg = CheckpointConfig(
         max_concurrent_checkpoints=max_concurrent, checkpoint_timeout_ms=timeout_ms, retained_checkpoints=5
     )

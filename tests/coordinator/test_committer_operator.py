@@ -16,8 +16,8 @@ from support.fakes import (
     FakeSink,
 )
 
+from twophase.coordinator.commit_calls import CommitCall, commit_calls, commit_lanes
 from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.commit_requests import CommitRequest, commit_lanes
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.errors import (
@@ -35,18 +35,20 @@ def prepared(system: FakeExternalSystem, txn_id: str, t_ms: int = 0) -> PendingT
     return PendingTransaction("s", 0, 0, 1, FakeCommittable(txn_id, 1, 0, 1), t_ms)
 
 
-def committer(policy: CommitPolicy | None = None, clock: ManualClock | None = None) -> CommitterOperator:
+def committer(
+    *sinks: FakeSink, policy: CommitPolicy | None = None, clock: ManualClock | None = None
+) -> CommitterOperator:
     clock = clock or ManualClock()
-    return CommitterOperator("job", policy, clock=clock, sleep=clock.sleep)
+    return CommitterOperator("job", {s.name: s for s in sinks}, policy, clock=clock, sleep=clock.sleep)
 
 
 def test_commit_and_recommit() -> None:
     system = FakeExternalSystem()
     sink = FakeSink("s", system)
-    c = committer()
+    c = committer(sink)
     t = prepared(system, "t1")
-    assert c.commit(CommitRequest(sink, t)) is CommitOutcome.COMMITTED
-    assert c.commit(CommitRequest(sink, t, recovery=True)) is CommitOutcome.ALREADY_COMMITTED
+    assert c.commit([t]) is CommitOutcome.COMMITTED
+    assert c.commit([t], recovery=True) is CommitOutcome.ALREADY_COMMITTED
     assert set(system.committed) == {"t1"}
     m = c.metrics
     assert (m.committed, m.already_committed, m.aborted) == (1, 1, 0)
@@ -56,11 +58,13 @@ def test_retry_with_backoff_then_commit() -> None:
     system = FakeExternalSystem()
     sink = FakeSink("s", system)
     clock = ManualClock()
-    c = committer(CommitPolicy(max_attempts=5, initial_backoff_ms=100, max_backoff_ms=1000), clock)
+    c = committer(
+        sink, policy=CommitPolicy(max_attempts=5, initial_backoff_ms=100, max_backoff_ms=1000), clock=clock
+    )
     t = prepared(system, "t1")
     system.script("t1", CommitOutcome.RETRY, CommitOutcome.RETRY, CommitOutcome.RETRY)
     start = clock()
-    assert c.commit(CommitRequest(sink, t)) is CommitOutcome.COMMITTED
+    assert c.commit([t]) is CommitOutcome.COMMITTED
     assert system.commit_calls == ["t1"] * 4
     assert clock() - start == 100 + 200 + 400  # exponential backoff, slept on the injected clock
     assert c.metrics.retries == 3
@@ -68,7 +72,6 @@ def test_retry_with_backoff_then_commit() -> None:
 
 def test_service_unavailable_counts_as_retry() -> None:
     system = FakeExternalSystem()
-    c = committer(CommitPolicy(max_attempts=3))
     t = prepared(system, "t1")
     calls = []
 
@@ -79,16 +82,17 @@ def test_service_unavailable_counts_as_retry() -> None:
                 raise ServiceUnavailableError("broker down")
             return super().commit(committable)
 
-    assert c.commit(CommitRequest(Flaky("s", system), t)) is CommitOutcome.COMMITTED
+    c = committer(Flaky("s", system), policy=CommitPolicy(max_attempts=3))
+    assert c.commit([t]) is CommitOutcome.COMMITTED
 
 
 def test_retry_budget_exhausted_fails() -> None:
     system = FakeExternalSystem()
-    c = committer(CommitPolicy(max_attempts=3))
+    c = committer(FakeSink("s", system), policy=CommitPolicy(max_attempts=3))
     t = prepared(system, "t1")
     system.script("t1", *[CommitOutcome.RETRY] * 5)
     with pytest.raises(CommitFailedError, match="past the retry budget"):
-        c.commit(CommitRequest(FakeSink("s", system), t))
+        c.commit([t])
     assert system.commit_calls == ["t1"] * 3
     assert set(system.committed) == set()
 
@@ -98,7 +102,7 @@ def test_fatal_fails() -> None:
     t = prepared(system, "t1")
     system.script("t1", CommitOutcome.FATAL)
     with pytest.raises(CommitFailedError, match="FATAL"):
-        committer().commit(CommitRequest(FakeSink("s", system), t))
+        committer(FakeSink("s", system)).commit([t])
 
 
 def test_sink_exception_becomes_commit_failed() -> None:
@@ -108,7 +112,7 @@ def test_sink_exception_becomes_commit_failed() -> None:
 
     system = FakeExternalSystem()
     with pytest.raises(CommitFailedError, match="raised"):
-        committer().commit(CommitRequest(Broken("s", system), prepared(system, "t1")))
+        committer(Broken("s", system)).commit([prepared(system, "t1")])
 
 
 @pytest.mark.parametrize("opted_in", [False, True])
@@ -116,9 +120,9 @@ def test_lost_during_normal_commit_always_fails(opted_in: bool) -> None:
     system = FakeExternalSystem()
     t = prepared(system, "t1")
     system.script("t1", CommitOutcome.LOST)
-    c = committer(CommitPolicy(ignore_lost_on_recovery=opted_in))
+    c = committer(FakeSink("s", system), policy=CommitPolicy(ignore_lost_on_recovery=opted_in))
     with pytest.raises(TransactionLostError, match=r"sink 's'.*t1"):
-        c.commit(CommitRequest(FakeSink("s", system), t))
+        c.commit([t])
 
 
 def test_lost_during_recovery_fails_unless_opted_in(caplog: pytest.LogCaptureFixture) -> None:
@@ -127,10 +131,10 @@ def test_lost_during_recovery_fails_unless_opted_in(caplog: pytest.LogCaptureFix
     t = prepared(system, "t1")
     system.script("t1", CommitOutcome.LOST)
     with pytest.raises(TransactionLostError, match="t1"):
-        committer().commit(CommitRequest(sink, t, recovery=True))
-    c = committer(CommitPolicy(ignore_lost_on_recovery=True))
+        committer(sink).commit([t], recovery=True)
+    c = committer(sink, policy=CommitPolicy(ignore_lost_on_recovery=True))
     with caplog.at_level(logging.ERROR, logger="twophase.coordinator.committer_operator"):
-        assert c.commit(CommitRequest(sink, t, recovery=True)) is CommitOutcome.LOST
+        assert c.commit([t], recovery=True) is CommitOutcome.LOST
     assert any("LOST on recovery" in r.message and "t1" in r.message for r in caplog.records)
     assert c.metrics.lost_ignored == 1
     assert set(system.committed) == set()
@@ -146,7 +150,7 @@ def test_a_recovery_names_every_lost_transaction_and_commits_the_others() -> Non
     system.script("t1", CommitOutcome.LOST)
     system.script("t3", CommitOutcome.LOST)
     with pytest.raises(TransactionLostError) as raised:
-        committer().commit_all([CommitRequest(sink, t, recovery=True) for t in txns])
+        committer(sink).commit_all(txns, recovery=True)
     message = str(raised.value)
     assert message.startswith("2 transactions lost") and "t1" in message and "t3" in message
     assert message.count("ignore_lost_on_recovery=True") == 1
@@ -156,7 +160,7 @@ def test_a_recovery_names_every_lost_transaction_and_commits_the_others() -> Non
 def test_pending_transaction_warns_once_at_80_percent_of_timeout(caplog: pytest.LogCaptureFixture) -> None:
     system = FakeExternalSystem()
     clock = ManualClock()
-    c = committer(CommitPolicy(transaction_timeout_ms=10_000), clock)
+    c = committer(policy=CommitPolicy(transaction_timeout_ms=10_000), clock=clock)
     t = prepared(system, "t1", t_ms=clock())
     with caplog.at_level(logging.WARNING, logger="twophase.coordinator.committer_operator"):
         clock.advance(7_999)
@@ -174,7 +178,7 @@ def test_pending_transaction_warns_once_at_80_percent_of_timeout(caplog: pytest.
 def test_no_age_warnings_without_a_timeout() -> None:
     system = FakeExternalSystem()
     clock = ManualClock()
-    c = committer(CommitPolicy(), clock)
+    c = committer(policy=CommitPolicy(), clock=clock)
     t = prepared(system, "t1")
     clock.advance(10**9)
     assert c.ages.check([t]) == []
@@ -183,9 +187,9 @@ def test_no_age_warnings_without_a_timeout() -> None:
 def test_abort_and_recover_and_abort() -> None:
     system = FakeExternalSystem()
     sink = FakeSink("s", system)
-    c = committer()
-    c.abort(sink, prepared(system, "t1"))
-    c.abort(sink, prepared(system, "t2"), recovery=True)
+    c = committer(sink)
+    c.abort(prepared(system, "t1"))
+    c.abort(prepared(system, "t2"), recovery=True)
     assert system.aborted == {"t1", "t2"}
     assert c.metrics.aborted == 2
 
@@ -200,19 +204,19 @@ def test_async_commit_is_ordered_and_surfaces_errors_on_the_next_call() -> None:
             return super().commit(committable)
 
     sink = Slow("s", system)
-    c = committer(CommitPolicy(async_commit=True, max_attempts=1))
+    c = committer(sink, policy=CommitPolicy(async_commit=True, max_attempts=1))
     t1, t2, t3 = (prepared(system, f"t{i}") for i in (1, 2, 3))
-    c.submit([CommitRequest(sink, t1), CommitRequest(sink, t2)])
-    c.submit([CommitRequest(sink, t3)])
+    c.submit([t1, t2])
+    c.submit([t3])
     assert c.busy  # the commits overlap whatever the caller does next
     gate.set()
     c.drain(5)
     assert system.commit_calls == ["t1", "t2", "t3"]
-    assert [r.txn.committable.txn_id for r in c.poll_completed()] == ["t1", "t2", "t3"]
+    assert [t.committable.txn_id for t in c.poll_completed()] == ["t1", "t2", "t3"]
     t4, t5 = prepared(system, "t4"), prepared(system, "t5")
     system.script("t4", CommitOutcome.FATAL)
-    c.submit([CommitRequest(sink, t4)])
-    c.submit([CommitRequest(sink, t5)])  # may or may not see the error yet
+    c.submit([t4])
+    c.submit([t5])  # may or may not see the error yet
     with pytest.raises(CommitFailedError, match="FATAL"):
         c.drain(5)
     with pytest.raises(CommitFailedError):
@@ -225,14 +229,14 @@ def test_on_landed_runs_on_the_thread_that_lands_the_batch_and_never_after_a_fai
     """#26 item 2: the committed marker follows the commit onto the committer thread."""
     system = FakeExternalSystem()
     sink = FakeSink("s", system)
-    c = committer(CommitPolicy(async_commit=True, max_attempts=1))
+    c = committer(sink, policy=CommitPolicy(async_commit=True, max_attempts=1))
     landed: list[tuple[str, list[str]]] = []
 
     def on_landed() -> None:
         landed.append((threading.current_thread().name, sorted(system.committed)))
 
     t1, t2 = prepared(system, "t1"), prepared(system, "t2")
-    c.submit([CommitRequest(sink, t1), CommitRequest(sink, t2)], on_landed=on_landed)
+    c.submit([t1, t2], on_landed=on_landed)
     c.submit([], on_landed=on_landed)  # nothing new: lands once the earlier batch did
     while c.busy:
         threading.Event().wait(0.001)
@@ -240,15 +244,15 @@ def test_on_landed_runs_on_the_thread_that_lands_the_batch_and_never_after_a_fai
     assert all(name.startswith("committer-job") for name, _ in landed)
     t3, t4 = prepared(system, "t3"), prepared(system, "t4")
     system.script("t3", CommitOutcome.FATAL)
-    c.submit([CommitRequest(sink, t3)], on_landed=on_landed)
-    c.submit([CommitRequest(sink, t4)], on_landed=on_landed)
+    c.submit([t3], on_landed=on_landed)
+    c.submit([t4], on_landed=on_landed)
     with pytest.raises(CommitFailedError):
         c.drain(5)
     assert len(landed) == 2  # neither the failed batch nor the skipped one after it
     c.shutdown()
-    sync = committer()
+    sync = committer(sink)
     t5 = prepared(system, "t5")
-    sync.submit([CommitRequest(sink, t5)], on_landed=on_landed)
+    sync.submit([t5], on_landed=on_landed)
     assert landed[-1] == (threading.current_thread().name, ["t1", "t2", "t5"])
 
 
@@ -274,25 +278,29 @@ def test_commit_lanes_one_per_sink_in_order_with_the_sinks_concurrency() -> None
     a, b, d = FakeSink("a", system), FakeSink("b", system), FakeCheckpointSink("d", system)
     b.commit_concurrency = 4
     d.commit_concurrency = 4  # ignored: checkpoints commit one after another
-    reqs = [
-        CommitRequest(a, _pending(system, "a", "a1")),
-        CommitRequest(b, _pending(system, "b", "b1")),
-        CommitRequest(d, _pending(system, "d", "d1", 1)),
-        CommitRequest(a, _pending(system, "a", "a2")),
-        CommitRequest(d, _pending(system, "d", "d2", 2)),
-        CommitRequest(b, _pending(system, "b", "b2")),
-    ]
-    lanes = commit_lanes(reqs)
+    sinks = {s.name: s for s in (a, b, d)}
+    calls = commit_calls(
+        sinks,
+        [
+            _pending(system, "a", "a1"),
+            _pending(system, "b", "b1"),
+            _pending(system, "d", "d1", 1),
+            _pending(system, "a", "a2"),
+            _pending(system, "d", "d2", 2),
+            _pending(system, "b", "b2"),
+        ],
+    )
+    lanes = commit_lanes(sinks, calls)
     assert [(ln.name, ln.parallelism) for ln in lanes] == [("a", 1), ("b", 2), ("d", 1)]
-    assert [[r.txn.committable.txn_id for r in ln.items] for ln in lanes] == [
+    assert [[call[0].committable.txn_id for call in ln.items] for ln in lanes] == [
         ["a1", "a2"],
         ["b1", "b2"],
         ["d1", "d2"],
     ]
-    assert commit_lanes([]) == []
+    assert commit_lanes(sinks, []) == []
     a.commit_concurrency = 0
     with pytest.raises(ConfigError, match="commit_concurrency"):
-        commit_lanes(reqs)
+        commit_lanes(sinks, calls)
 
 
 def _overlap_sink(name: str, system: FakeExternalSystem, parties: int) -> tuple[FakeSink, list[str]]:
@@ -316,12 +324,11 @@ def test_commit_all_runs_sinks_and_independent_committables_concurrently() -> No
     system = FakeExternalSystem()
     s3like, seen = _overlap_sink("s", system, parties=3)
     s3like.commit_concurrency = 3
-    reqs = [CommitRequest(s3like, _pending(system, "s", f"s{i}")) for i in range(3)]
-    done: list[CommitRequest] = []
-    committer().commit_all(reqs, on_done=done.append)
+    done: list[CommitCall] = []
+    committer(s3like).commit_all([_pending(system, "s", f"s{i}") for i in range(3)], on_done=done.append)
     assert seen == ["together"] * 3  # all three were in commit() at once
     assert set(system.committed) == {"s0", "s1", "s2"}
-    assert {r.txn.committable.txn_id for r in done} == {"s0", "s1", "s2"}
+    assert {call[0].committable.txn_id for call in done} == {"s0", "s1", "s2"}
 
     # two sinks of parallelism 1 (one lane each): their commits run at the same time
     system = FakeExternalSystem()
@@ -335,9 +342,7 @@ def test_commit_all_runs_sinks_and_independent_committables_concurrently() -> No
             return super().commit(committable)
 
     x, y = Lane("x", system), Lane("y", system)
-    committer().commit_all(
-        [CommitRequest(x, _pending(system, "x", "x1")), CommitRequest(y, _pending(system, "y", "y1"))]
-    )
+    committer(x, y).commit_all([_pending(system, "x", "x1"), _pending(system, "y", "y1")])
     assert sorted(together) == ["x1", "y1"]
 
 
@@ -345,15 +350,15 @@ def test_commit_all_keeps_a_sinks_order_and_stops_after_an_error() -> None:
     system = FakeExternalSystem()
     d = FakeCheckpointSink("d", system)
     k = FakeSink("k", system)
-    reqs = [
-        CommitRequest(d, _pending(system, "d", "d1", 1)),
-        CommitRequest(k, _pending(system, "k", "k1", 1)),
-        CommitRequest(d, _pending(system, "d", "d2", 2)),
-        CommitRequest(d, _pending(system, "d", "d3", 3)),
+    txns = [
+        _pending(system, "d", "d1", 1),
+        _pending(system, "k", "k1", 1),
+        _pending(system, "d", "d2", 2),
+        _pending(system, "d", "d3", 3),
     ]
     system.scripted_checkpoints[("d", 2)].append(CommitOutcome.FATAL)
     with pytest.raises(CommitFailedError, match="FATAL"):
-        committer(CommitPolicy(max_attempts=1)).commit_all(reqs)
+        committer(d, k, policy=CommitPolicy(max_attempts=1)).commit_all(txns)
     assert [c.checkpoint_id for c in system.checkpoint_calls] == [1, 2]  # 3 never before 2
     assert "d3" not in system.committed and "d3" in system.prepared  # left for recovery
     assert "k1" not in system.aborted  # the other lane committed it or left it pre-committed

@@ -1,0 +1,102 @@
+"""Commit calls: which pending transactions one commit call covers, and how calls split into lanes.
+
+The committer works on :class:`~twophase.coordinator.subtask_lifecycle.PendingTransaction` s and
+nothing else: a commit call is a tuple of them. A per-committable sink's transaction is a call of
+its own. A :class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per
+checkpoint, idempotent through ``txn(appId, version)``) commits every pending transaction of one
+checkpoint with ONE ``commit_checkpoint`` call (Flink Sink V2's global committer):
+:func:`commit_calls` groups them. Within a batch the sinks commit concurrently, one lane per sink
+(:func:`commit_lanes`); a sink's own calls stay in order unless it declares
+``commit_concurrency`` > 1, and a checkpoint-commit sink always commits checkpoint after checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from twophase.coordinator.lanes import Lane, group_lanes
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.errors import ConfigError
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+CommitCall = tuple[PendingTransaction[Any], ...]
+"""The transactions one commit call covers: one of a per-committable sink, or every one of one
+checkpoint of a checkpoint-commit sink, ascending by partition."""
+
+
+def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
+    """Check that ``call`` is one commit call of ``sink``.
+
+    Raises:
+        ValueError: an empty call, several transactions for a per-committable sink, or
+            transactions of another sink or of several checkpoints.
+    """
+    if not call:
+        raise ValueError(f"an empty commit call for sink {sink.name!r}")
+    if len(call) > 1 and not isinstance(sink, CheckpointCommitSink):
+        raise ValueError(f"sink {sink.name!r} commits one transaction per call, got {len(call)}")
+    if {t.sink_name for t in call} != {sink.name}:
+        raise ValueError(f"commit call for sink {sink.name!r} holds transactions of other sinks")
+    if len({t.checkpoint_id for t in call}) != 1:
+        raise ValueError(f"commit call for sink {sink.name!r} spans several checkpoints")
+
+
+def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]) -> list[CommitCall]:
+    """Group pending transactions into commit calls, keeping their order.
+
+    A per-committable sink's transaction is a call of its own. The transactions of one
+    (sink, checkpoint) of a :class:`~twophase.sinks.api.CheckpointCommitSink` are ONE call, placed
+    where its first transaction was, ascending by partition; so transactions given in checkpoint
+    order yield calls in checkpoint order.
+
+    Raises:
+        KeyError: a transaction of a sink not in ``sinks``.
+    """
+    out: list[list[PendingTransaction[Any]]] = []
+    groups: dict[tuple[str, int], list[PendingTransaction[Any]]] = {}
+    for t in txns:
+        if not isinstance(sinks[t.sink_name], CheckpointCommitSink):
+            out.append([t])
+            continue
+        key = (t.sink_name, t.checkpoint_id)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            out.append(group)
+        group.append(t)
+    return [tuple(sorted(g, key=lambda t: (t.partition, t.attempt))) for g in out]
+
+
+def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> list[Lane[CommitCall]]:
+    """Split ``calls`` into one lane per sink (named after it), in order of first appearance,
+    keeping each sink's calls in their given order.
+
+    A :class:`~twophase.sinks.api.CheckpointCommitSink`'s lane always has parallelism 1: its
+    checkpoints commit one after another, in order. Another sink's lane has its
+    ``commit_concurrency``, capped at the number of its calls.
+
+    Raises:
+        ConfigError: a sink declares ``commit_concurrency`` < 1.
+    """
+
+    def parallelism(name: str) -> int:
+        sink = sinks[name]
+        return 1 if isinstance(sink, CheckpointCommitSink) else sink_concurrency(sink)
+
+    return group_lanes(calls, lambda call: call[0].sink_name, parallelism)
+
+
+def sink_concurrency(sink: AnySink) -> int:
+    """The sink's ``commit_concurrency``, checked.
+
+    Raises:
+        ConfigError: it is not an int ≥ 1.
+    """
+    declared = getattr(sink, "commit_concurrency", 1)
+    if not isinstance(declared, int) or declared < 1:
+        raise ConfigError(
+            f"sink {sink.name!r} declares commit_concurrency={declared!r}; it must be an int >= 1"
+        )
+    return declared
