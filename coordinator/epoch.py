@@ -352,8 +352,9 @@ def hold_back_for_pending_commits(s: RunState, writing: int) -> None:
     if not old:
         return
     log_event(log, logging.INFO, "epoch waits for pending commits", job=s.job_id, checkpoint=writing)
-    if s.last_completed is not None:
-        s.coordinator().notify_checkpoint_complete(s.last_completed.checkpoint_id)
+    last = s.checkpoints.last
+    if last is not None:
+        s.coordinator().notify_checkpoint_complete(last.checkpoint_id)
     bound = commit_wait_bound_s(s, old)
     try:
         s.drain_commits(bound)

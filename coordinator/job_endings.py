@@ -44,7 +44,7 @@ def final_checkpoint(
     coord = s.coordinator()
     finish_subtasks(coord)
     participants = final_participants(coord, s.sinks)
-    last = s.last_completed
+    last = s.checkpoints.last
     position = source_position if source_position is not None else (last.source_position if last else None)
     pc = coord.trigger(kind, participants, source_position=position, end_of_input=True)
     s.triggered(pc.checkpoint_id)
@@ -65,7 +65,7 @@ def suspend_checkpoint(s: RunState, kind: CheckpointKind, fault: str) -> Checkpo
         the checkpoint's ref.
     """
     coord = s.coordinator()
-    last = s.last_completed
+    last = s.checkpoints.last
     pc = coord.trigger(kind, {}, source_position=last.source_position if last else None)
     s.triggered(pc.checkpoint_id)
     s.fault(fault)
@@ -99,30 +99,22 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
         if coord is not None:
             for name in coord.live_sinks():
                 step = f"abort lingering transactions of sink {name!r}"
-                keep_going(
-                    failures, s.job_id, step, partial(s.abort_lingering, s.sinks[name], ALL_CHECKPOINTS)
-                )
+                abort = partial(s.lingering.abort, s.sinks[name], ALL_CHECKPOINTS, coord)
+                keep_going(failures, s.job_id, step, abort)
         return failures
     if landed is None:
         return failures  # deleting needs to know what was published
     if coord is not None:
-        committer = s.new_committer()
         try:
-            commit_durable(coord, committer, landed)
+            with s.spare_committer() as committer:  # the run's own was shut down by the cancel
+                commit_durable(coord, committer, landed)
         except Exception as e:  # a checkpoint whose promise is not kept is never deleted
             log_event(log, logging.ERROR, "cancel: commit before delete failed", job=s.job_id, error=repr(e))
             failures.append(e)
             return failures
-        finally:
-            s.past_committer_metrics.append(committer.metrics)
-    keep_going(
-        failures,
-        s.job_id,
-        "delete checkpoints",
-        lambda: delete_checkpoints(
-            s.job_id, s.sinks, s.cache, coord.live_sinks() if coord is not None else None, failures
-        ),
-    )
+    live = coord.live_sinks() if coord is not None else None
+    delete_all = partial(delete_checkpoints, s.job_id, s.sinks, s.checkpoints.cache, live, failures)
+    keep_going(failures, s.job_id, "delete checkpoints", delete_all)
     return failures
 
 
@@ -136,7 +128,7 @@ def finish_job(s: RunState, source_position: JsonObject | None) -> CheckpointMet
         with s.guard():
             s.fault("during_finish")
             s.housekeeping()
-            restored = s.restored
+            restored = s.checkpoints.restored
             metrics = None
             if restored is not None and restored.end_of_input and s.epochs_since_restore == 0:
                 log_event(

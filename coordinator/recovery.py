@@ -175,7 +175,7 @@ def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> d
     if location is None:
         return {}
     return {
-        name: s.cache.committables(location, s.sinks[name])
+        name: s.checkpoints.cache.committables(location, s.sinks[name])
         for name, snap in meta.sinks.items()
         if name not in meta.fully_finished and snap.committables
     }
@@ -203,7 +203,7 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     elif refs:  # the latest by listing (storage.latest()), read from storage as every restore does
         meta, location = s.storage.load(refs[-1]), refs[-1].location
     if meta is not None and location is not None:
-        s.cache.remember(location, meta)
+        s.checkpoints.loaded(location, meta)
     lost_before = s.committer.metrics.lost_ignored
     recommitted = 0
     if meta is not None:
@@ -243,7 +243,7 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     max_id = max([newest_stored, *floors.values()])
     if meta is not None and savepoint_location is not None and starts_a_lineage(refs, savepoint_location):
         meta, location = publish_lineage_start(s.storage, meta, s.job_id, max_id + 1, s.clock())
-        s.cache.remember(location, meta)
+        s.checkpoints.loaded(location, meta)
         max_id = meta.checkpoint_id
     coord = CheckpointCoordinator(
         s.job_id,
@@ -255,14 +255,14 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         fault=s.fault,
         first_checkpoint_id=max_id + 1,
         restored=meta,
-        marker=s.marker,
+        marker=s.checkpoints.marker,
     )
     s.begin_run(id_floor, coord)
     lingering = {
-        name: s.abort_lingering(s.sinks[name], ALL_CHECKPOINTS, extra=location) for name in coord.live_sinks()
+        name: s.lingering.abort(s.sinks[name], ALL_CHECKPOINTS, coord, extra=location)
+        for name in coord.live_sinks()
     }
-    s.restored_from(meta)
-    s.marker.restored(meta.checkpoint_id if meta is not None else None, location)
+    s.restored_from(meta, location)
     result = RestoreResult(
         checkpoint_id=meta.checkpoint_id if meta else None,
         kind=meta.kind if meta else None,

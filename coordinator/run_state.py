@@ -1,10 +1,12 @@
-"""The state one job runtime shares between its parts: restore, epochs, endings.
+"""One job runtime's run: what its restore, epochs and endings share.
 
-:class:`RunState` holds what those parts read and change — the job's lifecycle and lock, the
-current run's checkpoint coordinator and committer operator, the checkpoint metadata cache —
-and the few steps they all take: guard an action (a protocol mistake propagates, any other error
-fails the job), complete a checkpoint (persist, notify, abort lingering, metrics), abort lingering
-transactions with everything held that may still be needed. ``JobRuntime`` is its public face.
+:class:`RunState` holds the job's lifecycle and lock, the current run's checkpoint coordinator
+and committer operator, and the concepts it is made of: the completed checkpoints
+(:class:`~twophase.coordinator.completed_checkpoints.CompletedCheckpointStore`) and the lingering
+cleanup (:class:`~twophase.coordinator.lingering_cleanup.LingeringCleanup`). It takes the steps
+every part needs: guard an action (a protocol mistake propagates, any other error fails the job)
+and complete a checkpoint (verify, persist, notify, abort lingering, metrics). ``JobRuntime`` is
+its public face.
 """
 
 from __future__ import annotations
@@ -16,22 +18,20 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.checkpoint_state import CompletedCheckpoint, NotifyResult
+from twophase.coordinator.checkpoint_state import NotifyResult
 from twophase.coordinator.clock import Clock
 from twophase.coordinator.commit_policy import CommitterMetrics
-from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
-from twophase.coordinator.lingering import HeldCommittables, held_decoded
+from twophase.coordinator.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.metadata_cache import MetadataCache
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import IllegalTransitionError, JobError
 from twophase.sinks.structured_log import log_event
 
@@ -79,59 +79,75 @@ class RunState:
         self.lock = threading.RLock()
         self.sink_metrics = SinkMetricsRecorder()
         self.cancel_requested = threading.Event()
-        self.committer = self.new_committer()
+        self._committer = self.new_committer()
         self.past_committer_metrics: list[CommitterMetrics] = []
-        self.coord: CheckpointCoordinator | None = None
-        self.cache = MetadataCache(storage)
-        self.restored: CheckpointMetadata | None = None
-        self.restore_held: dict[str, tuple[JsonObject, ...]] = {}
-        self.last_completed: CheckpointMetadata | None = None
-        self.marker = CommittedMarker(job_id, storage)
-        """The latest checkpoint's committed marker (written by whichever thread lands its commit)."""
-        self.epochs_since_restore = 0
-        self.max_triggered = 0
-        self.id_floor = IdFloor()
-        """What the last restore started checkpoint ids above (a refused id names it)."""
-        self.abandoned = False
+        self._coord: CheckpointCoordinator | None = None
+        self.checkpoints = CompletedCheckpointStore(job_id, storage)
+        self.lingering = LingeringCleanup(job_id, self.checkpoints, self.sink_metrics)
+        self._epochs_since_restore = 0
+        self._max_triggered = 0
+        self._id_floor = IdFloor()
+        self._abandoned = False
         self.checkpoint_metrics: list[CheckpointMetrics] = []
 
-    # -- named transitions of the run (nobody else writes these attributes) --------------------------
+    # -- what the run's transitions change (read-only to the other parts) ---------------------------
+
+    @property
+    def coord(self) -> CheckpointCoordinator | None:
+        """The current run's checkpoint coordinator (``None`` before the first restore)."""
+        return self._coord
+
+    @property
+    def committer(self) -> CommitterOperator:
+        """The current run's committer operator."""
+        return self._committer
+
+    @property
+    def id_floor(self) -> IdFloor:
+        """What the last restore started checkpoint ids above (a refused id names it)."""
+        return self._id_floor
+
+    @property
+    def max_triggered(self) -> int:
+        """The newest checkpoint id this run triggered (0: none)."""
+        return self._max_triggered
+
+    @property
+    def epochs_since_restore(self) -> int:
+        """Epochs started since the last restore."""
+        return self._epochs_since_restore
+
+    @property
+    def abandoned(self) -> bool:
+        """True once the driver died (a simulated crash): this state refuses further use."""
+        return self._abandoned
+
+    # -- named transitions of the run --------------------------------------------------------------
 
     def begin_run(self, id_floor: IdFloor, coord: CheckpointCoordinator) -> None:
         """A restore starts a run: checkpoint ids start above ``id_floor``, ``coord`` handles them."""
-        self.id_floor = id_floor
-        self.coord = coord
+        self._id_floor = id_floor
+        self._coord = coord
 
-    def restored_from(self, meta: CheckpointMetadata | None) -> None:
-        """The run's restore finished from ``meta`` (``None``: a fresh start): it is the last
-        completed checkpoint, and no epoch ran since."""
-        self.restored = meta
-        self.last_completed = meta
-        self.epochs_since_restore = 0
-
-    @contextmanager
-    def holding_for_restore(self, held: Mapping[str, Sequence[JsonObject]] | None) -> Iterator[None]:
-        """While the block runs, the restore's lingering cleanup keeps ``held`` (sink → encoded
-        committables a caller still needs); nothing is held afterwards, whatever the block raised."""
-        self.restore_held = {k: tuple(v) for k, v in (held or {}).items()}
-        try:
-            yield
-        finally:
-            self.restore_held = {}
+    def restored_from(self, meta: CheckpointMetadata | None, location: str | None) -> None:
+        """The run's restore finished from ``meta`` at ``location`` (``None``: a fresh start): it
+        is the last completed checkpoint, and no epoch ran since."""
+        self.checkpoints.restored_from(meta, location)
+        self._epochs_since_restore = 0
 
     def triggered(self, checkpoint_id: int) -> None:
         """A checkpoint was triggered (the newest id this run used)."""
-        self.max_triggered = checkpoint_id
+        self._max_triggered = checkpoint_id
 
     def epoch_started(self) -> None:
         """An epoch's checkpoint was triggered and its in-progress state handed over."""
-        self.epochs_since_restore += 1
+        self._epochs_since_restore += 1
 
     def abandon(self) -> None:
         """The driver dies (a simulated crash): nothing is closed, aborted or committed, this
         state refuses further use, the committer thread stops."""
-        self.abandoned = True
-        self.committer.shutdown(wait=False)
+        self._abandoned = True
+        self._committer.shutdown(wait=False)
 
     def new_committer(self) -> CommitterOperator:
         """A committer operator with the job's commit policy, clock, backoff sleep and faults."""
@@ -145,11 +161,22 @@ class RunState:
             sink_metrics=self.sink_metrics,
         )
 
+    @contextmanager
+    def spare_committer(self) -> Iterator[CommitterOperator]:
+        """A committer beside the run's (a cancel's last commits, after the run's own was shut
+        down); its metrics are kept with the retired committers' when the block ends."""
+        committer = self.new_committer()
+        try:
+            yield committer
+        finally:
+            self.past_committer_metrics.append(committer.metrics)
+            committer.shutdown(wait=False)
+
     def replace_committer(self) -> None:
         """Retire the committer of an earlier run (its metrics kept) and start a fresh one."""
-        self.past_committer_metrics.append(self.committer.metrics)
-        self.committer.shutdown(wait=False)
-        self.committer = self.new_committer()
+        self.past_committer_metrics.append(self._committer.metrics)
+        self._committer.shutdown(wait=False)
+        self._committer = self.new_committer()
 
     def coordinator(self) -> CheckpointCoordinator:
         """The current run's coordinator.
@@ -158,13 +185,13 @@ class RunState:
             JobError: the runtime was abandoned (a simulated crash).
             IllegalTransitionError: used before restore().
         """
-        if self.abandoned:
+        if self._abandoned:
             raise JobError(f"job {self.job_id}: this runtime was abandoned (simulated crash)")
-        if self.coord is None:
+        if self._coord is None:
             raise IllegalTransitionError(
                 f"job {self.job_id}", self.lifecycle.state.value, "use before restore()"
             )
-        return self.coord
+        return self._coord
 
     def check_canceled(self) -> None:
         """Raise :class:`JobCanceledError` if a cancel was requested."""
@@ -191,113 +218,43 @@ class RunState:
 
     def fail(self, error: BaseException) -> None:
         """FAILING: abort pending checkpoints, close subtasks (aborting what is not durable)."""
-        if self.cancel_requested.is_set() or self.abandoned:
+        if self.cancel_requested.is_set() or self._abandoned:
             return
         if self.lifecycle.state is not JobState.FAILING:
             if not self.lifecycle.can(JobTransition.FAIL):
                 return
             self.lifecycle.transition(JobTransition.FAIL)
         log_event(log, logging.ERROR, "job failing", job=self.job_id, error=repr(error))
-        if self.coord is not None:
+        if self._coord is not None:
             try:
-                self.coord.close_subtasks(f"failure: {error!r}")
+                self._coord.close_subtasks(f"failure: {error!r}")
             except Exception:  # cleanup is best effort; lingering cleanup on restore finishes it
                 log_event(log, logging.ERROR, "closing subtasks after a failure failed", exc_info=True)
-        self.committer.shutdown(wait=False)
+        self._committer.shutdown(wait=False)
 
     def housekeeping(self) -> None:
         """Before an action: surface an async commit error, forget confirmed commits, time out
         stale checkpoints, warn about transactions near their timeout."""
         coord = self.coordinator()
-        self.committer.raise_if_failed()
+        self._committer.raise_if_failed()
         coord.confirm_commits()
         self.mark_committed_if_done()
         coord.check_timeouts()
-        self.committer.ages.check(coord.uncommitted_transactions())
-
-    def remember(self, done: CompletedCheckpoint) -> None:
-        """Keep a completed checkpoint's metadata (the latest, and in the cache with its
-        committables as the coordinator decoded them); forget those retention deleted."""
-        self.cache.remember(done.ref.location, done.metadata, done.committables)
-        for ref in done.retired:
-            self.cache.forget(ref.location)
-        self.last_completed = done.metadata
+        self._committer.ages.check(coord.uncommitted_transactions())
 
     def mark_committed_if_done(self) -> None:
-        """Once every transaction the latest completed checkpoint holds is confirmed committed,
-        write its committed marker (best effort): a restore from it then re-commits nothing. Kafka
-        cannot tell a long-committed transaction from an aborted one once its transactional id was
-        reused or expired, so re-committing would report LOST for visible data. Usually the
-        thread that landed the commit wrote it already (``CheckpointCoordinator._marker_for``);
-        this catches the rest (commits confirmed after a subtask finished, a late notification)."""
-        last, coord = self.last_completed, self.coord
-        if last is None or coord is None or self.marker.is_marked(last.checkpoint_id):
-            return
-        if any(t.checkpoint_id <= last.checkpoint_id for t in coord.uncommitted_transactions()):
-            return
-        self.marker.mark(last.checkpoint_id)
+        """Write the latest checkpoint's committed marker once the run confirmed every commit it
+        holds (:meth:`CompletedCheckpointStore.mark_committed_if_done`; usually the thread that
+        landed the commit wrote it already, ``CheckpointCoordinator._marker_for``)."""
+        if self._coord is not None:
+            self.checkpoints.mark_committed_if_done(self._coord.uncommitted_transactions())
 
     # -- lingering --------------------------------------------------------------------------------
 
-    def held(self, sink: AnySink, extra: str | None = None) -> HeldCommittables[Any]:
-        """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus the one
-        remembered at location ``extra``, e.g. a savepoint restored from elsewhere), what this run
-        holds in memory, and what an acknowledgement about to be recorded carries
-        (:func:`~twophase.coordinator.lingering.held_decoded`). Committables come decoded from
-        where they were first decoded: the metadata cache for checkpoints, the coordinator's
-        pending transactions for this run's; only those an acknowledgement about to be recorded
-        carries are decoded here.
-
-        Raises:
-            CorruptCheckpointError: a retained checkpoint is unreadable.
-            CommittableDecodeError: a held payload does not decode.
-        """
-        checkpoints = [
-            (meta, self.cache.committables(location, sink))
-            for location, meta in self.cache.retained_at(extra)
-        ]
-        pending: list[Any] = [sink.decode(p) for p in self.restore_held.get(sink.name, ())]
-        live_in_progress: list[JsonObject] = []
-        parallelism = 0
-        if self.coord is not None:
-            pending.extend(
-                t.committable for t in self.coord.uncommitted_transactions() if t.sink_name == sink.name
-            )
-            live_in_progress = [
-                st
-                for (s, _), lc in self.coord.subtasks.items()
-                if s == sink.name and lc.state.is_live and (st := lc.latest_in_progress) is not None
-            ]
-            parallelism = self.coord.parallelism.get(sink.name, 0)
-        return held_decoded(
-            sink,
-            checkpoints,
-            pending=pending,
-            live_in_progress=live_in_progress,
-            live_parallelism=parallelism,
-        )
-
-    def abort_lingering(self, sink: AnySink, up_to: int, *, extra: str | None = None) -> int:
-        """``sink.abort_lingering`` with everything held (``extra``: see :meth:`held`); returns
-        how many it aborted."""
-        n = sink.abort_lingering(self.held(sink, extra).scope(self.job_id, sink.name, up_to))
-        last = self.last_completed.checkpoint_id if self.last_completed is not None else 0
-        self.sink_metrics.lingering(sink.name, min(up_to, last) if up_to < 2**62 else last, n)
-        if n:
-            log_event(
-                log,
-                logging.INFO,
-                "lingering transactions aborted",
-                job=self.job_id,
-                sink=sink.name,
-                count=n,
-                up_to_checkpoint=up_to,
-            )
-        return n
-
     def abort_lingering_live(self, up_to: int) -> int:
-        """:meth:`abort_lingering` for every live sink; returns the total."""
-        return sum(self.abort_lingering(self.sinks[n], up_to) for n in self.coordinator().live_sinks())
+        """Lingering cleanup (:meth:`LingeringCleanup.abort`) for every live sink; returns the total."""
+        coord = self.coordinator()
+        return sum(self.lingering.abort(self.sinks[n], up_to, coord) for n in coord.live_sinks())
 
     # -- completing a checkpoint ------------------------------------------------------------------
 
@@ -309,7 +266,7 @@ class RunState:
         coord = self.coordinator()
         self.verify_acknowledged(checkpoint_id)
         done = coord.complete(checkpoint_id)
-        self.remember(done)
+        self.checkpoints.completed(done)
         nr = NotifyResult(checkpoint_id, 0, 0, 0, 0.0)
         if notify:
             nr = coord.notify_checkpoint_complete(checkpoint_id)
@@ -377,7 +334,7 @@ class RunState:
         Raises:
             CommitWaitTimeoutError: the wait timed out. CommitFailedError: a commit failed.
         """
-        self.committer.drain(self.config.commit_drain_timeout_s if timeout_s is None else timeout_s)
+        self._committer.drain(self.config.commit_drain_timeout_s if timeout_s is None else timeout_s)
         self.coordinator().confirm_commits()
         self.mark_committed_if_done()
 

@@ -163,7 +163,7 @@ class JobRuntime:
     @property
     def latest_checkpoint(self) -> CheckpointMetadata | None:
         """The newest checkpoint completed in this run, or the restored one."""
-        return self._s.last_completed
+        return self._s.checkpoints.last
 
     @property
     def checkpoint_metrics(self) -> list[CheckpointMetrics]:
@@ -228,7 +228,7 @@ class JobRuntime:
                 raise IllegalTransitionError(f"job {self.job_id}", state.value, "restore")
             s.check_canceled()
             try:
-                with s.holding_for_restore(held):
+                with s.lingering.holding_for_restore(held):
                     result = restore_run(s, savepoint_location)
             except Exception as e:
                 if s.lifecycle.state is JobState.RESTARTING and not s.cancel_requested.is_set():
@@ -251,7 +251,7 @@ class JobRuntime:
         s = self._s
         with s.lock:
             s.lifecycle.require(JobState.RUNNING, action="replay_check")
-            last = s.last_completed
+            last = s.checkpoints.last
             if last is None or not position_covers(last.source_position, source_position):
                 return False
             with s.guard():

@@ -1,0 +1,119 @@
+"""The runtime's lingering cleanup: ``abort_lingering`` with everything still needed held.
+
+:class:`LingeringCleanup` gathers what a sink's cleanup must keep (DESIGN.md §5, §6, the rule in
+:mod:`~twophase.coordinator.lingering`): every retained checkpoint's committables and in-progress
+state, what the running coordinator holds, and, during a restore, what a caller still needs. It
+owns only that last part; the rest it reads from the completed checkpoints and the coordinator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
+from twophase.coordinator.lingering import ALL_CHECKPOINTS, HeldCommittables, held_decoded
+from twophase.coordinator.metrics import SinkMetricsRecorder
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.context import JsonObject
+from twophase.sinks.structured_log import log_event
+
+log = logging.getLogger(__name__)
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+class LingeringCleanup:
+    """Aborts what failed attempts, earlier runs and canceled jobs left open, holding everything
+    that may still be needed (see the module docstring).
+
+    Args:
+        job_id: the job.
+        checkpoints: the runtime's completed checkpoints (read, never changed).
+        sink_metrics: where the per-sink count of aborted lingering transactions goes.
+    """
+
+    def __init__(
+        self, job_id: str, checkpoints: CompletedCheckpointStore, sink_metrics: SinkMetricsRecorder
+    ) -> None:
+        self.job_id = job_id
+        self._checkpoints = checkpoints
+        self._sink_metrics = sink_metrics
+        self._restore_held: dict[str, tuple[JsonObject, ...]] = {}
+
+    @contextmanager
+    def holding_for_restore(self, held: Mapping[str, Sequence[JsonObject]] | None) -> Iterator[None]:
+        """While the block runs, cleanups keep ``held`` (sink → encoded committables a caller still
+        needs); nothing is held afterwards, whatever the block raised."""
+        self._restore_held = {k: tuple(v) for k, v in (held or {}).items()}
+        try:
+            yield
+        finally:
+            self._restore_held = {}
+
+    def held(
+        self, sink: AnySink, coord: CheckpointCoordinator | None, extra: str | None = None
+    ) -> HeldCommittables[Any]:
+        """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus the one
+        remembered at location ``extra``, e.g. a savepoint restored from elsewhere), what the run's
+        coordinator ``coord`` holds in memory, and what a restore's caller still needs
+        (:func:`~twophase.coordinator.lingering.held_decoded`). Committables come decoded from
+        where they were first decoded: the metadata cache for checkpoints, the coordinator's
+        pending transactions for this run's; only those the restore's caller holds are decoded here.
+
+        Raises:
+            CorruptCheckpointError: a retained checkpoint is unreadable.
+            CommittableDecodeError: a held payload does not decode.
+        """
+        cache = self._checkpoints.cache
+        checkpoints = [
+            (meta, cache.committables(location, sink)) for location, meta in cache.retained_at(extra)
+        ]
+        pending: list[Any] = [sink.decode(p) for p in self._restore_held.get(sink.name, ())]
+        live_in_progress: list[JsonObject] = []
+        parallelism = 0
+        if coord is not None:
+            pending.extend(
+                t.committable for t in coord.uncommitted_transactions() if t.sink_name == sink.name
+            )
+            live_in_progress = [
+                st
+                for (s, _), lc in coord.subtasks.items()
+                if s == sink.name and lc.state.is_live and (st := lc.latest_in_progress) is not None
+            ]
+            parallelism = coord.parallelism.get(sink.name, 0)
+        return held_decoded(
+            sink,
+            checkpoints,
+            pending=pending,
+            live_in_progress=live_in_progress,
+            live_parallelism=parallelism,
+        )
+
+    def abort(
+        self, sink: AnySink, up_to: int, coord: CheckpointCoordinator | None, *, extra: str | None = None
+    ) -> int:
+        """``sink.abort_lingering`` for checkpoints ≤ ``up_to`` with everything held (see
+        :meth:`held`); returns how many it aborted.
+
+        Raises:
+            Whatever the sink's ``abort_lingering`` raises, and the errors of :meth:`held`.
+        """
+        n = sink.abort_lingering(self.held(sink, coord, extra).scope(self.job_id, sink.name, up_to))
+        last_meta = self._checkpoints.last
+        last = last_meta.checkpoint_id if last_meta is not None else 0
+        self._sink_metrics.lingering(sink.name, min(up_to, last) if up_to < ALL_CHECKPOINTS else last, n)
+        if n:
+            log_event(
+                log,
+                logging.INFO,
+                "lingering transactions aborted",
+                job=self.job_id,
+                sink=sink.name,
+                count=n,
+                up_to_checkpoint=up_to,
+            )
+        return n
