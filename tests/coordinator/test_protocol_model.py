@@ -108,7 +108,6 @@ from twophase.coordinator.epoch import DuplicateAcknowledgementError, run_epoch
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import JobError, ServiceUnavailableError, TransactionLostError
@@ -138,7 +137,6 @@ class ProtocolModel(RuleBasedStateMachine):
         self.phase = "running"  # running | stopped | deleted
         self.gates: list[threading.Event] = []
         self.trace: list[str] = []
-        self.commit_interrupted = False
         """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
@@ -281,7 +279,6 @@ class ProtocolModel(RuleBasedStateMachine):
             return body()
         except SimulatedCrash as crash:
             event(f"driver crashed at {crash.point}")
-            self.commit_interrupted |= crash.point == "mid_commit"
             settle(rt)
             self.account()
             self.world.clock.advance(down_ms)
@@ -312,7 +309,6 @@ class ProtocolModel(RuleBasedStateMachine):
             try:
                 rt.failover(error)
                 self.phase = "running"
-                self.commit_interrupted = False
                 return
             except TransactionLostError as e:
                 self.on_lost(e)
@@ -374,7 +370,6 @@ class ProtocolModel(RuleBasedStateMachine):
                 else:
                     self.h.restart_process(savepoint_location=savepoint)
                 self.phase = "running"
-                self.commit_interrupted = False
                 return
             except TransactionLostError as e:
                 self.on_lost(e)
@@ -391,19 +386,18 @@ class ProtocolModel(RuleBasedStateMachine):
     def on_lost(self, error: TransactionLostError) -> None:
         """LOST must be true: a durable Kafka transaction the broker aborted on its timeout; or
         unknowable: the broker forgot the transactional id (``transactional.id.expiration.ms``
-        passed while the driver was down, before a committed marker was written). Flink's
-        KafkaCommitter cannot tell either and fails the same way."""
+        passed while the driver was down) and the transaction left no COMMIT marker. A committed
+        transaction is never LOST: where the checkpoint's committed marker is missing (the driver
+        died in the middle of a commit) and the id expired, the COMMIT marker in the partition's
+        log decides (issue #26 item 2)."""
         timed_out = self.world.kafka.timed_out
         lost = (self.durable_kafka & set(timed_out)) - self.lost
         expired = {e.split(" ", 1)[1] for e in self.world.kafka.events if e.startswith("expired ")}
         named = set(re.findall(r"transactional_id='([^']+)'", str(error)))
-        # issue #26 item 2: a commit that landed writes its checkpoint's committed marker, whatever
-        # thread lands it; only a driver dying in the middle of a commit leaves visible data to a
-        # re-commit that cannot tell (the id expired)
         ids = re.findall(r"transactional_id='([^']+)', producer_id=(\d+), producer_epoch=(\d+)", str(error))
         visible = {(t, int(p), int(e)) for t, p, e in ids} & self.world.kafka.commits
         self.check(
-            not visible or self.commit_interrupted,
+            not visible,
             f"a restore reported LOST for transactions committed before the driver died: {sorted(visible)}",
         )
         self.check(
@@ -477,17 +471,8 @@ class ProtocolModel(RuleBasedStateMachine):
                 raise
             return True
 
-        rt, mid_commits = self.h.runtime, self.h.faults.hits["mid_commit"]
         if self.act(body, down_ms, on_failure):
             self.next_batch += 1
-        self.note_interrupted_commit(rt, driver, mid_commits)
-
-    def note_interrupted_commit(self, rt: JobRuntime, driver: str | None, mid_commits_before: int) -> None:
-        """An asynchronous commit crashes at ``mid_commit`` on ``rt``'s committer thread: the driver
-        dies with it, whether or not a later step raises it (a crash the step raised restarted)."""
-        hit = self.h.faults.hits["mid_commit"] > mid_commits_before
-        if driver == "mid_commit" and hit and self.h.runtime is rt:
-            self.commit_interrupted = True
 
     # -- the outside world -------------------------------------------------------------------------
 
@@ -505,6 +490,13 @@ class ProtocolModel(RuleBasedStateMachine):
     @traced
     def transaction_coordinators_move(self) -> None:
         self.world.kafka.move_coordinators()
+
+    @rule(n=st.integers(1, 3))
+    @traced
+    def committed_markers_refused(self, n: int) -> None:
+        """Checkpoint storage refuses the next ``n`` committed markers (#26 item 2): a restore after
+        the transactional ids expired must then find the commits in the partitions' logs."""
+        self.storage.refuse_markers = n
 
     @rule(n=st.integers(1, 3))
     @traced
@@ -594,9 +586,7 @@ class ProtocolModel(RuleBasedStateMachine):
                     if rt.state is not JobState.CANCELED:
                         raise
 
-        mid_commits = self.h.faults.hits["mid_commit"]
         self.act(body, down_ms)
-        self.note_interrupted_commit(rt, driver, mid_commits)
         if self.h.runtime is rt and rt.state in (JobState.FINISHED, JobState.SUSPENDED, JobState.CANCELED):
             self.phase = "stopped"
         elif how == "cancel" and self.h.runtime is not rt:  # died while canceling: canceled

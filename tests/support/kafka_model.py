@@ -13,6 +13,8 @@ ListTransactions). It behaves like a broker (TV1, KIP-98) where exactly-once dep
   transaction answers INVALID_TXN_STATE;
 - a transaction Ongoing longer than its timeout is aborted and its epoch bumped (:meth:`advance`);
 - transactional ids without activity for ``id_expiration_ms`` are forgotten (:meth:`advance`);
+- ending a transaction writes a COMMIT or ABORT marker (its producer id and the epoch that ended
+  it) into each partition it wrote; markers outlive the id until :meth:`delete_logs` (retention);
 - each id has a coordinator broker; :meth:`move_coordinators` moves them all, after which the old
   broker answers NOT_COORDINATOR until the client re-finds the coordinator.
 
@@ -109,6 +111,10 @@ class KafkaModel:
         self.txns: dict[str, TxnMeta] = {}
         self.committed: list[tuple[str, int, bytes | None, bytes | None, str]] = []
         """Visible records: (topic, partition, key, value, transactional id)."""
+        self.markers: dict[tuple[str, int, int, int], bool] = {}
+        """(topic, partition, producer id, epoch) → True for a COMMIT marker, False for ABORT."""
+        self.searches: list[tuple[str, int, int, int, int, int]] = []
+        """Every marker search: (topic, partition, producer id, epoch, since ms, until ms)."""
         self.commits: set[tuple[str, int, int]] = set()
         """(transactional id, producer id, epoch) of every transaction committed (its records
         visible to read_committed), remembered after the id expires: what a test checks a LOST
@@ -214,9 +220,14 @@ class KafkaModel:
         return True
 
     def _abort(self, txn_id: str, m: TxnMeta, *, bump: bool) -> None:
-        m.state, m.records, m.last_update_ms = "CompleteAbort", [], self.clock()
-        if bump:
+        if bump:  # a timed-out transaction is fenced first: its ABORT markers carry the new epoch
             m.producer_epoch += 1
+        self._mark(m, commit=False)
+        m.state, m.records, m.last_update_ms = "CompleteAbort", [], self.clock()
+
+    def _mark(self, m: TxnMeta, *, commit: bool) -> None:
+        for topic, partition in {(t, p) for t, p, _, _ in m.records}:
+            self.markers[(topic, partition, m.producer_id, m.producer_epoch)] = commit
 
     # -- coordinator side (EndTxn, DescribeTransactions, ListTransactions) --------------------------
 
@@ -249,6 +260,7 @@ class KafkaModel:
         if commit:
             self.committed.extend((t, p, k, v, txn_id) for t, p, k, v in m.records)
             self.commits.add((txn_id, pid, epoch))
+        self._mark(m, commit=commit)
         m.state, m.records, m.last_update_ms = done, [], self.clock()
         return NONE
 
@@ -281,6 +293,21 @@ class KafkaModel:
             for t, m in sorted(self.txns.items())
             if (not states or m.state in states) and (rx is None or rx.search(t))
         ]
+
+    @_locked
+    def transaction_outcome(
+        self, topic: str, partition: int, pid: int, epoch: int, since_ms: int, until_ms: int
+    ) -> bool | None:
+        """The marker (pid, epoch) left in ``topic[partition]``: True COMMIT, False ABORT, or
+        ``None``. Every search is kept in :attr:`searches`."""
+        self.searches.append((topic, partition, pid, epoch, since_ms, until_ms))
+        return self.markers.get((topic, partition, pid, epoch))
+
+    @_locked
+    def delete_logs(self) -> None:
+        """Retention deleted every partition's log: no marker is left."""
+        self.markers.clear()
+        self.events.append("logs deleted")
 
     # -- inspection ---------------------------------------------------------------------------------
 
@@ -398,6 +425,13 @@ class ModelTransport:
 
     def list_transactions(self, states: Sequence[str], pattern: str | None) -> list[tuple[str, int, str]]:
         return self._model.list_transactions(states, pattern)
+
+    def transaction_outcome(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
+    ) -> bool | None:
+        return self._model.transaction_outcome(
+            topic, partition, producer_id, producer_epoch, since_ms, until_ms
+        )
 
     def close(self) -> None:
         return None

@@ -64,6 +64,8 @@ class InMemoryCheckpointStorage:
             simulate a write whose outcome the writer never learns (the error is raised as
             :class:`~twophase.sinks.errors.CheckpointPublishUnknownError`; the checkpoint stays).
         published: ids published so far, in order (including ones deleted since).
+        refuse_markers: how many more ``mark_committed`` calls fail (a storage outage, or the
+            driver dying between a commit and its marker, as far as the marker is concerned).
 
     Raises:
         ConfigError: ``job_id`` is not a safe path segment.
@@ -75,6 +77,7 @@ class InMemoryCheckpointStorage:
         self.publish_hook: Callable[[CheckpointMetadata], None] | None = None
         self.after_publish_hook: Callable[[CheckpointMetadata], None] | None = None
         self.published: list[int] = []
+        self.refuse_markers = 0
 
     def __repr__(self) -> str:
         return f"InMemoryCheckpointStorage({self.job_id!r})"
@@ -198,8 +201,15 @@ class InMemoryCheckpointStorage:
         return latest_by_listing(self, fallback_to_valid=fallback_to_valid)
 
     def mark_committed(self, location: str) -> None:
-        """An empty ``_committed`` beside the checkpoint's ``_metadata``. Idempotent."""
+        """An empty ``_committed`` beside the checkpoint's ``_metadata``. Idempotent.
+
+        Raises:
+            CheckpointStorageError: while :attr:`refuse_markers` is positive.
+        """
         with self.store.lock:
+            if self.refuse_markers > 0:
+                self.refuse_markers -= 1
+                raise CheckpointStorageError(f"committed marker of {location} refused")
             self.store.files[layout.committed_marker_of(location)] = b""
 
     def is_committed(self, location: str) -> bool:

@@ -15,7 +15,7 @@ from support.model_settle import settle
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.sinks.errors import ConcurrentAttemptError
+from twophase.sinks.errors import ConcurrentAttemptError, TransactionLostError
 
 TOPIC = "events"
 
@@ -217,6 +217,46 @@ def test_an_asynchronous_commit_writes_the_committed_marker_when_it_lands() -> N
     h.runtime.finish()
     assert committed(model) == expected([1, 2])
     assert model.ongoing() == []
+
+
+def test_a_commit_whose_marker_write_failed_is_found_in_the_log_after_the_id_expired() -> None:
+    """#26 item 2: the commit landed, but the checkpoint's committed marker was not written (the
+    storage refused it; the driver dying in between does the same), and the driver stayed down past
+    transactional.id.expiration.ms. The re-commit on restore cannot ask the coordinator any more;
+    the COMMIT marker in the partition's log decides, and the job starts."""
+    h, model = setup()
+    h.restore()
+
+    h.storage.refuse_markers = 10
+    h.write_epoch(rows(1), source_position=pos(1))
+    assert committed(model) == expected([1])
+    h.runtime.abandon()  # the driver dies
+    h.clock.advance(model.id_expiration_ms + 1)
+    model.advance()
+    assert model.txns == {}  # the coordinator forgot every id
+    restored = h.restart_process()
+    assert restored is not None and restored.recommitted == 2
+    assert len(model.searches) == 2 and {search[0] for search in model.searches} == {TOPIC}
+    h.write_epoch(rows(2), source_position=pos(2))
+    h.runtime.finish()
+    assert committed(model) == expected([1, 2])
+    assert model.ongoing() == []
+
+
+def test_a_commit_whose_marker_retention_deleted_is_reported_lost_by_name() -> None:
+    """When the log no longer holds the marker either, nothing can tell: LOST, naming the
+    transactions (the restore refuses to start unless told to skip them)."""
+    h, model = setup()
+    h.restore()
+
+    h.storage.refuse_markers = 10
+    h.write_epoch(rows(1), source_position=pos(1))
+    h.runtime.abandon()
+    h.clock.advance(model.id_expiration_ms + 1)
+    model.advance()
+    model.delete_logs()
+    with pytest.raises(TransactionLostError, match="twophase-job-out-0-1-0"):
+        h.restart_process()
 
 
 def test_a_zombie_attempt_that_fences_the_acknowledged_transaction_is_caught_before_persist() -> None:
