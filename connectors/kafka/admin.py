@@ -241,6 +241,20 @@ class KafkaAdmin:
         """
         return self._transport.list_transactions(states, pattern)
 
+    def transaction_outcome(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
+    ) -> bool | None:
+        """The COMMIT (True) or ABORT (False) marker of ``producer_id``/``producer_epoch`` in
+        ``topic[partition]``, searched from ``since_ms`` on; ``None`` when none is found (see
+        :meth:`~twophase.connectors.kafka.transport.TransactionTransport.transaction_outcome`).
+
+        Raises:
+            one of :data:`NETWORK_ERRORS`; kafka-python errors for authorization and other failures.
+        """
+        return self._transport.transaction_outcome(
+            topic, partition, producer_id, producer_epoch, since_ms, until_ms
+        )
+
     # --- configuration and topics ----------------------------------------------------------------
 
     def broker_config(self, key: str) -> list[str]:

@@ -2,7 +2,10 @@
 
 With KIP-98's transaction protocol (TV1), EndTxn needs only the transactional id, the producer
 id and the producer epoch; the coordinator already knows the partitions. The partitions and the
-record count are kept for logging, lineage and verification. No secrets, no broker addresses.
+time the transaction was opened also locate its outcome in the log: the commit or abort marker
+that every partition it wrote holds for its producer id and epoch, still there after the broker
+forgot the transactional id. The record count is kept for logging and metrics. No secrets, no
+broker addresses.
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ class KafkaCommittable:
     """A pre-committed Kafka transaction (encoded as versioned JSON by :data:`CODEC`).
 
     Attributes:
-        transactional_id: ``<prefix>-<sink>-<partition>-<slot>`` (see ``naming``).
+        transactional_id: ``<prefix>-<sink>-<partition>-<slot>-<attempt>`` (see ``naming``).
         producer_id: the producer id the coordinator assigned at ``init_transactions``.
         producer_epoch: the producer epoch of that ``init_transactions``.
         topic_partitions: the ``(topic, partition)`` pairs written, sorted; partition ``-1``
             when librdkafka's statistics did not report the partitions in time.
         record_count: records produced in the transaction (> 0: empty ones have no committable).
         checkpoint_id: the checkpoint whose epoch wrote it (for logs and lineage).
+        opened_ms: when the writer opened the transaction (ms since the epoch, the executor's
+            clock): where a search of the log for its marker starts. ``None`` in committables of
+            version 1.
     """
 
     transactional_id: str
@@ -32,6 +38,7 @@ class KafkaCommittable:
     topic_partitions: tuple[tuple[str, int], ...]
     record_count: int
     checkpoint_id: int
+    opened_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.producer_id < 0 or self.producer_epoch < 0:
@@ -52,7 +59,13 @@ class KafkaCommittable:
         }
 
 
+def _opened_unknown(body: dict[str, object]) -> dict[str, object]:
+    """Version 1 → 2: a committable written before ``opened_ms`` was recorded."""
+    return {**body, "opened_ms": None}
+
+
 CODEC: CommittableCodec[KafkaCommittable] = CommittableCodec(
-    KafkaCommittable, kind="kafka.transaction", version=1
+    KafkaCommittable, kind="kafka.transaction", version=2, upgraders={1: _opened_unknown}
 )
-"""Versioned JSON codec of :class:`KafkaCommittable` (kind ``kafka.transaction``, version 1)."""
+"""Versioned JSON codec of :class:`KafkaCommittable` (kind ``kafka.transaction``; version 2 adds
+``opened_ms``, version 1 payloads still decode)."""

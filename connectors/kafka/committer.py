@@ -25,6 +25,15 @@ A TV1 coordinator answers NONE to a repeated EndTxn(commit) of a completed commi
 first looks at DescribeTransactions: the same producer id and epoch in PrepareCommit,
 CompleteCommit (or Empty, the state some coordinators show after completing) means it was
 committed before, and the answer is ALREADY_COMMITTED without sending EndTxn.
+
+The coordinator cannot answer once it forgot the transactional id (``transactional.id.expiration.ms``
+passed) or the id moved on to another producer or epoch. The partition's log still can: EndTxn
+writes a COMMIT marker with the transaction's producer id and epoch into every partition it wrote
+(KIP-98), and the marker outlives the id. So before a rejection is reported LOST, the committer
+searches the first partition of the committable for that marker, from the time the writer opened
+the transaction (``opened_ms``). A COMMIT marker means ALREADY_COMMITTED. Anything else stays LOST:
+an abort, or a log that no longer holds the marker (retention, compaction), or a committable of
+version 1, which has no ``opened_ms``.
 """
 
 from __future__ import annotations
@@ -87,6 +96,9 @@ _VERDICTS = {
 
 COMMITTED_STATES = frozenset({"PrepareCommit", "CompleteCommit", "Empty"})
 ABORTED_STATES = frozenset({"PrepareAbort", "CompleteAbort", "PrepareEpochFence", "Dead"})
+CLOCK_SKEW_MS = 5 * 60 * 1000
+"""Margin, ms, for the executor's clock (``opened_ms``) against the brokers' (a marker's time)
+and for the coordinator's delay in aborting a timed-out transaction, when a marker is searched."""
 
 
 def classify_end_txn(error_code: int) -> EndTxnVerdict:
@@ -108,45 +120,81 @@ def outcome_before_end_txn(snapshot: TransactionSnapshot | None, c: KafkaCommitt
     return None
 
 
-def outcome_after_rejection(snapshot: TransactionSnapshot | None, c: KafkaCommittable) -> CommitOutcome:
+def coordinator_forgot(snapshot: TransactionSnapshot | None, c: KafkaCommittable) -> bool:
+    """True when the coordinator can no longer tell ``c``'s outcome: it does not know the id, or
+    the id now belongs to another producer id or epoch (a later ``init_transactions``)."""
+    return snapshot is None or not _same_producer(snapshot, c)
+
+
+def marker_partition(c: KafkaCommittable) -> tuple[str, int] | None:
+    """The partition whose log is searched for ``c``'s marker: its first known one, or ``None``
+    (no ``opened_ms``, or librdkafka did not report the partitions)."""
+    if c.opened_ms is None:
+        return None
+    return next(((t, p) for t, p in c.topic_partitions if p >= 0), None)
+
+
+def outcome_after_rejection(
+    snapshot: TransactionSnapshot | None, c: KafkaCommittable, marker: bool | None = None
+) -> CommitOutcome:
     """The outcome after EndTxn(commit) was rejected as fenced or in an invalid state.
 
-    ALREADY_COMMITTED if the coordinator shows ``c``'s producer id and epoch committed, else LOST:
-    the transaction was aborted (timeout, or fenced by a later ``init_transactions``) or the
-    coordinator no longer knows the id.
+    ALREADY_COMMITTED if the coordinator shows ``c``'s producer id and epoch committed, or if the
+    log holds its COMMIT marker (``marker`` True, see the module docstring); else LOST: the
+    transaction was aborted (timeout, or fenced by a later ``init_transactions``), or nothing that
+    is left can tell.
     """
-    outcome = outcome_before_end_txn(snapshot, c) or CommitOutcome.LOST
-    if snapshot is None:  # ambiguous: the loss may be a false alarm
+    if outcome_before_end_txn(snapshot, c) is not None or marker is True:
+        return CommitOutcome.ALREADY_COMMITTED
+    if coordinator_forgot(snapshot, c) and marker is None:  # ambiguous: the loss may be a false alarm
         log.error(
-            "transactional id unknown to its coordinator: the transaction may have committed or been "
-            "aborted; its id expired (transactional.id.expiration.ms) or the topic was recreated. "
-            "Check the topic for its records before skipping it %s",
+            "transaction outcome unknown: its coordinator forgot the transactional id or gave it to "
+            "another producer (transactional.id.expiration.ms, a later init_transactions), and no "
+            "COMMIT or ABORT marker of it was found in %s (retention, compaction, a recreated topic, "
+            "or a committable that does not say when it was opened). Check the topic for its "
+            "records before skipping it %s",
+            marker_partition(c) or "any partition",
             _kv(c),
         )
-    return outcome
+    return CommitOutcome.LOST
 
 
 def outcome_of_end_txn(
-    error_code: int, snapshot_after: TransactionSnapshot | None, c: KafkaCommittable
+    error_code: int,
+    snapshot_after: TransactionSnapshot | None,
+    c: KafkaCommittable,
+    marker: bool | None = None,
 ) -> CommitOutcome:
-    """The full mapping of an EndTxn(commit) answer, given the state read after a rejection."""
+    """The full mapping of an EndTxn(commit) answer, given the state read after a rejection and,
+    where the coordinator forgot it, the marker found in the log."""
     verdict = classify_end_txn(error_code)
     if verdict is EndTxnVerdict.DONE:
         return CommitOutcome.COMMITTED
     if verdict in (EndTxnVerdict.RETRY, EndTxnVerdict.REFIND_AND_RETRY):
         return CommitOutcome.RETRY
     if verdict is EndTxnVerdict.CHECK_STATE:
-        return outcome_after_rejection(snapshot_after, c)
+        return outcome_after_rejection(snapshot_after, c, marker)
     return CommitOutcome.FATAL
 
 
 class KafkaCommitter:
-    """Commits and aborts :class:`KafkaCommittable` s through a :class:`KafkaAdmin` (driver side)."""
+    """Commits and aborts :class:`KafkaCommittable` s through a :class:`KafkaAdmin` (driver side).
 
-    def __init__(self, admin: KafkaAdmin, attempts: int, backoff_ms: int) -> None:
+    Args:
+        admin: the driver's transaction calls.
+        attempts: EndTxn(abort) attempts on transient errors.
+        backoff_ms: first backoff between them, ms.
+        transaction_timeout_ms: the sink's ``transaction.timeout.ms``: a committed transaction's
+            marker lies within it of ``opened_ms`` (plus :data:`CLOCK_SKEW_MS`).
+    """
+
+    def __init__(
+        self, admin: KafkaAdmin, attempts: int, backoff_ms: int, transaction_timeout_ms: int
+    ) -> None:
         self._admin = admin
         self._attempts = attempts
         self._backoff_ms = backoff_ms
+        self._transaction_timeout_ms = transaction_timeout_ms
 
     def commit(self, c: KafkaCommittable) -> CommitOutcome:
         """One commit attempt. Never raises for network trouble (RETRY); see the module table."""
@@ -156,10 +204,12 @@ class KafkaCommitter:
                 log.info("already committed %s", _kv(c))
                 return before
             code = self._admin.end_txn(c.transactional_id, c.producer_id, c.producer_epoch, commit=True)
-            after = None
+            after = marker = None
             if classify_end_txn(code) is EndTxnVerdict.CHECK_STATE:
                 after = self._admin.describe_transaction(c.transactional_id)
-            outcome = outcome_of_end_txn(code, after, c)
+                if outcome_before_end_txn(after, c) is None and coordinator_forgot(after, c):
+                    marker = self._marker(c)
+            outcome = outcome_of_end_txn(code, after, c, marker)
         except NETWORK_ERRORS as e:  # the admin re-finds the coordinator on the next attempt
             log.warning("commit needs retry %s error=%s", _kv(c), e)
             return CommitOutcome.RETRY
@@ -169,6 +219,21 @@ class KafkaCommitter:
         level = logging.INFO if outcome.is_success or outcome is CommitOutcome.RETRY else logging.ERROR
         log.log(level, "end_txn(commit) %s error_code=%d outcome=%s", _kv(c), code, outcome.name)
         return outcome
+
+    def _marker(self, c: KafkaCommittable) -> bool | None:
+        """``c``'s marker in the log (True: COMMIT), or ``None`` when it cannot be searched or found.
+
+        Raises:
+            one of ``NETWORK_ERRORS`` (a RETRY), kafka-python errors (FATAL).
+        """
+        where = marker_partition(c)
+        if where is None or c.opened_ms is None:
+            return None
+        since = c.opened_ms - CLOCK_SKEW_MS
+        until = c.opened_ms + self._transaction_timeout_ms + CLOCK_SKEW_MS
+        found = self._admin.transaction_outcome(*where, c.producer_id, c.producer_epoch, since, until)
+        log.info("transaction marker searched %s partition=%s found=%s", _kv(c), where, found)
+        return found
 
     def abort(self, c: KafkaCommittable) -> None:
         """Abort with EndTxn(abort) and the recorded producer id/epoch, retrying transient errors.

@@ -303,6 +303,9 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         with self._connect_lock:
             if self._committer is None:
                 self._committer = KafkaCommitter(
-                    admin, self.config.connect_attempts, self.config.connect_backoff_ms
+                    admin,
+                    self.config.connect_attempts,
+                    self.config.connect_backoff_ms,
+                    self.config.transaction_timeout_ms,
                 )
             return self._committer

@@ -4,9 +4,11 @@
 the admin decides which broker to ask (it caches each transactional id's coordinator and
 re-finds it after NOT_COORDINATOR and friends); a transport only sends one request to one broker
 and returns the answer. :class:`KafkaPythonTransport` sends kafka-python's own request classes
-(``FindCoordinatorRequest``, ``EndTxnRequest``, ``DescribeTransactionsRequest``) through its
-connection manager, and uses ``KafkaAdminClient`` for ListTransactions, DescribeConfigs and
-CreateTopics. No wire encoding here. Tests answer the same protocol with a model of the
+(``FindCoordinatorRequest``, ``EndTxnRequest``, ``DescribeTransactionsRequest``, and
+``ListOffsetsRequest`` and ``FetchRequest`` to find a transaction's marker in a partition's log)
+through its connection manager, and uses ``KafkaAdminClient`` for ListTransactions, DescribeConfigs
+and CreateTopics. No wire encoding here: record batches are parsed by kafka-python's
+``MemoryRecords``. Tests answer the same protocol with a model of the
 transaction coordinator (``tests/support/kafka_model.py``).
 """
 
@@ -21,13 +23,20 @@ from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.net.compat import KafkaNetClient
 from kafka.protocol.admin.transactions import DescribeTransactionsRequest
+from kafka.protocol.consumer.fetch import FetchRequest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata import CoordinatorType, FindCoordinatorRequest
 from kafka.protocol.producer.transaction import EndTxnRequest
+from kafka.record import MemoryRecords
 
 END_TXN_MIN_VERSION = 3
 END_TXN_MAX_VERSION = 4
 """EndTxn v3/v4: transaction version 1 semantics (KIP-98), which librdkafka's transactions use.
 v5+ is KIP-890's TV2, where the coordinator bumps the epoch on every EndTxn."""
+FETCH_BYTES = 4 * 1024 * 1024
+"""Bytes one Fetch of a marker search asks for (ms-scale on a local broker)."""
+MARKER_SCAN_BYTES = 256 * 1024 * 1024
+"""How much of a partition's log a marker search reads at most before it answers "not found"."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,25 @@ class TransactionTransport(Protocol):
 
         Raises:
             kafka.errors.UnsupportedVersionError / IncompatibleBrokerVersion: brokers < 3.0.
+        """
+        ...
+
+    def transaction_outcome(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
+    ) -> bool | None:
+        """The marker producer ``producer_id``/``producer_epoch``'s transaction left in
+        ``topic[partition]`` (KIP-98: EndTxn writes a COMMIT or ABORT control record to every
+        partition the transaction wrote). The log is read from its first record at or after
+        ``since_ms`` (read_uncommitted, so that aborted data and markers are seen).
+
+        Returns:
+            True for a COMMIT marker, False for an ABORT marker, ``None`` when none is found before
+            the end of the log, before a marker appended after ``until_ms``, or within
+            :data:`MARKER_SCAN_BYTES` (deleted by retention or compaction, another topic of the same
+            name, or not written yet).
+
+        Raises:
+            one of ``admin.NETWORK_ERRORS``; kafka.errors for authorization and other broker errors.
         """
         ...
 
@@ -205,6 +233,81 @@ class KafkaPythonTransport:
             for t in rows
         ]
 
+    def transaction_outcome(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
+    ) -> bool | None:
+        leader = self._leader(topic, partition)
+        manager = self._client._manager
+
+        async def first_offset() -> int:
+            request = ListOffsetsRequest(
+                replica_id=-1,
+                isolation_level=0,
+                topics=[
+                    ListOffsetsRequest.ListOffsetsTopic(
+                        name=topic,
+                        partitions=[
+                            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                                partition_index=partition, current_leader_epoch=-1, timestamp=since_ms
+                            )
+                        ],
+                    )
+                ],
+                min_version=1,
+            )
+            response = await manager.send(request, node_id=leader)
+            (answer,) = [p for t in response.topics for p in t.partitions]
+            _raise_for(answer.error_code, f"ListOffsets({topic}[{partition}], {since_ms})")
+            return int(answer.offset)
+
+        async def fetch(offset: int) -> tuple[bytes, int]:
+            part = FetchRequest.FetchTopic.FetchPartition(
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=FETCH_BYTES,
+            )
+            request = FetchRequest(
+                replica_id=-1,
+                max_wait_ms=0,
+                min_bytes=0,
+                max_bytes=FETCH_BYTES,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
+                forgotten_topics_data=[],
+                rack_id="",
+                min_version=4,
+                max_version=12,
+            )
+            response = await manager.send(request, node_id=leader)
+            (answer,) = [p for t in response.responses for p in t.partitions]
+            _raise_for(answer.error_code, f"Fetch({topic}[{partition}]@{offset})")
+            return bytes(answer.records or b""), int(answer.high_watermark)
+
+        offset = int(self._run(first_offset))
+        if offset < 0:  # no record at or after since_ms
+            return None
+        scanned = 0
+        while scanned < MARKER_SCAN_BYTES:
+            data, high_watermark = self._run(fetch, offset)
+            found, offset, stop = marker_in(data, producer_id, producer_epoch, until_ms, offset)
+            if found is not None or stop or offset >= high_watermark or not data:
+                return found
+            scanned += len(data)
+        return None
+
+    def _leader(self, topic: str, partition: int) -> int:
+        (described,) = self._client.describe_topics([topic])
+        _raise_for(described["error_code"], f"Metadata({topic!r})")
+        for p in described["partitions"]:
+            if p["partition_index"] == partition:
+                return int(p["leader_id"])
+        raise kerrors.UnknownTopicOrPartitionError(f"{topic}[{partition}]")
+
     # --- configuration and topics (start-up checks) ------------------------------------------
 
     def broker_ids(self) -> list[int]:
@@ -246,3 +349,35 @@ class KafkaPythonTransport:
                 {topic: {"num_partitions": partitions, "replication_factor": replication_factor}},
                 wait_for_metadata=True,
             )
+
+
+def marker_in(
+    data: bytes, producer_id: int, producer_epoch: int, until_ms: int, offset: int
+) -> tuple[bool | None, int, bool]:
+    """Look through one Fetch answer's record batches for the marker of ``producer_id``/
+    ``producer_epoch`` (see :meth:`TransactionTransport.transaction_outcome`).
+
+    Returns:
+        (True for COMMIT, False for ABORT or ``None``; the offset to fetch next; True when a
+        marker of another transaction was appended after ``until_ms``, so that the sought one
+        cannot come later). Batches below ``offset`` (a Fetch may start mid-batch) are skipped.
+    """
+    records = MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        if batch.next_offset <= offset:
+            continue
+        offset = batch.next_offset
+        if not batch.is_control_batch:
+            continue
+        if batch.producer_id == producer_id and batch.producer_epoch == producer_epoch:
+            for control in batch:
+                return bool(control.commit), offset, True
+        if batch.max_timestamp > until_ms:  # markers carry the broker's append time
+            return None, offset, True
+    return None, offset, False
+
+
+def _raise_for(error_code: int, what: str) -> None:
+    error = kerrors.for_code(error_code)
+    if error is not kerrors.NoError:
+        raise error(what)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +92,9 @@ class KafkaTransaction:
         self.batch_count = 0
         self.producer_id = -1
         self.producer_epoch = -1
+        self.opened_ms = int(time.time() * 1000)
+        """Wall-clock ms before ``init_transactions``: no record or marker of this transaction is
+        older (up to clock skew between executor and broker)."""
         self.max_record_bytes = max_record_bytes
         self._producer: Producer | None = producer
         self._stats = stats
@@ -411,6 +415,7 @@ class KafkaTransaction:
             topic_partitions=partitions,
             record_count=self.record_count,
             checkpoint_id=self.ctx.checkpoint_id,
+            opened_ms=self.opened_ms,
         )
         self.state = TxnState.PRE_COMMITTED
         self._release()  # destroying the producer leaves the transaction open

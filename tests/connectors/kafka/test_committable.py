@@ -31,11 +31,11 @@ def test_round_trip(c: KafkaCommittable) -> None:
 
 
 def test_payload_shape_is_versioned_json_without_secrets() -> None:
-    c = KafkaCommittable("p-s-0-1", 7, 3, (("t", 0), ("t", 2)), 10, 5)
+    c = KafkaCommittable("p-s-0-1", 7, 3, (("t", 0), ("t", 2)), 10, 5, opened_ms=1_700_000_000_000)
     payload = CODEC.to_json(c)
     assert payload == {
         "kind": "kafka.transaction",
-        "version": 1,
+        "version": 2,
         "body": {
             "transactional_id": "p-s-0-1",
             "producer_id": 7,
@@ -43,6 +43,7 @@ def test_payload_shape_is_versioned_json_without_secrets() -> None:
             "topic_partitions": [["t", 0], ["t", 2]],
             "record_count": 10,
             "checkpoint_id": 5,
+            "opened_ms": 1_700_000_000_000,
         },
     }
 
@@ -51,7 +52,7 @@ def test_payload_shape_is_versioned_json_without_secrets() -> None:
     "payload",
     [
         {"kind": "s3.upload", "version": 1, "body": {}},
-        {"kind": "kafka.transaction", "version": 2, "body": {}},
+        {"kind": "kafka.transaction", "version": 3, "body": {}},
         {"kind": "kafka.transaction", "version": 1, "body": {"transactional_id": "x"}},
         {
             "kind": "kafka.transaction",

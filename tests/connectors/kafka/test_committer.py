@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import kafka.errors as kerrors
 import pytest
 
 from twophase.connectors.kafka import KafkaCommittable
 from twophase.connectors.kafka.admin import TransactionSnapshot
+from twophase.connectors.kafka.committable import CODEC
 from twophase.connectors.kafka.committer import (
+    CLOCK_SKEW_MS,
     EndTxnVerdict,
     KafkaCommitter,
     KafkaErrorCode,
     classify_end_txn,
+    coordinator_forgot,
+    marker_partition,
     outcome_after_rejection,
     outcome_before_end_txn,
     outcome_of_end_txn,
@@ -108,7 +114,7 @@ class FakeCoordinator:
 
 def test_commit_then_recommit_is_already_committed() -> None:
     fake = FakeCoordinator()
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.COMMITTED
     assert committer.commit(C) is CommitOutcome.ALREADY_COMMITTED
     assert fake.end_txn_calls == [True]
@@ -117,7 +123,7 @@ def test_commit_then_recommit_is_already_committed() -> None:
 def test_not_coordinator_is_retry() -> None:
     # re-finding the coordinator is the admin's part (tests/connectors/kafka/test_admin.py)
     fake = FakeCoordinator(script=[KafkaErrorCode.NOT_COORDINATOR])
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.RETRY
     assert committer.commit(C) is CommitOutcome.COMMITTED
     assert fake.end_txn_calls == [True, True]
@@ -125,26 +131,26 @@ def test_not_coordinator_is_retry() -> None:
 
 def test_network_failure_is_retry_never_lost() -> None:
     fake = FakeCoordinator(script=[kerrors.KafkaConnectionError("down")])
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.RETRY
     assert committer.commit(C) is CommitOutcome.COMMITTED
 
 
 def test_timed_out_transaction_is_lost() -> None:
     fake = FakeCoordinator(state="CompleteAbort", epoch=4)  # the coordinator bumped the epoch
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.LOST
 
 
 def test_abort_is_idempotent_and_never_touches_newer_epochs() -> None:
     fake = FakeCoordinator()
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1)  # type: ignore[arg-type]
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
     committer.abort(C)
     assert fake.state == "CompleteAbort"
     committer.abort(C)
     assert fake.end_txn_calls == [False]
     newer = FakeCoordinator(state="Ongoing", epoch=9)
-    KafkaCommitter(newer, attempts=3, backoff_ms=1).abort(C)  # type: ignore[arg-type]
+    KafkaCommitter(newer, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000).abort(C)  # type: ignore[arg-type]
     assert newer.state == "Ongoing" and newer.end_txn_calls == []
 
 
@@ -152,10 +158,95 @@ def test_abort_retries_transient_errors() -> None:
     fake = FakeCoordinator(
         script=[KafkaErrorCode.CONCURRENT_TRANSACTIONS, KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
     )
-    KafkaCommitter(fake, attempts=5, backoff_ms=1).abort(C)  # type: ignore[arg-type]
+    KafkaCommitter(fake, attempts=5, backoff_ms=1, transaction_timeout_ms=60_000).abort(C)  # type: ignore[arg-type]
     assert fake.end_txn_calls == [False, False, False]
 
 
 def test_authorization_failure_is_fatal_not_an_exception() -> None:
     fake = FakeCoordinator(script=[kerrors.TransactionalIdAuthorizationFailedError("denied")])
-    assert KafkaCommitter(fake, attempts=3, backoff_ms=1).commit(C) is CommitOutcome.FATAL  # type: ignore[arg-type]
+    assert (
+        KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000).commit(C)
+        is CommitOutcome.FATAL
+    )  # type: ignore[arg-type]
+
+
+# -- the coordinator forgot the id: the log's marker decides (#26 item 2) -----------------------------
+
+OPENED = 1_700_000_000_000
+C2 = KafkaCommittable(
+    "p-s-0-1-0",
+    producer_id=7,
+    producer_epoch=3,
+    topic_partitions=(("t", -1), ("t", 2), ("u", 0)),
+    record_count=5,
+    checkpoint_id=1,
+    opened_ms=OPENED,
+)
+
+
+@pytest.mark.parametrize(
+    ("after", "marker", "outcome"),
+    [
+        (None, True, CommitOutcome.ALREADY_COMMITTED),  # the id expired after the commit
+        (snap("Ongoing", pid=8, epoch=0), True, CommitOutcome.ALREADY_COMMITTED),  # expired, then reused
+        (snap("CompleteCommit", epoch=4), True, CommitOutcome.ALREADY_COMMITTED),  # a later epoch
+        (None, False, CommitOutcome.LOST),  # aborted
+        (None, None, CommitOutcome.LOST),  # the log no longer tells
+        (snap("CompleteAbort"), None, CommitOutcome.LOST),
+    ],
+)
+def test_a_marker_in_the_log_decides_what_the_coordinator_forgot(
+    after: TransactionSnapshot | None, marker: bool | None, outcome: CommitOutcome
+) -> None:
+    assert outcome_of_end_txn(KafkaErrorCode.INVALID_PRODUCER_ID_MAPPING, after, C2, marker) is outcome
+
+
+def test_the_marker_is_searched_in_the_first_known_partition_from_the_opening() -> None:
+    assert marker_partition(C2) == ("t", 2)
+    assert marker_partition(C) is None  # a version 1 committable: no opening time
+    assert marker_partition(replace(C2, topic_partitions=(("t", -1),))) is None
+    assert coordinator_forgot(None, C2) and coordinator_forgot(snap("CompleteCommit", epoch=4), C2)
+    assert not coordinator_forgot(snap("CompleteAbort"), C2)
+
+
+class ForgetfulCoordinator(FakeCoordinator):
+    """The id expired (DescribeTransactions: unknown, EndTxn: INVALID_PRODUCER_ID_MAPPING); the log
+    still holds ``marker`` for the transaction."""
+
+    def __init__(self, marker: bool | None) -> None:
+        super().__init__()
+        self.marker = marker
+        self.searches: list[tuple[str, int, int, int, int, int]] = []
+
+    def describe_transaction(self, txn_id: str) -> TransactionSnapshot | None:
+        return None
+
+    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+        return KafkaErrorCode.INVALID_PRODUCER_ID_MAPPING
+
+    def transaction_outcome(
+        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
+    ) -> bool | None:
+        self.searches.append((topic, partition, producer_id, producer_epoch, since_ms, until_ms))
+        return self.marker
+
+
+def test_a_commit_whose_id_expired_is_already_committed_when_its_marker_is_in_the_log() -> None:
+    fake = ForgetfulCoordinator(marker=True)
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    assert committer.commit(C2) is CommitOutcome.ALREADY_COMMITTED
+    skew = CLOCK_SKEW_MS
+    assert fake.searches == [("t", 2, 7, 3, OPENED - skew, OPENED + 60_000 + skew)]
+    fake = ForgetfulCoordinator(marker=None)
+    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    assert committer.commit(C2) is CommitOutcome.LOST
+    assert committer.commit(C) is CommitOutcome.LOST  # version 1: nothing to search
+    assert len(fake.searches) == 1
+
+
+def test_a_version_1_committable_still_decodes() -> None:
+    payload = CODEC.to_json(C2)
+    payload["version"] = 1
+    del payload["body"]["opened_ms"]
+    assert CODEC.from_json(payload) == replace(C2, opened_ms=None)
+    assert CODEC.from_json(CODEC.to_json(C2)) == C2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from support.kafka.support import (
     create_topic,
@@ -17,6 +19,7 @@ from support.kafka.support import (
 )
 
 from twophase.connectors.kafka import KafkaSink
+from twophase.connectors.kafka.admin import KafkaAdmin
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.outcome import CommitOutcome
 
@@ -106,3 +109,40 @@ def test_empty_transaction_has_no_committable_and_leaves_nothing_open(kafka_boot
     sink.write(txn, pa.record_batch({"key": pa.array([], pa.string()), "value": pa.array([], pa.binary())}))
     assert sink.pre_commit(txn) is None
     assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == []
+
+
+def test_a_commit_the_coordinator_forgot_is_decided_by_its_marker_in_the_log(kafka_bootstrap: str) -> None:
+    """#26 item 2 on a real broker: once the coordinator no longer knows a transactional id (it
+    expired; here the committable names an id the broker never saw), the COMMIT or ABORT marker
+    that EndTxn wrote into the partition decides."""
+    topic, job = unique("marker"), unique("job")
+    create_topic(kafka_bootstrap, topic, partitions=2)
+    sink = KafkaSink("out", sink_config(kafka_bootstrap, topic, job))
+    try:
+        kept = write_one(sink, job, 1, 0, rows("kept", 200), num_partitions=2)
+        dropped = write_one(sink, job, 1, 1, rows("dropped", 200), num_partitions=2)
+        assert sink.commit(kept) is CommitOutcome.COMMITTED
+        sink.abort(dropped)
+        assert kept.opened_ms is not None and dropped.opened_ms is not None
+        forgotten = replace(kept, transactional_id=unique("forgotten"))
+        assert sink.recover_and_commit(forgotten) is CommitOutcome.ALREADY_COMMITTED
+        assert sink.recover_and_commit(replace(dropped, transactional_id=unique("forgotten"))) is (
+            CommitOutcome.LOST
+        )
+        # a committable of version 1 does not say where to look: LOST, as before
+        assert sink.recover_and_commit(replace(forgotten, opened_ms=None)) is CommitOutcome.LOST
+        admin = KafkaAdmin.connect(sink.config)
+        try:
+            (t, p) = next((t, p) for t, p in kept.topic_partitions if p >= 0)
+            since, until = kept.opened_ms - 60_000, kept.opened_ms + 600_000
+            pid, epoch = kept.producer_id, kept.producer_epoch
+            assert admin.transaction_outcome(t, p, pid, epoch, since, until) is True
+            assert admin.transaction_outcome(t, p, pid, epoch + 1, since, until) is None
+            assert admin.transaction_outcome(t, p, pid, epoch, until + 3_600_000, until + 7_200_000) is None
+        finally:
+            admin.close()
+        wait_until_stable(kafka_bootstrap, topic)
+        got = key_values(read_topic(kafka_bootstrap, topic, "read_committed"))
+        assert sorted(got) == sorted(expected("kept", 200))  # committed once, nothing of the aborted one
+    finally:
+        sink.close()
