@@ -31,7 +31,7 @@ Record = tuple[int, int, dict[str, object]]
 
 
 def snap(
-    *records: Record, in_progress: dict[int, dict[str, object]] | None = None, partitions: int = 2
+    *records: Record, in_progress: dict[int, JsonObject] | None = None, partitions: int = 2
 ) -> SinkSnapshot:
     return SinkSnapshot(
         partitions,
@@ -42,7 +42,7 @@ def snap(
 
 def test_held_is_every_committable_and_in_progress_state_of_the_given_checkpoints() -> None:
     a1, a2, b1 = comm("a1", 1), comm("a2", 2, 1), comm("b1", 1)
-    ip = {"file": "x"}
+    ip: JsonObject = {"file": "x"}
     checkpoints = [
         meta(1, {"a": snap((0, 1, a1)), "b": snap((0, 1, b1))}),
         meta(2, {"a": snap((0, 1, a1), (1, 2, a2), in_progress={1: ip}, partitions=5)}),
