@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "CheckpointConfig": "twophase.coordinator.checkpoint_state",
     "CommitPolicy": "twophase.coordinator.commit_policy",
     "RestartStrategy": "twophase.coordinator.restart",
+    "RestartKind": "twophase.coordinator.restart",
     "KafkaSink": "twophase.connectors.kafka",
     "KafkaSinkConfig": "twophase.connectors.kafka",
     "S3Sink": "twophase.connectors.s3",
@@ -61,6 +62,7 @@ __all__ = [
     "KafkaSinkConfig",
     "PostgresSink",
     "PostgresSinkConfig",
+    "RestartKind",
     "RestartStrategy",
     "RollingPolicy",
     "RuntimeConfig",
@@ -78,7 +80,7 @@ if TYPE_CHECKING:
     from twophase.coordinator.checkpoint_state import CheckpointConfig
     from twophase.coordinator.commit_policy import CommitPolicy
     from twophase.coordinator.job_lifecycle import JobState
-    from twophase.coordinator.restart import RestartStrategy
+    from twophase.coordinator.restart import RestartKind, RestartStrategy
     from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
     from twophase.coordinator.spark.handle import JobHandle
     from twophase.coordinator.spark.job import Job

@@ -53,12 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from twophase.connectors.delta.committable import CODEC as DELTA_CODEC
-from twophase.connectors.delta.committable import DeltaAddFile, DeltaCommittable
-from twophase.connectors.kafka.committable import CODEC as KAFKA_CODEC
-from twophase.connectors.kafka.committable import KafkaCommittable
-from twophase.connectors.s3.committable import COMMITTABLE_CODEC as S3_CODEC
-from twophase.connectors.s3.committable import PendingFile, S3Committable, UploadedPart
+from twophase.connectors.delta.internal.committable import CODEC as DELTA_CODEC
+from twophase.connectors.delta.internal.committable import DeltaAddFile, DeltaCommittable
+from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
+from twophase.connectors.kafka.internal.committable import KafkaCommittable
+from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC as S3_CODEC
+from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.metadata import CheckpointMetadata

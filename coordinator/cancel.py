@@ -31,7 +31,7 @@ from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metadata_cache import MetadataCache
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

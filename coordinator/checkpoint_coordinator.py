@@ -56,7 +56,7 @@ from twophase.coordinator.subtask_lifecycle import (
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import CheckpointNotPublishedError, ConfigError, IllegalTransitionError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

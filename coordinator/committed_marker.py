@@ -20,7 +20,7 @@ import logging
 import threading
 
 from twophase.coordinator.storage.base import CheckpointStorage
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

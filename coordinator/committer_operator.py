@@ -74,8 +74,8 @@ from twophase.sinks.errors import (
     ServiceUnavailableError,
     TransactionLostError,
 )
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from twophase.coordinator.lanes import group_lanes, run_lanes
 from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import WriterContext
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

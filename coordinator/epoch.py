@@ -32,7 +32,7 @@ from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import CommitWaitTimeoutError, ConfigError, JobError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.run_state import RunState

@@ -25,7 +25,7 @@ from twophase.coordinator.faults import fault_point
 from twophase.sinks.api import InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

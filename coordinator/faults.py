@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Final
 
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

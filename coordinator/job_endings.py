@@ -27,7 +27,7 @@ from twophase.coordinator.run_state import RunState
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import JobError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

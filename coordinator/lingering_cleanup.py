@@ -19,7 +19,7 @@ from twophase.coordinator.lingering import ALL_CHECKPOINTS, HeldCommittables, he
 from twophase.coordinator.metrics import SinkMetricsRecorder
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

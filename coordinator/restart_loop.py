@@ -21,7 +21,7 @@ from twophase.sinks.errors import (
     JobError,
     TransactionLostError,
 )
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.metrics import CheckpointMetrics

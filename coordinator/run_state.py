@@ -33,7 +33,7 @@ from twophase.coordinator.restart_loop import JobCanceledError
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import IllegalTransitionError, JobError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.runtime_config import RuntimeConfig

@@ -15,7 +15,7 @@ from typing import Any
 
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -4,15 +4,15 @@ For each connector the listing uses the same rules as the connector's own ``abor
 (its ``lingering`` module), without changing anything:
 
 - Kafka: ongoing transactions under ``<prefix>-<sink>-`` (ListTransactions, else probing the id
-  pool: :func:`twophase.connectors.kafka.lingering.list_ongoing`);
+  pool: :func:`twophase.connectors.kafka.internal.lingering.list_ongoing`);
 - S3: pending multipart uploads of this job's and sink's data keys under the sink's prefix, and
   tail objects under ``<prefix>/_twophase/<token>/tails/``;
 - Delta: this job's and sink's data files under the table root that no commit references
-  (:class:`twophase.connectors.delta.lingering.ReferenceIndex`);
+  (:class:`twophase.connectors.delta.internal.lingering.ReferenceIndex`);
 - PostgreSQL: this job's and sink's prepared transactions in ``pg_prepared_xacts`` (gids under
-  :func:`twophase.connectors.postgres.naming.gid_prefix`, the configured database's only);
+  :func:`twophase.connectors.postgres.internal.naming.gid_prefix`, the configured database's only);
 - Iceberg: this job's and sink's data files under its data prefix of the table's location that
-  no snapshot references (:mod:`twophase.connectors.iceberg.lingering`).
+  no snapshot references (:mod:`twophase.connectors.iceberg.internal.lingering`).
 
 Every item gets a status: ``lingering`` (no retained checkpoint or savepoint holds it: the sink's
 ``abort_lingering`` aborts or deletes it), ``held`` (a retained checkpoint or savepoint holds it:
@@ -150,8 +150,8 @@ def list_kafka(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
     Raises:
         ServiceUnavailableError: the brokers cannot be reached.
     """
-    from twophase.connectors.kafka import lingering, naming
-    from twophase.connectors.kafka.admin import KafkaAdmin
+    from twophase.connectors.kafka.internal import lingering, naming
+    from twophase.connectors.kafka.internal.admin import KafkaAdmin
 
     prefix = sink.config.prefix(scope.job_id)
     admin = KafkaAdmin.connect(sink.config)
@@ -177,8 +177,8 @@ def list_s3(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
         ServiceUnavailableError / ConfigError: S3 keeps failing or access is denied.
         CommittableDecodeError: a held in-progress state cannot be decoded.
     """
-    from twophase.connectors.s3 import lingering, naming
-    from twophase.connectors.s3.uploads import S3Ops, cached_client
+    from twophase.connectors.s3.internal import lingering, naming
+    from twophase.connectors.s3.internal.uploads import S3Ops, cached_client
 
     ops = S3Ops(cached_client(sink.config), sink.config)
     held = lingering.held_objects(scope)
@@ -204,9 +204,9 @@ def list_delta(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
     Raises:
         OSError / pyarrow errors: the table root cannot be listed.
     """
-    from twophase.connectors.delta import naming
-    from twophase.connectors.delta.filesystem import open_location
-    from twophase.connectors.delta.lingering import ReferenceIndex, load_table, own_files
+    from twophase.connectors.delta.internal import naming
+    from twophase.connectors.delta.internal.filesystem import open_location
+    from twophase.connectors.delta.internal.lingering import ReferenceIndex, load_table, own_files
 
     location = open_location(sink.config)
     token = naming.job_token(scope.job_id, scope.sink_name)
@@ -243,9 +243,9 @@ def list_postgres(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
     Raises:
         ServiceUnavailableError: the server cannot be reached (the message holds no password).
     """
-    from twophase.connectors.postgres import naming
-    from twophase.connectors.postgres.connection import connect
-    from twophase.connectors.postgres.lingering import prepared_transactions
+    from twophase.connectors.postgres.internal import naming
+    from twophase.connectors.postgres.internal.connection import connect
+    from twophase.connectors.postgres.internal.lingering import prepared_transactions
 
     prefix = naming.gid_prefix(scope.job_id, scope.sink_name)
     with connect(sink.config, autocommit=True) as conn:
@@ -279,10 +279,10 @@ def list_iceberg(sink: Any, scope: LingeringScope[Any], now_ms: int | None = Non
     """
     import time
 
-    from twophase.connectors.iceberg import naming
-    from twophase.connectors.iceberg.catalog import load_table, open_catalog
-    from twophase.connectors.iceberg.committer import referenced_paths
-    from twophase.connectors.iceberg.lingering import own_files
+    from twophase.connectors.iceberg.internal import naming
+    from twophase.connectors.iceberg.internal.catalog import load_table, open_catalog
+    from twophase.connectors.iceberg.internal.committer import referenced_paths
+    from twophase.connectors.iceberg.internal.lingering import own_files
 
     config = sink.config
     now = int(time.time() * 1000) if now_ms is None else now_ms

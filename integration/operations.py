@@ -32,7 +32,7 @@ from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import ConfigError, JobError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

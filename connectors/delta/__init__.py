@@ -9,8 +9,8 @@ Public API: :class:`DeltaSinkConfig`, :class:`DeltaSink` (with ``commit_checkpoi
 :class:`DeltaCommittable`, :class:`DeltaAddFile`.
 """
 
-from twophase.connectors.delta.committable import DeltaAddFile, DeltaCommittable
 from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.internal.committable import DeltaAddFile, DeltaCommittable
 from twophase.connectors.delta.sink import DeltaSink
 
 __all__ = ["DeltaAddFile", "DeltaCommittable", "DeltaSink", "DeltaSinkConfig"]

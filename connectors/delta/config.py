@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from twophase.connectors.delta.tls import trust_aws_ca_bundle_in_delta_rs
+from twophase.connectors.delta.internal.tls import trust_aws_ca_bundle_in_delta_rs
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
@@ -142,7 +142,7 @@ class DeltaSinkConfig:
         ``aws_conditional_put``. Contains secrets: never log the result.
 
         When ``AWS_CA_BUNDLE`` is set and the endpoint uses TLS, delta-rs is made to trust its CAs as well
-        (:func:`~twophase.connectors.delta.tls.trust_aws_ca_bundle_in_delta_rs`).
+        (:func:`~twophase.connectors.delta.internal.tls.trust_aws_ca_bundle_in_delta_rs`).
 
         Raises:
             ConfigError: ``AWS_CA_BUNDLE`` names no readable file.

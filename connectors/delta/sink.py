@@ -18,20 +18,25 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from twophase.connectors.delta import naming
-from twophase.connectors.delta.committable import CODEC, DeltaCommittable
-from twophase.connectors.delta.committer import DeltaCommitter
 from twophase.connectors.delta.config import DeltaSinkConfig
-from twophase.connectors.delta.filesystem import TableLocation, open_location
-from twophase.connectors.delta.lingering import ReferenceIndex, delete_unreferenced, load_table, own_files
-from twophase.connectors.delta.schema import delta_schema_json, new_columns, project_schema
-from twophase.connectors.delta.writer import DeltaFileWriter
+from twophase.connectors.delta.internal import naming
+from twophase.connectors.delta.internal.committable import CODEC, DeltaCommittable
+from twophase.connectors.delta.internal.committer import DeltaCommitter
+from twophase.connectors.delta.internal.filesystem import TableLocation, open_location
+from twophase.connectors.delta.internal.lingering import (
+    ReferenceIndex,
+    delete_unreferenced,
+    load_table,
+    own_files,
+)
+from twophase.connectors.delta.internal.schema import delta_schema_json, new_columns, project_schema
+from twophase.connectors.delta.internal.writer import DeltaFileWriter
 from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
+from twophase.sinks.internal.s3_access import denied_in_message
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.s3_access import denied_in_message
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +132,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
 
     def write(self, txn: DeltaTransaction, batch: pa.RecordBatch) -> None:
         """Append an Arrow batch, only ``config.columns`` of it (see
-        :class:`~twophase.connectors.delta.writer.DeltaFileWriter` for errors)."""
+        :class:`~twophase.connectors.delta.internal.writer.DeltaFileWriter` for errors)."""
         if txn.state != "open":
             raise IllegalTransitionError("delta transaction", txn.state, "write")
         txn.writer.write(batch)
@@ -170,7 +175,8 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         Idempotent (``ALREADY_COMMITTED`` when the table's ``txn`` version for the appId is ≥
         ``checkpoint_id``), so it also serves recovery. Call it per completed checkpoint in
         increasing checkpoint order with all the checkpoint's committables of this sink. See
-        :meth:`twophase.connectors.delta.committer.DeltaCommitter.commit_checkpoint` for the outcomes.
+        :meth:`twophase.connectors.delta.internal.committer.DeltaCommitter.commit_checkpoint` for
+        the outcomes.
         """
         return DeltaCommitter(self.config, self.name).commit_checkpoint(checkpoint_id, committables)
 
@@ -223,7 +229,8 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         that neither ``scope.held`` nor any commit references; return how many were deleted.
 
         Files are recognised by the job/sink token in their names (``naming``); other writers'
-        files never match. See :mod:`twophase.connectors.delta.lingering` for how "referenced" is decided.
+        files never match. See :mod:`twophase.connectors.delta.internal.lingering` for how
+        "referenced" is decided.
         """
         location = self._location()
         token = naming.job_token(scope.job_id, scope.sink_name)

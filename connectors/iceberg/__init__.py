@@ -10,8 +10,8 @@ Public API: :class:`IcebergSinkConfig`, :class:`IcebergSink`, :class:`IcebergCom
 :class:`IcebergDataFile`.
 """
 
-from twophase.connectors.iceberg.committable import IcebergCommittable, IcebergDataFile
 from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.connectors.iceberg.internal.committable import IcebergCommittable, IcebergDataFile
 from twophase.connectors.iceberg.sink import IcebergSink
 
 __all__ = ["IcebergCommittable", "IcebergDataFile", "IcebergSink", "IcebergSinkConfig"]

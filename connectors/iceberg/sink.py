@@ -5,7 +5,7 @@ with pyarrow under the job's data prefix of the table's location and pre-commits
 as an :class:`IcebergCommittable`. Iceberg needs ONE snapshot per checkpoint holding every
 subtask's files, so the coordinator commits through :meth:`IcebergSink.commit_checkpoint`: one
 fast append whose snapshot summary records the job, sink and checkpoint id, which makes the
-commit idempotent (:mod:`twophase.connectors.iceberg.committer`). Nothing is visible to readers
+commit idempotent (:mod:`twophase.connectors.iceberg.internal.committer`). Nothing is visible to readers
 before that snapshot: Iceberg readers see only files a snapshot's manifests list.
 """
 
@@ -24,18 +24,23 @@ from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
 from pyiceberg.table import Table
 from pyiceberg.transforms import parse_transform
 
-from twophase.connectors.iceberg import naming
-from twophase.connectors.iceberg.catalog import CatalogFactory, load_table, open_catalog, require_table
-from twophase.connectors.iceberg.committable import CODEC, IcebergCommittable
-from twophase.connectors.iceberg.committer import IcebergCommitter, last_committed, referenced_paths
 from twophase.connectors.iceberg.config import IcebergSinkConfig
-from twophase.connectors.iceberg.lingering import delete_files, delete_lingering, own_files
-from twophase.connectors.iceberg.writer import IcebergFileWriter, project, unsupported_transforms
+from twophase.connectors.iceberg.internal import naming
+from twophase.connectors.iceberg.internal.catalog import (
+    CatalogFactory,
+    load_table,
+    open_catalog,
+    require_table,
+)
+from twophase.connectors.iceberg.internal.committable import CODEC, IcebergCommittable
+from twophase.connectors.iceberg.internal.committer import IcebergCommitter, last_committed, referenced_paths
+from twophase.connectors.iceberg.internal.lingering import delete_files, delete_lingering, own_files
+from twophase.connectors.iceberg.internal.writer import IcebergFileWriter, project, unsupported_transforms
 from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +138,8 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         )
 
     def write(self, txn: IcebergTransaction, batch: pa.RecordBatch) -> None:
-        """Append an Arrow batch (see :class:`~twophase.connectors.iceberg.writer.IcebergFileWriter`)."""
+        """Append an Arrow batch (see
+        :class:`~twophase.connectors.iceberg.internal.writer.IcebergFileWriter`)."""
         if txn.state != "open":
             raise IllegalTransitionError("iceberg transaction", txn.state, "write")
         txn.writer.write(batch)
@@ -178,7 +184,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
         Idempotent (``ALREADY_COMMITTED`` when a snapshot of this job and sink records the
         checkpoint or a later one), so it also serves recovery. See
-        :meth:`twophase.connectors.iceberg.committer.IcebergCommitter.commit_checkpoint`.
+        :meth:`twophase.connectors.iceberg.internal.committer.IcebergCommitter.commit_checkpoint`.
         """
         return IcebergCommitter(self.config, self.name, self.catalog_factory).commit_checkpoint(
             checkpoint_id, committables
@@ -233,7 +239,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         """Delete this job's and sink's data files of checkpoints ≤ ``scope.up_to_checkpoint`` that
         neither ``scope.held`` nor any snapshot references and that are older than
         ``lingering_grace_ms``; return how many were deleted
-        (:mod:`twophase.connectors.iceberg.lingering`).
+        (:mod:`twophase.connectors.iceberg.internal.lingering`).
         """
         with open_catalog(self.config, self.catalog_factory) as catalog:
             table = load_table(catalog, self.config)

@@ -12,8 +12,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from twophase.connectors.kafka import naming, oauth
-from twophase.connectors.kafka.security_settings import check_security_settings
+from twophase.connectors.kafka import oauth
+from twophase.connectors.kafka.internal import naming
+from twophase.connectors.kafka.internal.security_settings import check_security_settings
 from twophase.sinks.errors import ConfigError
 
 ConfigValue = str | int | float | bool
@@ -117,7 +118,7 @@ class KafkaSinkConfig:
         max_pending_checkpoints: the fewest checkpoints the pool must let await commit while the
             next epoch writes (1 with asynchronous commit). ``pool_size`` must be at least this
             plus 2; the runtime then holds an epoch back only as the pool needs, with
-            ``pool_size - 2`` pending (see :mod:`twophase.connectors.kafka.naming`).
+            ``pool_size - 2`` pending (see :mod:`twophase.connectors.kafka.internal.naming`).
         transaction_timeout_ms: librdkafka ``transaction.timeout.ms`` (ms). Must be at least
             ``max_epoch_ms + max_commit_delay_ms`` and at most the broker's
             ``transaction.max.timeout.ms`` (checked at start). The coordinator warns when a

@@ -1,10 +1,10 @@
 """The exactly-once Kafka sink: a TwoPhaseCommitSink over Kafka transactions (KIP-98).
 
-Executor side (:mod:`~twophase.connectors.kafka.writer`): a transactional producer per subtask on a pooled
-transactional id, pre-committed by flushing. Driver side (:mod:`~twophase.connectors.kafka.committer`,
-:mod:`~twophase.connectors.kafka.lingering`): EndTxn(commit) with the recorded producer id and epoch,
-and fence-aborting lingering transactions.
-"""
+Executor side (:mod:`~twophase.connectors.kafka.internal.writer`): a transactional producer per
+subtask on a pooled transactional id, pre-committed by flushing. Driver side
+(:mod:`~twophase.connectors.kafka.internal.committer`,
+:mod:`~twophase.connectors.kafka.internal.lingering`): EndTxn(commit) with the recorded producer id
+and epoch, and fence-aborting lingering transactions."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ import kafka.errors as kerrors
 import pyarrow as pa
 import tenacity
 
-from twophase.connectors.kafka import lingering, naming, security, serializers
-from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin
-from twophase.connectors.kafka.clients import ConfluentClients, KafkaClients
-from twophase.connectors.kafka.committable import CODEC, KafkaCommittable
-from twophase.connectors.kafka.committer import KafkaCommitter
 from twophase.connectors.kafka.config import KafkaSinkConfig
-from twophase.connectors.kafka.writer import KafkaTransaction
+from twophase.connectors.kafka.internal import lingering, naming, security, serializers
+from twophase.connectors.kafka.internal.admin import NETWORK_ERRORS, KafkaAdmin
+from twophase.connectors.kafka.internal.clients import ConfluentClients, KafkaClients
+from twophase.connectors.kafka.internal.committable import CODEC, KafkaCommittable
+from twophase.connectors.kafka.internal.committer import KafkaCommitter
+from twophase.connectors.kafka.internal.writer import KafkaTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError, ServiceUnavailableError
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def commit(self, committable: KafkaCommittable) -> CommitOutcome:
         """EndTxn(commit) with the recorded id, producer id and epoch.
 
-        See :mod:`~twophase.connectors.kafka.committer` for the outcomes; unreachable brokers give RETRY.
+        See :mod:`~twophase.connectors.kafka.internal.committer` for the outcomes; unreachable
+        brokers give RETRY.
         """
         try:
             return self._the_committer().commit(committable)

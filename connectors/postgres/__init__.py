@@ -9,8 +9,8 @@ needs ``max_prepared_transactions`` > 0.
 Public API: :class:`PostgresSinkConfig`, :class:`PostgresSink`, :class:`PostgresCommittable`.
 """
 
-from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
+from twophase.connectors.postgres.internal.committable import PostgresCommittable
 from twophase.connectors.postgres.sink import PostgresSink
 
 __all__ = ["PostgresCommittable", "PostgresSink", "PostgresSinkConfig"]

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from twophase.connectors.postgres.sink import PostgresSink
 from twophase.sinks.errors import ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """The exactly-once PostgreSQL sink: a TwoPhaseCommitSink over prepared transactions (psycopg 3).
 
-Executor side (:mod:`~twophase.connectors.postgres.writer`): one database transaction per subtask
+Executor side (:mod:`~twophase.connectors.postgres.internal.writer`): one database transaction per subtask
 and checkpoint, rows in by binary COPY, pre-committed with ``PREPARE TRANSACTION '<gid>'``.
-Driver side (:mod:`~twophase.connectors.postgres.committer`,
-:mod:`~twophase.connectors.postgres.lingering`): ``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` and
+Driver side (:mod:`~twophase.connectors.postgres.internal.committer`,
+:mod:`~twophase.connectors.postgres.internal.lingering`): ``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` and
 the lingering prepared transactions of ``pg_prepared_xacts``. PostgreSQL docs: "PREPARE
 TRANSACTION", "COMMIT PREPARED", "ROLLBACK PREPARED", "pg_prepared_xacts".
 """
@@ -18,24 +18,24 @@ import pyarrow as pa
 import tenacity
 from psycopg import sql
 
-from twophase.connectors.postgres import lingering, naming, seal
-from twophase.connectors.postgres.committable import CODEC, PostgresCommittable
-from twophase.connectors.postgres.committer import PostgresCommitter
 from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.connection import (
+from twophase.connectors.postgres.internal import lingering, naming, seal
+from twophase.connectors.postgres.internal.committable import CODEC, PostgresCommittable
+from twophase.connectors.postgres.internal.committer import PostgresCommitter
+from twophase.connectors.postgres.internal.connection import (
     Connector,
     connect,
     ensure_commit_table,
     error_text,
     require_prepared_transactions,
 )
-from twophase.connectors.postgres.schema import WritePlan, build_plan
-from twophase.connectors.postgres.writer import PostgresTransaction
+from twophase.connectors.postgres.internal.schema import WritePlan, build_plan
+from twophase.connectors.postgres.internal.writer import PostgresTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError, ServiceUnavailableError
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     ) -> None:
         """Seal the acknowledged gids, then check that each is still a prepared transaction
         (nothing rolled it back meanwhile). Once sealed, no attempt of their subtasks rolls them
-        back (:mod:`~twophase.connectors.postgres.seal`; #26 item 4): the runtime calls this after
+        back (:mod:`~twophase.connectors.postgres.internal.seal`; #26 item 4): the runtime calls this after
         every acknowledgement arrived and before it publishes the checkpoint.
 
         Raises:
@@ -202,7 +202,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
             )
 
     def commit(self, committable: PostgresCommittable) -> CommitOutcome:
-        """COMMIT PREPARED, idempotent (see :mod:`~twophase.connectors.postgres.committer` for the
+        """COMMIT PREPARED, idempotent (see :mod:`~twophase.connectors.postgres.internal.committer` for the
         outcomes); an unreachable server gives RETRY."""
         return PostgresCommitter(self.config, self.name, self.connector).commit(committable)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from twophase.connectors.s3.naming import normalize_prefix, validate_bucket
+from twophase.connectors.s3.internal.naming import normalize_prefix, validate_bucket
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 

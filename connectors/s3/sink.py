@@ -23,17 +23,17 @@ from collections.abc import Sequence
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
-from twophase.connectors.s3 import committer, lingering
-from twophase.connectors.s3.committable import (
+from twophase.connectors.s3.config import S3SinkConfig
+from twophase.connectors.s3.internal import committer, lingering
+from twophase.connectors.s3.internal.committable import (
     COMMITTABLE_CODEC,
     IN_PROGRESS_CODEC,
     S3Committable,
     UploadedPart,
 )
-from twophase.connectors.s3.config import S3SinkConfig
-from twophase.connectors.s3.formats import validate_schema
-from twophase.connectors.s3.uploads import ClientFactory, S3Ops, cached_client
-from twophase.connectors.s3.writer import Clock, S3Transaction, wall_clock_ms
+from twophase.connectors.s3.internal.formats import validate_schema
+from twophase.connectors.s3.internal.uploads import ClientFactory, S3Ops, cached_client
+from twophase.connectors.s3.internal.writer import Clock, S3Transaction, wall_clock_ms
 from twophase.sinks.api import InProgressSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError

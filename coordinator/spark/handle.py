@@ -24,7 +24,7 @@ from twophase.coordinator.spark.tasks import run_spark_epoch
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, JobError, TwoPhaseError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -21,7 +21,7 @@ from twophase.coordinator.epoch import run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.spark.results import EpochMetrics
 from twophase.sinks.context import JsonObject
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

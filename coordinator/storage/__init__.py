@@ -21,8 +21,8 @@ from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.storage.layout import validate_job_id
 from twophase.coordinator.storage.local import LocalCheckpointStorage, local_path
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.s3_options import S3Options
-from twophase.sinks.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -16,7 +16,7 @@ from twophase.sinks.errors import (
     ConfigError,
     CorruptCheckpointError,
 )
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -55,8 +55,8 @@ from twophase.sinks.errors import (
     ConfigError,
     CorruptCheckpointError,
 )
-from twophase.sinks.s3_access import access_denied, denied_delete
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.s3_access import access_denied, denied_delete
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

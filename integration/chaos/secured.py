@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from confluent_kafka.admin._acl import AclOperation
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
-from twophase.connectors.kafka.naming import default_prefix
+from twophase.connectors.kafka.internal.naming import default_prefix
 from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
 from twophase.integration.readback import GROUP_PREFIX

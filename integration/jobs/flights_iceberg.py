@@ -199,7 +199,7 @@ def create_table(spec: FlightsJobSpec, endpoint: IcebergEndpoint) -> None:
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import IdentityTransform
 
-    from twophase.connectors.iceberg.catalog import open_catalog
+    from twophase.connectors.iceberg.internal.catalog import open_catalog
 
     config = sink_config(spec, endpoint)
     if config.catalog_scheme == "file":

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
-from twophase.connectors.postgres.naming import gid_prefix
+from twophase.connectors.postgres.internal.naming import gid_prefix
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
 from twophase.integration.jobs.optional_sink import OptionalSink
 from twophase.integration.services.postgres import PostgresEndpoint

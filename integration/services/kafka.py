@@ -25,7 +25,7 @@ from twophase.integration.services.maven import JVM_DIR, resolve_jars
 from twophase.integration.services.process import HOST, ManagedProcess, wait_ready
 from twophase.integration.services.versions import KAFKA_VERSION
 from twophase.sinks.errors import ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from twophase.integration.services.cache import file_lock
 from twophase.sinks.errors import ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from twophase.integration.services.process import HOST, free_port
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

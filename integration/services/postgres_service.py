@@ -39,7 +39,7 @@ from twophase.integration.services.postgres import (
 from twophase.integration.services.process import pid_alive
 from twophase.integration.services.state import PROCESS_MARKERS, ServiceStatus, is_process, recorded_alive
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

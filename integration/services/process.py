@@ -23,7 +23,7 @@ from pathlib import Path
 import tenacity
 
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from twophase.integration.services.cache import cache_dir, file_lock
 from twophase.integration.services.process import HOST, ManagedProcess, wait_ready
 from twophase.integration.services.versions import MINIO_COMMIT, MINIO_MODULE, MINIO_MODULE_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -51,7 +51,7 @@ from twophase.integration.services.kafka import (
 )
 from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
 from twophase.sinks.errors import ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +350,7 @@ class SecuredKafka:
 
     def open_transactions(self, prefix: str) -> list[str]:
         """Ongoing transactional ids starting with ``prefix`` (ListTransactions as ``admin``)."""
-        from twophase.connectors.kafka.transport import KafkaPythonTransport
+        from twophase.connectors.kafka.internal.transport import KafkaPythonTransport
 
         transport = KafkaPythonTransport.connect(
             {

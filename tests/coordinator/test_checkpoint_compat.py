@@ -22,9 +22,9 @@ from support.fakes import (
 )
 from support.harness import TwoPhaseHarness, batch
 
-from twophase.connectors.delta.committable import CODEC as DELTA_CODEC
-from twophase.connectors.kafka.committable import CODEC as KAFKA_CODEC
-from twophase.connectors.s3.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
+from twophase.connectors.delta.internal.committable import CODEC as DELTA_CODEC
+from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
+from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from twophase.connectors.delta.committable import CODEC as DELTA_CODEC
-from twophase.connectors.delta.committable import DeltaAddFile, DeltaCommittable
-from twophase.connectors.kafka.committable import CODEC as KAFKA_CODEC
-from twophase.connectors.kafka.committable import KafkaCommittable
-from twophase.connectors.s3.committable import COMMITTABLE_CODEC as S3_CODEC
-from twophase.connectors.s3.committable import PendingFile, S3Committable, UploadedPart
+from twophase.connectors.delta.internal.committable import CODEC as DELTA_CODEC
+from twophase.connectors.delta.internal.committable import DeltaAddFile, DeltaCommittable
+from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
+from twophase.connectors.kafka.internal.committable import KafkaCommittable
+from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC as S3_CODEC
+from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.errors import CommittableDecodeError
 

@@ -96,10 +96,10 @@ from support.postgres_model import RESTART_POINTS
 from support.s3_model import client_error
 
 from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
-from twophase.connectors.iceberg.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID, SUMMARY_SINK
+from twophase.connectors.iceberg.internal.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID, SUMMARY_SINK
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
-from twophase.connectors.postgres.schema import WritePlan
+from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig

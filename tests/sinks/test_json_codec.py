@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twophase.connectors.kafka.serializers import payloads
+from twophase.connectors.kafka.internal.serializers import payloads
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.connectors.s3.formats import OutputBuffer, open_encoder
+from twophase.connectors.s3.internal.formats import OutputBuffer, open_encoder
 from twophase.sinks.json_codec import NonFiniteFloatError, encode_json
 
 UTC = dt.timezone.utc

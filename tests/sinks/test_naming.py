@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.sinks import naming
+from twophase.sinks.internal import naming
 
 
 def test_escape_path_name_matches_spark() -> None:

@@ -34,7 +34,7 @@ from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
     CheckpointStorageError,
 )
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

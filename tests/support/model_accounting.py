@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from twophase.connectors.s3.committable import IN_PROGRESS_CODEC
+from twophase.connectors.s3.internal.committable import IN_PROGRESS_CODEC
 from twophase.coordinator.storage.base import CheckpointStorage
 
 

@@ -21,7 +21,7 @@ connection (its ``connector``). It behaves like the server where exactly-once de
 - :attr:`PostgresModel.restart_at` restarts the server at the next operation of a kind, before it
   takes effect or after it did (the client then hears a broken connection: the outcome is
   unknown to it);
-- the seal table (:mod:`~twophase.connectors.postgres.seal`): rows inserted with autocommit,
+- the seal table (:mod:`~twophase.connectors.postgres.internal.seal`): rows inserted with autocommit,
   visible at once, durable.
 
 What it leaves out: locks, advisory ones included, which are always granted (the protocol test
@@ -42,7 +42,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from twophase.connectors.postgres.seal import SEAL_SUFFIX
+from twophase.connectors.postgres.internal.seal import SEAL_SUFFIX
 
 RESTART_POINTS = (
     "before:copy",

@@ -29,16 +29,16 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from twophase.connectors.delta import naming
-from twophase.connectors.delta.committable import DeltaCommittable
 from twophase.connectors.delta.config import DeltaSinkConfig
-from twophase.connectors.delta.filesystem import open_location
-from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT, load_table
-from twophase.connectors.delta.schema import fields_for, new_columns
+from twophase.connectors.delta.internal import naming
+from twophase.connectors.delta.internal.committable import DeltaCommittable
+from twophase.connectors.delta.internal.filesystem import open_location
+from twophase.connectors.delta.internal.lingering import META_APP_ID, META_CHECKPOINT, load_table
+from twophase.connectors.delta.internal.schema import fields_for, new_columns
 from twophase.sinks.errors import SchemaError
+from twophase.sinks.internal.s3_access import denied_in_message
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
-from twophase.sinks.s3_access import denied_in_message
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

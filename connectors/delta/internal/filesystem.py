@@ -13,9 +13,9 @@ import pyarrow.fs as pafs
 from botocore.exceptions import ClientError
 
 from twophase.connectors.delta.config import DeltaSinkConfig
-from twophase.connectors.delta.tls import aws_ca_bundle
+from twophase.connectors.delta.internal.tls import aws_ca_bundle
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.s3_access import access_denied, denied_delete
+from twophase.sinks.internal.s3_access import access_denied, denied_delete
 from twophase.sinks.s3_options import S3Options
 
 

@@ -27,10 +27,10 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from twophase.connectors.delta import naming
 from twophase.connectors.delta.config import DeltaSinkConfig
-from twophase.connectors.delta.filesystem import TableLocation
-from twophase.sinks.structured_log import log_event
+from twophase.connectors.delta.internal import naming
+from twophase.connectors.delta.internal.filesystem import TableLocation
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-from twophase.sinks.naming import hive_partition_path
+from twophase.sinks.internal.naming import hive_partition_path
 
 """Folder value of a null partition value (Hive, Spark, delta-spark)."""
 

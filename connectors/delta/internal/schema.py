@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import Schema
 
-from twophase.connectors.delta.partitions import check_partition_type
+from twophase.connectors.delta.internal.partitions import check_partition_type
 from twophase.sinks.errors import SchemaError
 
 

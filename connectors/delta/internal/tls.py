@@ -3,7 +3,7 @@
 boto3 reads ``AWS_CA_BUNDLE`` itself; the Delta sink's other clients do not:
 
 - pyarrow's S3 file system (the executors' data files) takes the bundle as ``tls_ca_file_path``
-  (:func:`aws_ca_bundle`, used by :func:`twophase.connectors.delta.filesystem.open_location`);
+  (:func:`aws_ca_bundle`, used by :func:`twophase.connectors.delta.internal.filesystem.open_location`);
 - delta-rs (the driver's log commits and reads) builds its TLS roots from ``SSL_CERT_FILE`` when
   it opens a table and has no option for a CA bundle. :func:`trust_aws_ca_bundle_in_delta_rs` sets
   ``SSL_CERT_FILE`` of this process to a bundle holding the CAs it trusted so far (the file
@@ -23,7 +23,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

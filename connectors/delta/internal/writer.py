@@ -18,17 +18,17 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from twophase.connectors.delta import naming
-from twophase.connectors.delta.committable import DeltaAddFile
 from twophase.connectors.delta.config import DeltaSinkConfig
-from twophase.connectors.delta.filesystem import TableLocation
-from twophase.connectors.delta.partitions import split_by_partition
-from twophase.connectors.delta.schema import delta_schema_json, project_schema, writable_schema
-from twophase.connectors.delta.stats import StatsCollector
+from twophase.connectors.delta.internal import naming
+from twophase.connectors.delta.internal.committable import DeltaAddFile
+from twophase.connectors.delta.internal.filesystem import TableLocation
+from twophase.connectors.delta.internal.partitions import split_by_partition
+from twophase.connectors.delta.internal.schema import delta_schema_json, project_schema, writable_schema
+from twophase.connectors.delta.internal.stats import StatsCollector
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, SchemaError, ServiceUnavailableError
-from twophase.sinks.s3_access import denied_in_message
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.s3_access import denied_in_message
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

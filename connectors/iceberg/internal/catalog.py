@@ -26,7 +26,7 @@ from pyiceberg.table import Table
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -32,12 +32,17 @@ from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import ancestors_of
 from sqlalchemy.exc import OperationalError
 
-from twophase.connectors.iceberg.catalog import CatalogFactory, error_line, open_catalog, require_table
-from twophase.connectors.iceberg.committable import IcebergCommittable, to_data_file
 from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.connectors.iceberg.internal.catalog import (
+    CatalogFactory,
+    error_line,
+    open_catalog,
+    require_table,
+)
+from twophase.connectors.iceberg.internal.committable import IcebergCommittable, to_data_file
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from twophase.connectors.iceberg import naming
-from twophase.sinks.s3_access import denied_delete
+from twophase.connectors.iceberg.internal import naming
+from twophase.sinks.internal.s3_access import denied_delete
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.s3_options import S3Options
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ Built on pyiceberg's own write path pieces (pyiceberg 0.12; they are what
 - ``ParquetFormatWriter`` writes the file through the table's FileIO and computes the column
   metrics (sizes, counts, bounds) the manifest entry needs.
 
-Paths come from :mod:`twophase.connectors.iceberg.naming`, not from the table's location
+Paths come from :mod:`twophase.connectors.iceberg.internal.naming`, not from the table's location
 provider, so that lingering cleanup finds every file of the job under one prefix.
 """
 
@@ -37,13 +37,13 @@ from pyiceberg.schema import Schema, sanitize_column_names
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 
-from twophase.connectors.iceberg import naming
-from twophase.connectors.iceberg.committable import IcebergDataFile, from_data_file
 from twophase.connectors.iceberg.config import IcebergSinkConfig
-from twophase.connectors.iceberg.lingering import delete_files
+from twophase.connectors.iceberg.internal import naming
+from twophase.connectors.iceberg.internal.committable import IcebergDataFile, from_data_file
+from twophase.connectors.iceberg.internal.lingering import delete_files
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import SchemaError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ what its answer means.
 
 :class:`KafkaAdmin` routes each call to the transactional id's coordinator. It caches the
 coordinator per id (FindCoordinator, key type transaction) and sends the request through a
-:class:`~twophase.connectors.kafka.transport.TransactionTransport` (kafka-python's own request
+:class:`~twophase.connectors.kafka.internal.transport.TransactionTransport` (kafka-python's own request
 classes; no wire encoding here). Reaching the brokers is retried with backoff (tenacity) and
 ends in ServiceUnavailableError.
 """
@@ -18,10 +18,10 @@ from typing import Any
 import kafka.errors as kerrors
 import tenacity
 
-from twophase.connectors.kafka.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
-from twophase.connectors.kafka.security import preflight
-from twophase.connectors.kafka.transport import TransactionTransport
+from twophase.connectors.kafka.internal.clients import ConfluentClients, KafkaClients
+from twophase.connectors.kafka.internal.security import preflight
+from twophase.connectors.kafka.internal.transport import TransactionTransport
 from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class KafkaAdmin:
         """Connect, retrying with exponential backoff (``connect_attempts``, ``connect_backoff_ms``).
 
         With the real clients and a TLS or SASL listener, librdkafka logs in once first
-        (:func:`~twophase.connectors.kafka.security.preflight`), so that a refused login or TLS
+        (:func:`~twophase.connectors.kafka.internal.security.preflight`), so that a refused login or TLS
         handshake is named instead of ending as a bootstrap timeout. ``sink`` names the sink in
         messages.
 
@@ -246,7 +246,7 @@ class KafkaAdmin:
     ) -> bool | None:
         """The COMMIT (True) or ABORT (False) marker of ``producer_id``/``producer_epoch`` in
         ``topic[partition]``, searched from ``since_ms`` on; ``None`` when none is found (see
-        :meth:`~twophase.connectors.kafka.transport.TransactionTransport.transaction_outcome`).
+        :meth:`~twophase.connectors.kafka.internal.transport.TransactionTransport.transaction_outcome`).
 
         Raises:
             one of :data:`NETWORK_ERRORS`; kafka-python errors for authorization and other failures.

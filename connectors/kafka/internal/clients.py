@@ -2,7 +2,7 @@
 transaction transport.
 
 :class:`ConfluentClients`, the default, makes confluent-kafka ``Producer`` s and a kafka-python
-:class:`~twophase.connectors.kafka.transport.KafkaPythonTransport`. A test passes another
+:class:`~twophase.connectors.kafka.internal.transport.KafkaPythonTransport`. A test passes another
 :class:`KafkaClients` (a model of the transaction coordinator) to run the sink's real code against
 it. The object is pickled to executors with the sink, so it holds no connection.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import Producer
 
-from twophase.connectors.kafka.transport import KafkaPythonTransport, TransactionTransport
+from twophase.connectors.kafka.internal.transport import KafkaPythonTransport, TransactionTransport
 
 if TYPE_CHECKING:
     from twophase.connectors.kafka.config import KafkaSinkConfig

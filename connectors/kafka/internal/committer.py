@@ -44,9 +44,9 @@ import logging
 import kafka.errors as kerrors
 import tenacity
 
-from twophase.connectors.kafka.admin import NETWORK_ERRORS, KafkaAdmin, TransactionSnapshot
-from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.errors import KafkaTransactionError
+from twophase.connectors.kafka.internal.admin import NETWORK_ERRORS, KafkaAdmin, TransactionSnapshot
+from twophase.connectors.kafka.internal.committable import KafkaCommittable
 from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 

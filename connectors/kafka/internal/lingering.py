@@ -31,13 +31,13 @@ from typing import Any
 import kafka.errors as kerrors
 from confluent_kafka import KafkaException, Producer
 
-from twophase.connectors.kafka import naming
-from twophase.connectors.kafka.admin import KafkaAdmin, TransactionSnapshot
-from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
+from twophase.connectors.kafka.internal import naming
+from twophase.connectors.kafka.internal.admin import KafkaAdmin, TransactionSnapshot
+from twophase.connectors.kafka.internal.committable import KafkaCommittable
 from twophase.sinks.context import LingeringScope
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError
 
 from twophase.connectors.kafka.errors import KafkaTransactionError
 from twophase.sinks.errors import RecordError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

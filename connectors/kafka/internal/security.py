@@ -4,7 +4,7 @@ The sink's security settings are librdkafka's (``security.protocol``, ``sasl.*``
 ``client_config``); :func:`~twophase.connectors.kafka.config.admin_security_config` translates
 them for the kafka-python admin client. Both client paths must log in the same way, so:
 
-- :func:`~twophase.connectors.kafka.security_settings.check_security_settings` refuses, when the
+- :func:`~twophase.connectors.kafka.internal.security_settings.check_security_settings` refuses, when the
   configuration is made, a security protocol or SASL mechanism neither client knows, and a
   PLAIN/SCRAM login without user or password;
 - :func:`preflight` logs in once with librdkafka on the driver before the admin client connects:
@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 
 from twophase.connectors.kafka import oauth
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
-from twophase.connectors.kafka.security_settings import mechanism_of, principal_of, protocol_of
+from twophase.connectors.kafka.internal.security_settings import mechanism_of, principal_of, protocol_of
 
 if TYPE_CHECKING:
     from twophase.connectors.kafka.config import ConfigValue, KafkaSinkConfig

@@ -1,6 +1,6 @@
 """The driver-side transaction calls, one request each, through kafka-python 3.x.
 
-:class:`TransactionTransport` is the seam under :class:`~twophase.connectors.kafka.admin.KafkaAdmin`:
+:class:`TransactionTransport` is the seam under :class:`~twophase.connectors.kafka.internal.admin.KafkaAdmin`:
 the admin decides which broker to ask (it caches each transactional id's coordinator and
 re-finds it after NOT_COORDINATOR and friends); a transport only sends one request to one broker
 and returns the answer. :class:`KafkaPythonTransport` sends kafka-python's own request classes

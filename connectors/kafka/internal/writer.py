@@ -3,7 +3,7 @@
 ``open`` → ``write`` (whole Arrow batches) → ``pre_commit`` (flush; the committable) — and never
 commit. The producer is then dropped: destroying a librdkafka producer leaves its transaction
 open (checked against a real broker in ``tests/integration/kafka/test_facts.py``), and the driver
-commits it with EndTxn (:mod:`twophase.connectors.kafka.committer`).
+commits it with EndTxn (:mod:`twophase.connectors.kafka.internal.committer`).
 
 librdkafka does not expose its producer id and epoch through an API; its statistics do (the
 ``eos`` object of STATISTICS.md, delivered to ``stats_cb`` from ``poll``). The writer reads them
@@ -33,11 +33,11 @@ import pyarrow.compute as pc
 import tenacity
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from twophase.connectors.kafka import naming, security, security_settings, serializers
-from twophase.connectors.kafka.committable import KafkaCommittable
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
-from twophase.connectors.kafka.producer_callbacks import (
+from twophase.connectors.kafka.internal import naming, security, security_settings, serializers
+from twophase.connectors.kafka.internal.committable import KafkaCommittable
+from twophase.connectors.kafka.internal.producer_callbacks import (
     ProducerErrors,
     ProducerLog,
     ProducerStatistics,

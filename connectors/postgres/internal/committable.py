@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from twophase.connectors.postgres import naming
+from twophase.connectors.postgres.internal import naming
 from twophase.sinks.codec import CommittableCodec
 
 

@@ -26,13 +26,13 @@ import logging
 import psycopg
 from psycopg import sql
 
-from twophase.connectors.postgres import seal
-from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.connection import Connector, connect, error_text
+from twophase.connectors.postgres.internal import seal
+from twophase.connectors.postgres.internal.committable import PostgresCommittable
+from twophase.connectors.postgres.internal.connection import Connector, connect, error_text
 from twophase.sinks.errors import ServiceUnavailableError
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class PostgresCommitter:
         config: where the prepared transactions live.
         sink_name: for log fields.
         connector: opens connections (default ``psycopg.connect``; see
-            :data:`~twophase.connectors.postgres.connection.Connector`).
+            :data:`~twophase.connectors.postgres.internal.connection.Connector`).
     """
 
     def __init__(

@@ -15,10 +15,10 @@ import psycopg
 import tenacity
 from psycopg import sql
 
-from twophase.connectors.postgres import seal
 from twophase.connectors.postgres.config import PostgresSinkConfig, redact_conninfo
+from twophase.connectors.postgres.internal import seal
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,8 @@ def ensure_commit_table(conn: psycopg.Connection[tuple[object, ...]], config: Po
 
     One row per prepared transaction, inserted inside it: visible once ``COMMIT PREPARED`` ran,
     gone with ``ROLLBACK PREPARED``. It is the durable evidence that tells ALREADY_COMMITTED from
-    LOST once a gid no longer exists. The seal table beside it is :mod:`~twophase.connectors.postgres.seal`'s.
+    LOST once a gid no longer exists. The seal table beside it is
+    :mod:`~twophase.connectors.postgres.internal.seal`'s.
 
     Raises:
         ConfigError: the role may not create it (names the privilege).

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import psycopg
 
-from twophase.connectors.postgres import naming, seal
-from twophase.connectors.postgres.committable import PostgresCommittable
-from twophase.connectors.postgres.committer import rollback_prepared
 from twophase.connectors.postgres.config import PostgresSinkConfig
+from twophase.connectors.postgres.internal import naming, seal
+from twophase.connectors.postgres.internal.committable import PostgresCommittable
+from twophase.connectors.postgres.internal.committer import rollback_prepared
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import ConcurrentAttemptError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def fence_earlier_attempts(
     for it until ``lock_timeout``. A sealed one belongs to a checkpoint the driver is publishing or
     has published: this attempt is then a zombie (#26 item 4), and rolling it back would lose a
     checkpoint's data. The check and the rollbacks run under the seal's advisory lock
-    (:mod:`~twophase.connectors.postgres.seal`).
+    (:mod:`~twophase.connectors.postgres.internal.seal`).
 
     Raises:
         ConcurrentAttemptError: one of them is sealed: this attempt must not begin (nothing was

@@ -1,7 +1,7 @@
 """The seal: prepared transactions of a checkpoint about to be published, which no attempt rolls back.
 
 A new attempt of a subtask rolls back what earlier attempts of it left prepared, because their row
-locks would block it (:func:`~twophase.connectors.postgres.lingering.fence_earlier_attempts`). That
+locks would block it (:func:`~twophase.connectors.postgres.internal.lingering.fence_earlier_attempts`). That
 is right for a retry and wrong for a zombie: an earlier stage attempt's task, or a speculative copy,
 that begins after the checkpoint holding the acknowledged attempt's transaction was published
 would roll that transaction back, and the restore would report it LOST (#26 item 4).

@@ -6,7 +6,7 @@ API, ``tpc_begin`` / ``tpc_prepare``):
 1. ``begin``: connect; roll back what earlier attempts of the same subtask left prepared (they
    hold the row locks of the keys this attempt writes again), unless the driver sealed one for
    publishing, which makes this attempt a zombie that must not begin (see
-   :func:`~twophase.connectors.postgres.lingering.fence_earlier_attempts`); ``tpc_begin(gid)``,
+   :func:`~twophase.connectors.postgres.internal.lingering.fence_earlier_attempts`); ``tpc_begin(gid)``,
    ``SET LOCAL lock_timeout``; in upsert mode create the staging table
    ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary tables cannot be
    prepared).
@@ -36,15 +36,15 @@ import pyarrow as pa
 from psycopg import sql
 from psycopg.copy import QueuedLibpqWriter
 
-from twophase.connectors.postgres import naming
-from twophase.connectors.postgres.committable import PostgresCommittable
 from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.connection import Connector, connect, error_text
-from twophase.connectors.postgres.lingering import fence_earlier_attempts
-from twophase.connectors.postgres.schema import WritePlan, build_plan
+from twophase.connectors.postgres.internal import naming
+from twophase.connectors.postgres.internal.committable import PostgresCommittable
+from twophase.connectors.postgres.internal.connection import Connector, connect, error_text
+from twophase.connectors.postgres.internal.lingering import fence_earlier_attempts
+from twophase.connectors.postgres.internal.schema import WritePlan, build_plan
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError, RecordError, SchemaError, ServiceUnavailableError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from collections.abc import Iterable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from twophase.connectors.s3.committable import PendingFile, S3Committable
-from twophase.connectors.s3.uploads import S3Ops, error_code, is_transient
+from twophase.connectors.s3.internal.committable import PendingFile, S3Committable
+from twophase.connectors.s3.internal.uploads import S3Ops, error_code, is_transient
 from twophase.sinks.errors import S3AccessDeniedError
+from twophase.sinks.internal.s3_access import access_denied
+from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
-from twophase.sinks.s3_access import access_denied
-from twophase.sinks.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

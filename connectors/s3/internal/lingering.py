@@ -20,12 +20,12 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from twophase.connectors.s3 import naming
-from twophase.connectors.s3.committable import IN_PROGRESS_CODEC, S3Committable
-from twophase.connectors.s3.uploads import ListedUpload, S3Ops
+from twophase.connectors.s3.internal import naming
+from twophase.connectors.s3.internal.committable import IN_PROGRESS_CODEC, S3Committable
+from twophase.connectors.s3.internal.uploads import ListedUpload, S3Ops
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import ConfigError, LingeringCleanupError
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from twophase.sinks import naming as sinks_naming
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.naming import HIVE_DEFAULT_PARTITION
+from twophase.sinks.internal import naming as sinks_naming
+from twophase.sinks.internal.naming import HIVE_DEFAULT_PARTITION
 
 TOKEN_HEX = 12
 """Length of :func:`job_token` (hex digits, 48 bits)."""

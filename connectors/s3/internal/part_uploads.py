@@ -16,8 +16,8 @@ import collections
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
-from twophase.connectors.s3.committable import UploadedPart
-from twophase.connectors.s3.uploads import S3Ops
+from twophase.connectors.s3.internal.committable import UploadedPart
+from twophase.connectors.s3.internal.uploads import S3Ops
 
 log = logging.getLogger(__name__)
 

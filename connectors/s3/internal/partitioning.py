@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from twophase.connectors.s3 import naming
+from twophase.connectors.s3.internal import naming
 from twophase.sinks.errors import RecordError
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 
-from twophase.connectors.s3.committable import InProgressFile
-from twophase.connectors.s3.uploads import S3Ops
+from twophase.connectors.s3.internal.committable import InProgressFile
+from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.context import WriterContext
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,11 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from twophase.connectors.s3.committable import UploadedPart
 from twophase.connectors.s3.config import S3SinkConfig
+from twophase.connectors.s3.internal.committable import UploadedPart
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError, TransactionLostError
-from twophase.sinks.s3_access import access_denied, denied_delete
-from twophase.sinks.structured_log import log_event
+from twophase.sinks.internal.s3_access import access_denied, denied_delete
+from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

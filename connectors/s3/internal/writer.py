@@ -28,16 +28,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-from twophase.connectors.s3 import naming
-from twophase.connectors.s3.committable import (
+from twophase.connectors.s3.config import S3SinkConfig
+from twophase.connectors.s3.internal import naming
+from twophase.connectors.s3.internal.committable import (
     IN_PROGRESS_CODEC,
     InProgressFile,
     InProgressState,
     PendingFile,
     S3Committable,
 )
-from twophase.connectors.s3.config import S3SinkConfig
-from twophase.connectors.s3.formats import (
+from twophase.connectors.s3.internal.formats import (
     CONTENT_TYPES,
     FileEncoder,
     OutputBuffer,
@@ -45,10 +45,10 @@ from twophase.connectors.s3.formats import (
     project_batch,
     validate_schema,
 )
-from twophase.connectors.s3.part_uploads import PartUploads
-from twophase.connectors.s3.partitioning import split_by_partition
-from twophase.connectors.s3.resume import completed_by_a_later_checkpoint
-from twophase.connectors.s3.rolling import (
+from twophase.connectors.s3.internal.part_uploads import PartUploads
+from twophase.connectors.s3.internal.partitioning import split_by_partition
+from twophase.connectors.s3.internal.resume import completed_by_a_later_checkpoint
+from twophase.connectors.s3.internal.rolling import (
     FileStats,
     TailAction,
     full_parts,
@@ -56,7 +56,7 @@ from twophase.connectors.s3.rolling import (
     should_roll_on_checkpoint,
     tail_action,
 )
-from twophase.connectors.s3.uploads import S3Ops
+from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, TransactionLostError
 
@@ -375,7 +375,7 @@ class S3Transaction:
 
     def _resume(self, restored: InProgressFile, now: int) -> OpenFile | None:
         """Resume a restored file, or ``None`` if a later checkpoint completed it (see
-        :func:`~twophase.connectors.s3.resume.completed_by_a_later_checkpoint`).
+        :func:`~twophase.connectors.s3.internal.resume.completed_by_a_later_checkpoint`).
 
         Raises:
             TransactionLostError: the file can neither be resumed nor was completed (named).

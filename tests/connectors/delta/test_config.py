@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
-from twophase.connectors.delta.committable import CODEC
-from twophase.connectors.delta.filesystem import open_location
+from twophase.connectors.delta.internal.committable import CODEC
+from twophase.connectors.delta.internal.filesystem import open_location
 from twophase.sinks.errors import CommittableDecodeError, ConfigError
 from twophase.sinks.s3_options import S3Options
 

@@ -7,8 +7,8 @@ import decimal
 
 import pytest
 
-from twophase.connectors.delta import naming
-from twophase.connectors.delta.partitions import serialize_partition_value
+from twophase.connectors.delta.internal import naming
+from twophase.connectors.delta.internal.partitions import serialize_partition_value
 from twophase.sinks.errors import SchemaError
 
 

@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
-from twophase.connectors.delta.schema import writable_arrow_type
+from twophase.connectors.delta.internal.schema import writable_arrow_type
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, SchemaError
 from twophase.sinks.outcome import CommitOutcome

@@ -14,8 +14,9 @@ import pytest
 from deltalake import DeltaTable
 from support.harness import TwoPhaseHarness
 
-from twophase.connectors.delta import DeltaSink, DeltaSinkConfig, naming
-from twophase.connectors.delta.lingering import META_APP_ID, META_CHECKPOINT
+from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
+from twophase.connectors.delta.internal import naming
+from twophase.connectors.delta.internal.lingering import META_APP_ID, META_CHECKPOINT
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.epoch import Epoch
 from twophase.coordinator.job_lifecycle import JobState

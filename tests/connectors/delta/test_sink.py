@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-import twophase.connectors.delta.committer as committer_module
+import twophase.connectors.delta.internal.committer as committer_module
 from twophase.connectors.delta import DeltaCommittable, DeltaSink
-from twophase.connectors.delta.committable import CODEC
-from twophase.connectors.delta.lingering import load_table as real_load
+from twophase.connectors.delta.internal.committable import CODEC
+from twophase.connectors.delta.internal.lingering import load_table as real_load
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, SchemaError
 from twophase.sinks.outcome import CommitOutcome

@@ -8,7 +8,7 @@ import json
 
 import pyarrow as pa
 
-from twophase.connectors.delta.stats import StatsCollector, file_stats
+from twophase.connectors.delta.internal.stats import StatsCollector, file_stats
 
 UTC = dt.timezone.utc
 

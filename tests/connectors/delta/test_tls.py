@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from twophase.connectors.delta.tls import aws_ca_bundle, trust_aws_ca_bundle_in_delta_rs
+from twophase.connectors.delta.internal.tls import aws_ca_bundle, trust_aws_ca_bundle_in_delta_rs
 from twophase.sinks.errors import ConfigError
 
 CA = b"-----BEGIN CERTIFICATE-----\nprivate-ca\n-----END CERTIFICATE-----\n"

@@ -10,7 +10,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 
 from twophase.connectors.iceberg import IcebergSinkConfig
-from twophase.connectors.iceberg.catalog import open_catalog
+from twophase.connectors.iceberg.internal.catalog import open_catalog
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 

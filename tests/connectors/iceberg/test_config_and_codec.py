@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from twophase.connectors.iceberg import IcebergCommittable, IcebergDataFile, IcebergSinkConfig
-from twophase.connectors.iceberg.catalog import catalog_properties
-from twophase.connectors.iceberg.committable import CODEC
+from twophase.connectors.iceberg.internal.catalog import catalog_properties
+from twophase.connectors.iceberg.internal.committable import CODEC
 from twophase.sinks.errors import CommittableDecodeError, ConfigError
 from twophase.sinks.s3_options import S3Options
 

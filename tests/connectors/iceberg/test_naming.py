@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from twophase.connectors.iceberg import naming
+from twophase.connectors.iceberg.internal import naming
 
 
 def test_job_token_is_stable_and_tells_jobs_and_sinks_apart() -> None:

@@ -13,8 +13,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table, Transaction
 
 from twophase.connectors.iceberg import IcebergCommittable, IcebergSink, IcebergSinkConfig
-from twophase.connectors.iceberg.committable import CODEC
-from twophase.connectors.iceberg.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID, SUMMARY_SINK
+from twophase.connectors.iceberg.internal.committable import CODEC
+from twophase.connectors.iceberg.internal.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID, SUMMARY_SINK
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, SchemaError
 from twophase.sinks.outcome import CommitOutcome

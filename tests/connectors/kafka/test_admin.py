@@ -6,7 +6,7 @@ import kafka.errors as kerrors
 import pytest
 from support.kafka_model import NONE, NOT_COORDINATOR, KafkaModel
 
-from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.internal.admin import KafkaAdmin
 
 
 class CountingTransport:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.connectors.kafka.committable import CODEC, KafkaCommittable
+from twophase.connectors.kafka.internal.committable import CODEC, KafkaCommittable
 from twophase.sinks.errors import CommittableDecodeError
 
 committables = st.builds(

@@ -8,9 +8,9 @@ import kafka.errors as kerrors
 import pytest
 
 from twophase.connectors.kafka import KafkaCommittable
-from twophase.connectors.kafka.admin import TransactionSnapshot
-from twophase.connectors.kafka.committable import CODEC
-from twophase.connectors.kafka.committer import (
+from twophase.connectors.kafka.internal.admin import TransactionSnapshot
+from twophase.connectors.kafka.internal.committable import CODEC
+from twophase.connectors.kafka.internal.committer import (
     CLOCK_SKEW_MS,
     EndTxnVerdict,
     KafkaCommitter,

@@ -134,7 +134,9 @@ def test_client_config_is_immutable() -> None:
 
 
 def test_kafka_python_debug_config_log_is_redacted(caplog: pytest.LogCaptureFixture) -> None:
-    from twophase.connectors.kafka.admin import RedactSecrets  # installs the filter on kafka-python's loggers
+    from twophase.connectors.kafka.internal.admin import (
+        RedactSecrets,  # installs the filter on kafka-python's loggers
+    )
 
     assert issubclass(RedactSecrets, logging.Filter)
     with caplog.at_level(logging.DEBUG, logger="kafka.admin.client"):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import kafka.errors as kerrors
 import pytest
 
-from twophase.connectors.kafka import KafkaCommittable, KafkaSinkConfig, naming
-from twophase.connectors.kafka.admin import TransactionSnapshot
+from twophase.connectors.kafka import KafkaCommittable, KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
-from twophase.connectors.kafka.lingering import abort_lingering, select_lingering
+from twophase.connectors.kafka.internal import naming
+from twophase.connectors.kafka.internal.admin import TransactionSnapshot
+from twophase.connectors.kafka.internal.lingering import abort_lingering, select_lingering
 from twophase.sinks.context import LingeringScope
 
 CFG = KafkaSinkConfig(bootstrap_servers="b:9092", topic="t", pool_size=4)

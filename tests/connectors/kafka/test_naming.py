@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twophase.connectors.kafka import naming
+from twophase.connectors.kafka.internal import naming
 
 prefixes = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,30}", fullmatch=True)
 sinks = st.from_regex(r"[A-Za-z0-9_.]{1,20}", fullmatch=True)

@@ -12,15 +12,15 @@ from confluent_kafka import KafkaError
 
 from twophase.connectors.kafka import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
-from twophase.connectors.kafka.producer_callbacks import ProducerErrors
-from twophase.connectors.kafka.security import (
+from twophase.connectors.kafka.internal.producer_callbacks import ProducerErrors
+from twophase.connectors.kafka.internal.security import (
     denied,
     listener_of,
     login_of,
     preflight,
     refusal,
 )
-from twophase.connectors.kafka.security_settings import check_security_settings
+from twophase.connectors.kafka.internal.security_settings import check_security_settings
 from twophase.sinks.errors import ConfigError
 
 PASSWORD = "s3cr3t-never-shown"
@@ -161,7 +161,7 @@ class SaslAuthenticateRequest:
 
 
 def test_kafka_python_request_logs_never_carry_the_password(caplog: pytest.LogCaptureFixture) -> None:
-    import twophase.connectors.kafka.admin  # noqa: F401  (installs the filters)
+    import twophase.connectors.kafka.internal.admin  # noqa: F401  (installs the filters)
 
     with caplog.at_level(logging.DEBUG, logger="kafka"):
         logging.getLogger("kafka.net.connection").debug(
@@ -175,7 +175,7 @@ def test_kafka_python_request_logs_never_carry_the_password(caplog: pytest.LogCa
 
 
 def test_a_denied_add_partitions_in_librdkafkas_log_names_the_topic(caplog: pytest.LogCaptureFixture) -> None:
-    from twophase.connectors.kafka.producer_callbacks import ProducerLog
+    from twophase.connectors.kafka.internal.producer_callbacks import ProducerLog
 
     errors = ProducerErrors()
     logger = ProducerLog(errors)

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.kafka import KafkaSinkConfig
-from twophase.connectors.kafka import serializers as ser
+from twophase.connectors.kafka.internal import serializers as ser
 from twophase.sinks.errors import SchemaError
 
 

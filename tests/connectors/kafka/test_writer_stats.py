@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from twophase.connectors.kafka.producer_callbacks import ProducerErrors, ProducerStatistics
+from twophase.connectors.kafka.internal.producer_callbacks import ProducerErrors, ProducerStatistics
 
 
 def stats(eos: dict[str, Any], topics: dict[str, Any] | None = None) -> str:

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from twophase.connectors.postgres import PostgresCommittable, PostgresSinkConfig
-from twophase.connectors.postgres import committer as committer_module
-from twophase.connectors.postgres.committer import PostgresCommitter
-from twophase.connectors.postgres.naming import make_gid
+from twophase.connectors.postgres.internal import committer as committer_module
+from twophase.connectors.postgres.internal.committer import PostgresCommitter
+from twophase.connectors.postgres.internal.naming import make_gid
 from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 

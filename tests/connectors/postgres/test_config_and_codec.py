@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.postgres import PostgresCommittable, PostgresSink, PostgresSinkConfig
-from twophase.connectors.postgres.committable import CODEC
 from twophase.connectors.postgres.config import redact_conninfo
-from twophase.connectors.postgres.naming import make_gid
-from twophase.connectors.postgres.schema import TableColumn, TableInfo, check_columns, upsert_key
+from twophase.connectors.postgres.internal.committable import CODEC
+from twophase.connectors.postgres.internal.naming import make_gid
+from twophase.connectors.postgres.internal.schema import TableColumn, TableInfo, check_columns, upsert_key
 from twophase.sinks.errors import CommittableDecodeError, ConfigError, SchemaError
 
 SECRET = "s3cr3t-Pa55word"

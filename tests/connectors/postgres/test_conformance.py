@@ -13,7 +13,7 @@ import pyarrow as pa
 from support.postgres_model import PostgresModel
 
 from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
-from twophase.connectors.postgres.schema import WritePlan
+from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.conformance import SinkContract
 

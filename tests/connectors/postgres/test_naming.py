@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.connectors.postgres import naming
+from twophase.connectors.postgres.internal import naming
 
 
 def test_gid_parts_round_trip() -> None:

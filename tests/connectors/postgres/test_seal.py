@@ -8,9 +8,10 @@ import pyarrow as pa
 import pytest
 from support.postgres_model import PostgresModel
 
-from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig, seal
-from twophase.connectors.postgres.committable import PostgresCommittable
-from twophase.connectors.postgres.schema import WritePlan
+from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
+from twophase.connectors.postgres.internal import seal
+from twophase.connectors.postgres.internal.committable import PostgresCommittable
+from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError
 from twophase.sinks.outcome import CommitOutcome

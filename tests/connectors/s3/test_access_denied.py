@@ -8,9 +8,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.connectors.s3.uploads import S3Ops
+from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.errors import ConfigError, S3AccessDeniedError
-from twophase.sinks.s3_access import access_denied, denied_delete, denied_in_message, iam_action
+from twophase.sinks.internal.s3_access import access_denied, denied_delete, denied_in_message, iam_action
 
 
 def client_error(code: str, status: int, operation: str) -> ClientError:

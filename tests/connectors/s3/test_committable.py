@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.connectors.s3.committable import (
+from twophase.connectors.s3.internal.committable import (
     COMMITTABLE_CODEC,
     IN_PROGRESS_CODEC,
     InProgressFile,

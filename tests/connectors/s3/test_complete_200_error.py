@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from twophase.connectors.s3 import PendingFile, S3SinkConfig
-from twophase.connectors.s3.committable import UploadedPart
-from twophase.connectors.s3.committer import commit_file
-from twophase.connectors.s3.uploads import S3Ops, make_client
+from twophase.connectors.s3.internal.committable import UploadedPart
+from twophase.connectors.s3.internal.committer import commit_file
+from twophase.connectors.s3.internal.uploads import S3Ops, make_client
 from twophase.sinks.outcome import CommitOutcome
 from twophase.sinks.s3_options import S3Options
 

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.connectors.s3.formats import OutputBuffer, open_encoder, validate_schema
-from twophase.connectors.s3.partitioning import split_by_partition
+from twophase.connectors.s3.internal.formats import OutputBuffer, open_encoder, validate_schema
+from twophase.connectors.s3.internal.partitioning import split_by_partition
 from twophase.sinks.errors import RecordError, SchemaError
 
 

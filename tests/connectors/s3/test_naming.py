@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twophase.connectors.s3 import naming
+from twophase.connectors.s3.internal import naming
 from twophase.sinks.errors import ConfigError
 
 TOKEN = naming.job_token("job-1", "out")

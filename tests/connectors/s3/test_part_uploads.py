@@ -9,9 +9,9 @@ from typing import cast
 
 import pytest
 
-from twophase.connectors.s3.committable import UploadedPart
-from twophase.connectors.s3.part_uploads import PartUploads
-from twophase.connectors.s3.uploads import S3Ops
+from twophase.connectors.s3.internal.committable import UploadedPart
+from twophase.connectors.s3.internal.part_uploads import PartUploads
+from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.errors import TransactionLostError
 
 
@@ -108,7 +108,7 @@ def test_parts_of_a_crc32_upload_carry_their_checksum_algorithm() -> None:
     from support.s3_model import S3Model
 
     from twophase.connectors.s3 import S3SinkConfig
-    from twophase.connectors.s3.uploads import S3Ops
+    from twophase.connectors.s3.internal.uploads import S3Ops
 
     model = S3Model()
     ops = S3Ops(cast("S3Client", model), S3SinkConfig(bucket="bucket", prefix="p"))

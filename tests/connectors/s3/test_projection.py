@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
-from twophase.connectors.s3.naming import parse_data_key
+from twophase.connectors.s3.internal.naming import parse_data_key
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import ConfigError, SchemaError
 from twophase.sinks.outcome import CommitOutcome

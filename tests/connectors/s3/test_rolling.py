@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from twophase.connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, MiB, RollingPolicy
-from twophase.connectors.s3.rolling import (
+from twophase.connectors.s3.internal.rolling import (
     FileStats,
     TailAction,
     full_parts,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.connectors.s3.uploads import make_client
+from twophase.connectors.s3.internal.uploads import make_client
 from twophase.coordinator.storage import default_s3_client
 from twophase.sinks.s3_options import S3Options
 

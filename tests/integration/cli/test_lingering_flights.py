@@ -19,9 +19,9 @@ import pytest
 from support.cli import json_output, run_twophase
 
 from twophase.connectors.iceberg import IcebergSink
-from twophase.connectors.iceberg import naming as iceberg_naming
+from twophase.connectors.iceberg.internal import naming as iceberg_naming
 from twophase.connectors.postgres import PostgresCommittable
-from twophase.connectors.postgres import naming as pg_naming
+from twophase.connectors.postgres.internal import naming as pg_naming
 from twophase.integration.jobs.flights import FlightsEndpoints, FlightsJobSpec
 from twophase.integration.jobs.flights_iceberg import IcebergEndpoint, bind, reader_catalog, table_identifier
 from twophase.integration.jobs.flights_sinks import build_optional_sinks

@@ -24,7 +24,7 @@ from support.faults.support import (
 )
 from support.faults.verdicts import assert_exactly_once
 
-from twophase.connectors.kafka import naming
+from twophase.connectors.kafka.internal import naming
 from twophase.integration.jobs.flights import KAFKA_SINK, FlightsEndpoints, FlightsJobSpec
 from twophase.integration.services.kafka_cluster import KafkaCluster
 

@@ -9,7 +9,7 @@ import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from twophase.connectors.kafka import KafkaSinkConfig
-from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.internal.admin import KafkaAdmin
 from twophase.integration.services.kafka import try_init_transactions
 from twophase.integration.services.kafka_cluster import TRANSACTION_STATE_TOPIC, KafkaCluster
 from twophase.integration.services.minio_server import MinioServer

@@ -17,9 +17,9 @@ from pyiceberg.catalog import load_catalog
 from pyiceberg.table import Table, Transaction
 
 from twophase.connectors.iceberg import IcebergCommittable, IcebergSink, IcebergSinkConfig
-from twophase.connectors.iceberg.catalog import catalog_properties
-from twophase.connectors.iceberg.committable import CODEC
-from twophase.connectors.iceberg.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID
+from twophase.connectors.iceberg.internal.catalog import catalog_properties
+from twophase.connectors.iceberg.internal.committable import CODEC
+from twophase.connectors.iceberg.internal.committer import SUMMARY_CHECKPOINT_ID, SUMMARY_JOB_ID
 from twophase.integration.services.postgres import PostgresServer
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.sinks.context import LingeringScope, WriterContext

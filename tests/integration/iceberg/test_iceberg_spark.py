@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import load_catalog
 
-from twophase.connectors.iceberg import naming
+from twophase.connectors.iceberg.internal import naming
 from twophase.integration.services.s3 import S3Endpoint
 
 from .conftest import BUCKET

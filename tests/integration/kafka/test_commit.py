@@ -19,7 +19,7 @@ from support.kafka.support import (
 )
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.connectors.kafka.admin import KafkaAdmin
+from twophase.connectors.kafka.internal.admin import KafkaAdmin
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.outcome import CommitOutcome
 

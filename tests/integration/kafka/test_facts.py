@@ -19,8 +19,8 @@ from support.kafka.support import (
     writer_process,
 )
 
-from twophase.connectors.kafka.admin import KafkaAdmin
-from twophase.connectors.kafka.committer import KafkaErrorCode
+from twophase.connectors.kafka.internal.admin import KafkaAdmin
+from twophase.connectors.kafka.internal.committer import KafkaErrorCode
 from twophase.integration.readback import is_stable, key_values, read_topic, wait_until_stable
 
 pytestmark = pytest.mark.kafka

@@ -17,7 +17,8 @@ from support.kafka.support import (
     write_one,
 )
 
-from twophase.connectors.kafka import KafkaCommittable, KafkaSink, naming
+from twophase.connectors.kafka import KafkaCommittable, KafkaSink
+from twophase.connectors.kafka.internal import naming
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.outcome import CommitOutcome

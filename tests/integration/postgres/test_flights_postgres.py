@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from support.cli import one_line_error, run_twophase
 
-from twophase.connectors.postgres.naming import gid_prefix
+from twophase.connectors.postgres.internal.naming import gid_prefix
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights import FlightsEndpoints, FlightsJobSpec, run_flights

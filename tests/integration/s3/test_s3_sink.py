@@ -24,9 +24,9 @@ import pytest
 from support.s3.worker import rows
 
 from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkConfig
-from twophase.connectors.s3.committable import IN_PROGRESS_CODEC
 from twophase.connectors.s3.config import MiB
-from twophase.connectors.s3.naming import TEMP_DIR
+from twophase.connectors.s3.internal.committable import IN_PROGRESS_CODEC
+from twophase.connectors.s3.internal.naming import TEMP_DIR
 from twophase.integration.services import S3Endpoint
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError

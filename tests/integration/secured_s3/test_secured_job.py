@@ -113,7 +113,7 @@ def test_secured_job_reads_back_exactly_and_leaks_no_secret(
     root = tls_minio.endpoint
     fs = root.s3_options().resolved(os.environ)
     from twophase.connectors.delta.config import DeltaSinkConfig
-    from twophase.connectors.delta.filesystem import open_location
+    from twophase.connectors.delta.internal.filesystem import open_location
 
     arrow_fs = open_location(DeltaSinkConfig(f"s3://{BUCKET}/x", storage_options=fs)).fs
     for sub in ("files", "ds"):

@@ -17,8 +17,8 @@ import tenacity
 from kafka import KafkaAdminClient
 
 from twophase.connectors.kafka import KafkaCommittable, KafkaSink, KafkaSinkConfig
-from twophase.connectors.kafka.admin import KafkaAdmin, TransactionSnapshot
-from twophase.connectors.kafka.committable import CODEC
+from twophase.connectors.kafka.internal.admin import KafkaAdmin, TransactionSnapshot
+from twophase.connectors.kafka.internal.committable import CODEC
 from twophase.sinks.context import WriterContext
 
 REPO = Path(__file__).resolve().parents[3]

@@ -25,7 +25,7 @@ from confluent_kafka import Producer
 
 from support.kafka.support import rows, sink_config
 from twophase.connectors.kafka import KafkaSink
-from twophase.connectors.kafka.committable import CODEC
+from twophase.connectors.kafka.internal.committable import CODEC
 from twophase.sinks.context import WriterContext
 
 
