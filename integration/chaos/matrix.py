@@ -31,6 +31,13 @@ of them at every fault point and with kill -9. The three sinks run together in a
   (:mod:`twophase.integration.chaos.secured`): Kafka over SASL_SSL with SCRAM-SHA-512 and ACLs,
   the sink's principal holding only the documented ones, and MinIO over TLS (CA through
   ``AWS_CA_BUNDLE``) with a least-privilege IAM user per run; read back by other principals.
+- ``expiry`` (issue #26 item 2, not in the default list): asynchronous commit against a broker of
+  its own that forgets a transactional id 5 s after its last transaction ended
+  (``transactional.id.expiration.ms``, :data:`EXPIRY_BROKER`); after every crash the driver stays
+  down 12 s before it restarts, so the restore re-commits on ids the coordinator forgot. What
+  committed before the crash without its checkpoint's committed marker (a crash at
+  ``mid_commit``, between a commit landing and the marker) is found by its COMMIT marker in the
+  partition's log; a restore that reported it LOST would not start and fail the trial.
 - ``five`` (issue #28, not in the default list): the main path with all five sinks (Kafka, S3,
   Delta, PostgreSQL and Iceberg); besides the usual faults and kills, trials that hold the job at a
   fault point and crash PostgreSQL as it goes on (``point:n+pg-restart``): as the driver commits,
@@ -74,6 +81,14 @@ SPECULATION_CONF: tuple[tuple[str, str], ...] = (
 )
 """Spark settings of the speculation configurations: a task that runs twice as long as the median
 of its stage's finished tasks, and at least 5 s, gets a copy within half a second."""
+EXPIRY_BROKER: tuple[tuple[str, str], ...] = (
+    ("transactional.id.expiration.ms", "5000"),
+    ("transaction.remove.expired.transaction.cleanup.interval.ms", "1000"),
+)
+"""Broker settings of the ``expiry`` configuration: a transactional id is forgotten about 5–6 s
+after its transaction ended (Kafka's defaults: 7 days, checked hourly)."""
+EXPIRY_DOWN_S = 12.0
+"""How long the ``expiry`` configuration's driver stays down after a crash: past the expiration."""
 ZOMBIE_PAUSES_S = (30.0, 90.0)
 """How long a ``cluster4z`` trial holds its attempt (drawn per trial): 30 s may end before the copy
 wins (both attempts write at once), 90 s outlasts it (Spark kills the held attempt)."""
@@ -99,6 +114,9 @@ class ChaosConfig:
         spark_conf: further Spark settings of the job (on a cluster), e.g. :data:`SPECULATION_CONF`.
         zombie_pauses_s: non-empty: every trial holds one task attempt at an executor point for
             one of these many seconds (``point:n:pause=S``), so that speculation starts a copy.
+        kafka_settings: non-empty: the trials run against a Kafka broker of their own with these
+            broker settings laid over the defaults.
+        down_s: after a crash, the driver stays down this long (s) before it restarts.
     """
 
     name: str
@@ -115,6 +133,8 @@ class ChaosConfig:
     pg_restarts: tuple[str, ...] = ()
     spark_conf: tuple[tuple[str, str], ...] = ()
     zombie_pauses_s: tuple[float, ...] = ()
+    kafka_settings: tuple[tuple[str, str], ...] = ()
+    down_s: float = 0.0
 
     @property
     def speculation(self) -> bool:
@@ -196,6 +216,7 @@ CONFIGS: dict[str, ChaosConfig] = {
             zombie_pauses_s=ZOMBIE_PAUSES_S,
         ),
         ChaosConfig("secured", on_s3=True, secured=True),
+        ChaosConfig("expiry", async_commit=True, kafka_settings=EXPIRY_BROKER, down_s=EXPIRY_DOWN_S),
         ChaosConfig(
             "five",
             sinks=(*BASE_SINKS, "postgres", "iceberg"),
@@ -205,11 +226,13 @@ CONFIGS: dict[str, ChaosConfig] = {
 }
 """Every configuration, by name, in matrix order."""
 LOCAL = ",".join(
-    name for name, c in CONFIGS.items() if not c.cluster and not c.secured and c.sinks == BASE_SINKS
+    name
+    for name, c in CONFIGS.items()
+    if not c.cluster and not c.secured and c.sinks == BASE_SINKS and not c.kafka_settings
 )
 """The default ``--configs``: every configuration on ``local[2,4]`` against the plain services with
-the three sinks (the cluster ones need a cluster, the secured one its own services, ``five`` a
-PostgreSQL)."""
+the three sinks (the cluster ones need a cluster, the secured one its own services, ``expiry`` its
+own broker, ``five`` a PostgreSQL)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

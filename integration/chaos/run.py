@@ -115,6 +115,11 @@ def main(
                 for name in sorted(extra)
             }
             endpoints = with_services(endpoints, services)
+        own_kafka = {  # a broker of their own for configurations with broker settings
+            c.name: stack.enter_context(kafka_service(dict(c.kafka_settings)))
+            for c in chosen
+            if c.kafka_settings and endpoints is not None
+        }
         base = work_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-chaos-")))
         secured = (
             stack.enter_context(secured_flights(base / "secured-services"))
@@ -167,6 +172,7 @@ def main(
             master=master,
             secured=secured,
             postgres=postgres,
+            own_kafka=own_kafka,
         )
         if spark is not None:
             spark.stop()

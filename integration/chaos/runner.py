@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -278,6 +278,7 @@ class TrialResult:
         seconds: the trial's wall time.
         first_run_s: the wall time of the trial's first process run (or of its kills' runs).
         events: on a cluster, :func:`~twophase.integration.chaos.cluster.spark_events` of its runs.
+        markers: Kafka marker searches in its driver's log (:func:`marker_searches`), if any.
     """
 
     plan: TrialPlan
@@ -291,6 +292,7 @@ class TrialResult:
     seconds: float = 0.0
     first_run_s: float = 0.0
     events: dict[str, int] = field(default_factory=dict)
+    markers: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -397,12 +399,15 @@ def run_trial(
     master: str | None = None,
     secured: SecuredFlights | None = None,
     postgres: PostgresServer | None = None,
+    own_kafka: Mapping[str, str] | None = None,
 ) -> TrialResult:
     """Run one trial (see the module docstring) in its configuration and verify the outcome; a
     cluster configuration's on the standalone cluster ``master``, a secured one against
     ``secured`` (the job writes with its least-privilege credentials, other principals read back
     and list lingering state, Delta is read with deltalake). A ``point:n+pg-restart`` trial holds
-    the job at the point and restarts ``postgres`` there (:func:`restart_when_paused`)."""
+    the job at the point and restarts ``postgres`` there (:func:`restart_when_paused`). A
+    configuration with broker settings writes to its broker in ``own_kafka`` (configuration name →
+    bootstrap); one with ``down_s`` keeps the driver down that long after every crash."""
     started = time.perf_counter()
     job_id = f"chaos_{run_id}_{plan.index:03d}" + (f"r{plan.rerun}" if plan.rerun else "")
     work_dir = base / job_id
@@ -421,6 +426,11 @@ def run_trial(
     elif endpoints is None:
         raise ValueError(f"chaos configuration {config.name!r} needs the plain services' endpoints")
     else:
+        if config.kafka_settings:
+            bootstrap = (own_kafka or {}).get(config.name)
+            if bootstrap is None:
+                raise ValueError(f"chaos configuration {config.name!r} needs a Kafka broker of its own")
+            endpoints = replace(endpoints, kafka_bootstrap=bootstrap)
         reader = endpoints
     run = functools.partial(
         run_job_process,
@@ -431,6 +441,11 @@ def run_trial(
         spark_conf=config.spark_conf,
     )
     result = TrialResult(plan, job_id)
+
+    def restart() -> tuple[int, bool]:
+        time.sleep(config.down_s)  # the driver stays down (past the broker's id expiration)
+        return run()
+
     if plan.kind == "plain":
         code, _ = run()
         result.exit_codes.append(code)
@@ -449,7 +464,9 @@ def run_trial(
         result.exit_codes.append(code)
         result.fault_fired = fault_reached(fault, work_dir / "fault-state", code)
     else:
-        for delay in plan.kill_after_s:
+        for i, delay in enumerate(plan.kill_after_s):
+            if i:
+                time.sleep(config.down_s)
             code, killed = run(kill_after_s=delay)
             result.exit_codes.append(code)
             result.kills += int(killed)
@@ -457,11 +474,12 @@ def run_trial(
                 break
     result.first_run_s = time.perf_counter() - started
     while (not result.exit_codes or result.exit_codes[-1] != 0) and len(result.exit_codes) <= max_restarts:
-        code, _ = run()
+        code, _ = restart()
         result.exit_codes.append(code)
     result.restarts = len(result.exit_codes) - 1
     if result.exit_codes[-1] != 0:
         result.violations.append(f"job did not finish after {result.restarts} restarts: {result.exit_codes}")
+    result.markers = marker_searches(work_dir / "job.log")
     if config.cluster:
         result.events = spark_events(work_dir / "spark-events")
         if plan.kind == "fault" and "@" in (plan.fault or "") and not result.events["executors_lost"]:
@@ -504,9 +522,11 @@ def run_trials(
     master: str | None = None,
     secured: SecuredFlights | None = None,
     postgres: PostgresServer | None = None,
+    own_kafka: Mapping[str, str] | None = None,
 ) -> list[TrialResult]:
     """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value); the
-    plain services' trials against ``endpoints``, the secured ones' against ``secured``.
+    plain services' trials against ``endpoints``, the secured ones' against ``secured``, those
+    with broker settings against their broker in ``own_kafka``.
 
     A kill trial whose job finished before its kill moment sent no kill: it is reported as the
     plain run it was, its length becomes the configuration's measured length, and the kill trial
@@ -533,6 +553,7 @@ def run_trials(
                 master=master,
                 secured=secured,
                 postgres=postgres,
+                own_kafka=own_kafka,
             )
             if result.exit_codes[:1] == [0]:  # the shortest uncrashed run: kills must land before it ends
                 known = measured.get(plan.config)
@@ -549,6 +570,21 @@ def run_trials(
                 break
             plan = replace(planned, rerun=plan.rerun + 1)
     return results
+
+
+def marker_searches(log: Path) -> dict[str, int]:
+    """How often the driver logged in ``log`` that it searched a partition's log for a Kafka
+    transaction's marker (the coordinator had forgotten the id), and how often it found COMMIT;
+    empty when it never searched (#26 item 2)."""
+    if not log.exists():
+        return {}
+    searched = found = 0
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if "transaction marker searched" in line:
+                searched += 1
+                found += "found=True" in line
+    return {"searched": searched, "commit_found": found} if searched else {}
 
 
 def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:

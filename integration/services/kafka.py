@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +72,11 @@ def kafka_libs() -> Path:
     return libs
 
 
-def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
-    """``server.properties`` of a one-node KRaft cluster listening on 127.0.0.1:``port``.
+def server_properties(
+    data_dir: Path, port: int, controller_port: int, extra: Mapping[str, str] | None = None
+) -> str:
+    """``server.properties`` of a one-node KRaft cluster listening on 127.0.0.1:``port``, with the
+    broker settings ``extra`` laid over the defaults (e.g. a short ``transactional.id.expiration.ms``).
 
     Replication factors and min ISR of the internal topics are 1 so transactions work on one node;
     the timed-out-transaction sweep runs every second so transaction-timeout tests finish quickly.
@@ -99,6 +103,7 @@ def server_properties(data_dir: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
     }
+    settings.update(extra or {})
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
@@ -176,15 +181,22 @@ def start_node(
     return ManagedProcess(name, argv, data_dir / "kafka.out", dict(os.environ), cwd=data_dir, detach=detach)
 
 
-def start_kafka(data_dir: Path, port: int, controller_port: int, detach: bool = False) -> ManagedProcess:
-    """Format (first time only) and start a KRaft broker in ``data_dir``; return once launched.
+def start_kafka(
+    data_dir: Path,
+    port: int,
+    controller_port: int,
+    detach: bool = False,
+    settings: Mapping[str, str] | None = None,
+) -> ManagedProcess:
+    """Format (first time only) and start a KRaft broker in ``data_dir`` (``settings`` laid over
+    the defaults of :func:`server_properties`); return once launched.
 
     Call :func:`wait_kafka_ready` afterwards. Raises ServiceUnavailableError when Java/Maven are
     missing or formatting the storage fails.
     """
     jvm = kafka_jvm(data_dir)
     props = data_dir / "server.properties"
-    props.write_text(server_properties(data_dir, port, controller_port))
+    props.write_text(server_properties(data_dir, port, controller_port, settings))
     format_storage(jvm, props, new_cluster_id())
     return start_node("kafka", jvm, props, detach=detach)
 

@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from twophase.integration.services.postgres_service import (
     stop_recorded_postgres,
     up_postgres,
 )
-from twophase.integration.services.process import HOST, ManagedProcess, claim_port, kill_group
+from twophase.integration.services.process import HOST, ManagedProcess, claim_port, free_port, kill_group
 from twophase.integration.services.s3 import (
     DEFAULT_REGION,
     S3Endpoint,
@@ -172,16 +172,23 @@ class NativeS3:
     data_dir: Path
 
 
-def launch_kafka(data_dir: Path, detach: bool = False) -> NativeKafka:
+def launch_kafka(
+    data_dir: Path, detach: bool = False, settings: Mapping[str, str] | None = None
+) -> NativeKafka:
     """Start a broker in ``data_dir`` on ``TWOPHASE_KAFKA_PORT`` (or a free port) and wait for it.
+    A broker with its own ``settings`` (laid over the defaults) always takes free ports: it runs
+    beside the usual one.
 
     Raises:
         ConfigError: the fixed port is taken.
         ServiceUnavailableError: the broker cannot start or does not become ready in time.
     """
-    port = claim_port("TWOPHASE_KAFKA_PORT", "Kafka")
-    controller_port = claim_port("TWOPHASE_KAFKA_CONTROLLER_PORT", "Kafka's controller")
-    process = start_kafka(data_dir, port, controller_port, detach=detach)
+    if settings:
+        port, controller_port = free_port(), free_port()
+    else:
+        port = claim_port("TWOPHASE_KAFKA_PORT", "Kafka")
+        controller_port = claim_port("TWOPHASE_KAFKA_CONTROLLER_PORT", "Kafka's controller")
+    process = start_kafka(data_dir, port, controller_port, detach=detach, settings=settings)
     bootstrap = f"{HOST}:{port}"
     try:
         wait_kafka_ready(bootstrap, start_timeout_s(), process)
@@ -226,16 +233,26 @@ def _temporary_dir(prefix: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def kafka_service() -> Iterator[str]:
+def kafka_service(settings: Mapping[str, str] | None = None) -> Iterator[str]:
     """Yield a Kafka bootstrap ("127.0.0.1:port") that can run transactions.
 
     Uses ``TWOPHASE_KAFKA_BOOTSTRAP`` when set, else a broker from ``twophase services up``, else
-    starts a native broker in a temporary folder and stops it (whole process group) on exit.
+    starts a native broker in a temporary folder and stops it (whole process group) on exit. With
+    broker ``settings`` (e.g. a short ``transactional.id.expiration.ms``) it always starts a broker
+    of its own with them.
 
     Raises:
         ConfigError: bad configuration (e.g. ``TWOPHASE_KAFKA_PORT`` already in use).
         ServiceUnavailableError: the broker cannot be reached or started; one-line reason.
     """
+    if settings:
+        with _temporary_dir("twophase-kafka-") as data_dir:
+            own = launch_kafka(data_dir, settings=settings)
+            try:
+                yield own.bootstrap
+            finally:
+                own.process.stop()
+        return
     bootstrap = env_kafka_bootstrap()
     if bootstrap is not None:
         wait_kafka_ready(bootstrap, connect_timeout_s())

@@ -55,7 +55,7 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
 
 def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
     cluster = CONFIGS["cluster"]
-    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 5
+    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 6
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
     matrix = config_matrix(cluster, 14, 6)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
@@ -317,3 +317,26 @@ def test_the_report_has_a_column_per_sink_the_trials_wrote_to(tmp_path: Path) ->
     write_report(tmp_path / "r.md", [result], {})
     assert "| kafka | s3 | delta | postgres | iceberg | lingering |" in (tmp_path / "r.md").read_text()
     assert json.loads(result_json(result))["records"]["iceberg"] == 5
+
+
+def test_the_expiry_configuration_has_its_own_broker_and_stays_down_past_the_id_expiration() -> None:
+    """#26 item 2: async commit, a broker that forgets transactional ids within seconds, and a
+    driver that stays down longer than that after every crash; not a default (its own broker)."""
+    expiry = CONFIGS["expiry"]
+    assert "expiry" not in LOCAL.split(",") and expiry.async_commit
+    settings = dict(expiry.kafka_settings)
+    expiration_ms = int(settings["transactional.id.expiration.ms"])
+    sweep_ms = int(settings["transaction.remove.expired.transaction.cleanup.interval.ms"])
+    assert expiry.down_s * 1000 > expiration_ms + sweep_ms
+    assert config_matrix(expiry, 14, 6) == config_matrix(CONFIGS["async"], 14, 6)
+
+
+def test_marker_searches_are_counted_from_the_driver_log(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    assert runner.marker_searches(log) == {}
+    log.write_text(
+        "x INFO twophase.connectors.kafka.internal.committer transaction marker searched a found=True\n"
+        "x INFO twophase.connectors.kafka.internal.committer transaction marker searched b found=None\n"
+        "x INFO other line\n"
+    )
+    assert runner.marker_searches(log) == {"searched": 2, "commit_found": 1}
