@@ -38,6 +38,12 @@ of them at every fault point and with kill -9. The three sinks run together in a
   committed before the crash without its checkpoint's committed marker (a crash at
   ``mid_commit``, between a commit landing and the marker) is found by its COMMIT marker in the
   partition's log; a restore that reported it LOST would not start and fail the trial.
+- ``publish`` (issue #26 item 1, not in the default list): the ``s3`` path (the job's checkpoints
+  on MinIO) where, besides the usual faults and kills, trials hold the driver just before it
+  publishes a checkpoint and stop MinIO (SIGSTOP) as it goes on, for 20 s (the PUT waits and
+  lands late) or 75 s (longer than the 60 s read timeout: the PUT fails, MinIO then writes the
+  object it had received, and the retry meets it: the publish must read it back and decide),
+  then let MinIO go on (``point:n+s3-stall:S``).
 - ``five`` (issue #28, not in the default list): the main path with all five sinks (Kafka, S3,
   Delta, PostgreSQL and Iceberg); besides the usual faults and kills, trials that hold the job at a
   fault point and crash PostgreSQL as it goes on (``point:n+pg-restart``): as the driver commits,
@@ -81,6 +87,14 @@ SPECULATION_CONF: tuple[tuple[str, str], ...] = (
 )
 """Spark settings of the speculation configurations: a task that runs twice as long as the median
 of its stage's finished tasks, and at least 5 s, gets a copy within half a second."""
+S3_STALL = "s3-stall"
+"""The action of a ``point:n+s3-stall:S`` trial: hold the driver at the point, let it go on and
+stop MinIO under it for S seconds (SIGSTOP, then SIGCONT)."""
+STORAGE_STALL_POINTS = ("before_persist:1", "before_persist:2", "before_persist:4")
+"""Where a ``publish`` trial stalls the checkpoint storage: the first epoch's checkpoint, the
+second's (the first's commits may still run), and the final checkpoint of a 3-batch run."""
+STORAGE_STALLS_S = (20.0, 75.0)
+"""How long a ``publish`` trial stops MinIO: less, and more, than the 60 s S3 read timeout."""
 EXPIRY_BROKER: tuple[tuple[str, str], ...] = (
     ("transactional.id.expiration.ms", "5000"),
     ("transaction.remove.expired.transaction.cleanup.interval.ms", "1000"),
@@ -116,6 +130,8 @@ class ChaosConfig:
             one of these many seconds (``point:n:pause=S``), so that speculation starts a copy.
         kafka_settings: non-empty: the trials run against a Kafka broker of their own with these
             broker settings laid over the defaults.
+        storage_stalls: fault points (``point:n``) at which a trial stops MinIO, for each of
+            :data:`STORAGE_STALLS_S`.
         down_s: after a crash, the driver stays down this long (s) before it restarts.
     """
 
@@ -135,6 +151,7 @@ class ChaosConfig:
     zombie_pauses_s: tuple[float, ...] = ()
     kafka_settings: tuple[tuple[str, str], ...] = ()
     down_s: float = 0.0
+    storage_stalls: tuple[str, ...] = ()
 
     @property
     def speculation(self) -> bool:
@@ -217,6 +234,7 @@ CONFIGS: dict[str, ChaosConfig] = {
         ),
         ChaosConfig("secured", on_s3=True, secured=True),
         ChaosConfig("expiry", async_commit=True, kafka_settings=EXPIRY_BROKER, down_s=EXPIRY_DOWN_S),
+        ChaosConfig("publish", on_s3=True, storage_stalls=STORAGE_STALL_POINTS),
         ChaosConfig(
             "five",
             sinks=(*BASE_SINKS, "postgres", "iceberg"),
@@ -228,11 +246,15 @@ CONFIGS: dict[str, ChaosConfig] = {
 LOCAL = ",".join(
     name
     for name, c in CONFIGS.items()
-    if not c.cluster and not c.secured and c.sinks == BASE_SINKS and not c.kafka_settings
+    if not c.cluster
+    and not c.secured
+    and c.sinks == BASE_SINKS
+    and not c.kafka_settings
+    and not c.storage_stalls
 )
 """The default ``--configs``: every configuration on ``local[2,4]`` against the plain services with
 the three sinks (the cluster ones need a cluster, the secured one its own services, ``expiry`` its
-own broker, ``five`` a PostgreSQL)."""
+own broker, ``publish`` stops the run's MinIO, ``five`` needs a PostgreSQL)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

@@ -54,12 +54,13 @@ from twophase.coordinator.faults import (
 from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.job_with_conf import CONF_ENV
-from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, ChaosConfig
+from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, S3_STALL, STORAGE_STALLS_S, ChaosConfig
 from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
 from twophase.integration.jobs.flights_sinks import verify_run
 from twophase.integration.services.launcher import given_env
 from twophase.integration.spark import SCRATCH_ENV
 from twophase.integration.verify import VerifyReport
+from twophase.sinks.errors import ServiceUnavailableError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -119,10 +120,11 @@ def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",), driver: bool 
 
 def config_matrix(config: ChaosConfig, days: int, files_per_trigger: int) -> list[str]:
     """The fault matrix of ``config``'s runs: its PostgreSQL restarts first (``point:n+pg-restart``),
-    then :func:`fault_matrix` of its subtasks and kills."""
+    its storage stalls (``point:n+s3-stall:S``), then :func:`fault_matrix` of its subtasks and kills."""
     tasks = config.tasks_per_batch(days, files_per_trigger)
     restarts = [f"{point}+{PG_RESTART}" for point in config.pg_restarts]
-    return restarts + fault_matrix(tasks, config.executor_kills, config.driver_faults)
+    stalls = [f"{point}+{S3_STALL}:{s:g}" for point in config.storage_stalls for s in STORAGE_STALLS_S]
+    return restarts + stalls + fault_matrix(tasks, config.executor_kills, config.driver_faults)
 
 
 @dataclass(frozen=True)
@@ -457,6 +459,16 @@ def run_trial(
             code, _ = run(fault=fault, fault_action="pause")
         result.exit_codes.append(code)
         result.fault_fired = restarted.is_set()
+    elif plan.kind == "fault" and plan.fault is not None and f"+{S3_STALL}:" in plan.fault:
+        fault, _, stall = plan.fault.partition(f"+{S3_STALL}:")
+        point, _, hit = fault.partition(":")
+        minio = minio_pid(reader.s3.endpoint_url)
+        with stall_storage_when_paused(
+            minio, work_dir / "fault-state", point, int(hit or 1), float(stall)
+        ) as stalled:
+            code, _ = run(fault=fault, fault_action="pause")
+        result.exit_codes.append(code)
+        result.fault_fired = stalled.is_set()
     elif plan.kind == "fault":
         assert plan.fault is not None
         fault, _, kill = plan.fault.partition("@")
@@ -592,6 +604,61 @@ def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:
     configuration's measured run length (``None``: not measured yet, 30 s is assumed)."""
     length = 30.0 if length_s is None else length_s
     return tuple(round(f * length, 1) for f in (plan.kill_at or (0.5,)))
+
+
+def minio_pid(endpoint_url: str) -> int:
+    """The pid of the MinIO server listening at ``endpoint_url`` (its ``--address``), from /proc.
+
+    Raises:
+        ServiceUnavailableError: no such process (the run's MinIO is not one this machine started).
+    """
+    address = endpoint_url.split("://", 1)[-1].rstrip("/")
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"minio") and b"--address" in argv and address.encode() in argv:
+            return int(cmdline.parent.name)
+    raise ServiceUnavailableError(
+        f"no MinIO process listens at {address}; a storage stall needs a native one"
+    )
+
+
+@contextlib.contextmanager
+def stall_storage_when_paused(
+    pid: int, state_dir: Path, point: str, hit: int, stall_s: float, timeout_s: float = 900.0
+) -> Iterator[threading.Event]:
+    """While the block runs, wait for a job process to hold at ``point``'s ``hit``-th arrival,
+    stop the MinIO process ``pid`` (SIGSTOP: connections are accepted, nothing is answered), let
+    the job go on, and ``stall_s`` seconds later let MinIO go on (SIGCONT). The event yielded is set
+    once MinIO runs again; MinIO is never left stopped, whatever happens."""
+    resumed, done = threading.Event(), threading.Event()
+    stopped = threading.Event()
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done.is_set() and time.monotonic() < deadline:
+            if paused_marker(state_dir, point, hit).exists():
+                os.kill(pid, signal.SIGSTOP)
+                stopped.set()
+                resume_marker(state_dir, point, hit).touch()
+                done.wait(stall_s)
+                os.kill(pid, signal.SIGCONT)
+                stopped.clear()
+                resumed.set()
+                return
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, name=f"s3-stall-{point}", daemon=True)
+    watcher.start()
+    try:
+        yield resumed
+    finally:
+        done.set()
+        watcher.join(timeout=stall_s + 5)
+        if stopped.is_set():
+            os.kill(pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager

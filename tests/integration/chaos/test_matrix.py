@@ -55,7 +55,7 @@ def test_trials_go_round_robin_each_configuration_measured_first() -> None:
 
 def test_the_cluster_configuration_kills_executors_and_workers_and_is_not_a_default() -> None:
     cluster = CONFIGS["cluster"]
-    assert "cluster" not in LOCAL.split(",") and len(LOCAL.split(",")) == len(CONFIGS) - 6
+    assert "cluster" not in LOCAL.split(",") and LOCAL == "parquet,jsonl,partitions,async,s3,all"
     assert cluster.tasks_per_batch(14, 6) == [2, 2, 2]  # the shuffle's partitions, whatever the files
     matrix = config_matrix(cluster, 14, 6)
     assert matrix[: len(DRIVER_POINTS)] == [f"{p}:1" for p in DRIVER_POINTS]
@@ -340,3 +340,49 @@ def test_marker_searches_are_counted_from_the_driver_log(tmp_path: Path) -> None
         "x INFO other line\n"
     )
     assert runner.marker_searches(log) == {"searched": 2, "commit_found": 1}
+
+
+def test_the_publish_configuration_stalls_the_storage_first_and_is_not_a_default() -> None:
+    """#26 item 1: a trial of ``publish`` holds the driver before a checkpoint's publish and stops
+    MinIO under it, shorter and longer than the S3 read timeout; then the ``s3`` matrix."""
+    publish = CONFIGS["publish"]
+    assert "publish" not in LOCAL.split(",") and publish.on_s3
+    matrix = config_matrix(publish, 14, 6)
+    stalls = [f for f in matrix if "+s3-stall:" in f]
+    assert stalls == matrix[: len(stalls)] and len(stalls) == 6
+    assert {f.split("+")[0] for f in stalls} == {"before_persist:1", "before_persist:2", "before_persist:4"}
+    assert {f.rsplit(":", 1)[1] for f in stalls} == {"20", "75"}
+    assert matrix[len(stalls) :] == config_matrix(CONFIGS["s3"], 14, 6)
+
+
+def test_a_storage_stall_stops_the_process_while_the_job_goes_on(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from twophase.coordinator.faults import paused_marker, resume_marker
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        state = tmp_path / "fault-state"
+        state.mkdir()
+        with runner.stall_storage_when_paused(sleeper.pid, state, "before_persist", 1, 0.5) as resumed:
+            paused_marker(state, "before_persist", 1).touch()  # the job holds at the point
+            deadline = time.monotonic() + 5
+            while not resume_marker(state, "before_persist", 1).exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            while state_of(sleeper.pid) != "T" and time.monotonic() < deadline:
+                time.sleep(0.01)  # SIGSTOP takes effect asynchronously
+            assert state_of(sleeper.pid) == "T"  # stopped while the job goes on
+            assert resumed.wait(5)
+        while state_of(sleeper.pid) == "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert state_of(sleeper.pid) != "T"
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+
+
+def state_of(pid: int) -> str:
+    """A process's state letter (``T``: stopped), from /proc."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
