@@ -131,6 +131,9 @@ CHAOS_CLUSTER_TRIALS ?= 40
 CHAOS_ZOMBIE_TRIALS ?= 8
 CHAOS_SECURED_TRIALS ?= 30
 CHAOS_FIVE_TRIALS ?= 50
+CHAOS_SPECULATION_TRIALS ?= 20
+CHAOS_EXPIRY_TRIALS ?= 20
+CHAOS_PUBLISH_TRIALS ?= 20
 chaos: prepare
 	$(BIN)/pytest -m long tests/integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
@@ -138,10 +141,16 @@ chaos: prepare
 		--report build/chaos-cluster-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs cluster4 --trials $(CHAOS_ZOMBIE_TRIALS) \
 		--report build/chaos-cluster4-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs cluster4z --trials $(CHAOS_SPECULATION_TRIALS) \
+		--report build/chaos-cluster4z-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs secured --trials $(CHAOS_SECURED_TRIALS) --days 6 \
 		--files-per-trigger 3 --report build/chaos-secured-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs five --trials $(CHAOS_FIVE_TRIALS) --days 14 \
 		--files-per-trigger 7 --report build/chaos-five-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs expiry --trials $(CHAOS_EXPIRY_TRIALS) \
+		--report build/chaos-expiry-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs publish --trials $(CHAOS_PUBLISH_TRIALS) \
+		--report build/chaos-publish-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
