@@ -121,7 +121,7 @@ def test_commit_then_recommit_is_already_committed() -> None:
 
 
 def test_not_coordinator_is_retry() -> None:
-    # re-finding the coordinator is the admin's part (tests/connectors/kafka/test_admin.py)
+    # re-finding the coordinator is the admin's part (tests/connectors/kafka/internal/test_admin.py)
     fake = FakeCoordinator(script=[KafkaErrorCode.NOT_COORDINATOR])
     committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
     assert committer.commit(C) is CommitOutcome.RETRY
