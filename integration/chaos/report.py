@@ -132,6 +132,6 @@ def result_json(r: TrialResult) -> str:
             "records": {s.sink: s.records for s in r.report.sinks} if r.report is not None else {},
             "seconds": round(r.seconds, 1),
             **({"events": r.events} if r.events else {}),
-            **({"markers": r.markers} if r.markers else {}),
+            **({"doubt": r.doubt} if r.doubt else {}),
         }
     )

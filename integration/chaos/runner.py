@@ -280,7 +280,8 @@ class TrialResult:
         seconds: the trial's wall time.
         first_run_s: the wall time of the trial's first process run (or of its kills' runs).
         events: on a cluster, :func:`~twophase.integration.chaos.cluster.spark_events` of its runs.
-        markers: Kafka marker searches in its driver's log (:func:`marker_searches`), if any.
+        doubt: what its driver's log shows of the paths where an outcome was in doubt
+            (:func:`doubt_evidence`), if any.
     """
 
     plan: TrialPlan
@@ -294,7 +295,7 @@ class TrialResult:
     seconds: float = 0.0
     first_run_s: float = 0.0
     events: dict[str, int] = field(default_factory=dict)
-    markers: dict[str, int] = field(default_factory=dict)
+    doubt: dict[str, int] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -491,7 +492,7 @@ def run_trial(
     result.restarts = len(result.exit_codes) - 1
     if result.exit_codes[-1] != 0:
         result.violations.append(f"job did not finish after {result.restarts} restarts: {result.exit_codes}")
-    result.markers = marker_searches(work_dir / "job.log")
+    result.doubt = doubt_evidence(work_dir / "job.log")
     if config.cluster:
         result.events = spark_events(work_dir / "spark-events")
         if plan.kind == "fault" and "@" in (plan.fault or "") and not result.events["executors_lost"]:
@@ -584,19 +585,37 @@ def run_trials(
     return results
 
 
-def marker_searches(log: Path) -> dict[str, int]:
-    """How often the driver logged in ``log`` that it searched a partition's log for a Kafka
-    transaction's marker (the coordinator had forgotten the id), and how often it found COMMIT;
-    empty when it never searched (#26 item 2)."""
+DOUBT_EVENTS = {
+    "searched": "transaction marker searched",
+    "commit_found": "transaction marker searched found=True",
+    "s3_retries": "retrying S3 call",
+    "own_put_read_back": "our own write had landed",
+    "publish_unknown": "checkpoint publish outcome unknown",
+}
+"""What :func:`doubt_evidence` counts: its name → the words of the driver's log line (all of them,
+in order): Kafka marker searches where the coordinator had forgotten an id, and those that found
+COMMIT (#26 item 2); S3 calls retried, a conditional PUT whose retry found our own write (read
+back), a publish of unknown outcome (#26 item 1)."""
+
+
+def doubt_evidence(log: Path) -> dict[str, int]:
+    """How often the driver's log ``log`` shows each event of :data:`DOUBT_EVENTS`; only those seen."""
     if not log.exists():
         return {}
-    searched = found = 0
+    patterns = {name: words.split() for name, words in DOUBT_EVENTS.items()}
+    counts = dict.fromkeys(DOUBT_EVENTS, 0)
     with log.open(encoding="utf-8", errors="replace") as lines:
         for line in lines:
-            if "transaction marker searched" in line:
-                searched += 1
-                found += "found=True" in line
-    return {"searched": searched, "commit_found": found} if searched else {}
+            for name, words in patterns.items():
+                at = 0
+                for word in words:
+                    at = line.find(word, at)
+                    if at < 0:
+                        break
+                    at += len(word)
+                else:
+                    counts[name] += 1
+    return {name: n for name, n in counts.items() if n}
 
 
 def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:

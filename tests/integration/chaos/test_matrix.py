@@ -331,15 +331,23 @@ def test_the_expiry_configuration_has_its_own_broker_and_stays_down_past_the_id_
     assert config_matrix(expiry, 14, 6) == config_matrix(CONFIGS["async"], 14, 6)
 
 
-def test_marker_searches_are_counted_from_the_driver_log(tmp_path: Path) -> None:
+def test_the_paths_of_doubt_are_counted_from_the_driver_log(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
-    assert runner.marker_searches(log) == {}
+    assert runner.doubt_evidence(log) == {}
     log.write_text(
         "x INFO twophase.connectors.kafka.internal.committer transaction marker searched a found=True\n"
         "x INFO twophase.connectors.kafka.internal.committer transaction marker searched b found=None\n"
+        "x WARNING twophase.coordinator.storage.s3 retrying S3 call job=j op=PutObject\n"
+        "x INFO twophase.coordinator.storage.s3 conditional PUT answered 412 after a retry; our own "
+        "write had landed uri=s3://b/k\n"
         "x INFO other line\n"
     )
-    assert runner.marker_searches(log) == {"searched": 2, "commit_found": 1}
+    assert runner.doubt_evidence(log) == {
+        "searched": 2,
+        "commit_found": 1,
+        "s3_retries": 1,
+        "own_put_read_back": 1,
+    }
 
 
 def test_the_publish_configuration_stalls_the_storage_first_and_is_not_a_default() -> None:
