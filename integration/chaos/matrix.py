@@ -41,9 +41,10 @@ of them at every fault point and with kill -9. The three sinks run together in a
 - ``publish`` (issue #26 item 1, not in the default list): the ``s3`` path (the job's checkpoints
   on MinIO) where, besides the usual faults and kills, trials hold the driver just before it
   publishes a checkpoint and stop MinIO (SIGSTOP) as it goes on, for 20 s (the PUT waits and
-  lands late) or 75 s (longer than the 60 s read timeout: the PUT fails, MinIO then writes the
-  object it had received, and the retry meets it: the publish must read it back and decide),
-  then let MinIO go on (``point:n+s3-stall:S``).
+  lands late) or 75 s (longer than the 60 s read timeout: the PUT times out and is retried; if
+  MinIO still wrote the abandoned request, the retry meets it and the publish must read it back),
+  then let MinIO go on (``point:n+s3-stall:S``). Each trial counts the retried S3 calls and
+  read-backs in the driver's log.
 - ``five`` (issue #28, not in the default list): the main path with all five sinks (Kafka, S3,
   Delta, PostgreSQL and Iceberg); besides the usual faults and kills, trials that hold the job at a
   fault point and crash PostgreSQL as it goes on (``point:n+pg-restart``): as the driver commits,
