@@ -645,72 +645,63 @@ def minio_pid(endpoint_url: str) -> int:
 
 
 @contextlib.contextmanager
-def stall_storage_when_paused(
-    pid: int, state_dir: Path, point: str, hit: int, stall_s: float, timeout_s: float = 900.0
+def when_paused(
+    state_dir: Path, point: str, hit: int, act: Callable[[threading.Event], None], timeout_s: float = 900.0
 ) -> Iterator[threading.Event]:
-    """While the block runs, wait for a job process to hold at ``point``'s ``hit``-th arrival,
-    stop the MinIO process ``pid`` (SIGSTOP: connections are accepted, nothing is answered), let
-    the job go on, and ``stall_s`` seconds later let MinIO go on (SIGCONT). The event yielded is set
-    once MinIO runs again; MinIO is never left stopped, whatever happens."""
-    resumed, done = threading.Event(), threading.Event()
-    stopped = threading.Event()
+    """While the block runs, wait (on a thread of its own) for a job process to hold at
+    ``point``'s ``hit``-th arrival (:func:`~twophase.coordinator.faults.paused_marker`), then call
+    ``act(ended)``: it lets the job go on (:func:`~twophase.coordinator.faults.resume_marker`) and
+    does what the trial does to a service around that. ``ended`` is set when the block ends, so
+    that ``act`` cuts a wait short. The event yielded is set once ``act`` returned."""
+    acted, ended = threading.Event(), threading.Event()
 
     def watch() -> None:
         deadline = time.monotonic() + timeout_s
-        while not done.is_set() and time.monotonic() < deadline:
+        while not ended.is_set() and time.monotonic() < deadline:
             if paused_marker(state_dir, point, hit).exists():
-                os.kill(pid, signal.SIGSTOP)
-                stopped.set()
-                resume_marker(state_dir, point, hit).touch()
-                done.wait(stall_s)
-                os.kill(pid, signal.SIGCONT)
-                stopped.clear()
-                resumed.set()
+                act(ended)
+                acted.set()
                 return
             time.sleep(0.01)
 
-    watcher = threading.Thread(target=watch, name=f"s3-stall-{point}", daemon=True)
+    watcher = threading.Thread(target=watch, name=f"when-paused-{point}", daemon=True)
     watcher.start()
     try:
-        yield resumed
+        yield acted
     finally:
-        done.set()
-        watcher.join(timeout=stall_s + 5)
-        if stopped.is_set():
+        ended.set()
+        watcher.join()
+
+
+def stall_storage_when_paused(
+    pid: int, state_dir: Path, point: str, hit: int, stall_s: float
+) -> contextlib.AbstractContextManager[threading.Event]:
+    """:func:`when_paused` that stops the MinIO process ``pid`` (SIGSTOP: connections are accepted,
+    nothing is answered), lets the job go on, and ``stall_s`` seconds later lets MinIO go on
+    (SIGCONT); sooner if the block ends first. MinIO is never left stopped."""
+
+    def stall(ended: threading.Event) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            resume_marker(state_dir, point, hit).touch()
+            ended.wait(stall_s)
+        finally:
             os.kill(pid, signal.SIGCONT)
 
+    return when_paused(state_dir, point, hit, stall)
 
-@contextlib.contextmanager
+
 def restart_when_paused(
-    postgres: PostgresServer,
-    state_dir: Path,
-    point: str,
-    hit: int,
-    delay_s: float = 0.02,
-    timeout_s: float = 900.0,
-) -> Iterator[threading.Event]:
-    """While the block runs, wait for a job process to hold at ``point``'s ``hit``-th arrival
-    (:func:`~twophase.coordinator.faults.paused_marker`), let it go on, and ``delay_s`` seconds
-    later crash ``postgres`` (``pg_ctl stop -m immediate``) and start it again: the server dies
-    under the work the process resumed (COMMIT PREPARED after ``after_persist``, a COPY after
+    postgres: PostgresServer, state_dir: Path, point: str, hit: int, delay_s: float = 0.02
+) -> contextlib.AbstractContextManager[threading.Event]:
+    """:func:`when_paused` that lets the job go on and ``delay_s`` seconds later crashes
+    ``postgres`` (``pg_ctl stop -m immediate``) and starts it again: the server dies under the
+    work the process resumed (COMMIT PREPARED after ``after_persist``, a COPY after
     ``mid_write``). The event yielded is set once the server is back."""
-    restarted, done = threading.Event(), threading.Event()
 
-    def watch() -> None:
-        deadline = time.monotonic() + timeout_s
-        while not done.is_set() and time.monotonic() < deadline:
-            if paused_marker(state_dir, point, hit).exists():
-                resume_marker(state_dir, point, hit).touch()
-                time.sleep(delay_s)
-                postgres.restart("immediate")
-                restarted.set()
-                return
-            time.sleep(0.01)
+    def restart(ended: threading.Event) -> None:
+        resume_marker(state_dir, point, hit).touch()
+        time.sleep(delay_s)
+        postgres.restart("immediate")
 
-    watcher = threading.Thread(target=watch, name=f"pg-restart-{point}", daemon=True)
-    watcher.start()
-    try:
-        yield restarted
-    finally:
-        done.set()
-        watcher.join()
+    return when_paused(state_dir, point, hit, restart)
