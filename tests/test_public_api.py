@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
-import types
 import typing
 from pathlib import Path
 
@@ -66,11 +65,8 @@ def project_types(annotation: object) -> set[type]:
         ):
             out.add(annotation)
         return out
-    for arg in typing.get_args(annotation):
+    for arg in typing.get_args(annotation):  # unions (``X | None``) and containers alike
         out |= project_types(arg)
-    if isinstance(annotation, types.UnionType):
-        for arg in annotation.__args__:
-            out |= project_types(arg)
     return out
 
 

@@ -245,26 +245,19 @@ def kafka_service(settings: Mapping[str, str] | None = None) -> Iterator[str]:
         ConfigError: bad configuration (e.g. ``TWOPHASE_KAFKA_PORT`` already in use).
         ServiceUnavailableError: the broker cannot be reached or started; one-line reason.
     """
-    if settings:
-        with _temporary_dir("twophase-kafka-") as data_dir:
-            own = launch_kafka(data_dir, settings=settings)
-            try:
-                yield own.bootstrap
-            finally:
-                own.process.stop()
-        return
-    bootstrap = env_kafka_bootstrap()
-    if bootstrap is not None:
-        wait_kafka_ready(bootstrap, connect_timeout_s())
-        yield bootstrap
-        return
-    entry = recorded_alive("kafka")
-    if entry is not None:
-        wait_kafka_ready(entry["bootstrap"], connect_timeout_s())
-        yield str(entry["bootstrap"])
-        return
+    if not settings:
+        bootstrap = env_kafka_bootstrap()
+        if bootstrap is not None:
+            wait_kafka_ready(bootstrap, connect_timeout_s())
+            yield bootstrap
+            return
+        entry = recorded_alive("kafka")
+        if entry is not None:
+            wait_kafka_ready(entry["bootstrap"], connect_timeout_s())
+            yield str(entry["bootstrap"])
+            return
     with _temporary_dir("twophase-kafka-") as data_dir:
-        native = launch_kafka(data_dir)
+        native = launch_kafka(data_dir, settings=settings)
         try:
             yield native.bootstrap
         finally:
