@@ -14,7 +14,7 @@ TWOPHASE_CACHE ?= $(HOME)/.cache/twophase
 MYPY_CACHE := $(TWOPHASE_CACHE)/mypy
 
 .DEFAULT_GOAL := help
-.PHONY: help venv constraints prepare demo demo-cluster test lint docs format services-up services-down services-status bench chaos faults model-check compat clean
+.PHONY: help venv constraints prepare demo demo-cluster test lint docs format services-up services-down services-status bench soak chaos faults model-check compat clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
@@ -27,6 +27,7 @@ help:
 	@echo "make services-down  stop them"
 	@echo "make bench / chaos  benchmarks / failure-injection suite"
 	@echo "make faults         service faults: 3-broker Kafka cluster and MinIO killed, paused, restarted"
+	@echo "make soak           the 2-hour soak: cost over time (BENCHMARKS.md)"
 	@echo "make model-check    the model-based protocol test at length (thousands of random job lives)"
 	@echo "make compat         the compatibility subset on Spark 3.5-4.3 x Python 3.10-3.13 (COMPAT.md)"
 
@@ -157,6 +158,13 @@ chaos: prepare
 # one line per case (moment, restarts, time to recover) in build/faults-report.jsonl
 faults: prepare
 	$(BIN)/pytest -m faults tests/integration/faults $(PYTEST_ARGS)
+
+# the soak (issue #29 item 5): the flights job's sinks on an endless rate stream for 2 hours (or
+# 5,000 epochs), sampled every minute; samples, result, plot and table in build/soak
+SOAK_ARGS ?=
+soak: prepare
+	$(BIN)/twophase services up
+	$(BIN)/python -m benchmarks.soak --out build/soak $(SOAK_ARGS)
 
 # the model-based protocol test (tests/coordinator/test_protocol_model.py) at length: the fixed
 # (derandomized) examples, then each seed (two fixed, one drawn from the clock and printed):

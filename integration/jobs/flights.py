@@ -99,16 +99,25 @@ def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
     s3a when ``spec.input_uri`` is set (:func:`stage_input` put it there). Kafka's key is
     ``flight_id`` itself.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    flights_dir, airlines_path, airports_path = input_locations(spec)
+    flights_dir, _, _ = input_locations(spec)
     flights = (
         spark.readStream.schema(from_arrow_schema(FLIGHT_SCHEMA))
         .option("maxFilesPerTrigger", spec.files_per_trigger)
         .option("pathGlobFilter", "flights-*.parquet")
         .parquet(flights_dir)
     )
+    return enrich(spark, flights, spec)
+
+
+def enrich(spark: SparkSession, flights: DataFrame, spec: FlightsJobSpec) -> DataFrame:
+    """The flights job's enrichment of a stream of :data:`FLIGHT_SCHEMA` rows: airline and airport
+    names, ``delay_class``, ``sched_dep_at``; :data:`TYPED_COLUMNS` plus Kafka's ``value``
+    column (the soak feeds it a stream of its own, ``benchmarks/soak.py``)."""
+    from pyspark.sql import functions as F
+
+    _, airlines_path, airports_path = input_locations(spec)
     airlines = spark.read.parquet(airlines_path).select(F.col("carrier"), F.col("name").alias("airline"))
     airports = spark.read.parquet(airports_path)
     origins = airports.select(
@@ -230,24 +239,8 @@ def run_flights(
     endpoints.s3.ensure_bucket(spec.bucket)
     if spec.input_uri:
         stage_input(spec, endpoints.s3)
-    kafka, s3_sink, delta = build_sinks(spec, endpoints)
-    job = Job(
-        spark,
-        spec.job_id,
-        spec.checkpoint_dir,
-        job_id=spec.job_id,
-        config=runtime_config(spec),
-        storage_options=endpoints.storage_options(),  # used when the checkpoints are on s3://
-    )
-    for s in run_sinks(spec, endpoints, (kafka, s3_sink, delta)):  # the sinks the run names
-        job.sink(s)
     started = time.perf_counter()
-    handle = job.start(
-        flights_stream(spark, spec),
-        spark_checkpoint_location=spec.spark_checkpoint,
-        trigger={"availableNow": True},
-        query_name=f"flights_{spec.job_id}",
-    )
+    handle = start_flights(spark, spec, endpoints, flights_stream(spark, spec), {"availableNow": True})
     while not handle.await_termination(poll_s):
         if on_progress is not None:
             on_progress(_progress(handle, spec, started))
@@ -260,6 +253,40 @@ def run_flights(
         epochs=handle.metrics,
         checkpoints=handle.checkpoint_metrics,
         counters=handle.runtime.sink_metrics.totals(),
+    )
+
+
+def start_flights(
+    spark: SparkSession,
+    spec: FlightsJobSpec,
+    endpoints: FlightsEndpoints,
+    stream: DataFrame,
+    trigger: dict[str, object],
+) -> JobHandle:
+    """Start the flights job's sinks on ``stream`` with Spark's ``trigger`` keywords; the
+    caller awaits or stops the handle (:func:`run_flights` runs to the end of input, the soak
+    stops a ``processingTime`` stream).
+
+    Raises:
+        ConfigError / SchemaError: bad settings (before anything is written).
+        JobError: the job's checkpoint belongs to another Spark checkpoint location.
+    """
+    kafka, s3_sink, delta = build_sinks(spec, endpoints)
+    job = Job(
+        spark,
+        spec.job_id,
+        spec.checkpoint_dir,
+        job_id=spec.job_id,
+        config=runtime_config(spec),
+        storage_options=endpoints.storage_options(),  # used when the checkpoints are on s3://
+    )
+    for s in run_sinks(spec, endpoints, (kafka, s3_sink, delta)):  # the sinks the run names
+        job.sink(s)
+    return job.start(
+        stream,
+        spark_checkpoint_location=spec.spark_checkpoint,
+        trigger=trigger,
+        query_name=f"flights_{spec.job_id}",
     )
 
 
