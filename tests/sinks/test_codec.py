@@ -179,3 +179,27 @@ def test_only_frozen_dataclasses_and_plain_fields() -> None:
         CommittableCodec(HasObject, "o").to_json(HasObject(object()))
     with pytest.raises(TypeError, match="expected Upload"):
         CODEC.to_json(Part(1, "e"))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Chain:
+    name: str
+    next: Chain | None = None
+
+
+def test_a_committable_may_nest_its_own_type() -> None:
+    # decoders are built once per type; a field naming its own type is resolved at the first value
+    codec = CommittableCodec(Chain, "test.chain")
+    value = Chain("a", Chain("b", Chain("c")))
+    assert codec.loads(codec.dumps(value)) == value
+    with pytest.raises(CommittableDecodeError, match="expected str"):
+        codec.from_json({"kind": "test.chain", "version": 1, "body": {"name": "a", "next": {"name": 1}}})
+
+
+def test_any_mapping_decodes_like_a_dict() -> None:
+    # payloads are parsed JSON (dicts), but any Mapping is accepted as before
+    from types import MappingProxyType
+
+    body = CODEC.to_json(Upload("b", "k", "u", (Part(1, "e"),), 3, 0.5))["body"]
+    frozen = MappingProxyType({**body, "parts": [MappingProxyType(p) for p in body["parts"]]})
+    assert CODEC.from_json({"kind": "test.upload", "version": 1, "body": frozen}).parts == (Part(1, "e"),)
