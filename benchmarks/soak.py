@@ -221,10 +221,12 @@ class Sampler:
         """The figures now; the latency medians are over the epochs since the previous call."""
         from twophase.connectors.kafka.internal.lingering import OPEN_STATES
 
-        epochs = self._handle.metrics
-        new = epochs[self._seen :]
+        epochs = self._handle.metrics  # the newest RuntimeConfig.metrics_history epochs
+        totals = self._handle.totals
+        fresh = min(totals.epochs - self._seen, len(epochs))
+        new = epochs[len(epochs) - fresh :]
         window = new or epochs[-1:]  # no epoch ended this minute: the latest one's figures
-        self._seen = len(epochs)
+        self._seen = totals.epochs
         ids = self._admin.list_transactions([], self._pattern)
         checkpoint_bytes, checkpoint_files = tree_size(self._spec.checkpoint_dir)
         delta_bytes, delta_files, since = delta_log(self._spec.delta_uri)
@@ -234,9 +236,9 @@ class Sampler:
 
         return Sample(
             minute=round((time.monotonic() - self._started) / 60, 2),
-            epochs=len(epochs),
+            epochs=totals.epochs,
             epochs_in_window=len(new),
-            records=sum(m.records for m in epochs),
+            records=totals.records,
             write_ms=median("write_ms"),
             persist_ms=median("persist_ms"),
             commit_ms=median("commit_ms"),
@@ -402,7 +404,7 @@ def soak(
         samples: list[Sample] = []
         deadline = time.monotonic() + minutes * 60
         with (out / "samples.jsonl").open("w") as sink:
-            while time.monotonic() < deadline and len(handle.metrics) < epochs:
+            while time.monotonic() < deadline and handle.totals.epochs < epochs:
                 if handle.await_termination(sample_s):
                     raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
                 sample = sampler.take()
@@ -416,14 +418,14 @@ def soak(
         handle.stop(savepoint=True, drain=True, timeout=600)
         drain_s = time.monotonic() - stopped
         assert handle.status is JobState.FINISHED, handle.status
-        total = sum(m.records for m in handle.metrics)
+        total = handle.totals.records
         reports = read_back(spec, endpoints, total)
         spark.stop()
     result = {
         **common.load_at_end(env),
         "job": run_id,
         "minutes": samples[-1].minute if samples else 0.0,
-        "epochs": len(handle.metrics),
+        "epochs": handle.totals.epochs,
         "records": total,
         "rows_per_second": rows_per_second,
         "trigger_ms": trigger_ms,

@@ -1,6 +1,10 @@
 """What the runtime measures: per checkpoint (``JobRuntime.checkpoint_metrics``) and per sink and
 checkpoint (``JobRuntime.sink_metrics``: transactions committed, already committed and aborted,
-records, bytes, commit time), so that jobs and tools read them without wrapping connectors."""
+records, bytes, commit time), so that jobs and tools read them without wrapping connectors.
+
+A streaming job runs for months, so per-checkpoint figures are kept for the newest
+``metrics_history`` checkpoints only (as Flink's ``web.checkpoints.history``); totals count every
+checkpoint (the soak, issue #29 item 5, looks for anything that grows with time)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from twophase.coordinator.metadata import CheckpointKind
+from twophase.sinks.errors import ConfigError
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 
@@ -63,7 +68,10 @@ class SinkCommitMetrics:
         records_committed: records in the transactions committed now (as far as the sink knows).
         bytes_committed: bytes in them, or ``None`` when the sink reports no byte counts.
         commit_ms: time spent in commit calls, ms (summed over concurrent lanes).
-        checkpoints: checkpoints whose transactions were committed or found committed (totals).
+        checkpoints: checkpoints whose transactions were committed or found committed (totals:
+            those among the newest ``metrics_history`` checkpoints).
+        checkpoint_count: how many checkpoints had transactions committed or found committed
+            (totals: every one; 0 per checkpoint).
     """
 
     sink: str
@@ -76,24 +84,46 @@ class SinkCommitMetrics:
     bytes_committed: int | None = None
     commit_ms: float = 0.0
     checkpoints: tuple[int, ...] = ()
+    checkpoint_count: int = 0
+
+
+DEFAULT_METRICS_HISTORY = 1000
+"""Checkpoints whose per-checkpoint metrics are kept by default (``RuntimeConfig.metrics_history``)."""
 
 
 class SinkMetricsRecorder:
-    """Collects :class:`SinkCommitMetrics` per (sink, checkpoint); thread-safe (commit lanes run
-    concurrently). One per job runtime, shared by every committer it starts."""
+    """Collects :class:`SinkCommitMetrics` per (sink, checkpoint) for the newest ``history``
+    checkpoints, and per sink in total; thread-safe (commit lanes run concurrently). One per job
+    runtime, shared by every committer it starts.
 
-    def __init__(self) -> None:
+    Raises:
+        ConfigError: ``history`` < 1.
+    """
+
+    def __init__(self, history: int = DEFAULT_METRICS_HISTORY) -> None:
+        if history < 1:
+            raise ConfigError(f"metrics_history must be >= 1, got {history}")
+        self._history = history
         self._lock = threading.Lock()
         self._by_key: dict[tuple[str, int], SinkCommitMetrics] = {}
+        self._checkpoints: dict[int, None] = {}  # the kept checkpoint ids, oldest first
+        self._totals: dict[str, SinkCommitMetrics] = {}
 
     def _update(self, sink: str, checkpoint_id: int, **delta: Any) -> None:
         with self._lock:
             m = self._by_key.get((sink, checkpoint_id)) or SinkCommitMetrics(sink, checkpoint_id)
-            changes: dict[str, Any] = {}
-            for name, value in delta.items():
-                old = getattr(m, name)
-                changes[name] = value if old is None else old + value
-            self._by_key[(sink, checkpoint_id)] = replace(m, **changes)
+            updated = _added(m, delta)
+            self._by_key[(sink, checkpoint_id)] = updated
+            total = _added(self._totals.get(sink) or SinkCommitMetrics(sink, None), delta)
+            if _done(updated) and not _done(m):
+                total = replace(total, checkpoint_count=total.checkpoint_count + 1)
+            self._totals[sink] = total
+            self._checkpoints[checkpoint_id] = None
+            while len(self._checkpoints) > self._history:
+                oldest = next(iter(self._checkpoints))
+                del self._checkpoints[oldest]
+                for key in [k for k in self._by_key if k[1] == oldest]:
+                    del self._by_key[key]
 
     def committed(
         self, sink: str, checkpoint_id: int, outcome: CommitOutcome, sizes: list[CommittableSize], ms: float
@@ -129,23 +159,26 @@ class SinkMetricsRecorder:
             return sorted(self._by_key.values(), key=lambda m: (m.checkpoint_id or 0, m.sink))
 
     def totals(self) -> dict[str, SinkCommitMetrics]:
-        """Per sink, everything recorded summed (``checkpoint_id`` ``None``)."""
-        out: dict[str, SinkCommitMetrics] = {}
-        for m in self.per_checkpoint():
-            t = out.get(m.sink) or SinkCommitMetrics(m.sink, None)
-            done = m.transactions_committed or m.transactions_already_committed
-            out[m.sink] = replace(
-                t,
-                transactions_committed=t.transactions_committed + m.transactions_committed,
-                transactions_already_committed=t.transactions_already_committed
-                + m.transactions_already_committed,
-                transactions_aborted=t.transactions_aborted + m.transactions_aborted,
-                lingering_aborted=t.lingering_aborted + m.lingering_aborted,
-                records_committed=t.records_committed + m.records_committed,
-                bytes_committed=m.bytes_committed
-                if t.bytes_committed is None
-                else t.bytes_committed + (m.bytes_committed or 0),
-                commit_ms=t.commit_ms + m.commit_ms,
-                checkpoints=t.checkpoints + ((m.checkpoint_id or 0,) if done else ()),
-            )
-        return out
+        """Per sink, everything recorded summed (``checkpoint_id`` ``None``): every checkpoint
+        counted, ``checkpoints`` naming those kept."""
+        with self._lock:
+            kept = sorted(self._by_key.values(), key=lambda m: (m.checkpoint_id or 0, m.sink))
+            return {
+                sink: replace(
+                    t, checkpoints=tuple(m.checkpoint_id or 0 for m in kept if m.sink == sink and _done(m))
+                )
+                for sink, t in self._totals.items()
+            }
+
+
+def _done(m: SinkCommitMetrics) -> bool:
+    return bool(m.transactions_committed or m.transactions_already_committed)
+
+
+def _added(m: SinkCommitMetrics, delta: dict[str, Any]) -> SinkCommitMetrics:
+    """``m`` with ``delta`` added field by field (a ``None`` byte count takes the new value)."""
+    changes: dict[str, Any] = {}
+    for name, value in delta.items():
+        old = getattr(m, name)
+        changes[name] = value if old is None else (old if value is None else old + value)
+    return replace(m, **changes)

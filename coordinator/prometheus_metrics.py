@@ -15,14 +15,14 @@ Exposed families, each labelled ``job`` (and ``sink`` where per sink):
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.sinks.internal.structured_log import log_event
 
@@ -36,11 +36,13 @@ class RuntimeCollector(Collector):
     Attributes:
         job_id: the ``job`` label.
         sink_metrics: the runtime's per-sink recorder.
-        checkpoint_metrics: returns the runtime's completed checkpoints' metrics, oldest first.
+        checkpoints_completed: returns how many checkpoints the runtime completed, by kind.
+        checkpoint_metrics: returns the runtime's kept checkpoint metrics, oldest first.
     """
 
     job_id: str
     sink_metrics: SinkMetricsRecorder
+    checkpoints_completed: Callable[[], Mapping[CheckpointKind, int]]
     checkpoint_metrics: Callable[[], list[CheckpointMetrics]]
 
     def collect(self) -> Iterator[Metric]:
@@ -70,7 +72,7 @@ class RuntimeCollector(Collector):
         completed = CounterMetricFamily(
             "twophase_checkpoints_completed", "Checkpoints completed", labels=["job", "kind"]
         )
-        for kind, n in sorted(Counter(c.kind.value for c in checkpoints).items()):
+        for kind, n in sorted((k.value, n) for k, n in self.checkpoints_completed().items()):
             completed.add_metric([job, kind], n)
         yield completed
         if checkpoints:

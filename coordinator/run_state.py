@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.lingering_cleanup import LingeringCleanup
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError
@@ -77,7 +78,7 @@ class RunState:
         self.lifecycle = JobLifecycle(job_id)
         self.restarts = RestartTracker(config.restart, clock)
         self.lock = threading.RLock()
-        self.sink_metrics = SinkMetricsRecorder()
+        self.sink_metrics = SinkMetricsRecorder(config.metrics_history)
         self.cancel_requested = threading.Event()
         self._committer = self.new_committer()
         self.past_committer_metrics: list[CommitterMetrics] = []
@@ -88,7 +89,8 @@ class RunState:
         self._max_triggered = 0
         self._id_floor = IdFloor()
         self._abandoned = False
-        self.checkpoint_metrics: list[CheckpointMetrics] = []
+        self.checkpoint_metrics: deque[CheckpointMetrics] = deque(maxlen=config.metrics_history)
+        self.checkpoints_completed: Counter[CheckpointKind] = Counter()
 
     # -- what the run's transitions change (read-only to the other parts) ---------------------------
 
@@ -292,6 +294,7 @@ class RunState:
             transactions_already_committed=nr.already_committed,
         )
         self.checkpoint_metrics.append(metrics)
+        self.checkpoints_completed[metrics.kind] += 1
         log_event(
             log,
             logging.INFO,

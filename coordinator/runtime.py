@@ -44,7 +44,7 @@ from twophase.coordinator.faults import fault_point
 from twophase.coordinator.job_endings import cancel_job, finish_job, stop_job, stop_with_savepoint
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.prometheus_metrics import MetricsEndpoint, RuntimeCollector
 from twophase.coordinator.recovery import RestoreResult, restore_run
@@ -114,7 +114,12 @@ class JobRuntime:
         )
         self.metrics_endpoint: MetricsEndpoint | None = None  # RuntimeConfig.metrics_port
         if self.config.metrics_port is not None:
-            collector = RuntimeCollector(job_id, self._s.sink_metrics, lambda: self.checkpoint_metrics)
+            collector = RuntimeCollector(
+                job_id,
+                self._s.sink_metrics,
+                lambda: self.checkpoints_completed,
+                lambda: self.checkpoint_metrics,
+            )
             self.metrics_endpoint = MetricsEndpoint(
                 collector, self.config.metrics_port, self.config.metrics_address
             )
@@ -167,8 +172,14 @@ class JobRuntime:
 
     @property
     def checkpoint_metrics(self) -> list[CheckpointMetrics]:
-        """Metrics of every checkpoint completed by this runtime, oldest first."""
-        return self._s.checkpoint_metrics
+        """Metrics of the checkpoints completed by this runtime, oldest first: the newest
+        ``RuntimeConfig.metrics_history`` of them."""
+        return list(self._s.checkpoint_metrics)
+
+    @property
+    def checkpoints_completed(self) -> dict[CheckpointKind, int]:
+        """How many checkpoints this runtime completed, by kind (every one)."""
+        return dict(self._s.checkpoints_completed)
 
     @property
     def sink_metrics(self) -> SinkMetricsRecorder:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.commit_policy import CommitPolicy
+from twophase.coordinator.metrics import DEFAULT_METRICS_HISTORY
 from twophase.coordinator.restart import RestartStrategy
 from twophase.sinks.errors import ConfigError
 
@@ -34,6 +35,8 @@ class RuntimeConfig:
         metrics_port: serve the runtime's metrics for Prometheus on this TCP port while the job
             runs (``0``: any free port; ``None``: off). See :mod:`twophase.coordinator.prometheus_metrics`.
         metrics_address: the address the metrics endpoint binds to.
+        metrics_history: how many of the newest checkpoints (and epochs) keep their own metrics;
+            totals count every one. Bounds the driver's memory over a long streaming run.
     """
 
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -44,7 +47,10 @@ class RuntimeConfig:
     commit_drain_timeout_s: float | None = None
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    metrics_history: int = DEFAULT_METRICS_HISTORY
 
     def __post_init__(self) -> None:
+        if self.metrics_history < 1:
+            raise ConfigError(f"metrics_history must be >= 1, got {self.metrics_history}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be within 0..65535 or None, got {self.metrics_port}")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.restart_loop import fail_over, finish_with_restarts
 from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.spark.results import EpochMetrics, JobResult
+from twophase.coordinator.spark.results import EpochMetrics, EpochTotals, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
@@ -99,7 +100,8 @@ class JobHandle:
         self._query_id: str | None = None
         self._batch_error: BaseException | None = None
         self._failure: BaseException | None = None
-        self._epochs: list[EpochMetrics] = []
+        self._epochs: deque[EpochMetrics] = deque(maxlen=runtime.config.metrics_history)
+        self._totals = EpochTotals()
         self._final: CheckpointMetrics | None = None
         self._stop_ref: CheckpointRef | None = None
         self._thread = threading.Thread(
@@ -120,8 +122,14 @@ class JobHandle:
 
     @property
     def metrics(self) -> tuple[EpochMetrics, ...]:
-        """Metrics of every epoch run so far by this handle."""
+        """Metrics of the epochs run so far by this handle, oldest first: the newest
+        ``RuntimeConfig.metrics_history`` of them (:attr:`totals` counts every one)."""
         return tuple(self._epochs)
+
+    @property
+    def totals(self) -> EpochTotals:
+        """Every epoch run so far by this handle, and its records, counted."""
+        return self._totals
 
     @property
     def checkpoint_metrics(self) -> tuple[CheckpointMetrics, ...]:
@@ -309,7 +317,9 @@ class JobHandle:
             try:
                 if self.runtime.replay_check(position):
                     return
-                self._epochs.append(run_spark_epoch(self.runtime, batch_df, position, batch_id))
+                epoch = run_spark_epoch(self.runtime, batch_df, position, batch_id)
+                self._epochs.append(epoch)
+                self._totals = self._totals.add(epoch)
             except BaseException as e:
                 self._batch_error = e
                 if self._stop_requested.is_set() or self._cancel_requested.is_set():

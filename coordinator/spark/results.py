@@ -43,13 +43,32 @@ class EpochMetrics:
 
 
 @dataclass(frozen=True)
+class EpochTotals:
+    """Every epoch a job handle ran, counted (its ``metrics`` keep the newest only).
+
+    Attributes:
+        epochs: epochs run by this handle (replayed ones skipped).
+        records: records they wrote (each sink received all of them).
+    """
+
+    epochs: int = 0
+    records: int = 0
+
+    def add(self, epoch: EpochMetrics) -> EpochTotals:
+        """These totals with ``epoch`` counted."""
+        return EpochTotals(self.epochs + 1, self.records + epoch.records)
+
+
+@dataclass(frozen=True)
 class JobResult:
     """The outcome of a finished job.
 
     Attributes:
         job_id: the job.
         state: the final job state (FINISHED after a batch write or bounded stream).
-        epochs: metrics of every epoch this process ran (replayed epochs are skipped).
+        epochs: metrics of the epochs this process ran (replayed epochs are skipped): every one
+            of a batch write or bounded stream up to ``RuntimeConfig.metrics_history``, the newest ones
+            beyond.
         final: the final checkpoint's metrics, or ``None`` if nothing was left to finish.
     """
 

@@ -79,7 +79,7 @@ def counters_table(counters: dict[str, SinkCommitMetrics], title: str | None = N
     rows = [
         [
             name,
-            str(len(c.checkpoints)),
+            str(c.checkpoint_count),
             str(c.transactions_committed),
             str(c.transactions_aborted + c.lingering_aborted),
             f"{c.records_committed:,}",
@@ -127,7 +127,7 @@ def summary_table(run: FlightsRun, report: VerifyReport) -> FittedTable:
             [
                 sink.sink,
                 f"{c.records_committed:,}",
-                str(len(c.checkpoints)),
+                str(c.checkpoint_count),
                 str(c.transactions_committed),
                 str(c.transactions_aborted + c.lingering_aborted),
                 f"{c.commit_ms / 1000:.2f}",

@@ -203,13 +203,13 @@ class FlightsRun:
 
 
 def _progress(handle: JobHandle, spec: FlightsJobSpec, started: float) -> FlightsProgress:
-    epochs = handle.metrics
+    totals = handle.totals
     return FlightsProgress(
         job_id=spec.job_id,
         status=handle.status,
-        batches=len(epochs),
+        batches=totals.epochs,
         expected_batches=spec.expected_batches,
-        records=sum(m.records for m in epochs),
+        records=totals.records,
         checkpoints=len(handle.checkpoint_metrics),
         counters=handle.runtime.sink_metrics.totals(),
         elapsed_s=time.perf_counter() - started,

@@ -7,6 +7,7 @@ from support.fakes import FakeExternalSystem, FakeSink
 from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import SinkCommitMetrics, SinkMetricsRecorder
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
@@ -75,3 +76,32 @@ def test_checkpoint_metrics_count_only_transactions_committed_now() -> None:
     h.write_epoch(data(1), source_position=pos(1))
     m = h.runtime.checkpoint_metrics[-1]
     assert (m.transactions_committed, m.transactions_already_committed) == (1, 1)
+
+
+def test_a_long_run_keeps_a_bounded_history_and_exact_totals() -> None:
+    """A streaming job runs for months: per-checkpoint metrics are kept for the newest
+    ``metrics_history`` checkpoints only (the soak, #29 item 5), while totals count every one."""
+    r = SinkMetricsRecorder(history=3)
+    for c in range(1, 11):
+        r.committed("s", c, CommitOutcome.COMMITTED, [CommittableSize(2, 10)], 1.0)
+    r.aborted("s", 10)
+    assert [m.checkpoint_id for m in r.per_checkpoint()] == [8, 9, 10]
+    t = r.totals()["s"]
+    assert (t.transactions_committed, t.records_committed, t.bytes_committed, t.commit_ms) == (
+        10,
+        20,
+        100,
+        10.0,
+    )
+    assert (t.checkpoint_count, t.checkpoints, t.transactions_aborted) == (10, (8, 9, 10), 1)
+
+
+def test_the_runtime_keeps_the_newest_checkpoint_metrics_and_counts_all() -> None:
+    system = FakeExternalSystem()
+    h = TwoPhaseHarness([FakeSink("a", system)], config=RuntimeConfig(metrics_history=2))
+    h.restore()
+    for n in (1, 2, 3, 4):
+        h.write_epoch(data(n), source_position=pos(n))
+    assert [m.checkpoint_id for m in h.runtime.checkpoint_metrics] == [3, 4]
+    assert h.runtime.checkpoints_completed == {CheckpointKind.CHECKPOINT: 4}
+    assert h.runtime.sink_metrics.totals()["a"].checkpoint_count == 4

@@ -13,10 +13,12 @@ from support.file_sink import JsonLinesFileSink, _OpenFile
 
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
+from twophase.coordinator.spark.results import EpochTotals
 from twophase.sinks.errors import ConfigError, JobError, SchemaError
 
 pytestmark = [pytest.mark.spark]
@@ -60,6 +62,21 @@ def test_available_now_stream_finishes_exactly_once(spark: Any, tmp_path: Path) 
     assert [m.records for m in handle.metrics] == [50, 50, 50]
     final = handle.checkpoint_metrics[-1]
     assert final.kind.value == "final"
+    assert_exactly_once(tmp_path, ["a"], expected)
+
+
+def test_a_handle_keeps_the_newest_epochs_and_counts_every_one(spark: Any, tmp_path: Path) -> None:
+    # metrics_history bounds what a long stream keeps on the driver (the soak, #29 item 5)
+    expected = make_input(tmp_path, files=3)
+    config = RuntimeConfig(metrics_history=2)
+    job = Job(spark, "eo", str(tmp_path / "chk"), config=config).sink(
+        JsonLinesFileSink("a", tmp_path / "out")
+    )
+    handle = _start_bounded(job, spark, tmp_path)
+    assert handle.await_termination(300)
+    assert [m.batch_id for m in handle.metrics] == [1, 2]
+    assert handle.totals == EpochTotals(epochs=3, records=150)
+    assert handle.runtime.checkpoints_completed == {CheckpointKind.CHECKPOINT: 3, CheckpointKind.FINAL: 1}
     assert_exactly_once(tmp_path, ["a"], expected)
 
 
