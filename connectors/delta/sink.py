@@ -15,6 +15,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -79,9 +80,17 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
             raise ConfigError(f"Delta sink name must be non-empty and free of ':', got {name!r}")
         self.name = name
         self.config = config
+        self._committer: DeltaCommitter | None = None  # the driver's, made at its first commit
 
     def __repr__(self) -> str:
         return f"DeltaSink(name={self.name!r}, config={self.config!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # executors get the sink, not the driver's committer and the table it keeps
+        return {**self.__dict__, "_committer": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({"_committer": None, **state})
 
     # --- driver side, before writing ---------------------------------------------------------
 
@@ -178,7 +187,9 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         :meth:`twophase.connectors.delta.internal.committer.DeltaCommitter.commit_checkpoint` for
         the outcomes.
         """
-        return DeltaCommitter(self.config, self.name).commit_checkpoint(checkpoint_id, committables)
+        if self._committer is None:
+            self._committer = DeltaCommitter(self.config, self.name)
+        return self._committer.commit_checkpoint(checkpoint_id, committables)
 
     def recover_and_commit_checkpoint(
         self, checkpoint_id: int, committables: Sequence[DeltaCommittable]

@@ -3,10 +3,13 @@
 All subtasks' Add actions of checkpoint ``c`` go into a single commit together with
 ``txn(appId="<job-id>:<sink>", version=c, lastUpdated=now)`` (Delta PROTOCOL.md, "Transaction
 Identifiers": a writer records the latest version it committed per appId, and readers of the log
-find it in the snapshot). Every attempt first reloads the table and returns ``ALREADY_COMMITTED``
-if ``txn`` version ≥ ``c`` (delta-rs does not check this itself). A concurrent commit makes
-delta-rs fail with ``CommitFailedError`` (its own retries are off, so every retry goes through this
-re-check); tenacity then reloads and tries again, up to ``commit_attempts`` times.
+find it in the snapshot). Every attempt first brings the table to its latest version and returns
+``ALREADY_COMMITTED`` if ``txn`` version ≥ ``c`` (delta-rs does not check this itself). The
+committer keeps the table it loaded and reads only newer log entries at the next attempt: loading
+it whole made each commit cost as much as the table's file count (the soak, issue #29). A
+concurrent commit makes delta-rs fail with ``CommitFailedError`` (its own retries are off, so every
+retry goes through this re-check); tenacity then reloads and tries again, up to
+``commit_attempts`` times.
 
 Commits must happen in checkpoint order (the coordinator commits every pending checkpoint ≤ c in
 order, DESIGN.md §5): once ``c`` is committed, an older checkpoint counts as committed too.
@@ -15,6 +18,7 @@ order, DESIGN.md §5): once ``c`` is committed, an older checkpoint counts as co
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
 
@@ -52,7 +56,8 @@ class _Lost(Exception):
 
 
 class DeltaCommitter:
-    """Commits checkpoints of one Delta sink. Holds no clients; safe to build in any process.
+    """Commits checkpoints of one Delta sink, on the driver; keeps the table it loaded (module
+    docstring). Thread-safe: one commit at a time.
 
     Args:
         config: the sink's configuration.
@@ -62,6 +67,17 @@ class DeltaCommitter:
     def __init__(self, config: DeltaSinkConfig, sink_name: str) -> None:
         self._config = config
         self._sink_name = sink_name
+        self._table: DeltaTable | None = None
+        self._lock = threading.Lock()
+
+    def _latest(self) -> DeltaTable | None:
+        """The table at its latest version (``None`` if there is none yet): the kept one brought
+        up to date, else loaded."""
+        if self._table is not None:
+            self._table.update_incremental()
+        else:
+            self._table = load_table(self._config)
+        return self._table
 
     def commit_checkpoint(
         self, checkpoint_id: int, committables: Sequence[DeltaCommittable]
@@ -100,7 +116,8 @@ class DeltaCommitter:
             reraise=True,
         )
         try:
-            outcome: CommitOutcome = retrying(self._attempt, checkpoint_id, committables)
+            with self._lock:
+                outcome: CommitOutcome = retrying(self._attempt, checkpoint_id, committables)
         except _Conflict:
             log.warning("still conflicting after %d attempts", self._config.commit_attempts, extra=fields)
             return CommitOutcome.RETRY
@@ -150,8 +167,17 @@ class DeltaCommitter:
         return None
 
     def _attempt(self, checkpoint_id: int, committables: Sequence[DeltaCommittable]) -> CommitOutcome:
+        try:
+            return self._attempt_on_latest(checkpoint_id, committables)
+        except BaseException:
+            self._table = None  # whatever failed, the next attempt loads the table afresh
+            raise
+
+    def _attempt_on_latest(
+        self, checkpoint_id: int, committables: Sequence[DeltaCommittable]
+    ) -> CommitOutcome:
         first = committables[0]
-        table = load_table(self._config)
+        table = self._latest()
         if table is not None:
             version = table.transaction_version(first.app_id)
             if version is not None and version >= checkpoint_id:

@@ -7,6 +7,7 @@ import decimal
 import glob
 import json
 import os
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,32 @@ def test_same_checkpoint_committed_concurrently_by_another_process(
     assert sink.commit_checkpoint(2, comms) is CommitOutcome.ALREADY_COMMITTED
     assert DeltaTable(table_path).version() == 1
     assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3]
+
+
+def test_the_committer_keeps_its_table_and_reads_only_newer_log_entries(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # loading the whole table at every commit made commits grow with the table (the soak, #29)
+    sink = make_sink()
+    assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
+    loads: list[int] = []
+
+    def counted(config: Any, version: int | None = None) -> DeltaTable | None:
+        loads.append(1)
+        return real_load(config, version)
+
+    monkeypatch.setattr(committer_module, "load_table", counted)
+    for c in (2, 3):
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+    # another process commits checkpoint 4; the kept table sees its txn when brought up to date
+    comms = write_checkpoint(sink, 4, [[batch([4])]])
+    assert make_sink().commit_checkpoint(4, comms) is CommitOutcome.COMMITTED
+    assert sink.commit_checkpoint(4, comms) is CommitOutcome.ALREADY_COMMITTED
+    assert len(loads) == 2  # the kept table's first load, and the other process's sink
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3, 4]
+    # executors get the sink without the driver's committer and its table
+    clone = pickle.loads(pickle.dumps(sink))
+    assert clone.config == sink.config and clone._committer is None
 
 
 def test_table_created_on_first_commit_with_the_data_schema(
