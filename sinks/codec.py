@@ -244,6 +244,17 @@ def _tuple_decoder(tp: Any, args: tuple[Any, ...]) -> Decoder:
 
         return variadic
     items = [_decoder(a) for a in args]
+    if len(items) == 2:  # (key, value) pairs are most of the fixed-length tuples: no zip
+        first, second = items
+
+        def pair(raw: Any) -> Any:
+            if not isinstance(raw, list):
+                raise TypeError(f"expected a list for {tp}, got {type(raw).__name__}")
+            if len(raw) != 2:
+                raise ValueError(f"expected 2 items for {tp}, got {len(raw)}")
+            return (first(raw[0]), second(raw[1]))
+
+        return pair
 
     def fixed(raw: Any) -> Any:
         if not isinstance(raw, list):

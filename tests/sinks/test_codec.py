@@ -143,6 +143,16 @@ def test_older_versions_are_upgraded_step_by_step() -> None:
         {"bucket": "b", "key": "k", "upload_id": "u", "parts": [], "size": 0, "ratio": "x"},  # str for float
         {"bucket": "b", "key": "k", "upload_id": "u", "parts": [], "size": 0, "ratio": 0.0, "tail": "raw"},
         {"bucket": "b", "key": "k", "upload_id": "u", "parts": [], "size": 0, "ratio": 0.0, "flags": [True]},
+        {
+            "bucket": "b",
+            "key": "k",
+            "upload_id": "u",
+            "parts": [],
+            "size": 0,
+            "ratio": 0.0,
+            "flags": [True, 1, 2],
+        },
+        {"bucket": "b", "key": "k", "upload_id": "u", "parts": [], "size": 0, "ratio": 0.0, "flags": "ab"},
     ],
 )
 def test_mistyped_bodies_are_refused(body: dict[str, Any]) -> None:
