@@ -302,6 +302,9 @@ class SubtaskLifecycle(Generic[COMM]):
         commit.sort(key=lambda t: t.checkpoint_id)
         for t in commit:
             t.status = TxnStatus.COMMITTING
+        # completed checkpoints are no longer pending: the coordinator refuses their
+        # acknowledgements, so their ids need not be kept (they grew for the life of the job)
+        self._snapshotted = {c for c in self._snapshotted if c > checkpoint_id}
         return LifecycleActions(tuple(commit), tuple(abort))
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> LifecycleActions[COMM]:

@@ -105,6 +105,18 @@ def test_notify_with_partial_pending_commits_only_up_to_the_notified_checkpoint(
         coord.notify_checkpoint_complete(3)  # not complete yet
 
 
+def test_an_acknowledgement_of_a_completed_checkpoint_is_refused_and_writes_nothing() -> None:
+    # what lets a subtask forget the ids of completed checkpoints (the soak, #29 item 5)
+    coord, system, *_ = make()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]})
+    ack(coord, 1, "s0", 0, ["a1"])
+    coord.complete(1)
+    coord.notify_checkpoint_complete(1)
+    with pytest.raises(IllegalTransitionError, match="COMPLETED"):
+        ack(coord, 1, "s0", 0, ["again"])
+    assert set(system.committed) == {"s0-c1-p0-a0"} and coord.durable_transactions() == []
+
+
 def test_lost_notification_is_covered_by_the_next_one_and_pending_transactions_are_carried() -> None:
     coord, system, _storage, _ = make()
     coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]})

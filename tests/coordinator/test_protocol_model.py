@@ -110,7 +110,12 @@ from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.errors import JobError, ServiceUnavailableError, TransactionLostError
+from twophase.sinks.errors import (
+    IllegalTransitionError,
+    JobError,
+    ServiceUnavailableError,
+    TransactionLostError,
+)
 
 ON_FAILURE = ("fail_over",) * 4 + ("cancel", "cancel_refusing_an_abort")
 """What follows a failed epoch: the query restarts (fail-over), or the user cancels the job, maybe
@@ -130,6 +135,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.next_batch = 1
         self.inputs: dict[tuple[int, int], list[str]] = {}
         self.running_epoch: tuple[int, list[str]] | None = None  # (checkpoint id, records)
+        self.last_acks: tuple[int, list[Acknowledgement]] | None = None  # the latest epoch's
         self.seen = 0  # landed metadata of the current storage already accounted
         self.durable_kafka: set[tuple[str, int, int]] = set()
         self.lost: set[tuple[str, int, int]] = set()
@@ -455,6 +461,7 @@ class ProtocolModel(RuleBasedStateMachine):
             def write(plan: EpochPlan) -> list[Acknowledgement]:
                 self.running_epoch = (plan.checkpoint_id, records)
                 acks = run_tasks(plan, records, tasks, point)
+                self.last_acks = (plan.checkpoint_id, acks)
                 zombies_after_publish(self.storage, plan, records, tasks)
                 return acks
 
@@ -488,6 +495,24 @@ class ProtocolModel(RuleBasedStateMachine):
         self.world.clock.advance(down_ms)
         if self.phase == "running":
             self.restart()
+
+    @precondition(lambda self: self.last_acks is not None and self.phase == "running")
+    @rule()
+    @traced
+    def stale_acknowledgement(self) -> None:
+        """A completed checkpoint's acknowledgement arrives again, late: it is refused and changes
+        nothing (what lets a subtask forget the ids of completed checkpoints, #29 item 5)."""
+        assert self.last_acks is not None
+        cid, acks = self.last_acks
+        coord = self.h.runtime.coordinator
+        if not acks or cid not in coord.completed_ids:
+            return
+        try:
+            coord.acknowledge(cid, acks[0])
+        except IllegalTransitionError:
+            event("a late acknowledgement of a completed checkpoint refused")
+            return
+        self.check(False, f"a late acknowledgement of completed checkpoint {cid} was accepted")
 
     @rule()
     @traced

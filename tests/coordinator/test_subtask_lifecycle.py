@@ -145,3 +145,18 @@ def test_snapshot_twice_for_one_checkpoint_is_illegal() -> None:
     lc.snapshot(1, 0, ["a"], None, 0)
     with pytest.raises(IllegalTransitionError, match="twice"):
         lc.snapshot(1, 1, ["b"], None, 0)
+
+
+def test_a_long_run_keeps_state_for_pending_checkpoints_only() -> None:
+    # the soak (#29 item 5) found the ids of every checkpoint ever acknowledged kept per subtask;
+    # the coordinator refuses acknowledgements of checkpoints no longer pending, so completed ids go
+    lc: SubtaskLifecycle[str] = SubtaskLifecycle("s", 0)
+    for c in range(1, 1001):
+        lc.snapshot(c, 0, [f"t{c}"], {"offset": c}, now_ms=0)
+        lc.checkpoint_persisted(c)
+        for t in lc.notify_checkpoint_complete(c).commit:
+            lc.commit_confirmed(t)
+    lc.snapshot(1001, 0, ["t1001"], None, now_ms=0)
+    assert lc._snapshotted == {1001} and len(lc._in_progress) <= 2 and ids(lc.pending) == ["t1001"]
+    with pytest.raises(IllegalTransitionError, match="twice"):
+        lc.snapshot(1001, 0, ["again"], None, now_ms=0)
