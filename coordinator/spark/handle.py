@@ -133,7 +133,8 @@ class JobHandle:
 
     @property
     def checkpoint_metrics(self) -> tuple[CheckpointMetrics, ...]:
-        """Metrics of every checkpoint completed so far, including the final one."""
+        """Metrics of the checkpoints completed so far, including the final one: the newest
+        ``RuntimeConfig.metrics_history`` of them (``runtime.checkpoints_completed`` counts every one)."""
         return tuple(self.runtime.checkpoint_metrics)
 
     @property

@@ -66,9 +66,8 @@ class JobResult:
     Attributes:
         job_id: the job.
         state: the final job state (FINISHED after a batch write or bounded stream).
-        epochs: metrics of the epochs this process ran (replayed epochs are skipped): every one
-            of a batch write or bounded stream up to ``RuntimeConfig.metrics_history``, the newest ones
-            beyond.
+        epochs: metrics of the epochs this process ran, the newest ``RuntimeConfig.metrics_history``
+            of them (replayed epochs are skipped).
         final: the final checkpoint's metrics, or ``None`` if nothing was left to finish.
     """
 

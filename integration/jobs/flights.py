@@ -210,7 +210,7 @@ def _progress(handle: JobHandle, spec: FlightsJobSpec, started: float) -> Flight
         batches=totals.epochs,
         expected_batches=spec.expected_batches,
         records=totals.records,
-        checkpoints=len(handle.checkpoint_metrics),
+        checkpoints=sum(handle.runtime.checkpoints_completed.values()),
         counters=handle.runtime.sink_metrics.totals(),
         elapsed_s=time.perf_counter() - started,
     )
