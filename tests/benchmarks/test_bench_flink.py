@@ -3,31 +3,11 @@ the Flink job's SQL text (no Flink, no services)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+from support.bench_modules import ROOT, load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    sys.path.insert(0, str(ROOT))  # benchmarks/ is no package of twophase: imported from the checkout
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT))
-
-
-bench = _load("bench_flink", ROOT / "benchmarks" / "bench_flink.py")
-job = _load("flights_flink", ROOT / "benchmarks" / "flink" / "flights_flink.py")
+bench = load_benchmark("bench_flink", ROOT / "benchmarks" / "bench_flink.py")
+job = load_benchmark("flights_flink", ROOT / "benchmarks" / "flink" / "flights_flink.py")
 
 
 def test_input_days_and_batches() -> None:

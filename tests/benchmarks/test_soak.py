@@ -4,29 +4,12 @@ samples' round trip and the Delta log's count since its checkpoint (no Spark, no
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[2]
+from support.bench_modules import ROOT, load_benchmark
 
-
-def _load(name: str, path: Path) -> ModuleType:
-    sys.path.insert(0, str(ROOT))  # benchmarks/ is no package of twophase: imported from the checkout
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT))
-
-
-soak = _load("soak", ROOT / "benchmarks" / "soak.py")
+soak = load_benchmark("soak", ROOT / "benchmarks" / "soak.py")
 
 
 def sample(minute: float, rss: float = 300.0, commit_ms: float = 100.0) -> object:
