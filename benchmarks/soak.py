@@ -351,10 +351,6 @@ def plot(samples: Sequence[Sample], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _jsonable(sample: Sample) -> dict[str, Any]:
-    return dataclasses.asdict(sample)
-
-
 def _loaded(line: str) -> Sample:
     raw = json.loads(line)
     return Sample(**{**raw, "python": Process(**raw["python"]), "jvm": Process(**raw["jvm"])})
@@ -409,7 +405,7 @@ def soak(
                     raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
                 sample = sampler.take()
                 samples.append(sample)
-                sink.write(json.dumps(_jsonable(sample)) + "\n")
+                sink.write(json.dumps(dataclasses.asdict(sample)) + "\n")
                 sink.flush()
                 log.info(
                     "soak minute %.1f: %d epochs, %d records", sample.minute, sample.epochs, sample.records
