@@ -36,15 +36,16 @@ def decode_metadata(
     """Parse ``_metadata`` bytes read from ``location`` and check them against where they were found.
 
     Args:
-        data: the file's bytes (UTF-8 JSON).
+        data: the file's bytes (any readable version: see :mod:`twophase.coordinator.metadata`).
         location: the file path or ``s3://`` URI, for error messages.
         job_id: if given, the metadata must belong to this job.
         expected: if given, the metadata's id and kind must match the listing's ref (a final
             checkpoint lives under ``chk-<n>`` with a ``_final`` marker; a savepoint under ``sp-<n>``).
 
     Raises:
-        CorruptCheckpointError: not JSON, unknown format or version, missing fields, or metadata
-            that contradicts its location; the message names ``location``.
+        CorruptCheckpointError: not JSON or a damaged zlib stream, unknown format or version,
+            missing fields, or metadata that contradicts its location; the message names
+            ``location``.
     """
     try:
         meta = CheckpointMetadata.loads(data)

@@ -2,7 +2,7 @@
 
 Layout and rules: :mod:`twophase.coordinator.storage.base` and :mod:`twophase.coordinator.storage.layout`.
 
-Publishing is atomic and never overwrites (DESIGN.md §5): the JSON is written to
+Publishing is atomic and never overwrites (DESIGN.md §5): the metadata bytes are written to
 ``chk-<n>/_metadata.tmp-<random>`` (owner-only, flushed and fsynced), then hard-linked to
 ``_metadata``. ``link(2)`` fails with ``EEXIST`` if the name exists, so two publishes of one id
 cannot both succeed, unlike ``rename(2)`` which silently replaces. The directory is fsynced so the

@@ -31,7 +31,7 @@ from tenacity import (
     wait_random,
 )
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.metadata import METADATA_MEDIA_TYPE, CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.common import (
@@ -223,7 +223,7 @@ class S3CheckpointStorage:
             nonlocal attempts
             attempts += 1
             self._client.put_object(
-                Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*", ContentType="application/json"
+                Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*", ContentType=METADATA_MEDIA_TYPE
             )
 
         try:

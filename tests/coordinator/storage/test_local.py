@@ -7,6 +7,7 @@ import json
 import os
 import random
 import stat
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def test_publish_list_load_round_trip(
     assert storage.load(ref) == meta
     assert storage.latest() == meta
     assert storage.load_location(ref.location) == meta
-    assert json.loads(Path(ref.location).read_bytes())["kind"] == kind.value
+    assert json.loads(zlib.decompress(Path(ref.location).read_bytes()))["kind"] == kind.value
 
 
 def test_load_location_accepts_directory_and_file_uri(
@@ -204,12 +205,14 @@ def _corrupt(storage: LocalCheckpointStorage, cid: int, data: bytes) -> Path:
     ("mutate", "why"),
     [
         (lambda good: good[: len(good) // 2], "not JSON"),
+        (lambda good: zlib.compress(good)[:-5], "not a complete zlib stream"),
+        (lambda good: zlib.compress(good)[:-1] + b"\0", "not a complete zlib stream"),
         (lambda good: b"", "not JSON"),
         (lambda good: b"\xff\xfe garbage", "not JSON"),
         (lambda good: b"[1, 2, 3]", "not a twophase.checkpoint object"),
         (lambda good: good.replace(b'"format":"twophase.checkpoint"', b'"format":"other"'), "not a twophase"),
         (
-            lambda good: good.replace(b'"version":1', b'"version":99'),
+            lambda good: good.replace(b'"version":2', b'"version":99'),
             "unsupported checkpoint metadata version 99",
         ),
         (lambda good: good.replace(b'"checkpoint_id":2', b'"checkpoint_id":1'), "stored as 2"),
@@ -223,7 +226,7 @@ def test_corrupt_newest_raises_naming_the_file(
     older = make_meta(1)
     storage.publish(older)
     storage.publish(make_meta(2))
-    path = _corrupt(storage, 2, mutate(make_meta(2).dumps()))
+    path = _corrupt(storage, 2, mutate(zlib.decompress(make_meta(2).dumps())))  # the plain JSON
     with pytest.raises(CorruptCheckpointError, match=why) as info:
         storage.latest()
     assert str(path) in str(info.value)

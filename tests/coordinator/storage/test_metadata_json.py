@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -41,15 +42,16 @@ def test_round_trip_without_source_position_and_sinks() -> None:
 
 
 def test_json_starts_with_format_and_version(make_meta: MakeMeta) -> None:
-    obj = json.loads(make_meta(1).dumps())
+    obj = json.loads(zlib.decompress(make_meta(1).dumps()))
     assert obj["format"] == FORMAT == "twophase.checkpoint"
-    assert obj["version"] == VERSION == 1
+    assert obj["version"] == VERSION == 2
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": VERSION + 1}, "unsupported checkpoint metadata version 2"),
+        ({"version": VERSION + 1}, "unsupported checkpoint metadata version 3"),
+        ({"version": 0}, "unsupported checkpoint metadata version 0"),
         ({"version": "1"}, "unsupported checkpoint metadata version"),
         ({"format": "flink.checkpoint"}, "not a twophase.checkpoint object"),
         ({"kind": "incremental"}, "invalid checkpoint metadata"),

@@ -69,7 +69,7 @@ def _expect_publish_prelude(stub: Stubber) -> None:
 
 
 def _put_params(data: bytes) -> dict[str, Any]:
-    return {"Bucket": "bkt", "Key": KEY, "Body": data, "IfNoneMatch": "*", "ContentType": "application/json"}
+    return {"Bucket": "bkt", "Key": KEY, "Body": data, "IfNoneMatch": "*", "ContentType": "application/zlib"}
 
 
 def test_publish_is_a_conditional_put(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -197,11 +198,12 @@ def test_checkpoint_metadata_is_versioned_json_with_encoded_committables(spark: 
         JsonLinesFileSink("a", tmp_path / "out")
     ).write(df)
     epoch, final = (
-        json.loads(p.read_bytes()) for p in sorted((tmp_path / "chk" / "eo").glob("chk-*/_metadata"))
+        json.loads(zlib.decompress(p.read_bytes()))
+        for p in sorted((tmp_path / "chk" / "eo").glob("chk-*/_metadata"))
     )
     assert (epoch["format"], epoch["version"], epoch["kind"], final["kind"]) == (
         "twophase.checkpoint",
-        1,
+        2,
         "checkpoint",
         "final",
     )
