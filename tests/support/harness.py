@@ -305,8 +305,7 @@ class TwoPhaseHarness:
             )
             return None
         epoch = self.begin_epoch(len(partitions), source_position)
-        for ack in self.write_partitions(epoch.plan(), partitions):
-            epoch.acknowledge(ack)
+        epoch.acknowledge_all(self.write_partitions(epoch.plan(), partitions))
         if complete:
             self.complete(epoch, notify=notify)
         return epoch
