@@ -67,7 +67,12 @@ from twophase.integration.jobs.flights_base_sinks import SINK_NAMES as SINK_NAME
 from twophase.integration.jobs.flights_base_sinks import TYPED_COLUMNS as TYPED_COLUMNS
 from twophase.integration.jobs.flights_base_sinks import VALUE_COLUMN as VALUE_COLUMN
 from twophase.integration.jobs.flights_base_sinks import build_sinks as build_sinks
-from twophase.integration.jobs.flights_cluster import cluster_session, input_locations, stage_input
+from twophase.integration.jobs.flights_cluster import (
+    cluster_session,
+    event_log_conf,
+    input_locations,
+    stage_input,
+)
 from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
 from twophase.integration.jobs.flights_endpoints import KAFKA_SECURITY_ENV as KAFKA_SECURITY_ENV
 from twophase.integration.jobs.flights_endpoints import FlightsEndpoints as FlightsEndpoints
@@ -291,16 +296,20 @@ def start_flights(
 
 
 def flights_spark_session(
-    endpoints: FlightsEndpoints | None = None, partition_per_file: bool = False
+    endpoints: FlightsEndpoints | None = None,
+    partition_per_file: bool = False,
+    event_log_dir: Path | None = None,
 ) -> SparkSession:
     """A ``local[2]`` session for the job (4 attempts per task, UTC), with Delta and s3a jars.
 
     Task attempts are retried (``local[2,4]``): a failed attempt's transactions are lingering and
     aborted after the checkpoint. Speculation stays off (the Kafka sink refuses it). With
     ``partition_per_file`` the cost of opening a file equals a whole partition, so the file source
-    never packs two input files into one partition.
+    never packs two input files into one partition. With ``event_log_dir``, Spark's event log is
+    written there (:func:`~twophase.integration.jobs.flights_cluster.event_log_conf`).
     """
     one_file = {"spark.sql.files.openCostInBytes": "134217728"} if partition_per_file else {}
+    events = event_log_conf(event_log_dir) if event_log_dir is not None else {}
     from twophase.integration.spark import build_spark_session
 
     # Python workers must run this interpreter (pyarrow, the project); the conf alone is not enough
@@ -312,6 +321,7 @@ def flights_spark_session(
             "spark.sql.session.timeZone": "UTC",
             "spark.speculation": "false",
             **one_file,
+            **events,
         },
         s3=endpoints.s3 if endpoints is not None else None,
     )
@@ -371,17 +381,21 @@ def endpoints_from_environment() -> FlightsEndpoints:
     "--event-log-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="On a cluster: write Spark's event log there.",
+    help="Write Spark's event log there.",
 )
 def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None:
-    """Run or resume the flights job of WORK_DIR; print one JSON line with the outcome."""
+    """Run or resume the flights job of WORK_DIR; print one JSON line with the outcome: state,
+    epochs, records, checkpoints, wall_s (the run), session_s (building the Spark session: on a
+    cluster, shipping twophase and the executors registering), write_s and epoch_s (the epochs'
+    Spark jobs and the whole epochs, summed) and coordinator_share (1 − write_s ÷ epoch_s)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     spec = FlightsJobSpec.load(work_dir)
     with contextlib.ExitStack() as stack:
+        session_started = time.perf_counter()
         if master is None:
             # the optional sinks' services come from the environment too (TWOPHASE_POSTGRES_DSN, ...)
             endpoints = with_services(endpoints_from_environment(), running_services(spec))
-            spark = flights_spark_session(endpoints, spec.partition_per_file)
+            spark = flights_spark_session(endpoints, spec.partition_per_file, event_log_dir)
             stack.callback(spark.stop)
         else:
             if not spec.on_s3:
@@ -392,13 +406,20 @@ def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None
             )
             spark = cluster_session(stack, master, endpoints.s3, event_log_dir)
         spark.sparkContext.setLogLevel("ERROR")
+        session_s = time.perf_counter() - session_started
         run = run_flights(spark, spec, endpoints)
+    write_ms = sum(m.write_ms for m in run.epochs)
+    epoch_ms = sum(m.epoch_ms for m in run.epochs)
     outcome = {
         "state": run.state.value,
         "epochs": len(run.epochs),
         "records": sum(m.records for m in run.epochs),
         "checkpoints": len(run.checkpoints),
         "wall_s": round(run.wall_s, 3),
+        "session_s": round(session_s, 3),
+        "write_s": round(write_ms / 1000.0, 3),
+        "epoch_s": round(epoch_ms / 1000.0, 3),
+        "coordinator_share": round(1.0 - write_ms / epoch_ms, 4) if epoch_ms > 0 else None,
     }
     print(json.dumps(outcome), flush=True)
     sys.exit(0 if run.state is JobState.FINISHED else 1)

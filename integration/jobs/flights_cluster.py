@@ -153,20 +153,24 @@ def cluster_conf(
         **{f"spark.executorEnv.{k}": v for k, v in os.environ.items() if k.startswith(FAULT_ENV)},
     }
     if event_log_dir is not None:
-        event_log_dir.mkdir(parents=True, exist_ok=True)
-        conf.update(
-            {
-                "spark.eventLog.enabled": "true",
-                "spark.eventLog.dir": event_log_dir.as_uri(),
-                # one plain JSON-lines file per application (Spark 4 compresses and rolls by default)
-                "spark.eventLog.compress": "false",
-                "spark.eventLog.rolling.enabled": "false",
-            }
-        )
+        conf.update(event_log_conf(event_log_dir))
     if all(host in LOOPBACK for host, _ in master_addresses(master)):
         # executors on this machine call the driver back on loopback, whatever the host name resolves to
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     return conf
+
+
+def event_log_conf(event_log_dir: Path) -> dict[str, str]:
+    """The Spark conf that writes the application's event log into ``event_log_dir`` (created):
+    one plain JSON-lines file per application, which the chaos runner and the cluster benchmark
+    read (Spark 4 compresses and rolls it by default)."""
+    event_log_dir.mkdir(parents=True, exist_ok=True)
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": event_log_dir.as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
 
 
 def jar_conf(jars: Sequence[str]) -> dict[str, str]:

@@ -1,0 +1,239 @@
+"""The flights job on the two-worker standalone cluster against ``local[2]`` (issue #29 item 2).
+
+Three placements of the same job, side by side in one run, rounds rotating which goes first:
+
+- ``local``: ``local[2,4]``, the input landed on local disk, state and the Delta table on local
+  paths (``make demo``'s job);
+- ``local-s3``: ``local[2,4]`` with everything on MinIO as on the cluster (input, checkpoints,
+  Spark's checkpoint, the Delta table), which parts the cost of S3 from the cost of the cluster;
+- ``cluster``: the standalone cluster of ``twophase services up --spark-cluster`` (two workers of
+  one core), everything on MinIO, twophase shipped to the executors as a wheel.
+
+Each round of a placement is a fresh job in its own driver process
+(``python -m twophase.integration.jobs.flights``), so each pays its Spark session: JVM start, and
+on the cluster executors registering and the wheel shipped. Every round is read back and must be
+exact in all three sinks. Where the time goes comes from the driver (session, the epochs' Spark
+jobs, the coordinator's share of each epoch) and from Spark's event log (task metrics summed over
+the run: executor deserialize and run time, GC, shuffle fetch wait and write, input bytes; when
+the executors registered).
+
+Environment: ``TWOPHASE_BENCH_RUNS`` rounds (default 3), ``TWOPHASE_BENCH_DAYS`` days of input
+(default 365, 31 per micro-batch as the demo), ``TWOPHASE_BENCH_PLACEMENTS`` (default all three).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import runs
+
+PLACEMENTS = ("local", "local-s3", "cluster")
+FILES_PER_TRIGGER = 31
+
+
+def _days() -> int:
+    return int(os.environ.get("TWOPHASE_BENCH_DAYS", "365"))
+
+
+def _placements() -> tuple[str, ...]:
+    chosen = tuple(
+        p for p in os.environ.get("TWOPHASE_BENCH_PLACEMENTS", ",".join(PLACEMENTS)).split(",") if p
+    )
+    unknown = sorted(set(chosen) - set(PLACEMENTS))
+    if unknown:
+        raise ValueError(f"TWOPHASE_BENCH_PLACEMENTS: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
+    return chosen
+
+
+def task_metrics(event_log_dir: Path) -> dict[str, Any]:
+    """Task metrics summed over every event log in ``event_log_dir`` (``SparkListenerTaskEnd``):
+    seconds of executor deserialize, run, JVM GC, result serialization, shuffle fetch wait and
+    shuffle write; bytes of input read and shuffle written; tasks; and seconds from the
+    application's start to its last executor's registration (``SparkListenerExecutorAdded``)."""
+    ms = {"deserialize_s": 0.0, "run_s": 0.0, "gc_s": 0.0, "result_serialize_s": 0.0, "fetch_wait_s": 0.0}
+    shuffle_write_ns = 0
+    input_bytes = shuffle_bytes = tasks = 0
+    started: int | None = None
+    executors_at: list[int] = []
+    for path in sorted(p for p in event_log_dir.rglob("*") if p.is_file()):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = event.get("Event")
+            if kind == "SparkListenerApplicationStart":
+                started = event.get("Timestamp")
+            elif kind == "SparkListenerExecutorAdded":
+                executors_at.append(int(event.get("Timestamp", 0)))
+            elif kind == "SparkListenerTaskEnd":
+                m = event.get("Task Metrics") or {}
+                tasks += 1
+                ms["deserialize_s"] += m.get("Executor Deserialize Time", 0)
+                ms["run_s"] += m.get("Executor Run Time", 0)
+                ms["gc_s"] += m.get("JVM GC Time", 0)
+                ms["result_serialize_s"] += m.get("Result Serialization Time", 0)
+                ms["fetch_wait_s"] += (m.get("Shuffle Read Metrics") or {}).get("Fetch Wait Time", 0)
+                write = m.get("Shuffle Write Metrics") or {}
+                shuffle_write_ns += write.get("Shuffle Write Time", 0)
+                shuffle_bytes += write.get("Shuffle Bytes Written", 0)
+                input_bytes += (m.get("Input Metrics") or {}).get("Bytes Read", 0)
+    out: dict[str, Any] = {k: round(v / 1000.0, 2) for k, v in ms.items()}
+    out["shuffle_write_s"] = round(shuffle_write_ns / 1e9, 2)
+    out["input_mb"] = round(input_bytes / 1e6, 1)
+    out["shuffle_mb"] = round(shuffle_bytes / 1e6, 1)
+    out["tasks"] = tasks
+    out["executors_ready_s"] = (
+        round((max(executors_at) - started) / 1000.0, 2) if started is not None and executors_at else None
+    )
+    return out
+
+
+class Placements:
+    """The running services and the three placements' job specs; one fresh job per round."""
+
+    def __init__(self, root: Path, endpoints: Any, master: str | None) -> None:
+        self.root = root
+        self.endpoints = endpoints
+        self.master = master
+        self.counter = 0
+
+    def spec(self, placement: str) -> Any:
+        from twophase.integration.jobs.flights_spec import FlightsJobSpec
+
+        self.counter += 1
+        job_id = f"bench_cluster_{placement.replace('-', '_')}_{os.getpid()}_{self.counter}"
+        work_dir = self.root / job_id
+        if placement == "local":
+            spec = FlightsJobSpec(
+                job_id=job_id, work_dir=str(work_dir), days=_days(), files_per_trigger=FILES_PER_TRIGGER
+            )
+        else:
+            spec = FlightsJobSpec.on_s3_bucket(
+                job_id, work_dir, days=_days(), files_per_trigger=FILES_PER_TRIGGER
+            )
+        spec.save()
+        return spec
+
+    def run(self, placement: str) -> dict[str, Any]:
+        """One round: a fresh job in its own driver process, timed, then read back (untimed).
+
+        Raises:
+            RuntimeError: the driver failed, or a sink is not exact.
+        """
+        from twophase.integration.chaos.runner import service_env
+        from twophase.integration.jobs.flights_sinks import verify_run
+
+        spec = self.spec(placement)
+        events = Path(spec.work_dir) / "events"
+        command = [sys.executable, "-m", "twophase.integration.jobs.flights", "--work-dir", spec.work_dir]
+        command += ["--event-log-dir", str(events)]
+        if placement == "cluster":
+            assert self.master is not None
+            command += ["--master", self.master]
+        started = time.perf_counter()
+        env = {**os.environ, **service_env(self.endpoints)}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+        process_s = time.perf_counter() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"{placement}: the driver exited {done.returncode}: {done.stderr[-2000:]}")
+        outcome = json.loads(done.stdout.strip().splitlines()[-1])
+        report = verify_run(spec, self.endpoints)
+        if not report.ok:
+            raise RuntimeError(f"{placement}: job {spec.job_id} is not exact: {report}")
+        return {"process_s": round(process_s, 2), **outcome, **task_metrics(events)}
+
+
+@contextlib.contextmanager
+def services() -> Iterator[tuple[Any, str | None]]:
+    """Kafka, MinIO and (if a placement needs it) the cluster: running ones or temporary ones."""
+    from twophase.integration.jobs.flights import FlightsEndpoints
+    from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
+
+    with contextlib.ExitStack() as stack:
+        master = stack.enter_context(spark_cluster_service()) if "cluster" in _placements() else None
+        bootstrap = stack.enter_context(kafka_service())
+        s3 = stack.enter_context(s3_service())
+        yield FlightsEndpoints(bootstrap, s3), master
+
+
+def _median(rows: Sequence[Mapping[str, Any]], key: str) -> Any:
+    values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+    return round(statistics.median(values), 3) if values else ""
+
+
+def run() -> dict[str, Any]:
+    from twophase.integration.jobs.flights_cluster import stage_input
+
+    rounds = runs(3)
+    placements = _placements()
+    load_start = Path("/proc/loadavg").read_text().split()[:3]
+    out: dict[str, Any] = {}
+    with (
+        services() as (endpoints, master),
+        tempfile.TemporaryDirectory(
+            prefix="twophase-bench-cluster-", dir=os.environ.get("TWOPHASE_BENCH_WORK_DIR")
+        ) as tmp,
+    ):
+        placement = Placements(Path(tmp), endpoints, master)
+        if any(p != "local" for p in placements):  # the S3 copy of the input is made once, untimed
+            staged = placement.spec("local-s3")
+            endpoints.s3.ensure_bucket(staged.bucket)
+            stage_input(staged, endpoints.s3)
+        results: dict[str, list[dict[str, Any]]] = {p: [] for p in placements}
+        for r in range(rounds):
+            order = list(placements[r % len(placements) :] + placements[: r % len(placements)])
+            for name in order:
+                row = placement.run(name)
+                results[name].append(row)
+                print(json.dumps({"round": r, "placement": name, **row}), file=sys.stderr, flush=True)
+    records = next(iter(results.values()))[0]["records"]
+    per_placement: dict[str, dict[str, Any]] = {}
+    for name, rows in results.items():
+        per_placement[name] = {
+            "rows_per_s (run)": int(records / statistics.median(r["wall_s"] for r in rows)),
+            **{
+                key: _median(rows, key)
+                for key in (
+                    "process_s",
+                    "session_s",
+                    "wall_s",
+                    "write_s",
+                    "epoch_s",
+                    "coordinator_share",
+                    "executors_ready_s",
+                    "deserialize_s",
+                    "run_s",
+                    "gc_s",
+                    "fetch_wait_s",
+                    "shuffle_write_s",
+                    "input_mb",
+                    "shuffle_mb",
+                    "tasks",
+                )
+            },
+            "wall_s per round": ", ".join(f"{r['wall_s']:.1f}" for r in rows),
+        }
+    out["placements (medians of the rounds)"] = per_placement
+    if "local" in results:
+        base = statistics.median(r["wall_s"] for r in results["local"])
+        out["ratios against local (run wall time)"] = {
+            name: round(base / statistics.median(r["wall_s"] for r in rows), 3)
+            for name, rows in results.items()
+        }
+    out["records per round"] = records
+    out["days"] = _days()
+    out["rounds"] = rounds
+    out["load at start"] = " ".join(load_start)
+    out["load at end"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    return out
