@@ -17,8 +17,15 @@ jobs, the coordinator's share of each epoch) and from Spark's event log (task me
 the run: executor deserialize and run time, GC, shuffle fetch wait and write, input bytes; when
 the executors registered).
 
-Environment: ``TWOPHASE_BENCH_RUNS`` rounds (default 3), ``TWOPHASE_BENCH_DAYS`` days of input
-(default 365, 31 per micro-batch as the demo), ``TWOPHASE_BENCH_PLACEMENTS`` (default all three).
+Then the Kafka, Delta and S3 benchmarks (``bench_kafka``, ``bench_delta``, ``bench_s3``, each
+twophase against Spark's own writer) run on ``local[2]`` and on the cluster
+(``TWOPHASE_BENCH_MASTER``, :mod:`benchmarks.common`), one process each, the placement that goes
+first alternating from one benchmark to the next.
+
+Environment: ``TWOPHASE_BENCH_RUNS`` rounds (default 3, also each sink benchmark's),
+``TWOPHASE_BENCH_DAYS`` days of input (default 365, 31 per micro-batch as the demo),
+``TWOPHASE_BENCH_PLACEMENTS`` (default all three), ``TWOPHASE_BENCH_SINKS`` (default
+``kafka,delta,s3``; empty: none).
 """
 
 from __future__ import annotations
@@ -154,6 +161,54 @@ class Placements:
         return {"process_s": round(process_s, 2), **outcome, **task_metrics(events)}
 
 
+SINK_BENCHMARKS = {
+    # benchmark → (its twophase writer, Spark's writer, the result's key of the twophase epochs)
+    "kafka": ("twophase", "spark_kafka", "twophase_epoch_median_ms"),
+    "delta": ("twophase", "delta_spark", "twophase_epoch_median"),
+    "s3": ("twophase_s3_p8_f2", "spark_s3a", "twophase_epoch_median"),
+}
+
+
+def _sink_benchmarks() -> tuple[str, ...]:
+    chosen = tuple(
+        b for b in os.environ.get("TWOPHASE_BENCH_SINKS", ",".join(SINK_BENCHMARKS)).split(",") if b
+    )
+    unknown = sorted(set(chosen) - set(SINK_BENCHMARKS))
+    if unknown:
+        raise ValueError(f"TWOPHASE_BENCH_SINKS: unknown {unknown}; choose from {', '.join(SINK_BENCHMARKS)}")
+    return chosen
+
+
+def sink_benchmark(name: str, master: str | None, work: Path) -> dict[str, Any]:
+    """One run of benchmark ``name`` in its own process, on ``master`` (``None``: ``local[2]``):
+    its twophase writer's and Spark writer's rows/s (medians), their ratio and the coordinator's
+    share of the twophase epochs.
+
+    Raises:
+        RuntimeError: the benchmark failed.
+    """
+    ours, theirs, epochs_key = SINK_BENCHMARKS[name]
+    out_json = work / f"{name}-{'cluster' if master else 'local'}.json"
+    env = {k: v for k, v in os.environ.items() if k != "TWOPHASE_BENCH_MASTER"}
+    if master is not None:
+        env["TWOPHASE_BENCH_MASTER"] = master
+    command = [sys.executable, "-m", "benchmarks.run", "-k", name, "--json", str(out_json)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_{name} on {master or 'local[2]'} failed: {done.stderr[-2000:]}")
+    result = json.loads(out_json.read_text())
+    result = result.get(name, result)
+    writers = result["writers"]
+    return {
+        "twophase rows/s": writers[ours]["rows_per_s"],
+        "Spark rows/s": writers[theirs]["rows_per_s"],
+        "twophase ÷ Spark": round(writers[theirs]["median_s"] / writers[ours]["median_s"], 3),
+        "coordinator share": result[epochs_key]["coordinator_share"],
+        "rows": result["rows"],
+        "rounds": result["rounds"],
+    }
+
+
 @contextlib.contextmanager
 def services() -> Iterator[tuple[Any, str | None]]:
     """Kafka, MinIO and (if a placement needs it) the cluster: running ones or temporary ones."""
@@ -231,6 +286,19 @@ def run() -> dict[str, Any]:
             name: round(base / statistics.median(r["wall_s"] for r in rows), 3)
             for name, rows in results.items()
         }
+    sinks: dict[str, dict[str, Any]] = {}
+    with services() as (_, master), tempfile.TemporaryDirectory(prefix="twophase-bench-sinks-") as work:
+        for i, name in enumerate(_sink_benchmarks()):
+            masters: list[str | None] = [None, master] if i % 2 == 0 else [master, None]
+            for where in masters:
+                if where is None or "cluster" in placements:
+                    row = sink_benchmark(name, where, Path(work))
+                    sinks[f"{name} on {'the cluster' if where else 'local[2]'}"] = row
+                    print(
+                        json.dumps({"benchmark": name, "master": where, **row}), file=sys.stderr, flush=True
+                    )
+    if sinks:
+        out["sink benchmarks, local[2] and the cluster"] = sinks
     out["records per round"] = records
     out["days"] = _days()
     out["rounds"] = rounds

@@ -5,16 +5,25 @@ Not a benchmark itself (no ``bench_`` prefix). Environment:
 - ``TWOPHASE_BENCH_RUNS``: rounds per writer (default per benchmark, at least 5 for the reported
   figures); a smaller number makes a quick check of the harness.
 - ``TWOPHASE_BENCH_SCALE``: a float multiplying the row counts of the Spark benchmarks (default 1).
+- ``TWOPHASE_BENCH_MASTER``: ``spark://host:port`` of a standalone cluster on this machine: the
+  Spark benchmarks' session (:func:`spark_session`) runs there instead of ``local[2]``, as the
+  flights job does on the cluster (twophase shipped as a wheel, jars on the class path; issue #29
+  item 2). Local paths must be the same for every executor (one machine).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
 import statistics
 import sys
+import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -102,11 +111,21 @@ def side_by_side(
     return times
 
 
+MASTER_ENV = "TWOPHASE_BENCH_MASTER"
+
+_cluster_stack = contextlib.ExitStack()
+"""What a cluster session holds for the process's life (the driver's environment, the session)."""
+
+
 def spark_session(app: str, s3: S3Endpoint | None = None) -> SparkSession:
     """The ``local[2]`` session of :func:`twophase.integration.spark.build_spark_session` (UTC, 2 GiB driver),
-    with s3a pointed at ``s3`` when given (also on a session that already exists)."""
+    with s3a pointed at ``s3`` when given (also on a session that already exists); on the cluster
+    of ``TWOPHASE_BENCH_MASTER`` when it is set (:func:`cluster_spark_session`)."""
     from twophase.integration.spark import build_spark_session, configure_s3a
 
+    master = os.environ.get(MASTER_ENV)
+    if master:
+        return cluster_spark_session(master, s3)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = build_spark_session(
         app, {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}, s3=s3
@@ -114,6 +133,30 @@ def spark_session(app: str, s3: S3Endpoint | None = None) -> SparkSession:
     spark.sparkContext.pythonExec = sys.executable
     if s3 is not None:
         configure_s3a(spark, s3)
+    return spark
+
+
+def cluster_spark_session(master: str, s3: S3Endpoint | None) -> SparkSession:
+    """The flights job's cluster session (:func:`~twophase.integration.jobs.flights_cluster.cluster_session`)
+    on ``master``, for the rest of the process. Executors get the keys of ``s3`` (else of the
+    running MinIO) in their environment; s3a reads them there.
+
+    Raises:
+        ServiceUnavailableError: twophase cannot be shipped, or no MinIO runs.
+    """
+    from twophase.integration.jobs.flights_cluster import cluster_session
+    from twophase.integration.services import s3_service
+
+    if s3 is None:
+        s3 = _cluster_stack.enter_context(s3_service())
+    atexit.register(_cluster_stack.close)
+    spark = cluster_session(_cluster_stack, master, s3)
+    # a benchmark's own functions in a UDF are pickled by reference: executors import them
+    folder = Path(_cluster_stack.enter_context(tempfile.TemporaryDirectory(prefix="twophase-bench-")))
+    with zipfile.ZipFile(folder / "benchmarks.zip", "w") as archive:
+        for source in sorted(Path(__file__).parent.glob("*.py")):
+            archive.write(source, f"benchmarks/{source.name}")
+    spark.sparkContext.addPyFile(str(folder / "benchmarks.zip"))
     return spark
 
 
