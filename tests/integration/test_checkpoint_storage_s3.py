@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -199,10 +200,11 @@ def test_jobs_sharing_a_prefix_do_not_see_each_other(
 @pytest.mark.parametrize(
     ("corrupt", "why"),
     [
-        (lambda good: good[: len(good) // 2], "not JSON"),
+        (lambda good: good[: len(good) // 2], "not a complete zlib stream"),
+        (lambda good: zlib.decompress(good)[:40], "not JSON"),
         (
-            lambda good: good.replace(b'"version":1', b'"version":2'),
-            "unsupported checkpoint metadata version 2",
+            lambda good: zlib.compress(zlib.decompress(good).replace(b'"version":2', b'"version":3')),
+            "unsupported checkpoint metadata version 3",
         ),
         (lambda good: b'{"format": "something-else"}', "not a twophase.checkpoint object"),
     ],
