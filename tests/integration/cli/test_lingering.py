@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,8 @@ def _kafka_records(ids: list[int]) -> list[tuple[bytes | None, bytes | None]]:
 def test_list_abort_and_recommit_for_a_crashed_kafka_and_s3_job(
     tmp_path: Path, kafka_bootstrap: str, s3_endpoint: S3Endpoint
 ) -> None:
-    job_id, topic, bucket, prefix = "opjob", f"opjob.{tmp_path.name}", "opjob", f"runs/{tmp_path.name}"
+    run = uuid.uuid4().hex[:8]  # tmp_path's name repeats across sessions; a running broker keeps topics
+    job_id, topic, bucket, prefix = "opjob", f"opjob.{run}", "opjob", f"runs/{run}"
     settings = {
         "root": str(tmp_path), "job": job_id, "topic": topic, "bootstrap": kafka_bootstrap,
         "bucket": bucket, "prefix": prefix,
@@ -103,7 +105,7 @@ def test_list_abort_and_recommit_for_a_crashed_kafka_and_s3_job(
     assert (listed["job_id"], [c["id"] for c in listed["checkpoints"]]) == (job_id, [1])
 
     before = json_output(cli("lingering", "--json", *factory))
-    txn2 = f"twophase-{job_id}-events-0-2"  # partition 0, pool slot 2 % 4
+    txn2 = f"twophase-{job_id}-events-0-2-0"  # partition 0, pool slot 2 % 4, attempt 0
     items = _items(before)
     assert items["events"] == [(txn2, "lingering")]
     [(upload_key, status)] = items["files"]
