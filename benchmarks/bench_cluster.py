@@ -52,14 +52,21 @@ def _days() -> int:
     return int(os.environ.get("TWOPHASE_BENCH_DAYS", "365"))
 
 
-def _placements() -> tuple[str, ...]:
-    chosen = tuple(
-        p for p in os.environ.get("TWOPHASE_BENCH_PLACEMENTS", ",".join(PLACEMENTS)).split(",") if p
-    )
-    unknown = sorted(set(chosen) - set(PLACEMENTS))
+def chosen(variable: str, known: Sequence[str]) -> tuple[str, ...]:
+    """The comma-separated names in environment ``variable`` (default: all of ``known``).
+
+    Raises:
+        ValueError: a name not in ``known``.
+    """
+    names = tuple(n for n in os.environ.get(variable, ",".join(known)).split(",") if n)
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ValueError(f"TWOPHASE_BENCH_PLACEMENTS: unknown {unknown}; choose from {', '.join(PLACEMENTS)}")
-    return chosen
+        raise ValueError(f"{variable}: unknown {unknown}; choose from {', '.join(known)}")
+    return names
+
+
+def _placements() -> tuple[str, ...]:
+    return chosen("TWOPHASE_BENCH_PLACEMENTS", PLACEMENTS)
 
 
 def task_metrics(event_log_dir: Path) -> dict[str, Any]:
@@ -170,13 +177,7 @@ SINK_BENCHMARKS = {
 
 
 def _sink_benchmarks() -> tuple[str, ...]:
-    chosen = tuple(
-        b for b in os.environ.get("TWOPHASE_BENCH_SINKS", ",".join(SINK_BENCHMARKS)).split(",") if b
-    )
-    unknown = sorted(set(chosen) - set(SINK_BENCHMARKS))
-    if unknown:
-        raise ValueError(f"TWOPHASE_BENCH_SINKS: unknown {unknown}; choose from {', '.join(SINK_BENCHMARKS)}")
-    return chosen
+    return chosen("TWOPHASE_BENCH_SINKS", tuple(SINK_BENCHMARKS))
 
 
 def sink_benchmark(name: str, master: str | None, work: Path) -> dict[str, Any]:
