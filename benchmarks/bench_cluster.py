@@ -46,6 +46,8 @@ from benchmarks.common import runs
 
 PLACEMENTS = ("local", "local-s3", "cluster")
 FILES_PER_TRIGGER = 31
+PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
+"""Spark's progress report of one micro-batch, in the event log: ``durationMs`` per phase."""
 
 
 def _days() -> int:
@@ -72,13 +74,17 @@ def _placements() -> tuple[str, ...]:
 def task_metrics(event_log_dir: Path) -> dict[str, Any]:
     """Task metrics summed over every event log in ``event_log_dir`` (``SparkListenerTaskEnd``):
     seconds of executor deserialize, run, JVM GC, result serialization, shuffle fetch wait and
-    shuffle write; bytes of input read and shuffle written; tasks; and seconds from the
-    application's start to its last executor's registration (``SparkListenerExecutorAdded``)."""
+    shuffle write; bytes of input read and shuffle written; tasks; seconds from the
+    application's start to its last executor's registration (``SparkListenerExecutorAdded``); and
+    per phase of the streaming query's micro-batches (``durationMs`` of each progress event:
+    ``queryPlanning``, ``latestOffset``, ``getBatch``, ``addBatch``, ``walCommit``,
+    ``commitOffsets``, ``triggerExecution``), seconds summed, as ``stream_<phase>_s``."""
     ms = {"deserialize_s": 0.0, "run_s": 0.0, "gc_s": 0.0, "result_serialize_s": 0.0, "fetch_wait_s": 0.0}
     shuffle_write_ns = 0
     input_bytes = shuffle_bytes = tasks = 0
     started: int | None = None
     executors_at: list[int] = []
+    stream_ms: dict[str, int] = {}
     for path in sorted(p for p in event_log_dir.rglob("*") if p.is_file()):
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
@@ -86,7 +92,10 @@ def task_metrics(event_log_dir: Path) -> dict[str, Any]:
             except json.JSONDecodeError:
                 continue
             kind = event.get("Event")
-            if kind == "SparkListenerApplicationStart":
+            if kind == PROGRESS_EVENT:
+                for key, value in ((event.get("progress") or {}).get("durationMs") or {}).items():
+                    stream_ms[key] = stream_ms.get(key, 0) + int(value)
+            elif kind == "SparkListenerApplicationStart":
                 started = event.get("Timestamp")
             elif kind == "SparkListenerExecutorAdded":
                 executors_at.append(int(event.get("Timestamp", 0)))
@@ -107,6 +116,7 @@ def task_metrics(event_log_dir: Path) -> dict[str, Any]:
     out["input_mb"] = round(input_bytes / 1e6, 1)
     out["shuffle_mb"] = round(shuffle_bytes / 1e6, 1)
     out["tasks"] = tasks
+    out.update({f"stream_{key}_s": round(value / 1000.0, 2) for key, value in sorted(stream_ms.items())})
     out["executors_ready_s"] = (
         round((max(executors_at) - started) / 1000.0, 2) if started is not None and executors_at else None
     )
@@ -165,7 +175,16 @@ class Placements:
         report = verify_run(spec, self.endpoints)
         if not report.ok:
             raise RuntimeError(f"{placement}: job {spec.job_id} is not exact: {report}")
-        return {"process_s": round(process_s, 2), **outcome, **task_metrics(events)}
+        metrics = task_metrics(events)
+        # what the run spent outside Spark's micro-batches: starting the query (restore, the
+        # sinks' checks, Spark's start) and ending it (the final checkpoint, FLIP-147)
+        outside = outcome["wall_s"] - metrics.get("stream_triggerExecution_s", 0.0)
+        return {
+            "process_s": round(process_s, 2),
+            **outcome,
+            **metrics,
+            "outside_batches_s": round(outside, 2),
+        }
 
 
 SINK_BENCHMARKS = {
@@ -276,6 +295,14 @@ def run() -> dict[str, Any]:
                     "input_mb",
                     "shuffle_mb",
                     "tasks",
+                    "stream_queryPlanning_s",
+                    "stream_latestOffset_s",
+                    "stream_getBatch_s",
+                    "stream_addBatch_s",
+                    "stream_walCommit_s",
+                    "stream_commitOffsets_s",
+                    "stream_triggerExecution_s",
+                    "outside_batches_s",
                 )
             },
             "wall_s per round": ", ".join(f"{r['wall_s']:.1f}" for r in rows),

@@ -37,6 +37,14 @@ def test_task_metrics_sum_every_task_of_every_log(tmp_path: Path) -> None:
         {"Event": "SparkListenerExecutorAdded", "Timestamp": 1_006_500},
         task_end(2_000, fetch_wait_ms=500, shuffle_write_ns=250_000_000),
         task_end(3_000),
+        {
+            "Event": bench_cluster.PROGRESS_EVENT,
+            "progress": {"durationMs": {"addBatch": 1500, "walCommit": 250}},
+        },
+        {
+            "Event": bench_cluster.PROGRESS_EVENT,
+            "progress": {"durationMs": {"addBatch": 500, "walCommit": 250}},
+        },
     ]
     (tmp_path / "app-1").write_text(
         "\n".join(json.dumps(e) for e in events) + '\n{"Event": "Spark'
@@ -53,6 +61,8 @@ def test_task_metrics_sum_every_task_of_every_log(tmp_path: Path) -> None:
         "shuffle_mb": 6.0,
         "tasks": 3,
         "executors_ready_s": 6.5,
+        "stream_addBatch_s": 2.0,
+        "stream_walCommit_s": 0.5,
     }
 
 
