@@ -170,7 +170,8 @@ class CheckpointMetadata:
         ``json.loads``, owned by nobody else) instead of copying each."""
         if not isinstance(obj, Mapping) or obj.get("format") != FORMAT:
             raise CommittableDecodeError(f"not a {FORMAT} object")
-        if obj.get("version") not in READABLE_VERSIONS:
+        version = obj.get("version")
+        if type(version) is not int or version not in READABLE_VERSIONS:  # not bool: True == 1
             raise CommittableDecodeError(f"unsupported checkpoint metadata version {obj.get('version')!r}")
         try:
             sinks = {

@@ -52,6 +52,7 @@ def test_json_starts_with_format_and_version(make_meta: MakeMeta) -> None:
     [
         ({"version": VERSION + 1}, "unsupported checkpoint metadata version 3"),
         ({"version": 0}, "unsupported checkpoint metadata version 0"),
+        ({"version": True}, "unsupported checkpoint metadata version True"),
         ({"version": "1"}, "unsupported checkpoint metadata version"),
         ({"format": "flink.checkpoint"}, "not a twophase.checkpoint object"),
         ({"kind": "incremental"}, "invalid checkpoint metadata"),
