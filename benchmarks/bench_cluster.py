@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import runs
+from benchmarks.common import load_at_end, machine, runs
 
 PLACEMENTS = ("local", "local-s3", "cluster")
 FILES_PER_TRIGGER = 31
@@ -199,17 +199,19 @@ def _sink_benchmarks() -> tuple[str, ...]:
     return chosen("TWOPHASE_BENCH_SINKS", tuple(SINK_BENCHMARKS))
 
 
-def sink_benchmark(name: str, master: str | None, work: Path) -> dict[str, Any]:
-    """One run of benchmark ``name`` in its own process, on ``master`` (``None``: ``local[2]``):
-    its twophase writer's and Spark writer's rows/s (medians), their ratio and the coordinator's
-    share of the twophase epochs.
+def sink_benchmark(name: str, master: str | None, work: Path, endpoints: Any) -> dict[str, Any]:
+    """One run of benchmark ``name`` in its own process, on ``master`` (``None``: ``local[2]``),
+    against the services of ``endpoints``: its twophase writer's and Spark writer's rows/s
+    (medians), their ratio and the coordinator's share of the twophase epochs.
 
     Raises:
         RuntimeError: the benchmark failed.
     """
     ours, theirs, epochs_key = SINK_BENCHMARKS[name]
     out_json = work / f"{name}-{'cluster' if master else 'local'}.json"
-    env = {k: v for k, v in os.environ.items() if k != "TWOPHASE_BENCH_MASTER"}
+    from twophase.integration.chaos.runner import service_env
+
+    env = {k: v for k, v in os.environ.items() if k != "TWOPHASE_BENCH_MASTER"} | service_env(endpoints)
     if master is not None:
         env["TWOPHASE_BENCH_MASTER"] = master
     command = [sys.executable, "-m", "benchmarks.run", "-k", name, "--json", str(out_json)]
@@ -252,8 +254,9 @@ def run() -> dict[str, Any]:
 
     rounds = runs(3)
     placements = _placements()
-    load_start = Path("/proc/loadavg").read_text().split()[:3]
+    start = machine()
     out: dict[str, Any] = {}
+    sinks: dict[str, dict[str, Any]] = {}
     with (
         services() as (endpoints, master),
         tempfile.TemporaryDirectory(
@@ -272,6 +275,16 @@ def run() -> dict[str, Any]:
                 row = placement.run(name)
                 results[name].append(row)
                 print(json.dumps({"round": r, "placement": name, **row}), file=sys.stderr, flush=True)
+        # the sink benchmarks against the same services and cluster
+        for i, name in enumerate(_sink_benchmarks()):
+            masters: list[str | None] = [None, master] if i % 2 == 0 else [master, None]
+            for where in masters:
+                if where is None or "cluster" in placements:
+                    row = sink_benchmark(name, where, Path(tmp), endpoints)
+                    sinks[f"{name} on {'the cluster' if where else 'local[2]'}"] = row
+                    print(
+                        json.dumps({"benchmark": name, "master": where, **row}), file=sys.stderr, flush=True
+                    )
     records = next(iter(results.values()))[0]["records"]
     per_placement: dict[str, dict[str, Any]] = {}
     for name, rows in results.items():
@@ -314,22 +327,10 @@ def run() -> dict[str, Any]:
             name: round(base / statistics.median(r["wall_s"] for r in rows), 3)
             for name, rows in results.items()
         }
-    sinks: dict[str, dict[str, Any]] = {}
-    with services() as (_, master), tempfile.TemporaryDirectory(prefix="twophase-bench-sinks-") as work:
-        for i, name in enumerate(_sink_benchmarks()):
-            masters: list[str | None] = [None, master] if i % 2 == 0 else [master, None]
-            for where in masters:
-                if where is None or "cluster" in placements:
-                    row = sink_benchmark(name, where, Path(work))
-                    sinks[f"{name} on {'the cluster' if where else 'local[2]'}"] = row
-                    print(
-                        json.dumps({"benchmark": name, "master": where, **row}), file=sys.stderr, flush=True
-                    )
     if sinks:
         out["sink benchmarks, local[2] and the cluster"] = sinks
     out["records per round"] = records
     out["days"] = _days()
     out["rounds"] = rounds
-    out["load at start"] = " ".join(load_start)
-    out["load at end"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    out.update(load_at_end(start))
     return out

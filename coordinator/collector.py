@@ -5,8 +5,8 @@ metadata) allocate an object or more per committable: at 10⁵ subtasks × 3 sin
 once. Each allocation burst sets off collections that walk every object the driver holds, the
 coordinator's retained committables included, and these cost more than the pass itself. The
 objects such a pass makes hold no reference cycles, so a collection during it frees nothing the
-next one after it would not. The pause lasts one pass, inside coordinator code that runs no user
-code, and the collector runs as usual afterwards.
+next one after it would not. The pause lasts one pass of coordinator code (which calls no user
+code but the sinks' codecs), and the collector runs as usual afterwards.
 """
 
 from __future__ import annotations
