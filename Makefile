@@ -90,8 +90,9 @@ lint: venv
 	$(BIN)/ruff format --check .
 	@mkdir -p build/typecheck && ln -sfn ../.. build/typecheck/twophase
 	$(BIN)/mypy --cache-dir $(MYPY_CACHE)/packages
-	# the test suites are no package of twophase: checked as files (tests/ mirrors the code's folders)
-	MYPYPATH=tests $(BIN)/mypy --cache-dir $(MYPY_CACHE)/tests --explicit-package-bases tests/support tests/integration
+	# the test suites are no package of twophase: checked as files
+	# (tests/ mirrors the code's folders); the autoload folder holds the module Spark's lookup imports
+	MYPYPATH=tests:coordinator/spark/autoload $(BIN)/mypy --cache-dir $(MYPY_CACHE)/tests --explicit-package-bases tests
 
 # the documentation site (mkdocs.yml, docs/) into build/site; strict: a warning, such as a broken link
 # or cross-reference, fails the build. mkdocstrings reads the sources of `twophase` (the repository

@@ -6,13 +6,15 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 from support.bench_modules import ROOT, load_benchmark
 
 soak = load_benchmark("soak", ROOT / "benchmarks" / "soak.py")
 
 
-def sample(minute: float, rss: float = 300.0, commit_ms: float = 100.0) -> object:
+def sample(minute: float, rss: float = 300.0, commit_ms: float = 100.0) -> Any:
+    """A soak.Sample (Any: the benchmark module is loaded from its file, untyped here)."""
     process = soak.Process(rss_mb=rss, threads=10, fds=30)
     return soak.Sample(
         minute=minute, epochs=int(minute * 30), epochs_in_window=30, records=int(minute * 6000),

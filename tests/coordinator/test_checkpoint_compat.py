@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from support.fakes import (
@@ -21,6 +21,7 @@ from support.fakes import (
     FakeSink,
 )
 from support.harness import TwoPhaseHarness, batch
+from support.memory_storage import InMemoryCheckpointStorage
 
 from twophase.connectors.delta.internal.committable import CODEC as DELTA_CODEC
 from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
@@ -88,7 +89,9 @@ def test_a_v1_checkpoint_restores_recommits_and_resumes(tmp_path: Path) -> None:
         FakeInProgressSink("files", system, roll_records=3),
         FakeCheckpointSink("table", system),
     ]
-    h = TwoPhaseHarness(sinks, job_id=JOB, storage=LocalCheckpointStorage(tmp_path / "runtime", JOB))
+    # the harness uses only CheckpointStorage's calls on it here (no in-memory test hooks)
+    local = cast(InMemoryCheckpointStorage, LocalCheckpointStorage(tmp_path / "runtime", JOB))
+    h = TwoPhaseHarness(sinks, job_id=JOB, storage=local)
     restored = h.restore()
     assert restored.checkpoint_id == 3 and restored.recommitted == 4
     assert not h.runtime.replay_check({"engine": "spark", "query_id": "q-1", "batch_id": 3})

@@ -53,7 +53,7 @@ def write(
     s = coord.sinks[sink]
     txn = s.begin_transaction(WriterContext(JOB, sink, c, partition, attempt, 2))
     s.write(txn, batch(keys))
-    return s.pre_commit(txn)  # type: ignore[no-any-return]
+    return s.pre_commit(txn)
 
 
 def ack(

@@ -136,7 +136,7 @@ def test_a_timed_pause_holds_its_hit_only_and_goes_on(
     from twophase.coordinator import faults
 
     slept: list[float] = []
-    monkeypatch.setattr(faults.time, "sleep", slept.append)
+    monkeypatch.setattr("twophase.coordinator.faults.time.sleep", slept.append)
     # the other point of the same variable would exit: the pause must not take its action
     monkeypatch.setenv(faults.ENV, "before_write:2:pause=45,after_pre_commit:9")
     monkeypatch.setenv(faults.STATE_ENV, str(tmp_path))

@@ -65,7 +65,8 @@ def test_random_interleavings_are_exactly_once(data: st.DataObject) -> None:
                 ):
                     h.complete(pending.pop(0), notify=data.draw(st.booleans(), label="notify"))
                     done = sorted(h.runtime.coordinator.completed_ids)
-                    if done and data.draw(st.booleans(), label="late notify"):
+                    late: bool = bool(done) and data.draw(st.booleans(), label="late notify")
+                    if late:
                         h.notify(data.draw(st.sampled_from(done), label="late id"))
             for e in pending:
                 h.complete(e, notify=data.draw(st.booleans(), label="notify last"))

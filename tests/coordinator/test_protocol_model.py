@@ -102,9 +102,9 @@ from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
 from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
 from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.epoch import DuplicateAcknowledgementError, run_epoch
+from twophase.coordinator.epoch import run_epoch
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
@@ -712,7 +712,7 @@ ProtocolModel.TestCase.settings = settings(
 if "TWOPHASE_MODEL_SEED" in os.environ:
     from hypothesis import seed
 
-    ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[misc]
+    ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[assignment]
 
 TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(ProtocolModel.TestCase)
 

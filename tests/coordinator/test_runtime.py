@@ -286,7 +286,7 @@ def test_lost_during_normal_commit_fails_the_job_even_if_opted_in() -> None:
     assert h.runtime.state is JobState.FAILING
     with pytest.raises(JobError, match="exhausted"):
         h.runtime.failover(RuntimeError("lost"))
-    assert h.runtime.state is JobState.FAILED
+    assert h.job_state() is JobState.FAILED
 
 
 def test_restore_from_a_final_checkpoint_commits_nothing_twice() -> None:

@@ -30,7 +30,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import pyarrow as pa
 
@@ -40,6 +40,7 @@ from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.epoch import Epoch, run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.faults import POINTS
+from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics
 from twophase.coordinator.recovery import RestoreResult
@@ -284,6 +285,36 @@ class TwoPhaseHarness:
                 crashes += 1
                 self.restart_process()
 
+    @overload
+    def write_epoch(
+        self,
+        partitions: Sequence[Sequence[pa.RecordBatch]],
+        *,
+        source_position: JsonObject | None = None,
+        complete: Literal[True] = True,
+        notify: Literal[True] = True,
+    ) -> None: ...
+
+    @overload
+    def write_epoch(
+        self,
+        partitions: Sequence[Sequence[pa.RecordBatch]],
+        *,
+        source_position: JsonObject | None = None,
+        complete: Literal[False],
+        notify: bool = True,
+    ) -> Epoch: ...
+
+    @overload
+    def write_epoch(
+        self,
+        partitions: Sequence[Sequence[pa.RecordBatch]],
+        *,
+        source_position: JsonObject | None = None,
+        complete: bool = True,
+        notify: Literal[False],
+    ) -> Epoch: ...
+
     def write_epoch(
         self,
         partitions: Sequence[Sequence[pa.RecordBatch]],
@@ -313,6 +344,11 @@ class TwoPhaseHarness:
     def complete(self, epoch: Epoch, *, notify: bool = True) -> CheckpointMetrics:
         """``runtime.complete_epoch(epoch, notify=notify)``."""
         return self.runtime.complete_epoch(epoch, notify=notify)
+
+    def job_state(self) -> JobState:
+        """The runtime's state now. A call, not an attribute: after a transition, mypy keeps no
+        narrowing from an earlier ``assert h.runtime.state is ...``."""
+        return self.runtime.state
 
     def notify(self, checkpoint_id: int) -> None:
         """Deliver ``notify_checkpoint_complete(checkpoint_id)`` (late, repeated, out of order)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -169,7 +170,7 @@ def test_a_concurrent_foreign_append_is_retried_after_a_re_check(
 ) -> None:
     ours = pre_commit(sink, 1, [rows(0, 5)])
     original = Transaction.commit_transaction
-    raced = []
+    raced: list[bool] = []
 
     def foreign_append_first(self: Transaction) -> Table:
         if not raced:  # another writer commits between our table load and our commit
@@ -216,7 +217,7 @@ def test_a_partition_transform_the_writer_cannot_compute_is_refused(
 ) -> None:
     from pyiceberg.transforms import DayTransform
 
-    def unavailable(self: DayTransform, source: object) -> None:
+    def unavailable(self: DayTransform[Any], source: object) -> None:
         raise ModuleNotFoundError("pyiceberg-core needed")
 
     monkeypatch.setattr(DayTransform, "pyarrow_transform", unavailable)

@@ -50,7 +50,7 @@ def test_a_converter_without_time_zone_is_relabelled(monkeypatch: pytest.MonkeyP
     import pyspark.sql.pandas.types as types
 
     real = types.to_arrow_schema
-    utc = {"timezone": "UTC"} if "timezone" in inspect.signature(real).parameters else {}
+    utc: dict[str, Any] = {"timezone": "UTC"} if "timezone" in inspect.signature(real).parameters else {}
 
     def old_signature(schema: StructType) -> pa.Schema:
         return real(schema, **utc)
@@ -97,7 +97,7 @@ def test_collect_arrow_without_to_arrow() -> None:
 @pytest.mark.skipif(compat.spark_version() < (4, 0), reason="Spark 3.5 has no Python data sources")
 def test_spark_4_0_finds_the_format_and_its_write_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compat, "spark_version", lambda: (4, 0))
-    source = compat.refusing_data_source()
+    source: Any = compat.refusing_data_source()  # a DataSource subclass (pyspark 4's, untyped here)
     assert source is not None and source.name() == "twophase"
     with pytest.raises(UnsupportedSparkError, match=r"needs Spark 4\.1 or later .* this is Spark 4\.0"):
         source({}).streamWriter(SCHEMA, False)

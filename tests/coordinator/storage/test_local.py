@@ -431,7 +431,7 @@ def _fail(error: OSError) -> Callable[..., None]:
     return fail
 
 
-LINK_EXITS: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
+LINK_EXITS: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
     "linked": (lambda m: None, PUBLISHED),
     "the temporary file cannot be written": (
         lambda m: m.setattr(os, "fsync", _fail(OSError(errno.EIO, "x"))),

@@ -262,6 +262,16 @@ def _errors(*codes: tuple[str, int]) -> Callable[[Stubber, CheckpointMetadata], 
     return script
 
 
+def _then(
+    *scripts: Callable[[Stubber, CheckpointMetadata], None],
+) -> Callable[[Stubber, CheckpointMetadata], None]:
+    def script(stub: Stubber, meta: CheckpointMetadata) -> None:
+        for each in scripts:
+            each(stub, meta)
+
+    return script
+
+
 def _retry_412_then_read(*reads: bytes | tuple[str, int]) -> Callable[[Stubber, CheckpointMetadata], None]:
     def script(stub: Stubber, meta: CheckpointMetadata) -> None:
         stub.add_client_error("put_object", "ServiceUnavailable", http_status_code=503)
@@ -280,7 +290,7 @@ PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
 PUT_EXITS = {
     "the PUT succeeds": (_ok_put, PUBLISHED),
     "retried, then it succeeds": (
-        lambda stub, meta: (_errors(("SlowDown", 503))(stub, meta), _ok_put(stub, meta)),
+        _then(_errors(("SlowDown", 503)), _ok_put),
         PUBLISHED,
     ),
     "refused for good at once": (_errors(("AccessDenied", 403)), NOT_PUBLISHED),

@@ -64,4 +64,5 @@ def test_a_catalog_that_never_answers_is_one_redacted_line_after_every_attempt(t
 @pytest.mark.parametrize(("name", "value"), [("connect_attempts", 0), ("connect_backoff_ms", -1)])
 def test_connect_settings_are_checked(tmp_path: Path, name: str, value: int) -> None:
     with pytest.raises(ConfigError, match=name):
-        IcebergSinkConfig(table="db.t", catalog_uri=str(tmp_path / "c.db"), **{name: value})
+        setting: dict[str, Any] = {name: value}
+        IcebergSinkConfig(table="db.t", catalog_uri=str(tmp_path / "c.db"), **setting)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 import kafka.errors as kerrors
 import pytest
 
 from twophase.connectors.kafka import KafkaCommittable
-from twophase.connectors.kafka.internal.admin import TransactionSnapshot
+from twophase.connectors.kafka.internal.admin import KafkaAdmin, TransactionSnapshot
 from twophase.connectors.kafka.internal.committable import CODEC
 from twophase.connectors.kafka.internal.committer import (
     CLOCK_SKEW_MS,
@@ -112,9 +113,16 @@ class FakeCoordinator:
         return KafkaErrorCode.INVALID_TXN_STATE
 
 
+def committer_over(fake: FakeCoordinator, attempts: int = 3) -> KafkaCommitter:
+    """A committer whose admin client is the fake (it has the few calls the committer makes)."""
+    return KafkaCommitter(
+        cast(KafkaAdmin, fake), attempts=attempts, backoff_ms=1, transaction_timeout_ms=60_000
+    )
+
+
 def test_commit_then_recommit_is_already_committed() -> None:
     fake = FakeCoordinator()
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     assert committer.commit(C) is CommitOutcome.COMMITTED
     assert committer.commit(C) is CommitOutcome.ALREADY_COMMITTED
     assert fake.end_txn_calls == [True]
@@ -123,7 +131,7 @@ def test_commit_then_recommit_is_already_committed() -> None:
 def test_not_coordinator_is_retry() -> None:
     # re-finding the coordinator is the admin's part (tests/connectors/kafka/internal/test_admin.py)
     fake = FakeCoordinator(script=[KafkaErrorCode.NOT_COORDINATOR])
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     assert committer.commit(C) is CommitOutcome.RETRY
     assert committer.commit(C) is CommitOutcome.COMMITTED
     assert fake.end_txn_calls == [True, True]
@@ -131,26 +139,26 @@ def test_not_coordinator_is_retry() -> None:
 
 def test_network_failure_is_retry_never_lost() -> None:
     fake = FakeCoordinator(script=[kerrors.KafkaConnectionError("down")])
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     assert committer.commit(C) is CommitOutcome.RETRY
     assert committer.commit(C) is CommitOutcome.COMMITTED
 
 
 def test_timed_out_transaction_is_lost() -> None:
     fake = FakeCoordinator(state="CompleteAbort", epoch=4)  # the coordinator bumped the epoch
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     assert committer.commit(C) is CommitOutcome.LOST
 
 
 def test_abort_is_idempotent_and_never_touches_newer_epochs() -> None:
     fake = FakeCoordinator()
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     committer.abort(C)
     assert fake.state == "CompleteAbort"
     committer.abort(C)
     assert fake.end_txn_calls == [False]
     newer = FakeCoordinator(state="Ongoing", epoch=9)
-    KafkaCommitter(newer, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000).abort(C)  # type: ignore[arg-type]
+    committer_over(newer).abort(C)
     assert newer.state == "Ongoing" and newer.end_txn_calls == []
 
 
@@ -158,16 +166,13 @@ def test_abort_retries_transient_errors() -> None:
     fake = FakeCoordinator(
         script=[KafkaErrorCode.CONCURRENT_TRANSACTIONS, KafkaErrorCode.COORDINATOR_LOAD_IN_PROGRESS]
     )
-    KafkaCommitter(fake, attempts=5, backoff_ms=1, transaction_timeout_ms=60_000).abort(C)  # type: ignore[arg-type]
+    committer_over(fake, attempts=5).abort(C)
     assert fake.end_txn_calls == [False, False, False]
 
 
 def test_authorization_failure_is_fatal_not_an_exception() -> None:
     fake = FakeCoordinator(script=[kerrors.TransactionalIdAuthorizationFailedError("denied")])
-    assert (
-        KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000).commit(C)
-        is CommitOutcome.FATAL
-    )  # type: ignore[arg-type]
+    assert committer_over(fake).commit(C) is CommitOutcome.FATAL
 
 
 # -- the coordinator forgot the id: the log's marker decides (#26 item 2) -----------------------------
@@ -233,12 +238,12 @@ class ForgetfulCoordinator(FakeCoordinator):
 
 def test_a_commit_whose_id_expired_is_already_committed_when_its_marker_is_in_the_log() -> None:
     fake = ForgetfulCoordinator(marker=True)
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     assert committer.commit(C2) is CommitOutcome.ALREADY_COMMITTED
     skew = CLOCK_SKEW_MS
     assert fake.searches == [("t", 2, 7, 3, OPENED - skew, OPENED + 60_000 + skew)]
     fake = ForgetfulCoordinator(marker=None)
-    committer = KafkaCommitter(fake, attempts=3, backoff_ms=1, transaction_timeout_ms=60_000)  # type: ignore[arg-type]
+    committer = committer_over(fake)
     assert committer.commit(C2) is CommitOutcome.LOST
     assert committer.commit(C) is CommitOutcome.LOST  # version 1: nothing to search
     assert len(fake.searches) == 1
