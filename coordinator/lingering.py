@@ -123,8 +123,11 @@ class HeldCommittables(Generic[COMM]):
     in_progress: Mapping[str, JsonObject]
     max_partitions: int
 
-    def scope(self, job_id: str, sink_name: str, up_to_checkpoint: int) -> LingeringScope[COMM]:
-        """The :class:`~twophase.sinks.context.LingeringScope` handed to ``abort_lingering``."""
+    def scope(
+        self, job_id: str, sink_name: str, up_to_checkpoint: int, *, routine: bool = False
+    ) -> LingeringScope[COMM]:
+        """The :class:`~twophase.sinks.context.LingeringScope` handed to ``abort_lingering``
+        (``routine``: the cleanup after an epoch of a running job)."""
         return LingeringScope(
             job_id=job_id,
             sink_name=sink_name,
@@ -132,6 +135,7 @@ class HeldCommittables(Generic[COMM]):
             held_in_progress=tuple(self.in_progress.values()),
             up_to_checkpoint=up_to_checkpoint,
             max_partitions=self.max_partitions,
+            routine=routine,
         )
 
 

@@ -94,15 +94,23 @@ class LingeringCleanup:
         )
 
     def abort(
-        self, sink: AnySink, up_to: int, coord: CheckpointCoordinator | None, *, extra: str | None = None
+        self,
+        sink: AnySink,
+        up_to: int,
+        coord: CheckpointCoordinator | None,
+        *,
+        extra: str | None = None,
+        routine: bool = False,
     ) -> int:
         """``sink.abort_lingering`` for checkpoints ≤ ``up_to`` with everything held (see
-        :meth:`held`); returns how many it aborted.
+        :meth:`held`); returns how many it aborted. ``routine``: the cleanup after an epoch of a
+        running job, which a sink may put off (:class:`~twophase.sinks.context.LingeringScope`).
 
         Raises:
             Whatever the sink's ``abort_lingering`` raises, and the errors of :meth:`held`.
         """
-        n = sink.abort_lingering(self.held(sink, coord, extra).scope(self.job_id, sink.name, up_to))
+        scope = self.held(sink, coord, extra).scope(self.job_id, sink.name, up_to, routine=routine)
+        n = sink.abort_lingering(scope)
         last_meta = self._checkpoints.last
         last = last_meta.checkpoint_id if last_meta is not None else 0
         self._sink_metrics.lingering(sink.name, min(up_to, last) if up_to < ALL_CHECKPOINTS else last, n)

@@ -253,10 +253,14 @@ class RunState:
 
     # -- lingering --------------------------------------------------------------------------------
 
-    def abort_lingering_live(self, up_to: int) -> int:
-        """Lingering cleanup (:meth:`LingeringCleanup.abort`) for every live sink; returns the total."""
+    def abort_lingering_live(self, up_to: int, *, routine: bool = False) -> int:
+        """Lingering cleanup (:meth:`LingeringCleanup.abort`) for every live sink; returns the total.
+        ``routine``: the cleanup after an epoch, which a sink may put off; every end of a run calls
+        this without it, so that nothing it put off outlives the run."""
         coord = self.coordinator()
-        return sum(self.lingering.abort(self.sinks[n], up_to, coord) for n in coord.live_sinks())
+        return sum(
+            self.lingering.abort(self.sinks[n], up_to, coord, routine=routine) for n in coord.live_sinks()
+        )
 
     # -- completing a checkpoint ------------------------------------------------------------------
 
@@ -277,7 +281,7 @@ class RunState:
         lingering = 0
         do_lingering = self.config.abort_lingering_each_epoch if abort_lingering is None else abort_lingering
         if do_lingering and not coord.pending_checkpoints:
-            lingering = self.abort_lingering_live(checkpoint_id)
+            lingering = self.abort_lingering_live(checkpoint_id, routine=True)
         metrics = CheckpointMetrics(
             job_id=self.job_id,
             checkpoint_id=checkpoint_id,

@@ -71,6 +71,14 @@ class LingeringScope(Generic[COMM]):
             carry no checkpoint id (Kafka's pooled transactional ids) consider all of theirs.
         max_partitions: the largest parallelism this sink has run with, for sinks that probe a
             bounded pool of names (the fallback of Kafka's lingering abort).
+        routine: the cleanup after an epoch of a running job
+            (``RuntimeConfig.abort_lingering_each_epoch``). A sink whose cleanup costs in proportion
+            to its output (the Delta and Iceberg sinks list the table's files) may put it off to a
+            later routine call, but only for what no reader can see (data files no commit
+            references): the runtime makes a call that is not routine at every end of a run (the
+            final checkpoint, a savepoint or stop, a restore), and that call does all of it. An
+            open Kafka transaction holds back every ``read_committed`` consumer, so Kafka never
+            puts one off.
     """
 
     job_id: str
@@ -79,3 +87,4 @@ class LingeringScope(Generic[COMM]):
     held_in_progress: tuple[JsonObject, ...] = ()
     up_to_checkpoint: int = 2**62
     max_partitions: int = 0
+    routine: bool = False

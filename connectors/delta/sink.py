@@ -37,6 +37,7 @@ from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError, ServiceUnavailableError
 from twophase.sinks.internal.s3_access import denied_in_message
 from twophase.sinks.internal.structured_log import log_event
+from twophase.sinks.internal.sweep import SweepSchedule
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 log = logging.getLogger(__name__)
@@ -81,16 +82,17 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         self.name = name
         self.config = config
         self._committer: DeltaCommitter | None = None  # the driver's, made at its first commit
+        self._sweep = SweepSchedule()  # the driver's: when a routine lingering cleanup lists again
 
     def __repr__(self) -> str:
         return f"DeltaSink(name={self.name!r}, config={self.config!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         # executors get the sink, not the driver's committer and the table it keeps
-        return {**self.__dict__, "_committer": None}
+        return {**self.__dict__, "_committer": None, "_sweep": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_committer": None, **state})
+        self.__dict__.update({"_committer": None, **state, "_sweep": SweepSchedule()})
 
     # --- driver side, before writing ---------------------------------------------------------
 
@@ -241,14 +243,21 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
 
         Files are recognised by the job/sink token in their names (``naming``); other writers'
         files never match. See :mod:`twophase.connectors.delta.internal.lingering` for how
-        "referenced" is decided.
+        "referenced" is decided. Listing the table costs in proportion to it, so a routine cleanup
+        (``scope.routine``) lists only when :class:`~twophase.sinks.internal.sweep.SweepSchedule`
+        says so, and returns 0 otherwise: the files it leaves are referenced by no commit, so no
+        reader sees them, and the next cleanup that lists deletes them.
         """
+        if scope.routine and not self._sweep.due():
+            return 0
         location = self._location()
         token = naming.job_token(scope.job_id, scope.sink_name)
         held = {naming.decode_add_path(a.path) for c in scope.held for a in c.adds}
+        ours = own_files(location, token)
+        self._sweep.listed(len(ours))  # our files are the bulk of the listing
         candidates = [
             (rel, parsed.checkpoint_id)
-            for rel, parsed in own_files(location, token)
+            for rel, parsed in ours
             if parsed.checkpoint_id <= scope.up_to_checkpoint and rel not in held
         ]
         if not candidates:

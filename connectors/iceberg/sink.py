@@ -40,6 +40,7 @@ from twophase.sinks.api import CheckpointCommitSink
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaError
 from twophase.sinks.internal.structured_log import log_event
+from twophase.sinks.internal.sweep import SweepSchedule
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         self.name = name
         self.config = config
         self.catalog_factory = catalog_factory
+        self._sweep = SweepSchedule()  # the driver's: when a routine lingering cleanup lists again
 
     def __repr__(self) -> str:
         return f"IcebergSink(name={self.name!r}, config={self.config!r})"
@@ -239,14 +241,20 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         """Delete this job's and sink's data files of checkpoints ≤ ``scope.up_to_checkpoint`` that
         neither ``scope.held`` nor any snapshot references and that are older than
         ``lingering_grace_ms``; return how many were deleted
-        (:mod:`twophase.connectors.iceberg.internal.lingering`).
+        (:mod:`twophase.connectors.iceberg.internal.lingering`). Listing the job's files and
+        reading the table's manifests cost in proportion to the table, so a routine cleanup
+        (``scope.routine``) does it only when :class:`~twophase.sinks.internal.sweep.SweepSchedule`
+        says so, and returns 0 otherwise (what it leaves, no snapshot references: no reader sees it).
         """
+        if scope.routine and not self._sweep.due():
+            return 0
         with open_catalog(self.config, self.catalog_factory) as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 return 0
             prefix = naming.job_data_prefix(table.location(), naming.job_token(scope.job_id, scope.sink_name))
             candidates = own_files(table.io, prefix)
+            self._sweep.listed(len(candidates))
             if not candidates:
                 return 0
             held = {f.path for c in scope.held for f in c.files}

@@ -30,7 +30,9 @@ The accounting: a published (durable) epoch checkpoint promises its epoch's reco
 sink; nothing else may land. After every step, nothing landed more often than promised; at the end
 (the job driven to FINISHED), every promise is kept exactly and nothing lingers (open Kafka
 transactions, multipart uploads, temporary objects, unreferenced Delta files, prepared PostgreSQL
-transactions, Iceberg data files no snapshot references). The Iceberg table is read from its
+transactions, Iceberg data files no snapshot references). The Delta model sink puts off every
+routine (per-epoch) cleanup, and the real Iceberg sink may put its off, so "nothing lingers" holds
+only if every end of a run makes a cleanup that is not routine. The Iceberg table is read from its
 current snapshot's data files; no checkpoint id of the job may appear in two snapshot summaries,
 and the other writer's rows stay, once each. Two exceptions, both loud: a durable Kafka
 transaction the broker aborted while the driver was down past the transaction timeout must fail

@@ -22,6 +22,7 @@ from twophase.connectors.delta.internal.committable import CODEC
 from twophase.connectors.delta.internal.lingering import load_table as real_load
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError, RecordError, SchemaError
+from twophase.sinks.internal import sweep
 from twophase.sinks.outcome import CommitOutcome
 
 JOB = "job-1"
@@ -482,3 +483,28 @@ def test_the_sink_measures_records_and_bytes_of_a_committable(make_sink: Sink, w
     size = sink.measure(c)
     assert size.records == 3 and size.bytes is not None
     assert size.bytes == sum(a.size for a in c.adds) and size.bytes > 0
+
+
+def test_a_routine_cleanup_lists_the_table_only_as_often_as_its_size_allows(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29's soak: listing the table after every epoch made each epoch slower as the table grew.
+    A routine cleanup lists again only after (our files at its last listing // ENTRIES_PER_EPOCH)
+    epochs; a cleanup that is not routine always lists."""
+    monkeypatch.setattr(sweep, "ENTRIES_PER_EPOCH", 2)
+    sink = make_sink()
+    committed = sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])], [batch([2])]]))
+    assert committed is CommitOutcome.COMMITTED
+    routine = LingeringScope[DeltaCommittable](JOB, "delta", routine=True)
+    assert sink.abort_lingering(routine) == 0  # listed 2 files: the next routine one is skipped
+
+    def orphan(checkpoint_id: int) -> set[str]:  # a failed attempt's file of a checkpoint never committed
+        committables = write_checkpoint(sink, checkpoint_id, [[batch([9])]], attempt=3)
+        return {a.path for c in committables for a in c.adds}
+
+    first = orphan(2)
+    assert sink.abort_lingering(routine) == 0 and first <= files_under(table_path)  # put off
+    assert sink.abort_lingering(routine) == 1 and not first & files_under(table_path)
+    second = orphan(3)
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 1  # never put off
+    assert not second & files_under(table_path)
