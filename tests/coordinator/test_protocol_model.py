@@ -617,6 +617,10 @@ class ProtocolModel(RuleBasedStateMachine):
                         raise
 
         self.act(body, down_ms)
+        if self.h.runtime is rt and rt.state in (JobState.FINISHED, JobState.SUSPENDED):
+            # a sink puts off only routine cleanups (LingeringScope.routine), never an end's
+            delta = self.world.lingering(S3_PREFIX)["delta"]
+            self.check(not delta, f"after {how}: Delta files no commit references: {delta}")
         if self.h.runtime is rt and rt.state in (JobState.FINISHED, JobState.SUSPENDED, JobState.CANCELED):
             self.phase = "stopped"
         elif how == "cancel" and self.h.runtime is not rt:  # died while canceling: canceled
