@@ -172,7 +172,7 @@ class CheckpointMetadata:
             raise CommittableDecodeError(f"not a {FORMAT} object")
         version = obj.get("version")
         if type(version) is not int or version not in READABLE_VERSIONS:  # not bool: True == 1
-            raise CommittableDecodeError(f"unsupported checkpoint metadata version {obj.get('version')!r}")
+            raise CommittableDecodeError(f"unsupported checkpoint metadata version {version!r}")
         try:
             sinks = {
                 str(name): SinkSnapshot(

@@ -27,8 +27,8 @@ class SweepSchedule:
     """
 
     entries_per_epoch: int = field(default_factory=lambda: ENTRIES_PER_EPOCH)
-    _last_listed: int = 0
-    _skipped: int = 0
+    _last_listed: int = field(default=0, init=False)
+    _skipped: int = field(default=0, init=False)
 
     def due(self) -> bool:
         """Whether a routine cleanup lists now. A call answered ``False`` counts as one skipped
