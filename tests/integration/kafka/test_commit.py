@@ -123,6 +123,8 @@ def test_a_commit_the_coordinator_forgot_is_decided_by_its_marker_in_the_log(kaf
         dropped = write_one(sink, job, 1, 1, rows("dropped", 200), num_partitions=2)
         assert sink.commit(kept) is CommitOutcome.COMMITTED
         sink.abort(dropped)
+        # EndTxn answers once the coordinator logged the decision; the markers follow (KIP-98)
+        wait_until_stable(kafka_bootstrap, topic)
         assert kept.opened_ms is not None and dropped.opened_ms is not None
         forgotten = replace(kept, transactional_id=unique("forgotten"))
         assert sink.recover_and_commit(forgotten) is CommitOutcome.ALREADY_COMMITTED
