@@ -212,7 +212,7 @@ def list_delta(sink: Any, scope: LingeringScope[Any]) -> SinkLingering:
     token = naming.job_token(scope.job_id, scope.sink_name)
     held = {naming.decode_add_path(a.path) for c in scope.held for a in c.adds}
     table = load_table(sink.config)
-    index = ReferenceIndex(sink.config, table, naming.app_id(scope.job_id, scope.sink_name))
+    index = ReferenceIndex(location, table, naming.app_id(scope.job_id, scope.sink_name))
     files = own_files(location, token)
     items: list[LingeringItem] = []
     for rel, parsed in files:

@@ -26,6 +26,7 @@ from twophase.connectors.delta.internal.committer import DeltaCommitter
 from twophase.connectors.delta.internal.filesystem import TableLocation, open_location
 from twophase.connectors.delta.internal.lingering import (
     ReferenceIndex,
+    RemovedReferences,
     delete_unreferenced,
     load_table,
     own_files,
@@ -83,16 +84,18 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         self.config = config
         self._committer: DeltaCommitter | None = None  # the driver's, made at its first commit
         self._sweep = SweepSchedule()  # the driver's: when a routine lingering cleanup lists again
+        self._removed = RemovedReferences()  # the driver's: referenced files the snapshot dropped
 
     def __repr__(self) -> str:
         return f"DeltaSink(name={self.name!r}, config={self.config!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         # executors get the sink, not the driver's committer and the table it keeps
-        return {**self.__dict__, "_committer": None, "_sweep": None}
+        return {**self.__dict__, "_committer": None, "_sweep": None, "_removed": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_committer": None, **state, "_sweep": SweepSchedule()})
+        fresh = {"_sweep": SweepSchedule(), "_removed": RemovedReferences()}
+        self.__dict__.update({"_committer": None, **state, **fresh})
 
     # --- driver side, before writing ---------------------------------------------------------
 
@@ -230,7 +233,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
     def abort(self, committable: DeltaCommittable) -> None:
         """Delete the committable's files unless a commit references them. Idempotent."""
         location = self._location()
-        index = ReferenceIndex(self.config, load_table(self.config), committable.app_id)
+        index = ReferenceIndex(location, load_table(self.config), committable.app_id)
         candidates = [(naming.decode_add_path(a.path), committable.checkpoint_id) for a in committable.adds]
         deleted = delete_unreferenced(
             location, index, candidates, {"sink": self.name, "checkpoint": committable.checkpoint_id}
@@ -255,6 +258,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         held = {naming.decode_add_path(a.path) for c in scope.held for a in c.adds}
         ours = own_files(location, token)
         self._sweep.listed(len(ours))  # our files are the bulk of the listing
+        self._removed.keep_only(rel for rel, _ in ours)
         candidates = [
             (rel, parsed.checkpoint_id)
             for rel, parsed in ours
@@ -263,7 +267,7 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         if not candidates:
             return 0
         app = naming.app_id(scope.job_id, scope.sink_name)
-        index = ReferenceIndex(self.config, load_table(self.config), app)
+        index = ReferenceIndex(location, load_table(self.config), app, self._removed)
         fields: dict[str, object] = {"job": scope.job_id, "sink": scope.sink_name}
         deleted = delete_unreferenced(location, index, candidates, fields)
         log_event(log, logging.INFO, "aborted lingering", files=deleted)

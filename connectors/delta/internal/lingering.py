@@ -1,26 +1,31 @@
 """Finding and deleting the Delta sink's data files that no commit references.
 
 A file of ours (its name carries this job's and sink's token, see ``naming``) written for
-checkpoint ``c`` is *referenced* if an Add action of any commit names it. We decide that without
-reading the whole log:
+checkpoint ``c`` can be added only by the one commit of checkpoint ``c``. We decide whether a
+commit references it without reading the whole log or loading old versions of the table:
 
-1. it is in the current snapshot → referenced;
+1. it is in the current snapshot, or an earlier cleanup found it referenced → referenced;
 2. the table does not exist, or the table's ``txn`` version for our appId is below ``c`` →
    checkpoint ``c`` was never committed (commits happen in checkpoint order) → unreferenced;
-3. otherwise find the commit of checkpoint ``c`` (its commitInfo carries ``twophase.appId`` and
-   ``twophase.checkpoint``) and look the file up in the snapshot of that version: present →
-   referenced (a later commit removed it; VACUUM's business, not ours), absent → unreferenced
-   (e.g. a failed or speculative attempt's file);
-4. if that commit cannot be found while the history is truncated, or the old version cannot be
-   loaded → unknown, and the file is kept.
+3. otherwise find the commit of checkpoint ``c`` in the history, newest first and only as deep
+   as ``c`` (its commitInfo carries ``twophase.appId`` and ``twophase.checkpoint``), and read
+   that one commit's add actions (Delta PROTOCOL.md, "Delta Log Entries"): named → referenced (a
+   later commit removed it, OPTIMIZE for one; VACUUM's business, not ours), not named →
+   unreferenced (a failed or speculative attempt's file). An older commit of ours found without
+   one of ``c`` means ``c`` was skipped → unreferenced;
+4. if the commit cannot be found while the history is truncated, or its log entry was cleaned
+   up → unknown, and the file is kept.
+
+Rule 1's memory (:class:`RemovedReferences`) makes a table maintained with OPTIMIZE cost each
+removed file one decision, not one per cleanup (#29's soak).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -38,12 +43,14 @@ META_APP_ID = "twophase.appId"
 """commitInfo key naming the appId of a checkpoint commit (Delta custom commit metadata)."""
 META_CHECKPOINT = "twophase.checkpoint"
 """commitInfo key naming the checkpoint id of a checkpoint commit."""
+FIRST_HISTORY_PAGE = 64
+"""Commits read by the first look into the history; each further look reads twice as many."""
 
 
-def load_table(config: DeltaSinkConfig, version: int | None = None) -> DeltaTable | None:
-    """The table at ``config.table_uri`` (latest, or ``version``), or ``None`` if there is none yet."""
+def load_table(config: DeltaSinkConfig) -> DeltaTable | None:
+    """The latest table at ``config.table_uri``, or ``None`` if there is none yet."""
     try:
-        return DeltaTable(config.table_uri, version=version, storage_options=config.delta_storage_options())
+        return DeltaTable(config.table_uri, storage_options=config.delta_storage_options())
     except TableNotFoundError:
         return None
 
@@ -54,21 +61,61 @@ def snapshot_paths(table: DeltaTable) -> set[str]:
     return {naming.decode_add_path(p) for p in adds.column("path").to_pylist()}
 
 
+def commit_adds(location: TableLocation, version: int) -> set[str] | None:
+    """Relative (decoded) paths the add actions of commit ``version`` name, read from its log
+    entry ``_delta_log/<version, 20 digits>.json`` (Delta PROTOCOL.md: one JSON action per line);
+    ``None`` when the entry is gone (log cleanup after ``delta.logRetentionDuration``) or unreadable."""
+    try:
+        with location.fs.open_input_stream(location.path(f"_delta_log/{version:020d}.json")) as f:
+            lines = f.read().decode("utf-8").splitlines()
+        actions = [json.loads(line) for line in lines if line.strip()]
+    except (OSError, ValueError) as e:  # cleaned up, unreadable: undecidable
+        log.warning("cannot read the Delta log entry of version=%d: %s", version, e)
+        return None
+    return {naming.decode_add_path(a["add"]["path"]) for a in actions if "add" in a}
+
+
+@dataclass
+class RemovedReferences:
+    """Our files found referenced by a commit though the current snapshot no longer holds them (a
+    later commit removed them: OPTIMIZE, DELETE), kept by the driver's sink between cleanups so
+    each is decided once. Only "referenced" is remembered, which errs towards keeping a file."""
+
+    _paths: set[str] = field(default_factory=set, init=False)
+
+    def __contains__(self, relative_path: str) -> bool:
+        return relative_path in self._paths
+
+    def add(self, relative_path: str) -> None:
+        """Remember ``relative_path`` (relative to the table root, decoded) as referenced."""
+        self._paths.add(relative_path)
+
+    def keep_only(self, listed: Iterable[str]) -> None:
+        """Forget every file a fresh listing no longer found (VACUUM deleted it)."""
+        self._paths.intersection_update(listed)
+
+
 @dataclass
 class ReferenceIndex:
     """Answers "does any commit reference this file?" for one loaded table state (module docstring).
 
     Args:
-        config: the sink's configuration (for loading old versions).
+        location: the table root (for reading single log entries).
         table: the latest table, or ``None`` if it does not exist.
         app_id: this job's sink's ``txn.appId``.
+        removed: what earlier cleanups found referenced outside the snapshot; grown by this index.
     """
 
-    config: DeltaSinkConfig
+    location: TableLocation
     table: DeltaTable | None
     app_id: str
+    removed: RemovedReferences = field(default_factory=RemovedReferences)
     _current: set[str] | None = None
-    _history: list[dict[str, Any]] | None = None
+    _ours: dict[int, int] = field(default_factory=dict)  # checkpoint id -> version of its commit
+    _oldest_ours: int | None = None  # the lowest checkpoint id among them
+    _read: int = 0  # commits of the history read so far, newest first
+    _exhausted: bool = False  # the last page held the whole history there is
+    _reached_start: bool = False  # ... and it went back to version 0
     _by_version: dict[int, set[str] | None] = field(default_factory=dict)
 
     def is_referenced(self, relative_path: str, checkpoint_id: int) -> bool | None:
@@ -77,36 +124,52 @@ class ReferenceIndex:
             return False
         if self._current is None:
             self._current = snapshot_paths(self.table)
-        if relative_path in self._current:
+        if relative_path in self._current or relative_path in self.removed:
             return True
         txn = self.table.transaction_version(self.app_id)
         if txn is None or checkpoint_id > txn:
             return False
-        version, complete = self._commit_version(checkpoint_id)
+        version, certain = self._commit_version(checkpoint_id)
         if version is None:
-            return False if complete else None
-        paths = self._paths_at(version)
-        return None if paths is None else relative_path in paths
+            return False if certain else None
+        paths = self._adds_of(version)
+        if paths is None:
+            return None
+        if relative_path in paths:
+            self.removed.add(relative_path)
+            return True
+        return False
 
     def _commit_version(self, checkpoint_id: int) -> tuple[int | None, bool]:
-        assert self.table is not None
-        if self._history is None:
-            self._history = self.table.history()
-        versions = [h.get("version") for h in self._history]
-        complete = 0 in versions
-        for h in self._history:
-            if h.get(META_APP_ID) == self.app_id and h.get(META_CHECKPOINT) == checkpoint_id:
-                return int(h["version"]), complete
-        return None, complete
+        """The version of checkpoint ``checkpoint_id``'s commit, and whether its absence is
+        certain: the history reached an older commit of ours, or version 0."""
+        while checkpoint_id not in self._ours and not self._passed(checkpoint_id) and not self._exhausted:
+            self._read_more()
+        if checkpoint_id in self._ours:
+            return self._ours[checkpoint_id], True
+        return None, self._passed(checkpoint_id) or self._reached_start
 
-    def _paths_at(self, version: int) -> set[str] | None:
+    def _passed(self, checkpoint_id: int) -> bool:
+        return self._oldest_ours is not None and self._oldest_ours < checkpoint_id
+
+    def _read_more(self) -> None:
+        """Read the history again, newest first and twice as deep."""
+        assert self.table is not None
+        limit = max(FIRST_HISTORY_PAGE, 2 * self._read)
+        page = self.table.history(limit=limit)
+        for h in page:
+            if h.get(META_APP_ID) == self.app_id and h.get(META_CHECKPOINT) is not None:
+                checkpoint_id = int(h[META_CHECKPOINT])
+                self._ours[checkpoint_id] = int(h["version"])
+                if self._oldest_ours is None or checkpoint_id < self._oldest_ours:
+                    self._oldest_ours = checkpoint_id
+        self._exhausted = len(page) < limit
+        self._reached_start = any(h.get("version") == 0 for h in page)
+        self._read = len(page)
+
+    def _adds_of(self, version: int) -> set[str] | None:
         if version not in self._by_version:
-            try:
-                old = load_table(self.config, version)
-                self._by_version[version] = None if old is None else snapshot_paths(old)
-            except Exception as e:  # log cleaned up, unreadable: undecidable
-                log.warning("cannot load version=%d of the Delta table: %s", version, e)
-                self._by_version[version] = None
+            self._by_version[version] = commit_adds(self.location, version)
         return self._by_version[version]
 
 

@@ -18,6 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 import twophase.connectors.delta.internal.committer as committer_module
 from twophase.connectors.delta import DeltaCommittable, DeltaSink
+from twophase.connectors.delta.internal import lingering
 from twophase.connectors.delta.internal.committable import CODEC
 from twophase.connectors.delta.internal.lingering import load_table as real_load
 from twophase.sinks.context import LingeringScope, WriterContext
@@ -149,8 +150,8 @@ def test_concurrent_append_between_reload_and_commit_is_retried(
     comms = write_checkpoint(sink, 2, [[batch([2])], [batch([3])]])
     loads = []
 
-    def load_then_someone_appends(config: Any, version: int | None = None) -> DeltaTable | None:
-        table = real_load(config, version)
+    def load_then_someone_appends(config: Any) -> DeltaTable | None:
+        table = real_load(config)
         loads.append(table)
         if len(loads) == 1:  # another writer commits after our reload, before our commit
             write_deltalake(table_path, pa.Table.from_batches([batch([100])]), mode="append")
@@ -172,8 +173,8 @@ def test_same_checkpoint_committed_concurrently_by_another_process(
     comms = write_checkpoint(sink, 2, [[batch([2])], [batch([3])]])
     calls = []
 
-    def load_then_twin_commits(config: Any, version: int | None = None) -> DeltaTable | None:
-        table = real_load(config, version)
+    def load_then_twin_commits(config: Any) -> DeltaTable | None:
+        table = real_load(config)
         calls.append(1)
         if len(calls) == 1:
             monkeypatch.setattr(committer_module, "load_table", real_load)
@@ -195,9 +196,9 @@ def test_the_committer_keeps_its_table_and_reads_only_newer_log_entries(
     assert sink.commit_checkpoint(1, write_checkpoint(sink, 1, [[batch([1])]])) is CommitOutcome.COMMITTED
     loads: list[int] = []
 
-    def counted(config: Any, version: int | None = None) -> DeltaTable | None:
+    def counted(config: Any) -> DeltaTable | None:
         loads.append(1)
-        return real_load(config, version)
+        return real_load(config)
 
     monkeypatch.setattr(committer_module, "load_table", counted)
     for c in (2, 3):
@@ -460,8 +461,8 @@ def test_two_committers_racing_to_create_the_table(
     comms = write_checkpoint(sink, 1, [[batch([1])], [batch([2])]])
     calls = []
 
-    def no_table_yet_then_twin_creates(config: Any, version: int | None = None) -> DeltaTable | None:
-        table = real_load(config, version)
+    def no_table_yet_then_twin_creates(config: Any) -> DeltaTable | None:
+        table = real_load(config)
         calls.append(table)
         if len(calls) == 1:
             assert table is None
@@ -508,3 +509,90 @@ def test_a_routine_cleanup_lists_the_table_only_as_often_as_its_size_allows(
     second = orphan(3)
     assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 1  # never put off
     assert not second & files_under(table_path)
+
+
+def test_files_compacted_away_are_kept_and_decided_from_their_own_commit_once(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#29: after OPTIMIZE removed our committed files from the snapshot, the cleanup loaded the
+    whole table at the version of each one's checkpoint, every time it listed. It reads that one
+    commit's log entry instead, and remembers what it found referenced."""
+    sink = make_sink()
+    committed: list[DeltaCommittable] = []
+    for checkpoint_id in (1, 2, 3):
+        committables = write_checkpoint(sink, checkpoint_id, [[batch([checkpoint_id])]])
+        assert sink.commit_checkpoint(checkpoint_id, committables) is CommitOutcome.COMMITTED
+        committed += committables
+    failed = write_checkpoint(sink, 2, [[batch([20])]], attempt=1)  # a failed attempt's file
+    DeltaTable(table_path).optimize.compact()
+    loaded: list[object] = []
+    history_reads: list[object] = []
+    real_init, real_history = DeltaTable.__init__, DeltaTable.history
+
+    def counting_init(self: DeltaTable, *args: Any, **kwargs: Any) -> None:
+        loaded.append(kwargs.get("version"))
+        real_init(self, *args, **kwargs)
+
+    def counting_history(self: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        history_reads.append(limit)
+        return real_history(self, limit)
+
+    monkeypatch.setattr(DeltaTable, "__init__", counting_init)
+    monkeypatch.setattr(DeltaTable, "history", counting_history)
+
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 1
+    assert not {a.path for c in failed for a in c.adds} & files_under(table_path)
+    assert {a.path for c in committed for a in c.adds} <= files_under(table_path)  # VACUUM's to delete
+    assert loaded == [None] and history_reads == [64]  # the latest table only; one page of history
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3]
+    assert sorted(DeltaTable(table_path, version=2).to_pyarrow_table().column("id").to_pylist()) == [1, 2, 3]
+    history_reads.clear()
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 0
+    assert history_reads == []  # decided once
+
+
+def test_a_file_whose_commit_left_the_log_is_kept_as_undecidable(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any
+) -> None:
+    """Once log cleanup deleted the log entry of a checkpoint's commit, its files outside the
+    snapshot cannot be decided: they are kept (and the listing says so)."""
+    sink = make_sink()
+    for checkpoint_id in (1, 2):
+        committables = write_checkpoint(sink, checkpoint_id, [[batch([checkpoint_id])]])
+        assert sink.commit_checkpoint(checkpoint_id, committables) is CommitOutcome.COMMITTED
+    failed = write_checkpoint(sink, 1, [[batch([10])]], attempt=1)
+    DeltaTable(table_path).create_checkpoint()
+    os.remove(os.path.join(table_path, "_delta_log", f"{0:020d}.json"))
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 0
+    assert {a.path for c in failed for a in c.adds} <= files_under(table_path)
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2]
+
+
+def test_the_history_is_read_only_as_deep_as_the_oldest_checkpoint_to_decide(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A skipped checkpoint's file is decided by the first older commit of ours; a file of an old
+    checkpoint makes the reads go deeper, each twice as deep as the one before."""
+    monkeypatch.setattr(lingering, "FIRST_HISTORY_PAGE", 2)
+    sink = make_sink()
+    for checkpoint_id in (1, 2, 3, 4, 6, 7):  # 5 was aborted
+        committables = write_checkpoint(sink, checkpoint_id, [[batch([checkpoint_id])]])
+        assert sink.commit_checkpoint(checkpoint_id, committables) is CommitOutcome.COMMITTED
+    history_reads: list[int | None] = []
+    real_history = DeltaTable.history
+
+    def counting_history(self: DeltaTable, limit: int | None = None) -> list[dict[str, Any]]:
+        history_reads.append(limit)
+        return real_history(self, limit)
+
+    monkeypatch.setattr(DeltaTable, "history", counting_history)
+    skipped = write_checkpoint(sink, 5, [[batch([50])]], attempt=1)
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 1
+    assert history_reads == [2, 4]  # versions 5, 4 (checkpoints 7, 6), then 3, 2 (4, 3): past 5
+    assert not {a.path for c in skipped for a in c.adds} & files_under(table_path)
+    history_reads.clear()
+    oldest = write_checkpoint(sink, 1, [[batch([10])]], attempt=1)
+    assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 1
+    assert history_reads == [2, 4, 8]  # down to version 0, checkpoint 1's commit
+    assert not {a.path for c in oldest for a in c.adds} & files_under(table_path)
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3, 4, 6, 7]
