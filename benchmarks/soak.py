@@ -15,6 +15,12 @@ since the last sample (write, persist, commit), the Python driver's and the JVM 
 threads and open file descriptors, the checkpoint storage's bytes, Spark's own checkpoint bytes,
 the Kafka transactional ids the broker knows for the job, and the Delta log's size.
 
+With ``--maintain-every-min``, the table is maintained as a production Delta table is, by a
+process of its own beside the job: OPTIMIZE (compaction), then VACUUM, with
+``delta.deletedFileRetentionDuration`` and ``delta.logRetentionDuration`` set once to
+``--retention-min`` and ``--log-retention-min`` (its log checkpoints then expire old commits).
+Each maintenance's figures go to ``maintenance.jsonl``.
+
 ``make soak`` (services up first); ``python -m benchmarks.soak --help`` for the settings. Writes
 ``samples.jsonl``, ``result.json``, the plot ``soak.png`` (matplotlib) and ``table.md`` (first
 window's medians against the last window's) to ``--out``.
@@ -160,6 +166,44 @@ def delta_log(table: str) -> tuple[int, int, int]:
     last = log_dir / "_last_checkpoint"
     checkpoint = json.loads(last.read_text())["version"] if last.exists() else -1
     return size, files, sum(1 for c in commits if c > checkpoint)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a maintained table keeps removed data files and log entries, minutes."""
+
+    files_min: int
+    log_min: int
+
+    def properties(self) -> dict[str, str]:
+        """The Delta table properties (Delta PROTOCOL.md, "Table properties") that say so."""
+        return {
+            "delta.deletedFileRetentionDuration": f"interval {self.files_min} minutes",
+            "delta.logRetentionDuration": f"interval {self.log_min} minutes",
+        }
+
+
+def maintain(table_uri: str, retention: Retention) -> dict[str, Any]:
+    """One round of table maintenance (run in its own process): set the retention if it is not
+    set, OPTIMIZE (compact), VACUUM (removed files older than the retention), and expire old
+    log entries. Returns what it did: files compacted and added, files vacuumed, seconds."""
+    from deltalake import DeltaTable
+
+    started = time.monotonic()
+    table = DeltaTable(table_uri)
+    wanted = retention.properties()
+    if any(table.metadata().configuration.get(k) != v for k, v in wanted.items()):
+        table.alter.set_table_properties(wanted)
+    compacted = table.optimize.compact()
+    vacuumed = table.vacuum(dry_run=False)  # the table's deletedFileRetentionDuration
+    table.cleanup_metadata()
+    return {
+        "version": table.version(),
+        "files_removed": compacted.get("numFilesRemoved", 0),
+        "files_added": compacted.get("numFilesAdded", 0),
+        "vacuumed": len(vacuumed),
+        "seconds": round(time.monotonic() - started, 2),
+    }
 
 
 def month_table(spec: FlightsJobSpec, scratch: Path) -> tuple[str, int]:
@@ -357,9 +401,19 @@ def _loaded(line: str) -> Sample:
 
 
 def soak(
-    out: Path, minutes: float, epochs: int, rows_per_second: int, trigger_ms: int, sample_s: float
+    out: Path,
+    minutes: float,
+    epochs: int,
+    rows_per_second: int,
+    trigger_ms: int,
+    sample_s: float,
+    maintain_every_min: float | None = None,
+    retention: Retention = Retention(10, 30),
 ) -> dict[str, Any]:
     """Run the soak; see the module docstring. Returns the result written to ``result.json``."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     from twophase.connectors.kafka.internal import naming
     from twophase.connectors.kafka.internal.admin import KafkaAdmin
     from twophase.coordinator.job_lifecycle import JobState
@@ -399,7 +453,10 @@ def soak(
         sampler = Sampler(handle, spec, admin, pattern, jvm_pid)
         samples: list[Sample] = []
         deadline = time.monotonic() + minutes * 60
-        with (out / "samples.jsonl").open("w") as sink:
+        maintainer = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        maintenance = None
+        next_maintenance = time.monotonic() + (maintain_every_min or 0) * 60
+        with (out / "samples.jsonl").open("w") as sink, (out / "maintenance.jsonl").open("w") as rounds:
             while time.monotonic() < deadline and handle.totals.epochs < epochs:
                 if handle.await_termination(sample_s):
                     raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
@@ -410,6 +467,16 @@ def soak(
                 log.info(
                     "soak minute %.1f: %d epochs, %d records", sample.minute, sample.epochs, sample.records
                 )
+                if maintenance is not None and maintenance.done():
+                    done = {"minute": sample.minute, **maintenance.result()}
+                    rounds.write(json.dumps(done) + "\n")
+                    rounds.flush()
+                    log.info("soak maintenance: %s", done)
+                    maintenance = None
+                if maintain_every_min and maintenance is None and time.monotonic() >= next_maintenance:
+                    maintenance = maintainer.submit(maintain, spec.delta_uri, retention)
+                    next_maintenance += maintain_every_min * 60
+        maintainer.shutdown(wait=True)
         stopped = time.monotonic()
         handle.stop(savepoint=True, drain=True, timeout=600)
         drain_s = time.monotonic() - stopped
@@ -426,6 +493,8 @@ def soak(
         "rows_per_second": rows_per_second,
         "trigger_ms": trigger_ms,
         "drain_s": round(drain_s, 1),
+        "maintain_every_min": maintain_every_min,
+        "retention_min": dataclasses.asdict(retention) if maintain_every_min else None,
         "read_back": reports,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
@@ -450,6 +519,11 @@ def report(out: Path, samples: Sequence[Sample], result: dict[str, Any], warm_up
 @click.option("--rows-per-second", type=int, default=200, show_default=True)
 @click.option("--trigger-ms", type=int, default=500, show_default=True, help="processingTime trigger")
 @click.option("--sample-s", type=float, default=60.0, show_default=True)
+@click.option(
+    "--maintain-every-min", type=float, default=None, help="OPTIMIZE and VACUUM the Delta table this often"
+)
+@click.option("--retention-min", type=int, default=10, show_default=True, help="removed files kept")
+@click.option("--log-retention-min", type=int, default=30, show_default=True, help="log entries kept")
 @click.option("--replot", is_flag=True, help="only redraw the plot and table from --out's files")
 def main(
     out: Path,
@@ -458,6 +532,9 @@ def main(
     rows_per_second: int,
     trigger_ms: int,
     sample_s: float,
+    maintain_every_min: float | None,
+    retention_min: int,
+    log_retention_min: int,
     replot: bool,
 ) -> None:
     """Run the soak (issue #29 item 5) and print its result."""
@@ -467,7 +544,10 @@ def main(
         result = json.loads((out / "result.json").read_text())
         report(out, samples, result)
     else:
-        result = soak(out, minutes, epochs, rows_per_second, trigger_ms, sample_s)
+        retention = Retention(retention_min, log_retention_min)
+        result = soak(
+            out, minutes, epochs, rows_per_second, trigger_ms, sample_s, maintain_every_min, retention
+        )
     print(json.dumps(result, indent=2))
     print((out / "table.md").read_text())
 

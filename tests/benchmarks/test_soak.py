@@ -66,3 +66,23 @@ def test_the_delta_log_counts_commits_after_its_newest_checkpoint(tmp_path: Path
     (log / "_last_checkpoint").write_text(json.dumps({"version": 10}))
     size, files, since = soak.delta_log(str(tmp_path))
     assert (files, since) == (14, 1) and size > 0
+
+
+def test_a_maintenance_round_compacts_vacuums_and_sets_the_retention_once(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    uri = str(tmp_path / "table")
+    for i in range(5):
+        write_deltalake(uri, pa.table({"id": [i]}), mode="append")
+    done = soak.maintain(uri, soak.Retention(files_min=0, log_min=30))
+    assert (done["files_removed"], done["files_added"], done["vacuumed"]) == (5, 1, 5)
+    table = DeltaTable(uri)
+    assert table.metadata().configuration == {
+        "delta.deletedFileRetentionDuration": "interval 0 minutes",
+        "delta.logRetentionDuration": "interval 30 minutes",
+    }
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    assert len(list((tmp_path / "table").glob("*.parquet"))) == 1
+    again = soak.maintain(uri, soak.Retention(files_min=0, log_min=30))
+    assert again["files_removed"] == 0 and len(list((tmp_path / "table").glob("*.parquet"))) == 1
