@@ -400,16 +400,29 @@ def _loaded(line: str) -> Sample:
     return Sample(**{**raw, "python": Process(**raw["python"]), "jvm": Process(**raw["jvm"])})
 
 
-def soak(
-    out: Path,
-    minutes: float,
-    epochs: int,
-    rows_per_second: int,
-    trigger_ms: int,
-    sample_s: float,
-    maintain_every_min: float | None = None,
-    retention: Retention = Retention(10, 30),
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Settings:
+    """A soak's settings (the command's options; see the module docstring).
+
+    Attributes:
+        minutes / epochs: it stops at whichever comes first.
+        rows_per_second: the rate source's rows per second.
+        trigger_ms: the ``processingTime`` trigger, ms.
+        sample_s: seconds between samples.
+        maintain_every_min: minutes between Delta table maintenances; ``None``: never.
+        retention: what a maintained table keeps.
+    """
+
+    minutes: float = 120.0
+    epochs: int = 5000
+    rows_per_second: int = 200
+    trigger_ms: int = 500
+    sample_s: float = 60.0
+    maintain_every_min: float | None = None
+    retention: Retention = Retention(10, 30)
+
+
+def soak(out: Path, settings: Settings) -> dict[str, Any]:
     """Run the soak; see the module docstring. Returns the result written to ``result.json``."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -447,18 +460,19 @@ def soak(
             spark,
             spec,
             endpoints,
-            soak_stream(spark, spec, month, n, rows_per_second),
-            {"processingTime": f"{trigger_ms} milliseconds"},
+            soak_stream(spark, spec, month, n, settings.rows_per_second),
+            {"processingTime": f"{settings.trigger_ms} milliseconds"},
         )
         sampler = Sampler(handle, spec, admin, pattern, jvm_pid)
         samples: list[Sample] = []
-        deadline = time.monotonic() + minutes * 60
+        deadline = time.monotonic() + settings.minutes * 60
         maintainer = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         maintenance = None
-        next_maintenance = time.monotonic() + (maintain_every_min or 0) * 60
+        every = settings.maintain_every_min
+        next_maintenance = time.monotonic() + (every or 0) * 60
         with (out / "samples.jsonl").open("w") as sink, (out / "maintenance.jsonl").open("w") as rounds:
-            while time.monotonic() < deadline and handle.totals.epochs < epochs:
-                if handle.await_termination(sample_s):
+            while time.monotonic() < deadline and handle.totals.epochs < settings.epochs:
+                if handle.await_termination(settings.sample_s):
                     raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
                 sample = sampler.take()
                 samples.append(sample)
@@ -473,9 +487,9 @@ def soak(
                     rounds.flush()
                     log.info("soak maintenance: %s", done)
                     maintenance = None
-                if maintain_every_min and maintenance is None and time.monotonic() >= next_maintenance:
-                    maintenance = maintainer.submit(maintain, spec.delta_uri, retention)
-                    next_maintenance += maintain_every_min * 60
+                if every and maintenance is None and time.monotonic() >= next_maintenance:
+                    maintenance = maintainer.submit(maintain, spec.delta_uri, settings.retention)
+                    next_maintenance += every * 60
         maintainer.shutdown(wait=True)
         stopped = time.monotonic()
         handle.stop(savepoint=True, drain=True, timeout=600)
@@ -490,11 +504,11 @@ def soak(
         "minutes": samples[-1].minute if samples else 0.0,
         "epochs": handle.totals.epochs,
         "records": total,
-        "rows_per_second": rows_per_second,
-        "trigger_ms": trigger_ms,
+        "rows_per_second": settings.rows_per_second,
+        "trigger_ms": settings.trigger_ms,
         "drain_s": round(drain_s, 1),
-        "maintain_every_min": maintain_every_min,
-        "retention_min": dataclasses.asdict(retention) if maintain_every_min else None,
+        "maintain_every_min": every,
+        "retention_min": dataclasses.asdict(settings.retention) if every else None,
         "read_back": reports,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
@@ -525,18 +539,7 @@ def report(out: Path, samples: Sequence[Sample], result: dict[str, Any], warm_up
 @click.option("--retention-min", type=int, default=10, show_default=True, help="removed files kept")
 @click.option("--log-retention-min", type=int, default=30, show_default=True, help="log entries kept")
 @click.option("--replot", is_flag=True, help="only redraw the plot and table from --out's files")
-def main(
-    out: Path,
-    minutes: float,
-    epochs: int,
-    rows_per_second: int,
-    trigger_ms: int,
-    sample_s: float,
-    maintain_every_min: float | None,
-    retention_min: int,
-    log_retention_min: int,
-    replot: bool,
-) -> None:
+def main(out: Path, retention_min: int, log_retention_min: int, replot: bool, **options: Any) -> None:
     """Run the soak (issue #29 item 5) and print its result."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if replot:
@@ -544,10 +547,7 @@ def main(
         result = json.loads((out / "result.json").read_text())
         report(out, samples, result)
     else:
-        retention = Retention(retention_min, log_retention_min)
-        result = soak(
-            out, minutes, epochs, rows_per_second, trigger_ms, sample_s, maintain_every_min, retention
-        )
+        result = soak(out, Settings(**options, retention=Retention(retention_min, log_retention_min)))
     print(json.dumps(result, indent=2))
     print((out / "table.md").read_text())
 
