@@ -146,3 +146,43 @@ def test_s3_table_on_minio(spark_s3: SparkSession, s3_endpoint: S3Endpoint) -> N
     ]
     # nothing but the committed data files is left under the table
     assert len(keys) == len(spark_s3.read.format("delta").load(uri).inputFiles())
+
+
+@pytest.mark.s3
+def test_s3_cleanup_decides_from_the_checkpoints_commit_in_the_log(
+    spark_s3: SparkSession, s3_endpoint: S3Endpoint
+) -> None:
+    """On S3, a file outside the snapshot is decided by its checkpoint's commit in the log: ours
+    that Spark's OPTIMIZE compacted away stay (time travel reads them; VACUUM's to delete), the
+    files of a committed checkpoint written a second time (a zombie attempt's) go."""
+    bucket = "twophase-delta-it"
+    s3_endpoint.ensure_bucket(bucket)
+    prefix = f"tables/{uuid.uuid4().hex[:8]}"
+    sink = DeltaSink(
+        "s3optimize", DeltaSinkConfig(f"s3://{bucket}/{prefix}", storage_options=s3_endpoint.s3_options())
+    )
+    expected, committed = [], []
+    for checkpoint, (start, stop) in enumerate([(0, 100), (100, 200)], start=1):
+        df = frame(spark_s3, start, stop, partitions=2)
+        expected += df.collect()
+        committables = write_epoch(df, sink, JOB, checkpoint)
+        assert sink.commit_checkpoint(checkpoint, committables) is CommitOutcome.COMMITTED
+        committed += committables
+    zombie = write_epoch(frame(spark_s3, 100, 200, partitions=2), sink, JOB, 2)
+    uri = f"s3a://{bucket}/{prefix}"
+    spark_s3.sql(f"OPTIMIZE delta.`{uri}`").collect()
+
+    scope = LingeringScope[DeltaCommittable](JOB, "s3optimize")
+    assert sink.abort_lingering(scope) == sum(len(c.adds) for c in zombie)
+    keys = {
+        o["Key"]
+        for page in s3_endpoint.boto3_client()
+        .get_paginator("list_objects_v2")
+        .paginate(Bucket=bucket, Prefix=prefix)
+        for o in page.get("Contents", [])
+    }
+    assert {f"{prefix}/{a.path}" for c in committed for a in c.adds} <= keys
+    assert not {f"{prefix}/{a.path}" for c in zombie for a in c.adds} & keys
+    latest = spark_s3.read.format("delta").load(uri).select(*COLUMNS).collect()
+    before = spark_s3.read.format("delta").option("versionAsOf", 1).load(uri).select(*COLUMNS).collect()
+    assert by_id(latest) == by_id(before) == by_id(expected)
