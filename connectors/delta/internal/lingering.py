@@ -110,13 +110,13 @@ class ReferenceIndex:
     table: DeltaTable | None
     app_id: str
     removed: RemovedReferences = field(default_factory=RemovedReferences)
-    _current: set[str] | None = None
-    _ours: dict[int, int] = field(default_factory=dict)  # checkpoint id -> version of its commit
-    _oldest_ours: int | None = None  # the lowest checkpoint id among them
-    _read: int = 0  # commits of the history read so far, newest first
-    _exhausted: bool = False  # the last page held the whole history there is
-    _reached_start: bool = False  # ... and it went back to version 0
-    _by_version: dict[int, set[str] | None] = field(default_factory=dict)
+    _current: set[str] | None = field(default=None, init=False)
+    _ours: dict[int, int] = field(default_factory=dict, init=False)  # checkpoint id -> its commit's version
+    _oldest_ours: int | None = field(default=None, init=False)  # the lowest checkpoint id among them
+    _read: int = field(default=0, init=False)  # commits of the history read so far, newest first
+    _exhausted: bool = field(default=False, init=False)  # the last page held the whole history
+    _reached_start: bool = field(default=False, init=False)  # ... and it went back to version 0
+    _by_version: dict[int, set[str] | None] = field(default_factory=dict, init=False)
 
     def is_referenced(self, relative_path: str, checkpoint_id: int) -> bool | None:
         """True / False, or ``None`` when it cannot be decided (then keep the file)."""
