@@ -402,7 +402,7 @@ def _loaded(line: str) -> Sample:
 
 @dataclass(frozen=True)
 class Settings:
-    """A soak's settings (the command's options; see the module docstring).
+    """A soak's settings (the command's options and their defaults; see the module docstring).
 
     Attributes:
         minutes / epochs: it stops at whichever comes first.
@@ -413,13 +413,13 @@ class Settings:
         retention: what a maintained table keeps.
     """
 
-    minutes: float = 120.0
-    epochs: int = 5000
-    rows_per_second: int = 200
-    trigger_ms: int = 500
-    sample_s: float = 60.0
-    maintain_every_min: float | None = None
-    retention: Retention = Retention(10, 30)
+    minutes: float
+    epochs: int
+    rows_per_second: int
+    trigger_ms: int
+    sample_s: float
+    maintain_every_min: float | None
+    retention: Retention
 
 
 def soak(out: Path, settings: Settings) -> dict[str, Any]:

@@ -112,7 +112,7 @@ class ReferenceIndex:
     removed: RemovedReferences = field(default_factory=RemovedReferences)
     _current: set[str] | None = field(default=None, init=False)
     _ours: dict[int, int] = field(default_factory=dict, init=False)  # checkpoint id -> its commit's version
-    _oldest_ours: int | None = field(default=None, init=False)  # the lowest checkpoint id among them
+    _oldest: int = field(default=0, init=False)  # the lowest of those checkpoint ids (set per page)
     _read: int = field(default=0, init=False)  # commits of the history read so far, newest first
     _exhausted: bool = field(default=False, init=False)  # the last page held the whole history
     _reached_start: bool = field(default=False, init=False)  # ... and it went back to version 0
@@ -150,7 +150,8 @@ class ReferenceIndex:
         return None, self._passed(checkpoint_id) or self._reached_start
 
     def _passed(self, checkpoint_id: int) -> bool:
-        return self._oldest_ours is not None and self._oldest_ours < checkpoint_id
+        """Whether the history read holds a commit of ours older than ``checkpoint_id``'s would be."""
+        return bool(self._ours) and self._oldest < checkpoint_id
 
     def _read_more(self) -> None:
         """Read the history again, newest first and twice as deep."""
@@ -159,10 +160,8 @@ class ReferenceIndex:
         page = self.table.history(limit=limit)
         for h in page:
             if h.get(META_APP_ID) == self.app_id and h.get(META_CHECKPOINT) is not None:
-                checkpoint_id = int(h[META_CHECKPOINT])
-                self._ours[checkpoint_id] = int(h["version"])
-                if self._oldest_ours is None or checkpoint_id < self._oldest_ours:
-                    self._oldest_ours = checkpoint_id
+                self._ours[int(h[META_CHECKPOINT])] = int(h["version"])
+        self._oldest = min(self._ours, default=0)
         self._exhausted = len(page) < limit
         self._reached_start = any(h.get("version") == 0 for h in page)
         self._read = len(page)
