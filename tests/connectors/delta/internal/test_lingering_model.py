@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from twophase.connectors.delta.internal import lingering
+from twophase.connectors.delta.internal import lingering, naming
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.outcome import CommitOutcome
 
@@ -61,7 +61,7 @@ class LingeringCleanup(RuleBasedStateMachine):
 
     @staticmethod
     def files(committables: list[DeltaCommittable]) -> set[str]:
-        return {a.path.replace("%20", " ") for c in committables for a in c.adds}
+        return {naming.decode_add_path(a.path) for c in committables for a in c.adds}
 
     @rule(partitions=st.integers(1, 3), failed_attempt=st.booleans())
     def commit_checkpoint(self, partitions: int, failed_attempt: bool) -> None:
@@ -88,9 +88,10 @@ class LingeringCleanup(RuleBasedStateMachine):
 
     @rule()
     def another_writer_appends(self) -> None:
-        write_deltalake(self.path, pa.Table.from_batches([ids_batch([-1 - self.next_id])]), mode="append")
-        self.expected.append(-1 - self.next_id)
+        foreign_id = -1 - self.next_id  # negative: never one of ours
         self.next_id += 1
+        write_deltalake(self.path, pa.Table.from_batches([ids_batch([foreign_id])]), mode="append")
+        self.expected.append(foreign_id)
 
     @rule()
     def driver_restarts(self) -> None:
