@@ -4,7 +4,9 @@ Protocol (issue #28; the Delta sink's shape, DESIGN.md §7): each subtask writes
 with pyarrow under the job's data prefix of the table's location and pre-commits their metadata
 as an :class:`IcebergCommittable`. Iceberg needs ONE snapshot per checkpoint holding every
 subtask's files, so the coordinator commits through :meth:`IcebergSink.commit_checkpoint`: one
-fast append whose snapshot summary records the job, sink and checkpoint id, which makes the
+fast append that, in the same table commit, sets the table property
+``twophase.committed-checkpoint.<token>`` to the checkpoint id (snapshot expiry cannot remove it,
+issue #43) and records the job, sink and checkpoint id in its snapshot summary, which makes the
 commit idempotent (:mod:`twophase.connectors.iceberg.internal.committer`). Nothing is visible to readers
 before that snapshot: Iceberg readers see only files a snapshot's manifests list.
 """
@@ -71,7 +73,8 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
     Args:
         name: the sink's name, unique and stable within the job; recorded in snapshot summaries
-            (``twophase.sink``) and hashed into the job's data prefix.
+            (``twophase.sink``) and hashed into the job's data prefix and committed-checkpoint
+            table property.
         config: where and how to write (:class:`IcebergSinkConfig`).
         catalog_factory: opens the catalog for every operation (default ``None``: pyiceberg's
             ``load_catalog`` with the properties ``config`` gives); the model-based protocol test
@@ -184,8 +187,10 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
     ) -> CommitOutcome:
         """Commit every committable of this sink for ``checkpoint_id`` as ONE append snapshot.
 
-        Idempotent (``ALREADY_COMMITTED`` when a snapshot of this job and sink records the
-        checkpoint or a later one), so it also serves recovery. See
+        Idempotent (``ALREADY_COMMITTED`` when the table's committed-checkpoint property of this
+        job and sink records the checkpoint or a later one; without the property, when a snapshot
+        summary does or the table references the checkpoint's data files), so it also serves
+        recovery, whatever snapshots were expired. See
         :meth:`twophase.connectors.iceberg.internal.committer.IcebergCommitter.commit_checkpoint`.
         """
         return IcebergCommitter(self.config, self.name, self.catalog_factory).commit_checkpoint(
@@ -211,7 +216,15 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         return CommitOutcome.FATAL
 
     def last_committed_checkpoint(self, job_id: str) -> int | None:
-        """The checkpoint id recorded by this job's and sink's newest snapshot (``None``: none)."""
+        """The newest checkpoint id the table records as committed by this job and sink: its
+        committed-checkpoint property, or without it the newest snapshot summary or referenced data
+        file of the job (``None``: none). See
+        :func:`twophase.connectors.iceberg.internal.committer.last_committed`.
+
+        Raises:
+            ConfigError: the property was edited into something that is not a checkpoint id.
+            ServiceUnavailableError: the catalog cannot be reached.
+        """
         with open_catalog(self.config, self.catalog_factory) as catalog:
             return last_committed(load_table(catalog, self.config), job_id, self.name)
 

@@ -1,23 +1,38 @@
-"""Driver side of the Iceberg sink: ONE append snapshot per checkpoint, idempotent through its summary.
+"""Driver side of the Iceberg sink: ONE append snapshot per checkpoint, idempotent through the table's
+own metadata.
 
-All subtasks' data files of checkpoint ``c`` go into one fast append whose snapshot summary
-records ``twophase.job-id``, ``twophase.sink`` and ``twophase.checkpoint-id = c`` (the Iceberg
-table spec's snapshot ``summary`` is a free string map; Flink's Iceberg sink keeps its
-``flink.max-committed-checkpoint-id`` there for the same purpose). Every attempt first reloads the
-table and walks the current snapshot's ancestry (newest first) to the newest snapshot of this job
-and sink: if it records ``c`` or later, the outcome is ``ALREADY_COMMITTED`` (checkpoints commit
-in order, DESIGN.md §5, so a later one implies ``c``).
+All subtasks' data files of checkpoint ``c`` go into one fast append. The same table commit (one
+metadata swap: the Iceberg table spec's atomic pointer swap carries every update of a commit)
+sets the table property ``twophase.committed-checkpoint.<token>`` = ``c``
+(:func:`checkpoint_property`; ``token`` is the job's and sink's 12-hex-digit token of
+:func:`~twophase.connectors.iceberg.internal.naming.job_token`, also its data prefix), and the
+snapshot summary records ``twophase.job-id``, ``twophase.sink`` and ``twophase.checkpoint-id = c``
+(the summary is a free string map; Flink's Iceberg sink keeps its
+``flink.max-committed-checkpoint-id`` there). Every attempt first reloads the table and decides
+from that evidence, the property first (checkpoints commit in order, DESIGN.md §5, so a property
+``>= c`` means ``ALREADY_COMMITTED``).
+
+Why a property (issue #43): snapshots expire (``expire_snapshots``, Spark's
+``expire_snapshots`` procedure, ``history.expire.*``), and with them their summaries; a table
+property lives in the table metadata, which every commit carries forward and no maintenance
+operation of the spec removes. Without the property (a table last committed by a release before
+#43, or the property removed by hand) the committer falls back to the summaries in the current
+snapshot's ancestry AND to the data file paths the table's snapshots still reference (paths are
+unique per job, sink, checkpoint and attempt, :mod:`~twophase.connectors.iceberg.internal.naming`,
+and only this committer adds them), and says so at WARNING. Past that fallback, nothing is left to
+decide from: a compaction that rewrote the checkpoint's files followed by the expiry of every
+snapshot referencing them, on a table without the property, lets the re-commit append them again.
 
 The catalog commits with optimistic concurrency (Iceberg table spec, "Commit Conflict
 Resolution and Retry"): a concurrent writer's commit makes pyiceberg raise
-``CommitFailedException``; tenacity then reloads, re-checks the summaries and tries again, up to
+``CommitFailedException``; tenacity then reloads, re-checks and tries again, up to
 ``commit_attempts`` times (``RETRY`` after that). A commit whose answer was lost (an error after
 the catalog may have swapped the pointer: a REST catalog's ``CommitStateUnknownException``, the
 SQL catalog's broken connection, SQLAlchemy's ``OperationalError``, a reset socket) answers
 ``RETRY``: the re-check of the next call finds it applied (``ALREADY_COMMITTED``) or commits it.
 
-``LOST`` only on durable evidence: no snapshot of the job records ``c`` (or later) and a data
-file of the checkpoint is missing or has another size.
+``LOST`` only on durable evidence: nothing records ``c`` (or later) and a data file of the
+checkpoint is missing or has another size.
 """
 
 from __future__ import annotations
@@ -33,6 +48,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from sqlalchemy.exc import OperationalError
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.connectors.iceberg.internal import naming
 from twophase.connectors.iceberg.internal.catalog import (
     CatalogFactory,
     error_line,
@@ -52,6 +68,9 @@ SUMMARY_SINK = "twophase.sink"
 """Snapshot summary key: the sink (several sinks of one job may write one table)."""
 SUMMARY_CHECKPOINT_ID = "twophase.checkpoint-id"
 """Snapshot summary key: the checkpoint id the snapshot commits (decimal)."""
+PROPERTY_PREFIX = "twophase.committed-checkpoint."
+"""Table property key prefix: ``<prefix><token>`` = the newest checkpoint id the job's sink
+committed (decimal); see :func:`checkpoint_property`."""
 
 
 class _Conflict(Exception):
@@ -62,8 +81,40 @@ class _Lost(Exception):
     """A data file of the checkpoint is gone or has another size."""
 
 
-def last_committed(table: Table | None, job_id: str, sink_name: str) -> int | None:
-    """The checkpoint id recorded by the newest snapshot of ``job_id``/``sink_name`` in the
+def checkpoint_property(job_id: str, sink_name: str) -> str:
+    """The table property recording the newest checkpoint ``job_id``/``sink_name`` committed:
+    ``twophase.committed-checkpoint.<token>``, ``token`` being :func:`naming.job_token` (a hash,
+    so that no two (job, sink) pairs share a key whatever characters their names hold).
+
+    Raises:
+        ValueError: an empty job id or sink name.
+    """
+    return PROPERTY_PREFIX + naming.job_token(job_id, sink_name)
+
+
+def recorded_checkpoint(table: Table | None, job_id: str, sink_name: str) -> int | None:
+    """The checkpoint id of :func:`checkpoint_property` in the table's metadata, or ``None`` (no
+    table, or no property: never committed by this release).
+
+    Raises:
+        ConfigError: the property holds something other than a checkpoint id (edited by hand).
+    """
+    if table is None:
+        return None
+    key = checkpoint_property(job_id, sink_name)
+    raw = table.metadata.properties.get(key)
+    if raw is None:
+        return None
+    if not raw.isdigit():
+        raise ConfigError(
+            f"Iceberg table property {key}={raw!r} is not a checkpoint id: it records the newest "
+            f"checkpoint job {job_id!r}, sink {sink_name!r} committed; set it back to that id"
+        )
+    return int(raw)
+
+
+def summarized_checkpoint(table: Table | None, job_id: str, sink_name: str) -> int | None:
+    """The checkpoint id recorded by the newest snapshot summary of ``job_id``/``sink_name`` in the
     current snapshot's ancestry, or ``None`` (no table, no snapshot of the job, or expired)."""
     if table is None:
         return None
@@ -76,6 +127,61 @@ def last_committed(table: Table | None, job_id: str, sink_name: str) -> int | No
             if raw is not None and raw.isdigit():
                 return int(raw)
     return None
+
+
+def referenced_checkpoint(table: Table, referenced: set[str], job_id: str, sink_name: str) -> int | None:
+    """The newest checkpoint id among ``referenced`` data files under the job's and sink's data
+    prefix (the id is in the file name, :mod:`naming`), or ``None``."""
+    prefix = naming.job_data_prefix(table.location(), naming.job_token(job_id, sink_name)) + "/"
+    ids = [
+        parsed.checkpoint_id
+        for path in referenced
+        if path.startswith(prefix) and (parsed := naming.parse_data_file_path(path)) is not None
+    ]
+    return max(ids, default=None)
+
+
+def last_committed(table: Table | None, job_id: str, sink_name: str) -> int | None:
+    """The newest checkpoint id the table records as committed by ``job_id``/``sink_name``, or ``None``.
+
+    The table property (:func:`recorded_checkpoint`) when present; otherwise (a table last
+    committed by a release before #43, or the property removed) the newest of the snapshot
+    summaries and of the checkpoint ids of the referenced data files, which reads every manifest
+    the table holds and is logged at WARNING when it finds a commit of the job.
+
+    Raises:
+        ConfigError: a malformed property.
+    """
+    if table is None:
+        return None
+    recorded = recorded_checkpoint(table, job_id, sink_name)
+    if recorded is not None:
+        return recorded
+    found = _fallback(table, job_id, sink_name, referenced_paths(table))
+    if found is not None:
+        _warn_fallback(job_id, sink_name, found, {"job": job_id, "sink": sink_name})
+    return found
+
+
+def _fallback(table: Table, job_id: str, sink_name: str, referenced: set[str]) -> int | None:
+    found = [
+        summarized_checkpoint(table, job_id, sink_name),
+        referenced_checkpoint(table, referenced, job_id, sink_name),
+    ]
+    return max((c for c in found if c is not None), default=None)
+
+
+def _warn_fallback(job_id: str, sink_name: str, found: int, fields: dict[str, Any]) -> None:
+    log_event(
+        log,
+        logging.WARNING,
+        "no committed-checkpoint property: deciding from snapshot summaries and data file paths",
+        property=checkpoint_property(job_id, sink_name),
+        found=found,
+        why="a table last committed by a release before #43, or the property was removed",
+        limit="a compaction plus snapshot expiry before the next commit would hide a committed checkpoint",
+        **fields,
+    )
 
 
 def referenced_paths(table: Table | None) -> set[str]:
@@ -231,8 +337,7 @@ class IcebergCommitter:
         first = committables[0]
         with open_catalog(self._config, self._catalog_factory) as catalog:
             table = require_table(catalog, self._config)
-            done = last_committed(table, first.job_id, first.sink_name)
-            if done is not None and done >= checkpoint_id:
+            if self._already_committed(table, checkpoint_id, committables):
                 return CommitOutcome.ALREADY_COMMITTED
             if str(table.metadata.table_uuid) != first.table_uuid:
                 raise ConfigError(
@@ -258,6 +363,9 @@ class IcebergCommitter:
                 SUMMARY_CHECKPOINT_ID: str(checkpoint_id),
             }
             transaction = _without_own_retries(table).transaction()
+            # in the same metadata swap as the append: the evidence no snapshot expiry removes
+            record = {checkpoint_property(first.job_id, first.sink_name): str(checkpoint_id)}
+            transaction.set_properties(record)
             with transaction.update_snapshot(snapshot_properties=summary).fast_append() as append:
                 for data_file in data_files:
                     append.append_data_file(data_file)
@@ -266,6 +374,27 @@ class IcebergCommitter:
             except CommitFailedException as e:
                 raise _Conflict(str(e)) from e
         return CommitOutcome.COMMITTED
+
+    def _already_committed(
+        self, table: Table, checkpoint_id: int, committables: Sequence[IcebergCommittable]
+    ) -> bool:
+        """Whether the table records ``checkpoint_id`` (or later) as committed: the property; without
+        it, the summaries, the data files the table references (the checkpoint's own, or a later
+        checkpoint's of this job and sink)."""
+        first = committables[0]
+        recorded = recorded_checkpoint(table, first.job_id, first.sink_name)
+        if recorded is not None:
+            return recorded >= checkpoint_id
+        referenced = referenced_paths(table)
+        found = _fallback(table, first.job_id, first.sink_name, referenced)
+        if any(f.path in referenced for c in committables for f in c.files):
+            found = max(found or 0, checkpoint_id)  # the table's location may have moved since
+        if found is None:
+            return False  # the job's first commit to this table (or nothing of it is left)
+        _warn_fallback(
+            first.job_id, first.sink_name, found, {"sink": self._sink_name, "checkpoint": checkpoint_id}
+        )
+        return found >= checkpoint_id
 
     def _check_files(self, table: Table, committables: Sequence[IcebergCommittable]) -> None:
         for c in committables:
