@@ -15,6 +15,12 @@ ListTransactions). It behaves like a broker (TV1, KIP-98) where exactly-once dep
 - transactional ids without activity for ``id_expiration_ms`` are forgotten (:meth:`advance`);
 - ending a transaction writes a COMMIT or ABORT marker (its producer id and the epoch that ended
   it) into each partition it wrote; markers outlive the id until :meth:`delete_logs` (retention);
+- each partition has a log with offsets: the records of transactions (appended at flush), their
+  markers, and other producers' traffic (:meth:`busy`, any number of bytes); a marker search reads
+  it as the real transport does (from an offset, or from the first entry at or after a time, up to
+  ``transport.MARKER_SCAN_BYTES``), and ``end_offset`` answers ListOffsets(latest). Log entries
+  carry the wall clock, as a committable's ``opened_ms`` does (the executor's), while timeouts and
+  id expiry follow the model's clock;
 - each id has a coordinator broker; :meth:`move_coordinators` moves them all, after which the old
   broker answers NOT_COORDINATOR until the client re-finds the coordinator.
 
@@ -28,12 +34,16 @@ import itertools
 import json
 import re
 import threading
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
+
+from twophase.connectors.kafka.internal import transport as kafka_transport
+from twophase.connectors.kafka.internal.transport import MarkerSearch, SearchStop
 
 NONE = 0
 COORDINATOR_NOT_AVAILABLE = 15
@@ -43,6 +53,8 @@ INVALID_TXN_STATE = 48
 INVALID_PRODUCER_ID_MAPPING = 49
 TRANSACTIONAL_ID_NOT_FOUND = 105
 PRODUCER_FENCED = 90
+RECORD_BYTES = 100
+"""Bytes a record of a transaction takes in the model's log."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,6 +83,29 @@ class TxnMeta:
     started_ms: int = -1
     last_update_ms: int = 0
     records: list[tuple[str, int, bytes | None, bytes | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One batch in a partition's log: records of a producer (``marker`` None) or a marker."""
+
+    producer_id: int
+    producer_epoch: int
+    nbytes: int
+    time_ms: int
+    marker: bool | None = None
+
+
+@dataclass
+class PartitionLog:
+    """A partition's log: ``entries[i]`` has offset ``start + i``."""
+
+    start: int = 0
+    entries: list[LogEntry] = field(default_factory=list)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.entries)
 
 
 @dataclass(frozen=True)
@@ -115,6 +150,8 @@ class KafkaModel:
         """(topic, partition, producer id, epoch) → True for a COMMIT marker, False for ABORT."""
         self.searches: list[tuple[str, int, int, int, int, int]] = []
         """Every marker search: (topic, partition, producer id, epoch, since ms, until ms)."""
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        """Each partition's log (records, markers, other traffic), by (topic, partition)."""
         self.commits: set[tuple[str, int, int]] = set()
         """(transactional id, producer id, epoch) of every transaction committed (its records
         visible to read_committed), remembered after the id expires: what a test checks a LOST
@@ -217,7 +254,25 @@ class KafkaModel:
             m.state, m.started_ms, m.records = "Ongoing", self.clock(), []
         m.records.extend(records)
         m.last_update_ms = self.clock()
+        for topic, partition, _, _ in records:
+            self._log(topic, partition).entries.append(LogEntry(pid, epoch, RECORD_BYTES, _wall_ms()))
         return True
+
+    def _log(self, topic: str, partition: int) -> PartitionLog:
+        return self.logs.setdefault((topic, partition), PartitionLog())
+
+    @_locked
+    def busy(self, topic: str, nbytes: int) -> None:
+        """Other producers append ``nbytes`` to every partition of ``topic`` (a catch-up batch,
+        another job): what a marker search may have to read past."""
+        for partition in range(self.partitions):
+            self._log(topic, partition).entries.append(LogEntry(-1, -1, nbytes, _wall_ms()))
+        self.events.append(f"{nbytes} bytes of other traffic in {topic}")
+
+    @_locked
+    def end_offset(self, conf: Mapping[str, Any], topic: str, partition: int, timeout_s: float) -> int:
+        """ListOffsets(latest) of ``topic[partition]`` (the ``KafkaClients.end_offset`` call)."""
+        return self._log(topic, partition).end
 
     def _abort(self, txn_id: str, m: TxnMeta, *, bump: bool) -> None:
         if bump:  # a timed-out transaction is fenced first: its ABORT markers carry the new epoch
@@ -226,8 +281,10 @@ class KafkaModel:
         m.state, m.records, m.last_update_ms = "CompleteAbort", [], self.clock()
 
     def _mark(self, m: TxnMeta, *, commit: bool) -> None:
-        for topic, partition in {(t, p) for t, p, _, _ in m.records}:
+        for topic, partition in sorted({(t, p) for t, p, _, _ in m.records}):
             self.markers[(topic, partition, m.producer_id, m.producer_epoch)] = commit
+            entry = LogEntry(m.producer_id, m.producer_epoch, RECORD_BYTES, _wall_ms(), commit)
+            self._log(topic, partition).entries.append(entry)
 
     # -- coordinator side (EndTxn, DescribeTransactions, ListTransactions) --------------------------
 
@@ -296,17 +353,50 @@ class KafkaModel:
 
     @_locked
     def transaction_outcome(
-        self, topic: str, partition: int, pid: int, epoch: int, since_ms: int, until_ms: int
-    ) -> bool | None:
-        """The marker (pid, epoch) left in ``topic[partition]``: True COMMIT, False ABORT, or
-        ``None``. Every search is kept in :attr:`searches`."""
+        self,
+        topic: str,
+        partition: int,
+        pid: int,
+        epoch: int,
+        since_ms: int,
+        until_ms: int,
+        from_offset: int | None = None,
+    ) -> MarkerSearch:
+        """Search ``topic[partition]``'s log for the marker of (pid, epoch) as the real transport
+        does: from ``from_offset`` (from the log's start if retention deleted it; nothing past
+        the end), else from the first entry at or after ``since_ms``; stopping at the marker, at
+        another marker after ``until_ms``, at the end, or once ``transport.MARKER_SCAN_BYTES`` were
+        read. Every search is kept in :attr:`searches`."""
         self.searches.append((topic, partition, pid, epoch, since_ms, until_ms))
-        return self.markers.get((topic, partition, pid, epoch))
+        log = self._log(topic, partition)
+        if from_offset is not None:
+            if from_offset > log.end:
+                return MarkerSearch(None, SearchStop.PAST_END)
+            offset = max(from_offset, log.start)
+        else:
+            later = [i for i, e in enumerate(log.entries) if e.time_ms >= since_ms]
+            if not later:
+                return MarkerSearch(None, SearchStop.NOTHING_SINCE)
+            offset = log.start + later[0]
+        start, scanned, bound = offset, 0, kafka_transport.MARKER_SCAN_BYTES
+        while offset < log.end:
+            e = log.entries[offset - log.start]
+            offset += 1
+            scanned += e.nbytes
+            if e.marker is not None and (e.producer_id, e.producer_epoch) == (pid, epoch):
+                return MarkerSearch(e.marker, SearchStop.MARKER, start, offset, scanned, bound)
+            if e.marker is not None and e.time_ms > until_ms:
+                return MarkerSearch(None, SearchStop.LATER_MARKER, start, offset, scanned, bound)
+            if scanned >= bound:
+                return MarkerSearch(None, SearchStop.BYTES_BOUND, start, offset, scanned, bound)
+        return MarkerSearch(None, SearchStop.END_OF_LOG, start, offset, scanned, bound)
 
     @_locked
     def delete_logs(self) -> None:
-        """Retention deleted every partition's log: no marker is left."""
+        """Retention deleted every partition's log: no marker is left (offsets go on)."""
         self.markers.clear()
+        for log in self.logs.values():
+            log.start, log.entries = log.end, []
         self.events.append("logs deleted")
 
     # -- inspection ---------------------------------------------------------------------------------
@@ -427,10 +517,17 @@ class ModelTransport:
         return self._model.list_transactions(states, pattern)
 
     def transaction_outcome(
-        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
-    ) -> bool | None:
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        since_ms: int,
+        until_ms: int,
+        from_offset: int | None = None,
+    ) -> MarkerSearch:
         return self._model.transaction_outcome(
-            topic, partition, producer_id, producer_epoch, since_ms, until_ms
+            topic, partition, producer_id, producer_epoch, since_ms, until_ms, from_offset
         )
 
     def close(self) -> None:
@@ -447,3 +544,7 @@ class ModelTransport:
 
     def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
         return None
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)

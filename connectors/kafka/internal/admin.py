@@ -21,7 +21,7 @@ import tenacity
 from twophase.connectors.kafka.config import MASK, KafkaSinkConfig, is_secret
 from twophase.connectors.kafka.internal.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.internal.security import preflight
-from twophase.connectors.kafka.internal.transport import TransactionTransport
+from twophase.connectors.kafka.internal.transport import MarkerSearch, TransactionTransport
 from twophase.sinks.errors import ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -242,17 +242,24 @@ class KafkaAdmin:
         return self._transport.list_transactions(states, pattern)
 
     def transaction_outcome(
-        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
-    ) -> bool | None:
-        """The COMMIT (True) or ABORT (False) marker of ``producer_id``/``producer_epoch`` in
-        ``topic[partition]``, searched from ``since_ms`` on; ``None`` when none is found (see
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        since_ms: int,
+        until_ms: int,
+        from_offset: int | None = None,
+    ) -> MarkerSearch:
+        """Search ``topic[partition]`` for the COMMIT or ABORT marker of ``producer_id``/
+        ``producer_epoch``, from ``from_offset`` when known, else from ``since_ms`` (see
         :meth:`~twophase.connectors.kafka.internal.transport.TransactionTransport.transaction_outcome`).
 
         Raises:
             one of :data:`NETWORK_ERRORS`; kafka-python errors for authorization and other failures.
         """
         return self._transport.transaction_outcome(
-            topic, partition, producer_id, producer_epoch, since_ms, until_ms
+            topic, partition, producer_id, producer_epoch, since_ms, until_ms, from_offset
         )
 
     # --- configuration and topics ----------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Where the Kafka sink gets its clients: transactional producers (executors) and the driver's
 transaction transport.
 
-:class:`ConfluentClients`, the default, makes confluent-kafka ``Producer`` s and a kafka-python
+:class:`ConfluentClients`, the default, makes confluent-kafka ``Producer`` s (and, once per
+transaction, an ``AdminClient`` that reads one partition's end offset) and a kafka-python
 :class:`~twophase.connectors.kafka.internal.transport.KafkaPythonTransport`. A test passes another
 :class:`KafkaClients` (a model of the transaction coordinator) to run the sink's real code against
 it. The object is pickled to executors with the sink, so it holds no connection.
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from twophase.connectors.kafka.internal.transport import KafkaPythonTransport, TransactionTransport
 
@@ -34,6 +36,16 @@ class KafkaClients(Protocol):
         """
         ...
 
+    def end_offset(self, conf: dict[str, Any], topic: str, partition: int, timeout_s: float) -> int:
+        """``topic[partition]``'s end offset (ListOffsets latest, read_uncommitted: the high
+        watermark), asked with librdkafka configuration ``conf`` (the producer's, without its
+        transactional settings).
+
+        Raises:
+            any exception when it cannot be read within ``timeout_s`` (the caller goes on without).
+        """
+        ...
+
 
 class ConfluentClients:
     """The real clients: confluent-kafka producers, kafka-python for the transaction calls."""
@@ -43,3 +55,12 @@ class ConfluentClients:
 
     def transport(self, config: KafkaSinkConfig) -> TransactionTransport:
         return KafkaPythonTransport.connect(config.admin_config())
+
+    def end_offset(self, conf: dict[str, Any], topic: str, partition: int, timeout_s: float) -> int:
+        admin = AdminClient(conf)
+        spec = {TopicPartition(topic, partition): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        futures = admin.list_offsets(
+            spec, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s
+        )
+        (answer,) = futures.values()
+        return int(answer.result(timeout=timeout_s).offset)

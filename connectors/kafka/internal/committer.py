@@ -30,10 +30,13 @@ The coordinator cannot answer once it forgot the transactional id (``transaction
 passed) or the id moved on to another producer or epoch. The partition's log still can: EndTxn
 writes a COMMIT marker with the transaction's producer id and epoch into every partition it wrote
 (KIP-98), and the marker outlives the id. So before a rejection is reported LOST, the committer
-searches the first partition of the committable for that marker, from the time the writer opened
-the transaction (``opened_ms``). A COMMIT marker means ALREADY_COMMITTED. Anything else stays LOST:
-an abort, or a log that no longer holds the marker (retention, compaction), or a committable of
-version 1, which has no ``opened_ms``.
+searches the first partition of the committable for that marker: from ``marker_offset`` (the
+partition's end offset after the writer's last record was acknowledged, so only other producers'
+records between the pre-commit and the commit lie before the marker), or, in committables of
+version 2, from the time the writer opened the transaction (``opened_ms``). A COMMIT marker means
+ALREADY_COMMITTED. Anything else stays LOST: an abort, a search that stopped on its bound (the
+LOST says where), a log that no longer holds the marker, or a committable of version 1, which
+says neither where nor when.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import tenacity
 from twophase.connectors.kafka.errors import KafkaTransactionError
 from twophase.connectors.kafka.internal.admin import NETWORK_ERRORS, KafkaAdmin, TransactionSnapshot
 from twophase.connectors.kafka.internal.committable import KafkaCommittable
+from twophase.connectors.kafka.internal.transport import MarkerSearch, SearchStop
 from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 
@@ -128,34 +132,52 @@ def coordinator_forgot(snapshot: TransactionSnapshot | None, c: KafkaCommittable
 
 def marker_partition(c: KafkaCommittable) -> tuple[str, int] | None:
     """The partition whose log is searched for ``c``'s marker: its first known one, or ``None``
-    (no ``opened_ms``, or librdkafka did not report the partitions)."""
-    if c.opened_ms is None:
+    (neither ``marker_offset`` nor ``opened_ms``, or librdkafka did not report the partitions)."""
+    if c.opened_ms is None and c.marker_offset is None:
         return None
     return next(((t, p) for t, p in c.topic_partitions if p >= 0), None)
 
 
 def outcome_after_rejection(
-    snapshot: TransactionSnapshot | None, c: KafkaCommittable, marker: bool | None = None
+    snapshot: TransactionSnapshot | None,
+    c: KafkaCommittable,
+    marker: bool | None = None,
+    search: MarkerSearch | None = None,
 ) -> CommitOutcome:
     """The outcome after EndTxn(commit) was rejected as fenced or in an invalid state.
 
     ALREADY_COMMITTED if the coordinator shows ``c``'s producer id and epoch committed, or if the
     log holds its COMMIT marker (``marker`` True, see the module docstring); else LOST: the
     transaction was aborted (timeout, or fenced by a later ``init_transactions``), or nothing that
-    is left can tell.
+    is left can tell. ``search`` (the marker search that ran, if one did) says which in the log
+    line and in ``c``'s ``repr``, which the TransactionLostError line shows.
     """
     if outcome_before_end_txn(snapshot, c) is not None or marker is True:
         return CommitOutcome.ALREADY_COMMITTED
     if coordinator_forgot(snapshot, c) and marker is None:  # ambiguous: the loss may be a false alarm
+        where = marker_partition(c)
+        if where is None:
+            why = "the committable says neither where nor when to search the log (a version 1 committable)"
+        elif search is None:
+            why = f"no search of {where[0]}[{where[1]}] ran"
+        elif search.stop is SearchStop.BYTES_BOUND:
+            why = f"the search of {where[0]}[{where[1]}] {search.describe()}"
+        else:
+            why = (
+                f"the search of {where[0]}[{where[1]}] {search.describe()} without finding it "
+                "(retention or compaction deleted it, or the topic was recreated)"
+            )
+        c.record_marker_search(f"outcome unknown: {why}")
         log.error(
             "transaction outcome unknown: its coordinator forgot the transactional id or gave it to "
             "another producer (transactional.id.expiration.ms, a later init_transactions), and no "
-            "COMMIT or ABORT marker of it was found in %s (retention, compaction, a recreated topic, "
-            "or a committable that does not say when it was opened). Check the topic for its "
-            "records before skipping it %s",
-            marker_partition(c) or "any partition",
+            "COMMIT or ABORT marker of it was found: %s. Check the topic for its records before "
+            "skipping it %s",
+            why,
             _kv(c),
         )
+    elif search is not None and marker is False:
+        c.record_marker_search(f"ABORT marker found: {search.describe()}")
     return CommitOutcome.LOST
 
 
@@ -164,6 +186,7 @@ def outcome_of_end_txn(
     snapshot_after: TransactionSnapshot | None,
     c: KafkaCommittable,
     marker: bool | None = None,
+    search: MarkerSearch | None = None,
 ) -> CommitOutcome:
     """The full mapping of an EndTxn(commit) answer, given the state read after a rejection and,
     where the coordinator forgot it, the marker found in the log."""
@@ -173,7 +196,7 @@ def outcome_of_end_txn(
     if verdict in (EndTxnVerdict.RETRY, EndTxnVerdict.REFIND_AND_RETRY):
         return CommitOutcome.RETRY
     if verdict is EndTxnVerdict.CHECK_STATE:
-        return outcome_after_rejection(snapshot_after, c, marker)
+        return outcome_after_rejection(snapshot_after, c, marker, search)
     return CommitOutcome.FATAL
 
 
@@ -204,12 +227,13 @@ class KafkaCommitter:
                 log.info("already committed %s", _kv(c))
                 return before
             code = self._admin.end_txn(c.transactional_id, c.producer_id, c.producer_epoch, commit=True)
-            after = marker = None
+            after = search = None
             if classify_end_txn(code) is EndTxnVerdict.CHECK_STATE:
                 after = self._admin.describe_transaction(c.transactional_id)
                 if outcome_before_end_txn(after, c) is None and coordinator_forgot(after, c):
-                    marker = self._marker(c)
-            outcome = outcome_of_end_txn(code, after, c, marker)
+                    search = self._marker(c)
+            marker = None if search is None else search.found
+            outcome = outcome_of_end_txn(code, after, c, marker, search)
         except NETWORK_ERRORS as e:  # the admin re-finds the coordinator on the next attempt
             log.warning("commit needs retry %s error=%s", _kv(c), e)
             return CommitOutcome.RETRY
@@ -220,20 +244,32 @@ class KafkaCommitter:
         log.log(level, "end_txn(commit) %s error_code=%d outcome=%s", _kv(c), code, outcome.name)
         return outcome
 
-    def _marker(self, c: KafkaCommittable) -> bool | None:
-        """``c``'s marker in the log (True: COMMIT), or ``None`` when it cannot be searched or found.
+    def _marker(self, c: KafkaCommittable) -> MarkerSearch | None:
+        """Search the log for ``c``'s marker (``None``: ``c`` does not say where).
+
+        From ``marker_offset`` when the committable has one; else from ``opened_ms`` minus
+        :data:`CLOCK_SKEW_MS` (committables of version 2).
 
         Raises:
             one of ``NETWORK_ERRORS`` (a RETRY), kafka-python errors (FATAL).
         """
         where = marker_partition(c)
-        if where is None or c.opened_ms is None:
+        if where is None:
             return None
-        since = c.opened_ms - CLOCK_SKEW_MS
-        until = c.opened_ms + self._transaction_timeout_ms + CLOCK_SKEW_MS
-        found = self._admin.transaction_outcome(*where, c.producer_id, c.producer_epoch, since, until)
-        log.info("transaction marker searched %s partition=%s found=%s", _kv(c), where, found)
-        return found
+        opened = c.opened_ms if c.opened_ms is not None else 0
+        since = opened - CLOCK_SKEW_MS
+        until = opened + self._transaction_timeout_ms + CLOCK_SKEW_MS if c.opened_ms is not None else 2**62
+        search = self._admin.transaction_outcome(
+            *where, c.producer_id, c.producer_epoch, since, until, c.marker_offset
+        )
+        log.info(
+            "transaction marker searched %s partition=%s found=%s search=%s",
+            _kv(c),
+            where,
+            search.found,
+            search.describe(),
+        )
+        return search
 
     def abort(self, c: KafkaCommittable) -> None:
         """Abort with EndTxn(abort) and the recorded producer id/epoch, retrying transient errors.

@@ -15,6 +15,7 @@ transaction coordinator (``tests/support/kafka_model.py``).
 from __future__ import annotations
 
 import contextlib
+import enum
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,10 +34,60 @@ END_TXN_MIN_VERSION = 3
 END_TXN_MAX_VERSION = 4
 """EndTxn v3/v4: transaction version 1 semantics (KIP-98), which librdkafka's transactions use.
 v5+ is KIP-890's TV2, where the coordinator bumps the epoch on every EndTxn."""
+EARLIEST = -2
+LATEST = -1
+"""ListOffsets' timestamps for a partition's first offset and its end (the high watermark)."""
 FETCH_BYTES = 4 * 1024 * 1024
 """Bytes one Fetch of a marker search asks for (ms-scale on a local broker)."""
 MARKER_SCAN_BYTES = 256 * 1024 * 1024
-"""How much of a partition's log a marker search reads at most before it answers "not found"."""
+"""How much of a partition's log a marker search reads at most before it answers "not found".
+From a committable's ``marker_offset`` that is what other producers appended between its
+pre-commit and its commit; from ``opened_ms`` (older committables) it also counts the transaction's
+own records and five minutes of other traffic before it."""
+
+
+class SearchStop(enum.Enum):
+    """Where a search of a partition's log for a transaction's marker stopped."""
+
+    MARKER = "at the transaction's marker"
+    END_OF_LOG = "at the end of the log"
+    LATER_MARKER = "at a marker appended after the transaction's timeout"
+    BYTES_BOUND = "at its byte bound"
+    NOTHING_SINCE = "before it began: no record at or after the time it starts from"
+    PAST_END = "before it began: the log ends before the offset it starts from"
+
+
+@dataclass(frozen=True)
+class MarkerSearch:
+    """The result of a marker search (:meth:`TransactionTransport.transaction_outcome`).
+
+    Attributes:
+        found: True for the COMMIT marker, False for the ABORT marker, ``None`` for neither.
+        stop: where the search stopped.
+        start: the offset it started from (-1 when it never began).
+        end: the offset it would have read next.
+        scanned: bytes read.
+        bound: its byte bound (:data:`MARKER_SCAN_BYTES` when it ran).
+    """
+
+    found: bool | None
+    stop: SearchStop
+    start: int = -1
+    end: int = -1
+    scanned: int = 0
+    bound: int = 0
+
+    def describe(self) -> str:
+        """One line: what the search read and where it stopped (for logs and a LOST's message)."""
+        if self.start < 0:
+            return f"stopped {self.stop.value}"
+        read = f"read offsets {self.start}..{self.end} ({self.scanned} bytes)"
+        if self.stop is SearchStop.BYTES_BOUND:
+            return (
+                f"stopped at its bound of {self.bound} bytes (MARKER_SCAN_BYTES) at offset {self.end}, "
+                f"after it {read}; the marker may lie beyond it"
+            )
+        return f"{read} and stopped {self.stop.value}"
 
 
 @dataclass(frozen=True)
@@ -92,18 +143,26 @@ class TransactionTransport(Protocol):
         ...
 
     def transaction_outcome(
-        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
-    ) -> bool | None:
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        since_ms: int,
+        until_ms: int,
+        from_offset: int | None = None,
+    ) -> MarkerSearch:
         """The marker producer ``producer_id``/``producer_epoch``'s transaction left in
         ``topic[partition]`` (KIP-98: EndTxn writes a COMMIT or ABORT control record to every
-        partition the transaction wrote). The log is read from its first record at or after
-        ``since_ms`` (read_uncommitted, so that aborted data and markers are seen).
+        partition the transaction wrote). The log is read (read_uncommitted, so that aborted data
+        and markers are seen) from ``from_offset`` when given (an offset the marker cannot
+        precede), else from its first record at or after ``since_ms``.
 
         Returns:
-            True for a COMMIT marker, False for an ABORT marker, ``None`` when none is found before
-            the end of the log, before a marker appended after ``until_ms``, or within
-            :data:`MARKER_SCAN_BYTES` (deleted by retention or compaction, another topic of the same
-            name, or not written yet).
+            What was found (``found``: True for a COMMIT marker, False for an ABORT marker, ``None``
+            for none) and where the search stopped: at the marker, at the end of the log, at a
+            marker appended after ``until_ms``, after :data:`MARKER_SCAN_BYTES`, or before it began
+            (no record after ``since_ms``; ``from_offset`` past the end of the log).
 
         Raises:
             one of ``admin.NETWORK_ERRORS``; kafka.errors for authorization and other broker errors.
@@ -234,12 +293,19 @@ class KafkaPythonTransport:
         ]
 
     def transaction_outcome(
-        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
-    ) -> bool | None:
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        since_ms: int,
+        until_ms: int,
+        from_offset: int | None = None,
+    ) -> MarkerSearch:
         leader = self._leader(topic, partition)
         manager = self._client._manager
 
-        async def first_offset() -> int:
+        async def list_offset(timestamp: int) -> int:
             request = ListOffsetsRequest(
                 replica_id=-1,
                 isolation_level=0,
@@ -248,7 +314,7 @@ class KafkaPythonTransport:
                         name=topic,
                         partitions=[
                             ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                                partition_index=partition, current_leader_epoch=-1, timestamp=since_ms
+                                partition_index=partition, current_leader_epoch=-1, timestamp=timestamp
                             )
                         ],
                     )
@@ -257,7 +323,7 @@ class KafkaPythonTransport:
             )
             response = await manager.send(request, node_id=leader)
             (answer,) = [p for t in response.topics for p in t.partitions]
-            _raise_for(answer.error_code, f"ListOffsets({topic}[{partition}], {since_ms})")
+            _raise_for(answer.error_code, f"ListOffsets({topic}[{partition}], {timestamp})")
             return int(answer.offset)
 
         async def fetch(offset: int) -> tuple[bytes, int]:
@@ -288,17 +354,28 @@ class KafkaPythonTransport:
             _raise_for(answer.error_code, f"Fetch({topic}[{partition}]@{offset})")
             return bytes(answer.records or b""), int(answer.high_watermark)
 
-        offset = int(self._run(first_offset))
-        if offset < 0:  # no record at or after since_ms
-            return None
-        scanned = 0
-        while scanned < MARKER_SCAN_BYTES:
+        if from_offset is None:
+            offset = int(self._run(list_offset, since_ms))
+            if offset < 0:  # no record at or after since_ms
+                return MarkerSearch(None, SearchStop.NOTHING_SINCE)
+        else:
+            # retention may have deleted the log's head, not the marker: start at what is left
+            earliest, latest = (int(self._run(list_offset, t)) for t in (EARLIEST, LATEST))
+            if from_offset > latest:  # a recreated topic, or a log truncated below its end
+                return MarkerSearch(None, SearchStop.PAST_END)
+            offset = max(from_offset, earliest)
+        start, scanned, bound = offset, 0, MARKER_SCAN_BYTES
+        while True:
             data, high_watermark = self._run(fetch, offset)
             found, offset, stop = marker_in(data, producer_id, producer_epoch, until_ms, offset)
-            if found is not None or stop or offset >= high_watermark or not data:
-                return found
             scanned += len(data)
-        return None
+            if found is not None or stop:
+                where = SearchStop.MARKER if found is not None else SearchStop.LATER_MARKER
+                return MarkerSearch(found, where, start, offset, scanned, bound)
+            if offset >= high_watermark or not data:
+                return MarkerSearch(None, SearchStop.END_OF_LOG, start, offset, scanned, bound)
+            if scanned >= bound:
+                return MarkerSearch(None, SearchStop.BYTES_BOUND, start, offset, scanned, bound)
 
     def _leader(self, topic: str, partition: int) -> int:
         (described,) = self._client.describe_topics([topic])

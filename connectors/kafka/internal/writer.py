@@ -9,6 +9,13 @@ librdkafka does not expose its producer id and epoch through an API; its statist
 ``eos`` object of STATISTICS.md, delivered to ``stats_cb`` from ``poll``). The writer reads them
 after ``init_transactions`` and checks them again after the final flush.
 
+After the final flush the writer also reads the end offset of the first partition it wrote
+(``marker_offset``; one ListOffsets per transaction, nothing per record): the transaction's marker,
+which EndTxn writes only later, cannot precede it, so a restore that must look for the marker in
+the log reads only what other producers appended between the pre-commit and the commit. Delivery
+reports would give offsets too, but only at a Python call per record (confluent-kafka builds a
+message object for every successful delivery once ``delivery.report.only.error`` is off).
+
 State machine of a :class:`KafkaTransaction`::
 
     OPEN ──write──► OPEN
@@ -42,6 +49,7 @@ from twophase.connectors.kafka.internal.producer_callbacks import (
     ProducerLog,
     ProducerStatistics,
     produce_error,
+    rdkafka_log,
 )
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError, RecordError, ServiceUnavailableError
@@ -56,6 +64,11 @@ RECORD_OVERHEAD_BYTES = 100
 LINEAGE_JOB_HEADER = "twophase.job"
 LINEAGE_CHECKPOINT_HEADER = "twophase.checkpoint"
 _BROKEN_TXN_STATES = frozenset({"AbortableError", "FatalError"})
+_CLIENT_KEY_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "client.", "broker.", "https.")
+"""librdkafka settings that reach and log in to the brokers: what the client reading an end offset
+takes from the producer's configuration (none of the producer's own, such as its transactional id)."""
+EndOffsetReader = Callable[[dict[str, Any], str, int, float], int]
+"""``(librdkafka configuration, topic, partition, timeout s) → end offset`` (see ``clients``)."""
 
 
 class TxnState(enum.Enum):
@@ -83,6 +96,7 @@ class KafkaTransaction:
         stats: ProducerStatistics,
         errors: ProducerErrors,
         max_record_bytes: int,
+        end_offset: EndOffsetReader | None = None,
     ) -> None:
         self.config = config
         self.ctx = ctx
@@ -96,6 +110,7 @@ class KafkaTransaction:
         """Wall-clock ms before ``init_transactions``: no record or marker of this transaction is
         older (up to clock skew between executor and broker)."""
         self.max_record_bytes = max_record_bytes
+        self._end_offset = end_offset
         self._producer: Producer | None = producer
         self._stats = stats
         self._errors = errors
@@ -123,6 +138,7 @@ class KafkaTransaction:
         ctx: WriterContext,
         topic_max_message_bytes: int | None = None,
         new_producer: Callable[[dict[str, Any]], Any] = Producer,
+        end_offset: EndOffsetReader | None = None,
     ) -> KafkaTransaction:
         """Create the producer for the transactional id of ``ctx``'s attempt and slot,
         ``init_transactions`` (which ends whatever the id's previous checkpoint left open), read
@@ -133,6 +149,8 @@ class KafkaTransaction:
                 driver by ``check_config``); records above it raise RecordError before producing.
             new_producer: makes the producer from librdkafka configuration (confluent-kafka's
                 ``Producer``; a test passes a model's).
+            end_offset: reads a partition's end offset for the committable's ``marker_offset``
+                (``ConfluentClients.end_offset``); ``None``: the committable has none.
 
         Raises:
             ServiceUnavailableError: ``init_transactions`` kept timing out.
@@ -164,7 +182,7 @@ class KafkaTransaction:
         client_limit = int(conf.get("message.max.bytes", DEFAULT_CLIENT_MAX_MESSAGE_BYTES))
         limit = min(client_limit, topic_max_message_bytes or client_limit) - RECORD_OVERHEAD_BYTES
         producer = new_producer(conf)
-        txn = cls(config, ctx, txn_id, producer, stats, errors, limit)
+        txn = cls(config, ctx, txn_id, producer, stats, errors, limit, end_offset)
         try:
             if security_settings.protocol_of(config.client_config) != "PLAINTEXT":
                 security.await_login(producer, lambda: errors.security, config, ctx.sink_name)
@@ -416,6 +434,7 @@ class KafkaTransaction:
             record_count=self.record_count,
             checkpoint_id=self.ctx.checkpoint_id,
             opened_ms=self.opened_ms,
+            marker_offset=self._marker_offset(partitions),
         )
         self.state = TxnState.PRE_COMMITTED
         self._release()  # destroying the producer leaves the transaction open
@@ -456,6 +475,33 @@ class KafkaTransaction:
                 f"{self.producer_id}/{self.producer_epoch}, now {now}, txn_state={txn_state}); "
                 "the transaction was fenced or aborted"
             )
+
+    def _marker_offset(self, partitions: tuple[tuple[str, int], ...]) -> int | None:
+        """The end offset of the first known partition, read now that every record was
+        acknowledged and before the committable exists (so before any EndTxn): an offset the
+        transaction's marker cannot precede. ``None`` when it cannot be read; the restore then
+        searches from ``opened_ms``, as for committables of version 2."""
+        first = next(((t, p) for t, p in partitions if p >= 0), None)
+        if self._end_offset is None or first is None:
+            return None
+        conf = {
+            k: v
+            for k, v in self.config.producer_config(None).items()
+            if k.startswith(_CLIENT_KEY_PREFIXES) or k == "oauth_cb"
+        }
+        conf["logger"] = rdkafka_log
+        try:
+            return self._end_offset(conf, *first, self.config.request_timeout_ms / 1000.0)
+        except Exception as e:  # the commit does not need it; a restore that does says so
+            log.warning(
+                "end offset not read; a restore that must find this transaction's marker in the "
+                "log searches from when it was opened %s transactional_id=%s partition=%s error=%r",
+                _kv(self.ctx),
+                self.transactional_id,
+                first,
+                e,
+            )
+            return None
 
     def _topics_hint(self) -> set[str]:
         return {self.config.topic} if self.config.topic is not None else {"*"}

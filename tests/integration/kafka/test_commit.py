@@ -138,9 +138,15 @@ def test_a_commit_the_coordinator_forgot_is_decided_by_its_marker_in_the_log(kaf
             (t, p) = next((t, p) for t, p in kept.topic_partitions if p >= 0)
             since, until = kept.opened_ms - 60_000, kept.opened_ms + 600_000
             pid, epoch = kept.producer_id, kept.producer_epoch
-            assert admin.transaction_outcome(t, p, pid, epoch, since, until) is True
-            assert admin.transaction_outcome(t, p, pid, epoch + 1, since, until) is None
-            assert admin.transaction_outcome(t, p, pid, epoch, until + 3_600_000, until + 7_200_000) is None
+            assert admin.transaction_outcome(t, p, pid, epoch, since, until).found is True
+            assert admin.transaction_outcome(t, p, pid, epoch + 1, since, until).found is None
+            later = admin.transaction_outcome(t, p, pid, epoch, until + 3_600_000, until + 7_200_000)
+            assert later.found is None
+            # from the offset the writer read after its last record was acknowledged (#43)
+            assert kept.marker_offset is not None
+            (kt, kp) = next((t, p) for t, p in kept.topic_partitions if p >= 0)
+            found = admin.transaction_outcome(kt, kp, pid, epoch, since, until, kept.marker_offset)
+            assert found.found is True and found.start == kept.marker_offset
         finally:
             admin.close()
         wait_until_stable(kafka_bootstrap, topic)

@@ -21,6 +21,8 @@ committables = st.builds(
     ),
     record_count=st.integers(1, 2**40),
     checkpoint_id=st.integers(0, 2**40),
+    opened_ms=st.none() | st.integers(0, 2**45),
+    marker_offset=st.none() | st.integers(0, 2**62),
 )
 
 
@@ -31,11 +33,13 @@ def test_round_trip(c: KafkaCommittable) -> None:
 
 
 def test_payload_shape_is_versioned_json_without_secrets() -> None:
-    c = KafkaCommittable("p-s-0-1", 7, 3, (("t", 0), ("t", 2)), 10, 5, opened_ms=1_700_000_000_000)
+    c = KafkaCommittable(
+        "p-s-0-1", 7, 3, (("t", 0), ("t", 2)), 10, 5, opened_ms=1_700_000_000_000, marker_offset=4_096
+    )
     payload = CODEC.to_json(c)
     assert payload == {
         "kind": "kafka.transaction",
-        "version": 2,
+        "version": 3,
         "body": {
             "transactional_id": "p-s-0-1",
             "producer_id": 7,
@@ -44,15 +48,53 @@ def test_payload_shape_is_versioned_json_without_secrets() -> None:
             "record_count": 10,
             "checkpoint_id": 5,
             "opened_ms": 1_700_000_000_000,
+            "marker_offset": 4_096,
         },
     }
+
+
+V1_BODY = {
+    "transactional_id": "p-s-0-1",
+    "producer_id": 7,
+    "producer_epoch": 3,
+    "topic_partitions": [["t", 0]],
+    "record_count": 10,
+    "checkpoint_id": 5,
+}
+
+
+@pytest.mark.parametrize(
+    ("version", "body", "opened_ms"),
+    [
+        (1, V1_BODY, None),  # before opened_ms: the log cannot be searched
+        (2, {**V1_BODY, "opened_ms": 1_700_000_000_000}, 1_700_000_000_000),  # searched from opened_ms
+    ],
+)
+def test_committables_of_older_versions_still_decode(
+    version: int, body: dict[str, object], opened_ms: int | None
+) -> None:
+    """Checkpoints written by earlier releases stay readable; without ``marker_offset`` a restore
+    searches the log as those releases did."""
+    c = CODEC.from_json({"kind": "kafka.transaction", "version": version, "body": body})
+    assert c == KafkaCommittable("p-s-0-1", 7, 3, (("t", 0),), 10, 5, opened_ms=opened_ms)
+    assert c.marker_offset is None
+
+
+def test_a_marker_search_shows_in_the_repr_but_is_neither_encoded_nor_compared() -> None:
+    c = KafkaCommittable("p-s-0-1", 7, 3, (("t", 0),), 10, 5, opened_ms=1, marker_offset=2)
+    plain = KafkaCommittable("p-s-0-1", 7, 3, (("t", 0),), 10, 5, opened_ms=1, marker_offset=2)
+    c.record_marker_search("stopped at its bound")
+    assert repr(c).endswith("marker_offset=2, marker search: stopped at its bound)")
+    assert "marker search" not in repr(plain)
+    assert c == plain and hash(c) == hash(plain)
+    assert CODEC.to_json(c) == CODEC.to_json(plain)
 
 
 @pytest.mark.parametrize(
     "payload",
     [
         {"kind": "s3.upload", "version": 1, "body": {}},
-        {"kind": "kafka.transaction", "version": 3, "body": {}},
+        {"kind": "kafka.transaction", "version": 4, "body": {}},
         {"kind": "kafka.transaction", "version": 1, "body": {"transactional_id": "x"}},
         {
             "kind": "kafka.transaction",

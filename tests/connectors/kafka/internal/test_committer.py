@@ -23,6 +23,7 @@ from twophase.connectors.kafka.internal.committer import (
     outcome_before_end_txn,
     outcome_of_end_txn,
 )
+from twophase.connectors.kafka.internal.transport import MarkerSearch, SearchStop
 from twophase.sinks.outcome import CommitOutcome
 
 C = KafkaCommittable(
@@ -216,12 +217,13 @@ def test_the_marker_is_searched_in_the_first_known_partition_from_the_opening() 
 
 class ForgetfulCoordinator(FakeCoordinator):
     """The id expired (DescribeTransactions: unknown, EndTxn: INVALID_PRODUCER_ID_MAPPING); the log
-    still holds ``marker`` for the transaction."""
+    still holds ``marker`` for the transaction, found by a search that stops at ``stop``."""
 
-    def __init__(self, marker: bool | None) -> None:
+    def __init__(self, marker: bool | None, stop: SearchStop = SearchStop.END_OF_LOG) -> None:
         super().__init__()
         self.marker = marker
-        self.searches: list[tuple[str, int, int, int, int, int]] = []
+        self.stop = SearchStop.MARKER if marker is not None else stop
+        self.searches: list[tuple[str, int, int, int, int, int, int | None]] = []
 
     def describe_transaction(self, txn_id: str) -> TransactionSnapshot | None:
         return None
@@ -230,10 +232,18 @@ class ForgetfulCoordinator(FakeCoordinator):
         return KafkaErrorCode.INVALID_PRODUCER_ID_MAPPING
 
     def transaction_outcome(
-        self, topic: str, partition: int, producer_id: int, producer_epoch: int, since_ms: int, until_ms: int
-    ) -> bool | None:
-        self.searches.append((topic, partition, producer_id, producer_epoch, since_ms, until_ms))
-        return self.marker
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        since_ms: int,
+        until_ms: int,
+        from_offset: int | None = None,
+    ) -> MarkerSearch:
+        self.searches.append((topic, partition, producer_id, producer_epoch, since_ms, until_ms, from_offset))
+        start = 0 if from_offset is None else from_offset
+        return MarkerSearch(self.marker, self.stop, start, start + 10, 5_000, 4_096)
 
 
 def test_a_commit_whose_id_expired_is_already_committed_when_its_marker_is_in_the_log() -> None:
@@ -241,7 +251,7 @@ def test_a_commit_whose_id_expired_is_already_committed_when_its_marker_is_in_th
     committer = committer_over(fake)
     assert committer.commit(C2) is CommitOutcome.ALREADY_COMMITTED
     skew = CLOCK_SKEW_MS
-    assert fake.searches == [("t", 2, 7, 3, OPENED - skew, OPENED + 60_000 + skew)]
+    assert fake.searches == [("t", 2, 7, 3, OPENED - skew, OPENED + 60_000 + skew, None)]
     fake = ForgetfulCoordinator(marker=None)
     committer = committer_over(fake)
     assert committer.commit(C2) is CommitOutcome.LOST
@@ -249,9 +259,59 @@ def test_a_commit_whose_id_expired_is_already_committed_when_its_marker_is_in_th
     assert len(fake.searches) == 1
 
 
+def test_a_committable_with_a_marker_offset_is_searched_from_it() -> None:
+    """#43 item 1: from the offset the writer read after its last record was acknowledged, not
+    from five minutes before it opened (which counted other traffic and its own records)."""
+    fake = ForgetfulCoordinator(marker=True)
+    c3 = replace(C2, marker_offset=12_345)
+    assert committer_over(fake).commit(c3) is CommitOutcome.ALREADY_COMMITTED
+    assert [s[-1] for s in fake.searches] == [12_345]
+
+
+@pytest.mark.parametrize(
+    ("stop", "says", "never"),
+    [
+        (
+            SearchStop.BYTES_BOUND,
+            "stopped at its bound of 4096 bytes (MARKER_SCAN_BYTES) at offset 12355",
+            "retention",
+        ),
+        (SearchStop.END_OF_LOG, "stopped at the end of the log without finding it (retention", "bound"),
+        (SearchStop.PAST_END, "the log ends before the offset it starts from", "bound"),
+    ],
+)
+def test_a_lost_says_where_the_search_stopped(
+    stop: SearchStop, says: str, never: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The committable's repr, which the TransactionLostError line shows, and the log line say
+    where the search stopped; a search stopped on its bound does not blame retention."""
+    fake = ForgetfulCoordinator(marker=None, stop=stop)
+    c3 = replace(C2, marker_offset=12_345)
+    with caplog.at_level("ERROR"):
+        assert committer_over(fake).commit(c3) is CommitOutcome.LOST
+    assert says in repr(c3), repr(c3)
+    assert never not in repr(c3)
+    assert any(says in r.getMessage() for r in caplog.records)
+
+
+def test_a_search_description_names_its_bound_and_where_it_stopped() -> None:
+    bounded = MarkerSearch(None, SearchStop.BYTES_BOUND, 100, 900, 1_048_576, 1_048_576)
+    assert bounded.describe() == (
+        "stopped at its bound of 1048576 bytes (MARKER_SCAN_BYTES) at offset 900, after it read "
+        "offsets 100..900 (1048576 bytes); the marker may lie beyond it"
+    )
+    assert MarkerSearch(True, SearchStop.MARKER, 5, 7, 300, 1_048_576).describe() == (
+        "read offsets 5..7 (300 bytes) and stopped at the transaction's marker"
+    )
+    assert MarkerSearch(None, SearchStop.NOTHING_SINCE).describe() == (
+        "stopped before it began: no record at or after the time it starts from"
+    )
+
+
 def test_a_version_1_committable_still_decodes() -> None:
     payload = CODEC.to_json(C2)
     payload["version"] = 1
     del payload["body"]["opened_ms"]
+    del payload["body"]["marker_offset"]
     assert CODEC.from_json(payload) == replace(C2, opened_ms=None)
     assert CODEC.from_json(CODEC.to_json(C2)) == C2
