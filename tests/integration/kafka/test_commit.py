@@ -132,7 +132,9 @@ def test_a_commit_the_coordinator_forgot_is_decided_by_its_marker_in_the_log(kaf
             CommitOutcome.LOST
         )
         # a committable of version 1 does not say where to look: LOST, as before
-        assert sink.recover_and_commit(replace(forgotten, opened_ms=None)) is CommitOutcome.LOST
+        assert sink.recover_and_commit(replace(forgotten, opened_ms=None, marker_offset=None)) is (
+            CommitOutcome.LOST
+        )
         admin = KafkaAdmin.connect(sink.config)
         try:
             (t, p) = next((t, p) for t, p in kept.topic_partitions if p >= 0)
