@@ -25,6 +25,7 @@ from twophase.connectors.delta.internal.committable import CODEC, DeltaCommittab
 from twophase.connectors.delta.internal.committer import DeltaCommitter
 from twophase.connectors.delta.internal.filesystem import TableLocation, open_location
 from twophase.connectors.delta.internal.lingering import (
+    OwnCommits,
     ReferenceIndex,
     RemovedReferences,
     delete_unreferenced,
@@ -187,7 +188,8 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         """Commit every committable of this sink for ``checkpoint_id`` as ONE Delta commit.
 
         Idempotent (``ALREADY_COMMITTED`` when the table's ``txn`` version for the appId is ≥
-        ``checkpoint_id``), so it also serves recovery. Call it per completed checkpoint in
+        ``checkpoint_id``, or, the txn expired, the table's files or log show the commit), so it
+        also serves recovery. Call it per completed checkpoint in
         increasing checkpoint order with all the checkpoint's committables of this sink. See
         :meth:`twophase.connectors.delta.internal.committer.DeltaCommitter.commit_checkpoint` for
         the outcomes.
@@ -218,13 +220,25 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
         return CommitOutcome.FATAL
 
     def last_committed_checkpoint(self, job_id: str) -> int | None:
-        """The table's ``txn`` version for appId ``<job>:<sink>``: the highest checkpoint committed
-        (``None`` if the table or the appId does not exist yet)."""
+        """The highest checkpoint committed for appId ``<job>:<sink>``: the table's ``txn``
+        version, or, when the table holds none (a new job, or the txn expired after
+        ``delta.setTransactionRetentionDuration``), the checkpoint of the newest commit of ours
+        the log still holds (commitInfo ``twophase.checkpoint``; the committer decides from the
+        same log, so the id floor never falls below a checkpoint it answers ALREADY_COMMITTED
+        for). ``None`` if the table does not exist or neither records a commit of ours.
+
+        Raises:
+            DeltaError, OSError: the table cannot be read.
+        """
         table = load_table(self.config)
         if table is None:
             return None
-        version = table.transaction_version(naming.app_id(job_id, self.name))
-        return None if version is None else int(version)
+        app_id = naming.app_id(job_id, self.name)
+        version = table.transaction_version(app_id)
+        if version is not None:
+            return int(version)
+        newest = OwnCommits(table, app_id).newest()
+        return None if newest is None else newest.checkpoint_id
 
     def measure(self, committable: DeltaCommittable) -> CommittableSize:
         """Records and bytes of the committable's data files."""

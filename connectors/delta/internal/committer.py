@@ -4,7 +4,14 @@ All subtasks' Add actions of checkpoint ``c`` go into a single commit together w
 ``txn(appId="<job-id>:<sink>", version=c, lastUpdated=now)`` (Delta PROTOCOL.md, "Transaction
 Identifiers": a writer records the latest version it committed per appId, and readers of the log
 find it in the snapshot). Every attempt first brings the table to its latest version and returns
-``ALREADY_COMMITTED`` if ``txn`` version ≥ ``c`` (delta-rs does not check this itself). The
+``ALREADY_COMMITTED`` if ``txn`` version ≥ ``c`` (delta-rs does not check this itself); a txn
+version below ``c`` means ``c`` was never committed. The txn alone is not enough (issue #43): a
+table with ``delta.setTransactionRetentionDuration`` drops it once ``lastUpdated`` is older, so a
+driver down longer than that finds none. Then the table's own evidence decides
+(:meth:`DeltaCommitter._committed_without_txn`): the checkpoint's files in the snapshot, or the
+newest commit of ours in the log since they were written (``lingering.OwnCommits``) carrying a
+checkpoint ≥ ``c``. When the log no longer reaches back that far (``delta.logRetentionDuration``)
+the outcome is ``FATAL``, by name, never a second commit. The
 committer keeps the table it loaded and reads only newer log entries at the next attempt: loading
 it whole made each commit cost as much as the table's file count (the soak, issue #29). A
 concurrent commit makes delta-rs fail with ``CommitFailedError`` (its own retries are off, so every
@@ -37,7 +44,13 @@ from twophase.connectors.delta.config import DeltaSinkConfig
 from twophase.connectors.delta.internal import naming
 from twophase.connectors.delta.internal.committable import DeltaCommittable
 from twophase.connectors.delta.internal.filesystem import open_location
-from twophase.connectors.delta.internal.lingering import META_APP_ID, META_CHECKPOINT, load_table
+from twophase.connectors.delta.internal.lingering import (
+    META_APP_ID,
+    META_CHECKPOINT,
+    OwnCommits,
+    load_table,
+    snapshot_paths,
+)
 from twophase.connectors.delta.internal.schema import fields_for, new_columns
 from twophase.sinks.errors import SchemaError
 from twophase.sinks.internal.s3_access import denied_in_message
@@ -53,6 +66,10 @@ class _Conflict(Exception):
 
 class _Lost(Exception):
     """A data file to be added is gone or has another size."""
+
+
+class _Undecidable(Exception):
+    """Neither the txn nor the log can tell whether the checkpoint was committed."""
 
 
 class DeltaCommitter:
@@ -91,9 +108,11 @@ class DeltaCommitter:
 
         Returns:
             ``COMMITTED``; ``ALREADY_COMMITTED`` if the table's ``txn`` version for the appId is
-            ≥ ``checkpoint_id``; ``LOST`` if a data file is missing or truncated; ``RETRY`` after
-            ``commit_attempts`` conflicts or a storage failure; ``FATAL`` for inconsistent
-            committables, a schema mismatch with the table, or an unknown error. Never raises.
+            ≥ ``checkpoint_id``, or, with no txn, the table shows the commit (module docstring);
+            ``LOST`` if a data file is missing or truncated; ``RETRY`` after ``commit_attempts``
+            conflicts or a storage failure; ``FATAL`` for inconsistent committables, a schema
+            mismatch with the table, a checkpoint the table can no longer tell committed or not
+            (the txn expired and the log was cleaned), or an unknown error. Never raises.
         """
         fields: dict[str, object] = {"sink": self._sink_name, "checkpoint": checkpoint_id}
         if not committables:
@@ -124,6 +143,9 @@ class DeltaCommitter:
         except _Lost as e:
             log.error("data file lost: %s", e, extra=fields)
             return CommitOutcome.LOST
+        except _Undecidable as e:
+            log.error("%s", e, extra=fields)
+            return CommitOutcome.FATAL
         except (SchemaError, SchemaMismatchError, DeltaProtocolError) as e:
             log.error("cannot commit: %s", e, extra=fields)
             return CommitOutcome.FATAL
@@ -182,6 +204,8 @@ class DeltaCommitter:
             version = table.transaction_version(first.app_id)
             if version is not None and version >= checkpoint_id:
                 return CommitOutcome.ALREADY_COMMITTED
+            if version is None and self._committed_without_txn(table, checkpoint_id, committables):
+                return CommitOutcome.ALREADY_COMMITTED
         self._check_files(committables)
         adds = [
             AddAction(
@@ -231,6 +255,65 @@ class DeltaCommitter:
                 raise _Conflict(str(e)) from e  # another committer created it first
             raise
         return CommitOutcome.COMMITTED
+
+    def _committed_without_txn(
+        self, table: DeltaTable, checkpoint_id: int, committables: Sequence[DeltaCommittable]
+    ) -> bool:
+        """Whether checkpoint ``checkpoint_id`` was committed, for a table holding no txn of the
+        appId: a new job, or a txn expired after ``delta.setTransactionRetentionDuration``.
+
+        Only the one commit of the checkpoint adds its files (their names are unique), and
+        commits of ours come in checkpoint order and after the files were written. So: one of
+        the files in the snapshot → committed; else the newest commit of ours since the files
+        were written decides (checkpoint ≥ ``checkpoint_id`` → committed, lower → not); none
+        there while the log reaches back before them → not committed.
+
+        Raises:
+            _Undecidable: the log no longer reaches back to the files' time and holds no commit
+                of ours after it (entries cleaned after ``delta.logRetentionDuration``).
+        """
+        app_id = committables[0].app_id
+        paths = {naming.decode_add_path(a.path) for c in committables for a in c.adds}
+        fields: dict[str, object] = {
+            "sink": self._sink_name,
+            "checkpoint": checkpoint_id,
+            "job_app_id": app_id,
+        }
+        if paths & snapshot_paths(table):
+            log.warning(
+                "no txn for the appId (expired: delta.setTransactionRetentionDuration); "
+                "the checkpoint's files are in the table: already committed",
+                extra=fields,
+            )
+            return True
+        written_ms = min(a.modification_time for c in committables for a in c.adds)
+        newest, certain = OwnCommits(table, app_id).newest_since(written_ms)
+        if newest is not None:
+            committed = newest.checkpoint_id >= checkpoint_id
+            log.warning(
+                "no txn for the appId (expired: delta.setTransactionRetentionDuration); the log's "
+                "newest commit of ours is checkpoint %d (version %d): %s",
+                newest.checkpoint_id,
+                newest.version,
+                "already committed" if committed else "not committed yet",
+                extra=fields,
+            )
+            return committed
+        if certain:
+            return False  # no commit of ours since the files were written: a new job, or c's first try
+        config = table.metadata().configuration
+        raise _Undecidable(
+            f"cannot tell whether checkpoint {checkpoint_id} was committed, so it is not committed "
+            f"again: the table holds no txn for appId {app_id!r} (expired after "
+            f"delta.setTransactionRetentionDuration="
+            f"{config.get('delta.setTransactionRetentionDuration')!r}) and its log no longer reaches "
+            f"back to the checkpoint's files (entries older than delta.logRetentionDuration="
+            f"{config.get('delta.logRetentionDuration')!r} were cleaned up) and the snapshot no longer "
+            f"holds its files (OPTIMIZE or a DELETE removed them); check the table for the "
+            f"checkpoint's rows before going on, "
+            f"and unset delta.setTransactionRetentionDuration (or keep it and "
+            f"delta.logRetentionDuration longer than a job may stay stopped)"
+        )
 
     def _table_schema(self, table: DeltaTable, data_schema_json: str) -> Schema:
         """Check the data against the table; add new columns first if ``merge_schema`` allows."""

@@ -6,7 +6,9 @@ commit references it without reading the whole log or loading old versions of th
 
 1. it is in the current snapshot, or an earlier cleanup found it referenced → referenced;
 2. the table does not exist, or the table's ``txn`` version for our appId is below ``c`` →
-   checkpoint ``c`` was never committed (commits happen in checkpoint order) → unreferenced;
+   checkpoint ``c`` was never committed (commits happen in checkpoint order) → unreferenced. No
+   txn at all proves nothing (it may have expired after ``delta.setTransactionRetentionDuration``,
+   issue #43): go on to 3;
 3. otherwise find the commit of checkpoint ``c`` in the history, newest first and only as deep
    as ``c`` (its commitInfo carries ``twophase.appId`` and ``twophase.checkpoint``), and read
    that one commit's add actions (Delta PROTOCOL.md, "Delta Log Entries"): named → referenced (a
@@ -18,6 +20,10 @@ commit references it without reading the whole log or loading old versions of th
 
 Rule 1's memory (:class:`RemovedReferences`) makes a table maintained with OPTIMIZE cost each
 removed file one decision, not one per cleanup (#29's soak).
+
+The history is read by :class:`OwnCommits`, which the committer uses too: when the txn is gone it
+decides a re-committed checkpoint from the newest commit of ours since the checkpoint's files
+were written (``committer``, DESIGN.md §7).
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ META_CHECKPOINT = "twophase.checkpoint"
 """commitInfo key naming the checkpoint id of a checkpoint commit."""
 FIRST_HISTORY_PAGE = 64
 """Commits read by the first look into the history; each further look reads twice as many."""
+CLOCK_SKEW_ALLOWANCE_MS = 10 * 60 * 1000
+"""How far the driver's clock (a commit's ``commitInfo.timestamp``) may run behind an executor's
+(a data file's ``modificationTime``): :meth:`OwnCommits.newest_since` reads the history this much
+further back than the files' time. NTP keeps a cluster's clocks within seconds."""
 
 
 def load_table(config: DeltaSinkConfig) -> DeltaTable | None:
@@ -95,6 +105,105 @@ class RemovedReferences:
         self._paths.intersection_update(listed)
 
 
+@dataclass(frozen=True)
+class OwnCommit:
+    """One checkpoint commit of ours found in the history.
+
+    Attributes:
+        checkpoint_id: its ``twophase.checkpoint`` (commitInfo custom metadata).
+        version: the table version it made.
+        timestamp_ms: its ``commitInfo.timestamp`` (ms since the epoch, the committer's clock);
+            ``None`` if the entry has none.
+    """
+
+    checkpoint_id: int
+    version: int
+    timestamp_ms: int | None
+
+
+@dataclass
+class OwnCommits:
+    """One appId's checkpoint commits in a table's history (commitInfo carrying ``twophase.appId``
+    and ``twophase.checkpoint``), read newest first, first :data:`FIRST_HISTORY_PAGE` commits and
+    then twice as many each time, only as deep as a question needs. The history is what the log
+    still holds: entries older than ``delta.logRetentionDuration`` are cleaned up at a checkpoint
+    of the log (Delta PROTOCOL.md, "Metadata Cleanup"), and what was cleaned proves nothing.
+
+    Args:
+        table: the latest table.
+        app_id: this job's sink's ``txn.appId``.
+    """
+
+    table: DeltaTable
+    app_id: str
+    _ours: dict[int, int] = field(default_factory=dict, init=False)  # checkpoint id -> its commit's version
+    _newest: OwnCommit | None = field(default=None, init=False)  # the newest commit of ours read
+    _oldest: int = field(default=0, init=False)  # the lowest of those checkpoint ids (set per page)
+    _oldest_ms: int | None = field(default=None, init=False)  # the oldest commitInfo.timestamp read
+    _read: int = field(default=0, init=False)  # commits of the history read so far, newest first
+    _exhausted: bool = field(default=False, init=False)  # the last page held the whole history
+    _reached_start: bool = field(default=False, init=False)  # ... and it went back to version 0
+
+    def version_of(self, checkpoint_id: int) -> tuple[int | None, bool]:
+        """The version of checkpoint ``checkpoint_id``'s commit, and whether its absence is
+        certain: the history reached an older commit of ours, or version 0."""
+        while checkpoint_id not in self._ours and not self._passed(checkpoint_id) and not self._exhausted:
+            self._read_more()
+        if checkpoint_id in self._ours:
+            return self._ours[checkpoint_id], True
+        return None, self._passed(checkpoint_id) or self._reached_start
+
+    def newest_since(self, written_ms: int) -> tuple[OwnCommit | None, bool]:
+        """The newest commit of ours made after ``written_ms`` (less
+        :data:`CLOCK_SKEW_ALLOWANCE_MS`), and whether its absence is certain: the history reached
+        back before that time, or to version 0. ``(None, False)``: the log no longer reaches back
+        that far and holds no commit of ours after it.
+
+        A checkpoint's commit comes after its files were written, so commits of ours older than
+        them (a run before the checkpoint ids started again) say nothing about it.
+        """
+        since = written_ms - CLOCK_SKEW_ALLOWANCE_MS
+        while self._newest is None and not self._exhausted and not self._reached_before(since):
+            self._read_more()
+        newest = self._newest
+        if newest is not None and (newest.timestamp_ms is None or newest.timestamp_ms >= since):
+            return newest, True
+        return None, newest is not None or self._reached_start or self._reached_before(since)
+
+    def newest(self) -> OwnCommit | None:
+        """The newest commit of ours the history still holds (reads all of it if there is none)."""
+        while self._newest is None and not self._exhausted:
+            self._read_more()
+        return self._newest
+
+    def _passed(self, checkpoint_id: int) -> bool:
+        """Whether the history read holds a commit of ours older than ``checkpoint_id``'s would be."""
+        return bool(self._ours) and self._oldest < checkpoint_id
+
+    def _reached_before(self, since_ms: int) -> bool:
+        return self._oldest_ms is not None and self._oldest_ms < since_ms
+
+    def _read_more(self) -> None:
+        """Read the history again, newest first and twice as deep."""
+        limit = max(FIRST_HISTORY_PAGE, 2 * self._read)
+        page = self.table.history(limit=limit)  # newest first
+        for h in page:
+            if h.get(META_APP_ID) == self.app_id and h.get(META_CHECKPOINT) is not None:
+                checkpoint_id, version = int(h[META_CHECKPOINT]), int(h["version"])
+                self._ours[checkpoint_id] = version
+                if self._newest is None or version > self._newest.version:
+                    timestamp = h.get("timestamp")
+                    self._newest = OwnCommit(
+                        checkpoint_id, version, None if timestamp is None else int(timestamp)
+                    )
+        self._oldest = min(self._ours, default=0)
+        stamps = [int(h["timestamp"]) for h in page if h.get("timestamp") is not None]
+        self._oldest_ms = min(stamps, default=None)
+        self._exhausted = len(page) < limit
+        self._reached_start = any(h.get("version") == 0 for h in page)
+        self._read = len(page)
+
+
 @dataclass
 class ReferenceIndex:
     """Answers "does any commit reference this file?" for one loaded table state (module docstring).
@@ -111,11 +220,7 @@ class ReferenceIndex:
     app_id: str
     removed: RemovedReferences = field(default_factory=RemovedReferences)
     _current: set[str] | None = field(default=None, init=False)
-    _ours: dict[int, int] = field(default_factory=dict, init=False)  # checkpoint id -> its commit's version
-    _oldest: int = field(default=0, init=False)  # the lowest of those checkpoint ids (set per page)
-    _read: int = field(default=0, init=False)  # commits of the history read so far, newest first
-    _exhausted: bool = field(default=False, init=False)  # the last page held the whole history
-    _reached_start: bool = field(default=False, init=False)  # ... and it went back to version 0
+    _history: OwnCommits | None = field(default=None, init=False)
     _by_version: dict[int, set[str] | None] = field(default_factory=dict, init=False)
 
     def is_referenced(self, relative_path: str, checkpoint_id: int) -> bool | None:
@@ -127,9 +232,11 @@ class ReferenceIndex:
         if relative_path in self._current or relative_path in self.removed:
             return True
         txn = self.table.transaction_version(self.app_id)
-        if txn is None or checkpoint_id > txn:
+        if txn is not None and checkpoint_id > txn:
             return False
-        version, certain = self._commit_version(checkpoint_id)
+        if self._history is None:
+            self._history = OwnCommits(self.table, self.app_id)
+        version, certain = self._history.version_of(checkpoint_id)
         if version is None:
             return False if certain else None
         paths = self._adds_of(version)
@@ -139,32 +246,6 @@ class ReferenceIndex:
             self.removed.add(relative_path)
             return True
         return False
-
-    def _commit_version(self, checkpoint_id: int) -> tuple[int | None, bool]:
-        """The version of checkpoint ``checkpoint_id``'s commit, and whether its absence is
-        certain: the history reached an older commit of ours, or version 0."""
-        while checkpoint_id not in self._ours and not self._passed(checkpoint_id) and not self._exhausted:
-            self._read_more()
-        if checkpoint_id in self._ours:
-            return self._ours[checkpoint_id], True
-        return None, self._passed(checkpoint_id) or self._reached_start
-
-    def _passed(self, checkpoint_id: int) -> bool:
-        """Whether the history read holds a commit of ours older than ``checkpoint_id``'s would be."""
-        return bool(self._ours) and self._oldest < checkpoint_id
-
-    def _read_more(self) -> None:
-        """Read the history again, newest first and twice as deep."""
-        assert self.table is not None
-        limit = max(FIRST_HISTORY_PAGE, 2 * self._read)
-        page = self.table.history(limit=limit)
-        for h in page:
-            if h.get(META_APP_ID) == self.app_id and h.get(META_CHECKPOINT) is not None:
-                self._ours[int(h[META_CHECKPOINT])] = int(h["version"])
-        self._oldest = min(self._ours, default=0)
-        self._exhausted = len(page) < limit
-        self._reached_start = any(h.get("version") == 0 for h in page)
-        self._read = len(page)
 
     def _adds_of(self, version: int) -> set[str] | None:
         if version not in self._by_version:
