@@ -191,7 +191,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
     def begin_transaction(self, ctx: WriterContext) -> KafkaTransaction:
         """Open the subtask's transaction on ``<prefix>-<sink>-<partition>-<checkpoint mod pool_size>``."""
         return KafkaTransaction.open(
-            self.config, ctx, self.topic_max_message_bytes, self.clients.producer, self.clients.end_offset
+            self.config, ctx, self.topic_max_message_bytes, self.clients.producer, self.clients.end_offsets
         )
 
     def write(self, txn: KafkaTransaction, batch: pa.RecordBatch) -> None:

@@ -270,9 +270,13 @@ class KafkaModel:
         self.events.append(f"{nbytes} bytes of other traffic in {topic}")
 
     @_locked
-    def end_offset(self, conf: Mapping[str, Any], topic: str, partition: int, timeout_s: float) -> int:
-        """ListOffsets(latest) of ``topic[partition]`` (the ``KafkaClients.end_offset`` call)."""
+    def end_offset(self, topic: str, partition: int) -> int:
+        """ListOffsets(latest) of ``topic[partition]``."""
         return self._log(topic, partition).end
+
+    def end_offsets(self, conf: Mapping[str, Any]) -> ModelEndOffsets:
+        """The writer's end-offset client (``KafkaClients.end_offsets``)."""
+        return ModelEndOffsets(self)
 
     def _abort(self, txn_id: str, m: TxnMeta, *, bump: bool) -> None:
         if bump:  # a timed-out transaction is fenced first: its ABORT markers carry the new epoch
@@ -494,6 +498,16 @@ class ModelProducer:
                 self._model.coordinator_of(self._txn_id), self._txn_id, self._pid, self._epoch, False
             )
         self._txn_state = "Ready"
+
+
+class ModelEndOffsets:
+    """``clients.EndOffsets`` answered by :class:`KafkaModel`."""
+
+    def __init__(self, model: KafkaModel) -> None:
+        self._model = model
+
+    def read(self, topic: str, partition: int, timeout_s: float) -> int:
+        return self._model.end_offset(topic, partition)
 
 
 class ModelTransport:

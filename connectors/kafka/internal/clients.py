@@ -36,15 +36,39 @@ class KafkaClients(Protocol):
         """
         ...
 
-    def end_offset(self, conf: dict[str, Any], topic: str, partition: int, timeout_s: float) -> int:
-        """``topic[partition]``'s end offset (ListOffsets latest, read_uncommitted: the high
-        watermark), asked with librdkafka configuration ``conf`` (the producer's, without its
-        transactional settings).
+    def end_offsets(self, conf: dict[str, Any]) -> EndOffsets:
+        """A client that reads partitions' end offsets with librdkafka configuration ``conf`` (the
+        producer's, without its transactional settings). Made when a transaction opens, so that
+        its connections are up by the pre-commit that reads.
+        """
+        ...
+
+
+class EndOffsets(Protocol):
+    """Reads a partition's end offset (ListOffsets latest, read_uncommitted: the high watermark)."""
+
+    def read(self, topic: str, partition: int, timeout_s: float) -> int:
+        """``topic[partition]``'s end offset.
 
         Raises:
             any exception when it cannot be read within ``timeout_s`` (the caller goes on without).
         """
         ...
+
+
+class ConfluentEndOffsets:
+    """:class:`EndOffsets` through a confluent-kafka ``AdminClient`` (ListOffsets, KIP-396)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self._admin = AdminClient(conf)
+
+    def read(self, topic: str, partition: int, timeout_s: float) -> int:
+        spec = {TopicPartition(topic, partition): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
+        futures = self._admin.list_offsets(
+            spec, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s
+        )
+        (answer,) = futures.values()
+        return int(answer.result(timeout=timeout_s).offset)
 
 
 class ConfluentClients:
@@ -56,11 +80,5 @@ class ConfluentClients:
     def transport(self, config: KafkaSinkConfig) -> TransactionTransport:
         return KafkaPythonTransport.connect(config.admin_config())
 
-    def end_offset(self, conf: dict[str, Any], topic: str, partition: int, timeout_s: float) -> int:
-        admin = AdminClient(conf)
-        spec = {TopicPartition(topic, partition): OffsetSpec.latest()}  # type: ignore[no-untyped-call]
-        futures = admin.list_offsets(
-            spec, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout_s
-        )
-        (answer,) = futures.values()
-        return int(answer.result(timeout=timeout_s).offset)
+    def end_offsets(self, conf: dict[str, Any]) -> EndOffsets:
+        return ConfluentEndOffsets(conf)

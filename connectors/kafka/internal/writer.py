@@ -43,6 +43,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaTransactionError
 from twophase.connectors.kafka.internal import naming, security, security_settings, serializers
+from twophase.connectors.kafka.internal.clients import EndOffsets
 from twophase.connectors.kafka.internal.committable import KafkaCommittable
 from twophase.connectors.kafka.internal.producer_callbacks import (
     ProducerErrors,
@@ -67,8 +68,6 @@ _BROKEN_TXN_STATES = frozenset({"AbortableError", "FatalError"})
 _CLIENT_KEY_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "client.", "broker.", "https.")
 """librdkafka settings that reach and log in to the brokers: what the client reading an end offset
 takes from the producer's configuration (none of the producer's own, such as its transactional id)."""
-EndOffsetReader = Callable[[dict[str, Any], str, int, float], int]
-"""``(librdkafka configuration, topic, partition, timeout s) → end offset`` (see ``clients``)."""
 
 
 class TxnState(enum.Enum):
@@ -96,7 +95,7 @@ class KafkaTransaction:
         stats: ProducerStatistics,
         errors: ProducerErrors,
         max_record_bytes: int,
-        end_offset: EndOffsetReader | None = None,
+        end_offsets: EndOffsets | None = None,
     ) -> None:
         self.config = config
         self.ctx = ctx
@@ -110,7 +109,7 @@ class KafkaTransaction:
         """Wall-clock ms before ``init_transactions``: no record or marker of this transaction is
         older (up to clock skew between executor and broker)."""
         self.max_record_bytes = max_record_bytes
-        self._end_offset = end_offset
+        self._end_offsets = end_offsets
         self._producer: Producer | None = producer
         self._stats = stats
         self._errors = errors
@@ -138,7 +137,7 @@ class KafkaTransaction:
         ctx: WriterContext,
         topic_max_message_bytes: int | None = None,
         new_producer: Callable[[dict[str, Any]], Any] = Producer,
-        end_offset: EndOffsetReader | None = None,
+        end_offsets: Callable[[dict[str, Any]], EndOffsets] | None = None,
     ) -> KafkaTransaction:
         """Create the producer for the transactional id of ``ctx``'s attempt and slot,
         ``init_transactions`` (which ends whatever the id's previous checkpoint left open), read
@@ -149,8 +148,9 @@ class KafkaTransaction:
                 driver by ``check_config``); records above it raise RecordError before producing.
             new_producer: makes the producer from librdkafka configuration (confluent-kafka's
                 ``Producer``; a test passes a model's).
-            end_offset: reads a partition's end offset for the committable's ``marker_offset``
-                (``ConfluentClients.end_offset``); ``None``: the committable has none.
+            end_offsets: makes, from librdkafka configuration, the client that reads the end
+                offset for the committable's ``marker_offset`` (``ConfluentClients.end_offsets``);
+                ``None``: the committable has none.
 
         Raises:
             ServiceUnavailableError: ``init_transactions`` kept timing out.
@@ -182,7 +182,7 @@ class KafkaTransaction:
         client_limit = int(conf.get("message.max.bytes", DEFAULT_CLIENT_MAX_MESSAGE_BYTES))
         limit = min(client_limit, topic_max_message_bytes or client_limit) - RECORD_OVERHEAD_BYTES
         producer = new_producer(conf)
-        txn = cls(config, ctx, txn_id, producer, stats, errors, limit, end_offset)
+        txn = cls(config, ctx, txn_id, producer, stats, errors, limit, _end_offsets(config, end_offsets))
         try:
             if security_settings.protocol_of(config.client_config) != "PLAINTEXT":
                 security.await_login(producer, lambda: errors.security, config, ctx.sink_name)
@@ -482,16 +482,11 @@ class KafkaTransaction:
         transaction's marker cannot precede. ``None`` when it cannot be read; the restore then
         searches from ``opened_ms``, as for committables of version 2."""
         first = next(((t, p) for t, p in partitions if p >= 0), None)
-        if self._end_offset is None or first is None:
+        reader, self._end_offsets = self._end_offsets, None
+        if reader is None or first is None:
             return None
-        conf = {
-            k: v
-            for k, v in self.config.producer_config(None).items()
-            if k.startswith(_CLIENT_KEY_PREFIXES) or k == "oauth_cb"
-        }
-        conf["logger"] = rdkafka_log
         try:
-            return self._end_offset(conf, *first, self.config.request_timeout_ms / 1000.0)
+            return reader.read(*first, self.config.request_timeout_ms / 1000.0)
         except Exception as e:  # the commit does not need it; a restore that does says so
             log.warning(
                 "end offset not read; a restore that must find this transaction's marker in the "
@@ -548,6 +543,7 @@ class KafkaTransaction:
         # Never close(): confluent-kafka's close() aborts the transaction. Dropping the last
         # reference destroys the librdkafka handle, which leaves it open.
         self._producer = None
+        self._end_offsets = None
 
     def _raise_if_failed(self) -> None:
         if self._errors.topics_denied:
@@ -569,6 +565,26 @@ class KafkaTransaction:
             raise KafkaTransactionError(
                 f"{self.transactional_id}: {self._errors.count} record(s) failed delivery ({shown})"
             )
+
+
+def _end_offsets(
+    config: KafkaSinkConfig, make: Callable[[dict[str, Any]], EndOffsets] | None
+) -> EndOffsets | None:
+    """The client that will read the end offset at pre-commit, made now so that its connections
+    are up by then; ``None`` (logged) when it cannot be made."""
+    if make is None:
+        return None
+    conf = {
+        k: v
+        for k, v in config.producer_config(None).items()
+        if k.startswith(_CLIENT_KEY_PREFIXES) or k == "oauth_cb"
+    }
+    conf["logger"] = rdkafka_log
+    try:
+        return make(conf)
+    except Exception as e:  # as when it cannot read: the restore searches from opened_ms
+        log.warning("no client for the end offset bootstrap=%s error=%r", config.bootstrap_servers, e)
+        return None
 
 
 def _kv(ctx: WriterContext) -> str:
