@@ -44,6 +44,10 @@ from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 log = logging.getLogger(__name__)
 
+TXN_RETENTION = "delta.setTransactionRetentionDuration"
+"""The table property after which readers drop a ``txn`` (Delta PROTOCOL.md, "Transaction
+Identifiers"); the sink warns when it is set."""
+
 
 @dataclass
 class DeltaTransaction:
@@ -111,6 +115,8 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
             ConfigError: a local table root that cannot be created or written, bad S3 options.
             S3AccessDeniedError: S3 refused for lack of permission (names the IAM action and key).
             ServiceUnavailableError: the table's storage cannot be reached.
+
+        Logs a WARNING when the table sets ``delta.setTransactionRetentionDuration``.
         """
         data_json = delta_schema_json(project_schema(schema, self.config.columns), self.config.partition_by)
         self._check_root()
@@ -134,6 +140,19 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
                 f"the sink by {list(self.config.partition_by)}"
             )
         new_columns(table.schema().to_json(), data_json, merge_schema=self.config.merge_schema)
+        retention = table.metadata().configuration.get(TXN_RETENTION)
+        if retention is not None:
+            # not refused: the property may be set at any time later, and the committer decides
+            # from the table's files and log without the txn; only an outage past the log's
+            # retention too cannot be decided (DESIGN.md §7)
+            log.warning(
+                "the table sets %s=%r: a checkpoint re-committed after a stop longer than that is "
+                "decided from the Delta log, and fails FATAL once its log entries are cleaned up too "
+                "(delta.logRetentionDuration); unset it to keep the txn",
+                TXN_RETENTION,
+                retention,
+                extra={"sink": self.name, "table": self.config.table_uri},
+            )
 
     # --- executor side -----------------------------------------------------------------------
 

@@ -132,3 +132,12 @@ def test_a_new_checkpoint_after_txn_expired_and_log_cleanup_commits(
     with mock.patch("twophase.connectors.delta.internal.lingering.CLOCK_SKEW_ALLOWANCE_MS", 0):
         assert restarted.commit_checkpoint(3, three) is CommitOutcome.COMMITTED
     assert read_ids(table_path) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_validate_warns_of_a_txn_retention_by_name(
+    make_sink: Sink, committed_two: list[DeltaCommittable], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        make_sink(table_configuration=RETENTION).validate(pa.schema([("id", pa.int64())]))
+    named = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("delta.setTransactionRetentionDuration='interval 1 hour'" in line for line in named), named
