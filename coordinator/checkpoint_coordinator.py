@@ -44,6 +44,7 @@ from twophase.coordinator.checkpoint_state import (
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.committed_marker import CommittedMarker
 from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
@@ -55,7 +56,12 @@ from twophase.coordinator.subtask_lifecycle import (
 )
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import CheckpointNotPublishedError, ConfigError, IllegalTransitionError
+from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
+    ConfigError,
+    DriverFencedError,
+    IllegalTransitionError,
+)
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,8 @@ class CheckpointCoordinator:
         restored: the checkpoint restored from, if any (in-progress state, fully finished sinks).
         marker: the job's committed marker: told of each published checkpoint, and written by
             whichever thread lands the commit of everything the checkpoint holds.
+        fence: this driver's epoch: checked before every publish and every commit, so a driver
+            a newer one fenced neither publishes nor commits (issue #43).
 
     Not thread-safe: one driver thread drives it.
     """
@@ -95,6 +103,7 @@ class CheckpointCoordinator:
         first_checkpoint_id: int = 1,
         restored: CheckpointMetadata | None = None,
         marker: CommittedMarker | None = None,
+        fence: DriverFence | None = None,
     ) -> None:
         self.job_id = job_id
         self.sinks: dict[str, AnySink] = {s.name: s for s in sinks}
@@ -118,6 +127,7 @@ class CheckpointCoordinator:
         self.parallelism: dict[str, int] = {}
         self.restored = restored
         self.marker = marker
+        self._fence = fence
         if restored is not None:
             self._completed_ids.add(restored.checkpoint_id)
             self.fully_finished.update(restored.fully_finished)
@@ -329,6 +339,7 @@ class CheckpointCoordinator:
         Raises:
             IllegalTransitionError: not pending, not fully acknowledged, or an older one pending.
             CheckpointNotPublishedError: not published. Anything else from the storage: unknown.
+            DriverFencedError: a newer driver claimed the job; the checkpoint is aborted unpublished.
         """
         pc = self.pending(checkpoint_id)
         if not pc.is_fully_acknowledged:
@@ -349,7 +360,12 @@ class CheckpointCoordinator:
         metadata, decoded = self.build_metadata(pc)
         self._fault("before_persist")
         try:
+            if self._fence is not None:
+                self._fence.check(f"publishing checkpoint {checkpoint_id}")
             ref = self.storage.publish(metadata)
+        except DriverFencedError as e:  # not published: nothing of this driver's epoch may land
+            self.abort_checkpoint(checkpoint_id, f"driver fenced: {e}")
+            raise
         except CheckpointNotPublishedError as e:  # proven not visible: nothing may hold them
             self.abort_checkpoint(checkpoint_id, f"persist failed: {e!r}")
             raise
@@ -403,6 +419,7 @@ class CheckpointCoordinator:
 
         Raises:
             IllegalTransitionError: ``checkpoint_id`` never completed (pending, aborted or unknown).
+            DriverFencedError: a newer driver claimed the job; nothing is committed.
             TransactionLostError, CommitFailedError: from the committer (synchronous commit).
         """
         if checkpoint_id not in self._completed_ids:
@@ -410,6 +427,8 @@ class CheckpointCoordinator:
                 "ABORTED" if checkpoint_id in self._aborted else "UNKNOWN"
             )  # fmt: skip
             raise IllegalTransitionError(f"checkpoint {checkpoint_id}", state, "notify_checkpoint_complete")
+        if self._fence is not None:  # the newer driver's restore commits it
+            self._fence.check(f"committing checkpoint {checkpoint_id}")
         started = time.perf_counter()
         commits: list[PendingTransaction[Any]] = []
         aborts: list[PendingTransaction[Any]] = []

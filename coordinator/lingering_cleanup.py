@@ -15,6 +15,7 @@ from typing import Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
+from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.lingering import ALL_CHECKPOINTS, HeldCommittables, held_decoded
 from twophase.coordinator.metrics import SinkMetricsRecorder
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -34,12 +35,19 @@ class LingeringCleanup:
         job_id: the job.
         checkpoints: the runtime's completed checkpoints (read, never changed).
         sink_metrics: where the per-sink count of aborted lingering transactions goes.
+        fence: this driver's epoch, checked before each cleanup: a fenced driver aborts nothing,
+            since the newer driver's open transactions are not in the checkpoints it read.
     """
 
     def __init__(
-        self, job_id: str, checkpoints: CompletedCheckpointStore, sink_metrics: SinkMetricsRecorder
+        self,
+        job_id: str,
+        checkpoints: CompletedCheckpointStore,
+        sink_metrics: SinkMetricsRecorder,
+        fence: DriverFence | None = None,
     ) -> None:
         self.job_id = job_id
+        self._fence = fence
         self._checkpoints = checkpoints
         self._sink_metrics = sink_metrics
         self._restore_held: dict[str, tuple[JsonObject, ...]] = {}
@@ -107,8 +115,11 @@ class LingeringCleanup:
         running job, which a sink may put off (:class:`~twophase.sinks.context.LingeringScope`).
 
         Raises:
+            DriverFencedError: a newer driver claimed the job.
             Whatever the sink's ``abort_lingering`` raises, and the errors of :meth:`held`.
         """
+        if self._fence is not None:
+            self._fence.check(f"aborting lingering transactions of sink {sink.name!r}")
         scope = self.held(sink, coord, extra).scope(self.job_id, sink.name, up_to, routine=routine)
         n = sink.abort_lingering(scope)
         last_meta = self._checkpoints.last

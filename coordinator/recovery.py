@@ -187,10 +187,14 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     lingers with everything retained held. Leaves the job state to the caller.
 
     Raises:
+        DriverFencedError: a newer driver of the job claimed it.
         CorruptCheckpointError: the checkpoint is unreadable (no silent fallback).
         JobError: the checkpoint holds a sink this job does not have.
         TransactionLostError, CommitFailedError: a re-commit failed.
     """
+    # before reading anything: a restore whose listing raced a stale driver's publish is fenced
+    # off by it once this claim is visible (issue #43)
+    s.fence.claim()
     if s.coord is not None:
         s.replace_committer()
     refs = s.storage.list_checkpoints()
@@ -256,6 +260,7 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         first_checkpoint_id=max_id + 1,
         restored=meta,
         marker=s.checkpoints.marker,
+        fence=s.fence,
     )
     s.begin_run(id_floor, coord)
     lingering = {

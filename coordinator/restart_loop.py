@@ -17,6 +17,7 @@ from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransi
 from twophase.coordinator.restart import RestartTracker
 from twophase.sinks.errors import (
     CorruptCheckpointError,
+    DriverFencedError,
     IllegalTransitionError,
     JobError,
     TransactionLostError,
@@ -126,14 +127,17 @@ def run_with_restarts(
         sleep: sleeps the restart delays (seconds).
 
     Raises:
-        JobCanceledError: canceled. The last error: the strategy is exhausted (job FAILED), or an
-        ``IllegalTransitionError`` (a protocol mistake in ``body``; the job is FAILED).
+        JobCanceledError: canceled. The last error: the strategy is exhausted (job FAILED), an
+        ``IllegalTransitionError`` (a protocol mistake in ``body``; the job is FAILED), or a
+        ``DriverFencedError`` (a newer driver owns the job; never restarted).
     """
     retrying = Retrying(
         stop=runtime.restarts.as_stop(),
         wait=runtime.restarts.as_wait(),
         sleep=sleep,
-        retry=retry_if_exception(lambda e: not isinstance(e, (JobCanceledError, IllegalTransitionError))),
+        retry=retry_if_exception(
+            lambda e: not isinstance(e, (JobCanceledError, IllegalTransitionError, DriverFencedError))
+        ),
         reraise=True,
     )
     lifecycle = runtime.lifecycle

@@ -24,6 +24,7 @@ from twophase.coordinator.clock import Clock
 from twophase.coordinator.commit_policy import CommitterMetrics
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
+from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.lingering_cleanup import LingeringCleanup
@@ -84,7 +85,8 @@ class RunState:
         self.past_committer_metrics: list[CommitterMetrics] = []
         self._coord: CheckpointCoordinator | None = None
         self.checkpoints = CompletedCheckpointStore(job_id, storage)
-        self.lingering = LingeringCleanup(job_id, self.checkpoints, self.sink_metrics)
+        self.fence = DriverFence(job_id, storage, clock)
+        self.lingering = LingeringCleanup(job_id, self.checkpoints, self.sink_metrics, self.fence)
         self._epochs_since_restore = 0
         self._max_triggered = 0
         self._id_floor = IdFloor()

@@ -55,7 +55,13 @@ from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError, error_summary
+from twophase.sinks.errors import (
+    ConfigError,
+    DriverFencedError,
+    IllegalTransitionError,
+    JobError,
+    error_summary,
+)
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -155,6 +161,12 @@ class JobRuntime:
     def state(self) -> JobState:
         """The job's state."""
         return self._s.lifecycle.state
+
+    @property
+    def driver_epoch(self) -> int | None:
+        """This driver's epoch of the job (claimed by the first restore; ``None`` before it).
+        A newer driver's claim fences this one (:class:`~twophase.sinks.errors.DriverFencedError`)."""
+        return self._s.fence.epoch
 
     @property
     def coordinator(self) -> CheckpointCoordinator:
@@ -446,6 +458,7 @@ class JobRuntime:
 
         Raises:
             JobError: the restart strategy is exhausted; the job is FAILED.
+            DriverFencedError: ``error`` was: a fenced driver is never restarted; the job is FAILED.
             JobCanceledError: the job was canceled.
             plus the errors of :meth:`restore` (the job is FAILING again: call ``failover`` again).
         """
@@ -454,6 +467,9 @@ class JobRuntime:
             s.check_canceled()
             s.fail(error)
             s.lifecycle.require(JobState.FAILING, action="failover")
+            if isinstance(error, DriverFencedError):  # the job belongs to the newer driver now
+                s.lifecycle.transition(JobTransition.GIVE_UP)
+                raise error
             delay = s.restarts.try_restart()
             if delay is None:
                 s.lifecycle.transition(JobTransition.GIVE_UP)

@@ -101,6 +101,18 @@ class JobError(TwoPhaseError, RuntimeError):
     """A job cannot run as asked (e.g. the stored Spark query id differs from the Spark checkpoint's)."""
 
 
+class DriverFencedError(JobError):
+    """A newer driver of the same job claimed it (issue #43): this driver stops publishing,
+    committing and cleaning up, and is not restarted. The message is one line naming this
+    driver's epoch and the newer one's (where and when it started).
+
+    Two drivers of one job are ordinary on YARN (an application-master retry while the old one
+    runs), on Kubernetes (a replaced driver pod) and with schedulers that retry; as Flink's
+    leader election does for its JobManager, the newest claim wins (``_drivers/`` in checkpoint
+    storage, :class:`~twophase.coordinator.driver_fence.DriverFence`).
+    """
+
+
 class LingeringCleanupError(TwoPhaseError, RuntimeError):
     """Lingering cleanup could not abort every lingering transaction it found; it went on past each
     failure, aborted all the others, and names each one it could not (the first is the cause)."""

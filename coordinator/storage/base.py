@@ -5,6 +5,7 @@ Layout under a base location, per job::
     <base>/<job-id>/chk-<n>/_metadata                  checkpoints (retained: the last N)
     <base>/<job-id>/chk-<n>/_final                     empty marker of a final checkpoint
     <base>/<job-id>/savepoints/sp-<n>/_metadata        savepoints (never deleted automatically)
+    <base>/<job-id>/_drivers/driver-<e>                driver epochs (the newest claim owns the job)
 
 (naming as pure functions: :mod:`twophase.coordinator.storage.layout`). Checkpoints and savepoints share one
 id sequence: an id names at most one of them. Final checkpoints count as checkpoints for retention;
@@ -116,4 +117,41 @@ class CheckpointStorage(Protocol):
 
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted."""
+        ...
+
+    def driver_epochs(self) -> list[int]:
+        """Every driver epoch claimed for the job and not yet pruned, ascending (issue #43).
+
+        Raises:
+            CheckpointStorageError: storage cannot be listed.
+        """
+        ...
+
+    def create_driver_epoch(self, epoch: int, record: bytes) -> bool:
+        """Create ``_drivers/driver-<epoch>`` holding ``record``, only if it does not exist (the
+        same conditional create as a publish: a link, ``If-None-Match: *``).
+
+        Returns:
+            True if this call created it; False if it existed (another driver claimed it).
+
+        Raises:
+            CheckpointStorageError: it cannot be written, or the outcome is unknown.
+        """
+        ...
+
+    def read_driver_epoch(self, epoch: int) -> bytes | None:
+        """The record of driver epoch ``epoch``, or ``None`` if it is gone.
+
+        Raises:
+            CheckpointStorageError: storage cannot be read.
+        """
+        ...
+
+    def prune_driver_epochs(self, below: int) -> None:
+        """Delete the claims of driver epochs below ``below``. Idempotent; never deletes ``below``
+        itself, so a fenced driver always still sees a newer epoch than its own.
+
+        Raises:
+            CheckpointStorageError: a deletion failed.
+        """
         ...

@@ -40,7 +40,9 @@ def decode_metadata(
         location: the file path or ``s3://`` URI, for error messages.
         job_id: if given, the metadata must belong to this job.
         expected: if given, the metadata's id and kind must match the listing's ref (a final
-            checkpoint lives under ``chk-<n>`` with a ``_final`` marker; a savepoint under ``sp-<n>``).
+            checkpoint lives under ``chk-<n>`` with a ``_final`` marker; a savepoint under
+            ``sp-<n>``). Final against plain is no corruption: the marker is a separate object that
+            a losing publish of another driver may leave or remove (issue #43); ``_metadata`` decides.
 
     Raises:
         CorruptCheckpointError: not JSON or a damaged zlib stream, unknown format or version,
@@ -61,7 +63,18 @@ def decode_metadata(
                 f"corrupt checkpoint metadata {location}: it records checkpoint id {meta.checkpoint_id}, "
                 f"but is stored as {expected.checkpoint_id}"
             )
-        if meta.kind is not expected.kind:
+        if {meta.kind, expected.kind} == {CheckpointKind.FINAL, CheckpointKind.CHECKPOINT}:
+            # the _final marker is a separate object: two drivers publishing one id leave it
+            # beside the winner's _metadata, or remove it; the kind inside _metadata decides
+            log_event(
+                log,
+                logging.WARNING,
+                "final marker disagrees with the checkpoint; its metadata decides",
+                location=location,
+                kind=meta.kind.value,
+                listed_as=expected.kind.value,
+            )
+        elif meta.kind is not expected.kind:
             raise CorruptCheckpointError(
                 f"corrupt checkpoint metadata {location}: it records kind {meta.kind.value!r}, "
                 f"but is stored as {expected.kind.value!r}"

@@ -6,6 +6,7 @@ Layout relative to ``<base>/<job-id>/`` (DESIGN.md §5)::
     chk-<n>/_final                 empty marker: chk-<n> is a final checkpoint (written before _metadata)
     chk-<n>/_committed             empty marker: every transaction chk-<n> holds is committed
     savepoints/sp-<n>/_metadata    a savepoint
+    _drivers/driver-<e>            one driver's claim of the job (driver epoch ``e``; the newest wins)
 
 ``<n>`` is the decimal checkpoint id without leading zeros (≥ 1). Ids are ordered numerically,
 never lexicographically (``chk-10`` is newer than ``chk-9``). Checkpoints and savepoints share one
@@ -30,6 +31,10 @@ COMMITTED_MARKER_NAME = "_committed"
 has nothing to re-commit (Kafka cannot tell a long-committed transaction from an aborted one once
 its id was reused or expired)."""
 SAVEPOINTS_DIR = "savepoints"
+DRIVERS_DIR = "_drivers"
+"""Driver epochs: each driver of the job creates ``driver-<e>`` here, conditionally, before it
+publishes anything; a driver that sees a newer one is fenced (issue #43)."""
+DRIVER_PREFIX = "driver-"
 CHECKPOINT_PREFIX = "chk-"
 SAVEPOINT_PREFIX = "sp-"
 TEMP_INFIX = ".tmp-"
@@ -39,6 +44,7 @@ MAX_JOB_ID_LENGTH = 200
 
 _CHK_RE = re.compile(r"chk-([1-9][0-9]*)")
 _SP_RE = re.compile(r"sp-([1-9][0-9]*)")
+_DRIVER_RE = re.compile(r"driver-([1-9][0-9]*)")
 
 
 def committed_marker_of(metadata_location: str) -> str:
@@ -107,6 +113,18 @@ def parse_checkpoint_dir(name: str) -> int | None:
 def parse_savepoint_dir(name: str) -> int | None:
     """The id of an ``sp-<n>`` directory name, or ``None`` for any other name."""
     m = _SP_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def driver_epoch_name(epoch: int) -> str:
+    """``driver-<e>``: the claim of driver epoch ``epoch``, relative to ``_drivers/``."""
+    _check_id(epoch)
+    return f"{DRIVER_PREFIX}{epoch}"
+
+
+def parse_driver_epoch(name: str) -> int | None:
+    """The epoch of a ``driver-<e>`` name, or ``None`` for any other name."""
+    m = _DRIVER_RE.fullmatch(name)
     return int(m.group(1)) if m else None
 
 

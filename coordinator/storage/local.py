@@ -249,6 +249,86 @@ class LocalCheckpointStorage:
             log, logging.WARNING, "publish answered an error but our checkpoint is in place", path=target
         )
 
+    # -- driver epochs (issue #43) ---------------------------------------------------------------
+
+    @property
+    def drivers_dir(self) -> Path:
+        """``<job>/_drivers``: one file per driver epoch."""
+        return self.job_dir / layout.DRIVERS_DIR
+
+    def driver_epochs(self) -> list[int]:
+        """Every driver epoch claimed and not pruned, ascending.
+
+        Raises:
+            CheckpointStorageError: the directory cannot be listed.
+        """
+        try:
+            names = os.listdir(self.drivers_dir)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise CheckpointStorageError(f"cannot list driver epochs in {self.drivers_dir}: {e}") from e
+        return sorted(e for e in map(layout.parse_driver_epoch, names) if e is not None)
+
+    def create_driver_epoch(self, epoch: int, record: bytes) -> bool:
+        """Create ``_drivers/driver-<epoch>`` with ``record`` by the publish's own steps (temp
+        file, fsync, link that never overwrites, directory fsync); False if it exists.
+
+        Raises:
+            CheckpointStorageError: it cannot be written, or its outcome is unknown.
+        """
+        target = self.drivers_dir / layout.driver_epoch_name(epoch)
+        try:
+            created = self._ensure_dir(target.parent)
+            tmp = self._write_temp(target, record)
+        except OSError as e:
+            raise CheckpointStorageError(f"cannot claim driver epoch {epoch} at {target}: {e}") from e
+        try:
+            self._link(tmp, target, record)
+        except CheckpointPublishUnknownError:
+            raise
+        except CheckpointNotPublishedError:
+            if os.path.lexists(target):
+                return False  # another driver's claim
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        try:
+            for d in {target.parent, *(c.parent for c in created)}:
+                _fsync_dir(d)
+        except OSError as e:
+            raise CheckpointStorageError(f"driver epoch {epoch} at {target} may not be durable: {e}") from e
+        return True
+
+    def read_driver_epoch(self, epoch: int) -> bytes | None:
+        """The record of driver epoch ``epoch``, or ``None`` if it is gone.
+
+        Raises:
+            CheckpointStorageError: it cannot be read.
+        """
+        path = self.drivers_dir / layout.driver_epoch_name(epoch)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise CheckpointStorageError(f"cannot read driver epoch {path}: {e}") from e
+
+    def prune_driver_epochs(self, below: int) -> None:
+        """Delete the claims of driver epochs below ``below``. Idempotent.
+
+        Raises:
+            CheckpointStorageError: a deletion failed.
+        """
+        for epoch in self.driver_epochs():
+            if epoch < below:
+                path = self.drivers_dir / layout.driver_epoch_name(epoch)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as e:
+                    raise CheckpointStorageError(f"cannot delete driver epoch {path}: {e}") from e
+
     # -- read ----------------------------------------------------------------------------------
 
     def list_checkpoints(self) -> list[CheckpointRef]:

@@ -310,6 +310,86 @@ class S3CheckpointStorage:
                 f"S3 write of {self.uri(marker)} failed: {explain(e, self.bucket, marker)}"
             ) from e
 
+    # -- driver epochs (issue #43) ---------------------------------------------------------------
+
+    def driver_key(self, epoch: int) -> str:
+        """Key of driver epoch ``epoch``'s claim."""
+        return f"{self.job_prefix}{layout.DRIVERS_DIR}/{layout.driver_epoch_name(epoch)}"
+
+    def driver_epochs(self) -> list[int]:
+        """Every driver epoch claimed and not pruned, ascending.
+
+        Raises:
+            CheckpointStorageError: listing failed.
+        """
+        prefix = f"{self.job_prefix}{layout.DRIVERS_DIR}/"
+        epochs = (layout.parse_driver_epoch(k[len(prefix) :]) for k in self._list_keys(prefix))
+        return sorted(e for e in epochs if e is not None)
+
+    def create_driver_epoch(self, epoch: int, record: bytes) -> bool:
+        """One conditional PUT (``If-None-Match: *``) of the claim; a 412 is read back, since a
+        retried PUT of ours may have landed first (records differ per driver).
+
+        Returns:
+            True if this driver's claim is stored; False if another driver's is.
+
+        Raises:
+            CheckpointStorageError: the PUT was refused otherwise, or failed after its retries.
+        """
+        key = self.driver_key(epoch)
+        try:
+            self._call(
+                "PutObject",
+                key,
+                lambda: self._client.put_object(Bucket=self.bucket, Key=key, Body=record, IfNoneMatch="*"),
+            )
+        except ClientError as e:
+            if error_code(e) not in PRECONDITION_FAILED_CODES and http_status(e) != 412:
+                raise CheckpointStorageError(
+                    f"cannot claim driver epoch {epoch} at {self.uri(key)}: {explain(e, self.bucket, key)}"
+                ) from e
+            return self.read_driver_epoch(epoch) == record
+        return True
+
+    def read_driver_epoch(self, epoch: int) -> bytes | None:
+        """The record of driver epoch ``epoch``, or ``None`` if it is gone.
+
+        Raises:
+            CheckpointStorageError: S3 unavailable after retries, or the read was refused.
+        """
+        key = self.driver_key(epoch)
+        try:
+            return self._call(
+                "GetObject", key, lambda: self._client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            )
+        except ClientError as e:
+            if error_code(e) in NOT_FOUND_CODES:
+                return None
+            raise CheckpointStorageError(
+                f"cannot read driver epoch {self.uri(key)}: {explain(e, self.bucket, key)}"
+            ) from e
+
+    def prune_driver_epochs(self, below: int) -> None:
+        """Delete the claims of driver epochs below ``below``. Idempotent.
+
+        Raises:
+            CheckpointStorageError: a deletion was refused.
+        """
+        for epoch in self.driver_epochs():
+            if epoch < below:
+                key = self.driver_key(epoch)
+
+                def delete(k: str = key) -> object:
+                    return self._client.delete_object(Bucket=self.bucket, Key=k)
+
+                try:
+                    self._call("DeleteObject", key, delete)
+                except ClientError as e:
+                    if error_code(e) not in NOT_FOUND_CODES:
+                        raise CheckpointStorageError(
+                            f"cannot delete {self.uri(key)}: {explain(e, self.bucket, key)}"
+                        ) from e
+
     # -- read ----------------------------------------------------------------------------------
 
     def _list_keys(self, prefix: str) -> list[str]:

@@ -66,6 +66,12 @@ class InMemoryCheckpointStorage:
         published: ids published so far, in order (including ones deleted since).
         refuse_markers: how many more ``mark_committed`` calls fail (a storage outage, or the
             driver dying between a commit and its marker, as far as the marker is concerned).
+        between_check_and_put: test hook called with the metadata after the existence check and
+            before the ``_final`` marker and the conditional create of ``_metadata``, outside the
+            store's lock: the S3 backend's separate steps, which another driver of the job may
+            interleave (issue #43).
+        next_driver_listing: if set, what the next ``driver_epochs`` answers, once: a LIST
+            answered before a newer driver's claim landed (issue #43).
 
     Raises:
         ConfigError: ``job_id`` is not a safe path segment.
@@ -78,6 +84,8 @@ class InMemoryCheckpointStorage:
         self.after_publish_hook: Callable[[CheckpointMetadata], None] | None = None
         self.published: list[int] = []
         self.refuse_markers = 0
+        self.between_check_and_put: Callable[[CheckpointMetadata], None] | None = None
+        self.next_driver_listing: list[int] | None = None
 
     def __repr__(self) -> str:
         return f"InMemoryCheckpointStorage({self.job_id!r})"
@@ -105,12 +113,9 @@ class InMemoryCheckpointStorage:
         """
         check_publishable(metadata, self.job_id)
         cid, kind = metadata.checkpoint_id, metadata.kind
+        target = self.location(cid, kind)
         with self.store.lock:
-            for k in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT):
-                if self.location(cid, k) in self.store.files:
-                    raise CheckpointNotPublishedError(
-                        f"checkpoint {cid} of job {self.job_id!r} exists: {self.location(cid, k)}"
-                    )
+            self._refuse_existing(cid)
             if self.publish_hook is not None:
                 try:
                     self.publish_hook(metadata)
@@ -118,9 +123,16 @@ class InMemoryCheckpointStorage:
                     raise
                 except Exception as e:  # a refused write: nothing landed
                     raise CheckpointNotPublishedError(f"cannot publish checkpoint {cid}: {e}") from e
-            target = self.location(cid, kind)
+        if self.between_check_and_put is not None:
+            self.between_check_and_put(metadata)
+        with self.store.lock:
+            # the _final marker, a separate object written before _metadata as on S3 (a stale one
+            # must not mark a plain checkpoint); then the conditional create (If-None-Match: *)
             if kind is CheckpointKind.FINAL:
                 self.store.files[self._final_marker(cid)] = b""
+            else:
+                self.store.files.pop(self._final_marker(cid), None)
+            self._refuse_existing(cid)
             self.store.files[target] = metadata.dumps()
             self.published.append(cid)
             if self.after_publish_hook is not None:
@@ -138,6 +150,13 @@ class InMemoryCheckpointStorage:
             location=target,
         )
         return CheckpointRef(cid, kind, target)
+
+    def _refuse_existing(self, cid: int) -> None:
+        for k in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT):
+            if self.location(cid, k) in self.store.files:
+                raise CheckpointNotPublishedError(
+                    f"checkpoint {cid} of job {self.job_id!r} exists: {self.location(cid, k)}"
+                )
 
     def list_checkpoints(self) -> list[CheckpointRef]:
         """All published checkpoints and savepoints of the job, ascending by id."""
@@ -243,6 +262,42 @@ class InMemoryCheckpointStorage:
         for ref in doomed:
             self.delete(ref)
         return doomed
+
+    # -- driver epochs (issue #43) ---------------------------------------------------------------
+
+    def _driver_key(self, epoch: int) -> str:
+        return f"{SCHEME}{self.job_id}/{layout.DRIVERS_DIR}/{layout.driver_epoch_name(epoch)}"
+
+    def driver_epochs(self) -> list[int]:
+        """Every driver epoch claimed and not pruned, ascending (or :attr:`next_driver_listing`, once)."""
+        if self.next_driver_listing is not None:
+            listing, self.next_driver_listing = self.next_driver_listing, None
+            return listing
+        prefix = f"{SCHEME}{self.job_id}/{layout.DRIVERS_DIR}/"
+        with self.store.lock:
+            names = [n[len(prefix) :] for n in self.store.files if n.startswith(prefix)]
+        return sorted(e for e in map(layout.parse_driver_epoch, names) if e is not None)
+
+    def create_driver_epoch(self, epoch: int, record: bytes) -> bool:
+        """Create the claim of ``epoch`` if absent; False if another driver holds it."""
+        with self.store.lock:
+            key = self._driver_key(epoch)
+            if key in self.store.files:
+                return self.store.files[key] == record
+            self.store.files[key] = record
+            return True
+
+    def read_driver_epoch(self, epoch: int) -> bytes | None:
+        """The record of driver epoch ``epoch``, or ``None``."""
+        with self.store.lock:
+            return self.store.files.get(self._driver_key(epoch))
+
+    def prune_driver_epochs(self, below: int) -> None:
+        """Delete the claims of driver epochs below ``below``."""
+        with self.store.lock:
+            for epoch in self.driver_epochs():
+                if epoch < below:
+                    self.store.files.pop(self._driver_key(epoch), None)
 
     # -- test helpers ---------------------------------------------------------------------------
 

@@ -1,0 +1,213 @@
+"""Model-based test of two drivers of one job at once (issue #43 item 2, DESIGN.md §12).
+
+Random lives in which drivers of one job start while older ones still run (a YARN application
+master retried, a Kubernetes driver pod replaced), each driving the real runtime over one shared
+checkpoint store whose publish takes the S3 backend's separate steps (existence check, ``_final``
+marker, conditional create: :class:`~support.memory_storage.InMemoryCheckpointStorage`). The
+races it draws:
+
+- an older driver's epoch publishes between the newest driver's existence check and its
+  conditional create, for a plain or a FINAL checkpoint of the same id;
+- an older driver's fence check reads a listing answered before the newest claim landed (the
+  check-then-publish window), so its publish may still land;
+- epochs of any driver, the newest driver dying and another starting.
+
+The accounting: a published checkpoint promises its epoch's records once; at the end a last
+driver restores, finishes, and the JSON-lines reference sink's reader finds every promised record
+exactly once and nothing else. No restore may ever find the store unloadable.
+``TWOPHASE_MODEL_EXAMPLES`` (default 30) and ``TWOPHASE_MODEL_SEED`` as the protocol model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from support.clock import ManualClock
+from support.file_sink import JsonLinesFileSink, read_committed
+from support.harness import TwoPhaseHarness, batch
+from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
+
+from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.sinks.errors import CheckpointStorageError, DriverFencedError
+
+JOB = "two-drivers"
+SINK = "a"
+
+
+class Driver:
+    """One driver process: its runtime over its own view of the shared store."""
+
+    def __init__(self, store: MemoryStore, out: Path, clock: ManualClock) -> None:
+        self.storage = InMemoryCheckpointStorage(JOB, store)
+        self.harness = TwoPhaseHarness(
+            [JsonLinesFileSink(SINK, out)],
+            job_id=JOB,
+            storage=self.storage,
+            clock=clock,
+            config=RuntimeConfig(),
+        )
+        self.fenced = False
+        self.dead = False
+
+    @property
+    def live(self) -> bool:
+        return not (self.fenced or self.dead)
+
+
+class TwoDrivers(RuleBasedStateMachine):
+    """Drivers of one job racing on one checkpoint store; see the module docstring."""
+
+    @initialize()
+    def start(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="twophase-two-drivers-"))
+        self.out = self.tmp / "out"
+        self.store = MemoryStore()
+        self.clock = ManualClock()
+        self.drivers: list[Driver] = []
+        self.promised: Counter[str] = Counter()
+        self.finished = False
+        self.next_key = 0
+        self.start_driver()
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def keys(self, n: int) -> list[str]:
+        first, self.next_key = self.next_key, self.next_key + n
+        return [f"k{i}" for i in range(first, first + n)]
+
+    def live(self) -> list[Driver]:
+        return [d for d in self.drivers if d.live]
+
+    def act(self, driver: Driver, keys: list[str], body: Callable[[], Any]) -> None:
+        """Run ``body`` on ``driver``: a publish that landed promises ``keys``; a fenced driver
+        stops for good; any other failure fails over as the restart loop would."""
+        before = len(driver.storage.published)
+        try:
+            body()
+        except DriverFencedError as e:
+            driver.fenced = True
+            with contextlib.suppress(DriverFencedError):
+                driver.harness.runtime.failover(e)
+            assert driver.harness.job_state() is JobState.FAILED, "a fenced driver must not restart"
+        except CheckpointStorageError as e:  # the other driver's publish of the id won
+            self.failover(driver, e)
+        finally:
+            if len(driver.storage.published) > before:
+                self.promised.update(keys)
+
+    def failover(self, driver: Driver, error: BaseException) -> None:
+        try:
+            driver.harness.runtime.failover(error)
+        except DriverFencedError:
+            driver.fenced = True
+
+    def start_driver(self) -> None:
+        driver = Driver(self.store, self.out, self.clock)
+        self.drivers.append(driver)
+        driver.harness.restore()  # never unloadable (CorruptCheckpointError fails the test)
+        if driver.harness.job_state() is JobState.FINISHED:
+            self.finished = True
+
+    # -- rules ------------------------------------------------------------------------------------
+
+    @precondition(lambda self: not self.finished and len([d for d in self.drivers if d.live]) < 3)
+    @rule()
+    def another_driver_starts(self) -> None:
+        self.start_driver()
+
+    @precondition(lambda self: not self.finished)
+    @rule(pick=st.integers(0, 3), partitions=st.integers(1, 3))
+    def epoch(self, pick: int, partitions: int) -> None:
+        live = self.live()
+        if not live:
+            return
+        driver = live[pick % len(live)]
+        keys = self.keys(partitions)
+        self.act(driver, keys, lambda: driver.harness.write_epoch([[batch([k])] for k in keys]))
+
+    @precondition(lambda self: not self.finished and len([d for d in self.drivers if d.live]) >= 2)
+    @rule(final=st.booleans(), stale_listing=st.booleans())
+    def publishes_race(self, final: bool, stale_listing: bool) -> None:
+        live = self.live()
+        older, newest = live[0], live[-1]
+        # a LIST answered before the newest claim landed: only while that claim is the newest
+        # driver's first step, not after a whole epoch of it (a stall that long between a check
+        # and a PUT is the window every lease without a fencing token at the resource has)
+        stale_listing = stale_listing and not newest.storage.published
+        older_keys = self.keys(1)
+        epoch = older.harness.begin_epoch(1)
+        epoch.acknowledge_all(older.harness.write_partitions(epoch.plan(), [[batch(older_keys)]]))
+        if stale_listing:  # its next LIST was answered before the newest claim landed
+            epochs = older.storage.driver_epochs()
+            older.storage.next_driver_listing = [
+                e for e in epochs if e != newest.harness.runtime.driver_epoch
+            ]
+
+        def older_publishes(_: object) -> None:
+            newest.storage.between_check_and_put = None
+            self.act(older, older_keys, lambda: older.harness.complete(epoch))
+
+        newest.storage.between_check_and_put = older_publishes
+        try:
+            if final:
+                self.act(newest, [], newest.harness.runtime.finish)
+                if newest.harness.job_state() is JobState.FINISHED:
+                    self.finished = True
+            else:
+                newest_keys = self.keys(1)
+                self.act(newest, newest_keys, lambda: newest.harness.write_epoch([[batch(newest_keys)]]))
+        finally:
+            newest.storage.between_check_and_put = None
+            older.storage.next_driver_listing = None
+
+    @rule()
+    def newest_driver_dies_and_another_starts(self) -> None:
+        live = self.live()
+        if live:
+            live[-1].harness.runtime.abandon()
+            live[-1].dead = True
+        self.start_driver()
+
+    def teardown(self) -> None:
+        try:
+            if hasattr(self, "drivers"):
+                last = Driver(self.store, self.out, self.clock)
+                last.harness.restore()
+                if last.harness.job_state() is not JobState.FINISHED:
+                    last.harness.runtime.finish()
+                seen = Counter(r["key"] for r in read_committed(self.out, SINK))
+                twice = sorted(k for k, n in seen.items() if n > 1)
+                assert not twice, f"landed more than once: {twice}"
+                unpromised = sorted(set(seen) - set(self.promised))
+                assert not unpromised, f"landed without a published checkpoint: {unpromised}"
+                missing = sorted(set(self.promised) - set(seen))
+                assert not missing, f"published but never committed: {missing}"
+        finally:
+            if hasattr(self, "tmp"):
+                shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+TwoDrivers.TestCase.settings = settings(
+    max_examples=int(os.environ.get("TWOPHASE_MODEL_EXAMPLES", "30")),
+    stateful_step_count=12,
+    deadline=None,
+    derandomize="TWOPHASE_MODEL_SEED" not in os.environ,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+if "TWOPHASE_MODEL_SEED" in os.environ:
+    from hypothesis import seed
+
+    TwoDrivers.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(TwoDrivers.TestCase)  # type: ignore[assignment]
+test_two_drivers = TwoDrivers.TestCase
