@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 import pytest
 from botocore.exceptions import ClientError
 
+from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.s3 import S3CheckpointStorage
 from twophase.integration.services.s3 import S3Endpoint
-from twophase.sinks.errors import CheckpointStorageError, CorruptCheckpointError
+from twophase.sinks.errors import CheckpointStorageError, CorruptCheckpointError, DriverFencedError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -272,3 +273,31 @@ def test_delete_is_idempotent(storage: S3CheckpointStorage, client: S3Client, bu
     storage.delete(ref)
     storage.delete(ref)
     assert keys(client, bucket) == []
+
+
+def test_a_losing_final_publish_leaves_the_winners_checkpoint_loadable(
+    storage: S3CheckpointStorage, client: S3Client, bucket: str
+) -> None:
+    # issue #43: another driver's plain chk-2 won the conditional PUT; our _final stayed beside it
+    storage.publish(metadata(2))
+    client.put_object(Bucket=bucket, Key=f"{PREFIX}/job-1/chk-2/_final", Body=b"")
+    assert storage.latest() == metadata(2)
+
+
+def test_driver_epochs_are_claimed_once_each_and_the_newest_fences_the_older(
+    s3_endpoint: S3Endpoint, bucket: str, client: S3Client
+) -> None:
+    def opened() -> S3CheckpointStorage:
+        s = open_storage(f"s3://{bucket}/{PREFIX}", "job-1", s3_options=s3_endpoint.s3_options(), env={})
+        assert isinstance(s, S3CheckpointStorage)
+        return s
+
+    old, new = DriverFence("job-1", opened(), lambda: 0), DriverFence("job-1", opened(), lambda: 0)
+    assert old.claim() == 1 and new.claim() == 2
+    assert not opened().create_driver_epoch(2, b"another driver")  # If-None-Match: * on MinIO
+    with pytest.raises(DriverFencedError, match="driver epoch 1 of job 'job-1' is fenced .*epoch 2 on "):
+        old.check("publishing checkpoint 3")
+    new.check("publishing checkpoint 3")
+    opened().prune_driver_epochs(2)
+    assert keys(client, bucket) == [f"{PREFIX}/job-1/_drivers/driver-2"]
+    assert opened().list_checkpoints() == []  # claims are no checkpoints
