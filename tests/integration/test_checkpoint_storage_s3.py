@@ -295,7 +295,7 @@ def test_driver_epochs_are_claimed_once_each_and_the_newest_fences_the_older(
     old, new = DriverFence("job-1", opened(), lambda: 0), DriverFence("job-1", opened(), lambda: 0)
     assert old.claim() == 1 and new.claim() == 2
     assert not opened().create_driver_epoch(2, b"another driver")  # If-None-Match: * on MinIO
-    with pytest.raises(DriverFencedError, match="driver epoch 1 of job 'job-1' is fenced .*epoch 2 on "):
+    with pytest.raises(DriverFencedError, match=r"driver epoch 1 of job 'job-1' is fenced .*epoch 2 on "):
         old.check("publishing checkpoint 3")
     new.check("publishing checkpoint 3")
     opened().prune_driver_epochs(2)
