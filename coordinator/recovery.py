@@ -21,10 +21,11 @@ from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import JobError
+from twophase.sinks.errors import JobError, TransactionLostError
 from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
+    from twophase.coordinator.lingering_cleanup import LingeringCleanup
     from twophase.coordinator.run_state import RunState
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,26 @@ def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> d
     }
 
 
+def abort_lingering_before_refusing(
+    lingering: LingeringCleanup, sinks: Iterable[AnySink], job_id: str, location: str | None
+) -> None:
+    """Abort what lingers for every sink, holding every retained checkpoint (and the one at
+    ``location``), before a restore refuses with a lost transaction. Best effort: a failure is
+    logged (the restore's own error is the one to raise), never raised."""
+    for sink in sinks:
+        try:
+            lingering.abort(sink, ALL_CHECKPOINTS, None, extra=location)
+        except Exception as e:
+            log_event(
+                log,
+                logging.WARNING,
+                "lingering cleanup before refusing failed",
+                job=job_id,
+                sink=sink.name,
+                error=e,
+            )
+
+
 def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
     """Restore a run: load the savepoint (or the latest checkpoint by listing), re-commit its
     committables, start a new checkpoint coordinator above every stored id, and abort what
@@ -229,7 +250,13 @@ def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
         )
         # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order;
         # the sinks recover concurrently (one lane each)
-        s.committer.commit_all(txns, recovery=True)
+        try:
+            s.committer.commit_all(txns, recovery=True)
+        except TransactionLostError:
+            # the restore refuses; a zombie's open transaction (DESIGN.md §12) must not hold back
+            # every read_committed reader until its timeout meanwhile (issue #43 item 3)
+            abort_lingering_before_refusing(s.lingering, s.sinks.values(), s.job_id, location)
+            raise
         recommitted = len(txns)
         if location is not None and not committed:
             try:  # everything it holds is committed now
