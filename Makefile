@@ -136,6 +136,8 @@ CHAOS_FIVE_TRIALS ?= 50
 CHAOS_SPECULATION_TRIALS ?= 20
 CHAOS_EXPIRY_TRIALS ?= 20
 CHAOS_PUBLISH_TRIALS ?= 20
+CHAOS_UNMARKED_TRIALS ?= 100
+CHAOS_TWO_DRIVERS_TRIALS ?= 50
 chaos: prepare
 	$(BIN)/pytest -m long tests/integration $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
@@ -153,6 +155,10 @@ chaos: prepare
 		--report build/chaos-expiry-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs publish --trials $(CHAOS_PUBLISH_TRIALS) \
 		--report build/chaos-publish-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs unmarked --trials $(CHAOS_UNMARKED_TRIALS) \
+		--report build/chaos-unmarked-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs two-drivers --trials $(CHAOS_TWO_DRIVERS_TRIALS) \
+		--report build/chaos-two-drivers-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;
@@ -168,16 +174,18 @@ soak: prepare
 	$(BIN)/twophase services up
 	$(BIN)/python -m benchmarks.soak --out build/soak $(SOAK_ARGS)
 
-# the model-based protocol test (tests/coordinator/test_protocol_model.py) at length: the fixed
-# (derandomized) examples, then each seed (two fixed, one drawn from the clock and printed):
-# 4 x 5,000 = 20,000 examples; `make test` runs 30 fixed examples
+# the model-based tests at length: the whole protocol (tests/coordinator/test_protocol_model.py)
+# and two drivers of one job at once (test_two_drivers_model.py, #43): the fixed (derandomized)
+# examples, then each seed (two fixed, one drawn from the clock and printed): 4 x 5,000 = 20,000
+# examples of each; `make test` runs 30 fixed examples of each
 MODEL_EXAMPLES ?= 5000
 MODEL_SEEDS ?= 1 2 $(shell date +%s)
+MODEL_TESTS ?= tests/coordinator/test_protocol_model.py tests/coordinator/test_two_drivers_model.py
 model-check: venv
-	TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/coordinator/test_protocol_model.py -q -p no:cacheprovider --hypothesis-show-statistics
+	TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest $(MODEL_TESTS) -q -p no:cacheprovider --hypothesis-show-statistics
 	for seed in $(MODEL_SEEDS); do \
 	  echo "model-check: seed $$seed"; \
-	  TWOPHASE_MODEL_SEED=$$seed TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest tests/coordinator/test_protocol_model.py -q -p no:cacheprovider --hypothesis-show-statistics || exit 1; \
+	  TWOPHASE_MODEL_SEED=$$seed TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest $(MODEL_TESTS) -q -p no:cacheprovider --hypothesis-show-statistics || exit 1; \
 	done
 
 # the compatibility subset (tests marked compat) in a fresh venv per Spark × Python cell

@@ -49,6 +49,15 @@ of them at every fault point and with kill -9. The three sinks run together in a
   Delta, PostgreSQL and Iceberg); besides the usual faults and kills, trials that hold the job at a
   fault point and crash PostgreSQL as it goes on (``point:n+pg-restart``): as the driver commits,
   mid-COPY and after PREPARE TRANSACTION on an executor.
+- ``unmarked`` (issue #43, not in the default list): ``expiry`` with the checkpoints on ``s3://``
+  and the job's S3 keys an IAM user whose policy denies ``s3:PutObject`` on every ``_committed``
+  marker of its checkpoints (MinIO refuses each marker write, :mod:`~twophase.integration.chaos.unmarked`):
+  every restore re-commits what the latest checkpoint holds, on Kafka ids the broker forgot, and
+  each sink decides from its own durable evidence alone.
+- ``two-drivers`` (issue #43, not in the default list): the ``s3`` path where every trial starts a
+  second driver of the same job while the first runs (:data:`SECOND_DRIVER_AFTER_S`, drawn per
+  trial), as a YARN application-master retry or a replaced Kubernetes driver pod does: the newer
+  driver fences the older (``DriverFencedError``, exit status 1), besides the usual faults and kills.
 """
 
 from __future__ import annotations
@@ -104,6 +113,9 @@ EXPIRY_BROKER: tuple[tuple[str, str], ...] = (
 after its transaction ended (Kafka's defaults: 7 days, checked hourly)."""
 EXPIRY_DOWN_S = 12.0
 """How long the ``expiry`` configuration's driver stays down after a crash: past the expiration."""
+SECOND_DRIVER_AFTER_S = (2.0, 12.0, 25.0)
+"""When a ``two-drivers`` trial starts its second driver after the first (drawn per trial): before
+the first restored, during its first epochs, near its end."""
 ZOMBIE_PAUSES_S = (30.0, 90.0)
 """How long a ``cluster4z`` trial holds its attempt (drawn per trial): 30 s may end before the copy
 wins (both attempts write at once), 90 s outlasts it (Spark kills the held attempt)."""
@@ -134,6 +146,9 @@ class ChaosConfig:
         storage_stalls: fault points (``point:n``) at which a trial stops MinIO, for each of
             :data:`STORAGE_STALLS_S`.
         down_s: after a crash, the driver stays down this long (s) before it restarts.
+        refuse_markers: the job's S3 keys may not write any ``_committed`` marker (needs ``on_s3``).
+        second_driver_s: non-empty: every trial starts a second driver of the job this many
+            seconds (one drawn per trial) after the first.
     """
 
     name: str
@@ -153,6 +168,8 @@ class ChaosConfig:
     kafka_settings: tuple[tuple[str, str], ...] = ()
     down_s: float = 0.0
     storage_stalls: tuple[str, ...] = ()
+    refuse_markers: bool = False
+    second_driver_s: tuple[float, ...] = ()
 
     @property
     def speculation(self) -> bool:
@@ -237,6 +254,15 @@ CONFIGS: dict[str, ChaosConfig] = {
         ChaosConfig("expiry", async_commit=True, kafka_settings=EXPIRY_BROKER, down_s=EXPIRY_DOWN_S),
         ChaosConfig("publish", on_s3=True, storage_stalls=STORAGE_STALL_POINTS),
         ChaosConfig(
+            "unmarked",
+            async_commit=True,
+            on_s3=True,
+            kafka_settings=EXPIRY_BROKER,
+            down_s=EXPIRY_DOWN_S,
+            refuse_markers=True,
+        ),
+        ChaosConfig("two-drivers", on_s3=True, second_driver_s=SECOND_DRIVER_AFTER_S),
+        ChaosConfig(
             "five",
             sinks=(*BASE_SINKS, "postgres", "iceberg"),
             pg_restarts=PG_RESTART_POINTS,
@@ -252,10 +278,12 @@ LOCAL = ",".join(
     and c.sinks == BASE_SINKS
     and not c.kafka_settings
     and not c.storage_stalls
+    and not c.second_driver_s
 )
 """The default ``--configs``: every configuration on ``local[2,4]`` against the plain services with
 the three sinks (the cluster ones need a cluster, the secured one its own services, ``expiry`` its
-own broker, ``publish`` stops the run's MinIO, ``five`` needs a PostgreSQL)."""
+own broker, ``publish`` stops the run's MinIO, ``five`` needs a PostgreSQL, ``unmarked`` its own
+broker and IAM users, ``two-drivers`` runs two drivers at once)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

@@ -56,6 +56,7 @@ from twophase.coordinator.faults import ENV as FAULT_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.job_with_conf import CONF_ENV
 from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, S3_STALL, STORAGE_STALLS_S, ChaosConfig
+from twophase.integration.chaos.unmarked import refusing_markers
 from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
 from twophase.integration.jobs.flights_sinks import verify_run
 from twophase.integration.services.launcher import given_env
@@ -283,6 +284,7 @@ class TrialResult:
         events: on a cluster, :func:`~twophase.integration.chaos.cluster.spark_events` of its runs.
         doubt: what its driver's log shows of the paths where an outcome was in doubt
             (:func:`doubt_evidence`), if any.
+        fenced: driver runs that ended fenced by a newer driver (exit status 1 allowed for them).
     """
 
     plan: TrialPlan
@@ -297,6 +299,7 @@ class TrialResult:
     first_run_s: float = 0.0
     events: dict[str, int] = field(default_factory=dict)
     doubt: dict[str, int] = field(default_factory=dict)
+    fenced: int = 0
 
     @property
     def passed(self) -> bool:
@@ -436,6 +439,8 @@ def run_trial(
                 raise ValueError(f"chaos configuration {config.name!r} needs a Kafka broker of its own")
             endpoints = replace(endpoints, kafka_bootstrap=bootstrap)
         reader = endpoints
+        if config.refuse_markers:  # the job's keys may write no committed marker; the reader's may
+            endpoints = replace(endpoints, s3=refusing_markers(reader.s3, spec.checkpoint_uri))
     run = functools.partial(
         run_job_process,
         work_dir,
@@ -450,6 +455,17 @@ def run_trial(
         time.sleep(config.down_s)  # the driver stays down (past the broker's id expiration)
         return run(**kwargs)
 
+    second = SecondDriver(
+        functools.partial(
+            run_job_process,
+            work_dir,
+            endpoints,
+            work_dir / "job-2.log",
+            master=master if config.cluster else None,
+            spark_conf=config.spark_conf,
+        ),
+        config.second_driver_s[plan.index % len(config.second_driver_s)] if config.second_driver_s else None,
+    )
     if plan.kind == "plain":
         code, _ = run()
         result.exit_codes.append(code)
@@ -484,6 +500,8 @@ def run_trial(
             result.kills += int(killed)
             if code == 0:
                 break
+    result.exit_codes.extend(second.join())
+    result.fenced = fenced_drivers(work_dir)
     result.first_run_s = time.perf_counter() - started
     while (not result.exit_codes or result.exit_codes[-1] != 0) and len(result.exit_codes) <= max_restarts:
         code, _ = restart()
@@ -498,8 +516,11 @@ def run_trial(
             result.fault_fired = False  # the point was reached but no executor was lost
     if plan.kind == "fault" and not result.fault_fired:
         result.violations.append(f"fault {plan.fault} never fired")
-    if any(c not in (0, EXIT_STATUS, -signal.SIGKILL) for c in result.exit_codes):
-        result.violations.append(f"unexpected exit status in {result.exit_codes}")
+    fenced_exits = result.exit_codes.count(1)
+    if fenced_exits > result.fenced or any(
+        c not in (0, 1, EXIT_STATUS, -signal.SIGKILL) for c in result.exit_codes
+    ):
+        result.violations.append(f"unexpected exit status in {result.exit_codes} ({result.fenced} fenced)")
     report = verify_run(spec, reader, spark, admin=admin)
     result.report = report
     for s in report.sinks:
@@ -585,13 +606,15 @@ def run_trials(
 
 
 DOUBT_EVENTS = {
+    "marker_refused": re.compile(r"committed marker not written"),
     "searched": re.compile(r"transaction marker searched"),
     "commit_found": re.compile(r"transaction marker searched .*found=True"),
     "s3_retries": re.compile(r"retrying S3 call"),
     "own_put_read_back": re.compile(r"our own write had landed"),
     "publish_unknown": re.compile(r"checkpoint publish outcome unknown"),
 }
-"""What :func:`doubt_evidence` counts: its name → the driver's log line it looks for: Kafka marker
+"""What :func:`doubt_evidence` counts: its name → the driver's log line it looks for: committed
+markers the storage refused (the ``unmarked`` configuration, #43); Kafka marker
 searches where the coordinator had forgotten an id, and those that found COMMIT (#26 item 2); S3
 calls retried, a conditional PUT whose retry found our own write (read back), a publish of
 unknown outcome (#26 item 1)."""
@@ -607,6 +630,46 @@ def doubt_evidence(log: Path) -> dict[str, int]:
             for name, pattern in DOUBT_EVENTS.items():
                 counts[name] += pattern.search(line) is not None
     return {name: n for name, n in counts.items() if n}
+
+
+class SecondDriver:
+    """A second driver of a trial's job, started ``after_s`` seconds after the first (a YARN
+    application-master retry while the old one runs; ``None``: none), on a thread of its own.
+
+    Args:
+        run: runs the job once (as :func:`run_job_process`); returns (exit status, killed).
+        after_s: the delay, seconds, or ``None``.
+    """
+
+    def __init__(self, run: Callable[[], tuple[int, bool]], after_s: float | None) -> None:
+        self._codes: list[int] = []
+        self._thread: threading.Thread | None = None
+        if after_s is not None:
+            self._thread = threading.Thread(target=self._main, args=(run, after_s), daemon=True)
+            self._thread.start()
+
+    def _main(self, run: Callable[[], tuple[int, bool]], after_s: float) -> None:
+        time.sleep(after_s)
+        self._codes.append(run()[0])
+
+    def join(self) -> list[int]:
+        """Wait for it to end; its exit status (none if there was no second driver)."""
+        if self._thread is not None:
+            self._thread.join()
+        return self._codes
+
+
+FENCED = re.compile(rb"DriverFencedError: driver epoch \d+ of job")
+
+
+def fenced_drivers(work_dir: Path) -> int:
+    """How many driver runs of a trial ended fenced (their log's last error is DriverFencedError)."""
+    fenced = 0
+    for log in (work_dir / "job.log", work_dir / "job-2.log"):
+        if log.exists():
+            for run in log.read_bytes().split(b"\n=== run ")[1:]:
+                fenced += FENCED.search(run) is not None
+    return fenced
 
 
 def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:

@@ -23,9 +23,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from twophase.integration.services.process import HOST, ManagedProcess, free_port
 from twophase.integration.services.s3 import (
@@ -130,6 +131,42 @@ class MinioServer:
 
     # -- IAM ----------------------------------------------------------------------------------------
 
+    @property
+    def iam(self) -> MinioIam:
+        """IAM users and policies of this server (its root keys)."""
+        return MinioIam(self.endpoint, self._admin)
+
+    def add_user(
+        self, access_key: str, secret_key: str, policies: Sequence[str] = ("readwrite",)
+    ) -> S3Endpoint:
+        """:meth:`MinioIam.add_user` on this server."""
+        return self.iam.add_user(access_key, secret_key, policies)
+
+    def deny(self, user: str, actions: Sequence[str], resources: Sequence[str], name: str) -> None:
+        """:meth:`MinioIam.deny` on this server."""
+        self.iam.deny(user, actions, resources, name)
+
+    def allow_again(self, user: str, name: str) -> None:
+        """:meth:`MinioIam.allow_again` on this server."""
+        self.iam.allow_again(user, name)
+
+    def _admin(self) -> Any:
+        return minio_admin(self.endpoint)
+
+
+class MinioIam:
+    """IAM users and policies of a MinIO, through its admin API with the root keys of ``root``
+    (any MinIO this machine runs: :class:`MinioServer`'s, or ``twophase services up``'s).
+
+    Args:
+        root: the server's endpoint signed with its root user.
+        admin: makes the ``minio`` SDK's ``MinioAdmin`` (default: :func:`minio_admin` of ``root``).
+    """
+
+    def __init__(self, root: S3Endpoint, admin: Callable[[], Any] | None = None) -> None:
+        self.root = root
+        self._admin = admin or (lambda: minio_admin(root))
+
     def add_user(
         self, access_key: str, secret_key: str, policies: Sequence[str] = ("readwrite",)
     ) -> S3Endpoint:
@@ -144,7 +181,7 @@ class MinioServer:
         admin = self._admin()
         admin.user_add(access_key, secret_key)
         admin.attach_policy(list(policies), user=access_key)
-        return S3Endpoint(self.endpoint.endpoint_url, access_key, secret_key, self.endpoint.region)
+        return S3Endpoint(self.root.endpoint_url, access_key, secret_key, self.root.region)
 
     def deny(self, user: str, actions: Sequence[str], resources: Sequence[str], name: str) -> None:
         """Attach an explicit-``Deny`` IAM policy ``name`` to ``user``, effective at once.
@@ -169,16 +206,19 @@ class MinioServer:
         self._admin().detach_policy([name], user=user)
         log.warning("minio policy detached user=%s policy=%s", user, name)
 
-    def _admin(self) -> Any:
-        from minio.credentials.providers import StaticProvider
-        from minio.minioadmin import MinioAdmin
 
-        return MinioAdmin(
-            endpoint=f"{HOST}:{self.port}",
-            credentials=StaticProvider(self.endpoint.access_key, self.endpoint.secret_key),
-            region=self.endpoint.region,
-            secure=False,
-        )
+def minio_admin(root: S3Endpoint) -> Any:
+    """The ``minio`` SDK's ``MinioAdmin`` of the MinIO at ``root`` (signed with its root keys)."""
+    from minio.credentials.providers import StaticProvider
+    from minio.minioadmin import MinioAdmin
+
+    url = urlsplit(root.endpoint_url)
+    return MinioAdmin(
+        endpoint=url.netloc,
+        credentials=StaticProvider(root.access_key, root.secret_key),
+        region=root.region,
+        secure=url.scheme == "https",
+    )
 
 
 @contextlib.contextmanager

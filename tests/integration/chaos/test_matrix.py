@@ -19,6 +19,7 @@ from twophase.integration.chaos.runner import (
     config_matrix,
     fault_hits,
     fault_matrix,
+    fenced_drivers,
     plan_matrix,
     run_trials,
 )
@@ -394,3 +395,21 @@ def test_a_storage_stall_stops_the_process_while_the_job_goes_on(tmp_path: Path)
 def state_of(pid: int) -> str:
     """A process's state letter (``T``: stopped), from /proc."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_the_unmarked_and_two_drivers_configurations_run_apart_on_s3() -> None:
+    unmarked, two = CONFIGS["unmarked"], CONFIGS["two-drivers"]
+    assert "unmarked" not in LOCAL.split(",") and "two-drivers" not in LOCAL.split(",")
+    assert unmarked.refuse_markers and unmarked.on_s3 and unmarked.kafka_settings and unmarked.down_s > 0
+    assert two.second_driver_s and two.on_s3 and not two.refuse_markers
+    assert config_matrix(two, 14, 6) == config_matrix(CONFIGS["s3"], 14, 6)
+
+
+def test_a_fenced_driver_run_is_counted_from_its_log(tmp_path: Path) -> None:
+    (tmp_path / "job.log").write_bytes(
+        b"\n=== run fault=None kill_after_s=None ===\nTraceback\n"
+        b"twophase.sinks.errors.DriverFencedError: driver epoch 1 of job 'j' is fenced by a newer driver\n"
+        b"\n=== run fault=None kill_after_s=None ===\nfinished\n"
+    )
+    (tmp_path / "job-2.log").write_bytes(b"\n=== run fault=None kill_after_s=None ===\nfinished\n")
+    assert fenced_drivers(tmp_path) == 1
