@@ -584,6 +584,22 @@ class ProtocolModel(RuleBasedStateMachine):
         if len(self.world.iceberg.lost_answers) < 3:
             self.world.iceberg.lost_answers.append((applied, kind))
 
+    @rule(other_appends=st.booleans(), now=st.booleans())
+    @traced
+    def iceberg_snapshots_expire(self, other_appends: bool, now: bool) -> None:
+        """Iceberg table maintenance (#43 item 4): another writer may append, then every snapshot
+        but the current one is expired, taking the summaries of our commits with them; ``now``, or
+        right after the sink's next commit (as while a driver that died at ``after_commit`` is
+        down). With a committed marker missing (``committed_markers_refused``, or that crash) the
+        restore re-commits a checkpoint whose own snapshot is gone: the table's
+        committed-checkpoint property must decide."""
+        if now:
+            if other_appends:
+                self.world.iceberg.other_writer_appends(self.world.iceberg_table)
+            self.world.iceberg.expire_snapshots(self.world.iceberg_table)
+        elif len(self.world.iceberg.maintenance) < 2:
+            self.world.iceberg.maintenance.append(other_appends)
+
     @rule(ms=st.sampled_from((20, 100)))
     @traced
     def commits_stall(self, ms: int) -> None:
@@ -784,3 +800,31 @@ def test_a_restore_whose_iceberg_commit_answer_is_lost_is_retried(monkeypatch: p
     m.iceberg_commits_each_checkpoint_once_and_keeps_the_other_writer()
     m.teardown()
     assert "commit applied, answer lost (rest_unknown)" in m.world.iceberg.events
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_restore_after_iceberg_snapshot_expiry_commits_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #43 (found on a real SQL catalog, replayed here): checkpoint 1 commits, its committed
+    marker is refused; another writer appends and every snapshot but the current one expires; the
+    driver dies. The restore re-committed checkpoint 1 (no summary of the job was left); the
+    table's committed-checkpoint property answers ALREADY_COMMITTED now."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(async_commit=False, retained=1, pool_size=3, rolling="on_checkpoint", cleanup=CleanupMode.RETAIN)
+    m.committed_markers_refused(n=3)  # the epoch tries its marker twice
+    m.epoch(
+        parts=2,
+        size=4,
+        tasks=["ok"] * 6,
+        point="before_write",
+        driver=None,
+        publish="ok",
+        notify=True,
+        down_ms=0,
+        on_failure="fail_over",
+    )
+    m.iceberg_snapshots_expire(other_appends=True, now=True)
+    m.driver_dies(down_ms=0)  # the restore re-commits checkpoint 1
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.teardown()
+    assert "snapshots expired but the current one" in m.world.iceberg.events

@@ -29,11 +29,18 @@ What is modelled, as the real service behaves where exactly-once depends on it:
   fails when its database is down); ``lost_answers`` — the next commits' answers are lost: the
   commit is applied (or not: both happen when a connection breaks mid-request) and the client
   hears an error (pyiceberg REST's ``CommitStateUnknownException``, SQLAlchemy's
-  ``OperationalError`` from a SQL catalog, or a reset socket).
+  ``OperationalError`` from a SQL catalog, or a reset socket);
+- **table maintenance** (:meth:`IcebergModel.expire_snapshots`, now or armed in ``maintenance``
+  to follow the next commit): pyiceberg's own ``expire_snapshots`` removes every snapshot but the
+  current one (after another writer's append, or not), and with them their summaries
+  (issue #43: a restore whose committed marker was refused must then decide from what is left,
+  the table's properties and the current snapshot's data files). Table properties are
+  pyiceberg's ``TableMetadata.properties``, carried by every commit, never expired.
 
 Left out, because exactly-once does not depend on them here: metadata JSON files (the metadata
-objects are kept by location, never serialized; old ones are never deleted), snapshot expiry,
-orphan-file removal and compaction (Iceberg's own maintenance: the sink never expires), branches
+objects are kept by location, never serialized; old ones are never deleted), expiry by age,
+orphan-file removal and compaction (a compaction that rewrites the sink's files and then expires
+them leaves a table without the sink's property nothing to decide from: DESIGN.md §12), branches
 other than ``main``, views, namespaces beyond a name set, several tables, schema or partition
 evolution, storage faults (throttling, failed writes or deletes), the sink's ``s3://`` paths
 (boto3's ``DeleteObjects`` for deletes: on ``mem://`` the sink deletes through the FileIO),
@@ -340,6 +347,9 @@ class IcebergModel:
         metadata: metadata location → metadata, every version ever committed.
         namespaces: the catalog's namespaces.
         conflicts: commits still to lose to the other writer.
+        maintenance: table maintenance armed to run right after the next commit applied (the
+            other writer appends if it says so, then :meth:`expire_snapshots`): between the
+            sink's commit and whatever the driver does next, as while it is down.
         refused: catalog connections still to refuse.
         lost_answers: how the next commits' answers are lost, in order: (applied, kind).
         foreign: rows the other writer appended, as a multiset.
@@ -352,6 +362,7 @@ class IcebergModel:
     metadata: dict[str, TableMetadata] = field(default_factory=dict)
     namespaces: set[Identifier] = field(default_factory=set)
     conflicts: int = 0
+    maintenance: list[bool] = field(default_factory=list)
     refused: int = 0
     lost_answers: list[tuple[bool, str]] = field(default_factory=list)
     foreign: Counter[str] = field(default_factory=Counter)
@@ -435,6 +446,10 @@ class IcebergModel:
                 response = CommitTableResponse(  # type: ignore[call-arg]
                     metadata=staged.metadata, metadata_location=staged.metadata_location
                 )
+                if client.faults and self.maintenance:
+                    if self.maintenance.pop(0):
+                        self.other_writer_appends(ident)
+                    self.expire_snapshots(ident)
             if lost is not None:
                 self.events.append(f"commit applied, answer lost ({lost[1]})")
                 raise lost_answer(lost[1])
@@ -450,16 +465,32 @@ class IcebergModel:
             self.foreign[key] += 1
             self.events.append("the other writer appended")
 
+    def expire_snapshots(self, ident: Identifier) -> int:
+        """Table maintenance commits now (pyiceberg's ``MaintenanceTable.expire_snapshots``, through a
+        client the armed faults do not touch): every snapshot but the current one is expired.
+        Returns how many were."""
+        with self._lock:
+            table = ModelCatalog(self, faults=False).load_table(ident)
+            current = table.current_snapshot()
+            if current is None:
+                return 0
+            older = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id != current.snapshot_id]
+            if not older:
+                return 0
+            table.maintenance.expire_snapshots().by_ids(older).commit()
+            self.events.append("snapshots expired but the current one")
+            return len(older)
+
     @contextmanager
     def quiet(self) -> Iterator[None]:
         """No armed fault fires inside the block (the test's own reads)."""
         with self._lock:
-            saved = (self.conflicts, self.refused, self.lost_answers)
-            self.conflicts, self.refused, self.lost_answers = 0, 0, []
+            saved = (self.conflicts, self.refused, self.lost_answers, self.maintenance)
+            self.conflicts, self.refused, self.lost_answers, self.maintenance = 0, 0, [], []
             try:
                 yield
             finally:
-                self.conflicts, self.refused, self.lost_answers = saved
+                self.conflicts, self.refused, self.lost_answers, self.maintenance = saved
 
     # -- readers -----------------------------------------------------------------------------------
 
