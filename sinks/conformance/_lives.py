@@ -10,6 +10,7 @@ really dropped them (:meth:`SinkContract.lose`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -39,8 +40,10 @@ from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.conformance.violation import ContractViolation
 from twophase.sinks.errors import (
+    CheckpointStorageError,
     CommitFailedError,
     ConcurrentAttemptError,
+    DriverFencedError,
     ServiceUnavailableError,
     TransactionLostError,
 )
@@ -52,7 +55,16 @@ AnySink = TwoPhaseCommitSink[Any, Any]
 P = ParamSpec("P")
 R = TypeVar("R")
 
-TASKS: Final = ("ok", "ok", "fails", "lost", "zombie_reports", "zombie_silent", "stage_fails")
+TASKS: Final = (
+    "ok",
+    "ok",
+    "fails",
+    "lost",
+    "zombie_reports",
+    "zombie_silent",
+    "zombie_same_attempt",
+    "stage_fails",
+)
 """How one partition's task goes (see :data:`TASK_WORDS`); ``ok`` twice, so most tasks succeed."""
 TASK_WORDS: Final = {
     "ok": "succeeds",
@@ -60,6 +72,12 @@ TASK_WORDS: Final = {
     "lost": "attempt 0's executor dies at {point} (nothing cleaned up), attempt 1 succeeds",
     "zombie_reports": "succeeds; then a zombie attempt 1 writes the same data and reports too",
     "zombie_silent": "succeeds; then a zombie attempt 1 writes the same data and never reports",
+    # Spark numbers task attempts from 0 again in a retried stage (SPARK-24552, SPARK-26682), and
+    # a task of the earlier stage attempt may still run: two live attempts share an attempt number
+    "zombie_same_attempt": (
+        "succeeds in a retried stage; then a zombie of the earlier stage attempt, also attempt 0 "
+        "(attempt numbers start again at 0 in a retried stage), writes the same data and fails at {point}"
+    ),
     "stage_fails": "fails every attempt: the stage fails",
 }
 TASK_POINTS: Final = ("before_write", "mid_write", "after_pre_commit")
@@ -73,8 +91,11 @@ DRIVER_CALLS: Final = (
     "abort",
     "recover_and_abort",
     "abort_lingering",
+    "last_committed_checkpoint",
 )
 """The driver-side calls the history shows, with their answers."""
+RECOMMITS: Final = ("recover_and_commit", "recover_and_commit_checkpoint")
+"""The calls a restore re-commits with."""
 COMMIT_FAILED: Final = "a pre-committed transaction must commit, once, whatever retries it"
 """The check a failed commit breaks: after pre-commit, only a lost transaction may fail to commit."""
 TOLERATED: Final = (ConcurrentAttemptError, ServiceUnavailableError)
@@ -134,6 +155,31 @@ class DriverFaults:
         if point == self.armed:
             self.armed = None
             raise DriverCrash(point)
+
+
+class KitCheckpointStorage(LocalCheckpointStorage):
+    """The production local checkpoint storage, able to refuse every ``_committed`` marker write.
+
+    The marker is best effort (DESIGN.md §12, "A committed checkpoint is marked"): a full disk, a
+    permission, an S3 outage after the commit, or a driver dying between the commit and the marker
+    leave a committed checkpoint unmarked, and the restore re-commits it. Only the sink's own
+    durable record can then answer ``ALREADY_COMMITTED`` (issue #43).
+
+    Attributes:
+        refuse_markers: every :meth:`mark_committed` raises ``CheckpointStorageError``.
+    """
+
+    refuse_markers: bool = False
+
+    def mark_committed(self, location: str) -> None:
+        """Write the ``_committed`` marker, unless markers are refused.
+
+        Raises:
+            CheckpointStorageError: markers are refused, or it cannot be written.
+        """
+        if self.refuse_markers:
+            raise CheckpointStorageError(f"the conformance kit refuses the _committed marker of {location}")
+        super().mark_committed(location)
 
 
 class TaskFailure(Exception):
@@ -201,8 +247,9 @@ class ContractLives(RuleBasedStateMachine):
         self.broken = False
         self.history: list[str] = []
         self.folder = tempfile.TemporaryDirectory(prefix="twophase-conformance-", dir=_memory_folder())
-        self.storage = LocalCheckpointStorage(self.folder.name, contract.job_id)
-        """The production checkpoint storage, in a temporary folder that outlives driver processes."""
+        self.storage = KitCheckpointStorage(self.folder.name, contract.job_id)
+        """The production checkpoint storage, in a temporary folder that outlives driver processes
+        (until :meth:`checkpoint_storage_lost` replaces it with an empty one)."""
         self.faults = DriverFaults()
         self.config = self.base_config = RuntimeConfig(
             # one retained checkpoint: what a checkpoint holds is never lingering cleanup's to take, so
@@ -227,6 +274,12 @@ class ContractLives(RuleBasedStateMachine):
         restore answers LOST for it."""
         self.lost: set[int] = set()
         """Checkpoints a restore answered LOST for (the system dropped them)."""
+        self.ids_restarted: str | None = None
+        """Set when checkpoint ids started again at or below a committed checkpoint after the
+        checkpoint storage was lost: what the restore asked ``last_committed_checkpoint`` and got,
+        for the message of any violation that follows."""
+        self.answers: list[tuple[str, object]] = []
+        """The driver-side calls and their answers, in order (cleared by the steps that check them)."""
         self.rt: JobRuntime | None = None
         self.driver: AnySink | None = None
         self._depth = 0
@@ -270,7 +323,9 @@ class ContractLives(RuleBasedStateMachine):
                 raise
             finally:
                 self._depth -= 1
-            if self._depth == 0 and answer is None:
+            if self._depth == 0:
+                self.answers.append((name, answer))
+            if self._depth == 0 and answer is None and name != "last_committed_checkpoint":
                 self.note(f"driver: {name}")
             elif self._depth == 0:
                 self.note(f"driver: {name} -> {answer.name if isinstance(answer, CommitOutcome) else answer}")
@@ -293,7 +348,8 @@ class ContractLives(RuleBasedStateMachine):
 
     def start_driver(self, why: str) -> None:
         """A new driver process: new sink, new runtime over the same checkpoint storage, restore.
-        A restore answering LOST is accepted only for transactions the system really dropped."""
+        A restore answering LOST is accepted only for transactions the system really dropped.
+        The running driver, if any, dies first (:meth:`second_driver` keeps it running instead)."""
         if self.rt is not None:
             self.rt.abandon()
         self.say(why)
@@ -408,7 +464,9 @@ class ContractLives(RuleBasedStateMachine):
             keys = list(records[p :: plan.num_partitions])
             batches = [self.contract.batch(keys[:1]), self.contract.batch(keys[1:])] if keys else []
             how = tasks[p % len(tasks)]
-            event(f"a task {how}" + (f" at {point}" if how in ("fails", "lost") else ""))
+            event(
+                f"a task {how}" + (f" at {point}" if how in ("fails", "lost", "zombie_same_attempt") else "")
+            )
             self.note(f"partition {p} {_short(keys)}: " + TASK_WORDS[how].format(point=point))
             if how == "stage_fails":
                 raise TaskFailure(f"partition {p} failed every attempt")
@@ -422,7 +480,10 @@ class ContractLives(RuleBasedStateMachine):
                 acks += self.attempt(plan, p, 1, batches)
                 continue
             acks += self.attempt(plan, p, 0, batches)
-            if how.startswith("zombie"):
+            if how == "zombie_same_attempt":  # it never reports: its task failed
+                with contextlib.suppress(TaskFailure):
+                    self.attempt(plan, p, 0, batches, _raise_at(point, TaskFailure(point)))
+            elif how.startswith("zombie"):
                 late = self.attempt(plan, p, 1, batches)
                 acks += late if how == "zombie_reports" else []
         return acks
@@ -497,13 +558,29 @@ class ContractLives(RuleBasedStateMachine):
         self, parts: int, size: int, tasks: list[str], point: str, crash: str | None, notify: bool
     ) -> None:
         """The engine's next batch (the same records when it is replayed after a failure)."""
+        self.write_batch(parts, size, tasks, point, crash=crash, notify=notify)
+
+    def write_batch(
+        self,
+        parts: int,
+        size: int,
+        tasks: Sequence[str],
+        point: str,
+        *,
+        crash: str | None = None,
+        notify: bool = True,
+        least: int = 0,
+    ) -> int | None:
+        """Run the engine's next batch through the current driver; return its checkpoint id if the
+        checkpoint completed (and, with ``notify``, was committed), else ``None`` (skipped as a
+        replay, failed over, or the driver died)."""
         parts = self.partitions(parts)
         n = self.next_batch
-        records = self.records_of(n, size)
+        records = self.records_of(n, size, least)
         rt = self.runtime
         if self.skip_replayed(n):
             self.observe()
-            return
+            return None
         words = f"; the driver dies at {crash} if it gets there" if crash else ""
         words += "" if notify else "; the commit notification is lost"
         self.say(f"batch {n}: {len(records)} records on {parts} partitions{words}")
@@ -522,6 +599,7 @@ class ContractLives(RuleBasedStateMachine):
                 self.check_hidden(records, f"checkpoint {epoch.checkpoint_id} is durable, not committed")
             self.next_batch += 1
             self.observe()
+            return epoch.checkpoint_id
         except ContractViolation:
             raise
         except DriverCrash as crash_:
@@ -533,6 +611,7 @@ class ContractLives(RuleBasedStateMachine):
             self.fail_over(e)
         finally:
             self.faults.disarm()
+        return None
 
     @rule()
     @_step
@@ -665,6 +744,214 @@ class ContractLives(RuleBasedStateMachine):
                     f"success, but its records are missing: {_short(missing)}",
                 )
 
+    # -- what only the sink's own record can answer (issue #43) ----------------------------------------
+
+    @rule(parts=st.integers(1, 12), size=st.integers(1, 20))
+    @_step
+    def checkpoint_storage_lost(self, parts: int, size: int) -> None:
+        """The job finishes; then its checkpoint storage is lost (deleted, cancel with delete, a new
+        directory configured, a savepoint restored elsewhere) and the job runs again with the same
+        id. With storage empty, checkpoint ids start above what the sink answers to
+        ``last_committed_checkpoint(job_id)`` (DESIGN.md §12, "Checkpoint ids never repeat a
+        committed one"): a sink that names or records its commits by checkpoint id must answer the
+        highest one it committed, or a new checkpoint is taken for an old one (overwritten, or
+        answered ALREADY_COMMITTED and dropped). Batches run until the new ids reach the lowest
+        committed checkpoint that held records, so a reused id is always met."""
+        self.say("end of input: the job finishes")
+        self.drive_to_finished()
+        self.runtime.close()
+        self.observe()
+        before = self.visible()
+        newest = max((r.checkpoint_id for r in self.storage.list_checkpoints()), default=0)
+        held = [c for c in self.durable if self.acknowledged.get(c) and c not in self.lost]
+        self.say(
+            "the job's checkpoint storage is lost (deleted, or a new directory configured); "
+            "the job runs again with the same id"
+        )
+        self.lose_checkpoint_storage()
+        self.start_driver("a new driver process starts over the empty checkpoint storage")
+        answered = self.pristine.last_committed_checkpoint(self.contract.job_id)
+        reached = 0
+        for _ in range(max(newest, 1)):
+            c = self.write_batch(parts, size, ["ok"] * 3, "before_write", least=1)
+            if c is None:  # a tolerated failure failed over: the epochs end here
+                break
+            reached = c
+            if c <= newest and self.ids_restarted is None:
+                event("checkpoint ids started again at a committed one")
+                self.ids_restarted = (
+                    f"after the checkpoint storage was lost, the restore asked last_committed_checkpoint"
+                    f"({self.contract.job_id!r}) and got {answered}, so checkpoint {c} was taken again, "
+                    f"though the lost storage had committed checkpoints up to {newest} (contract: a sink "
+                    "whose names or commit records carry the checkpoint id answers the highest checkpoint "
+                    "it committed for the job)"
+                )
+            if not held or c >= min(held):
+                break
+        gone = sorted(before - self.visible())
+        if gone:
+            raise self.fail(
+                "checkpoint ids never repeat a committed one"
+                if self.ids_restarted
+                else "every durable record exactly once",
+                f"records committed before the checkpoint storage was lost are gone after checkpoint "
+                f"{reached}: {_short(gone)}" + (f"; {self.ids_restarted}" if self.ids_restarted else ""),
+            )
+
+    def lose_checkpoint_storage(self) -> None:
+        """Replace the checkpoint storage with an empty one for the same job; what the lost one
+        promised stays promised, and checkpoint ids are counted afresh."""
+        refuse = self.storage.refuse_markers
+        # the engine keeps its own progress: a batch a lost checkpoint covered is not run again
+        self.next_batch = max([self.next_batch, *(self.batch_of[c] + 1 for c in self.durable)])
+        self.folder.cleanup()
+        self.folder = tempfile.TemporaryDirectory(prefix="twophase-conformance-", dir=_memory_folder())
+        self.storage = KitCheckpointStorage(self.folder.name, self.contract.job_id)
+        self.storage.refuse_markers = refuse
+        self.durable, self.acknowledged, self.batch_of, self.lost = set(), {}, {}, set()
+        self.committed_through = 0
+        self.rt = None  # finished and closed: nothing to abandon
+
+    @rule(parts=st.integers(1, 12), size=st.integers(1, 20))
+    @_step
+    def markers_refused(self, parts: int, size: int) -> None:
+        """From now on checkpoint storage refuses every ``_committed`` marker write (the marker is
+        best effort). A batch commits, unmarked; the driver dies and the restore re-commits its
+        checkpoint: the sink must answer ALREADY_COMMITTED from its own durable record, and nothing
+        may change for a reader."""
+        if not self.storage.refuse_markers:
+            self.say("from now on the checkpoint storage refuses every _committed marker write")
+            self.storage.refuse_markers = True
+        c = self.write_batch(parts, size, ["ok"] * 3, "before_write", least=1)
+        if c is None:
+            return
+        before = self.visible()
+        self.answers.clear()
+        self.start_driver(f"the driver dies; a new one restores checkpoint {c}, committed but unmarked")
+        wrong = [f"{name} -> {getattr(a, 'name', a)}" for name, a in self.answers if name in RECOMMITS]
+        wrong = [w for w in wrong if not w.endswith("-> ALREADY_COMMITTED")]
+        if wrong:
+            raise self.fail(
+                "a restore decides a repeated commit from the sink's own record",
+                f"checkpoint {c} was committed and its _committed marker refused; the restore re-committed "
+                f"it and got {', '.join(wrong)} (contract: ALREADY_COMMITTED, decided from the sink's "
+                "own durable record, never from the marker)",
+            )
+        after = self.visible()
+        if after != before:
+            raise self.fail(
+                "a restore decides a repeated commit from the sink's own record",
+                f"re-committing checkpoint {c} (committed, unmarked) changed what a reader sees: "
+                f"new {_short(sorted(after - before))}, gone {_short(sorted(before - after))}",
+            )
+
+    @rule(
+        parts=st.integers(1, 12),
+        size=st.integers(1, 20),
+        stale=st.sampled_from(("publishes", "commits", "publishes_after_newer_writes")),
+    )
+    @_step
+    def second_driver(self, parts: int, size: int, stale: str) -> None:
+        """A second driver of the job starts while the first still runs (a YARN application-master
+        retry, a replaced Kubernetes pod, a retrying scheduler). Its restore claims a newer driver
+        epoch in checkpoint storage and commits the latest checkpoint; the old driver then tries to
+        go on and must stop with ``DriverFencedError``:
+
+        - ``publishes``: it had pre-committed a batch and tries to publish its checkpoint;
+        - ``commits``: its checkpoint is durable, its notification late: it tries to commit it;
+        - ``publishes_after_newer_writes``: as ``publishes``, but the new driver has already
+          pre-committed the same batch under the same checkpoint id when the old one tries.
+
+        The sink's output stays exactly once: what the old driver does on its way out (it aborts
+        what it pre-committed) must not touch the new driver's transactions."""
+        parts = self.partitions(parts)
+        n = self.next_batch
+        records = self.records_of(n, size, least=1)
+        old = self.runtime
+        if self.skip_replayed(n):
+            return
+        self.say(f"batch {n}: {len(records)} records on {parts} partitions; a second driver will start")
+        epoch = self.begin_epoch(parts, n)
+        try:
+            self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, ["ok"] * parts, "before_write"))
+            if stale == "commits":
+                old.complete_epoch(epoch, notify=False)
+                self.next_batch += 1
+        except TOLERATED as e:
+            old.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
+            self.fail_over(e)
+            return
+        self.observe()
+        self.rt = None  # the old driver keeps running
+        self.start_driver("a second driver of the job starts and restores, while the first still runs")
+        newer: Epoch | None = None
+        if stale == "publishes_after_newer_writes" and not self.skip_replayed(n):
+            newer = self.begin_epoch(parts, n)
+            try:
+                self.acknowledge(newer, self.run_tasks(newer.plan(), records, ["ok"] * parts, "before_write"))
+            except TOLERATED as e:
+                self.runtime.abort_epoch_if_pending(newer, f"epoch failed: {e!r}")
+                self.fail_over(e)
+                newer = None
+        if stale == "commits":
+            self.note(f"the old driver's late notification tries to commit checkpoint {epoch.checkpoint_id}")
+            self.stale_driver_stops(old, lambda: old.notify_checkpoint_complete(epoch.checkpoint_id))
+        else:
+            self.note(f"the old driver tries to publish checkpoint {epoch.checkpoint_id}")
+            self.stale_driver_stops(old, lambda: old.complete_epoch(epoch))
+        if newer is None:
+            return
+        self.note(f"the new driver completes checkpoint {newer.checkpoint_id}")
+        try:
+            self.runtime.complete_epoch(newer)
+        except TransactionLostError as e:
+            raise self.fail(
+                "a fenced driver stops without touching the newer one's work",
+                f"the new driver's commit of checkpoint {newer.checkpoint_id} answered LOST after the "
+                f"old driver, fenced, gave up the same checkpoint id: {e} (contract: transactions of "
+                "different drivers never share a name; WriterContext.attempt alone does not tell them apart)",
+            ) from e
+        except TOLERATED as e:
+            self.runtime.abort_epoch_if_pending(newer, f"epoch failed: {e!r}")
+            self.fail_over(e)
+            return
+        self.committed_through = newer.checkpoint_id
+        self.next_batch += 1
+        self.observe()
+
+    def stale_driver_stops(self, old: JobRuntime, action: Callable[[], object]) -> None:
+        """Run the old driver's ``action``: it must raise ``DriverFencedError`` (at once, or from
+        the restore of the fail-over a tolerated error leads to), and the old driver must not restart."""
+        fenced: DriverFencedError | None = None
+        try:
+            action()
+        except DriverFencedError as e:
+            fenced = e
+        except TOLERATED as e:  # e.g. verification finds its transactions aborted by the new driver
+            self.note(f"the old driver's epoch fails ({type(e).__name__}); it fails over")
+            try:
+                old.failover(e)
+            except DriverFencedError as again:
+                fenced = again
+        try:
+            if fenced is None:
+                raise self.fail(
+                    "a fenced driver stops",
+                    "the old driver went on after a newer driver of the job restored it (contract: "
+                    "DriverFencedError)",
+                )
+            event("the old driver stopped with DriverFencedError")
+            self.note("the old driver stops: DriverFencedError")
+            try:
+                old.failover(fenced)
+            except DriverFencedError:
+                pass
+            else:
+                raise self.fail("a fenced driver stops", "the old driver restarted after DriverFencedError")
+        finally:
+            old.abandon()
+        self.observe()
+
     # -- the end ------------------------------------------------------------------------------------
 
     def teardown(self) -> None:
@@ -679,10 +966,9 @@ class ContractLives(RuleBasedStateMachine):
             finally:
                 self.folder.cleanup()
 
-    def finish_and_check(self) -> None:
-        """Drive the job to FINISHED (end of input: FLIP-147's final checkpoint), then check that
-        every promise is kept exactly once and that nothing lingers."""
-        self.say("end of input: the job finishes")
+    def drive_to_finished(self) -> None:
+        """End of input: drive the job to FINISHED (FLIP-147's final checkpoint), through crashes
+        and fail-overs."""
         for _ in range(5):
             try:
                 self.runtime.finish()
@@ -693,9 +979,14 @@ class ContractLives(RuleBasedStateMachine):
                 self.fail_over(e)
                 continue
             if self.runtime.state is JobState.FINISHED:
-                break
-        else:
-            raise self.fail("the job finishes", "five attempts to finish the job failed")
+                return
+        raise self.fail("the job finishes", "five attempts to finish the job failed")
+
+    def finish_and_check(self) -> None:
+        """Drive the job to FINISHED (end of input: FLIP-147's final checkpoint), then check that
+        every promise is kept exactly once and that nothing lingers."""
+        self.say("end of input: the job finishes")
+        self.drive_to_finished()
         self.runtime.close()
         self.observe()
         got = self.visible()
@@ -703,8 +994,11 @@ class ContractLives(RuleBasedStateMachine):
         missing = sorted(self.promised - got - self.may_be_missing)
         if extra or missing:
             raise self.fail(
-                "every durable record exactly once",
-                f"after the job finished: missing {_short(missing)}, extra {_short(extra)}",
+                "checkpoint ids never repeat a committed one"
+                if self.ids_restarted
+                else "every durable record exactly once",
+                f"after the job finished: missing {_short(missing)}, extra {_short(extra)}"
+                + (f"; {self.ids_restarted}" if self.ids_restarted else ""),
             )
         event("a life ended with records visible" if self.promised else "a life ended without a record")
         left = sorted(self.contract.lingering(self.system))

@@ -2,16 +2,20 @@
 made visible by an atomic rename, checked by the conformance kit. And a sink whose commit is not
 idempotent, which the kit must fail with a printed history.
 
-Each subtask writes ``<folder>/_pending/<job>.<sink>.c<checkpoint>.p<partition>.a<attempt>.jsonl``;
-pre-commit flushes and fsyncs it; commit renames it to
-``<folder>/<job>.<sink>.c<checkpoint>.p<partition>.jsonl`` (``os.replace``: atomic on one file
-system). A reader reads only the folder's top level.
+Each subtask writes ``<folder>/_pending/<job>.<sink>.c<checkpoint>.p<partition>.a<attempt>.<token>.jsonl``
+(the random token: attempt numbers start again at 0 in a retried stage, and a fenced driver's
+attempts carry the same checkpoint id as the new driver's); pre-commit flushes and fsyncs it; commit
+renames it to ``<folder>/<job>.<sink>.c<checkpoint>.p<partition>.jsonl`` (``os.replace``: atomic on
+one file system). A reader reads only the folder's top level. The committed files are the sink's
+own record: a repeated commit is decided from them, and ``last_committed_checkpoint`` answers the
+highest checkpoint among them, so that checkpoint ids never start again below it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -62,7 +66,8 @@ class LocalFilesSink(TwoPhaseCommitSink[OpenFile, FileCommittable]):
         stem = f"{ctx.job_id}.{self.name}.c{ctx.checkpoint_id}.p{ctx.partition}"
         if final:
             return self.folder / f"{stem}.jsonl"
-        return self.folder / "_pending" / f"{stem}.a{ctx.attempt}.jsonl"
+        # attempt numbers repeat across stage retries and drivers: the token keeps names apart
+        return self.folder / "_pending" / f"{stem}.a{ctx.attempt}.{uuid.uuid4().hex}.jsonl"
 
     # executor side
     def begin_transaction(self, ctx: WriterContext) -> OpenFile:
@@ -108,6 +113,10 @@ class LocalFilesSink(TwoPhaseCommitSink[OpenFile, FileCommittable]):
                 path.unlink(missing_ok=True)
                 aborted += 1
         return aborted
+
+    def last_committed_checkpoint(self, job_id: str) -> int | None:
+        committed = self.folder.glob(f"{job_id}.{self.name}.c*.jsonl")
+        return max((int(path.name.split(".")[2][1:]) for path in committed), default=None)
 
 
 # -- its conformance test -------------------------------------------------------------------------
@@ -174,3 +183,30 @@ def test_a_commit_that_is_not_idempotent_fails_with_the_history(tmp_path: Path) 
     assert "FileNotFoundError" in message
     assert "history of this life:\n  1. the driver starts" in message
     assert "driver: commit -> COMMITTED" in message
+
+
+# -- a sink that forgets its floor: the kit must catch it -----------------------------------------
+
+
+class NoFloorSink(LocalFilesSink):
+    """The example sink with ``last_committed_checkpoint`` forced to ``None``: when the job's
+    checkpoint storage is lost, checkpoint ids start again at 1, and a new checkpoint 1 is
+    committed under the name of the old one (issue #43)."""
+
+    def last_committed_checkpoint(self, job_id: str) -> int | None:
+        return None
+
+
+class NoFloorSinkContract(TestLocalFilesSink):
+    """Not collected (no ``Test`` prefix): run by the test below."""
+
+    def make_sink(self, system: Path) -> TwoPhaseCommitSink[Any, Any]:
+        return NoFloorSink("files", str(system))
+
+
+def test_a_sink_without_its_checkpoint_floor_fails_naming_last_committed_checkpoint(tmp_path: Path) -> None:
+    contract = NoFloorSinkContract()
+    contract.root, contract.lives = tmp_path, 0
+    with pytest.raises(ContractViolation) as failed:
+        check_sink(contract)
+    assert "last_committed_checkpoint" in str(failed.value)
