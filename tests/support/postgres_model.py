@@ -22,7 +22,9 @@ connection (its ``connector``). It behaves like the server where exactly-once de
   takes effect or after it did (the client then hears a broken connection: the outcome is
   unknown to it);
 - the seal table (:mod:`~twophase.connectors.postgres.internal.seal`): rows inserted with autocommit,
-  visible at once, durable.
+  visible at once, durable;
+- the committer's pruning horizon: a row of the commit-record table (gid ``<prefix>pruned``), raised
+  and read as the committer does.
 
 What it leaves out: locks, advisory ones included, which are always granted (the protocol test
 writes each key once and runs one session at a time), MVCC snapshots, the catalog (the sink's
@@ -31,11 +33,12 @@ write plan is given, not read), privileges, other databases.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,6 +257,13 @@ class ModelConnection:
             self.txn = None
             model.maybe_restart("after", "prepare")
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """A transaction block on an autocommit session (the committer's pruning). Statements apply
+        one at a time under the model's lock; the block's statements never fail halfway here."""
+        assert self.autocommit, "transaction() on a session already in a transaction"
+        yield
+
     def cursor(self) -> _Cursor:
         """A cursor, for COPY."""
         return _Cursor(self)
@@ -296,6 +306,11 @@ class ModelConnection:
                 return _Result([(True,)])
             if f'{SEAL_SUFFIX}"' in text:
                 return self._seal_statement(text, params)
+            if text.startswith("INSERT INTO ") and text.endswith("ON CONFLICT (gid) DO NOTHING"):
+                # the committer's pruning horizon, raised with autocommit (see _horizon_statement)
+                gid, token, sink, below = params
+                model.commit_records.setdefault(gid, CommitRecord(gid, token, sink, int(below)))
+                return _Result()
             if text.startswith("INSERT INTO ") and "(gid, job_token, sink, checkpoint_id" in text:
                 assert self.txn is not None, "the commit record is inserted inside the transaction"
                 gid, token, sink, checkpoint = params[:4]
@@ -310,8 +325,32 @@ class ModelConnection:
                     if (r.job_token, r.sink) == tuple(params)
                 ]
                 return _Result([(max(ids) if ids else None,)])
-            if text.startswith("DELETE FROM ") and text.endswith("checkpoint_id < %s"):
-                _prune(model.commit_records, *params)
+            if text.startswith(
+                "SELECT max(CASE WHEN gid = %s THEN checkpoint_id ELSE checkpoint_id - %s END)"
+            ):
+                horizon_gid, retention, token, sink = params
+                ids = [
+                    r.checkpoint_id if r.gid == horizon_gid else r.checkpoint_id - int(retention)
+                    for r in model.commit_records.values()
+                    if (r.job_token, r.sink) == (token, sink)
+                ]
+                return _Result([(max(ids) if ids else None,)])
+            if text.startswith("DELETE FROM ") and text.endswith("WHERE gid = %s AND checkpoint_id < %s"):
+                record = model.commit_records.get(params[0])
+                if record is not None and record.checkpoint_id < params[1]:
+                    del model.commit_records[params[0]]
+                return _Result()
+            if text.startswith("DELETE FROM ") and "LEAST(%s, (SELECT checkpoint_id FROM " in text:
+                token, sink, horizon_gid, below, _ = params
+                held = model.commit_records.get(horizon_gid)
+                bound = below if held is None else min(below, held.checkpoint_id)
+                for gid, r in list(model.commit_records.items()):
+                    if (
+                        gid != horizon_gid
+                        and (r.job_token, r.sink) == (token, sink)
+                        and r.checkpoint_id < bound
+                    ):
+                        del model.commit_records[gid]
                 return _Result()
             raise AssertionError(f"the PostgreSQL model does not know the statement {text!r}")
 

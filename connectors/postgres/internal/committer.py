@@ -10,13 +10,25 @@ transaction block; once it ran, the gid is gone from ``pg_prepared_xacts``.
 |---|---|
 | COMMIT PREPARED succeeds | COMMITTED |
 | the gid does not exist (42704) and the commit record of the gid is visible | ALREADY_COMMITTED |
-| the gid does not exist and its commit record is not visible | LOST (it was rolled back) |
+| the gid does not exist, no commit record, its checkpoint below the pruning horizon | ALREADY_COMMITTED |
+| the gid does not exist, no commit record, its checkpoint at or above the horizon | LOST (rolled back) |
 | the gid is busy (55006: another session is committing it) or the server is unreachable | RETRY |
 | the gid belongs to another database (55000), permission denied (42501), anything else | FATAL |
 
 The commit record is a row of the commit-record table written inside the prepared transaction
 itself, so it becomes visible exactly when the transaction commits and vanishes with a rollback:
 the decision rests on durable evidence, never on absence alone.
+
+Commit records are pruned: a commit of checkpoint ``c`` deletes the job's sink's records of
+checkpoints below ``c − commit_record_retention``. Before it deletes any, the same transaction
+raises the *pruning horizon*, one row of the same table (gid ``<gid prefix>pruned``, checkpoint =
+the horizon, partition −1), and it deletes only below the horizon it reads back, so the horizon is
+never below a deleted record (#43 item 1). A checkpoint below the horizon has had a later
+checkpoint of the same job and sink committed, ``commit_record_retention`` or more ids later;
+commits come in checkpoint order (DESIGN.md §5), so it was committed too, as Delta's txn version
+and Iceberg's committed-checkpoint property decide. Records of an earlier release, which pruned
+without a horizon, count as a horizon of their newest checkpoint less ``commit_record_retention``.
+Above the horizon absence stays exact: LOST.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ import psycopg
 from psycopg import sql
 
 from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.internal import seal
+from twophase.connectors.postgres.internal import naming, seal
 from twophase.connectors.postgres.internal.committable import PostgresCommittable
 from twophase.connectors.postgres.internal.connection import Connector, connect, error_text
 from twophase.sinks.errors import ServiceUnavailableError
@@ -120,31 +132,92 @@ class PostgresCommitter:
             return False
         return row is not None
 
+    def pruning_horizon(self, conn: Connection, parts: naming.GidParts) -> int | None:
+        """The checkpoint below which this job's sink's commit records may have been pruned, or
+        ``None`` when it has none: the recorded horizon, or for records an earlier release pruned
+        without one, their newest checkpoint less ``commit_record_retention`` (the larger of both).
+        """
+        table = sql.Identifier(self.config.commit_schema, self.config.commit_table)
+        try:
+            row = conn.execute(
+                sql.SQL(
+                    "SELECT max(CASE WHEN gid = %s THEN checkpoint_id ELSE checkpoint_id - %s END)"
+                    " FROM {} WHERE job_token = %s AND sink = %s"
+                ).format(table),
+                (horizon_gid(parts.prefix), self.config.commit_record_retention, parts.token, self.sink_name),
+            ).fetchone()
+        except psycopg.errors.UndefinedTable:
+            return None
+        return None if row is None or row[0] is None else int(str(row[0]))
+
     def _decide_missing(self, conn: Connection, committable: PostgresCommittable) -> CommitOutcome:
         if self.is_committed(conn, committable.gid):
             return CommitOutcome.ALREADY_COMMITTED
         if is_prepared(conn, committable.gid):  # prepared in the meantime? cannot be: gids are unique
             return CommitOutcome.RETRY
+        parts = committable.parts()
+        horizon = self.pruning_horizon(conn, parts)
+        if horizon is not None and parts.checkpoint_id < horizon:
+            # the record was pruned after a checkpoint >= horizon + retention committed: in checkpoint
+            # order, this one committed before it (a restore of an unmarked checkpoint, #43)
+            log_event(
+                log,
+                logging.WARNING,
+                "commit record pruned: already committed by the pruning horizon (commits come in "
+                "checkpoint order; raise commit_record_retention to keep records longer)",
+                exc_info=False,
+                sink=self.sink_name,
+                gid=committable.gid,
+                checkpoint=parts.checkpoint_id,
+                horizon=horizon,
+                retention=self.config.commit_record_retention,
+            )
+            return CommitOutcome.ALREADY_COMMITTED
         return CommitOutcome.LOST
 
     def _prune(self, conn: Connection, committable: PostgresCommittable) -> None:
-        """Delete this sink's commit records and seals far below the committed checkpoint. Best effort."""
+        """Raise the pruning horizon, then delete this sink's commit records and seals below it.
+
+        One transaction. Commits of one checkpoint's partitions prune at once: each deletes below
+        the horizon it reads back after raising it, never below its own ``below`` only, so a
+        concurrent prune that kept a lower horizon is never outrun. Best effort.
+        """
         parts = committable.parts()
         below = parts.checkpoint_id - self.config.commit_record_retention
         if below <= 0:
             return
         table = sql.Identifier(self.config.commit_schema, self.config.commit_table)
-        token = parts.token
+        token, sentinel = parts.token, horizon_gid(parts.prefix)
         try:
-            conn.execute(
-                sql.SQL("DELETE FROM {} WHERE job_token = %s AND sink = %s AND checkpoint_id < %s").format(
-                    table
-                ),
-                (token, self.sink_name, below),
-            )
-            seal.prune(conn, self.config, token, self.sink_name, below)
+            with conn.transaction():
+                conn.execute(
+                    sql.SQL("DELETE FROM {} WHERE gid = %s AND checkpoint_id < %s").format(table),
+                    (sentinel, below),
+                )
+                conn.execute(
+                    sql.SQL(
+                        "INSERT INTO {} (gid, job_token, sink, checkpoint_id, partition, attempt,"
+                        " record_count) VALUES (%s, %s, %s, %s, -1, -1, 0) ON CONFLICT (gid) DO NOTHING"
+                    ).format(table),
+                    (sentinel, token, self.sink_name, below),
+                )
+                conn.execute(
+                    sql.SQL(
+                        "DELETE FROM {0} WHERE job_token = %s AND sink = %s AND gid <> %s AND checkpoint_id <"
+                        " LEAST(%s, (SELECT checkpoint_id FROM {0} WHERE gid = %s))"
+                    ).format(table),
+                    (token, self.sink_name, sentinel, below, sentinel),
+                )
+                seal.prune(conn, self.config, token, self.sink_name, below)
         except psycopg.Error as e:
             log_event(log, logging.WARNING, "commit records not pruned", error=error_text(self.config, e))
+
+
+def horizon_gid(prefix: str) -> str:
+    """The gid of the pruning-horizon row of one job's sink in the commit-record table:
+    ``<gid prefix>pruned`` (:func:`naming.gid_prefix`). No prepared transaction has it: it does
+    not parse as a gid of ours (:func:`naming.parse_gid`)."""
+    return f"{prefix}pruned"
 
 
 def rollback_prepared(conn: Connection, gid: str) -> bool:

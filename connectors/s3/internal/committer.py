@@ -8,10 +8,15 @@ recovery follow Flink's ``S3Committer.commitAfterRecovery``:
 |-------------------------------------------------|--------------------|
 | OK                                              | COMMITTED          |
 | NoSuchUpload, object exists with the byte count | ALREADY_COMMITTED  |
-| NoSuchUpload, object missing or of another size | LOST               |
+| NoSuchUpload, object missing or of another size | LOST (named)       |
 | InvalidPart / InvalidPartOrder / EntityTooSmall | LOST (parts gone)  |
 | transient error after every retry               | RETRY              |
 | anything else (access denied...)                | FATAL              |
+
+A completed upload leaves no upload record: a re-commit answers NoSuchUpload at once, and the
+object at the file's unique key is the evidence, for as long as the object stays (later
+checkpoints, lifecycle rules aborting incomplete uploads and upload listings do not touch it).
+A restore of a checkpoint whose ``_committed`` marker is missing decides from it alone (#43).
 
 After a successful (or earlier) commit, the file's temporary tail objects are deleted (best
 effort: leftovers are removed by ``abort_lingering``). A committable's files are committed one by
@@ -59,19 +64,40 @@ def combine_outcomes(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
 
 
 def _verify_after_no_such_upload(ops: S3Ops, f: PendingFile) -> CommitOutcome:
+    """Decide from the object at the file's key, the only trace a completed upload leaves (#43).
+
+    The key is unique to this file (its checkpoint, partition and a uuid), so an object of the
+    recorded size there is this upload's completion, however long ago and whatever happened to the
+    upload records since. No object, or one of another size, means the checkpoint's data is not
+    there: LOST, with one ERROR line naming the key and what may have happened, for S3 keeps no
+    other record that could tell an abort before the commit from a delete after it.
+    """
     size = ops.object_size(f.key)
     if size is None:
         log_event(
-            log, logging.ERROR, "commit lost: upload gone and object missing", bucket=f.bucket, key=f.key
+            log,
+            logging.ERROR,
+            "commit lost: the upload is gone and no object is at its key: aborted before its commit "
+            "(lingering cleanup, or a lifecycle rule AbortIncompleteMultipartUpload while the job was "
+            "down) or deleted after its commit",
+            exc_info=False,
+            bucket=f.bucket,
+            key=f.key,
+            records=f.record_count,
         )
         return CommitOutcome.LOST
     if size != f.byte_count:
-        log.error(
-            "commit lost: upload gone and object has %d bytes, expected %d: bucket=%s key=%s",
-            size,
-            f.byte_count,
-            f.bucket,
-            f.key,
+        log_event(
+            log,
+            logging.ERROR,
+            "commit lost: the upload is gone and the object at its key holds other bytes: "
+            "overwritten after its commit",
+            exc_info=False,
+            bucket=f.bucket,
+            key=f.key,
+            size=size,
+            expected=f.byte_count,
+            records=f.record_count,
         )
         return CommitOutcome.LOST
     return CommitOutcome.ALREADY_COMMITTED

@@ -8,6 +8,7 @@ one, 42501 without the privilege (PostgreSQL docs, "COMMIT PREPARED", "ROLLBACK 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ class PreparedTransactionsModel:
     committed: set[str] = field(default_factory=set)
     busy: set[str] = field(default_factory=set)
     other_database: set[str] = field(default_factory=set)
+    horizon: int | None = None
     down: bool = False
     denied: bool = False
     statements: list[str] = field(default_factory=list)
@@ -67,6 +69,10 @@ class FakeConnection:
     def __exit__(self, *exc: object) -> None:
         return None
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        yield
+
     def execute(self, query: Any, params: tuple[Any, ...] = ()) -> _Result:
         text = query.as_string(None) if isinstance(query, sql.Composable) else str(query)
         self.model.statements.append(text)
@@ -95,6 +101,11 @@ class FakeConnection:
         if text.startswith("SELECT 1 FROM") and "WHERE gid = %s" in text:
             pool = model.prepared if "pg_prepared_xacts" in text else model.committed
             return _Result([(1,)] if params[0] in pool else [])
+        if text.startswith("SELECT max(CASE WHEN gid = %s"):
+            return _Result([(model.horizon,)])
+        if text.startswith("INSERT INTO") and text.endswith("ON CONFLICT (gid) DO NOTHING"):
+            model.horizon = max(model.horizon or 0, params[3])
+            return _Result([])
         if text.startswith("DELETE FROM"):
             return _Result([])
         raise AssertionError(f"unexpected statement {text}")
@@ -171,9 +182,10 @@ def test_old_commit_records_are_pruned_only_far_below(model: PreparedTransaction
         model.prepare(c.gid)
         assert committer.commit(c) is CommitOutcome.COMMITTED
     deletes = [s for s in model.statements if s.startswith("DELETE")]
-    # the commit records and the seals, once, at the commit of checkpoint 25
-    assert [d.split('"')[3] for d in deletes] == ["twophase_commits", "twophase_commits_sealed"]
-    assert all("checkpoint_id < %s" in d for d in deletes)
+    # once, at the commit of checkpoint 25: the horizon's old row, the commit records, the seals
+    assert [d.split('"')[3] for d in deletes] == ["twophase_commits"] * 2 + ["twophase_commits_sealed"]
+    assert all("checkpoint_id < " in d for d in deletes)
+    assert model.horizon == 15  # raised in the same transaction, before any record is deleted
 
 
 @given(st.lists(st.sampled_from(["commit", "abort", "down", "up"]), max_size=12))
