@@ -49,8 +49,10 @@ class PostgresSinkConfig:
             a prepared transaction no longer exists.
         commit_schema: the schema of ``commit_table`` (``public`` by default).
         commit_record_retention: commit records older than this many checkpoints below the
-            latest committed one are deleted by the driver (checkpoints, ≥ 10). A recovery
-            re-commits only the latest checkpoints, so older records decide nothing.
+            latest committed one are deleted by the driver (checkpoints, ≥ 10), after it recorded
+            the pruning horizon: a re-commit of a gid below it is ALREADY_COMMITTED (a later
+            checkpoint committed, and checkpoints commit in order), so a restore of an old
+            checkpoint whose marker is missing is never a false LOST (#43).
         prepared_age_warning_ms: how old a prepared transaction may get before the job warns
             (ms; the runtime warns at 80% of it, as for Kafka's ``transaction.timeout.ms``).
             PostgreSQL never ends a prepared transaction itself: it holds its locks and holds
