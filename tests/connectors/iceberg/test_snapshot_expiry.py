@@ -18,6 +18,7 @@ import pytest
 from twophase.connectors.iceberg import IcebergCommittable, IcebergSink, IcebergSinkConfig
 from twophase.connectors.iceberg.internal.committable import CODEC
 from twophase.connectors.iceberg.internal.naming import job_token
+from twophase.sinks.errors import ConfigError
 from twophase.sinks.outcome import CommitOutcome
 
 from .conftest import rows
@@ -90,3 +91,19 @@ def test_a_later_checkpoint_commits_and_records_itself_after_expiry(sink: Iceber
     assert reader(sink.config).properties[PROPERTY] == "2"
     assert ids(sink.config) == [*range(6), 100, 101]
     assert sink.last_committed_checkpoint(JOB) == 2
+
+
+def test_a_property_edited_into_something_else_fails_the_commit_by_name(
+    sink: IcebergSink, make_config: Callable[..., IcebergSinkConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    first = pre_commit(sink, 1, [rows(0, 2)])
+    assert sink.commit_checkpoint(1, first) is CommitOutcome.COMMITTED
+    with reader(sink.config).transaction() as t:
+        t.set_properties({PROPERTY: "one"})
+    second = pre_commit(sink, 2, [rows(2, 2)])
+    with caplog.at_level(logging.ERROR):
+        assert sink.commit_checkpoint(2, second) is CommitOutcome.FATAL
+    assert f"{PROPERTY}='one' is not a checkpoint id" in caplog.text
+    assert ids(sink.config) == [0, 1]
+    with pytest.raises(ConfigError, match="set it back to that id"):
+        IcebergSink("lake", make_config()).last_committed_checkpoint(JOB)
