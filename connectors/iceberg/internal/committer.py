@@ -105,7 +105,7 @@ def recorded_checkpoint(table: Table | None, job_id: str, sink_name: str) -> int
     raw = table.metadata.properties.get(key)
     if raw is None:
         return None
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):
         raise ConfigError(
             f"Iceberg table property {key}={raw!r} is not a checkpoint id: it records the newest "
             f"checkpoint job {job_id!r}, sink {sink_name!r} committed; set it back to that id"
@@ -178,7 +178,7 @@ def _warn_fallback(job_id: str, sink_name: str, found: int, fields: dict[str, An
         "no committed-checkpoint property: deciding from snapshot summaries and data file paths",
         property=checkpoint_property(job_id, sink_name),
         found=found,
-        why="a table last committed by a release before #43, or the property was removed",
+        why="a table last committed by an earlier twophase release, or the property was removed",
         limit="a compaction plus snapshot expiry before the next commit would hide a committed checkpoint",
         **fields,
     )
