@@ -16,8 +16,17 @@ API, ``Committer``) and FLIP-147 (final checkpoint) ask of a two-phase-commit si
 - abort after pre-commit: a checkpoint that fails leaves none of its records visible;
 - recover-and-commit after a driver crash: a durable checkpoint's records land, once;
 - lingering abort: what failed, lost and zombie attempts and crashed drivers left is cleaned up;
-- nothing twice across task retries and zombie attempts;
-- ``LOST`` only when the data is really gone.
+- nothing twice across task retries and zombie attempts, including a zombie of a retried stage
+  with the same attempt number (Spark numbers attempts from 0 again, SPARK-24552);
+- ``LOST`` only when the data is really gone;
+- checkpoint ids never repeat a committed one: when the checkpoint storage is lost and the job
+  runs again with the same id, new ids start above
+  :meth:`~twophase.sinks.api.TwoPhaseCommitSink.last_committed_checkpoint` (DESIGN.md §12);
+- a repeated commit is decided from the sink's own durable record: with every ``_committed``
+  marker write refused, a restore's re-commit answers ``ALREADY_COMMITTED`` (issue #43);
+- one driver at a time: a second driver's restore fences the first, which stops with
+  :class:`~twophase.sinks.errors.DriverFencedError`, and what the first aborts on its way out
+  never costs the second a transaction.
 
 A violation fails the test with :class:`ContractViolation`, whose message names the check and
 prints the (shrunk) history of the failing life in plain words.

@@ -5,7 +5,8 @@ The accounting: an epoch's records are *promised* once its checkpoint is durable
 checkpoint storage), once each; nothing else may ever be visible (checked after every step), and
 at the end of a life (the job driven to FINISHED) everything promised is visible, exactly once,
 and nothing lingers. Records a ``LOST`` answer owned may be missing, and only when the system
-really dropped them (:meth:`SinkContract.lose`).
+really dropped them (:meth:`SinkContract.lose`). When a life loses its checkpoint storage, what
+the lost checkpoints promised stays promised; checkpoint ids are then counted afresh.
 """
 
 from __future__ import annotations

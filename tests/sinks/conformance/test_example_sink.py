@@ -210,3 +210,35 @@ def test_a_sink_without_its_checkpoint_floor_fails_naming_last_committed_checkpo
     with pytest.raises(ContractViolation) as failed:
         check_sink(contract)
     assert "last_committed_checkpoint" in str(failed.value)
+
+
+# -- a sink naming its staging files by attempt number alone: the kit must catch it ---------------
+
+
+class AttemptNamedSink(LocalFilesSink):
+    """The example sink without the token in its staging names: a zombie of a retried stage (same
+    attempt number, SPARK-24552) or a fenced driver (same checkpoint id and attempt) truncates or
+    deletes the staging file of the attempt whose checkpoint commits."""
+
+    def _file(self, ctx: WriterContext, *, final: bool) -> Path:
+        stem = f"{ctx.job_id}.{self.name}.c{ctx.checkpoint_id}.p{ctx.partition}"
+        return (
+            self.folder / f"{stem}.jsonl"
+            if final
+            else self.folder / "_pending" / f"{stem}.a{ctx.attempt}.jsonl"
+        )
+
+
+class AttemptNamedSinkContract(TestLocalFilesSink):
+    """Not collected (no ``Test`` prefix): run by the test below."""
+
+    def make_sink(self, system: Path) -> TwoPhaseCommitSink[Any, Any]:
+        return AttemptNamedSink("files", str(system))
+
+
+def test_staging_names_unique_by_attempt_number_alone_fail(tmp_path: Path) -> None:
+    contract = AttemptNamedSinkContract()
+    contract.root, contract.lives = tmp_path, 0
+    with pytest.raises(ContractViolation) as failed:
+        check_sink(contract)
+    assert "LOST" in str(failed.value)  # the committing attempt's staging file is gone
