@@ -378,6 +378,16 @@ class ContractLives(RuleBasedStateMachine):
 
     def accept_lost(self, error: TransactionLostError) -> None:
         self.note(f"the restore fails: {type(error).__name__}")
+        if self.losing is None and self.storage.refuse_markers:
+            newest = max((r.checkpoint_id for r in self.storage.list_checkpoints()), default=None)
+            if newest in self.lost:  # the restore that accepted the loss could not mark it
+                event("a restore reported an accepted loss again: its checkpoint is unmarked")
+                self.note(
+                    f"checkpoint {newest}, accepted as lost, is still unmarked: every restore reports it"
+                )
+                commit = replace(self.config.commit, ignore_lost_on_recovery=True)
+                self.config = replace(self.config, commit=commit)
+                return
         if self.losing is None:
             raise self.fail(
                 "LOST only when the data is really gone",
@@ -587,8 +597,11 @@ class ContractLives(RuleBasedStateMachine):
         self.say(f"batch {n}: {len(records)} records on {parts} partitions{words}")
         if crash is not None:
             self.faults.arm(crash)
-        epoch = self.begin_epoch(parts, n)
+        epoch: Epoch | None = None
         try:
+            # the trigger may commit older checkpoints first (a sink's max_pending_checkpoints): the
+            # armed crash may hit there
+            epoch = self.begin_epoch(parts, n)
             self.acknowledge(epoch, self.run_tasks(epoch.plan(), records, tasks, point))
             self.check_hidden(records, f"batch {n} is pre-committed, its checkpoint not complete")
             rt.complete_epoch(epoch, notify=notify)
@@ -608,7 +621,8 @@ class ContractLives(RuleBasedStateMachine):
         except TransactionLostError as e:
             raise self.fail("LOST only when the data is really gone", f"a commit answered LOST: {e}") from e
         except (TaskFailure, *TOLERATED) as e:
-            rt.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
+            if epoch is not None:
+                rt.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
             self.fail_over(e)
         finally:
             self.faults.disarm()
