@@ -282,8 +282,7 @@ class CheckpointCoordinator:
                 attempt=attempt,
             )
             for c in committables:
-                txn = PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock())
-                self.committer.abort(txn)
+                self._abort(PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock()))
             return False
         pc = self.pending(checkpoint_id)
         key = (sink, partition)
@@ -505,8 +504,7 @@ class CheckpointCoordinator:
             for _, lc in sorted(self._subtasks.items()):
                 if lc.state.is_live:
                     for t in lc.notify_checkpoint_aborted(c).abort:
-                        self.committer.abort(t)
-                        aborted += 1
+                        aborted += self._abort(t)
             self._log(
                 logging.WARNING,
                 "checkpoint aborted",
@@ -536,8 +534,18 @@ class CheckpointCoordinator:
         for _, lc in sorted(self._subtasks.items()):
             if lc.state.is_live:
                 for t in lc.close().abort:
-                    self.committer.abort(t)
+                    self._abort(t)
         return self.committer.metrics.aborted - before
+
+    def _abort(self, txn: PendingTransaction[Any]) -> bool:
+        """Abort ``txn`` through the committer, unless a newer driver fenced this one: then the
+        transaction is left to the newer driver's lingering cleanup, since a sink whose names
+        follow the writer context alone (checkpoint, partition, attempt) may have given the newer
+        driver's transaction of the same checkpoint id the same name (issue #43)."""
+        if self._fence is not None and self._fence.fenced:
+            return False
+        self.committer.abort(txn)
+        return True
 
     def release_in_doubt(self, landed: Set[int]) -> list[PendingTransaction[Any]]:
         """Forget the IN_DOUBT transactions of checkpoints storage does not show (``landed``: the

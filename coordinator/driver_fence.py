@@ -71,6 +71,14 @@ class DriverFence:
         """This driver's epoch (``None`` before :meth:`claim`)."""
         return self._epoch
 
+    @property
+    def fenced(self) -> bool:
+        """True once :meth:`check` found a newer driver: from then on this driver aborts nothing
+        either (its transaction names may be the newer driver's too; the newer driver's lingering
+        cleanup decides what no checkpoint holds)."""
+        with self._lock:
+            return self._fenced is not None
+
     def claim(self) -> int:
         """Claim the next driver epoch (first call), or check the one claimed (later calls).
 

@@ -21,7 +21,10 @@ class WriterContext:
         sink_name: the sink's name, unique within the job.
         checkpoint_id: the checkpoint this epoch's transactions belong to (monotonic, ≥ 1).
         partition: the subtask index, ``0 <= partition < num_partitions``.
-        attempt: Spark's task attempt number for this partition (0 for the first attempt).
+        attempt: Spark's task attempt number for this partition (0 for the first attempt;
+            ``TaskContext.attemptNumber()``). Not unique: it starts at 0 again in a retried stage
+            (SPARK-24552), so an attempt of an earlier stage attempt may run beside a later one
+            with the same number; a sink's transaction names need a random token as well.
         num_partitions: the epoch's parallelism.
         restored_state: the in-progress state snapshotted for this partition by the latest
             checkpoint (``snapshot_in_progress``), or ``None``. Only sinks whose transactions span

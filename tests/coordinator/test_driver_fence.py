@@ -6,9 +6,11 @@ the jobs drive the JSON-lines reference sink on the file system, read back by it
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
+from support import file_sink
 from support.clock import ManualClock
 from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 from support.harness import TwoPhaseHarness, batch
@@ -95,3 +97,30 @@ def test_a_stale_driver_stops_and_the_new_one_commits_exactly_once(tmp_path: Pat
     new.runtime.finish()
     assert sorted(r["key"] for r in read_committed(out, "a")) == ["a1", "a2", "b1", "b2"]
     assert staging_files(out, JOB, "a") == []
+
+
+def test_a_fenced_driver_aborts_nothing_the_newer_driver_may_have_named_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a sink whose transaction names follow the writer context alone (checkpoint, partition,
+    # attempt): both drivers name checkpoint 1's staging file the same
+    monkeypatch.setattr(file_sink.uuid, "uuid4", lambda: uuid.UUID(int=0))
+    out, store, clock = tmp_path / "out", MemoryStore(), ManualClock()
+
+    def driver() -> TwoPhaseHarness:
+        storage = InMemoryCheckpointStorage(JOB, store)
+        return TwoPhaseHarness([JsonLinesFileSink("a", out)], job_id=JOB, storage=storage, clock=clock)
+
+    old = driver()
+    old.restore()
+    stale = old.begin_epoch(1)
+    stale.acknowledge_all(old.write_partitions(stale.plan(), [[batch(["stale"])]]))
+    new = driver()
+    new.restore()
+    epoch = new.begin_epoch(1)
+    epoch.acknowledge_all(new.write_partitions(epoch.plan(), [[batch(["new"])]]))
+    with pytest.raises(DriverFencedError):
+        old.complete(stale)
+    new.complete(epoch)
+    new.runtime.finish()
+    assert [r["key"] for r in read_committed(out, "a")] == ["new"]
