@@ -6,11 +6,9 @@ the jobs drive the JSON-lines reference sink on the file system, read back by it
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
-from support import file_sink
 from support.clock import ManualClock
 from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 from support.harness import TwoPhaseHarness, batch
@@ -99,17 +97,14 @@ def test_a_stale_driver_stops_and_the_new_one_commits_exactly_once(tmp_path: Pat
     assert staging_files(out, JOB, "a") == []
 
 
-def test_a_fenced_driver_aborts_nothing_the_newer_driver_may_have_named_alike(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_fenced_driver_aborts_nothing_the_newer_driver_may_have_named_alike(tmp_path: Path) -> None:
     # a sink whose transaction names follow the writer context alone (checkpoint, partition,
     # attempt): both drivers name checkpoint 1's staging file the same
-    monkeypatch.setattr(file_sink.uuid, "uuid4", lambda: uuid.UUID(int=0))
     out, store, clock = tmp_path / "out", MemoryStore(), ManualClock()
 
     def driver() -> TwoPhaseHarness:
-        storage = InMemoryCheckpointStorage(JOB, store)
-        return TwoPhaseHarness([JsonLinesFileSink("a", out)], job_id=JOB, storage=storage, clock=clock)
+        sink = JsonLinesFileSink("a", out, names_by_context=True)
+        return TwoPhaseHarness([sink], job_id=JOB, storage=InMemoryCheckpointStorage(JOB, store), clock=clock)
 
     old = driver()
     old.restore()
