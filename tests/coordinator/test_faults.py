@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.polling import eventually
 
 from twophase.coordinator.faults import EXIT_STATUS, parse
 
@@ -84,7 +85,8 @@ def test_a_worker_kill_takes_the_worker_and_every_process_under_it() -> None:
     )
     assert worker.returncode == -9 and "survived" not in worker.stdout
     other = int(worker.stdout.split()[0])
-    assert gone(other)
+    # SIGKILL reaches every process of the group, but the kernel ends the sibling in its own time
+    assert eventually(lambda: gone(other)), f"process {other} outlived its worker"
 
 
 def test_a_paused_fault_holds_the_process_until_resumed(tmp_path: Path) -> None:
