@@ -32,7 +32,7 @@ from twophase.integration.services.cache import cache_dir, file_lock
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_ROOTS = ("sinks", "coordinator", "connectors", "integration")
-TOP_FILES = ("__init__.py", "py.typed", "setup.cfg", "setup.py", "pyproject.toml")
+TOP_FILES = ("__init__.py", "py.typed", "setup.cfg", "setup.py", "pyproject.toml", "LICENSE")
 SUFFIXES = frozenset({".py", ".typed", ".xml"})
 PRUNE_AFTER_S = 7 * 24 * 3600.0
 """Cached wheels and venvs unused this long (seconds) are removed when a new one is built."""

@@ -38,6 +38,7 @@ class SectionedGroup(TwophaseGroup):
 
 
 @click.group(cls=SectionedGroup)
+@click.version_option(package_name="twophase", prog_name="twophase")
 @click.option("-v", "--verbose", is_flag=True, help="Log progress (INFO) to stderr.")
 def main(verbose: bool) -> None:
     """twophase: exactly-once two-phase-commit sinks for PySpark.

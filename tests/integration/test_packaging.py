@@ -60,3 +60,16 @@ def test_every_product_package_and_no_test_module_is_in_the_wheel(wheel: zipfile
 def test_the_console_script_points_into_the_root(wheel: zipfile.ZipFile) -> None:
     (entry_points,) = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     assert "twophase = twophase.integration.cli:main" in wheel.read(entry_points).decode()
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_license_and_one_version(wheel: zipfile.ZipFile) -> None:
+    """#45 item 5: the Apache-2.0 text beside the metadata; the version is ``__init__.py``'s."""
+    from twophase import __version__
+
+    licenses = [n for n in wheel.namelist() if ".dist-info/" in n and PurePosixPath(n).name == "LICENSE"]
+    assert len(licenses) == 1 and b"Apache License" in wheel.read(licenses[0])
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    fields = wheel.read(metadata).decode()
+    assert f"\nVersion: {__version__}\n" in fields
+    assert "License :: OSI Approved :: Apache Software License" in fields

@@ -17,3 +17,10 @@ def test_help_lists_user_commands_before_development_commands() -> None:
         assert user < result.output.index(f"  {name} ") < development
     for name in ("services", "demo", "verify"):
         assert result.output.index(f"  {name} ") > development
+
+
+def test_version_prints_the_installed_version() -> None:
+    from twophase import __version__
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and result.output == f"twophase, version {__version__}\n"
