@@ -23,6 +23,12 @@ Format = Literal["auto", "bytes", "string", "json"]
 (binary only), ``string`` (string only, UTF-8), ``json`` (any type, ``json.dumps`` per row)."""
 
 MASK = "***"
+JAVA_PARTITIONER = "murmur2_random"
+"""librdkafka's partitioner for keyed records by default: murmur2 of the key, as the Java clients'
+default partitioner and so Spark's Kafka sink place them (random for a null key; KIP-480's sticky
+batching is the Java client's own and does not move keys). ``client_config={"partitioner": ...}``
+overrides it, e.g. ``consistent_random`` (librdkafka's CRC32 default) for a pipeline that must keep
+twophase's placement before 0.2."""
 _SECRET_KEY = re.compile(r"password|secret|jaas|token|\.pem$|credential|oauthbearer\.config", re.IGNORECASE)
 
 # Settings the sink owns: a user value would break the protocol (ids, statistics, callbacks).
@@ -261,7 +267,12 @@ class KafkaSinkConfig:
     def producer_config(self, transactional_id: str | None) -> dict[str, Any]:
         """librdkafka settings of a transactional producer (no callbacks but ``oauth_cb``, loaded
         from its name: :mod:`~twophase.connectors.kafka.oauth`). Holds secrets: never log it."""
-        conf: dict[str, Any] = oauth.librdkafka_settings(self.client_config)
+        # keyed records go where the Java clients (and so Spark's Kafka sink) put them: murmur2,
+        # not librdkafka's CRC32 default; a partitioner in client_config is kept
+        conf: dict[str, Any] = {
+            "partitioner": JAVA_PARTITIONER,
+            **oauth.librdkafka_settings(self.client_config),
+        }
         conf["bootstrap.servers"] = self.bootstrap_servers
         conf["transaction.timeout.ms"] = self.transaction_timeout_ms
         if transactional_id is not None:
