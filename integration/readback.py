@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
 import tenacity
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaError, KafkaException, TopicPartition
 
 from twophase.sinks.errors import ServiceUnavailableError
 
@@ -39,6 +39,7 @@ class KafkaRecord(NamedTuple):
         offset: its offset there.
         key / value: raw bytes, ``None`` for a null key or value.
         headers: ``[(name, value bytes), ...]`` or ``None`` without headers.
+        timestamp_ms: the record's timestamp (ms since the epoch), ``None`` if it has none.
     """
 
     partition: int
@@ -46,6 +47,13 @@ class KafkaRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]] | None
+    timestamp_ms: int | None = None
+
+
+def _timestamp_ms(message: Any) -> int | None:
+    """A consumed record's timestamp, ``None`` when the record has none (``TIMESTAMP_NOT_AVAILABLE``)."""
+    kind, ms = message.timestamp()
+    return None if kind == TIMESTAMP_NOT_AVAILABLE else int(ms)
 
 
 def _consumer(bootstrap: str, isolation: Isolation, security: Mapping[str, str]) -> Consumer:
@@ -180,7 +188,12 @@ def read_topic(
                 p = int(message.partition() or 0)
                 records[p].append(
                     KafkaRecord(
-                        p, int(message.offset() or 0), message.key(), message.value(), _headers(message)
+                        p,
+                        int(message.offset() or 0),
+                        message.key(),
+                        message.value(),
+                        _headers(message),
+                        _timestamp_ms(message),
                     )
                 )
             if pending:

@@ -140,6 +140,9 @@ class KafkaSinkConfig:
             ``map<string, binary|string>`` column (Spark's Kafka ``headers`` shape).
         partition_column: optional int column with the Kafka partition (null: the partitioner).
         topic_column: optional string column with a per-row topic (null: ``topic``).
+        timestamp_column: optional timestamp column (any unit and time zone) with each record's
+            timestamp, sent as its CreateTime in ms since the epoch (null: the time of producing;
+            a topic with ``message.timestamp.type=LogAppendTime`` replaces it with the broker's).
         lineage_headers: add ``twophase.job`` and ``twophase.checkpoint`` headers to every record.
         create_topic: create ``topic`` at start when it does not exist (otherwise ConfigError).
         new_topic_partitions / new_topic_replication_factor: for ``create_topic`` (-1: broker
@@ -177,6 +180,7 @@ class KafkaSinkConfig:
     headers_column: str | None = None
     partition_column: str | None = None
     topic_column: str | None = None
+    timestamp_column: str | None = None
     lineage_headers: bool = False
     create_topic: bool = False
     new_topic_partitions: int = -1
@@ -245,6 +249,7 @@ class KafkaSinkConfig:
                 self.headers_column,
                 self.partition_column,
                 self.topic_column,
+                self.timestamp_column,
             )
             if c is not None
         ]

@@ -304,7 +304,10 @@ class KafkaTransaction:
                 row = pc.index(pc.is_null(topic_col), True).as_py()
                 raise RecordError(self._where(row) + f": no topic (column {config.topic_column!r} is null)")
             topics = topic_col.to_pylist()
-        if topics is None and partitions is None and headers is None:
+        timestamps: list[int] | None = None
+        if config.timestamp_column is not None:
+            timestamps = serializers.timestamps_ms(batch.column(config.timestamp_column))
+        if topics is None and partitions is None and headers is None and timestamps is None:
             assert config.topic is not None
             self._produce_simple(config.topic, values, keys if keys is not None else [None] * n)
         else:
@@ -314,6 +317,7 @@ class KafkaTransaction:
                 keys if keys is not None else [None] * n,
                 partitions if partitions is not None else [-1] * n,
                 headers if headers is not None else [None] * n,
+                timestamps if timestamps is not None else [0] * n,
             )
         self.record_count += n
         self._live().poll(0)  # serve delivery errors and statistics
@@ -341,6 +345,7 @@ class KafkaTransaction:
         keys: list[Any],
         partitions: list[int],
         headers: list[Any],
+        timestamps: list[int],
     ) -> None:
         produce = self._live().produce
         n = len(values)
@@ -348,11 +353,24 @@ class KafkaTransaction:
         while start < n:
             try:
                 for i in range(start, n):
-                    produce(topics[i], values[i], keys[i], partition=partitions[i], headers=headers[i])
+                    produce(
+                        topics[i],
+                        values[i],
+                        keys[i],
+                        partition=partitions[i],
+                        headers=headers[i],
+                        timestamp=timestamps[i],
+                    )
                 start = n
             except BufferError:
                 self._produce_when_queue_full(
-                    i, topics[i], values[i], keys[i], partition=partitions[i], headers=headers[i]
+                    i,
+                    topics[i],
+                    values[i],
+                    keys[i],
+                    partition=partitions[i],
+                    headers=headers[i],
+                    timestamp=timestamps[i],
                 )
                 start = i + 1
             except (KafkaException, TypeError) as e:
