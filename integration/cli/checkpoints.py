@@ -15,6 +15,7 @@ import click
 
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.integration.cli.errors import TwophaseGroup
 from twophase.integration.cli.output import Column, emit_json, json_option, show, table
 from twophase.integration.cli.target import resolve_target, target_options
@@ -106,6 +107,23 @@ def list_table(job_id: str, refs: list[CheckpointRef], metas: list[CheckpointMet
     return table(f"checkpoints of job {job_id}", columns, rows, caption)
 
 
+def refuse_a_mistyped_location(storage: LocalCheckpointStorage) -> None:
+    """A local checkpoint directory that does not exist, or holds no folder of the job, is a typo
+    more often than a new job: say so (exit 1) instead of listing nothing.
+
+    Raises:
+        ConfigError: the directory or the job's folder in it does not exist (naming the jobs there).
+    """
+    if not storage.base_dir.is_dir():
+        raise ConfigError(f"checkpoint directory {storage.base_dir} does not exist; check --checkpoint-dir")
+    if not storage.job_dir.is_dir():
+        jobs = sorted(p.name for p in storage.base_dir.iterdir() if p.is_dir())
+        raise ConfigError(
+            f"no job {storage.job_id!r} in {storage.base_dir} (jobs there: {', '.join(jobs) or 'none'}); "
+            "check --job or --job-id"
+        )
+
+
 @checkpoints.command("list")
 @target_options
 @json_option(LIST_KEYS)
@@ -121,6 +139,8 @@ def checkpoints_list(
     target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory)
     storage = target.storage()
     refs = storage.list_checkpoints()
+    if not refs and isinstance(storage, LocalCheckpointStorage):
+        refuse_a_mistyped_location(storage)
     metas = [storage.load(ref) for ref in refs]
     if as_json:
         emit_json(

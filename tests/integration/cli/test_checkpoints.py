@@ -183,3 +183,22 @@ def test_bad_factories_fail_in_one_line(tmp_path: Path, factory: str, message: s
     result = run_twophase(["checkpoints", "list", "--sinks", factory], tmp_path, cwd=tmp_path)
 
     assert one_line_error(result).startswith(message)
+
+
+def test_a_mistyped_directory_or_job_is_refused_in_one_line(tmp_path: Path) -> None:
+    """#45 item 9: listing nothing for a typo read as "no checkpoint yet" and exited 0."""
+    _publish(tmp_path)
+    runner = CliRunner()
+    typo = runner.invoke(
+        checkpoints, ["list", "--checkpoint-dir", str(tmp_path / "nope"), "--job-id", "cli_job"]
+    )
+    assert typo.exit_code == 1
+    assert (
+        typo.output.strip()
+        == f"Error: checkpoint directory {tmp_path / 'nope'} does not exist; check --checkpoint-dir"
+    )
+    other = runner.invoke(checkpoints, ["list", "--checkpoint-dir", str(tmp_path), "--job-id", "cli_jb"])
+    assert other.exit_code == 1
+    assert other.output.strip() == (
+        f"Error: no job 'cli_jb' in {tmp_path} (jobs there: cli_job); check --job or --job-id"
+    )
