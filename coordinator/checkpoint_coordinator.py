@@ -338,7 +338,8 @@ class CheckpointCoordinator:
         Raises:
             IllegalTransitionError: not pending, not fully acknowledged, or an older one pending.
             CheckpointNotPublishedError: not published. Anything else from the storage: unknown.
-            DriverFencedError: a newer driver claimed the job; the checkpoint is aborted unpublished.
+            DriverFencedError: a newer driver claimed the job; the checkpoint is dropped unpublished
+                and its transactions left to the newer driver's lingering cleanup.
         """
         pc = self.pending(checkpoint_id)
         if not pc.is_fully_acknowledged:
@@ -362,7 +363,9 @@ class CheckpointCoordinator:
             if self._fence is not None:
                 self._fence.check(f"publishing checkpoint {checkpoint_id}")
             ref = self.storage.publish(metadata)
-        except DriverFencedError as e:  # not published: nothing of this driver's epoch may land
+        except (
+            DriverFencedError
+        ) as e:  # dropped unpublished; its transactions are the newer driver's to clean
             self.abort_checkpoint(checkpoint_id, f"driver fenced: {e}")
             raise
         except CheckpointNotPublishedError as e:  # proven not visible: nothing may hold them
