@@ -282,7 +282,10 @@ class CheckpointCoordinator:
                 attempt=attempt,
             )
             for c in committables:
-                self._abort(PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock()))
+                self._abort(
+                    PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock()),
+                    self._may_abort(),
+                )
             return False
         pc = self.pending(checkpoint_id)
         key = (sink, partition)
@@ -359,15 +362,9 @@ class CheckpointCoordinator:
         started = time.perf_counter()
         metadata, decoded = self.build_metadata(pc)
         self._fault("before_persist")
+        self._check_fence_before_publish(checkpoint_id)
         try:
-            if self._fence is not None:
-                self._fence.check(f"publishing checkpoint {checkpoint_id}")
             ref = self.storage.publish(metadata)
-        except (
-            DriverFencedError
-        ) as e:  # dropped unpublished; its transactions are the newer driver's to clean
-            self.abort_checkpoint(checkpoint_id, f"driver fenced: {e}")
-            raise
         except CheckpointNotPublishedError as e:  # proven not visible: nothing may hold them
             self.abort_checkpoint(checkpoint_id, f"persist failed: {e!r}")
             raise
@@ -401,6 +398,27 @@ class CheckpointCoordinator:
         self.completed[:] = [done]
         self._fault("after_persist")
         return done
+
+    def _check_fence_before_publish(self, checkpoint_id: int) -> None:
+        """Nothing is published yet: a fenced driver, or one that cannot read the driver epochs,
+        drops the checkpoint (its transactions are left to the newer driver's lingering cleanup).
+
+        Raises:
+            DriverFencedError: a newer driver claimed the job.
+            CheckpointNotPublishedError: the driver epochs cannot be listed.
+        """
+        if self._fence is None:
+            return
+        try:
+            self._fence.check(f"publishing checkpoint {checkpoint_id}")
+        except DriverFencedError as e:
+            self.abort_checkpoint(checkpoint_id, f"driver fenced: {e}")
+            raise
+        except Exception as e:
+            self.abort_checkpoint(checkpoint_id, f"driver epochs unreadable: {e!r}")
+            raise CheckpointNotPublishedError(
+                f"checkpoint {checkpoint_id} not published: the driver epochs cannot be read: {e}"
+            ) from e
 
     def _in_doubt(self, pc: PendingCheckpoint, error: BaseException) -> None:
         """The checkpoint may or may not be durable: keep its transactions (never abort what may be
@@ -499,6 +517,7 @@ class CheckpointCoordinator:
             return []
         self.pending(checkpoint_id)
         ids = sorted(c for c in self._pending if c >= checkpoint_id)
+        may_abort = self._may_abort()
         for c in ids:
             pc = self._pending.pop(c)
             pc.abort(reason)
@@ -507,7 +526,7 @@ class CheckpointCoordinator:
             for _, lc in sorted(self._subtasks.items()):
                 if lc.state.is_live:
                     for t in lc.notify_checkpoint_aborted(c).abort:
-                        aborted += self._abort(t)
+                        aborted += self._abort(t, may_abort)
             self._log(
                 logging.WARNING,
                 "checkpoint aborted",
@@ -534,21 +553,34 @@ class CheckpointCoordinator:
         before = self.committer.metrics.aborted
         if self._pending:
             self.abort_checkpoint(min(self._pending), reason)
+        may_abort = self._may_abort()
         for _, lc in sorted(self._subtasks.items()):
             if lc.state.is_live:
                 for t in lc.close().abort:
-                    self._abort(t)
+                    self._abort(t, may_abort)
         return self.committer.metrics.aborted - before
 
-    def _abort(self, txn: PendingTransaction[Any]) -> bool:
-        """Abort ``txn`` through the committer, unless a newer driver fenced this one: then the
-        transaction is left to the newer driver's lingering cleanup, since a sink whose names
-        follow the writer context alone (checkpoint, partition, attempt) may have given the newer
-        driver's transaction of the same checkpoint id the same name (issue #43)."""
-        if self._fence is not None and self._fence.fenced:
+    def _may_abort(self) -> bool:
+        """Whether this driver may abort transactions now: not when a newer driver claimed the
+        job, nor when that cannot be told (the driver epochs cannot be listed). A sink whose names
+        follow the writer context alone (checkpoint, partition, attempt) gives the newer driver's
+        transaction of the same checkpoint id the same name (issue #43); what is left open, the
+        newer driver's (or the next restore's) lingering cleanup aborts. One check per batch of
+        aborts, made now: a driver that fails or times out before any other check is fenced too."""
+        if self._fence is None:
+            return True
+        try:
+            self._fence.check("aborting transactions")
+        except Exception as e:  # fenced, or cannot tell: leave them to a cleanup that can
+            self._log(logging.WARNING, "transactions left to lingering cleanup", reason=repr(e))
             return False
-        self.committer.abort(txn)
         return True
+
+    def _abort(self, txn: PendingTransaction[Any], may_abort: bool) -> bool:
+        """Abort ``txn`` through the committer if ``may_abort`` (:meth:`_may_abort`)."""
+        if may_abort:
+            self.committer.abort(txn)
+        return may_abort
 
     def release_in_doubt(self, landed: Set[int]) -> list[PendingTransaction[Any]]:
         """Forget the IN_DOUBT transactions of checkpoints storage does not show (``landed``: the

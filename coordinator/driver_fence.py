@@ -29,7 +29,7 @@ import tenacity
 
 from twophase.coordinator.clock import Clock
 from twophase.coordinator.storage.base import CheckpointStorage
-from twophase.sinks.errors import DriverFencedError
+from twophase.sinks.errors import CheckpointStorageError, DriverFencedError
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,6 @@ class DriverFence:
         """This driver's epoch (``None`` before :meth:`claim`)."""
         return self._epoch
 
-    @property
-    def fenced(self) -> bool:
-        """True once :meth:`check` found a newer driver: from then on this driver aborts nothing
-        either (its transaction names may be the newer driver's too; the newer driver's lingering
-        cleanup decides what no checkpoint holds)."""
-        with self._lock:
-            return self._fenced is not None
-
     def claim(self) -> int:
         """Claim the next driver epoch (first call), or check the one claimed (later calls).
 
@@ -87,7 +79,8 @@ class DriverFence:
 
         Raises:
             DriverFencedError: a newer driver claimed the job (now or earlier).
-            CheckpointStorageError: storage cannot be listed or written.
+            CheckpointStorageError: storage cannot be listed or written, or other drivers took
+                every epoch this one tried.
         """
         with self._lock:
             if self._epoch is None:
@@ -96,7 +89,13 @@ class DriverFence:
                     stop=tenacity.stop_after_attempt(CLAIM_ATTEMPTS),
                     reraise=True,
                 )
-                self._epoch = retrying(self._claim_next)
+                try:
+                    self._epoch = retrying(self._claim_next)
+                except _Taken as e:
+                    raise CheckpointStorageError(
+                        f"no driver epoch claimed for job {self._job_id!r}: {CLAIM_ATTEMPTS} other "
+                        f"drivers claimed first (the last epoch tried was {e}); start fewer drivers at once"
+                    ) from None
                 log_event(
                     log, logging.INFO, "driver epoch claimed", job=self._job_id, driver_epoch=self._epoch
                 )

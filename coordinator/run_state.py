@@ -57,6 +57,7 @@ class RunState:
         clock: ms clock.
         commit_sleep: the committer's backoff sleep (``None``: interruptible by cancel).
         fault: the fault-point hook.
+        fence: this driver's epoch of the job, or ``None`` when the runtime fences no driver.
     """
 
     def __init__(
@@ -68,6 +69,7 @@ class RunState:
         clock: Clock,
         commit_sleep: Callable[[float], None] | None,
         fault: Callable[[str], None],
+        fence: DriverFence | None = None,
     ) -> None:
         self.job_id = job_id
         self.sinks = dict(sinks)
@@ -85,7 +87,7 @@ class RunState:
         self.past_committer_metrics: list[CommitterMetrics] = []
         self._coord: CheckpointCoordinator | None = None
         self.checkpoints = CompletedCheckpointStore(job_id, storage)
-        self.fence = DriverFence(job_id, storage, clock)
+        self.fence = fence
         self.lingering = LingeringCleanup(job_id, self.checkpoints, self.sink_metrics, self.fence)
         self._epochs_since_restore = 0
         self._max_triggered = 0

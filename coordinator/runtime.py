@@ -38,6 +38,7 @@ from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import NotifyResult
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.commit_policy import CommitterMetrics
+from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.epoch import Epoch, open_epoch, position_covers
 from twophase.coordinator.fanout import sink_names_unique
 from twophase.coordinator.faults import fault_point
@@ -92,6 +93,10 @@ class JobRuntime:
         commit_sleep: backoff sleep of commit retries (default: interruptible by cancel).
         fault: fault-point hook (default :func:`twophase.coordinator.faults.fault_point`, driven by
             ``TWOPHASE_FAULT``); the harness injects exceptions through it.
+        fence_drivers: claim a driver epoch at the first restore and stop once a newer driver
+            claims the job (:mod:`~twophase.coordinator.driver_fence`). Off for a runtime that
+            lives for one micro-batch's commit (the Data Source facade): a new one per batch would
+            claim anew each time and fence whichever driver last claimed.
 
     Raises:
         ConfigError: duplicate sink names, or storage of another job.
@@ -108,6 +113,7 @@ class JobRuntime:
         sleep: Callable[[float], None] = time.sleep,
         commit_sleep: Callable[[float], None] | None = None,
         fault: Callable[[str], None] = fault_point,
+        fence_drivers: bool = True,
     ) -> None:
         sink_names_unique(sinks)
         if storage.job_id != job_id:
@@ -116,7 +122,14 @@ class JobRuntime:
         self.config = config or RuntimeConfig()
         self._sleep = sleep
         self._s = RunState(
-            job_id, {s.name: s for s in sinks}, storage, self.config, clock, commit_sleep, fault
+            job_id,
+            {s.name: s for s in sinks},
+            storage,
+            self.config,
+            clock,
+            commit_sleep,
+            fault,
+            DriverFence(job_id, storage, clock) if fence_drivers else None,
         )
         self.metrics_endpoint: MetricsEndpoint | None = None  # RuntimeConfig.metrics_port
         if self.config.metrics_port is not None:
@@ -166,7 +179,7 @@ class JobRuntime:
     def driver_epoch(self) -> int | None:
         """This driver's epoch of the job (claimed by the first restore; ``None`` before it).
         A newer driver's claim fences this one (:class:`~twophase.sinks.errors.DriverFencedError`)."""
-        return self._s.fence.epoch
+        return None if self._s.fence is None else self._s.fence.epoch
 
     @property
     def coordinator(self) -> CheckpointCoordinator:

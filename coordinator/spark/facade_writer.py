@@ -165,7 +165,10 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
         position = spark_position(query_ids.pop(), batchId)
         written = [m for m in msgs if not m.skipped]
         fresh = [m.ack.committable for m in written if m.ack.committable is not None]
-        runtime = JobRuntime(job_id, [self.sink], self.settings.open_storage(), self.config)
+        # one runtime per micro-batch's commit: it fences no driver (JobRuntime's fence_drivers)
+        runtime = JobRuntime(
+            job_id, [self.sink], self.settings.open_storage(), self.config, fence_drivers=False
+        )
         try:
             restored = runtime.restore(held={self.sink.name: fresh})
             if runtime.replay_check(position):

@@ -119,3 +119,26 @@ def test_a_fenced_driver_aborts_nothing_the_newer_driver_may_have_named_alike(tm
     new.complete(epoch)
     new.runtime.finish()
     assert [r["key"] for r in read_committed(out, "a")] == ["new"]
+
+
+def test_a_stale_driver_that_fails_before_any_check_aborts_nothing_of_the_newer_one(tmp_path: Path) -> None:
+    """The review's path around the publish's check: the stale driver's task fails (or its
+    checkpoint times out) and it closes its subtasks before it ever checked the fence."""
+    out, store, clock = tmp_path / "out", MemoryStore(), ManualClock()
+
+    def driver() -> TwoPhaseHarness:
+        sink = JsonLinesFileSink("a", out, names_by_context=True)
+        return TwoPhaseHarness([sink], job_id=JOB, storage=InMemoryCheckpointStorage(JOB, store), clock=clock)
+
+    old = driver()
+    old.restore()
+    stale = old.begin_epoch(1)
+    stale.acknowledge_all(old.write_partitions(stale.plan(), [[batch(["stale"])]]))
+    new = driver()
+    new.restore()
+    epoch = new.begin_epoch(1)
+    epoch.acknowledge_all(new.write_partitions(epoch.plan(), [[batch(["new"])]]))
+    old.runtime.fail(RuntimeError("a task of the stale driver failed"))
+    new.complete(epoch)
+    new.runtime.finish()
+    assert [r["key"] for r in read_committed(out, "a")] == ["new"]
