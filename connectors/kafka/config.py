@@ -160,6 +160,11 @@ class KafkaSinkConfig:
         connect_attempts: attempts to reach the brokers before ServiceUnavailableError.
         connect_backoff_ms: first backoff between attempts, doubled each time (ms).
         request_timeout_ms: timeout of one admin request and of one bootstrap attempt (ms).
+        marker_search_max_bytes: how much of a partition's log a restore reads, at most, looking
+            for the COMMIT marker of a transaction the broker forgot whose checkpoint has no
+            committed marker (``None``: 4 GiB). It must cover what is appended to one partition
+            between a task's pre-commit and its commit: the same epoch's other tasks' records and
+            other producers'. A search that stops on it reports LOST, naming it.
 
     Raises:
         ConfigError: a value is out of range or inconsistent (raised on construction).
@@ -192,6 +197,7 @@ class KafkaSinkConfig:
     connect_attempts: int = 4
     connect_backoff_ms: int = 500
     request_timeout_ms: int = 10_000
+    marker_search_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "client_config", FrozenSettings(dict(self.client_config)))
@@ -226,6 +232,15 @@ class KafkaSinkConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"Kafka sink: {name} must be a positive int, got {value!r}")
+        if self.marker_search_max_bytes is not None and (
+            isinstance(self.marker_search_max_bytes, bool)
+            or not isinstance(self.marker_search_max_bytes, int)
+            or self.marker_search_max_bytes < 1024 * 1024
+        ):
+            raise ConfigError(
+                f"Kafka sink: marker_search_max_bytes must be an int of at least 1 MiB, "
+                f"got {self.marker_search_max_bytes!r}"
+            )
         if self.transaction_timeout_ms > 2**31 - 1:
             raise ConfigError("Kafka sink: transaction_timeout_ms exceeds a 32-bit int")
         needed = self.max_epoch_ms + self.max_commit_delay_ms

@@ -534,12 +534,12 @@ class ProtocolModel(RuleBasedStateMachine):
         the transactional ids expired must then find the commits in the partitions' logs."""
         self.storage.refuse_markers = n
 
-    @rule(mib=st.sampled_from((1, 300)))
+    @rule(mib=st.sampled_from((1, 5120)))
     @traced
     def kafka_partitions_busy(self, mib: int) -> None:
         """Other producers append ``mib`` MiB to every partition of the topic (#43 item 1): with
         committed markers refused and the ids expired, a restore must find a COMMIT marker past
-        them, though 300 MiB exceed the search's bound. Only while none of the job's transactions
+        them, though 5 GiB exceed the search's bound (4 GiB). Only while none of the job's transactions
         is open: more than the bound between a pre-commit and its commit is the documented limit,
         reported LOST naming the bound (DESIGN.md §12)."""
         if not self.world.kafka.ongoing(JOB_PREFIX):

@@ -78,7 +78,7 @@ class ConfluentClients:
         return Producer(conf)
 
     def transport(self, config: KafkaSinkConfig) -> TransactionTransport:
-        return KafkaPythonTransport.connect(config.admin_config())
+        return KafkaPythonTransport.connect(config.admin_config(), config.marker_search_max_bytes)
 
     def end_offsets(self, conf: dict[str, Any]) -> EndOffsets:
         return ConfluentEndOffsets(conf)

@@ -39,11 +39,14 @@ LATEST = -1
 """ListOffsets' timestamps for a partition's first offset and its end (the high watermark)."""
 FETCH_BYTES = 4 * 1024 * 1024
 """Bytes one Fetch of a marker search asks for (ms-scale on a local broker)."""
-MARKER_SCAN_BYTES = 256 * 1024 * 1024
-"""How much of a partition's log a marker search reads at most before it answers "not found".
-From a committable's ``marker_offset`` that is what other producers appended between its
-pre-commit and its commit; from ``opened_ms`` (older committables) it also counts the transaction's
-own records and five minutes of other traffic before it."""
+MARKER_SCAN_BYTES = 4 * 1024 * 1024 * 1024
+"""How much of a partition's log a marker search reads at most before it answers "not found"
+(``KafkaSinkConfig.marker_search_max_bytes`` overrides it). From a committable's ``marker_offset``
+that is what was appended between its pre-commit and its commit: other producers' records, and the
+same epoch's other tasks' records in the partition (each task reads its own end offset, so a
+catch-up epoch of many tasks counts against it); from ``opened_ms`` (older committables) it also
+counts the transaction's own records and five minutes of other traffic before it. 4 GiB is read
+only by a restore whose checkpoint lost its committed marker after the broker forgot the id."""
 
 
 class SearchStop(enum.Enum):
@@ -84,8 +87,8 @@ class MarkerSearch:
         read = f"read offsets {self.start}..{self.end} ({self.scanned} bytes)"
         if self.stop is SearchStop.BYTES_BOUND:
             return (
-                f"stopped at its bound of {self.bound} bytes (MARKER_SCAN_BYTES) at offset {self.end}, "
-                f"after it {read}; the marker may lie beyond it"
+                f"stopped at its bound of {self.bound} bytes (marker_search_max_bytes) at offset {self.end}, "
+                f"after it {read}; the marker may lie beyond it: raise marker_search_max_bytes"
             )
         return f"{read} and stopped {self.stop.value}"
 
@@ -194,12 +197,16 @@ class KafkaPythonTransport:
     """:class:`TransactionTransport` over a connected ``kafka.KafkaAdminClient`` (plus the broker
     and topic configuration calls the sink's start-up checks make)."""
 
-    def __init__(self, client: KafkaAdminClient) -> None:
+    def __init__(self, client: KafkaAdminClient, marker_search_max_bytes: int | None = None) -> None:
         self._client = client
+        self._max_bytes = marker_search_max_bytes
 
     @classmethod
-    def connect(cls, conf: dict[str, Any]) -> KafkaPythonTransport:
-        """Bootstrap a client (one attempt; the admin retries).
+    def connect(
+        cls, conf: dict[str, Any], marker_search_max_bytes: int | None = None
+    ) -> KafkaPythonTransport:
+        """Bootstrap a client (one attempt; the admin retries); ``marker_search_max_bytes`` bounds
+        a marker search (``None``: :data:`MARKER_SCAN_BYTES`).
 
         Raises:
             one of ``admin.NETWORK_ERRORS``: no broker answered.
@@ -213,7 +220,7 @@ class KafkaPythonTransport:
             return made[-1]
 
         try:
-            return cls(KafkaAdminClient(kafka_client=factory, **conf))
+            return cls(KafkaAdminClient(kafka_client=factory, **conf), marker_search_max_bytes)
         except BaseException:
             for net in made:
                 net.close()
@@ -364,7 +371,7 @@ class KafkaPythonTransport:
             if from_offset > latest:  # a recreated topic, or a log truncated below its end
                 return MarkerSearch(None, SearchStop.PAST_END)
             offset = max(from_offset, earliest)
-        start, scanned, bound = offset, 0, MARKER_SCAN_BYTES
+        start, scanned, bound = offset, 0, self._max_bytes or MARKER_SCAN_BYTES
         while True:
             data, high_watermark = self._run(fetch, offset)
             found, offset, stop = marker_in(data, producer_id, producer_epoch, until_ms, offset)

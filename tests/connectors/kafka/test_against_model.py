@@ -247,9 +247,9 @@ def test_a_commit_whose_marker_write_failed_is_found_in_the_log_after_the_id_exp
 def test_a_forgotten_commit_is_found_past_more_than_the_bound_of_other_traffic(
     where_it_fails: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """#43 item 1: 300 MiB of other traffic arrived just before the checkpoint, the committed
+    """#43 item 1: 5 GiB of other traffic arrived just before the checkpoint, the committed
     marker was refused and the ids expired. The search starts at the offset the writer read after
-    its last record was acknowledged, so the traffic before it does not count against the 256 MiB
+    its last record was acknowledged, so the traffic before it does not count against the 4 GiB
     bound. When the writer could not read that offset, the search starts five minutes before the
     transaction opened, as for committables of version 2, stops on its bound, and the LOST says so."""
     h, model = setup()
@@ -260,7 +260,7 @@ def test_a_forgotten_commit_is_found_past_more_than_the_bound_of_other_traffic(
 
         monkeypatch.setattr(model, "end_offset", refused)
     h.restore()
-    model.busy(TOPIC, 300 * 1024 * 1024)
+    model.busy(TOPIC, 5 * 1024 * 1024 * 1024)
     h.storage.refuse_markers = 10
     h.write_epoch(rows(1), source_position=pos(1))
     h.runtime.abandon()
@@ -271,7 +271,7 @@ def test_a_forgotten_commit_is_found_past_more_than_the_bound_of_other_traffic(
         assert restored is not None and restored.recommitted == 2
         assert committed(model) == expected([1])
         return
-    with pytest.raises(TransactionLostError, match=r"stopped at its bound of 268435456 bytes"):
+    with pytest.raises(TransactionLostError, match=r"stopped at its bound of 4294967296 bytes"):
         h.restart_process()
 
 

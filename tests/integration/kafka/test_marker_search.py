@@ -106,7 +106,7 @@ def test_a_search_that_stops_on_its_bound_says_so(
         with caplog.at_level(logging.ERROR, logger="twophase.connectors.kafka"):
             assert sink.recover_and_commit(lost) is CommitOutcome.LOST
         said = repr(lost)
-        assert f"stopped at its bound of {BOUND} bytes (MARKER_SCAN_BYTES) at offset" in said
+        assert f"stopped at its bound of {BOUND} bytes (marker_search_max_bytes) at offset" in said
         assert "retention" not in said
         assert any("stopped at its bound" in r.getMessage() for r in caplog.records)
     finally:

@@ -273,7 +273,7 @@ def test_a_committable_with_a_marker_offset_is_searched_from_it() -> None:
     [
         (
             SearchStop.BYTES_BOUND,
-            "stopped at its bound of 4096 bytes (MARKER_SCAN_BYTES) at offset 12355",
+            "stopped at its bound of 4096 bytes (marker_search_max_bytes) at offset 12355",
             "retention",
         ),
         (SearchStop.END_OF_LOG, "stopped at the end of the log without finding it (retention", "bound"),
@@ -297,8 +297,8 @@ def test_a_lost_says_where_the_search_stopped(
 def test_a_search_description_names_its_bound_and_where_it_stopped() -> None:
     bounded = MarkerSearch(None, SearchStop.BYTES_BOUND, 100, 900, 1_048_576, 1_048_576)
     assert bounded.describe() == (
-        "stopped at its bound of 1048576 bytes (MARKER_SCAN_BYTES) at offset 900, after it read "
-        "offsets 100..900 (1048576 bytes); the marker may lie beyond it"
+        "stopped at its bound of 1048576 bytes (marker_search_max_bytes) at offset 900, after it read "
+        "offsets 100..900 (1048576 bytes); the marker may lie beyond it: raise marker_search_max_bytes"
     )
     assert MarkerSearch(True, SearchStop.MARKER, 5, 7, 300, 1_048_576).describe() == (
         "read offsets 5..7 (300 bytes) and stopped at the transaction's marker"
