@@ -651,12 +651,24 @@ class SecondDriver:
 
     def _main(self, run: Callable[[], tuple[int, bool]], after_s: float) -> None:
         time.sleep(after_s)
-        self._codes.append(run()[0])
+        try:
+            self._codes.append(run()[0])
+        except Exception as e:  # no second driver ran: the trial must not pass as if one had
+            self.error = e
+
+    error: Exception | None = None
+    """What kept the second driver from running, if anything."""
 
     def join(self) -> list[int]:
-        """Wait for it to end; its exit status (none if there was no second driver)."""
+        """Wait for it to end; its exit status (none if there was no second driver).
+
+        Raises:
+            RuntimeError: the second driver could not be run.
+        """
         if self._thread is not None:
             self._thread.join()
+        if self.error is not None:
+            raise RuntimeError(f"the second driver did not run: {self.error!r}") from self.error
         return self._codes
 
 
@@ -664,7 +676,7 @@ FENCED = re.compile(rb"DriverFencedError: driver epoch \d+ of job")
 
 
 def fenced_drivers(work_dir: Path) -> int:
-    """How many driver runs of a trial ended fenced (their log's last error is DriverFencedError)."""
+    """How many driver runs of a trial a newer driver fenced (their output shows DriverFencedError)."""
     fenced = 0
     for log in (work_dir / "job.log", work_dir / "job-2.log"):
         if log.exists():

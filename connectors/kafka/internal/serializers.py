@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from twophase.connectors.kafka.config import Format, KafkaSinkConfig
-from twophase.sinks.errors import SchemaError
+from twophase.sinks.errors import RecordError, SchemaError
 from twophase.sinks.json_codec import encode_json
 
 Payload = bytes | str | None
@@ -110,9 +110,18 @@ def check_schema(schema: pa.Schema, config: KafkaSinkConfig) -> None:
 
 def timestamps_ms(column: pa.Array | pa.ChunkedArray) -> list[int]:
     """A timestamp column as Kafka record timestamps: ms since the epoch (UTC), a null as 0, which
-    librdkafka replaces with the time of producing. One vectorised cast per batch."""
+    librdkafka replaces with the time of producing (so does a timestamp of exactly the epoch). One
+    vectorised cast per batch.
+
+    Raises:
+        RecordError: a timestamp before 1970 (Kafka's are non-negative), naming the first row.
+    """
     unit = pa.timestamp("ms", getattr(column.type, "tz", None))
     millis = pc.cast(pc.cast(column, unit, safe=False), pa.int64())
+    negative = pc.less(millis, 0)
+    if pc.any(negative).as_py():
+        row = pc.index(negative, True).as_py()
+        raise RecordError(f"row {row}: a Kafka record's timestamp cannot precede 1970-01-01")
     return list(pc.fill_null(millis, 0).to_pylist())
 
 

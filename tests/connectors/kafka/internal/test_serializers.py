@@ -10,7 +10,7 @@ import pytest
 
 from twophase.connectors.kafka import KafkaSinkConfig
 from twophase.connectors.kafka.internal import serializers as ser
-from twophase.sinks.errors import SchemaError
+from twophase.sinks.errors import RecordError, SchemaError
 
 
 def config(**kw: object) -> KafkaSinkConfig:
@@ -104,3 +104,14 @@ def test_schema_accepts_the_mapped_columns() -> None:
 def test_schema_errors_name_the_column(schema: pa.Schema, kw: dict[str, object], match: str) -> None:
     with pytest.raises(SchemaError, match=match):
         ser.check_schema(schema, config(**kw))
+
+
+def test_record_timestamps_are_ms_since_the_epoch_and_a_null_is_the_time_of_producing() -> None:
+    at = pa.array([1_700_000_000_123_456, None], pa.timestamp("us", "UTC"))
+    assert ser.timestamps_ms(at) == [1_700_000_000_123, 0]
+
+
+def test_a_timestamp_before_1970_is_refused_naming_its_row() -> None:
+    at = pa.array([0, -1_000], pa.timestamp("ms"))
+    with pytest.raises(RecordError, match="row 1: a Kafka record's timestamp cannot precede 1970-01-01"):
+        ser.timestamps_ms(at)
