@@ -65,7 +65,21 @@ RECORD_OVERHEAD_BYTES = 100
 LINEAGE_JOB_HEADER = "twophase.job"
 LINEAGE_CHECKPOINT_HEADER = "twophase.checkpoint"
 _BROKEN_TXN_STATES = frozenset({"AbortableError", "FatalError"})
-_CLIENT_KEY_PREFIXES = ("bootstrap.", "security.", "sasl.", "ssl.", "socket.", "client.", "broker.", "https.")
+_CLIENT_KEY_PREFIXES = (
+    "bootstrap.",
+    "metadata.broker.list",
+    "security.",
+    "sasl.",
+    "enable.sasl.",
+    "ssl.",
+    "ssl_",
+    "enable.ssl.",
+    "socket.",
+    "client.",
+    "broker.",
+    "https.",
+    "api.version.",
+)
 """librdkafka settings that reach and log in to the brokers: what the client reading an end offset
 takes from the producer's configuration (none of the producer's own, such as its transactional id)."""
 
