@@ -65,5 +65,6 @@ def test_headers_partitions_topics_json_and_lineage(kafka_bootstrap: str) -> Non
     assert got[b"a"] == (2, json.dumps({"n": 1}, separators=(",", ":")).encode(), [("h", b"1"), *lineage])
     assert got[b"b"][0] == 0 and got[b"b"][2] == lineage
     assert got[b"d"][1] == b'{"n":4}'
-    [(_p, _offset, key, value, headers)] = read_topic(kafka_bootstrap, other, until_stable=True)
+    [record] = read_topic(kafka_bootstrap, other, until_stable=True)
+    key, value, headers = record.key, record.value, record.headers
     assert key is None and value is None and headers == lineage  # a null value is a Kafka null
