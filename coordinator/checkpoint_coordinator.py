@@ -282,9 +282,8 @@ class CheckpointCoordinator:
                 attempt=attempt,
             )
             for c in committables:
-                self._abort(
-                    PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock()),
-                    self._may_abort(),
+                self.committer.abort(
+                    PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock())
                 )
             return False
         pc = self.pending(checkpoint_id)
@@ -341,8 +340,8 @@ class CheckpointCoordinator:
         Raises:
             IllegalTransitionError: not pending, not fully acknowledged, or an older one pending.
             CheckpointNotPublishedError: not published. Anything else from the storage: unknown.
-            DriverFencedError: a newer driver claimed the job; the checkpoint is dropped unpublished
-                and its transactions left to the newer driver's lingering cleanup.
+            DriverFencedError: a newer driver claimed the job; the checkpoint and its transactions
+                are aborted unpublished.
         """
         pc = self.pending(checkpoint_id)
         if not pc.is_fully_acknowledged:
@@ -401,7 +400,10 @@ class CheckpointCoordinator:
 
     def _check_fence_before_publish(self, checkpoint_id: int) -> None:
         """Nothing is published yet: a fenced driver, or one that cannot read the driver epochs,
-        drops the checkpoint (its transactions are left to the newer driver's lingering cleanup).
+        aborts the checkpoint and its own transactions. They are its own: every sink names a
+        transaction uniquely per attempt (a token; Kafka aborts by producer id and epoch), which the
+        conformance kit checks, and the newer driver may have finished already, so nothing else
+        would abort them (a chaos trial found them lingering when they were left to it).
 
         Raises:
             DriverFencedError: a newer driver claimed the job.
@@ -517,7 +519,6 @@ class CheckpointCoordinator:
             return []
         self.pending(checkpoint_id)
         ids = sorted(c for c in self._pending if c >= checkpoint_id)
-        may_abort = self._may_abort()
         for c in ids:
             pc = self._pending.pop(c)
             pc.abort(reason)
@@ -526,7 +527,8 @@ class CheckpointCoordinator:
             for _, lc in sorted(self._subtasks.items()):
                 if lc.state.is_live:
                     for t in lc.notify_checkpoint_aborted(c).abort:
-                        aborted += self._abort(t, may_abort)
+                        self.committer.abort(t)
+                        aborted += 1
             self._log(
                 logging.WARNING,
                 "checkpoint aborted",
@@ -553,34 +555,11 @@ class CheckpointCoordinator:
         before = self.committer.metrics.aborted
         if self._pending:
             self.abort_checkpoint(min(self._pending), reason)
-        may_abort = self._may_abort()
         for _, lc in sorted(self._subtasks.items()):
             if lc.state.is_live:
                 for t in lc.close().abort:
-                    self._abort(t, may_abort)
+                    self.committer.abort(t)
         return self.committer.metrics.aborted - before
-
-    def _may_abort(self) -> bool:
-        """Whether this driver may abort transactions now: not when a newer driver claimed the
-        job, nor when that cannot be told (the driver epochs cannot be listed). A sink whose names
-        follow the writer context alone (checkpoint, partition, attempt) gives the newer driver's
-        transaction of the same checkpoint id the same name (issue #43); what is left open, the
-        newer driver's (or the next restore's) lingering cleanup aborts. One check per batch of
-        aborts, made now: a driver that fails or times out before any other check is fenced too."""
-        if self._fence is None:
-            return True
-        try:
-            self._fence.check("aborting transactions")
-        except Exception as e:  # fenced, or cannot tell: leave them to a cleanup that can
-            self._log(logging.WARNING, "transactions left to lingering cleanup", reason=repr(e))
-            return False
-        return True
-
-    def _abort(self, txn: PendingTransaction[Any], may_abort: bool) -> bool:
-        """Abort ``txn`` through the committer if ``may_abort`` (:meth:`_may_abort`)."""
-        if may_abort:
-            self.committer.abort(txn)
-        return may_abort
 
     def release_in_doubt(self, landed: Set[int]) -> list[PendingTransaction[Any]]:
         """Forget the IN_DOUBT transactions of checkpoints storage does not show (``landed``: the

@@ -56,17 +56,13 @@ class JsonLinesFileSink(TwoPhaseCommitSink[_OpenFile, FileCommittable]):
     Args:
         name: the sink's name within the job.
         root: the output folder (created on demand).
-        names_by_context: name staging files by checkpoint, partition and attempt alone (a token
-            of zeros instead of a random one), as a careless user's sink would: two drivers of a
-            job, or two stage attempts, then give their transactions the same name.
     """
 
     codec = CommittableCodec(FileCommittable, kind="test.jsonl-file", version=1)
 
-    def __init__(self, name: str, root: str | Path, *, names_by_context: bool = False) -> None:
+    def __init__(self, name: str, root: str | Path) -> None:
         self.name = name
         self.root = str(root)
-        self.names_by_context = names_by_context
 
     def _staging_dir(self, job_id: str) -> Path:
         return Path(self.root) / "_staging" / job_id / self.name
@@ -74,8 +70,7 @@ class JsonLinesFileSink(TwoPhaseCommitSink[_OpenFile, FileCommittable]):
     def begin_transaction(self, ctx: WriterContext) -> _OpenFile:
         staging_dir = self._staging_dir(ctx.job_id)
         staging_dir.mkdir(parents=True, exist_ok=True)
-        token = "0" * 32 if self.names_by_context else uuid.uuid4().hex
-        name = f"c{ctx.checkpoint_id}-p{ctx.partition}-a{ctx.attempt}-{token}.jsonl"
+        name = f"c{ctx.checkpoint_id}-p{ctx.partition}-a{ctx.attempt}-{uuid.uuid4().hex}.jsonl"
         path = staging_dir / name
         return _OpenFile(ctx=ctx, staging=path, handle=path.open("w", encoding="utf-8"))
 
