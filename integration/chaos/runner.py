@@ -285,6 +285,9 @@ class TrialResult:
         doubt: what its driver's log shows of the paths where an outcome was in doubt
             (:func:`doubt_evidence`), if any.
         fenced: driver runs that ended fenced by a newer driver (exit status 1 allowed for them).
+        refused: driver runs whose streaming query Spark refused to start because another
+            driver's query of the same Spark checkpoint was creating its metadata at that moment
+            (``SparkConcurrentModificationException``; exit status 1 allowed for them too).
     """
 
     plan: TrialPlan
@@ -300,6 +303,7 @@ class TrialResult:
     events: dict[str, int] = field(default_factory=dict)
     doubt: dict[str, int] = field(default_factory=dict)
     fenced: int = 0
+    refused: int = 0
 
     @property
     def passed(self) -> bool:
@@ -502,6 +506,7 @@ def run_trial(
                 break
     result.exit_codes.extend(second.join())
     result.fenced = fenced_drivers(work_dir)
+    result.refused = refused_drivers(work_dir)
     result.first_run_s = time.perf_counter() - started
     while (not result.exit_codes or result.exit_codes[-1] != 0) and len(result.exit_codes) <= max_restarts:
         code, _ = restart()
@@ -518,10 +523,13 @@ def run_trial(
         # a two-drivers trial's faulted driver may be fenced before it reaches the point
         result.violations.append(f"fault {plan.fault} never fired")
     fenced_exits = result.exit_codes.count(1)
-    if fenced_exits > result.fenced or any(
+    if fenced_exits > result.fenced + result.refused or any(
         c not in (0, 1, EXIT_STATUS, -signal.SIGKILL) for c in result.exit_codes
     ):
-        result.violations.append(f"unexpected exit status in {result.exit_codes} ({result.fenced} fenced)")
+        result.violations.append(
+            f"unexpected exit status in {result.exit_codes} ({result.fenced} fenced, "
+            f"{result.refused} refused by Spark)"
+        )
     report = verify_run(spec, reader, spark, admin=admin)
     result.report = report
     for s in report.sinks:
@@ -675,14 +683,31 @@ class SecondDriver:
 FENCED = re.compile(rb"DriverFencedError: driver epoch \d+ of job")
 
 
+SPARK_REFUSED = re.compile(
+    rb"SparkConcurrentModificationException: Multiple streaming queries are concurrently"
+)
+
+
 def fenced_drivers(work_dir: Path) -> int:
     """How many driver runs of a trial a newer driver fenced (their output shows DriverFencedError)."""
-    fenced = 0
+    return _runs_showing(work_dir, FENCED)
+
+
+def refused_drivers(work_dir: Path) -> int:
+    """How many driver runs of a trial Spark refused to start a query in: two drivers started their
+    queries of one Spark checkpoint at the same moment and the other created its metadata file
+    first (Spark's own guard; the run never wrote, and a restart continues)."""
+    return _runs_showing(work_dir, SPARK_REFUSED)
+
+
+def _runs_showing(work_dir: Path, pattern: re.Pattern[bytes]) -> int:
+    """How many driver runs (``=== run`` sections of the trial's job logs) show ``pattern``."""
+    count = 0
     for log in (work_dir / "job.log", work_dir / "job-2.log"):
         if log.exists():
             for run in log.read_bytes().split(b"\n=== run ")[1:]:
-                fenced += FENCED.search(run) is not None
-    return fenced
+                count += pattern.search(run) is not None
+    return count
 
 
 def kill_moments(plan: TrialPlan, length_s: float | None) -> tuple[float, ...]:

@@ -21,6 +21,7 @@ from twophase.integration.chaos.runner import (
     fault_matrix,
     fenced_drivers,
     plan_matrix,
+    refused_drivers,
     run_trials,
 )
 from twophase.integration.jobs.flights_spec import MANIFEST, FlightsJobSpec
@@ -413,3 +414,15 @@ def test_a_fenced_driver_run_is_counted_from_its_log(tmp_path: Path) -> None:
     )
     (tmp_path / "job-2.log").write_bytes(b"\n=== run fault=None kill_after_s=None ===\nfinished\n")
     assert fenced_drivers(tmp_path) == 1
+
+
+def test_a_driver_run_spark_refused_is_counted_apart(tmp_path: Path) -> None:
+    """Two-drivers trial 15 on 53aaded: the second driver claimed its epoch (fencing the first),
+    then Spark refused its query because the first driver's query was creating the checkpoint's
+    metadata file that moment; both exited 1 and the restart finished exactly once."""
+    (tmp_path / "job-2.log").write_bytes(
+        b"\n=== run fault=None kill_after_s=None ===\nerror=An error occurred while calling o328.start.\n"
+        b": org.apache.spark.SparkConcurrentModificationException: Multiple streaming queries are "
+        b"concurrently using metadata.\n"
+    )
+    assert refused_drivers(tmp_path) == 1 and fenced_drivers(tmp_path) == 0
