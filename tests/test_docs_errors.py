@@ -68,11 +68,14 @@ def _top_level_exports() -> set[str]:
     raise AssertionError("twophase/__init__.py has no __all__")
 
 
+def _every_class() -> dict[str, list[str]]:
+    return _classes([p for d in ("sinks", "coordinator", "connectors") for p in (ROOT / d).rglob("*.py")])
+
+
 def public_errors() -> set[str]:
     """Every public error class of the product, by name."""
     public = {n for n in _exceptions(_classes(_public_modules())) if not n.startswith("_")}
-    everything = _classes([p for d in ("sinks", "coordinator", "connectors") for p in (ROOT / d).rglob("*.py")])
-    exported = _exceptions(everything) & _top_level_exports()
+    exported = _exceptions(_every_class()) & _top_level_exports()
     return public | exported
 
 
@@ -100,12 +103,13 @@ def test_every_public_error_has_a_section_saying_what_it_means_and_what_to_do() 
     missing = sorted(public_errors() - sections.keys())
     assert not missing, f"docs/reference/errors.md has no '### `Name`' section for {missing}"
     incomplete = sorted(
-        name for name in public_errors() if "**Means:**" not in sections[name] or "**Do:**" not in sections[name]
+        name
+        for name in public_errors()
+        if "**Means:**" not in sections[name] or "**Do:**" not in sections[name]
     )
-    assert not incomplete, f"these sections of docs/reference/errors.md lack **Means:** or **Do:**: {incomplete}"
+    assert not incomplete, f"sections of docs/reference/errors.md without **Means:** or **Do:**: {incomplete}"
 
 
 def test_the_guide_names_no_error_that_does_not_exist() -> None:
-    everything = _classes([p for d in ("sinks", "coordinator", "connectors") for p in (ROOT / d).rglob("*.py")])
-    unknown = sorted(guide_sections().keys() - _exceptions(everything))
+    unknown = sorted(guide_sections().keys() - _exceptions(_every_class()))
     assert not unknown, f"docs/reference/errors.md has sections for classes that do not exist: {unknown}"

@@ -44,7 +44,8 @@ def test_the_first_run_page_runs_as_written(
     assert capsys.readouterr().out.splitlines() == printed.splitlines()
     assert (tmp_path / "twophase-first-run" / "events" / "_delta_log").is_dir()
 
-    (command,) = [line for block in blocks("bash") for line in block.splitlines() if line.startswith("twophase ")]
+    lines = [line for block in blocks("bash") for line in block.splitlines()]
+    (command,) = [line for line in lines if line.startswith("twophase ")]
     result = CliRunner().invoke(main, shlex.split(command)[1:])
     assert result.exit_code == 0, result.output
     assert "checkpoints of job" in result.output
