@@ -106,13 +106,13 @@ def test_the_module_spark_discovers_exports_the_data_source() -> None:
 def test_the_user_guide_lists_every_option_of_every_sink() -> None:
     from pathlib import Path
 
-    from twophase.coordinator.spark.default_source import sink_option_names
+    from twophase.coordinator.spark.default_source import SINKS, sink_option_names
 
     guide = (Path(__file__).resolve().parents[3] / "docs" / "guide" / "configure.md").read_text()
     start = guide.index('## Options of `.format("twophase")`')
     end = guide.find("\n## ", start + 1)
     section = guide[start : end if end > 0 else None]
-    missing = [n for k in ("kafka", "s3", "delta") for n in sink_option_names(k) if f"`{n}`" not in section]
+    missing = [n for k in SINKS for n in sink_option_names(k) if f"`{n}`" not in section]
     assert [n for n in missing if not n.startswith("s3.")] == []
 
 
