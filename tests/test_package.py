@@ -81,7 +81,9 @@ ENTRY_POINTS = {
     "twophase.integration.compat.run": "make compat",
     "twophase.integration.jobs.flights_submit": "the flights job's spark-submit script",
     "twophase.coordinator.spark.autoload.pyspark_twophase": "Spark's data source lookup",
-    "twophase.connectors.postgres.metrics": "the documented Prometheus collector (docs/connectors/postgres.md)",
+    "twophase.connectors.postgres.metrics": (
+        "the documented Prometheus collector (docs/connectors/postgres.md)"
+    ),
 }
 """Shipped modules no other shipped module imports, and who starts or imports each."""
 
