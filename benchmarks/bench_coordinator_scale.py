@@ -12,8 +12,9 @@ coordinator work, not services.
 Steps (wall-clock ms, median of the rounds with min-max; memory as the driver's RSS):
 
 - ``trigger``: ``begin_epoch`` (every sink expects ``n`` acknowledgements);
-- ``acknowledge``: the ``3n`` acknowledgements (each decoded with its sink's codec, the only
-  decode of the epoch);
+- ``acknowledge``: the ``3n`` acknowledgements, from the Arrow table Spark's collection hands the
+  driver (one batch per task) to the coordinator's record of each: checked in Arrow compute, each
+  payload parsed and decoded with its sink's codec, the only decode of the epoch;
 - ``verify``: verify-before-persist (each sink is handed the committables acknowledgement decoded);
 - ``build``: the checkpoint metadata from the coordinator's state;
 - ``publish``: ``storage.publish`` (encode, write; local: temp file, fsync, link; s3: conditional PUT);
@@ -53,13 +54,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pyarrow as pa
+
 from twophase.connectors.delta.internal.committable import CODEC as DELTA_CODEC
 from twophase.connectors.delta.internal.committable import DeltaAddFile, DeltaCommittable
 from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
 from twophase.connectors.kafka.internal.committable import KafkaCommittable
 from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC as S3_CODEC
 from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
-from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.acknowledgement import ACK_SCHEMA, Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.runtime import JobRuntime
@@ -189,7 +192,8 @@ def make_sinks() -> list[ScaleSink]:
 
 class Executors:
     """Simulated executors: the acknowledgements of every subtask of an epoch, as the executor loop
-    makes them (the sink's codec encodes each committable once). One template per subtask is
+    makes them (the sink's codec encodes each committable once) and Spark hands them to the driver:
+    one Arrow batch per task, in one table (``DataFrame.toArrow``). One template per subtask is
     encoded up front; an epoch's payloads are fresh objects carrying its checkpoint id."""
 
     def __init__(self, sinks: Sequence[ScaleSink], n: int) -> None:
@@ -209,6 +213,18 @@ class Executors:
                 payload = {"kind": t["kind"], "version": t["version"], "body": body}
                 out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0))
         return out
+
+    def table(self, cid: int) -> pa.Table:
+        """:meth:`acks` as Spark's Arrow collection delivers them: one batch per task (partition)."""
+        acks = self.acks(cid)
+        width = len(self.sinks)
+        return pa.Table.from_batches(
+            [
+                pa.RecordBatch.from_pylist([a.to_row() for a in acks[i : i + width]], schema=ACK_SCHEMA)
+                for i in range(0, len(acks), width)
+            ],
+            schema=ACK_SCHEMA,
+        )
 
 
 # -- measuring ------------------------------------------------------------------------------------
@@ -361,13 +377,13 @@ def bench_size(
     rt.restore()
     instrument(rt, meter)
     for r in range(rounds):
-        acks = executors.acks(rt.coordinator.next_checkpoint_id)
+        acks = executors.table(rt.coordinator.next_checkpoint_id)
         position = {"engine": "spark", "query_id": "6a1f0c9e-5d2b-4f7a-9e61-0b3c2d1e4f50", "batch_id": r}
         started, overhead = time.perf_counter(), meter.overhead_s
         with meter.step("trigger"):
             epoch = rt.begin_epoch(n, position)
         with meter.step("acknowledge"):
-            epoch.acknowledge_all(acks)
+            epoch.acknowledge_table(acks)
         rt.complete_epoch(epoch)  # verify, build, publish, commit, lingering, retention: measured inside
         wall_s = time.perf_counter() - started - (meter.overhead_s - overhead)  # the meter's own gc left out
         samples.add("epoch", wall_s * 1000.0, float("nan"), rss_mb())
@@ -416,7 +432,7 @@ def history(
     rt.restore()
     for _ in range(HISTORY_EPOCHS):
         epoch = rt.begin_epoch(n)
-        epoch.acknowledge_all(executors.acks(epoch.checkpoint_id))
+        epoch.acknowledge_table(executors.table(epoch.checkpoint_id))
         rt.complete_epoch(epoch)
         latest = rt.latest_checkpoint
         sizes.append(len(latest.dumps()) if latest is not None else 0)  # untimed

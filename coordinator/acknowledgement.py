@@ -4,15 +4,18 @@ A subtask (one sink writing one partition in one epoch) acknowledges its checkpo
 encoded committable of what it pre-committed and the in-progress state it carries into the next
 epoch. The same value travels every hop: the executor loop returns it
 (:func:`~twophase.coordinator.fanout.write_subtasks`), Spark ships it as an Arrow row
-(:data:`ACK_SCHEMA`) or inside a Python data source commit message, the checkpoint coordinator
-records it, and its encoded payload is written to the checkpoint metadata as received, never
-decoded and encoded again.
+(:data:`ACK_SCHEMA`) or inside a Python data source commit message, the driver takes a whole
+epoch's acknowledgements as one Arrow table (:func:`acknowledgement_table`, checked in Arrow
+compute by :mod:`~twophase.coordinator.ack_table`), the checkpoint coordinator records it, and its
+encoded payload is written to the checkpoint metadata as received, never decoded and encoded again.
+Committable and in-progress state travel as JSON text in binary columns: the driver parses each
+once, and Spark never builds a ``Row`` of them (issue #42).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,20 +64,20 @@ class Acknowledgement:
         return cls(sink.name, partition, attempt, payload, in_progress, records, write_ms)
 
     def to_row(self) -> dict[str, Any]:
-        """A flat row of :data:`ACK_SCHEMA` (JSON text for the nested parts)."""
+        """A flat row of :data:`ACK_SCHEMA` (UTF-8 JSON text for the nested parts)."""
         return {
             "sink": self.sink,
             "partition": self.partition,
             "attempt": self.attempt,
-            "committable": None if self.committable is None else json.dumps(self.committable),
-            "in_progress": None if self.in_progress is None else json.dumps(self.in_progress),
+            "committable": json_bytes(self.committable),
+            "in_progress": json_bytes(self.in_progress),
             "records": self.records,
             "write_ms": self.write_ms,
         }
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Acknowledgement:
-        """Inverse of :meth:`to_row`."""
+        """Inverse of :meth:`to_row` (JSON text as ``bytes`` or ``str``)."""
         return cls(
             sink=str(row["sink"]),
             partition=int(row["partition"]),
@@ -86,15 +89,36 @@ class Acknowledgement:
         )
 
 
+def json_bytes(value: JsonObject | None) -> bytes | None:
+    """``value`` as compact UTF-8 JSON text (an :data:`ACK_SCHEMA` binary cell), ``None`` as null."""
+    return None if value is None else json.dumps(value, separators=(",", ":")).encode()
+
+
 ACK_SCHEMA = pa.schema(
     [
         ("sink", pa.string()),
         ("partition", pa.int32()),
         ("attempt", pa.int32()),
-        ("committable", pa.string()),
-        ("in_progress", pa.string()),
+        ("committable", pa.binary()),
+        ("in_progress", pa.binary()),
         ("records", pa.int64()),
         ("write_ms", pa.float64()),
     ]
 )
-"""Arrow schema of :meth:`Acknowledgement.to_row` rows (what Spark's ``mapInArrow`` yields)."""
+"""Arrow schema of :meth:`Acknowledgement.to_row` rows (what Spark's ``mapInArrow`` yields).
+
+``committable`` and ``in_progress`` hold UTF-8 JSON text (:func:`json_bytes`), null for none.
+Changed in issue #42 from ``string`` to ``binary``: an executor of the previous release cannot
+hand this driver its rows (a job runs one release on the driver and its executors)."""
+
+
+def acknowledgement_table(acks: Iterable[Acknowledgement]) -> pa.Table:
+    """``acks`` as one table of :data:`ACK_SCHEMA`, in the order given (the order the driver
+    received them: the first of a (sink, partition) is the one acknowledged)."""
+    return pa.Table.from_pylist([a.to_row() for a in acks], schema=ACK_SCHEMA)
+
+
+def acknowledgements_in(table: pa.Table) -> list[Acknowledgement]:
+    """The rows of a table of :data:`ACK_SCHEMA` as objects, in row order: for the few rows the
+    driver handles one by one (duplicates, a late acknowledgement of an aborted checkpoint)."""
+    return [Acknowledgement.from_row(row) for row in table.to_pylist()]

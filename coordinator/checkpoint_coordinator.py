@@ -25,12 +25,17 @@ Sinks whose subtasks all FINISHED with nothing left to commit are flagged fully 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from dataclasses import dataclass
 from typing import Any
 
-from twophase.coordinator.acknowledgement import Acknowledgement
+import pyarrow as pa
+
+from twophase.coordinator import ack_table
+from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgements_in
 from twophase.coordinator.checkpoint_state import (
     CheckpointConfig,
     CheckpointLimitError,
@@ -67,6 +72,24 @@ from twophase.sinks.internal.structured_log import log_event
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+@dataclass(frozen=True)
+class TableIntake:
+    """What :meth:`CheckpointCoordinator.acknowledge_table` did with one table of acknowledgements.
+
+    Attributes:
+        recorded: acknowledgements recorded (0 when the checkpoint was aborted meanwhile: every
+            row's transaction was aborted instead).
+        duplicates: the acknowledgements not recorded because their (sink, partition) was
+            acknowledged already (earlier in the table, or before it): their transactions are
+            not aborted here (the caller discards them), in arrival order.
+        records: sink → records the recorded acknowledgements wrote.
+    """
+
+    recorded: int
+    duplicates: tuple[Acknowledgement, ...]
+    records: Mapping[str, int]
 
 
 class CheckpointCoordinator:
@@ -304,6 +327,68 @@ class CheckpointCoordinator:
         )
         pc.record(key, ack, committables)
         return True
+
+    def acknowledge_table(self, checkpoint_id: int, table: pa.Table) -> TableIntake:
+        """Record a whole table of acknowledgements of ``checkpoint_id`` (rows of
+        :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`, in arrival order), as
+        :meth:`acknowledge` each would, but all or nothing: the sinks, the expected subtasks and
+        the first attempt of each (sink, partition) are checked in Arrow compute
+        (:mod:`~twophase.coordinator.ack_table`), and every committable is decoded, before any
+        is recorded. Later attempts of a (sink, partition) are returned as duplicates, not kept.
+
+        Raises:
+            ConfigError: a row names a sink the job does not have.
+            CommittableDecodeError: a committable does not decode (nothing recorded).
+            IllegalTransitionError: the checkpoint is not pending, or a (sink, partition) is not
+                expected (nothing recorded).
+            JobError: the table lacks a column of the schema (executors of another release).
+        """
+        table = ack_table.normalized(table)
+        unknown = ack_table.unknown_sinks(table, self.sinks)
+        if unknown:
+            raise ConfigError(f"unknown sinks {unknown}; the job's sinks are {sorted(self.sinks)}")
+        if checkpoint_id in self._aborted:
+            for ack in acknowledgements_in(table):
+                self.acknowledge(checkpoint_id, ack)  # logged and aborted, one by one: the rare path
+            return TableIntake(0, (), {})
+        pc = self.pending(checkpoint_id)
+        split = ack_table.split_first(table)
+        first = split.first
+        extra = ack_table.unexpected(first, pc.expected_table())
+        if extra:
+            sink, partition = extra[0]
+            raise IllegalTransitionError(
+                f"checkpoint {checkpoint_id}", pc.status.value, f"acknowledge unexpected {sink}[{partition}]"
+            )
+        duplicates = acknowledgements_in(split.later)
+        columns = [
+            first[n].to_pylist() for n in ("sink", "partition", "attempt", "committable", "in_progress")
+        ]
+        records, write_ms = first["records"].to_pylist(), first["write_ms"].to_pylist()
+        rows: list[tuple[Acknowledgement, list[Any]]] = []
+        for i, (sink, partition, attempt, payload, state) in enumerate(zip(*columns, strict=True)):
+            ack = Acknowledgement(
+                sink,
+                partition,
+                attempt,
+                None if payload is None else json.loads(payload),
+                None if state is None else json.loads(state),
+                records[i],
+                write_ms[i],
+            )
+            if (sink, partition) in pc.acks:  # acknowledged before this table (a driver handover)
+                duplicates.append(ack)
+                continue
+            rows.append((ack, self._decode(ack)))
+        now = self.clock()
+        for ack, committables in rows:
+            key = (ack.sink, ack.partition)
+            payloads = [] if ack.committable is None else [ack.committable]
+            self.subtask(*key).snapshot(
+                checkpoint_id, ack.attempt, committables, ack.in_progress, now, payloads=payloads
+            )
+            pc.record(key, ack, committables)
+        return TableIntake(len(rows), tuple(duplicates), ack_table.records_per_sink(first))
 
     def _decode(self, ack: Acknowledgement) -> list[Any]:
         if ack.sink not in self.sinks:

@@ -13,6 +13,9 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
+from twophase.coordinator.ack_table import key_table
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.storage.base import CheckpointRef
@@ -97,9 +100,17 @@ class PendingCheckpoint:
     status: CheckpointStatus = CheckpointStatus.PENDING
     acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
+    _expected_table: pa.Table | None = field(default=None, init=False, repr=False)
     _decoded: dict[SubtaskKey, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
     """(sink, partition) → its acknowledgement's committables as decoded at acknowledgement (the
     same objects its pending transactions hold): verification never decodes them again."""
+
+    def expected_table(self) -> pa.Table:
+        """:attr:`expected` as a (sink, partition) table (:func:`~twophase.coordinator.ack_table.key_table`),
+        built once: what a table of acknowledgements is checked against."""
+        if self._expected_table is None:
+            self._expected_table = key_table(self.expected)
+        return self._expected_table
 
     def record(self, key: SubtaskKey, ack: Acknowledgement, committables: Sequence[Any]) -> None:
         """Keep ``ack`` as subtask ``key``'s acknowledgement, with ``committables``: its payload as

@@ -1,17 +1,20 @@
 """One epoch as the execution layer sees it, and the one loop that runs an epoch.
 
 An epoch is the work between two checkpoints (DESIGN.md §6). :class:`Epoch` is its interface:
-:meth:`Epoch.plan` is what every task needs (shipped to executors), :meth:`Epoch.acknowledge`
-takes each subtask's :class:`~twophase.coordinator.acknowledgement.Acknowledgement`
-(:meth:`Epoch.acknowledge_all`: all of an epoch's, as :func:`run_epoch` does).
+:meth:`Epoch.plan` is what every task needs (shipped to executors), :meth:`Epoch.acknowledge_table`
+takes all of an epoch's acknowledgements as one Arrow table, as :func:`run_epoch` does
+(:meth:`Epoch.acknowledge`: one subtask's
+:class:`~twophase.coordinator.acknowledgement.Acknowledgement`, for tests and the driver's own).
 :func:`run_epoch` is the single loop every engine runs — trigger, write, acknowledge, complete —
 with only the write step engine-specific (Spark's ``mapInArrow``, the harness in-process, the
 Python Data Source's tasks)::
 
     result = run_epoch(runtime, num_partitions, write, position)
 
-``write(plan)`` returns the acknowledgements (one per sink and partition, duplicates allowed: a
-second acknowledgement of a (sink, partition) is discarded, its transaction aborted).
+``write(plan)`` returns the acknowledgements, as a table of
+:data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA` (Spark's collection) or as objects (one
+per sink and partition, duplicates allowed: a second acknowledgement of a (sink, partition) is
+discarded, its transaction aborted).
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import pyarrow as pa
+
 from twophase.coordinator import collector
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.checkpoint_state import DuplicateAcknowledgementError, PendingCheckpoint
+from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.checkpoint_state import PendingCheckpoint
 from twophase.coordinator.driver_finish import epoch_participants, finish_on_driver
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState
@@ -42,8 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
-WriteStep = Callable[[EpochPlan], Iterable[Acknowledgement]]
-"""The engine-specific step of an epoch: run every task of ``plan`` and return their acknowledgements."""
+WriteStep = Callable[[EpochPlan], "pa.Table | Iterable[Acknowledgement]"]
+"""The engine-specific step of an epoch: run every task of ``plan`` and return their
+acknowledgements (a table of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`, or objects)."""
 
 
 def position_covers(stored: JsonObject | None, position: JsonObject) -> bool:
@@ -152,36 +158,39 @@ class Epoch:
         return 1
 
     def acknowledge_all(self, acks: Iterable[Acknowledgement]) -> Intake:
-        """Record every task's acknowledgement, in order (:meth:`acknowledge` each); a duplicate
-        (a second attempt of a (sink, partition)) is discarded, its transaction aborted, and
-        logged. The cyclic garbage collector is paused for the intake
-        (:func:`~twophase.coordinator.collector.paused`): at 10⁵ subtasks × 3 sinks its full
-        collections cost more than the intake itself (issue #29).
+        """:meth:`acknowledge_table` of ``acks``, in the order given."""
+        return self.acknowledge_table(acknowledgement_table(acks))
+
+    def acknowledge_table(self, table: pa.Table) -> Intake:
+        """Record every task's acknowledgement, given as one table of
+        :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA` in arrival order, with the run's
+        checkpoint coordinator
+        (:meth:`~twophase.coordinator.checkpoint_coordinator.CheckpointCoordinator.acknowledge_table`:
+        checked in Arrow compute, all or nothing); a duplicate (a later attempt of a (sink,
+        partition)) is discarded, its transaction aborted, and logged. The cyclic garbage collector
+        is paused for the intake (:func:`~twophase.coordinator.collector.paused`): at 10⁵ subtasks
+        × 3 sinks its full collections cost more than the intake itself (issue #29).
 
         Raises:
-            whatever :meth:`acknowledge` raises but :class:`DuplicateAcknowledgementError`.
+            whatever ``acknowledge_table`` raises (nothing is recorded then).
         """
-        records: dict[tuple[str, int], int] = {}
-        discarded = 0
         with collector.paused():
-            for ack in acks:
-                try:
-                    self.acknowledge(ack)
-                except DuplicateAcknowledgementError:
-                    discarded += self.discard(ack)
-                    log_event(
-                        log,
-                        logging.WARNING,
-                        "duplicate acknowledgement discarded",
-                        job=self.job_id,
-                        sink=ack.sink,
-                        checkpoint=self.checkpoint_id,
-                        partition=ack.partition,
-                        attempt=ack.attempt,
-                    )
-                    continue
-                records[(ack.sink, ack.partition)] = ack.records or 0
-        return Intake(records, discarded)
+            with self._run.lock:
+                taken = self._run.coordinator().acknowledge_table(self.checkpoint_id, table)
+            discarded = 0
+            for ack in taken.duplicates:
+                discarded += self.discard(ack)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "duplicate acknowledgement discarded",
+                    job=self.job_id,
+                    sink=ack.sink,
+                    checkpoint=self.checkpoint_id,
+                    partition=ack.partition,
+                    attempt=ack.attempt,
+                )
+        return Intake(taken.records, discarded)
 
 
 @dataclass(frozen=True)
@@ -189,11 +198,12 @@ class Intake:
     """What :meth:`Epoch.acknowledge_all` recorded.
 
     Attributes:
-        records: (sink, partition) → records its acknowledged attempt wrote (0 if not known).
+        records: sink → records its acknowledged attempts wrote (an attempt that did not say
+            counts 0).
         discarded: duplicate acknowledgements discarded (their transactions aborted).
     """
 
-    records: Mapping[tuple[str, int], int]
+    records: Mapping[str, int]
     discarded: int
 
 
@@ -263,20 +273,17 @@ def run_epoch(
     epoch = runtime.begin_epoch(num_partitions, source_position, checkpoint_id=checkpoint_id)
     try:
         write_started = time.perf_counter()
-        acks = list(write(epoch.plan()))
+        acks = write(epoch.plan())
         write_ms = (time.perf_counter() - write_started) * 1000.0
-        intake = epoch.acknowledge_all(acks)
+        intake = epoch.acknowledge_table(acks if isinstance(acks, pa.Table) else acknowledgement_table(acks))
         metrics = runtime.complete_epoch(epoch)
     except Exception as e:  # not BaseException: a process going down cleans nothing up; restore does
         runtime.abort_epoch_if_pending(epoch, f"epoch failed: {e!r}")
         raise
-    per_sink: dict[str, int] = {}
-    for (sink, _), n in intake.records.items():
-        per_sink[sink] = per_sink.get(sink, 0) + n
     return EpochResult(
         checkpoint=metrics,
         partitions=num_partitions,
-        records=max(per_sink.values(), default=0),
+        records=max(intake.records.values(), default=0),
         write_ms=write_ms,
         epoch_ms=(time.perf_counter() - started) * 1000.0,
         discarded=intake.discarded,

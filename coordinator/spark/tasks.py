@@ -3,8 +3,9 @@
 Each task writes its partition to every sink in one pass
 (:func:`~twophase.coordinator.fanout.write_subtasks`) and yields its acknowledgements as one Arrow
 batch of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`. Collecting those rows on the
-driver is the checkpoint's acknowledgement: Spark returns exactly one successful attempt per
-partition. :func:`run_spark_epoch` is the engine's write step around the one epoch loop
+driver, as one Arrow table (:func:`~twophase.coordinator.spark.compat.collect_arrow`: no ``Row``
+per acknowledgement), is the checkpoint's acknowledgement: Spark returns exactly one successful
+attempt per partition. :func:`run_spark_epoch` is the engine's write step around the one epoch loop
 (:func:`~twophase.coordinator.epoch.run_epoch`).
 """
 
@@ -16,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from twophase.coordinator.acknowledgement import ACK_SCHEMA, Acknowledgement
+from twophase.coordinator.acknowledgement import ACK_SCHEMA
 from twophase.coordinator.epoch import run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.spark.compat import collect_arrow
 from twophase.coordinator.spark.results import EpochMetrics
 from twophase.sinks.context import JsonObject
 from twophase.sinks.internal.structured_log import log_event
@@ -73,9 +75,8 @@ def run_spark_epoch(
     if partitions == 0:
         df, partitions = df.repartition(1), 1  # an empty input still acknowledges its checkpoint
 
-    def write(plan: EpochPlan) -> list[Acknowledgement]:
-        rows = df.mapInArrow(epoch_task(plan), ack_struct_type()).collect()
-        return [Acknowledgement.from_row(row.asDict()) for row in rows]
+    def write(plan: EpochPlan) -> pa.Table:
+        return collect_arrow(df.mapInArrow(epoch_task(plan), ack_struct_type()))
 
     result = run_epoch(runtime, partitions, write, position)
     cm = result.checkpoint

@@ -35,6 +35,21 @@ PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed", 
 """Each exit of a publish (published, not published, unknown), and an unknown one a backend
 reports as a plain storage error (engine_tasks.publish_fault)."""
 DOWN_MS = (0, 5_000, 700_000, 8 * 24 * 3600 * 1000)  # nothing, seconds, > transaction timeout, > id expiry
+A = TypeVar("A")
+ARRIVALS = ("as_run", "as_run", "reversed")
+"""The order an epoch's acknowledgements reach the driver in (:func:`arrived`): as the tasks ran, or
+reversed, so that a later attempt's acknowledgement of a (sink, partition) comes first (issue #42)."""
+
+
+def arrived(acks: list[A], arrival: str) -> list[A]:
+    """``acks`` in the order :data:`ARRIVALS`'s ``arrival`` names."""
+    if arrival == "reversed":
+        return acks[::-1]
+    if arrival != "as_run":
+        raise ValueError(f"unknown arrival {arrival!r}; known: {ARRIVALS}")
+    return acks
+
+
 ROLLING = {
     "spanning": ("jsonl", RollingPolicy()),
     "small": ("jsonl", RollingPolicy(max_file_bytes=60)),
