@@ -34,6 +34,12 @@ directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``)
 the default retention: what is stored at the end, and the metadata bytes of the 1st and the 100th
 checkpoint (``TWOPHASE_BENCH_NO_HISTORY=1`` skips it). Each size's rows go to stderr as it ends.
 
+Before the coordinator's steps, Spark's own part of the real path (issue #42): ``collect before``
+and ``collect after`` are a ``local[2]`` Spark job's ``3n`` acknowledgement rows reaching the
+driver, as ``Row`` objects parsed into acknowledgements (before) and as one Arrow table (after),
+side by side in one run (``TWOPHASE_BENCH_NO_COLLECT=1`` skips it). An epoch's real path is
+``collect`` plus ``epoch``.
+
 ``python -m benchmarks.bench_coordinator_scale`` prints it (``TWOPHASE_BENCH_RUNS`` overrides the
 rounds; ``TWOPHASE_BENCH_SIZES=100,1000`` the sizes).
 """
@@ -64,6 +70,7 @@ from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC as S3_
 from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
 from twophase.coordinator.acknowledgement import ACK_SCHEMA, Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.collector import paused as collector_paused
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
@@ -449,6 +456,96 @@ def history(
     }
 
 
+# -- Spark's collection ---------------------------------------------------------------------------
+
+COLLECT_TASKS = 8
+"""Tasks of the collection step: the rows are what the driver pays for, not the task count; their
+output is cached first, so that what is timed is the rows' way to the driver, not the tasks."""
+
+OLD_ACK_SCHEMA = pa.schema([f.with_type(pa.string()) if f.type == pa.binary() else f for f in ACK_SCHEMA])
+"""The acknowledgement rows before issue #42: JSON as ``string`` columns, collected as ``Row`` objects."""
+
+
+def ack_rows_task(n: int, tasks: int, payloads: dict[str, bytes], schema: pa.Schema) -> Callable[..., Any]:
+    """``mapInArrow`` function: task ``t`` yields the acknowledgement rows of partitions
+    ``t, t + tasks, ...`` below ``n`` for every sink (each sink's payload of the size its codec
+    encodes), as one batch of ``schema`` — what the epoch's tasks hand Spark."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            for t in b.column(0).to_pylist():
+                parts = range(t, n, tasks)
+                cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+                for p in parts:
+                    for sink, payload in payloads.items():
+                        cols["sink"].append(sink)
+                        cols["partition"].append(p)
+                        cols["attempt"].append(0)
+                        cols["committable"].append(payload if schema is ACK_SCHEMA else payload.decode())
+                        cols["in_progress"].append(None)
+                        cols["records"].append(40_960)
+                        cols["write_ms"].append(1.0)
+                yield pa.RecordBatch.from_pydict(cols, schema=schema)
+
+    return run
+
+
+def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
+    """Spark's collection of an epoch's ``3n`` acknowledgement rows on the driver, before issue #42
+    (``collect()``: a ``Row`` each, then ``Acknowledgement.from_row``, which parses both JSON
+    columns) and after (``DataFrame.toArrow`` into one table, normalized as the intake takes it),
+    side by side in one run on one ``local[2]`` session, alternating which goes first.
+
+    Returns:
+        ``{"collect before", "collect after"}`` → the same row shape as :func:`bench_size`.
+    """
+    from benchmarks.common import side_by_side, spark_session
+    from twophase.coordinator.ack_table import normalized
+    from twophase.coordinator.spark.compat import collect_arrow
+    from twophase.coordinator.spark.tasks import ack_struct_type
+
+    spark = spark_session("bench-coordinator-collect")
+    sinks = make_sinks()
+    payloads = {s.name: json.dumps(s.encode(s.make(n - 1, 1)), separators=(",", ":")).encode() for s in sinks}
+    tasks = min(n, COLLECT_TASKS)
+    seeds = spark.range(tasks).repartition(tasks)
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    old_df = seeds.mapInArrow(
+        ack_rows_task(n, tasks, payloads, OLD_ACK_SCHEMA), from_arrow_schema(OLD_ACK_SCHEMA)
+    )
+    new_df = seeds.mapInArrow(ack_rows_task(n, tasks, payloads, ACK_SCHEMA), ack_struct_type())
+    for df in (old_df, new_df):
+        df.cache().count()
+
+    def before(_: int) -> int:
+        with collector_paused():
+            acks = [Acknowledgement.from_row(row.asDict()) for row in old_df.collect()]
+        return len(acks)
+
+    def after(_: int) -> int:
+        return normalized(collect_arrow(new_df)).num_rows
+
+    def check(name: str, _: int, rows: object) -> None:
+        if rows != 3 * n:
+            raise AssertionError(f"{name} collected {rows} rows, not {3 * n}")
+
+    times = side_by_side({"collect before": before, "collect after": after}, rounds, check)
+    for df in (old_df, new_df):
+        df.unpersist()
+    return {
+        name: {
+            "median_ms": round(statistics.median(ts) * 1000, 2),
+            "min_ms": round(min(ts) * 1000, 2),
+            "max_ms": round(max(ts) * 1000, 2),
+            "n": len(ts),
+            "peak_mb": "",
+            "rss_mb": round(rss_mb(), 1),
+        }
+        for name, ts in times.items()
+    }
+
+
 # -- backends -------------------------------------------------------------------------------------
 
 
@@ -547,6 +644,11 @@ def run() -> dict[str, object]:
     rows: dict[str, dict[str, Any]] = {}
     hist: dict[str, dict[str, Any]] = {}
     sizes = _sizes()
+    if os.environ.get("TWOPHASE_BENCH_NO_COLLECT") != "1":
+        for n in sizes:
+            for step, row in bench_collection(n, _rounds(n)).items():
+                rows[f"spark {n:,}: {step}"] = row
+                print(f"spark {n:,}: {step} {json.dumps(row)}", file=sys.stderr, flush=True)
     with backends() as stores:
         for backend, (factory, size_of, usage) in stores.items():
             for n in sizes:

@@ -34,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from twophase.coordinator import ack_table
+from twophase.coordinator import ack_table, collector
 from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgements_in
 from twophase.coordinator.checkpoint_state import (
     CheckpointConfig,
@@ -409,9 +409,16 @@ class CheckpointCoordinator:
             if name not in self.fully_finished and self._is_fully_finished(name):
                 self.fully_finished.add(name)
                 self._log(logging.INFO, "sink fully finished", sink=name, checkpoint=pc.checkpoint_id)
-        return metadata_of(
-            self.job_id, pc, self.sinks, self._subtasks, self.fully_finished, self.parallelism, self.clock()
-        )
+        with collector.paused():  # a record per transaction: a bulk pass (issue #42)
+            return metadata_of(
+                self.job_id,
+                pc,
+                self.sinks,
+                self._subtasks,
+                self.fully_finished,
+                self.parallelism,
+                self.clock(),
+            )
 
     def complete(self, checkpoint_id: int) -> CompletedCheckpoint:
         """Persist checkpoint ``checkpoint_id`` atomically; it is complete once published.
@@ -540,15 +547,16 @@ class CheckpointCoordinator:
         commits: list[PendingTransaction[Any]] = []
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
-        for _, lc in sorted(self._subtasks.items()):
-            if not lc.state.is_live:
-                continue
-            actions = lc.notify_checkpoint_complete(checkpoint_id)
-            commits.extend(actions.commit)
-            aborts.extend(actions.abort)
-            finished += lc.state is SubtaskState.FINISHED
-        order = {name: i for i, name in enumerate(self.sinks)}
-        commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
+        with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
+            for _, lc in sorted(self._subtasks.items()):
+                if not lc.state.is_live:
+                    continue
+                actions = lc.notify_checkpoint_complete(checkpoint_id)
+                commits.extend(actions.commit)
+                aborts.extend(actions.abort)
+                finished += lc.state is SubtaskState.FINISHED
+            order = {name: i for i, name in enumerate(self.sinks)}
+            commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
         for t in aborts:
             self.committer.abort(t)
         before = self.committer.metrics
@@ -586,8 +594,9 @@ class CheckpointCoordinator:
     def confirm_commits(self) -> int:
         """Forget the transactions the committer confirmed since the last call; return how many."""
         confirmed = self.committer.poll_completed()
-        for t in confirmed:
-            self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+        with collector.paused():
+            for t in confirmed:
+                self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
         return len(confirmed)
 
     def abort_checkpoint(self, checkpoint_id: int, reason: str) -> list[int]:

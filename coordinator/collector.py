@@ -1,9 +1,11 @@
-"""Pausing Python's cyclic garbage collector around the driver's bulk passes (issue #29).
+"""Pausing Python's cyclic garbage collector around the driver's bulk passes (issues #29, #42).
 
-The driver's bulk passes (an epoch's acknowledgement intake, encoding and parsing one checkpoint's
-metadata) allocate an object or more per committable: at 10⁵ subtasks × 3 sinks, millions at
-once. Each allocation burst sets off collections that walk every object the driver holds, the
-coordinator's retained committables included, and these cost more than the pass itself. The
+The driver's bulk passes (a checkpoint's trigger over every subtask, an epoch's acknowledgement
+intake, building, encoding and parsing one checkpoint's metadata, the notification's pass over
+every subtask and the confirmation of what the committer landed) allocate an object or more per
+subtask or committable: at 10⁵ subtasks × 3 sinks, millions at once. Each allocation burst sets
+off collections that walk every object the driver holds, the coordinator's retained committables
+included, and these cost more than the pass itself. The
 objects such a pass makes hold no reference cycles, so a collection during it frees nothing the
 next one after it would not. The pause lasts one pass of coordinator code (which calls no user
 code but the sinks' codecs), and the collector runs as usual afterwards.

@@ -174,22 +174,21 @@ class Epoch:
         Raises:
             whatever ``acknowledge_table`` raises (nothing is recorded then).
         """
-        with collector.paused():
-            with self._run.lock:
-                taken = self._run.coordinator().acknowledge_table(self.checkpoint_id, table)
-            discarded = 0
-            for ack in taken.duplicates:
-                discarded += self.discard(ack)
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "duplicate acknowledgement discarded",
-                    job=self.job_id,
-                    sink=ack.sink,
-                    checkpoint=self.checkpoint_id,
-                    partition=ack.partition,
-                    attempt=ack.attempt,
-                )
+        with collector.paused(), self._run.lock:
+            taken = self._run.coordinator().acknowledge_table(self.checkpoint_id, table)
+        discarded = 0
+        for ack in taken.duplicates:  # the sink's abort: not in the pause
+            discarded += self.discard(ack)
+            log_event(
+                log,
+                logging.WARNING,
+                "duplicate acknowledgement discarded",
+                job=self.job_id,
+                sink=ack.sink,
+                checkpoint=self.checkpoint_id,
+                partition=ack.partition,
+                attempt=ack.attempt,
+            )
         return Intake(taken.records, discarded)
 
 
@@ -321,13 +320,14 @@ def open_epoch(
                     )
                 coord.skip_to(checkpoint_id)
             hold_back_for_pending_commits(s, coord.next_checkpoint_id)
-            participants, handover = epoch_participants(coord, s.sinks, num_partitions)
-            pc = coord.trigger(
-                CheckpointKind.CHECKPOINT,
-                participants,
-                num_partitions={n: num_partitions for n in participants},
-                source_position=source_position,
-            )
+            with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
+                participants, handover = epoch_participants(coord, s.sinks, num_partitions)
+                pc = coord.trigger(
+                    CheckpointKind.CHECKPOINT,
+                    participants,
+                    num_partitions={n: num_partitions for n in participants},
+                    source_position=source_position,
+                )
             s.triggered(pc.checkpoint_id)
             try:
                 finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, handover)
@@ -336,10 +336,11 @@ def open_epoch(
                 raise
             s.epoch_started()
             restored: dict[str, dict[int, JsonObject]] = {}
-            for sink, p in sorted(pc.expected):
-                state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
-                if p < num_partitions and state is not None:
-                    restored.setdefault(sink, {})[p] = state
+            with collector.paused():
+                for sink, p in sorted(pc.expected):
+                    state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
+                    if p < num_partitions and state is not None:
+                        restored.setdefault(sink, {})[p] = state
             return Epoch(s.job_id, pc, num_partitions, s.live_sinks(list(participants)), restored, s)
 
 

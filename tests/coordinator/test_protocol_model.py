@@ -455,7 +455,7 @@ class ProtocolModel(RuleBasedStateMachine):
         notify: bool,
         down_ms: int,
         on_failure: str,
-        arrival: str,
+        arrival: str = "as_run",
     ) -> None:
         """The engine's next batch (the same records when it is retried, any partition count).
 
