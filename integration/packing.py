@@ -60,9 +60,9 @@ PLATFORM_PACKAGES = frozenset({"pyspark", "py4j", "delta-spark"})
 """What the Spark installation provides (pyspark, py4j) or needs pyspark (delta-spark): never packed."""
 EXECUTOR_MODULES = (
     "twophase.sinks",
-    "twophase.connectors.kafka",
-    "twophase.connectors.s3",
-    "twophase.connectors.delta",
+    "twophase.connectors.kafka.sink",
+    "twophase.connectors.s3.sink",
+    "twophase.connectors.delta.sink",
     "twophase.coordinator.spark.job",
     "pyarrow",
     "pandas",

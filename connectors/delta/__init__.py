@@ -7,10 +7,30 @@ Executors write Parquet data files with pyarrow; the driver commits them with ``
 
 Public API: :class:`DeltaSinkConfig`, :class:`DeltaSink` (with ``commit_checkpoint``),
 :class:`DeltaCommittable`, :class:`DeltaAddFile`.
+
+The names load on first use (PEP 562), so that reading the connector's declaration imports
+none of its client libraries; a missing one is a ``MissingExtraError`` naming its extra.
 """
 
-from twophase.connectors.delta.config import DeltaSinkConfig
-from twophase.connectors.delta.internal.committable import DeltaAddFile, DeltaCommittable
-from twophase.connectors.delta.sink import DeltaSink
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twophase.connectors.delta.declaration import DECLARATION
 
 __all__ = ["DeltaAddFile", "DeltaCommittable", "DeltaSink", "DeltaSinkConfig"]
+
+if TYPE_CHECKING:
+    from twophase.connectors.delta.config import DeltaSinkConfig
+    from twophase.connectors.delta.internal.committable import DeltaAddFile, DeltaCommittable
+    from twophase.connectors.delta.sink import DeltaSink
+
+
+def __getattr__(name: str) -> Any:
+    value = DECLARATION.export(name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
