@@ -40,24 +40,37 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     # for type checkers only (at run time the declarations provide these names): a connector that
     # is not listed here is still exported, typed as Any; ``as`` marks the re-exports
-    from twophase.connectors.delta import DeltaSink as DeltaSink, DeltaSinkConfig as DeltaSinkConfig
-    from twophase.connectors.iceberg import IcebergSink as IcebergSink, IcebergSinkConfig as IcebergSinkConfig
-    from twophase.connectors.kafka import KafkaSink as KafkaSink, KafkaSinkConfig as KafkaSinkConfig
+    from twophase.connectors.delta import DeltaSink as DeltaSink
+    from twophase.connectors.delta import DeltaSinkConfig as DeltaSinkConfig
+    from twophase.connectors.iceberg import IcebergSink as IcebergSink
+    from twophase.connectors.iceberg import IcebergSinkConfig as IcebergSinkConfig
+    from twophase.connectors.kafka import KafkaSink as KafkaSink
+    from twophase.connectors.kafka import KafkaSinkConfig as KafkaSinkConfig
     from twophase.connectors.postgres import (
         PostgresSink as PostgresSink,
+    )
+    from twophase.connectors.postgres import (
         PostgresSinkConfig as PostgresSinkConfig,
     )
     from twophase.connectors.s3 import (
         FileFormat as FileFormat,
+    )
+    from twophase.connectors.s3 import (
         RollingPolicy as RollingPolicy,
+    )
+    from twophase.connectors.s3 import (
         S3Sink as S3Sink,
+    )
+    from twophase.connectors.s3 import (
         S3SinkConfig as S3SinkConfig,
     )
     from twophase.coordinator.checkpoint_state import CheckpointConfig as CheckpointConfig
     from twophase.coordinator.commit_policy import CommitPolicy as CommitPolicy
     from twophase.coordinator.job_lifecycle import JobState as JobState
-    from twophase.coordinator.restart import RestartKind as RestartKind, RestartStrategy as RestartStrategy
-    from twophase.coordinator.runtime_config import CleanupMode as CleanupMode, RuntimeConfig as RuntimeConfig
+    from twophase.coordinator.restart import RestartKind as RestartKind
+    from twophase.coordinator.restart import RestartStrategy as RestartStrategy
+    from twophase.coordinator.runtime_config import CleanupMode as CleanupMode
+    from twophase.coordinator.runtime_config import RuntimeConfig as RuntimeConfig
     from twophase.coordinator.spark.handle import JobHandle as JobHandle
     from twophase.coordinator.spark.job import Job as Job
     from twophase.coordinator.spark.results import JobResult as JobResult

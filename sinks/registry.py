@@ -23,7 +23,7 @@ import pkgutil
 import re
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,13 +55,13 @@ class ConnectorDeclaration:
         title: its name in messages (e.g. ``"Kafka"``).
         package: the connector's package; ``exports`` are relative to it.
         config: ``"module:Class"`` of its config dataclass (every field is a data-source option).
-        sink: ``"module:Class"`` of its sink, built as ``Class(name, config)``.
+        sink: ``"module:Class"`` of its sink, built as ``Class(name, config)`` (:meth:`build_sink`).
         extra: the pip extra that brings its client libraries (``pip install 'twophase[extra]'``),
             or ``None`` when the core install has everything it needs.
         libraries: the import names (top level) the extra brings; a missing one is a
             :class:`MissingExtraError`.
-        exports: public name → module relative to ``package`` (``"KafkaSink": "sink"``): what the
-            package exports, loaded on first use.
+        exports: public name → module relative to ``package`` (``"KafkaSink": "sink"``; ``""`` for
+            the package itself): what the package exports, loaded on first use.
         top_level: the names of ``exports`` that ``twophase`` itself re-exports.
         listing: ``"module:function"`` listing what a sink left behind, called as
             ``function(sink, scope) -> SinkLingering``; ``None``: the sink cannot be listed.
@@ -132,6 +132,17 @@ class ConnectorDeclaration:
         cls: type[AnySink] = self.load(self.sink)
         return cls
 
+    def build_sink(self, name: str, config: Any) -> AnySink:
+        """The sink ``name`` with ``config`` (an instance of :meth:`config_class`), as the sink class
+        is built: ``Class(name, config)``.
+
+        Raises:
+            MissingExtraError: its extra is not installed.
+            ConfigError: the sink refuses the config.
+        """
+        build: Callable[[str, Any], AnySink] = self.load(self.sink)
+        return build(name, config)
+
     def loaded_sink_class(self) -> type[AnySink] | None:
         """The sink class if its module is already imported, else ``None``: no sink of a connector
         that was never imported can exist, and importing it may need a missing extra."""
@@ -152,7 +163,7 @@ class ConnectorDeclaration:
         module = self.exports.get(name)
         if module is None:
             raise AttributeError(f"module {self.package!r} has no attribute {name!r}")
-        return self.load(f"{self.package}.{module}:{name}")
+        return self.load(f"{self.package}.{module}:{name}" if module else f"{self.package}:{name}")
 
     def list_lingering(self, sink: AnySink, scope: LingeringScope[Any]) -> SinkLingering:
         """What ``sink`` left behind for ``scope``'s job (see :mod:`twophase.sinks.listing`).

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from twophase.connectors.s3.declaration import DECLARATION
 from twophase.sinks.context import LingeringScope
-from twophase.sinks.listing import ItemStatus, LingeringItem, SinkLingering, sorted_items
+from twophase.sinks.listing import LingeringItem, SinkLingering, sorted_items
 
 if TYPE_CHECKING:
     from twophase.connectors.s3.sink import S3Sink

@@ -102,13 +102,15 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
     merged, prefixed = _with_mapping_options(declaration, options)
     config_class = declaration.config_class()
     config, used = config_from_options(config_class, merged)
-    sink = declaration.sink_class()(name, config)
+    sink = declaration.build_sink(name, config)
     used |= prefixed
     unknown = sorted(
         k for k in options if k not in used and k not in FACADE_OPTIONS and not k.startswith(OPTION_S3_PREFIX)
     )
     if unknown:
-        raise ConfigError(f"unknown option(s) {unknown} for sink {kind!r}; it takes {option_names(config_class)}")
+        raise ConfigError(
+            f"unknown option(s) {unknown} for sink {kind!r}; it takes {option_names(config_class)}"
+        )
     return sink
 
 
