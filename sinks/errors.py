@@ -31,7 +31,7 @@ class MissingExtraError(ConfigError):
     Attributes:
         kind: the connector's kind, e.g. ``"kafka"``.
         extra: the pip extra that brings its libraries, e.g. ``"kafka"``.
-        library: the import name that was missing, e.g. ``"confluent_kafka"``.
+        library: the missing library's distribution name, e.g. ``"confluent-kafka"``.
     """
 
     def __init__(self, kind: str, extra: str, library: str) -> None:

@@ -58,8 +58,9 @@ class ConnectorDeclaration:
         sink: ``"module:Class"`` of its sink, built as ``Class(name, config)`` (:meth:`build_sink`).
         extra: the pip extra that brings its client libraries (``pip install 'twophase[extra]'``),
             or ``None`` when the core install has everything it needs.
-        libraries: the import names (top level) the extra brings; a missing one is a
-            :class:`MissingExtraError`.
+        libraries: import name (top level) → distribution, of what the extra brings
+            (``{"confluent_kafka": "confluent-kafka"}``); a missing one is a
+            :class:`MissingExtraError` naming the distribution.
         exports: public name → module relative to ``package`` (``"KafkaSink": "sink"``; ``""`` for
             the package itself): what the package exports, loaded on first use.
         top_level: the names of ``exports`` that ``twophase`` itself re-exports.
@@ -80,7 +81,7 @@ class ConnectorDeclaration:
     config: str
     sink: str
     extra: str | None = None
-    libraries: tuple[str, ...] = ()
+    libraries: Mapping[str, str] = field(default_factory=dict)
     exports: Mapping[str, str] = field(default_factory=dict)
     top_level: tuple[str, ...] = ()
     listing: str | None = None
@@ -108,7 +109,7 @@ class ConnectorDeclaration:
         except ModuleNotFoundError as e:
             top = (e.name or "").split(".")[0]
             if self.extra is not None and top in self.libraries:
-                raise MissingExtraError(self.kind, self.extra, top) from None
+                raise MissingExtraError(self.kind, self.extra, self.libraries[top]) from None
             raise
         for part in attr.split("."):
             obj = getattr(obj, part)

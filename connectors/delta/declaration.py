@@ -17,7 +17,7 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.delta.config:DeltaSinkConfig",
     sink="twophase.connectors.delta.sink:DeltaSink",
     extra="delta",
-    libraries=("deltalake", "boto3", "botocore"),
+    libraries={"deltalake": "deltalake", "boto3": "boto3", "botocore": "botocore"},
     exports={
         "DeltaSink": "sink",
         "DeltaSinkConfig": "config",

@@ -17,7 +17,7 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.iceberg.config:IcebergSinkConfig",
     sink="twophase.connectors.iceberg.sink:IcebergSink",
     extra="iceberg",
-    libraries=("pyiceberg", "pyiceberg_core", "sqlalchemy"),
+    libraries={"pyiceberg": "pyiceberg", "pyiceberg_core": "pyiceberg-core", "sqlalchemy": "SQLAlchemy"},
     exports={
         "IcebergSink": "sink",
         "IcebergSinkConfig": "config",

@@ -18,7 +18,7 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.kafka.config:KafkaSinkConfig",
     sink="twophase.connectors.kafka.sink:KafkaSink",
     extra="kafka",
-    libraries=("confluent_kafka", "kafka"),
+    libraries={"confluent_kafka": "confluent-kafka", "kafka": "kafka-python"},
     exports={
         "KafkaSink": "sink",
         "KafkaSinkConfig": "config",

@@ -17,7 +17,7 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.postgres.config:PostgresSinkConfig",
     sink="twophase.connectors.postgres.sink:PostgresSink",
     extra="postgres",
-    libraries=("psycopg", "psycopg_binary"),
+    libraries={"psycopg": "psycopg", "psycopg_binary": "psycopg[binary]"},
     exports={
         "PostgresSink": "sink",
         "PostgresSinkConfig": "config",

@@ -16,7 +16,7 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.s3.config:S3SinkConfig",
     sink="twophase.connectors.s3.sink:S3Sink",
     extra="s3",
-    libraries=("boto3", "botocore"),
+    libraries={"boto3": "boto3", "botocore": "botocore"},
     exports={
         "S3Sink": "sink",
         "S3SinkConfig": "config",

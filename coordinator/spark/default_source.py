@@ -99,6 +99,7 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
     kind = options.get(OPTION_SINK, "").strip().lower()
     declaration = _declaration(kind)
     name = options.get(OPTION_SINK_NAME, "").strip() or kind
+    declaration.sink_class()  # a missing extra is named before any option is read
     merged, prefixed = _with_mapping_options(declaration, options)
     config_class = declaration.config_class()
     config, used = config_from_options(config_class, merged)

@@ -141,14 +141,14 @@ def test_a_missing_client_library_names_the_extra_to_install(
         config="toy_client_library.config:Config",
         sink="toy_client_library.sink:Sink",
         extra="toy",
-        libraries=("toy_client_library",),
+        libraries={"toy_client_library": "toy-client-library"},
     )
     with pytest.raises(MissingExtraError, match=r"pip install 'twophase\[toy\]'") as caught:
         missing.config_class()
     assert (caught.value.kind, caught.value.extra, caught.value.library) == (
         "toy_missing",
         "toy",
-        "toy_client_library",
+        "toy-client-library",
     )
     unrelated = ConnectorDeclaration(
         kind="toy_bad", title="Toy", package="x", config="no_such_module:C", sink="x:S"
