@@ -66,18 +66,17 @@ def mentions(source: str, kind: str) -> list[int]:
     tree = ast.parse(source)
     package = f"twophase.connectors.{kind}"
     docs = _docstrings(tree)
-    lines = []
+    lines: list[int] = []
     for node in ast.walk(tree):
-        modules: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-        elif isinstance(node, ast.Import):
+        if isinstance(node, ast.ImportFrom | ast.Import):
             modules = [a.name for a in node.names]
-        if any(m == package or m.startswith(package + ".") for m in modules):
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            if node.value.lower() == kind or package in node.value:
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                modules = [base, *(f"{base}.{m}" for m in modules)]
+            if any(m == package or m.startswith(package + ".") for m in modules):
                 lines.append(node.lineno)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            lines += [node.lineno] if node.value.lower() == kind or package in node.value else []
     return sorted(set(lines))
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 import support.toy_connector as toy
 from click.testing import CliRunner
+from support.file_sink import FileCommittable
 
 import twophase
 from twophase.coordinator.spark.default_source import TwophaseDataSource, sink_from_options
@@ -35,7 +36,7 @@ def registered() -> Iterator[ConnectorDeclaration]:
         vars(twophase).pop("__all__", None)
 
 
-def _pre_commit(sink: toy.ToySink, job_id: str, checkpoint_id: int) -> toy.FileCommittable:
+def _pre_commit(sink: toy.ToySink, job_id: str, checkpoint_id: int) -> FileCommittable:
     ctx = WriterContext(
         job_id=job_id,
         sink_name=sink.name,
@@ -88,6 +89,7 @@ def test_the_lingering_tool_lists_a_declared_connectors_sink(
     registered: ConnectorDeclaration, tmp_path: Path
 ) -> None:
     sink = registered.build_sink("events", toy.ToySinkConfig(root=str(tmp_path)))
+    assert isinstance(sink, toy.ToySink)
     held = _pre_commit(sink, "job_a", 1)
     loose = _pre_commit(sink, "job_a", 2)
     listed = list_lingering(sink, LingeringScope("job_a", "events", held=(held,)))
@@ -125,10 +127,10 @@ def test_twophase_lingering_lists_and_aborts_a_declared_connectors_sink(
 
 
 def test_twophase_re_exports_what_a_declaration_names(registered: ConnectorDeclaration) -> None:
-    assert twophase.ToySink is toy.ToySink  # type: ignore[attr-defined]
+    assert twophase.ToySink is toy.ToySink
     assert "ToySink" in twophase.__all__ and "ToySinkConfig" not in twophase.__all__
     with pytest.raises(AttributeError):
-        _ = twophase.ToySinkConfig  # type: ignore[attr-defined]
+        _ = twophase.ToySinkConfig
 
 
 def test_a_missing_client_library_names_the_extra_to_install(

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from support.file_sink import FileCommittable, JsonLinesFileSink
-
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.listing import LingeringItem, SinkLingering, sorted_items
