@@ -170,8 +170,9 @@ class ConnectorDeclaration:
         """What ``sink`` left behind for ``scope``'s job (see :mod:`twophase.sinks.listing`).
 
         Raises:
-            whatever the connector's listing raises (``ServiceUnavailableError`` when its system
-            cannot be reached, ``CommittableDecodeError`` for a held state it cannot decode).
+            ServiceUnavailableError: the connector's system cannot be reached.
+            CommittableDecodeError: a held state cannot be decoded.
+            MissingExtraError: its extra is not installed.
         """
         if self.listing is None:
             return SinkLingering(sink.name, self.kind, "(cannot be listed)", listable=False)

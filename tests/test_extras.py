@@ -101,7 +101,11 @@ from twophase.sinks.errors import MissingExtraError
 sink = sink_from_options({{"sink": "postgres", "host": "db", "dbname": "d", "user": "u", "table": "t"}})
 names = dir(twophase)
 helps = [CliRunner().invoke(main, [c, "--help"]).exit_code for c in ("lingering", "checkpoints")]
+chk = ["--checkpoint-dir", sys.argv[1], "--job-id", "j"]
+listed = CliRunner().invoke(main, ["checkpoints", "list", *chk, "--json"])
 after_postgres = sorted(tried)
+development = ("twophase.integration." + p for p in ("jobs", "services", "chaos", "compat", "verify"))
+dev_loaded = sorted(m for m in sys.modules if m.startswith(tuple(development)))
 top_help = CliRunner().invoke(main, ["--help"])
 demo = CliRunner().invoke(main, ["demo"])
 errors = {{}}
@@ -117,14 +121,19 @@ except MissingExtraError as e:
 loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set(BLOCKED))
 print(json.dumps({{
     "sink": type(sink).__name__, "tried": after_postgres, "errors": errors, "loaded": loaded, "helps": helps,
+    "listed": [listed.exit_code, listed.output], "dev_loaded": dev_loaded,
     "top_help": [top_help.exit_code, top_help.output], "demo": [demo.exit_code, demo.output],
 }}))
 """
 
 
-def test_a_postgres_only_install_imports_no_kafka_delta_or_iceberg_library() -> None:
+def test_a_postgres_only_install_imports_no_kafka_delta_or_iceberg_library(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", POSTGRES_ONLY], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", POSTGRES_ONLY, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
@@ -138,6 +147,10 @@ def test_a_postgres_only_install_imports_no_kafka_delta_or_iceberg_library() -> 
         )
     assert "pip install 'twophase[kafka]'" in out["errors"]["import"]
     assert out["helps"] == [0, 0]
+    code, text = out["listed"]
+    assert code == 1 and "no job 'j'" in text  # it ran: an empty folder holds no job
+    # the user commands stand on the runtime and the connectors: no demo, launcher or chaos runner
+    assert out["dev_loaded"] == []
     # the development commands need the flights demo's connectors: listed as unavailable, one line
     code, text = out["top_help"]
     assert code == 0 and re.search(r"demo +\(unavailable here\)", text)

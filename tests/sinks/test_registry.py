@@ -5,6 +5,7 @@ without being named."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -172,3 +173,17 @@ def test_a_kind_is_declared_once_and_a_declaration_is_checked() -> None:
         ConnectorDeclaration(kind="t", title="T", package="x", config="x.C", sink="x:S")
     with pytest.raises(ConfigError, match=r"top_level names \['S'\] are not in its exports"):
         ConnectorDeclaration(kind="t", title="T", package="x", config="x:C", sink="x:S", top_level=("S",))
+
+
+def test_a_connector_of_another_distribution_is_found_by_its_entry_point(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    point = importlib.metadata.EntryPoint("toy", "support.toy_connector:DECLARATION", "twophase.connectors")
+    found = importlib.metadata.EntryPoints([point])
+
+    def entry_points(group: str) -> importlib.metadata.EntryPoints:
+        return found if group == "twophase.connectors" else importlib.metadata.EntryPoints([])
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    declared = ConnectorRegistry().all()
+    assert declared["toy"] is toy.DECLARATION and "kafka" in declared
