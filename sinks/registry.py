@@ -166,6 +166,24 @@ class ConnectorDeclaration:
             raise AttributeError(f"module {self.package!r} has no attribute {name!r}")
         return self.load(f"{self.package}.{module}:{name}" if module else f"{self.package}:{name}")
 
+    def lazy_exports(
+        self, namespace: dict[str, Any], public: list[str]
+    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+        """``__getattr__`` and ``__dir__`` for the connector's package (PEP 562): each name of
+        :attr:`exports` loads on first use and is kept in ``namespace`` (the package's globals);
+        ``public`` is its ``__all__``. Use: ``__getattr__, __dir__ = DECLARATION.lazy_exports(globals(),
+        __all__)``."""
+
+        def getattr_(name: str) -> Any:
+            value = self.export(name)
+            namespace[name] = value
+            return value
+
+        def dir_() -> list[str]:
+            return sorted([*namespace, *public])
+
+        return getattr_, dir_
+
     def list_lingering(self, sink: AnySink, scope: LingeringScope[Any]) -> SinkLingering:
         """What ``sink`` left behind for ``scope``'s job (see :mod:`twophase.sinks.listing`).
 

@@ -15,7 +15,7 @@ none of its client libraries; a missing one is a ``MissingExtraError`` naming it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twophase.connectors.iceberg.declaration import DECLARATION
 
@@ -27,11 +27,4 @@ if TYPE_CHECKING:
     from twophase.connectors.iceberg.sink import IcebergSink
 
 
-def __getattr__(name: str) -> Any:
-    value = DECLARATION.export(name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = DECLARATION.lazy_exports(globals(), __all__)

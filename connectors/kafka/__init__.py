@@ -8,7 +8,7 @@ none of its client libraries; a missing one is a ``MissingExtraError`` naming it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from twophase.connectors.kafka.declaration import DECLARATION
 
@@ -21,11 +21,4 @@ if TYPE_CHECKING:
     from twophase.connectors.kafka.sink import KafkaSink
 
 
-def __getattr__(name: str) -> Any:
-    value = DECLARATION.export(name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = DECLARATION.lazy_exports(globals(), __all__)

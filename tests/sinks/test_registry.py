@@ -5,6 +5,7 @@ without being named."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import json
 from collections.abc import Iterator
@@ -187,3 +188,12 @@ def test_a_connector_of_another_distribution_is_found_by_its_entry_point(
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
     declared = ConnectorRegistry().all()
     assert declared["toy"] is toy.DECLARATION and "kafka" in declared
+
+
+def test_each_connector_package_exports_what_its_declaration_names() -> None:
+    for declaration in ConnectorRegistry().all().values():
+        package = importlib.import_module(declaration.package)
+        assert sorted(package.__all__) == sorted(declaration.exports)
+        assert set(package.__all__) <= set(dir(package))
+        for name in declaration.exports:
+            assert getattr(package, name).__name__ == name
