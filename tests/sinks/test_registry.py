@@ -128,6 +128,35 @@ def test_twophase_lingering_lists_and_aborts_a_declared_connectors_sink(
     assert body["aborted"] == {"toy": 1} and body["after"][0]["lingering"] == 0
 
 
+def test_twophase_lingering_builds_the_sink_from_the_querys_options(
+    registered: ConnectorDeclaration, tmp_path: Path
+) -> None:
+    """A data-source job has options, not a sinks factory: ``-o`` takes them as its query gave them."""
+    sink = registered.build_sink("events", toy.ToySinkConfig(root=str(tmp_path / "out")))
+    assert isinstance(sink, toy.ToySink)
+    loose = _pre_commit(sink, "orders", 1)
+    query = {
+        "sink": "toy",
+        "sinkName": "events",
+        "root": str(tmp_path / "out"),
+        "toy.team": "ops",
+        "jobId": "orders",
+        "twophaseCheckpointDir": str(tmp_path / "chk"),
+        "checkpointLocation": str(tmp_path / "spark-chk"),
+    }
+    args = [a for k, v in query.items() for a in ("-o", f"{k}={v}")]
+    result = CliRunner().invoke(main, ["lingering", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert (body["job_id"], body["origin"]) == ("orders", "-o options (sink toy)")
+    (listed,) = body["sinks"]
+    assert (listed["sink"], listed["type"], listed["lingering"]) == ("events", "toy", 1)
+    assert [i["id"] for i in listed["items"]] == [Path(loose.staging).name]
+    wrong = CliRunner().invoke(main, ["lingering", *args, "-o", "rot=x"])
+    assert wrong.exit_code == 1
+    assert wrong.output.startswith("Error: unknown option(s) ['rot'] for sink 'toy'; it takes ['root', ")
+
+
 def test_twophase_re_exports_what_a_declaration_names(registered: ConnectorDeclaration) -> None:
     assert twophase.ToySink is toy.ToySink
     assert "ToySink" in twophase.__all__ and "ToySinkConfig" not in twophase.__all__
