@@ -25,7 +25,6 @@ DEVELOPMENT = (
     "integration/readback.py",
     "integration/spark.py",
     "integration/spark_shipping.py",
-    "integration/packing.py",
     "integration/cli/flights.py",
     "integration/cli/services.py",
 )
