@@ -9,7 +9,10 @@ The repository's top-level folders install under this one root (setuptools ``pac
 (Kafka, S3, Delta) and ``twophase.integration`` (services, the CLI, the flights job).
 
 The names below are imported on first use (PEP 562), so that ``import twophase.sinks.api`` in a
-Spark task does not load boto3, deltalake and librdkafka for sinks the job does not use.
+Spark task does not load boto3, deltalake and librdkafka for sinks the job does not use. The
+connectors' names (``KafkaSink``, ...) are the ones their declarations re-export
+(:mod:`twophase.sinks.registry`); a connector whose extra is not installed raises
+``MissingExtraError`` naming it (``pip install 'twophase[kafka]'``).
 """
 
 from __future__ import annotations
@@ -30,72 +33,74 @@ _EXPORTS: dict[str, str] = {
     "CommitPolicy": "twophase.coordinator.commit_policy",
     "RestartStrategy": "twophase.coordinator.restart",
     "RestartKind": "twophase.coordinator.restart",
-    "KafkaSink": "twophase.connectors.kafka",
-    "KafkaSinkConfig": "twophase.connectors.kafka",
-    "S3Sink": "twophase.connectors.s3",
-    "S3SinkConfig": "twophase.connectors.s3",
-    "RollingPolicy": "twophase.connectors.s3",
-    "FileFormat": "twophase.connectors.s3",
-    "DeltaSink": "twophase.connectors.delta",
-    "DeltaSinkConfig": "twophase.connectors.delta",
-    "PostgresSink": "twophase.connectors.postgres",
-    "PostgresSinkConfig": "twophase.connectors.postgres",
-    "IcebergSink": "twophase.connectors.iceberg",
-    "IcebergSinkConfig": "twophase.connectors.iceberg",
     "S3Options": "twophase.sinks.s3_options",
 }
 
-__all__ = [
-    "CheckpointConfig",
-    "CleanupMode",
-    "CommitPolicy",
-    "DeltaSink",
-    "DeltaSinkConfig",
-    "FileFormat",
-    "IcebergSink",
-    "IcebergSinkConfig",
-    "Job",
-    "JobHandle",
-    "JobResult",
-    "JobState",
-    "KafkaSink",
-    "KafkaSinkConfig",
-    "PostgresSink",
-    "PostgresSinkConfig",
-    "RestartKind",
-    "RestartStrategy",
-    "RollingPolicy",
-    "RuntimeConfig",
-    "S3Options",
-    "S3Sink",
-    "S3SinkConfig",
-]
 
 if TYPE_CHECKING:
-    from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
-    from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
-    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-    from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
-    from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
-    from twophase.coordinator.checkpoint_state import CheckpointConfig
-    from twophase.coordinator.commit_policy import CommitPolicy
-    from twophase.coordinator.job_lifecycle import JobState
-    from twophase.coordinator.restart import RestartKind, RestartStrategy
-    from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
-    from twophase.coordinator.spark.handle import JobHandle
-    from twophase.coordinator.spark.job import Job
-    from twophase.coordinator.spark.results import JobResult
-    from twophase.sinks.s3_options import S3Options
+    # for type checkers only (at run time the declarations provide these names): a connector that
+    # is not listed here is still exported, typed as Any; ``as`` marks the re-exports
+    from twophase.connectors.delta import DeltaSink as DeltaSink
+    from twophase.connectors.delta import DeltaSinkConfig as DeltaSinkConfig
+    from twophase.connectors.iceberg import IcebergSink as IcebergSink
+    from twophase.connectors.iceberg import IcebergSinkConfig as IcebergSinkConfig
+    from twophase.connectors.kafka import KafkaSink as KafkaSink
+    from twophase.connectors.kafka import KafkaSinkConfig as KafkaSinkConfig
+    from twophase.connectors.postgres import (
+        PostgresSink as PostgresSink,
+    )
+    from twophase.connectors.postgres import (
+        PostgresSinkConfig as PostgresSinkConfig,
+    )
+    from twophase.connectors.s3 import (
+        FileFormat as FileFormat,
+    )
+    from twophase.connectors.s3 import (
+        RollingPolicy as RollingPolicy,
+    )
+    from twophase.connectors.s3 import (
+        S3Sink as S3Sink,
+    )
+    from twophase.connectors.s3 import (
+        S3SinkConfig as S3SinkConfig,
+    )
+    from twophase.coordinator.checkpoint_state import CheckpointConfig as CheckpointConfig
+    from twophase.coordinator.commit_policy import CommitPolicy as CommitPolicy
+    from twophase.coordinator.job_lifecycle import JobState as JobState
+    from twophase.coordinator.restart import RestartKind as RestartKind
+    from twophase.coordinator.restart import RestartStrategy as RestartStrategy
+    from twophase.coordinator.runtime_config import CleanupMode as CleanupMode
+    from twophase.coordinator.runtime_config import RuntimeConfig as RuntimeConfig
+    from twophase.coordinator.spark.handle import JobHandle as JobHandle
+    from twophase.coordinator.spark.job import Job as Job
+    from twophase.coordinator.spark.results import JobResult as JobResult
+    from twophase.sinks.s3_options import S3Options as S3Options
+
+
+def _connector_names() -> list[str]:
+    from twophase.sinks.registry import CONNECTORS
+
+    return [n for d in CONNECTORS.all().values() for n in d.top_level]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__all__":  # computed on first use: it needs the connectors' declarations
+        names = sorted([*_EXPORTS, *_connector_names()])
+        globals()["__all__"] = names
+        return names
     module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'twophase' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    else:
+        from twophase.sinks.registry import CONNECTORS
+
+        declaration = CONNECTORS.exporting(name)
+        if declaration is None:
+            raise AttributeError(f"module 'twophase' has no attribute {name!r}")
+        value = declaration.export(name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted([*globals(), *_EXPORTS, *_connector_names()])

@@ -44,6 +44,7 @@ from typing import Literal
 
 from twophase.integration.services.cache import cache_dir, file_lock
 from twophase.integration.spark_shipping import (
+    FLIGHTS_CONNECTOR_EXTRAS,
     REPO,
     ShippingError,
     _prune,
@@ -60,14 +61,12 @@ PLATFORM_PACKAGES = frozenset({"pyspark", "py4j", "delta-spark"})
 """What the Spark installation provides (pyspark, py4j) or needs pyspark (delta-spark): never packed."""
 EXECUTOR_MODULES = (
     "twophase.sinks",
-    "twophase.connectors.kafka",
-    "twophase.connectors.s3",
-    "twophase.connectors.delta",
     "twophase.coordinator.spark.job",
     "pyarrow",
     "pandas",
 )
-"""Imported by the packed Python, with Spark's ``PYTHONPATH``, before the archive is accepted."""
+"""Imported by the packed Python, with Spark's ``PYTHONPATH``, before the archive is accepted (with
+the sink module of each connector whose extra is packed: :func:`executor_modules`)."""
 ARCHIVE = "env.tar.gz"
 KEEP_ARCHIVES = 3
 """Packed environments kept in the cache (~200 MB each; every change of the sources makes one)."""
@@ -171,6 +170,17 @@ def spark_python_path() -> str:
     return os.pathsep.join(str(z) for z in zips)
 
 
+def executor_modules(extras: Sequence[str]) -> list[str]:
+    """:data:`EXECUTOR_MODULES` and the sink module of each connector whose extra is in ``extras``
+    (the ``flights`` extra brings the libraries of the flights job's connectors), as their
+    declarations name them."""
+    from twophase.sinks.registry import CONNECTORS
+
+    chosen = set(extras) | (set(FLIGHTS_CONNECTOR_EXTRAS) if "flights" in extras else set())
+    sinks = [d.sink.partition(":")[0] for d in CONNECTORS.all().values() if d.extra in chosen]
+    return [*EXECUTOR_MODULES, *sinks]
+
+
 def check_executor_imports(python: Path, modules: Sequence[str] = EXECUTOR_MODULES) -> str:
     """Import ``modules`` with ``python`` started as Spark starts a Python worker (``PYTHONPATH``
     = :func:`spark_python_path` only, in another folder); returns the file pyspark came from.
@@ -253,7 +263,7 @@ def pack_environment(
     with file_lock(parent / ".lock"):
         cached = (final / "packed.json").is_file()
         if not cached:
-            _build(final, wheel, reqs, cons, compress_level, timeout_s)
+            _build(final, wheel, reqs, cons, executor_modules(extras), compress_level, timeout_s)
             _prune(parent, final)
             _keep_newest(parent, KEEP_ARCHIVES)
         os.utime(final)
@@ -288,6 +298,7 @@ def _build(
     wheel: Path,
     reqs: Sequence[str],
     cons: Path | None,
+    modules: Sequence[str],
     compress_level: int,
     timeout_s: float,
 ) -> None:
@@ -307,7 +318,7 @@ def _build(
                 f"pyspark got into the packed environment (from {', '.join(reqs)}): the platform's "
                 "Spark provides it; drop what requires it"
             )
-        check_executor_imports(python)
+        check_executor_imports(python, modules)
         base = os.path.realpath(python)
         version = subprocess.run(
             [str(python), "-c", "import platform; print(platform.python_version())"],

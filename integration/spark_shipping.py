@@ -141,12 +141,19 @@ def ship_conf(wheel: Path, executor_python: str | None = None) -> dict[str, str]
     return conf
 
 
-def runtime_requirements(root: Path = REPO) -> list[str]:
-    """``install_requires`` of ``root/setup.cfg``, one requirement per item, comments dropped
-    (no pyspark: the platform's Spark provides it, see the module's docstring)."""
+FLIGHTS_CONNECTOR_EXTRAS = ("kafka", "s3", "delta")
+"""The connector extras of the sinks the flights job writes to by default."""
+
+
+def runtime_requirements(root: Path = REPO, extras: Sequence[str] = FLIGHTS_CONNECTOR_EXTRAS) -> list[str]:
+    """``install_requires`` of ``root/setup.cfg`` and the requirements of its ``extras`` (by default
+    the flights job's connectors'), one requirement per item, once each, comments dropped (no
+    pyspark: the platform's Spark provides it, see the module's docstring)."""
     cfg = configparser.ConfigParser()
     cfg.read(root / "setup.cfg")
-    return [line.strip() for line in cfg["options"]["install_requires"].splitlines() if line.strip()]
+    blocks = [cfg["options"]["install_requires"], *(cfg["options.extras_require"][e] for e in extras)]
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    return list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
 
 
 def importable(python: Path | str, module: str) -> bool:

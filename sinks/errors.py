@@ -20,6 +20,30 @@ class UnsupportedSparkError(ConfigError):
     which has no Python Data Source API); the message names the Spark version the feature needs."""
 
 
+class MissingExtraError(ConfigError):
+    """A connector was used where its client library is not installed: the twophase extra that
+    brings it is missing (a PostgreSQL-only install has no Kafka library, for example).
+
+    Raised when the connector's sink or config class is first loaded, before anything is written.
+    The message is one line naming the connector, the missing library and the command to run,
+    e.g. ``pip install 'twophase[kafka]'``, on the driver and the executors alike.
+
+    Attributes:
+        kind: the connector's kind, e.g. ``"kafka"``.
+        extra: the pip extra that brings its libraries, e.g. ``"kafka"``.
+        library: the missing library's distribution name, e.g. ``"confluent-kafka"``.
+    """
+
+    def __init__(self, kind: str, extra: str, library: str) -> None:
+        super().__init__(
+            f"connector {kind!r} needs {library}, which is not installed where this runs: "
+            f"pip install 'twophase[{extra}]' (on the driver and the executors, or the Connect server)"
+        )
+        self.kind = kind
+        self.extra = extra
+        self.library = library
+
+
 class SchemaError(TwoPhaseError, ValueError):
     """The data's schema cannot be taken by a sink (unknown column, type clash), found before writing."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,10 @@ def test_the_public_names_come_from_one_line() -> None:
 
 
 def test_all_lists_exactly_the_lazy_exports() -> None:
-    assert sorted(twophase.__all__) == sorted(twophase._EXPORTS)
+    from twophase.sinks.registry import CONNECTORS
+
+    connectors = [n for d in CONNECTORS.all().values() for n in d.top_level]
+    assert sorted(twophase.__all__) == sorted([*twophase._EXPORTS, *connectors])
     for name in twophase.__all__:
         assert getattr(twophase, name).__name__ == name
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
@@ -109,12 +113,17 @@ def _imports(name: str, path: Path) -> set[str]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             out |= {base} | {f"{base}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            # "module:attribute", loaded on first use: the connectors' declarations, the CLI's commands
+            ref = re.fullmatch(r"(twophase(?:\.\w+)+):[\w.]+", node.value)
+            out |= {ref.group(1)} if ref else set()
     return out
 
 
 def test_every_shipped_module_serves_the_product() -> None:
     """#25: the wheel holds no module that only this project's tests use. Every module of the code
-    folders is reached by imports from what users and tools start: the packages, the root's lazy
+    folders is reached by imports (or ``"module:attribute"`` references, loaded on first use) from
+    what users and tools start: the packages, the root's lazy
     exports and the :data:`ENTRY_POINTS`; no other module is such a start; and none imports the
     test support (``support``)."""
     shipped = _shipped_modules()

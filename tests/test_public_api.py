@@ -23,17 +23,20 @@ PUBLIC_MODULES = {
         "errors",
         "outcome",
         "json_codec",
+        "listing",
+        "registry",
         "s3_options",
     },
-    "twophase.connectors.kafka": {"__init__", "config", "sink", "errors", "oauth"},
-    "twophase.connectors.s3": {"__init__", "config", "sink"},
-    "twophase.connectors.delta": {"__init__", "config", "sink"},
-    "twophase.connectors.postgres": {"__init__", "config", "sink", "metrics"},
-    "twophase.connectors.iceberg": {"__init__", "config", "sink"},
+    "twophase.connectors.kafka": {"__init__", "config", "sink", "errors", "oauth", "declaration", "listing"},
+    "twophase.connectors.s3": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.delta": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.postgres": {"__init__", "config", "sink", "metrics", "declaration", "listing"},
+    "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing"},
 }
 """Package → its public modules. ``sinks.conformance`` is a public package of its own; Kafka's
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector
-users register."""
+users register; every connector's ``declaration`` is what the registry reads
+(:mod:`twophase.sinks.registry`) and its ``listing`` what ``twophase lingering`` shows."""
 
 CONFIGS = (
     "KafkaSinkConfig",

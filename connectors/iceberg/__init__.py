@@ -8,10 +8,23 @@ SQL catalog on SQLite (embedded default) or PostgreSQL; REST is untested.
 
 Public API: :class:`IcebergSinkConfig`, :class:`IcebergSink`, :class:`IcebergCommittable`,
 :class:`IcebergDataFile`.
+
+The names load on first use (PEP 562), so that reading the connector's declaration imports
+none of its client libraries; a missing one is a ``MissingExtraError`` naming its extra.
 """
 
-from twophase.connectors.iceberg.config import IcebergSinkConfig
-from twophase.connectors.iceberg.internal.committable import IcebergCommittable, IcebergDataFile
-from twophase.connectors.iceberg.sink import IcebergSink
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twophase.connectors.iceberg.declaration import DECLARATION
 
 __all__ = ["IcebergCommittable", "IcebergDataFile", "IcebergSink", "IcebergSinkConfig"]
+
+if TYPE_CHECKING:
+    from twophase.connectors.iceberg.config import IcebergSinkConfig
+    from twophase.connectors.iceberg.internal.committable import IcebergCommittable, IcebergDataFile
+    from twophase.connectors.iceberg.sink import IcebergSink
+
+
+__getattr__, __dir__ = DECLARATION.lazy_exports(globals(), __all__)

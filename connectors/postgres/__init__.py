@@ -7,10 +7,23 @@ inside the prepared transaction, tells ALREADY_COMMITTED from LOST when a gid is
 needs ``max_prepared_transactions`` > 0.
 
 Public API: :class:`PostgresSinkConfig`, :class:`PostgresSink`, :class:`PostgresCommittable`.
+
+The names load on first use (PEP 562), so that reading the connector's declaration imports
+none of its client libraries; a missing one is a ``MissingExtraError`` naming its extra.
 """
 
-from twophase.connectors.postgres.config import PostgresSinkConfig
-from twophase.connectors.postgres.internal.committable import PostgresCommittable
-from twophase.connectors.postgres.sink import PostgresSink
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twophase.connectors.postgres.declaration import DECLARATION
 
 __all__ = ["PostgresCommittable", "PostgresSink", "PostgresSinkConfig"]
+
+if TYPE_CHECKING:
+    from twophase.connectors.postgres.config import PostgresSinkConfig
+    from twophase.connectors.postgres.internal.committable import PostgresCommittable
+    from twophase.connectors.postgres.sink import PostgresSink
+
+
+__getattr__, __dir__ = DECLARATION.lazy_exports(globals(), __all__)

@@ -2,9 +2,8 @@
 
 Spark hands a Python data source its ``.option(k, v)`` pairs with lower-cased keys and string
 values. :func:`config_from_options` builds a frozen config dataclass from them by its field
-types, so that every field of :class:`~twophase.connectors.kafka.KafkaSinkConfig`,
-:class:`~twophase.connectors.s3.S3SinkConfig` and :class:`~twophase.connectors.delta.DeltaSinkConfig`
-is reachable as an option:
+types, so that every field of a connector's config (the class its declaration names,
+:mod:`twophase.sinks.registry`) is reachable as an option:
 
 - ``str``, ``int``, ``float``; ``bool`` as ``true``/``false``; enums and literals by value;
 - ``X | None``: ``none`` or ``null`` for ``None``;

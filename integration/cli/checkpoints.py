@@ -30,8 +30,8 @@ LIST_KEYS = (
 
 @click.group("checkpoints", cls=TwophaseGroup)
 def checkpoints() -> None:
-    """Inspect a job's checkpoints: the flights run's, or any job's (--sinks, or --checkpoint-dir
-    with --job/--job-id)."""
+    """Inspect a job's checkpoints: the flights run's, or any job's (--sinks, -o options of its
+    .format("twophase") query, or --checkpoint-dir with --job/--job-id)."""
 
 
 def utc(timestamp_ms: int) -> str:
@@ -133,10 +133,11 @@ def checkpoints_list(
     job_name: str | None,
     job_id: str | None,
     sinks_factory: str | None,
+    query_options: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """The retained checkpoints and savepoints: id, kind, time, position, committables per sink."""
-    target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory)
+    target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory, query_options)
     storage = target.storage()
     refs = storage.list_checkpoints()
     if not refs and isinstance(storage, LocalCheckpointStorage):
@@ -165,10 +166,11 @@ def checkpoints_show(
     job_name: str | None,
     job_id: str | None,
     sinks_factory: str | None,
+    query_options: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Print one checkpoint's metadata as JSON (CHECKPOINT: an id or 'latest')."""
-    target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory)
+    target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory, query_options)
     storage = target.storage()
     if checkpoint == "latest":
         meta = storage.latest()

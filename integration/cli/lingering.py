@@ -123,6 +123,7 @@ def lingering(
     job_name: str | None,
     job_id: str | None,
     sinks_factory: str | None,
+    query_options: tuple[str, ...],
     recommit: bool,
     abort: bool,
     force: bool,
@@ -130,14 +131,15 @@ def lingering(
 ) -> None:
     """List (and with --recommit / --abort, clean up) what a job's sinks left behind.
 
-    The job: --sinks MODULE:FUNCTION (a function returning the job's sinks, with --checkpoint-dir and
-    --job/--job-id, or a twophase.Job), or by default the flights demo run (every sink it names,
-    PostgreSQL and Iceberg included). Listed per sink: open Kafka transactions under the job's
-    transactional-id prefix, pending S3 uploads and tails under the sink's prefix, Delta files no
-    commit references, PostgreSQL prepared transactions under the job's gid prefix, Iceberg data
-    files no snapshot references; each lingering (no retained checkpoint holds it), held (one
-    does: it waits for its commit) or undecidable (kept: e.g. an Iceberg file younger than the
-    sink's grace).
+    The job: --sinks MODULE:FUNCTION (a function returning the job's sinks, with --checkpoint-dir
+    and --job/--job-id, or a twophase.Job), -o KEY=VALUE for each option of its .format("twophase")
+    query (sink, the sink's fields, job, twophaseCheckpointDir), or by default the flights demo run
+    (every sink it names, PostgreSQL and Iceberg included). Listed per sink: open Kafka transactions
+    under the job's transactional-id prefix, pending S3 uploads and tails under the sink's prefix,
+    Delta files no commit references, PostgreSQL prepared transactions under the job's gid prefix,
+    Iceberg data files no snapshot references; each lingering (no retained checkpoint holds it),
+    held (one does: it waits for its commit) or undecidable (kept: e.g. an Iceberg file younger than
+    the sink's grace).
 
     --recommit commits the latest checkpoint's committables without running the job (as a restart
     would). --abort calls every sink's abort_lingering with everything the retained checkpoints and
@@ -145,7 +147,7 @@ def lingering(
     while the job runs: its open transactions are in no checkpoint yet. Exit status 1 when
     something still lingers after --abort.
     """
-    target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory)
+    target = resolve_target(work_dir, checkpoint_dir, job_name, job_id, sinks_factory, query_options)
     sinks = target.sinks("lingering")  # a flights run's: every sink it names, optional ones included
     checkpoints = JobCheckpoints.load(target.storage())
     try:

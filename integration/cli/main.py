@@ -2,28 +2,67 @@
 
 Its help lists the commands in two sections: what a user runs against their jobs (``checkpoints``,
 ``lingering``, ``package``) and what developing twophase itself uses (``services``, ``demo``,
-``verify``: native services and the flights job of this repository).
+``verify``: native services and the flights job of this repository). Each command's module is
+imported when the command is looked up, so a user command stands on the runtime and the connectors
+alone: an install with only the PostgreSQL extra runs ``twophase lingering`` although the flights
+demo (Kafka, S3, Delta) cannot be imported there; such a development command is then listed as
+unavailable, and running it prints one line saying what is missing.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import click
 
-from twophase.integration.cli.checkpoints import checkpoints
-from twophase.integration.cli.errors import TwophaseGroup
-from twophase.integration.cli.flights import demo, verify
-from twophase.integration.cli.lingering import lingering
-from twophase.integration.cli.package import package
-from twophase.integration.cli.services import services
+from twophase.integration.cli.errors import TwophaseGroup, one_line
+from twophase.sinks.errors import MissingExtraError
 
-USER_COMMANDS = ("checkpoints", "lingering", "package")
-"""Commands for a user's own jobs, listed first."""
+USER_COMMANDS = {
+    "checkpoints": "twophase.integration.cli.checkpoints:checkpoints",
+    "lingering": "twophase.integration.cli.lingering:lingering",
+    "package": "twophase.integration.cli.package:package",
+}
+"""Commands for a user's own jobs, listed first: name → ``module:command``."""
+DEVELOPMENT_COMMANDS = {
+    "services": "twophase.integration.cli.services:services",
+    "demo": "twophase.integration.cli.flights:demo",
+    "verify": "twophase.integration.cli.flights:verify",
+}
+"""Commands for developing twophase (services, the flights job): name → ``module:command``."""
+
+
+def _unavailable(name: str, why: str) -> click.Command:
+    """A stand-in for a command whose module cannot be imported here: it fails with ``why``."""
+
+    def fail() -> None:
+        raise click.ClickException(f"twophase {name} cannot run in this install: {why}")
+
+    return click.Command(
+        name, callback=fail, help=f"(unavailable here: {why})", short_help="(unavailable here)"
+    )
 
 
 class SectionedGroup(TwophaseGroup):
-    """The top-level group: user commands and development commands in separate help sections."""
+    """The top-level group: user commands and development commands in separate help sections,
+    each command imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*USER_COMMANDS, *DEVELOPMENT_COMMANDS, *sorted(self.commands)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        ref = USER_COMMANDS.get(cmd_name) or DEVELOPMENT_COMMANDS.get(cmd_name)
+        if ref is None:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attr = ref.partition(":")
+        try:
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, MissingExtraError) as exc:
+            if cmd_name in USER_COMMANDS:
+                raise  # the user commands need the core install only: a bug, not an install choice
+            return _unavailable(cmd_name, one_line(exc))
+        return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows: dict[bool, list[tuple[str, str]]] = {True: [], False: []}
@@ -50,7 +89,3 @@ def main(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-
-
-for _command in (services, demo, verify, checkpoints, lingering, package):
-    main.add_command(_command)

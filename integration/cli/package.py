@@ -50,7 +50,8 @@ def wheel_command(output_dir: Path, master: str, as_json: bool) -> None:
     """Build the twophase wheel (cached per state of the sources) without touching the checkout.
 
     The .zip copy is for --py-files: PySpark puts only .zip/.egg/.jar entries on the executors'
-    sys.path. The executors' Python must have the dependencies already (setup.cfg install_requires).
+    sys.path. The executors' Python must have the dependencies already (setup.cfg install_requires,
+    and the extras of the job's connectors).
     """
     from twophase.integration.packing import shell_line
     from twophase.integration.spark_shipping import ShippingError, build_wheel, py_file
@@ -85,8 +86,8 @@ def wheel_command(output_dir: Path, master: str, as_json: bool) -> None:
     "--extra",
     "extras",
     multiple=True,
-    help="An extra of the wheel to install too, e.g. flights (repeatable). Not spark: the "
-    "cluster's Spark provides pyspark.",
+    help="An extra of the wheel to install too (repeatable): that of each connector the job writes "
+    "to, or flights. Not spark: the cluster's Spark provides pyspark.",
 )
 @click.option("--with", "requirements", multiple=True, help="A further pip requirement (repeatable).")
 @click.option(

@@ -1,15 +1,19 @@
 """Which job an operator command acts on: its id, its checkpoint directory and its sinks.
 
-The job is given in one of three ways (checked in this order):
+The job is given in one of four ways (checked in this order):
 
 1. ``--sinks module:function``: a function of the user's, importable from the current directory
    or the environment, called with no arguments. It returns the job's sinks (a list of
    ``TwoPhaseCommitSink``; then ``--checkpoint-dir`` and ``--job``/``--job-id`` are needed too) or a
    ``twophase.Job`` (which knows its id, checkpoint directory and sinks; the options may repeat them
    but not contradict them).
-2. ``--checkpoint-dir DIR`` with ``--job NAME`` (the id is derived from the name as ``Job`` does)
+2. ``-o KEY=VALUE`` (repeated): the options of the job's ``.format("twophase")`` query, as its
+   ``.option(key, value)`` calls give them: ``sink`` (a declared connector's kind) and its fields
+   build the sink as the data source does; ``job``/``jobId`` and ``twophaseCheckpointDir`` (or
+   ``--job``/``--job-id`` and ``--checkpoint-dir``) name the job, ``s3.*`` reach its checkpoints.
+3. ``--checkpoint-dir DIR`` with ``--job NAME`` (the id is derived from the name as ``Job`` does)
    or ``--job-id ID``: enough to read checkpoints; commands that need the sinks say so.
-3. Nothing: the flights demo's run (``--work-dir``, default the latest ``twophase demo`` run).
+4. Nothing: the flights demo's run (``--work-dir``, default the latest ``twophase demo`` run).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError, TwoPhaseError
+from twophase.sinks.s3_options import S3Options
 
 AnySink = TwoPhaseCommitSink[Any, Any]
 F = TypeVar("F", bound=Callable[..., Any])
@@ -82,12 +87,15 @@ class JobTarget:
         checkpoint_dir: its checkpoint directory (a local path or ``s3://``).
         origin: how it was given, for messages (``--sinks mod:fn``, ``flights run DIR``, ...).
         load_sinks: builds the job's sinks, or ``None`` when they were not given.
+        s3: how to reach checkpoints on ``s3://`` (the query's ``s3.*`` options), or ``None``: the
+            standard AWS chain.
     """
 
     job_id: str
     checkpoint_dir: str
     origin: str
     load_sinks: Callable[[], list[AnySink]] | None = None
+    s3: S3Options | None = None
 
     def storage(self) -> CheckpointStorage:
         """The job's checkpoint storage (writes nothing).
@@ -95,7 +103,7 @@ class JobTarget:
         Raises:
             ConfigError: a bad location or job id.
         """
-        return open_storage(self.checkpoint_dir, self.job_id)
+        return open_storage(self.checkpoint_dir, self.job_id, s3_options=self.s3)
 
     def sinks(self, command: str) -> list[AnySink]:
         """The job's sinks.
@@ -112,7 +120,8 @@ class JobTarget:
 
 
 def target_options(f: F) -> F:
-    """Add ``--work-dir``, ``--checkpoint-dir``, ``--job``, ``--job-id`` and ``--sinks`` to a command."""
+    """Add ``--work-dir``, ``--checkpoint-dir``, ``--job``, ``--job-id``, ``--sinks`` and ``-o`` to a
+    command."""
     options = [
         work_dir_option,
         click.option(
@@ -130,6 +139,16 @@ def target_options(f: F) -> F:
             help="A function returning the job's sinks (a list) or a twophase.Job; importable from "
             "the current directory or the environment. Default: the flights demo run.",
         ),
+        click.option(
+            "-o",
+            "--option",
+            "query_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help='An option of the job\'s .format("twophase") query (repeat it): sink and its '
+            "fields build the sink as the data source does; job/jobId, twophaseCheckpointDir and "
+            "s3.* name the job and reach its checkpoints.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -142,12 +161,15 @@ def resolve_target(
     job_name: str | None,
     job_id: str | None,
     sinks_factory: str | None,
+    query_options: tuple[str, ...] = (),
 ) -> JobTarget:
     """The job the options of :func:`target_options` name (see the module docstring).
 
     Raises:
         click.UsageError: options that do not go together, or are missing.
-        ConfigError: the factory cannot be imported or returned something else; no demo run.
+        ConfigError: the factory cannot be imported or returned something else; no demo run; a
+            query option the data source would refuse (``MissingExtraError`` for a connector whose
+            extra is not installed).
     """
     from twophase.coordinator.spark.checks import check_job_id, job_id_from_name
 
@@ -156,12 +178,16 @@ def resolve_target(
     explicit_id = job_id_from_name(job_name) if job_name is not None else None
     if job_id is not None:
         explicit_id = check_job_id(job_id)
-    if work_dir is not None and (sinks_factory or checkpoint_dir or explicit_id):
+    if work_dir is not None and (sinks_factory or checkpoint_dir or explicit_id or query_options):
         raise click.UsageError(
-            "--work-dir names a flights run; it does not go with --sinks, --checkpoint-dir or --job"
+            "--work-dir names a flights run; it does not go with --sinks, -o, --checkpoint-dir or --job"
         )
+    if sinks_factory is not None and query_options:
+        raise click.UsageError("give --sinks or -o options, not both")
     if sinks_factory is not None:
         return _from_factory(sinks_factory, checkpoint_dir, explicit_id)
+    if query_options:
+        return _from_query_options(query_options, checkpoint_dir, explicit_id)
     if checkpoint_dir is not None or explicit_id is not None:
         if checkpoint_dir is None or explicit_id is None:
             raise click.UsageError("--checkpoint-dir and --job/--job-id go together")
@@ -248,3 +274,32 @@ def _from_factory(spec: str, checkpoint_dir: str | None, explicit_id: str | None
         raise click.UsageError(f"{origin} returned sinks only: pass --checkpoint-dir and --job/--job-id too")
     sinks = list(produced)
     return JobTarget(explicit_id, checkpoint_dir, origin, lambda: sinks)
+
+
+def _from_query_options(
+    pairs: tuple[str, ...], checkpoint_dir: str | None, explicit_id: str | None
+) -> JobTarget:
+    from twophase.coordinator.spark.facade_options import (
+        OPTION_CHECKPOINT_DIR,
+        OPTION_JOB_ID,
+        FacadeSettings,
+        lower_keys,
+    )
+    from twophase.coordinator.spark.option_sinks import OPTION_SINK, sink_from_options
+
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="-o/--option")
+        options[key.strip()] = value
+    options = lower_keys(options)
+    for key, given in ((OPTION_CHECKPOINT_DIR, checkpoint_dir), (OPTION_JOB_ID, explicit_id)):
+        if given is not None and options.get(key, given) != given:
+            raise click.UsageError(f"-o {key}={options[key]} contradicts the command's own option {given!r}")
+        if given is not None:
+            options[key] = given
+    settings = FacadeSettings.from_options(options)
+    origin = "-o options" + (f" (sink {options[OPTION_SINK]})" if OPTION_SINK in options else "")
+    load = (lambda: [sink_from_options(options)]) if OPTION_SINK in options else None
+    return JobTarget(settings.job_id, settings.checkpoint_dir, origin, load, settings.s3)

@@ -12,7 +12,7 @@ from twophase.connectors.delta import DeltaSink
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.s3 import S3Sink
 from twophase.coordinator.spark.default_source import TwophaseDataSource, sink_from_options
-from twophase.sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError, MissingExtraError
 from twophase.sinks.s3_options import S3Options
 
 FACADE = {"job": "orders", "twophasecheckpointdir": "/tmp/chk", "checkpointlocation": "/tmp/spark-chk"}
@@ -106,13 +106,14 @@ def test_the_module_spark_discovers_exports_the_data_source() -> None:
 def test_the_user_guide_lists_every_option_of_every_sink() -> None:
     from pathlib import Path
 
-    from twophase.coordinator.spark.default_source import SINKS, sink_option_names
+    from twophase.coordinator.spark.default_source import sink_option_names
+    from twophase.sinks.registry import CONNECTORS
 
     guide = (Path(__file__).resolve().parents[3] / "docs" / "guide" / "configure.md").read_text()
     start = guide.index('## Options of `.format("twophase")`')
     end = guide.find("\n## ", start + 1)
     section = guide[start : end if end > 0 else None]
-    missing = [n for k in SINKS for n in sink_option_names(k) if f"`{n}`" not in section]
+    missing = [n for k in CONNECTORS.kinds() for n in sink_option_names(k) if f"`{n}`" not in section]
     assert [n for n in missing if not n.startswith("s3.")] == []
 
 
@@ -125,5 +126,5 @@ def test_a_misspelt_kafka_option_needs_no_other_connectors_library(monkeypatch: 
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(ConfigError, match=r"unknown option\(s\) \['topicc'\] for sink 'kafka'"):
         sink_from_options({"sink": "kafka", "bootstrap_servers": "b:9092", "topic": "t", "topicc": "t"})
-    with pytest.raises(ConfigError, match=r"sink 'iceberg' needs pyiceberg.*twophase\[iceberg\]"):
+    with pytest.raises(MissingExtraError, match=r"connector 'iceberg' needs pyiceberg.*twophase\[iceberg\]"):
         sink_from_options({"sink": "iceberg", "table": "ns.t", "catalog_uri": "sqlite:///x.db"})

@@ -1,0 +1,29 @@
+"""The PostgreSQL connector's declaration: the one place outside this folder's code that the
+runtime, the data source and the CLI learn of it from (:mod:`twophase.sinks.registry`).
+
+It imports nothing of the connector: its classes load on first use, and a missing client library
+(prepared transactions through psycopg 3) is a ``MissingExtraError`` naming ``pip install
+'twophase[postgres]'``.
+"""
+
+from __future__ import annotations
+
+from twophase.sinks.registry import ConnectorDeclaration
+
+DECLARATION = ConnectorDeclaration(
+    kind="postgres",
+    title="PostgreSQL",
+    package="twophase.connectors.postgres",
+    config="twophase.connectors.postgres.config:PostgresSinkConfig",
+    sink="twophase.connectors.postgres.sink:PostgresSink",
+    extra="postgres",
+    libraries={"psycopg": "psycopg", "psycopg_binary": "psycopg[binary]"},
+    exports={
+        "PostgresSink": "sink",
+        "PostgresSinkConfig": "config",
+        "PostgresCommittable": "internal.committable",
+    },
+    top_level=("PostgresSink", "PostgresSinkConfig"),
+    listing="twophase.connectors.postgres.listing:list_lingering",
+)
+"""The PostgreSQL connector, as :data:`~twophase.sinks.registry.CONNECTORS` knows it."""
