@@ -34,12 +34,16 @@ class Platform:
             twophase.
         may_move: a package twophase must move there, with why (e.g. boto3, whose conditional PUT
             the S3 checkpoint storage needs).
+        recipe_adds: what the platform's recipe (docs/deploy) installs beside twophase because the
+            platform's Python lacks it (pandas, which Spark's ``mapInArrow`` needs, where the
+            platform ships none).
     """
 
     title: str
     source: str
     packages: tuple[str, ...]
     may_move: tuple[tuple[str, str], ...] = ()
+    recipe_adds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,15 @@ DATABRICKS_15_4 = Platform(
     _BOTO3_MOVES,
 )
 
+_EMR_SPARK = "https://docs.aws.amazon.com/emr/latest/ReleaseGuide/Spark-release-history.html"
+_EMR_ADDS = ("pandas>=1.5.3,<3",)  # EMR's Python 3.11 has no pandas; the EMR recipe installs it
+
+#: EMR 7.0: Spark 3.5.0; PySpark's default Python is 3.9, so the recipe points it at Python 3.11,
+#: which holds no pandas or pyarrow of EMR's.
+EMR_7_0 = Platform("EMR 7.0", _EMR_SPARK, ("pyspark==3.5.0",), recipe_adds=_EMR_ADDS)
+#: The current EMR 7.x, 7.13.0: Spark 3.5.6 (3.5.6-amzn-2), Python 3.11 as for 7.0.
+EMR_7_13 = Platform("EMR 7.13", _EMR_SPARK, ("pyspark==3.5.6",), recipe_adds=_EMR_ADDS)
+
 #: Spark 3.5.0 (the floor: Databricks 15.4 LTS, EMR 7.0) to 4.3; every Python a Spark supports at
 #: least once (Spark 3.5 cells stop at 3.11 unless the platform installs setuptools: its pandas
 #: helpers import distutils, gone in 3.12; Spark 4.3 needs Python 3.11 or later). Then the platform
@@ -111,6 +124,8 @@ CELLS: tuple[Cell, ...] = (
     Cell("4.3.0", "3.12"),
     Cell("4.3.0", "3.13"),
     Cell("3.5.0", "3.11", platform=DATABRICKS_15_4, label="databricks15.4"),
+    Cell("3.5.0", "3.11", platform=EMR_7_0, label="emr7.0"),
+    Cell("3.5.6", "3.11", platform=EMR_7_13, label="emr7.13"),
 )
 
 #: The development environment's cell: what `make test` runs.

