@@ -116,6 +116,8 @@ class RestartTracker:
     clock: Clock = system_clock_ms
     restarts: list[int] = field(default_factory=list)
     """When each restart was granted, ms since the epoch."""
+    granted: tuple[RetryCallState, int, float] | None = None
+    """The tenacity call and attempt number the last restart was granted for, and its delay (s)."""
 
     def _in_window(self, now: int) -> list[int]:
         w = self.strategy.window_ms
@@ -152,12 +154,21 @@ class _TrackerStop(stop_base):
         self.tracker = tracker
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.tracker.try_restart() is None
+        delay = self.tracker.try_restart()
+        if delay is not None:
+            self.tracker.granted = (retry_state, retry_state.attempt_number, delay)
+        return delay is None
 
 
 class _TrackerWait(wait_base):
+    """tenacity 8.3 and later ask ``wait`` before ``stop`` for a failed attempt, 8.2 after it: once
+    ``stop`` granted this attempt's restart, its delay is the one granted, not the next one's."""
+
     def __init__(self, tracker: RestartTracker) -> None:
         self.tracker = tracker
 
     def __call__(self, retry_state: RetryCallState) -> float:
+        granted = self.tracker.granted
+        if granted is not None and granted[0] is retry_state and granted[1] == retry_state.attempt_number:
+            return granted[2]
         return self.tracker.next_delay_s()
