@@ -140,12 +140,28 @@ class RestartTracker:
         self.restarts.append(self.clock())
         return delay
 
+    def grant_for(self, retry_state: RetryCallState) -> float | None:
+        """:meth:`try_restart` for a failed attempt of a tenacity call, remembered for
+        :meth:`delay_for`."""
+        delay = self.try_restart()
+        if delay is not None:
+            self.granted = (retry_state, retry_state.attempt_number, delay)
+        return delay
+
+    def delay_for(self, retry_state: RetryCallState) -> float:
+        """The delay after a failed attempt of a tenacity call: the one granted to it when tenacity
+        asked ``stop`` first (8.2), else the next restart's (8.3 and later ask ``wait`` first)."""
+        granted = self.granted
+        if granted is not None and granted[0] is retry_state and granted[1] == retry_state.attempt_number:
+            return granted[2]
+        return self.next_delay_s()
+
     def as_stop(self) -> stop_base:
         """A tenacity ``stop``: true once the strategy is exhausted; otherwise it grants a restart."""
         return _TrackerStop(self)
 
     def as_wait(self) -> wait_base:
-        """A tenacity ``wait``: the delay of the next restart (tenacity asks before ``stop``)."""
+        """A tenacity ``wait``: the delay of the restart after a failed attempt (:meth:`delay_for`)."""
         return _TrackerWait(self)
 
 
@@ -154,21 +170,12 @@ class _TrackerStop(stop_base):
         self.tracker = tracker
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        delay = self.tracker.try_restart()
-        if delay is not None:
-            self.tracker.granted = (retry_state, retry_state.attempt_number, delay)
-        return delay is None
+        return self.tracker.grant_for(retry_state) is None
 
 
 class _TrackerWait(wait_base):
-    """tenacity 8.3 and later ask ``wait`` before ``stop`` for a failed attempt, 8.2 after it: once
-    ``stop`` granted this attempt's restart, its delay is the one granted, not the next one's."""
-
     def __init__(self, tracker: RestartTracker) -> None:
         self.tracker = tracker
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        granted = self.tracker.granted
-        if granted is not None and granted[0] is retry_state and granted[1] == retry_state.attempt_number:
-            return granted[2]
-        return self.tracker.next_delay_s()
+        return self.tracker.delay_for(retry_state)
