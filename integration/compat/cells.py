@@ -108,6 +108,16 @@ EMR_7_0 = Platform("EMR 7.0", _EMR_SPARK, ("pyspark==3.5.0",), recipe_adds=_EMR_
 #: The current EMR 7.x, 7.13.0: Spark 3.5.6 (3.5.6-amzn-2), Python 3.11 as for 7.0.
 EMR_7_13 = Platform("EMR 7.13", _EMR_SPARK, ("pyspark==3.5.6",), recipe_adds=_EMR_ADDS)
 
+#: Dataproc Serverless runtime 2.2: Spark 3.5.1 on Python 3.12 in a conda environment (conda 24.1).
+#: The runtime notes list no Python library versions, so the cell installs what such an
+#: environment holds as pip resolves it: setuptools (pyspark 3.5 imports distutils, which Python
+#: 3.12 has no more), pandas and pyarrow, NumPy 1 (pyspark 3.5's conda builds require numpy<2).
+DATAPROC_SERVERLESS_2_2 = Platform(
+    "Dataproc Serverless 2.2",
+    "https://cloud.google.com/dataproc-serverless/docs/concepts/versions/spark-runtime-versions",
+    ("pyspark==3.5.1", "setuptools", "pandas<3", "pyarrow", "numpy<2"),
+)
+
 #: Spark 3.5.0 (the floor: Databricks 15.4 LTS, EMR 7.0) to 4.3; every Python a Spark supports at
 #: least once (Spark 3.5 cells stop at 3.11 unless the platform installs setuptools: its pandas
 #: helpers import distutils, gone in 3.12; Spark 4.3 needs Python 3.11 or later). Then the platform
@@ -126,6 +136,7 @@ CELLS: tuple[Cell, ...] = (
     Cell("3.5.0", "3.11", platform=DATABRICKS_15_4, label="databricks15.4"),
     Cell("3.5.0", "3.11", platform=EMR_7_0, label="emr7.0"),
     Cell("3.5.6", "3.11", platform=EMR_7_13, label="emr7.13"),
+    Cell("3.5.1", "3.12", platform=DATAPROC_SERVERLESS_2_2, label="dataproc-serverless2.2"),
 )
 
 #: The development environment's cell: what `make test` runs.

@@ -314,7 +314,8 @@ def markdown(
     lines = [
         "# Compatibility",
         "",
-        f"Made by `make compat` on {when}: {len(results)} cells, wall time {wall_s / 60:.1f} min, "
+        f"Made by `make compat` on {when}: {sum(not r.earlier for r in results)} cells run, "
+        f"wall time {wall_s / 60:.1f} min, "
         f"load average {load[0]:.2f} at the start and {load[1]:.2f} at the end (2 cores); rows of",
         "cells not run then are kept from the earlier table.",
         "Each cell is a fresh venv holding the wheel, that pyspark and pytest; pip resolved the rest",
