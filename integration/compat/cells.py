@@ -111,11 +111,13 @@ EMR_7_13 = Platform("EMR 7.13", _EMR_SPARK, ("pyspark==3.5.6",), recipe_adds=_EM
 #: Dataproc Serverless runtime 2.2: Spark 3.5.1 on Python 3.12 in a conda environment (conda 24.1).
 #: The runtime notes list no Python library versions, so the cell installs what such an
 #: environment holds as pip resolves it: setuptools (pyspark 3.5 imports distutils, which Python
-#: 3.12 has no more), pandas and pyarrow, NumPy 1 (pyspark 3.5's conda builds require numpy<2).
+#: 3.12 has no more), pandas and pyarrow (with the NumPy 2 that today's pyarrow requires).
+#: Resolved today, pandas brings python-dateutil 4, which boto3's botocore caps below 3.
 DATAPROC_SERVERLESS_2_2 = Platform(
     "Dataproc Serverless 2.2",
     "https://cloud.google.com/dataproc-serverless/docs/concepts/versions/spark-runtime-versions",
-    ("pyspark==3.5.1", "setuptools", "pandas<3", "pyarrow", "numpy<2"),
+    ("pyspark==3.5.1", "setuptools", "pandas<3", "pyarrow"),
+    (("python-dateutil", "botocore (boto3) requires python-dateutil<3; pandas takes the newest"),),
 )
 
 #: Spark 3.5.0 (the floor: Databricks 15.4 LTS, EMR 7.0) to 4.3; every Python a Spark supports at

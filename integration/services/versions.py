@@ -65,9 +65,10 @@ SPARK_JARS: Final[Mapping[tuple[int, int], SparkJarSet]] = {
 }
 
 #: Earlier releases of a minor version that need other jars than :data:`SPARK_JARS`, keyed by the
-#: first release that takes :data:`SPARK_JARS`' set: Delta 3.3 is built against Spark 3.5.3 and fails
-#: on 3.5.0 to 3.5.2 (Databricks 15.4/16.4 LTS, EMR 7.0 to 7.5, Dataproc 2.2), where Delta 3.2.0
-#: runs; the Kafka source of 3.5.7 runs on every 3.5 release.
+#: first release that takes :data:`SPARK_JARS`' set: Delta 3.3 is built against Spark 3.5.3, Delta
+#: 3.2.0 against 3.5.0, and 3.2.0 is what reads tables back on 3.5.0 to 3.5.2 (Databricks 15.4/16.4
+#: LTS, EMR 7.0 to 7.5, Dataproc 2.2; the floor, Databricks and EMR 7.0 cells of `make compat`);
+#: the Kafka source of 3.5.7 runs on every 3.5 release.
 SPARK_JARS_BEFORE: Final[Mapping[tuple[int, int, int], SparkJarSet]] = {
     (3, 5, 3): SparkJarSet("delta-spark_2.12", "3.2.0", "3.5.7", "3.5.7"),
 }
