@@ -271,6 +271,10 @@ def existing_rows(text: str) -> tuple[dict[str, str], dict[str, str]]:
     return tables
 
 
+def _cells(n: int) -> str:
+    return f"{n} cell" + ("" if n == 1 else "s")
+
+
 def _counts_cells(r: CellResult) -> str:
     counts = [str(r.passed), str(r.failed), str(r.skipped)] if not r.note else [r.note, "", ""]
     return f"{' | '.join(counts)} | {r.seconds / 60:.1f} min |"
@@ -314,7 +318,7 @@ def markdown(
     lines = [
         "# Compatibility",
         "",
-        f"Made by `make compat` on {when}: {sum(not r.earlier for r in results)} cells run, "
+        f"Made by `make compat` on {when}: {_cells(sum(not r.earlier for r in results))} run, "
         f"wall time {wall_s / 60:.1f} min, "
         f"load average {load[0]:.2f} at the start and {load[1]:.2f} at the end (2 cores); rows of",
         "cells not run then are kept from the earlier table.",
