@@ -116,6 +116,8 @@ class RestartTracker:
     clock: Clock = system_clock_ms
     restarts: list[int] = field(default_factory=list)
     """When each restart was granted, ms since the epoch."""
+    granted: tuple[RetryCallState, int, float] | None = None
+    """The tenacity call and attempt number the last restart was granted for, and its delay (s)."""
 
     def _in_window(self, now: int) -> list[int]:
         w = self.strategy.window_ms
@@ -138,12 +140,28 @@ class RestartTracker:
         self.restarts.append(self.clock())
         return delay
 
+    def grant_for(self, retry_state: RetryCallState) -> float | None:
+        """:meth:`try_restart` for a failed attempt of a tenacity call, remembered for
+        :meth:`delay_for`."""
+        delay = self.try_restart()
+        if delay is not None:
+            self.granted = (retry_state, retry_state.attempt_number, delay)
+        return delay
+
+    def delay_for(self, retry_state: RetryCallState) -> float:
+        """The delay after a failed attempt of a tenacity call: the one granted to it when tenacity
+        asked ``stop`` first (8.2), else the next restart's (8.3 and later ask ``wait`` first)."""
+        granted = self.granted
+        if granted is not None and granted[0] is retry_state and granted[1] == retry_state.attempt_number:
+            return granted[2]
+        return self.next_delay_s()
+
     def as_stop(self) -> stop_base:
         """A tenacity ``stop``: true once the strategy is exhausted; otherwise it grants a restart."""
         return _TrackerStop(self)
 
     def as_wait(self) -> wait_base:
-        """A tenacity ``wait``: the delay of the next restart (tenacity asks before ``stop``)."""
+        """A tenacity ``wait``: the delay of the restart after a failed attempt (:meth:`delay_for`)."""
         return _TrackerWait(self)
 
 
@@ -152,7 +170,7 @@ class _TrackerStop(stop_base):
         self.tracker = tracker
 
     def __call__(self, retry_state: RetryCallState) -> bool:
-        return self.tracker.try_restart() is None
+        return self.tracker.grant_for(retry_state) is None
 
 
 class _TrackerWait(wait_base):
@@ -160,4 +178,4 @@ class _TrackerWait(wait_base):
         self.tracker = tracker
 
     def __call__(self, retry_state: RetryCallState) -> float:
-        return self.tracker.next_delay_s()
+        return self.tracker.delay_for(retry_state)

@@ -255,7 +255,8 @@ def pack_environment(
             environment; or the packed Python cannot import what executors need.
     """
     wheel = build_wheel(timeout_s=timeout_s)
-    reqs = [*wheel_requirements(wheel, extras), *requirements]
+    # the spark extra without pyspark: pandas, which Spark's mapInArrow checks for on executors
+    reqs = [*wheel_requirements(wheel, tuple(dict.fromkeys(("spark", *extras)))), *requirements]
     cons = constraints_file() if isinstance(constraints, str) else constraints
     key = _key(wheel, reqs, cons)
     parent = cache_dir() / "packed-envs"

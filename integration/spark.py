@@ -1,7 +1,7 @@
 """Local SparkSessions with Delta, the Kafka source and s3a, from jars resolved once by Maven.
 
 The jars of ``services/jvm/spark/pom.xml`` for the installed pyspark (its Scala and Hadoop versions,
-and :data:`~twophase.integration.services.versions.SPARK_JARS` for its minor version) are copied
+and :func:`~twophase.integration.services.versions.spark_jar_set` for its release) are copied
 into ``<cache>/spark-jars-<digest>`` on first use and handed to Spark with ``spark.jars``, so
 starting a session never touches the network (no ``spark.jars.packages``). Jars whose artifact
 pyspark already ships (Spark, Scala, Hadoop client, Jackson, logging, ...) are left out, so
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.maven import JVM_DIR, pom_digest, resolve_jars
 from twophase.integration.services.s3 import S3Endpoint
-from twophase.integration.services.versions import SPARK_JARS, SparkJarSet
+from twophase.integration.services.versions import SPARK_JARS, SparkJarSet, spark_jar_set
 from twophase.sinks.errors import UnsupportedSparkError
 
 if TYPE_CHECKING:
@@ -45,18 +45,19 @@ def pyspark_jars_dir() -> Path:
 
 
 def jar_set() -> SparkJarSet:
-    """The extra jars' versions for the installed pyspark's minor version.
+    """The extra jars' versions for the installed pyspark's release (:func:`spark_jar_set`).
 
     Raises:
         UnsupportedSparkError: a Spark minor version the project has no jar set for.
     """
-    from twophase.coordinator.spark.compat import spark_version
+    from twophase.coordinator.spark.compat import spark_release
 
-    version = spark_version()
-    if version not in SPARK_JARS:
+    release = spark_release()
+    jars = spark_jar_set(release)
+    if jars is None:
         known = ", ".join(".".join(map(str, v)) for v in SPARK_JARS)
-        raise UnsupportedSparkError(f"no jar set for Spark {'.'.join(map(str, version))}; tested: {known}")
-    return SPARK_JARS[version]
+        raise UnsupportedSparkError(f"no jar set for Spark {'.'.join(map(str, release))}; tested: {known}")
+    return jars
 
 
 def has_delta_jars() -> bool:

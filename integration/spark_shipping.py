@@ -156,6 +156,16 @@ def runtime_requirements(root: Path = REPO, extras: Sequence[str] = FLIGHTS_CONN
     return list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
 
 
+def worker_requirements(root: Path = REPO) -> list[str]:
+    """:func:`runtime_requirements` plus the ``spark`` extra without pyspark: pandas, which Spark's
+    ``mapInArrow`` checks for in the Python that runs it (the platform's Python has it; a venv made
+    for Spark's workers needs it too)."""
+    cfg = configparser.ConfigParser()
+    cfg.read(root / "setup.cfg")
+    extra = [line.strip() for line in cfg["options.extras_require"]["spark"].splitlines() if line.strip()]
+    return [*runtime_requirements(root), *(r for r in extra if not r.startswith("pyspark"))]
+
+
 def importable(python: Path | str, module: str) -> bool:
     """Whether ``module`` can be found by ``python`` started in its own folder without ``PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -174,7 +184,7 @@ def executor_python(requirements: Sequence[str] | None = None, timeout_s: float 
     one, so a half-made venv from a killed run is made again.
 
     Args:
-        requirements: pip requirement strings; default :func:`runtime_requirements`.
+        requirements: pip requirement strings; default :func:`worker_requirements`.
         timeout_s: bound of each pip or venv step, seconds.
 
     Returns:
@@ -183,7 +193,7 @@ def executor_python(requirements: Sequence[str] | None = None, timeout_s: float 
     Raises:
         ShippingError: venv or pip failed, or twophase is importable in the result.
     """
-    reqs = list(runtime_requirements() if requirements is None else requirements)
+    reqs = list(worker_requirements() if requirements is None else requirements)
     constraints = REPO / "constraints.txt"
     pins = constraints.read_text() if constraints.is_file() else ""
     key = hashlib.sha256("\n".join([sys.version, *reqs, pins]).encode()).hexdigest()[:16]

@@ -297,7 +297,6 @@ def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
         region=s3.region,
         endpoint_override=url.netloc,
         scheme=url.scheme or "https",
-        force_virtual_addressing=False,
         **tls,
     )
 

@@ -1,15 +1,18 @@
-"""The one seam between twophase and the pyspark versions it runs on (Spark 3.5 to 4.3).
+"""The one seam between twophase and the pyspark versions it runs on (Spark 3.5.0 to 4.3).
 
 Everything else in the Spark adapter uses public pyspark APIs. Where a version differs, the
 difference is handled here, once, by feature and not by copying code paths: the Arrow schema of a
 Spark schema (an internal helper that gained a time-zone parameter in Spark 4.2), collecting a
-DataFrame as Arrow (public from Spark 4.0) and the Python Data Source API (Spark 4.0; its Arrow
-stream writer, which the ``twophase`` data source uses, 4.1).
+DataFrame as Arrow (public from Spark 4.0), what Spark's ``mapInArrow`` needs of the Python it runs
+in (pandas on every release; distutils on Spark 3.5), and the Python Data Source API (Spark 4.0;
+its Arrow stream writer, which the ``twophase`` data source uses, 4.1).
 """
 
 from __future__ import annotations
 
 import inspect
+import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -31,6 +34,51 @@ def spark_version() -> tuple[int, int]:
 
     major, minor = pyspark.__version__.split(".")[:2]
     return int(major), int(minor)
+
+
+def spark_release() -> tuple[int, int, int]:
+    """(major, minor, patch) of the installed pyspark, e.g. ``(3, 5, 0)``; a suffix such as
+    ``.dev0`` or a vendor's ``+databricks`` is ignored, a missing patch reads as 0."""
+    import pyspark
+
+    numbers = [re.match(r"\d+", part) for part in pyspark.__version__.split(".")[:3]]
+    major, minor, patch = ([int(n.group()) if n else 0 for n in numbers] + [0, 0])[:3]
+    return major, minor, patch
+
+
+def require_map_in_arrow() -> None:
+    """Refuse a Python in which Spark's ``mapInArrow`` (every epoch's write) cannot start.
+
+    pyspark checks for pandas and pyarrow when ``mapInArrow`` builds its function (on every release
+    up to 4.3, pandas although the batches stay in Arrow), and pyspark 3.5 imports ``distutils`` for
+    that check, which Python 3.12 no longer has (setuptools provides it). Run here, before a job
+    opens its checkpoints, the same check turns a failure of the first epoch (retried by the restart
+    strategy) into one line.
+
+    Raises:
+        UnsupportedSparkError: pandas, pyarrow or distutils is missing or too old for this pyspark;
+            the message names the module and what to install.
+    """
+    release = ".".join(map(str, spark_release()))
+    try:
+        from pyspark.sql.pandas import utils
+
+        utils.require_minimum_pandas_version()
+        utils.require_minimum_pyarrow_version()
+    except ImportError as e:
+        if e.name == "distutils":
+            fix = "install setuptools (it provides distutils, which Python 3.12 removed)"
+            what = f"needs distutils, which this Python {sys.version_info[0]}.{sys.version_info[1]} lacks"
+        elif e.name == "pandas" or "pandas" in str(e).lower():
+            fix = "install pandas>=1.5.3 beside the platform's Spark (or pip install 'twophase[spark]')"
+            what = "needs pandas"
+        else:
+            fix = "install the versions pyspark names"
+            what = "cannot start"
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UnsupportedSparkError(
+            f"Spark {release}'s mapInArrow, which twophase writes with, {what} ({detail}): {fix}"
+        ) from None
 
 
 def arrow_schema(schema: StructType, time_zone: str) -> pa.Schema:

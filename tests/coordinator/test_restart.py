@@ -51,3 +51,25 @@ def test_bad_strategies_are_config_errors() -> None:
         RestartStrategy(multiplier=1.0)
     with pytest.raises(ConfigError):
         RestartStrategy(delay_ms=10, max_delay_ms=5)
+
+
+def _asked(t: RestartTracker, attempt: int, stop_first: bool) -> float | None:
+    """One failed attempt as tenacity asks about it: ``stop`` then ``wait`` (tenacity 8.2), or
+    ``wait`` then ``stop`` (8.3 and later); the delay, or ``None`` once stopped."""
+    from tenacity import RetryCallState, Retrying
+
+    state = RetryCallState(Retrying(), None, (), {})
+    state.attempt_number = attempt
+    stop, wait = t.as_stop(), t.as_wait()
+    if stop_first:
+        return None if stop(state) else wait(state)
+    delay = wait(state)
+    return None if stop(state) else delay
+
+
+@pytest.mark.parametrize("stop_first", [True, False], ids=["tenacity-8.2", "tenacity-8.3+"])
+def test_the_delays_do_not_depend_on_the_order_tenacity_asks_in(stop_first: bool) -> None:
+    t = RestartTracker(
+        RestartStrategy.exponential_backoff(3, initial_delay_ms=100, max_delay_ms=10_000), ManualClock()
+    )
+    assert [_asked(t, n, stop_first) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.4, None]

@@ -92,7 +92,7 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
     Raises:
         pyarrow.ArrowInvalid: malformed options (the sink turns it into a ``ConfigError``).
         ConfigError: a profile without credentials; ``AWS_CA_BUNDLE`` names no file, or this
-            pyarrow cannot take a CA bundle.
+            pyarrow cannot take a CA bundle or, with an endpoint, virtual-hosted addressing.
     """
     if not config.is_s3:
         return TableLocation(pafs.LocalFileSystem(), config.table_uri, is_local=True)
@@ -105,10 +105,13 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
         scheme, endpoint = ep.scheme, ep.netloc + ep.path.rstrip("/")
     keys = options.frozen_credentials()
     access_key, secret_key, session_token = keys if keys is not None else (None, None, None)
-    tls: dict[str, str] = {}
+    # keywords pyarrow 14.0.1 lacks are passed only when a setting needs them
+    newer: dict[str, str | bool] = {}
     ca_bundle = aws_ca_bundle() if scheme == "https" else None
     if ca_bundle is not None:  # pyarrow's S3 client does not read AWS_CA_BUNDLE itself
-        tls["tls_ca_file_path"] = ca_bundle
+        newer["tls_ca_file_path"] = ca_bundle
+    if not options.use_path_style and endpoint is not None:  # else pyarrow's default addressing
+        newer["force_virtual_addressing"] = True
     try:
         fs = pafs.S3FileSystem(
             access_key=access_key,
@@ -117,14 +120,17 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
             region=options.region or "us-east-1",
             endpoint_override=endpoint,
             scheme=scheme,
-            force_virtual_addressing=not options.use_path_style and endpoint is not None,
-            **tls,
+            **newer,
         )
     except TypeError as e:
-        if not tls:
+        if not newer:
             raise
+        why = {
+            "tls_ca_file_path": "AWS_CA_BUNDLE is set",
+            "force_virtual_addressing": "the endpoint is addressed virtual-hosted (use_path_style=False)",
+        }
+        needed = next((k for k in newer if k in str(e)), next(iter(newer)))
         raise ConfigError(
-            f"AWS_CA_BUNDLE is set but pyarrow {pa.__version__} cannot take a CA bundle "
-            "(tls_ca_file_path): upgrade pyarrow"
+            f"{why[needed]} but pyarrow {pa.__version__} has no S3FileSystem({needed}=...): upgrade pyarrow"
         ) from e
     return TableLocation(fs, root, is_local=False, s3=options)

@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twophase.sinks.internal.arrow_compat import is_string_view
+
 MAX_EXACT_DECIMAL_PRECISION = 15
 """Decimals of at most this precision survive a round trip through a JSON double exactly."""
 
@@ -112,7 +114,7 @@ def _kind(type_: pa.DataType) -> str | None:
         return "decimal" if type_.precision <= MAX_EXACT_DECIMAL_PRECISION else "count_only"
     if pa.types.is_timestamp(type_):
         return "timestamp" if type_.tz is not None else "timestamp_ntz"
-    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or pa.types.is_string_view(type_):
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_) or is_string_view(type_):
         return "string"
     return "count_only"
 

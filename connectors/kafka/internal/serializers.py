@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from twophase.connectors.kafka.config import Format, KafkaSinkConfig
 from twophase.sinks.errors import RecordError, SchemaError
+from twophase.sinks.internal.arrow_compat import is_binary_view, is_string_view
 from twophase.sinks.json_codec import encode_json
 
 Payload = bytes | str | None
@@ -23,12 +24,12 @@ Headers = list[tuple[str, bytes | str | None]]
 
 def is_binary(t: pa.DataType) -> bool:
     """binary, large_binary or binary_view."""
-    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t))
+    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t) or is_binary_view(t))
 
 
 def is_string(t: pa.DataType) -> bool:
     """string, large_string or string_view."""
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or is_string_view(t))
 
 
 def check_payload_type(column: str, t: pa.DataType, fmt: Format) -> None:

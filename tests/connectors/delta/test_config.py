@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,27 @@ def test_s3_location_from_the_options() -> None:
     assert location.s3.region == "eu-west-1"
     assert "very-secret" not in repr(location)
     assert location.relative("bucket/prefix/t/p=1/f.parquet") == "p=1/f.parquet"
+
+
+def test_pyarrow_14_gets_no_keyword_it_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.fs as pafs
+
+    real = pafs.S3FileSystem
+    newer = ("force_virtual_addressing", "tls_ca_file_path")
+
+    def pyarrow_14(**kwargs: object) -> pafs.S3FileSystem:  # S3FileSystem of pyarrow 14.0.1
+        for key in newer:
+            if key in kwargs:
+                raise TypeError(f"__init__() got an unexpected keyword argument '{key}'")
+        return real(**kwargs)
+
+    monkeypatch.setattr(pafs, "S3FileSystem", pyarrow_14)
+    assert not open_location(DeltaSinkConfig("s3://bucket/t", storage_options=S3_OPTIONS)).is_local
+    virtual = dataclasses.replace(S3_OPTIONS, path_style=False)
+    with pytest.raises(
+        ConfigError, match=r"virtual-hosted .* has no S3FileSystem\(force_virtual_addressing=...\)"
+    ):
+        open_location(DeltaSinkConfig("s3://bucket/t", storage_options=virtual))
 
 
 def test_sink_name_is_checked() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import inspect
+import sys
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyspark.sql.types import ArrayType, LongType, MapType, StringType, StructField, StructType, TimestampType
+from support.fakes import FakeExternalSystem, FakeSink
 
 from twophase.coordinator.spark import compat
 from twophase.sinks.errors import ConfigError, UnsupportedSparkError
@@ -101,3 +104,54 @@ def test_spark_4_0_finds_the_format_and_its_write_is_refused_by_name(monkeypatch
     assert source is not None and source.name() == "twophase"
     with pytest.raises(UnsupportedSparkError, match=r"needs Spark 4\.1 or later .* this is Spark 4\.0"):
         source({}).streamWriter(SCHEMA, False)
+
+
+@pytest.mark.parametrize(
+    ("version", "release"),
+    [("3.5.0", (3, 5, 0)), ("3.5.2+databricks", (3, 5, 2)), ("4.1.0.dev0", (4, 1, 0)), ("4.2", (4, 2, 0))],
+)
+def test_spark_release_reads_the_patch(
+    monkeypatch: pytest.MonkeyPatch, version: str, release: tuple[int, ...]
+) -> None:
+    import pyspark
+
+    monkeypatch.setattr(pyspark, "__version__", version)
+    assert compat.spark_release() == release
+
+
+def test_the_installed_python_has_what_map_in_arrow_needs() -> None:
+    compat.require_map_in_arrow()
+
+
+def test_a_python_without_pandas_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas fails as if not installed
+    with pytest.raises(UnsupportedSparkError) as e:
+        compat.require_map_in_arrow()
+    assert "mapInArrow, which twophase writes with, needs pandas" in str(e.value)
+    assert "install pandas>=1.5.3" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_spark_3_5_on_python_3_12_without_distutils_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pyspark.sql.pandas import utils
+
+    def no_distutils() -> None:  # what pyspark 3.5's check raises on Python 3.12 without setuptools
+        raise ModuleNotFoundError("No module named 'distutils'", name="distutils")
+
+    monkeypatch.setattr(utils, "require_minimum_pandas_version", no_distutils)
+    with pytest.raises(UnsupportedSparkError, match=r"needs distutils, .*: install setuptools"):
+        compat.require_map_in_arrow()
+
+
+def test_the_job_refuses_it_before_anything_is_written(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from twophase import Job
+
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    spark: Any = object()  # the refusal comes before the job reads its session or the DataFrame
+    job = Job(spark, "refused", str(tmp_path / "checkpoints")).sink(FakeSink("fake", FakeExternalSystem()))
+    with pytest.raises(UnsupportedSparkError, match="needs pandas"):
+        job.write(spark)
+    assert not (tmp_path / "checkpoints").exists()

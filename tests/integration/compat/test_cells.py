@@ -1,0 +1,46 @@
+"""`make compat`'s cells and table: the floor's pins, the jar set per Spark release, and a partial
+run that keeps the rows of the cells it did not run."""
+
+from __future__ import annotations
+
+from twophase.integration.compat.cells import CELLS, floor_constraints
+from twophase.integration.compat.run import CellResult, existing_rows, markdown
+from twophase.integration.services.versions import SPARK_JARS, spark_jar_set
+from twophase.integration.spark_shipping import worker_requirements
+
+
+def test_the_floor_pins_every_lower_bound_pandas_included_and_numpy_1() -> None:
+    pins = floor_constraints(worker_requirements())
+    assert {"pyarrow==14.0.1", "pandas==1.5.3", "tenacity==8.2.2", "click==8.0.4"} <= set(pins)
+    assert "numpy<2" in pins  # pyarrow 14 and pandas 1.5 are built against NumPy 1
+    assert not any(p.startswith("pyspark") for p in pins)
+
+
+def test_spark_3_5_0_to_3_5_2_read_delta_with_delta_3_2() -> None:
+    for release in ((3, 5, 0), (3, 5, 1), (3, 5, 2)):
+        jars = spark_jar_set(release)
+        assert jars is not None and (jars.delta_artifact, jars.delta_version) == ("delta-spark_2.12", "3.2.0")
+        assert jars.kafka_source == "3.5.7"
+    assert spark_jar_set((3, 5, 3)) == spark_jar_set((3, 5, 7)) == SPARK_JARS[(3, 5)]
+    assert spark_jar_set((4, 2, 0)) == SPARK_JARS[(4, 2)]
+    assert spark_jar_set((5, 0, 0)) is None
+
+
+def _result(name: str, passed: int) -> CellResult:
+    cell = next(c for c in CELLS if c.name == name)
+    return CellResult(cell, python=cell.python, versions={"pyspark": cell.spark}, passed=passed)
+
+
+def test_a_partial_run_keeps_the_rows_of_the_cells_it_did_not_run() -> None:
+    first = markdown([_result("spark4.2.0-py3.11", 11), _result("databricks15.4", 14)], 60.0, (1.0, 1.0))
+    rerun = _result("spark3.5.0-py3.11-floor", 14)
+    second = markdown([rerun], 60.0, (1.0, 1.0), existing_rows(first))
+    main, platforms = existing_rows(second)
+    assert list(main) == ["spark4.2.0-py3.11", "spark3.5.0-py3.11-floor"]
+    assert main["spark4.2.0-py3.11"] == existing_rows(first)[0]["spark4.2.0-py3.11"]
+    assert list(platforms) == ["databricks15.4"]
+    assert "[Databricks 15.4 LTS](https://docs.databricks.com/" in platforms["databricks15.4"]
+    # a rerun replaces its own row in place
+    third = markdown([_result("spark4.2.0-py3.11", 9)], 60.0, (1.0, 1.0), existing_rows(second))
+    assert list(existing_rows(third)[0]) == ["spark4.2.0-py3.11", "spark3.5.0-py3.11-floor"]
+    assert "| 9 | 0 | 0 |" in existing_rows(third)[0]["spark4.2.0-py3.11"]
