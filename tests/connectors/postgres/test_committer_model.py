@@ -227,14 +227,13 @@ def test_a_batch_commits_over_a_few_sessions_each_gid_decided_on_its_own(
     """#42 item 3: one checkpoint's gids over ``connections`` sessions, outcomes in input order:
     committed now, committed before, rolled back, busy, in another database."""
     sessions: list[FakeConnection] = []
-    opened = committer_module.connect
+    enter = FakeConnection.__enter__
 
-    def counting(config: PostgresSinkConfig, *, autocommit: bool, connector: object = None) -> FakeConnection:
-        conn: FakeConnection = opened(config, autocommit=autocommit, connector=connector)
-        sessions.append(conn)
-        return conn
+    def counting(self: FakeConnection) -> FakeConnection:
+        sessions.append(self)
+        return enter(self)
 
-    monkeypatch.setattr(committer_module, "connect", counting)
+    monkeypatch.setattr(FakeConnection, "__enter__", counting)
     batch = [_committable(30, p) for p in range(7)]
     for c in batch:
         model.prepare(c.gid)
