@@ -12,16 +12,17 @@ Per sink and round, against the real service (MinIO for S3, a native PostgreSQL)
    - ``pooled_commits``: ``sink.commit`` per committable on ``commit_concurrency`` threads, the
      driver's path before #42 item 3 (and what the default ``commit_batch`` still does);
    - ``batch``: one ``sink.commit_batch`` per checkpoint (S3: CompleteMultipartUpload of every
-     file from one pool over one client; PostgreSQL: COMMIT PREPARED over a few sessions).
+     file from one pool over one client; PostgreSQL: COMMIT PREPARED over a few sessions; Kafka:
+     one DescribeTransactions per coordinator, then EndTxn for each).
 3. **Check** (untimed): every outcome is COMMITTED and a reader sees every row (S3: one object per
-   transaction; PostgreSQL: the table's row count).
+   transaction; PostgreSQL: the table's row count; Kafka: a ``read_committed`` consumer's count).
 
 Reported per sink and mode: transactions per second at the median round (and its range), CPU
 seconds per 1,000 transactions, and the batch's speed-up over each other mode; load average at
 start and end (the machine is shared). The modes' order rotates per round. Delta and Iceberg are
 checkpoint-commit sinks: their one table commit per checkpoint already is the batch, and is measured
-by ``bench_delta`` / ``bench_iceberg``. Kafka commits through the default ``commit_batch`` (its
-EndTxn calls share kafka-python's one IO thread, see ``bench_recovery``), so it is not repeated here.
+by ``bench_delta`` / ``bench_iceberg``. Kafka's ``commit_concurrency`` is 1 (its EndTxn calls
+share kafka-python's one IO thread, see ``bench_recovery``): its pooled mode is one by one.
 
 ``python -m benchmarks.bench_commit_batch``; ``TWOPHASE_BENCH_SCALE`` scales ``TRANSACTIONS``,
 ``TWOPHASE_BENCH_RUNS`` the rounds; services from the environment or started here.
@@ -196,12 +197,43 @@ def _postgres(rounds: int) -> dict[str, Any]:
             conn.close()
 
 
+def _kafka(rounds: int) -> dict[str, Any]:
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    from benchmarks.bench_recovery import TOPIC_PARTITIONS, _count_committed
+    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
+    from twophase.integration.services import kafka_service
+
+    with kafka_service() as bootstrap:
+        topic = f"bench-commit-batch-{uuid.uuid4().hex[:8]}"
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1)])
+
+        def sink(run_id: str) -> Any:
+            config = KafkaSinkConfig(
+                bootstrap_servers=bootstrap,
+                topic=topic,
+                transactional_id_prefix=f"bench-commit-{run_id}",
+                statistics_interval_ms=20,  # preparation speed only (producer id from stats)
+            )
+            s = KafkaSink("kafka", config)
+            s.validate(_batch(0, 0).schema)
+            return s
+
+        try:
+            return _measure("kafka_transactions", sink, lambda: _count_committed(bootstrap, topic), rounds)
+        finally:
+            admin.delete_topics([topic])
+            admin.close()
+
+
 def run() -> dict[str, Any]:
-    """Commit throughput of S3 and PostgreSQL, one by one, pooled and batched, side by side."""
+    """Commit throughput of S3, PostgreSQL and Kafka, one by one, pooled and batched, side by side."""
     rounds = common.runs(ROUNDS)
     start = common.machine()
     cpu_start = time.process_time()
-    results = {**_s3(rounds), **_postgres(rounds)}
+    results = {**_s3(rounds), **_postgres(rounds), **_kafka(rounds)}
     return {
         "rows_per_transaction": ROWS_PER_TXN,
         "rounds": rounds,
