@@ -47,6 +47,19 @@ def txn(
     )
 
 
+def batch_of(
+    n: int, **scripted: Sequence[CommitOutcome]
+) -> tuple[FakeExternalSystem, BatchSink, list[PendingTransaction[Any]]]:
+    """A batch sink over a new system holding ``n`` prepared transactions ``t0``…, one per
+    partition; each transaction named in ``scripted`` answers those outcomes first."""
+    system = FakeExternalSystem()
+    sink = BatchSink("s", system)
+    txns = [txn(system, f"t{p}", p) for p in range(n)]
+    for txn_id, outcomes in scripted.items():
+        system.script(txn_id, *outcomes)
+    return system, sink, txns
+
+
 def operator(sink: FakeSink, policy: CommitPolicy | None = None) -> CommitterOperator:
     clock = ManualClock()
     return CommitterOperator("job", {sink.name: sink}, policy, clock=clock, sleep=clock.sleep)
@@ -70,9 +83,7 @@ def test_one_batch_per_sink_and_checkpoint_in_checkpoint_order() -> None:
 
 
 def test_the_retry_rows_of_a_partial_batch_are_retried_alone_then_the_marker() -> None:
-    system = FakeExternalSystem()
-    sink = BatchSink("s", system)
-    txns = [txn(system, f"t{p}", p) for p in range(4)]
+    system, sink, txns = batch_of(4)
     system.committed["t3"] = system.prepared.pop("t3")  # committed before a crash
     system.script("t1", CommitOutcome.RETRY, CommitOutcome.RETRY)
     system.script("t2", CommitOutcome.RETRY)
@@ -87,11 +98,7 @@ def test_the_retry_rows_of_a_partial_batch_are_retried_alone_then_the_marker() -
 
 
 def test_a_failed_row_fails_the_call_but_what_committed_is_confirmed_and_no_marker() -> None:
-    system = FakeExternalSystem()
-    sink = BatchSink("s", system)
-    txns = [txn(system, f"t{p}", p) for p in range(3)]
-    system.script("t1", CommitOutcome.FATAL)
-    system.script("t2", CommitOutcome.RETRY)
+    _, sink, txns = batch_of(3, t1=[CommitOutcome.FATAL], t2=[CommitOutcome.RETRY])
     landed: list[str] = []
     c = operator(sink)
     with pytest.raises(CommitFailedError, match=r"FATAL.*partition 1 .*t1"):
@@ -102,11 +109,7 @@ def test_a_failed_row_fails_the_call_but_what_committed_is_confirmed_and_no_mark
 
 
 def test_lost_rows_fail_outside_recovery_and_name_each_one() -> None:
-    system = FakeExternalSystem()
-    sink = BatchSink("s", system)
-    txns = [txn(system, f"t{p}", p) for p in range(3)]
-    system.script("t0", CommitOutcome.LOST)
-    system.script("t2", CommitOutcome.LOST)
+    system, sink, txns = batch_of(3, t0=[CommitOutcome.LOST], t2=[CommitOutcome.LOST])
     landed: list[str] = []
     with pytest.raises(TransactionLostError, match="2 transactions lost") as raised:
         operator(sink).submit(txns, on_landed=lambda: landed.append("marker"))
@@ -115,11 +118,7 @@ def test_lost_rows_fail_outside_recovery_and_name_each_one() -> None:
 
 
 def test_lost_rows_on_recovery_opted_in_are_skipped_and_the_others_commit() -> None:
-    system = FakeExternalSystem()
-    sink = BatchSink("s", system)
-    txns = [txn(system, f"t{p}", p) for p in range(3)]
-    system.script("t0", CommitOutcome.LOST)
-    system.script("t2", CommitOutcome.RETRY)
+    system, sink, txns = batch_of(3, t0=[CommitOutcome.LOST], t2=[CommitOutcome.RETRY])
     c = operator(sink, CommitPolicy(ignore_lost_on_recovery=True))
     done: list[CommitCall] = []
     c.commit_all(txns, recovery=True, on_done=done.append)
@@ -138,10 +137,8 @@ def test_lost_rows_on_recovery_opted_in_are_skipped_and_the_others_commit() -> N
     ],
 )
 def test_outcomes_that_do_not_match_the_batch_confirm_nothing(answer: Any) -> None:
-    system = FakeExternalSystem()
-    sink = BatchSink("s", system)
+    _, sink, txns = batch_of(2)
     sink.answer = answer
-    txns = [txn(system, f"t{p}", p) for p in range(2)]
     landed: list[str] = []
     c = operator(sink)
     with pytest.raises(CommitFailedError, match="commit_batch"):
@@ -167,10 +164,7 @@ def test_a_batch_that_cannot_reach_the_service_is_retried_whole() -> None:
 
 
 def test_asynchronous_batches_mark_only_after_every_row_landed() -> None:
-    system = FakeExternalSystem()
-    sink = BatchSink("s", system)
-    txns = [txn(system, f"t{p}", p) for p in range(3)]
-    system.script("t2", CommitOutcome.RETRY)
+    system, sink, txns = batch_of(3, t2=[CommitOutcome.RETRY])
     landed: list[str] = []
     c = operator(sink, CommitPolicy(async_commit=True))
     try:
