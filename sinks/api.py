@@ -325,7 +325,8 @@ def commit_each(
     ``RETRY``, as the runtime counts it for a single commit.
 
     Raises:
-        Any other exception of ``commit`` (the first one, once every started call returned).
+        Exception: any other exception of ``commit`` (the first one, once every started call
+            returned).
     """
 
     def one(committable: COMM) -> CommitOutcome:
