@@ -272,7 +272,8 @@ class CheckpointCommitSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
     and idempotent: Delta Lake commits all subtasks' Add actions together with
     ``txn(appId, version=<checkpoint id>)`` (Delta PROTOCOL.md, "Transaction Identifiers").
 
-    For such a sink the runtime never calls :meth:`commit` / :meth:`recover_and_commit`. It groups
+    For such a sink the runtime never calls :meth:`commit` / :meth:`recover_and_commit` (nor
+    ``commit_batch``, whose per-committable outcomes it cannot give). It groups
     the pending transactions by checkpoint and calls :meth:`commit_checkpoint` (or
     :meth:`recover_and_commit_checkpoint` after a restore):
 
