@@ -38,7 +38,7 @@ from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.storage.local import LocalCheckpointStorage
-from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.conformance.violation import ContractViolation
 from twophase.sinks.errors import (
     CheckpointStorageError,
@@ -741,17 +741,21 @@ class ContractLives(RuleBasedStateMachine):
                 f"new {_short(sorted(after - before))}, gone {_short(sorted(before - after))}",
             )
 
-    @rule(parts=st.integers(2, 12), size=st.integers(2, 20), every=st.integers(2, 3))
+    @rule(parts=st.integers(2, 12), size=st.integers(2, 20), every=st.integers(2, 3), lose=st.booleans())
     @_step
-    def partial_batch(self, parts: int, size: int, every: int) -> None:
+    def partial_batch(self, parts: int, size: int, every: int, lose: bool) -> None:
         """A batch half committed: an epoch's checkpoint is durable, its notification lost, and
         every ``every``-th of its transactions was committed on its own (as by a driver that died
-        mid-batch). A new driver process commits the whole checkpoint with ONE ``commit_batch``,
-        given in reverse order: each answer must be that committable's own, in input order
-        (``ALREADY_COMMITTED`` for the ones committed before, ``COMMITTED`` for the others), and
-        every record must then be visible once. A checkpoint-commit sink has no partial batch."""
+        mid-batch); with ``lose`` (if the system can drop transactions, and the sink keeps nothing
+        in progress) the system then drops all the others (:meth:`SinkContract.lose` may drop more
+        than it is given, as a transaction timeout does). A new driver process commits the whole
+        checkpoint with ONE ``commit_batch``, given in reverse order: each answer must be that
+        committable's own, in input order (``ALREADY_COMMITTED`` for the ones committed before,
+        ``LOST`` for the dropped ones, else ``COMMITTED``), and every record but the dropped ones'
+        must then be visible once. A checkpoint-commit sink has no partial batch."""
         if isinstance(self.driver_side, CheckpointCommitSink):
             return
+        n = self.next_batch
         c = self.write_batch(parts, size, ["ok"] * 3, "before_write", notify=False, least=2)
         if c is None:
             return
@@ -760,20 +764,30 @@ class ContractLives(RuleBasedStateMachine):
             return
         batch = committables[::-1]
         first = set(range(0, len(batch), every))
+        dropped = set(range(len(batch))) - first
+        if not lose or isinstance(self.driver_side, InProgressSink):
+            dropped = set()  # in-progress data would blur which records the dropped ones held
         self.say(
-            f"checkpoint {c}: {len(first)} of its {len(batch)} transactions are committed one by one, "
-            "then a new driver process commits all of them in one batch"
+            f"checkpoint {c}: {len(first)} of its {len(batch)} transactions are committed one by one"
+            + (", the system drops the others" if dropped else "")
+            + ", then a new driver process commits all of them in one batch"
         )
         sink = self.driver_sink()
         try:
             for i in sorted(first):
                 if (answer := sink.commit(batch[i])) is not CommitOutcome.COMMITTED:
                     raise self.fail(COMMIT_FAILED, f"a commit of checkpoint {c} answered {answer.name}")
+            if dropped and not self.contract.lose(self.system, [batch[i] for i in sorted(dropped)]):
+                dropped = set()
             answers = sink.commit_batch(batch)
         finally:
             sink.close()
         expected = [
-            CommitOutcome.ALREADY_COMMITTED if i in first else CommitOutcome.COMMITTED
+            CommitOutcome.ALREADY_COMMITTED
+            if i in first
+            else CommitOutcome.LOST
+            if i in dropped
+            else CommitOutcome.COMMITTED
             for i in range(len(batch))
         ]
         if answers != expected:
@@ -783,6 +797,20 @@ class ContractLives(RuleBasedStateMachine):
                 f"expected {_answer(expected)}",
             )
         event("a partial batch answered each committable its own outcome")
+        if dropped:
+            gone = Counter(self.batches[n]) - self.visible()
+            if not gone or gone == Counter(self.batches[n]):
+                raise self.fail(
+                    "LOST only when the data is really gone",
+                    f"transactions of checkpoint {c} were dropped and answered LOST, yet "
+                    + ("every record is visible" if not gone else "no record of the others is"),
+                )
+            event("a partial batch answered LOST for the dropped transactions")
+            self.may_be_missing += gone
+            self.lost.add(c)
+            commit = replace(self.config.commit, ignore_lost_on_recovery=True)
+            self.config = replace(self.config, commit=commit)
+            self.note("as the system dropped them: the next driver restores with ignore_lost_on_recovery")
         self.start_driver(f"the driver dies; a new one restores checkpoint {c}, committed by the batch")
 
     @precondition(lambda self: self.contract.supports_loss)
