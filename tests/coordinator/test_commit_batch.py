@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from support.clock import ManualClock
 from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.commit_calls import CommitCall
 from twophase.coordinator.commit_policy import CommitPolicy
@@ -201,3 +202,19 @@ def test_checked_outcomes_names_what_is_wrong() -> None:
         checked_outcomes(["lost"], 1)
     with pytest.raises(ValueError, match="returned str"):
         checked_outcomes("lost", 4)
+
+
+def test_the_runtime_commits_each_sink_once_per_checkpoint_and_a_restore_once_per_sink() -> None:
+    """Through the production epoch loop (notification) and a restore (recovery): one
+    ``commit_batch`` per sink and checkpoint, with every partition's committable."""
+    system = FakeExternalSystem()
+    a, b = BatchSink("a", system), BatchSink("b", system)
+    h = TwoPhaseHarness([a, b])
+    h.restore()
+    h.write_epoch([[batch([f"e1p{p}"])] for p in range(3)], source_position={"batch_id": 1})
+    assert [len(x) for x in a.batches] == [3] and [len(x) for x in b.batches] == [3]
+    h.write_epoch([[batch([f"e2p{p}"])] for p in range(3)], source_position={"batch_id": 2}, notify=False)
+    result = h.restart_process()  # the new driver recovers checkpoint 2: one batch per sink
+    assert result is not None and result.recommitted == 6
+    assert [len(x) for x in a.batches] == [3, 3] and [len(x) for x in b.batches] == [3, 3]
+    assert system.committed_records() == sorted(f"e{n}p{p}" for n in (1, 2) for p in range(3) for _ in "ab")
