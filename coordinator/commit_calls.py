@@ -1,13 +1,14 @@
 """Commit calls: which pending transactions one commit call covers, and how calls split into lanes.
 
 The committer works on :class:`~twophase.coordinator.subtask_lifecycle.PendingTransaction` s and
-nothing else: a commit call is a tuple of them. A per-committable sink's transaction is a call of
-its own. A :class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per
-checkpoint, idempotent through ``txn(appId, version)``) commits every pending transaction of one
-checkpoint with ONE ``commit_checkpoint`` call (Flink Sink V2's global committer):
-:func:`commit_calls` groups them. Within a batch the sinks commit concurrently, one lane per sink
-(:func:`commit_lanes`); a sink's own calls stay in order unless it declares
-``commit_concurrency`` > 1, and a checkpoint-commit sink always commits checkpoint after checkpoint.
+nothing else: a commit call is a tuple of them, every pending transaction of one sink and one
+checkpoint (:func:`commit_calls` groups them). A per-committable sink commits it with ONE
+``commit_batch`` call, which answers per transaction (issue #42 item 3); a
+:class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per checkpoint,
+idempotent through ``txn(appId, version)``) with ONE ``commit_checkpoint`` call, which answers for
+all (Flink Sink V2's global committer). Within a batch the sinks commit concurrently, one lane per
+sink (:func:`commit_lanes`); a sink's own calls run checkpoint after checkpoint, in order, and
+the sink's ``commit_batch`` decides how many of one checkpoint's transactions it commits at once.
 """
 
 from __future__ import annotations
@@ -22,21 +23,18 @@ from twophase.sinks.errors import ConfigError
 
 AnySink = TwoPhaseCommitSink[Any, Any]
 CommitCall = tuple[PendingTransaction[Any], ...]
-"""The transactions one commit call covers: one of a per-committable sink, or every one of one
-checkpoint of a checkpoint-commit sink, ascending by partition."""
+"""The transactions one commit call covers: every one of one sink and one checkpoint, ascending by
+partition."""
 
 
 def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
     """Check that ``call`` is one commit call of ``sink``.
 
     Raises:
-        ValueError: an empty call, several transactions for a per-committable sink, or
-            transactions of another sink or of several checkpoints.
+        ValueError: an empty call, or transactions of another sink or of several checkpoints.
     """
     if not call:
         raise ValueError(f"an empty commit call for sink {sink.name!r}")
-    if len(call) > 1 and not isinstance(sink, CheckpointCommitSink):
-        raise ValueError(f"sink {sink.name!r} commits one transaction per call, got {len(call)}")
     if {t.sink_name for t in call} != {sink.name}:
         raise ValueError(f"commit call for sink {sink.name!r} holds transactions of other sinks")
     if len({t.checkpoint_id for t in call}) != 1:
@@ -46,10 +44,9 @@ def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
 def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]) -> list[CommitCall]:
     """Group pending transactions into commit calls, keeping their order.
 
-    A per-committable sink's transaction is a call of its own. The transactions of one
-    (sink, checkpoint) of a :class:`~twophase.sinks.api.CheckpointCommitSink` are ONE call, placed
-    where its first transaction was, ascending by partition; so transactions given in checkpoint
-    order yield calls in checkpoint order.
+    The transactions of one (sink, checkpoint) are ONE call, placed where its first transaction
+    was, ascending by partition; so transactions given in checkpoint order yield calls in
+    checkpoint order.
 
     Raises:
         KeyError: a transaction of a sink not in ``sinks``.
@@ -57,9 +54,8 @@ def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction
     out: list[list[PendingTransaction[Any]]] = []
     groups: dict[tuple[str, int], list[PendingTransaction[Any]]] = {}
     for t in txns:
-        if not isinstance(sinks[t.sink_name], CheckpointCommitSink):
-            out.append([t])
-            continue
+        if t.sink_name not in sinks:
+            raise KeyError(t.sink_name)
         key = (t.sink_name, t.checkpoint_id)
         group = groups.get(key)
         if group is None:
@@ -73,9 +69,9 @@ def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> l
     """Split ``calls`` into one lane per sink (named after it), in order of first appearance,
     keeping each sink's calls in their given order.
 
-    A :class:`~twophase.sinks.api.CheckpointCommitSink`'s lane always has parallelism 1: its
-    checkpoints commit one after another, in order. Another sink's lane has its
-    ``commit_concurrency``, capped at the number of its calls.
+    Every lane has parallelism 1: a sink's checkpoints commit one after another, in order, each
+    with one call; what one call commits at once is the sink's ``commit_batch``'s choice (by
+    default up to its ``commit_concurrency``).
 
     Raises:
         ConfigError: a sink declares ``commit_concurrency`` < 1.
@@ -83,7 +79,9 @@ def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> l
 
     def parallelism(name: str) -> int:
         sink = sinks[name]
-        return 1 if isinstance(sink, CheckpointCommitSink) else sink_concurrency(sink)
+        if not isinstance(sink, CheckpointCommitSink):
+            sink_concurrency(sink)  # refused before anything commits, as before batches
+        return 1
 
     return group_lanes(calls, lambda call: call[0].sink_name, parallelism)
 

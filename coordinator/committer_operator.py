@@ -22,9 +22,13 @@ transaction holds back ``read_committed`` consumers and is aborted by the broker
 passes 80% (configurable) of the configured timeout.
 
 Work comes as the coordinator's pending transactions, unchanged. A commit call
-(:data:`~twophase.coordinator.commit_calls.CommitCall`) is one transaction, or every transaction of
-one checkpoint of a checkpoint-commit sink such as Delta. Retries, ``LOST`` handling, ordering,
-asynchronous commit and confirmation work on whole calls; metrics count transactions.
+(:data:`~twophase.coordinator.commit_calls.CommitCall`) is every transaction of one sink and one
+checkpoint: ONE ``commit_batch`` call of the sink, which answers per transaction (issue #42 item
+3), or ONE ``commit_checkpoint`` call of a checkpoint-commit sink such as Delta, which answers for
+all. Each transaction keeps its own outcome: the ones answering ``RETRY`` are retried together as
+a smaller call, the confirmed ones are reported at once, and a call whose other transactions
+failed still reports what it confirmed. Ordering, asynchronous commit and the committed marker
+work on whole calls; metrics count transactions.
 
 Commits run synchronously by default. With ``CommitPolicy.async_commit`` they run on one ordered
 committer thread: the commits of checkpoint c may overlap the next epoch, batches stay in
@@ -34,10 +38,11 @@ recovery re-commits from checkpoint storage).
 
 Within a batch (a checkpoint's notification, a restore, a cancel) the sinks commit concurrently,
 one lane per sink (``commit_lanes``): the sinks of a job are independent, so k sinks finish in
-about the time of the slowest rather than the sum. A sink's own calls stay in order, except
-that a sink declaring ``commit_concurrency`` > 1 (its committables are independent, e.g. S3
-multipart uploads) commits that many at once: recovering 1,000 pending uploads is not 1,000 round
-trips in a row. A checkpoint-commit sink (Delta) is always committed checkpoint after checkpoint.
+about the time of the slowest rather than the sum. A sink's own calls stay in checkpoint order;
+within one call the sink commits as its service is fastest (S3 completes uploads from a pool,
+PostgreSQL commits over a few connections; the default ``commit_batch`` runs up to the sink's
+``commit_concurrency`` commits at once): recovering 1,000 pending uploads is not 1,000 round trips
+in a row.
 """
 
 from __future__ import annotations
@@ -75,26 +80,91 @@ from twophase.sinks.errors import (
     TransactionLostError,
 )
 from twophase.sinks.internal.structured_log import log_event
-from twophase.sinks.outcome import CommitOutcome, CommittableSize
+from twophase.sinks.outcome import CommitOutcome, CommittableSize, checked_outcomes
 
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
 
 
+_SHOWN = 20
+"""A commit call's log line or error lists at most this many partitions and transactions."""
+
+
 def _what(sink: AnySink, txns: Sequence[PendingTransaction[Any]]) -> str:
-    """A commit call in words, for its log line or error: sink, checkpoint, partitions, committables."""
+    """Commit call rows in words, for a log line or error: sink, checkpoint, partitions, committables."""
     t = txns[0]
     if len(txns) == 1 and not isinstance(sink, CheckpointCommitSink):
         return (
             f"sink {sink.name!r} checkpoint {t.checkpoint_id} partition {t.partition} "
             f"attempt {t.attempt} transaction {t.committable!r}"
         )
+    how = "one checkpoint commit" if isinstance(sink, CheckpointCommitSink) else "of one batch"
+    more = f" and {len(txns) - _SHOWN} more" if len(txns) > _SHOWN else ""
+    shown = txns[:_SHOWN]
     return (
-        f"sink {sink.name!r} checkpoint {t.checkpoint_id} partitions {[x.partition for x in txns]} "
-        f"({len(txns)} transactions, one checkpoint commit) transactions "
-        f"{[x.committable for x in txns]!r}"
+        f"sink {sink.name!r} checkpoint {t.checkpoint_id} partitions {[x.partition for x in shown]}{more} "
+        f"({len(txns)} transactions, {how}) transactions {[x.committable for x in shown]!r}{more}"
     )
+
+
+class _LostRows(TransactionLostError):
+    """Transactions lost by the external system: one line each, and the way forward once."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = [line.rstrip(". ") for line in lines]
+        if len(self.lines) == 1:
+            super().__init__(f"{self.lines[0]}. {LOST_WAY_FORWARD}")
+        else:
+            super().__init__(
+                f"{len(self.lines)} transactions lost by the external system:\n"
+                + "\n".join(self.lines)
+                + f"\n{LOST_WAY_FORWARD}"
+            )
+
+
+class _Rows:
+    """The transactions of one commit call, as the sink's answers decide them (see
+    :meth:`CommitterOperator.commit`): ``pending`` (not yet tried, or answered ``RETRY``), then
+    ``committed``, ``already``, ``lost`` or ``fatal``, each in call order."""
+
+    def __init__(self, txns: CommitCall) -> None:
+        self.pending: CommitCall = txns
+        self.committed: list[PendingTransaction[Any]] = []
+        self.already: list[PendingTransaction[Any]] = []
+        self.lost: list[PendingTransaction[Any]] = []
+        self.fatal: list[PendingTransaction[Any]] = []
+
+    @property
+    def confirmed(self) -> CommitCall:
+        """The transactions the sink confirmed (committed now or before)."""
+        return (*self.committed, *self.already)
+
+    @property
+    def failing(self) -> bool:
+        """Whether some transaction can no longer commit."""
+        return bool(self.lost or self.fatal)
+
+    def answered(self, outcomes: Sequence[CommitOutcome], *, tolerate_lost: bool) -> CommitOutcome:
+        """Take one attempt's outcomes for :attr:`pending` (same length and order).
+
+        Returns:
+            ``RETRY`` when some transactions answered it and nothing stops their retry (a ``FATAL``
+            one, or a ``LOST`` one unless ``tolerate_lost``); ``COMMITTED`` otherwise (this
+            call is decided: see the fields).
+        """
+        by_outcome = {
+            CommitOutcome.COMMITTED: self.committed,
+            CommitOutcome.ALREADY_COMMITTED: self.already,
+            CommitOutcome.LOST: self.lost,
+            CommitOutcome.FATAL: self.fatal,
+        }
+        retry: list[PendingTransaction[Any]] = []
+        for txn, outcome in zip(self.pending, outcomes, strict=True):
+            by_outcome.get(outcome, retry).append(txn)
+        self.pending = tuple(retry)
+        stop = bool(self.fatal) or (bool(self.lost) and not tolerate_lost)
+        return CommitOutcome.RETRY if retry and not stop else CommitOutcome.COMMITTED
 
 
 class CommitterOperator:
@@ -151,26 +221,38 @@ class CommitterOperator:
     # -- single transactions --------------------------------------------------------------------
 
     def commit(
-        self, call: Sequence[PendingTransaction[Any]], *, recovery: bool = False, cancellable: bool = True
+        self,
+        call: Sequence[PendingTransaction[Any]],
+        *,
+        recovery: bool = False,
+        cancellable: bool = True,
+        on_confirmed: Callable[[CommitCall], None] | None = None,
     ) -> CommitOutcome:
-        """Make one commit call synchronously, retrying ``RETRY`` with backoff: ``commit`` /
-        ``recover_and_commit`` for a per-committable sink; ONE ``commit_checkpoint`` /
-        ``recover_and_commit_checkpoint`` call with every committable of ``call`` for a
-        checkpoint-commit sink (its outcome covers all of them).
+        """Make one commit call synchronously: ONE ``commit_batch`` / ``recover_and_commit_batch``
+        call with every committable of ``call`` for a per-committable sink, which answers per
+        transaction; ONE ``commit_checkpoint`` / ``recover_and_commit_checkpoint`` call for a
+        checkpoint-commit sink, whose outcome covers all of them. The transactions answering
+        ``RETRY`` are tried again, as one smaller call, with backoff, within the policy's budget;
+        the others are decided.
 
         Args:
             call: one commit call (:data:`~twophase.coordinator.commit_calls.CommitCall`).
-            recovery: True when recovering after a restore (``recover_and_commit[_checkpoint]``).
+            recovery: True when recovering after a restore (``recover_and_commit_*``).
             cancellable: :meth:`cancel` stops its retries.
+            on_confirmed: called once, before this returns or raises, with the transactions the
+                sink confirmed (``COMMITTED`` / ``ALREADY_COMMITTED``), if any: a call that fails
+                may still have committed some of them.
 
         Returns:
-            ``COMMITTED`` or ``ALREADY_COMMITTED``; ``LOST`` only when recovering with
-            ``ignore_lost_on_recovery`` (logged as an ERROR).
+            ``COMMITTED`` when at least one transaction committed now and every other one was
+            already committed; ``ALREADY_COMMITTED`` when all were; ``LOST`` only when recovering
+            with ``ignore_lost_on_recovery`` and some were lost (logged as an ERROR).
 
         Raises:
-            TransactionLostError: the external system lost the transaction(s) (names sink and transactions).
-            CommitFailedError: ``FATAL``, an exception from the sink, the retry budget exhausted,
-                or the committer was canceled while retrying.
+            TransactionLostError: the external system lost transaction(s) (names sink and transactions).
+            CommitFailedError: ``FATAL``, an exception from the sink, outcomes that do not match the
+                batch (:func:`~twophase.sinks.outcome.checked_outcomes`; none then counts as
+                confirmed), the retry budget exhausted, or the committer was canceled while retrying.
             ValueError: ``call`` is not one commit call of one sink
                 (:func:`~twophase.coordinator.commit_calls.check_call`).
         """
@@ -183,34 +265,38 @@ class CommitterOperator:
         partitions = [x.partition for x in txns]
         fields: dict[str, Any] = {
             "job": self.job_id, "sink": sink.name, "checkpoint": t.checkpoint_id,
-            "partition": t.partition if len(txns) == 1 else partitions, "attempt": t.attempt,
+            "partition": t.partition if len(txns) == 1 else partitions[:_SHOWN], "attempt": t.attempt,
             "transactions": len(txns),
         }  # fmt: skip
-        invoke: Callable[[], CommitOutcome]
+        invoke: Callable[[CommitCall], list[CommitOutcome]]
         if isinstance(sink, CheckpointCommitSink):
             commit_checkpoint = sink.recover_and_commit_checkpoint if recovery else sink.commit_checkpoint
-            committables = [x.committable for x in txns]
 
-            def invoke() -> CommitOutcome:
-                return commit_checkpoint(t.checkpoint_id, committables)
+            def invoke(batch: CommitCall) -> list[CommitOutcome]:
+                return [commit_checkpoint(t.checkpoint_id, [x.committable for x in batch])] * len(batch)
         else:
-            commit_one = sink.recover_and_commit if recovery else sink.commit
+            commit_batch = sink.recover_and_commit_batch if recovery else sink.commit_batch
 
-            def invoke() -> CommitOutcome:
-                return commit_one(t.committable)
+            def invoke(batch: CommitCall) -> list[CommitOutcome]:
+                return checked_outcomes(commit_batch([x.committable for x in batch]), len(batch))
 
         pol = self.policy
+        rows = _Rows(txns)
+        # LOST while recovering does not stop the others (the error at the end names every lost
+        # one); any other failure stops retrying: after an error nothing new starts
+        tolerate_lost = recovery
 
         def attempt() -> CommitOutcome:
             try:
-                return invoke()
+                outcomes = invoke(rows.pending)
             except ServiceUnavailableError as e:
                 log.warning("commit: service unavailable, will retry: %s", e, extra=fields)
                 return CommitOutcome.RETRY
+            return rows.answered(outcomes, tolerate_lost=tolerate_lost)
 
         def before_sleep(state: RetryCallState) -> None:
             self._add(retries=1)
-            self.ages.check(txns)
+            self.ages.check(rows.pending)
             log_event(
                 log,
                 logging.INFO,
@@ -219,6 +305,7 @@ class CommitterOperator:
                 sink=sink.name,
                 checkpoint=t.checkpoint_id,
                 partition=fields["partition"],
+                transactions=len(rows.pending),
                 attempt_no=state.attempt_number,
             )
 
@@ -243,48 +330,66 @@ class CommitterOperator:
             )(lambda: answered.pop() if answered else attempt())
 
         started = time.perf_counter()
+        raised: Exception | None = None
         try:
             # The first attempt runs without the retry machinery, which cost more than a no-op
             # commit at 10⁵ transactions (issue #29); tenacity takes over from its first RETRY.
-            outcome: CommitOutcome = attempt()
-            if outcome is CommitOutcome.RETRY:
-                outcome = retrying(outcome)
+            if attempt() is CommitOutcome.RETRY:
+                retrying(CommitOutcome.RETRY)
         except Exception as e:
-            self._add(commit_time_ms=(time.perf_counter() - started) * 1000.0)
+            raised = e
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        self._account(sink, t.checkpoint_id, rows, elapsed_ms, failed=raised is not None or rows.failing)
+        if rows.confirmed:
+            if log.isEnabledFor(logging.DEBUG):  # one line per call: DEBUG, as Flink's committers
+                log.debug("committed %s", _what(sink, rows.confirmed), extra=fields)
+            if rows.already:
+                log.info("already committed %s", _what(sink, rows.already), extra=fields)
+            if on_confirmed is not None:
+                on_confirmed(rows.confirmed)
+        if raised is not None:
             raise CommitFailedError(
                 f"commit of sink {sink.name!r} checkpoint {t.checkpoint_id} "
-                f"partition {fields['partition']} raised: {e!r}"
-            ) from e
-        elapsed_ms = (time.perf_counter() - started) * 1000.0
-        measured = outcome is CommitOutcome.COMMITTED
-        sizes = [sink.measure(x.committable) if measured else CommittableSize() for x in txns]
-        self.sink_metrics.committed(sink.name, t.checkpoint_id, outcome, sizes, elapsed_ms)
-        n = len(txns)
-        if outcome is CommitOutcome.COMMITTED:
-            self._add(commit_time_ms=elapsed_ms, committed=n)
-            if log.isEnabledFor(logging.DEBUG):  # one line per transaction: DEBUG, as Flink's committers
-                log.debug("committed %s", _what(sink, txns), extra=fields)
-            return outcome
-        self._add(commit_time_ms=elapsed_ms)
-        what = _what(sink, txns)
-        if outcome is CommitOutcome.ALREADY_COMMITTED:
-            self._add(already_committed=n)
-            log.info("already committed %s", what, extra=fields)
-        elif outcome is CommitOutcome.LOST:
-            if recovery and pol.ignore_lost_on_recovery:
-                self._add(lost_ignored=n)
-                log.error("transaction LOST on recovery, ignored as configured: %s", what, extra=fields)
-            else:
-                raise TransactionLostError(
-                    f"transaction lost by the external system: {what}. {LOST_WAY_FORWARD}"
-                )
-        elif outcome is CommitOutcome.RETRY:
+                f"partition {fields['partition']} raised: {raised!r}"
+            ) from raised
+        if rows.fatal:
+            raise CommitFailedError(f"commit failed (FATAL): {_what(sink, rows.fatal)}")
+        ignore_lost = recovery and pol.ignore_lost_on_recovery
+        if rows.lost and not ignore_lost:
+            # a checkpoint commit lost its checkpoint as a whole; a batch lost each row on its own
+            groups = [rows.lost] if isinstance(sink, CheckpointCommitSink) else [[x] for x in rows.lost]
+            lines = [f"transaction lost by the external system: {_what(sink, g)}" for g in groups]
+            raise _LostRows(lines)
+        if rows.pending:
+            what = _what(sink, rows.pending)
             if self._cancel.is_set():
                 raise CommitFailedError(f"commit canceled while retrying: {what}")
             raise CommitFailedError(f"commit kept answering RETRY past the retry budget: {what}")
-        else:
-            raise CommitFailedError(f"commit failed ({outcome.name}): {what}")
-        return outcome
+        if rows.lost:
+            what = _what(sink, rows.lost)
+            self._add(lost_ignored=len(rows.lost))
+            log.error("transaction LOST on recovery, ignored as configured: %s", what, extra=fields)
+            return CommitOutcome.LOST
+        return CommitOutcome.COMMITTED if rows.committed else CommitOutcome.ALREADY_COMMITTED
+
+    def _account(
+        self, sink: AnySink, checkpoint_id: int, rows: _Rows, elapsed_ms: float, *, failed: bool
+    ) -> None:
+        """Count one commit call's confirmed transactions and its time (once, with the first group)."""
+        self._add(
+            commit_time_ms=elapsed_ms, committed=len(rows.committed), already_committed=len(rows.already)
+        )
+        groups = [
+            (CommitOutcome.COMMITTED, [sink.measure(x.committable) for x in rows.committed]),
+            (CommitOutcome.ALREADY_COMMITTED, [CommittableSize() for _ in rows.already]),
+        ]
+        ms = elapsed_ms
+        for outcome, sizes in groups:
+            if sizes:
+                self.sink_metrics.committed(sink.name, checkpoint_id, outcome, sizes, ms)
+                ms = 0.0
+        if ms and failed:
+            self.sink_metrics.committed(sink.name, checkpoint_id, CommitOutcome.FATAL, [], ms)
 
     def abort(self, txn: PendingTransaction[Any], *, recovery: bool = False) -> None:
         """Abort one pre-committed transaction through its sink (idempotent in the sink).
@@ -315,7 +420,7 @@ class CommitterOperator:
         """Commit ``txns`` in order: now, or queued on the committer thread (``async_commit``).
 
         Committed transactions are reported by :meth:`poll_completed`. Fault point ``mid_commit``
-        fires after the first of several commit calls.
+        fires once the first commit call of a batch of several transactions confirmed some.
 
         Args:
             txns: the batch, in commit order (grouped into calls by
@@ -344,12 +449,13 @@ class CommitterOperator:
         self._executor.submit(self._run_async, calls, on_landed)
 
     def _run(self, calls: Sequence[CommitCall], on_landed: Callable[[], None] | None = None) -> None:
-        fired = [len(calls) < 2]  # mid_commit only applies to several calls
+        fired = [sum(map(len, calls)) < 2]  # mid_commit only applies to several transactions
         fire_lock = threading.Lock()
 
         def done(call: CommitCall) -> None:
             self._done.put(call)
-            # mid_commit: once the first of several calls committed, whatever else is in flight
+            # mid_commit: once the first of several transactions committed (a whole batch, or its
+            # confirmed part), whatever else is in flight
             with fire_lock:
                 if not fired[0]:
                     fired[0] = True
@@ -369,8 +475,9 @@ class CommitterOperator:
     ) -> None:
         """Commit ``txns`` now (see :meth:`commit`), grouped into commit calls
         (:func:`~twophase.coordinator.commit_calls.commit_calls`): one lane per sink
-        (``commit_lanes``), the lanes concurrently; within a lane in order, or up to its
-        parallelism at once. Calls ``on_done`` from the committing thread after each call succeeds.
+        (``commit_lanes``), the lanes concurrently, within a lane in order. Calls ``on_done`` from
+        the committing thread with what each call confirmed (all of it, or what a failing call
+        confirmed: see :meth:`commit`).
 
         After the first error no lane starts another call (a checkpoint-commit sink's later
         checkpoints must never commit before an earlier one); calls already running finish,
@@ -392,29 +499,22 @@ class CommitterOperator:
         cancellable: bool,
         on_done: Callable[[CommitCall], None],
     ) -> None:
-        lost: list[TransactionLostError] = []
+        lost: list[str] = []
         lost_lock = threading.Lock()
 
         def one(call: CommitCall) -> None:
             try:
-                self.commit(call, recovery=recovery, cancellable=cancellable)
+                self.commit(call, recovery=recovery, cancellable=cancellable, on_confirmed=on_done)
             except TransactionLostError as e:
                 if not recovery or isinstance(self._sinks[call[0].sink_name], CheckpointCommitSink):
                     raise  # checkpoint commits keep their order
                 with lost_lock:  # recovery names every lost transaction, not only the first
-                    lost.append(e)
-                return
-            on_done(call)
+                    lines = e.lines if isinstance(e, _LostRows) else [str(e).removesuffix(LOST_WAY_FORWARD)]
+                    lost.extend(lines)
 
         run_lanes(commit_lanes(self._sinks, calls), one, thread_prefix=f"commit-{self.job_id}")
-        if len(lost) == 1:
-            raise lost[0]
         if lost:
-            raise TransactionLostError(
-                f"{len(lost)} transactions lost by the external system:\n"
-                + "\n".join(str(e).removesuffix(LOST_WAY_FORWARD).rstrip(". ") for e in lost)
-                + f"\n{LOST_WAY_FORWARD}"
-            )
+            raise _LostRows(lost)
 
     def _run_async(self, calls: list[CommitCall], on_landed: Callable[[], None] | None) -> None:
         try:

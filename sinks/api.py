@@ -18,21 +18,26 @@ Two type parameters keep the two sides apart:
   :attr:`TwoPhaseCommitSink.codec`; after ``pre_commit`` a commit must be able to succeed from any
   process with it alone.
 
-Sinks whose transactions span epochs (an S3 JSON-lines file rolling by size) also implement
-:class:`InProgressSink`. Sinks that must commit all committables of one checkpoint at once (Delta:
-one table commit per checkpoint) implement :class:`CheckpointCommitSink`.
+The driver commits one checkpoint's committables of a sink with ONE
+:meth:`TwoPhaseCommitSink.commit_batch` call, which by default loops ``commit``; a connector
+overrides it to commit the batch the way its service is fastest (a thread pool, a few
+connections). Sinks whose transactions span epochs (an S3 JSON-lines file rolling by size) also
+implement :class:`InProgressSink`. Sinks that must commit all committables of one checkpoint at
+once (Delta: one table commit per checkpoint) implement :class:`CheckpointCommitSink`.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
+from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 TXN = TypeVar("TXN")
@@ -51,10 +56,11 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
             and the epoch then fails verification). The runtime then refuses to run with Spark
             speculation on.
         commit_concurrency: how many ``commit`` / ``recover_and_commit`` calls of this sink, each
-            on a different committable, the driver may run at once (≥ 1; 1: one at a time). Only
-            sinks whose commits are independent of each other and whose driver-side clients are
-            thread-safe raise it. It never applies to a :class:`CheckpointCommitSink`, whose
-            checkpoints are committed one after another, in checkpoint order.
+            on a different committable, the default :meth:`commit_batch` runs at once (≥ 1; 1: one
+            at a time). Only sinks whose commits are independent of each other and whose
+            driver-side clients are thread-safe raise it. A sink overriding :meth:`commit_batch`
+            may read it as its own bound. It never applies to a :class:`CheckpointCommitSink`,
+            whose checkpoints are committed one after another, in checkpoint order.
         max_pending_checkpoints: how many checkpoints may still await commit when the next epoch
             starts writing (``None``: no limit). A sink that reuses names (Kafka's pooled
             transactional ids) declares it: the runtime then never starts epoch ``w`` while a
@@ -143,6 +149,37 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
     def recover_and_commit(self, committable: COMM) -> CommitOutcome:
         """Commit after a restore, possibly in another process than the writer. Default: ``commit``."""
         return self.commit(committable)
+
+    def commit_batch(self, committables: Sequence[COMM]) -> list[CommitOutcome]:
+        """Commit several pre-committed transactions of ONE checkpoint; the driver's only commit
+        call for them (one per sink per checkpoint, and again with the ``RETRY`` ones).
+
+        Each committable is decided on its own, exactly as :meth:`commit` would decide it from the
+        sink's durable evidence: a batch may come back partly ``COMMITTED``, partly
+        ``ALREADY_COMMITTED`` (committed before a crash), ``RETRY``, ``LOST`` or ``FATAL``. The
+        committables are independent: the sink may commit them in any order and concurrently.
+
+        Default: :meth:`commit` on each, up to :attr:`commit_concurrency` at once
+        (:func:`commit_each`), so a sink that implements only ``commit`` keeps working.
+
+        Args:
+            committables: non-empty, of one checkpoint, ascending by partition.
+
+        Returns:
+            One :class:`CommitOutcome` per committable, in input order (the runtime refuses any
+            other length and fails the commit, confirming none of them).
+
+        Raises:
+            ServiceUnavailableError: the whole batch could not be tried (counted as ``RETRY`` for
+                every committable). Anything else fails the commit of the whole batch; nothing of it
+                counts as confirmed, and a restore re-commits it.
+        """
+        return commit_each(self.commit, committables, self.commit_concurrency)
+
+    def recover_and_commit_batch(self, committables: Sequence[COMM]) -> list[CommitOutcome]:
+        """:meth:`commit_batch` after a restore, possibly in another process than the writers.
+        Default: :meth:`recover_and_commit` on each, up to :attr:`commit_concurrency` at once."""
+        return commit_each(self.recover_and_commit, committables, self.commit_concurrency)
 
     def recover_and_abort(self, committable: COMM) -> None:
         """Abort after a restore. Default: ``abort``."""
@@ -235,7 +272,8 @@ class CheckpointCommitSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
     and idempotent: Delta Lake commits all subtasks' Add actions together with
     ``txn(appId, version=<checkpoint id>)`` (Delta PROTOCOL.md, "Transaction Identifiers").
 
-    For such a sink the runtime never calls :meth:`commit` / :meth:`recover_and_commit`. It groups
+    For such a sink the runtime never calls :meth:`commit` / :meth:`recover_and_commit` (nor
+    ``commit_batch``, whose per-committable outcomes it cannot give). It groups
     the pending transactions by checkpoint and calls :meth:`commit_checkpoint` (or
     :meth:`recover_and_commit_checkpoint` after a restore):
 
@@ -275,3 +313,30 @@ class CheckpointCommitSink(TwoPhaseCommitSink[TXN, COMM], abc.ABC):
         """Commit a checkpoint after a restore, possibly in another process than the writers.
         Default: :meth:`commit_checkpoint` (which must be idempotent)."""
         return self.commit_checkpoint(checkpoint_id, committables)
+
+
+def commit_each(
+    commit: Callable[[COMM], CommitOutcome], committables: Sequence[COMM], concurrency: int = 1
+) -> list[CommitOutcome]:
+    """``commit`` on each committable, up to ``concurrency`` at once (threads); the outcomes in
+    input order. What the default :meth:`TwoPhaseCommitSink.commit_batch` does, and a building
+    block for sinks that batch only part of their work.
+
+    A :class:`~twophase.sinks.errors.ServiceUnavailableError` from one call is that committable's
+    ``RETRY``, as the runtime counts it for a single commit.
+
+    Raises:
+        Exception: any other exception of ``commit`` (the first one, once every started call
+            returned).
+    """
+
+    def one(committable: COMM) -> CommitOutcome:
+        try:
+            return commit(committable)
+        except ServiceUnavailableError:
+            return CommitOutcome.RETRY
+
+    if concurrency <= 1 or len(committables) <= 1:
+        return [one(c) for c in committables]
+    with ThreadPoolExecutor(min(concurrency, len(committables)), thread_name_prefix="commit-batch") as pool:
+        return list(pool.map(one, committables))

@@ -40,3 +40,21 @@ class CommittableSize:
 
     records: int | None = None
     bytes: int | None = None
+
+
+def checked_outcomes(answer: object, count: int) -> list[CommitOutcome]:
+    """``answer``, a ``commit_batch`` call's return value, checked: one :class:`CommitOutcome` per
+    committable of the batch (``count``), in input order.
+
+    Raises:
+        ValueError: not a sequence of ``count`` CommitOutcomes (names what is wrong): a batch whose
+            rows cannot be matched to its committables confirms none of them.
+    """
+    if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple)):
+        raise ValueError(f"commit_batch returned {type(answer).__name__}, not a list of CommitOutcome")
+    if len(answer) != count:
+        raise ValueError(f"commit_batch returned {len(answer)} outcomes for {count} committables")
+    for i, outcome in enumerate(answer):
+        if not isinstance(outcome, CommitOutcome):
+            raise ValueError(f"commit_batch's outcome {i} is {outcome!r}, not a CommitOutcome")
+    return list(answer)

@@ -220,6 +220,20 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
             log_event(log, logging.WARNING, "commit needs retry", sink=self.name, error=e)
             return CommitOutcome.RETRY
 
+    def commit_batch(self, committables: Sequence[KafkaCommittable]) -> list[CommitOutcome]:
+        """One checkpoint's transactions: their states read with one DescribeTransactions per
+        coordinator, then EndTxn(commit) for each with its recorded id, producer id and epoch,
+        each decided as :meth:`commit` decides it; unreachable brokers give RETRY."""
+        try:
+            return self._the_committer().commit_batch(committables)
+        except ServiceUnavailableError as e:
+            log_event(log, logging.WARNING, "commit needs retry", sink=self.name, error=e)
+            return [CommitOutcome.RETRY] * len(committables)
+
+    def recover_and_commit_batch(self, committables: Sequence[KafkaCommittable]) -> list[CommitOutcome]:
+        """:meth:`commit_batch` (a re-commit is decided from the coordinator's state and the log)."""
+        return self.commit_batch(committables)
+
     def verify_pre_committed(
         self, committables: Sequence[KafkaCommittable], in_progress: Sequence[JsonObject]
     ) -> None:

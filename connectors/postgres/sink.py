@@ -65,7 +65,7 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
     # row locks would block the new one): a speculative copy would roll back the first attempt's
     # transaction before the driver seals it, and the epoch would fail verification
     speculation_safe = False
-    # each commit opens its own connection; COMMIT PREPARED of different gids are independent
+    # COMMIT PREPARED of different gids are independent: a batch commits over this many sessions
     commit_concurrency = 4
 
     def __init__(self, name: str, config: PostgresSinkConfig, *, connector: Connector | None = None) -> None:
@@ -205,6 +205,16 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         """COMMIT PREPARED, idempotent (see :mod:`~twophase.connectors.postgres.internal.committer` for the
         outcomes); an unreachable server gives RETRY."""
         return PostgresCommitter(self.config, self.name, self.connector).commit(committable)
+
+    def commit_batch(self, committables: Sequence[PostgresCommittable]) -> list[CommitOutcome]:
+        """COMMIT PREPARED one checkpoint's gids over ``commit_concurrency`` sessions, each gid
+        decided as :meth:`commit` decides it (its commit record, the pruning horizon)."""
+        committer = PostgresCommitter(self.config, self.name, self.connector)
+        return committer.commit_batch(committables, connections=self.commit_concurrency)
+
+    def recover_and_commit_batch(self, committables: Sequence[PostgresCommittable]) -> list[CommitOutcome]:
+        """:meth:`commit_batch`: a re-commit is decided from the commit records alone."""
+        return self.commit_batch(committables)
 
     def abort(self, committable: PostgresCommittable) -> None:
         """ROLLBACK PREPARED; idempotent.

@@ -149,6 +149,18 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         """CompleteMultipartUpload every file; idempotent (see ``committer`` for the outcome table)."""
         return committer.commit(self._ops(), committable, sink=self.name)
 
+    def commit_batch(self, committables: Sequence[S3Committable]) -> list[CommitOutcome]:
+        """CompleteMultipartUpload every file of one checkpoint's committables from a pool of
+        ``commit_concurrency`` threads over one client; each committable decided as :meth:`commit`
+        decides it (see ``committer``)."""
+        return committer.commit_batch(
+            self._ops(), committables, threads=self.commit_concurrency, sink=self.name
+        )
+
+    def recover_and_commit_batch(self, committables: Sequence[S3Committable]) -> list[CommitOutcome]:
+        """:meth:`commit_batch`: S3 decides a re-commit from the object at each file's key."""
+        return self.commit_batch(committables)
+
     def verify_pre_committed(
         self, committables: Sequence[S3Committable], in_progress: Sequence[JsonObject]
     ) -> None:

@@ -13,6 +13,10 @@ API, ``Committer``) and FLIP-147 (final checkpoint) ask of a two-phase-commit si
 
 - no record is visible before its checkpoint is committed;
 - commit is idempotent: committing again answers ``ALREADY_COMMITTED`` and changes nothing;
+- ``commit_batch`` (the sink's own, or the default that loops ``commit``) answers one outcome per
+  committable, in input order, each the committable's own: a batch half committed before a
+  driver died answers ``ALREADY_COMMITTED`` for that half and ``COMMITTED`` for the rest, or
+  ``LOST`` for the rest when the system dropped them (:meth:`SinkContract.lose`);
 - abort after pre-commit: a checkpoint that fails leaves none of its records visible;
 - recover-and-commit after a driver crash: a durable checkpoint's records land, once;
 - lingering abort: what failed, lost and zombie attempts and crashed drivers left is cleaned up;

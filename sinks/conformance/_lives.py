@@ -38,7 +38,7 @@ from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.storage.local import LocalCheckpointStorage
-from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.conformance.violation import ContractViolation
 from twophase.sinks.errors import (
     CheckpointStorageError,
@@ -48,7 +48,7 @@ from twophase.sinks.errors import (
     ServiceUnavailableError,
     TransactionLostError,
 )
-from twophase.sinks.outcome import CommitOutcome
+from twophase.sinks.outcome import CommitOutcome, checked_outcomes
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ DRIVER_POINTS: Final = ("before_persist", "after_persist", "mid_commit", "after_
 DRIVER_CALLS: Final = (
     "commit",
     "recover_and_commit",
+    "commit_batch",
+    "recover_and_commit_batch",
     "commit_checkpoint",
     "recover_and_commit_checkpoint",
     "abort",
@@ -95,8 +97,12 @@ DRIVER_CALLS: Final = (
     "last_committed_checkpoint",
 )
 """The driver-side calls the history shows, with their answers."""
-RECOMMITS: Final = ("recover_and_commit", "recover_and_commit_checkpoint")
+RECOMMITS: Final = ("recover_and_commit", "recover_and_commit_batch", "recover_and_commit_checkpoint")
 """The calls a restore re-commits with."""
+BATCHES: Final = ("commit_batch", "recover_and_commit_batch")
+"""The calls that answer one outcome per committable."""
+BATCH_OUTCOMES: Final = "commit_batch answers one outcome per committable, in input order"
+"""The check a batch answer that cannot be matched to its committables breaks."""
 COMMIT_FAILED: Final = "a pre-committed transaction must commit, once, whatever retries it"
 """The check a failed commit breaks: after pre-commit, only a lost transaction may fail to commit."""
 TOLERATED: Final = (ConcurrentAttemptError, ServiceUnavailableError)
@@ -216,6 +222,9 @@ def _step(method: Callable[Concatenate[ContractLives, P], R]) -> Callable[Concat
             self.broken = True
             raise
         except CommitFailedError as e:
+            if isinstance(e.__cause__, ContractViolation):  # found inside the runtime's commit call
+                self.broken = True
+                raise e.__cause__ from None
             raise self.fail(COMMIT_FAILED, str(e)) from e
         except Exception as e:
             raise self.fail("an error the contract does not allow", f"{type(e).__name__}: {e}") from e
@@ -231,6 +240,15 @@ def _memory_folder() -> str | None:
     local backend fsyncs every publish, which on a busy disk costs more than the rest of a life."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+
+
+def _answer(answer: object) -> str:
+    """A driver call's answer in the history: outcomes by name (a batch's as a list)."""
+    if isinstance(answer, CommitOutcome):
+        return answer.name
+    if isinstance(answer, list) and all(isinstance(a, CommitOutcome) for a in answer):
+        return "[" + ", ".join(a.name for a in answer) + "]"
+    return str(answer)
 
 
 def _short(keys: Sequence[str], limit: int = 8) -> str:
@@ -324,12 +342,17 @@ class ContractLives(RuleBasedStateMachine):
                 raise
             finally:
                 self._depth -= 1
+            if name in BATCHES:
+                try:
+                    checked_outcomes(answer, len(args[0]))
+                except ValueError as e:
+                    raise self.fail(BATCH_OUTCOMES, f"{name} of {len(args[0])} committables: {e}") from e
             if self._depth == 0:
                 self.answers.append((name, answer))
             if self._depth == 0 and answer is None and name != "last_committed_checkpoint":
                 self.note(f"driver: {name}")
             elif self._depth == 0:
-                self.note(f"driver: {name} -> {answer.name if isinstance(answer, CommitOutcome) else answer}")
+                self.note(f"driver: {name} -> {_answer(answer)}")
             return answer
 
         return shown
@@ -692,9 +715,10 @@ class ContractLives(RuleBasedStateMachine):
                 if committables:
                     call = sink.recover_and_commit_checkpoint if recovering else sink.commit_checkpoint
                     answers.append(call(c, committables))
-            else:
-                for committable in committables:
-                    answers.append((sink.recover_and_commit if recovering else sink.commit)(committable))
+            elif committables:  # one batch, as the runtime commits a checkpoint's committables
+                answers.extend(
+                    (sink.recover_and_commit_batch if recovering else sink.commit_batch)(committables)
+                )
         except Exception as e:
             raise self.fail(
                 "commit is not idempotent",
@@ -716,6 +740,78 @@ class ContractLives(RuleBasedStateMachine):
                 f"committing checkpoint {c} again changed what a reader sees: "
                 f"new {_short(sorted(after - before))}, gone {_short(sorted(before - after))}",
             )
+
+    @rule(parts=st.integers(2, 12), size=st.integers(2, 20), every=st.integers(2, 3), lose=st.booleans())
+    @_step
+    def partial_batch(self, parts: int, size: int, every: int, lose: bool) -> None:
+        """A batch half committed: an epoch's checkpoint is durable, its notification lost, and
+        every ``every``-th of its transactions was committed on its own (as by a driver that died
+        mid-batch); with ``lose`` (if the system can drop transactions, and the sink keeps nothing
+        in progress) the system then drops all the others (:meth:`SinkContract.lose` may drop more
+        than it is given, as a transaction timeout does). A new driver process commits the whole
+        checkpoint with ONE ``commit_batch``, given in reverse order: each answer must be that
+        committable's own, in input order (``ALREADY_COMMITTED`` for the ones committed before,
+        ``LOST`` for the dropped ones, else ``COMMITTED``), and every record but the dropped ones'
+        must then be visible once. A checkpoint-commit sink has no partial batch."""
+        if isinstance(self.driver_side, CheckpointCommitSink):
+            return
+        n = self.next_batch
+        c = self.write_batch(parts, size, ["ok"] * 3, "before_write", notify=False, least=2)
+        if c is None:
+            return
+        committables = [self.driver_side.decode(p) for p in self.acknowledged.get(c, [])]
+        if len(committables) < 2:
+            return
+        batch = committables[::-1]
+        first = set(range(0, len(batch), every))
+        dropped = set(range(len(batch))) - first
+        if not lose or isinstance(self.driver_side, InProgressSink):
+            dropped = set()  # in-progress data would blur which records the dropped ones held
+        self.say(
+            f"checkpoint {c}: {len(first)} of its {len(batch)} transactions are committed one by one"
+            + (", the system drops the others" if dropped else "")
+            + ", then a new driver process commits all of them in one batch"
+        )
+        sink = self.driver_sink()
+        try:
+            for i in sorted(first):
+                if (answer := sink.commit(batch[i])) is not CommitOutcome.COMMITTED:
+                    raise self.fail(COMMIT_FAILED, f"a commit of checkpoint {c} answered {answer.name}")
+            if dropped and not self.contract.lose(self.system, [batch[i] for i in sorted(dropped)]):
+                dropped = set()
+            answers = sink.commit_batch(batch)
+        finally:
+            sink.close()
+        expected = [
+            CommitOutcome.ALREADY_COMMITTED
+            if i in first
+            else CommitOutcome.LOST
+            if i in dropped
+            else CommitOutcome.COMMITTED
+            for i in range(len(batch))
+        ]
+        if answers != expected:
+            raise self.fail(
+                BATCH_OUTCOMES,
+                f"a batch of checkpoint {c}, some committed before, answered {_answer(answers)}; "
+                f"expected {_answer(expected)}",
+            )
+        event("a partial batch answered each committable its own outcome")
+        if dropped:
+            gone = Counter(self.batches[n]) - self.visible()
+            if not gone or gone == Counter(self.batches[n]):
+                raise self.fail(
+                    "LOST only when the data is really gone",
+                    f"transactions of checkpoint {c} were dropped and answered LOST, yet "
+                    + ("every record is visible" if not gone else "no record of the others is"),
+                )
+            event("a partial batch answered LOST for the dropped transactions")
+            self.may_be_missing += gone
+            self.lost.add(c)
+            commit = replace(self.config.commit, ignore_lost_on_recovery=True)
+            self.config = replace(self.config, commit=commit)
+            self.note("as the system dropped them: the next driver restores with ignore_lost_on_recovery")
+        self.start_driver(f"the driver dies; a new one restores checkpoint {c}, committed by the batch")
 
     @precondition(lambda self: self.contract.supports_loss)
     @rule(parts=st.integers(1, 12), size=st.integers(1, 20))
@@ -843,7 +939,12 @@ class ContractLives(RuleBasedStateMachine):
         before = self.visible()
         self.answers.clear()
         self.start_driver(f"the driver dies; a new one restores checkpoint {c}, committed but unmarked")
-        wrong = [f"{name} -> {getattr(a, 'name', a)}" for name, a in self.answers if name in RECOMMITS]
+        wrong = [
+            f"{name} -> {getattr(a, 'name', a)}"
+            for name, answer in self.answers
+            if name in RECOMMITS
+            for a in (answer if isinstance(answer, list) else [answer])
+        ]
         wrong = [w for w in wrong if not w.endswith("-> ALREADY_COMMITTED")]
         if wrong:
             raise self.fail(

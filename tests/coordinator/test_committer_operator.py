@@ -273,11 +273,12 @@ def _pending(
     return PendingTransaction(sink, 0, 0, checkpoint, FakeCommittable(txn_id, checkpoint, 0, 1), 0)
 
 
-def test_commit_lanes_one_per_sink_in_order_with_the_sinks_concurrency() -> None:
+def test_commit_lanes_one_per_sink_in_checkpoint_order() -> None:
     system = FakeExternalSystem()
     a, b, d = FakeSink("a", system), FakeSink("b", system), FakeCheckpointSink("d", system)
     b.commit_concurrency = 4
     d.commit_concurrency = 4  # ignored: checkpoints commit one after another
+    # b's concurrency applies within one batch (its default commit_batch), not across checkpoints
     sinks = {s.name: s for s in (a, b, d)}
     calls = commit_calls(
         sinks,
@@ -287,15 +288,15 @@ def test_commit_lanes_one_per_sink_in_order_with_the_sinks_concurrency() -> None
             _pending(system, "d", "d1", 1),
             _pending(system, "a", "a2"),
             _pending(system, "d", "d2", 2),
-            _pending(system, "b", "b2"),
+            _pending(system, "b", "b2", 2),
         ],
     )
     lanes = commit_lanes(sinks, calls)
-    assert [(ln.name, ln.parallelism) for ln in lanes] == [("a", 1), ("b", 2), ("d", 1)]
-    assert [[call[0].committable.txn_id for call in ln.items] for ln in lanes] == [
-        ["a1", "a2"],
-        ["b1", "b2"],
-        ["d1", "d2"],
+    assert [(ln.name, ln.parallelism) for ln in lanes] == [("a", 1), ("b", 1), ("d", 1)]
+    assert [[[t.committable.txn_id for t in call] for call in ln.items] for ln in lanes] == [
+        [["a1", "a2"]],  # one checkpoint: one batch
+        [["b1"], ["b2"]],
+        [["d1"], ["d2"]],
     ]
     assert commit_lanes(sinks, []) == []
     a.commit_concurrency = 0
@@ -328,7 +329,7 @@ def test_commit_all_runs_sinks_and_independent_committables_concurrently() -> No
     committer(s3like).commit_all([_pending(system, "s", f"s{i}") for i in range(3)], on_done=done.append)
     assert seen == ["together"] * 3  # all three were in commit() at once
     assert set(system.committed) == {"s0", "s1", "s2"}
-    assert {call[0].committable.txn_id for call in done} == {"s0", "s1", "s2"}
+    assert [t.committable.txn_id for call in done for t in call] == ["s0", "s1", "s2"]  # one batch
 
     # two sinks of parallelism 1 (one lane each): their commits run at the same time
     system = FakeExternalSystem()

@@ -265,6 +265,35 @@ class ProtocolModel(RuleBasedStateMachine):
             self.check(not extra, f"sink {sink}: landed without a promise or twice: {sorted(extra)[:10]}")
 
     @invariant()
+    def a_committed_marker_follows_every_transaction_of_its_checkpoint(self) -> None:
+        """A ``_committed`` marker is written only once every transaction of its checkpoint is
+        confirmed (#42 item 3: a batch's rows, all of them): none of a marked checkpoint's
+        PostgreSQL gids is still prepared, none of its S3 uploads still pending."""
+        if not hasattr(self, "h"):
+            return
+        by_name = {s.name: s for s in self.sinks}
+        for ref in self.storage.list_checkpoints():
+            if not self.storage.is_committed(ref.location):
+                continue
+            meta = self.storage.load(ref)
+            pg, s3 = meta.sinks.get("p"), meta.sinks.get("s")
+            gids = [by_name["p"].decode(c.payload).gid for c in pg.committables] if pg is not None else []
+            prepared = sorted(set(gids) & set(self.world.postgres.prepared_gids()))
+            self.check(
+                not prepared,
+                f"checkpoint {ref.checkpoint_id} marked committed, gids still prepared: {prepared}",
+            )
+            uploads = [
+                f.upload_id
+                for c in (s3.committables if s3 is not None else ())
+                for f in by_name["s"].decode(c.payload).files
+            ]
+            pending = sorted(set(uploads) & set(self.world.s3.uploads))
+            self.check(
+                not pending, f"checkpoint {ref.checkpoint_id} marked committed, uploads pending: {pending}"
+            )
+
+    @invariant()
     def iceberg_commits_each_checkpoint_once_and_keeps_the_other_writer(self) -> None:
         """No (job, sink, checkpoint id) in two snapshot summaries; the other writer's rows, once each."""
         if not hasattr(self, "h"):
@@ -580,6 +609,14 @@ class ProtocolModel(RuleBasedStateMachine):
             self.world.postgres.restart(refuse)
         else:
             self.world.postgres.restart_at = at
+
+    @rule(n=st.integers(1, 12))
+    @traced
+    def postgres_gids_busy(self, n: int) -> None:
+        """The next ``n`` COMMIT PREPARED answer 55006 (busy): a checkpoint's batch comes back
+        partial, some gids committed and some to retry; past the committer's attempts the commit
+        fails and recovery re-commits (#42 item 3)."""
+        self.world.postgres.busy = n
 
     @rule(n=st.integers(1, 4))
     @traced

@@ -93,6 +93,8 @@ class PostgresModel:
         sealed: gid → its seal (the seal table's row: job token, sink, checkpoint).
         restart_at: one of :data:`RESTART_POINTS` or ``None``: restart at that point, once.
         refuse_connects: connection attempts to refuse (the server is starting).
+        busy: the next COMMIT PREPARED statements to answer 55006 (``ObjectInUse``: another session
+            is finishing the gid) without effect; each answer takes one.
         events: what happened, in order (``prepared <gid>``, ``restarted``…).
     """
 
@@ -106,6 +108,7 @@ class PostgresModel:
         self.generation = 0
         self.restart_at: str | None = None
         self.refuse_connects = 0
+        self.busy = 0
         self.events: list[str] = []
 
     # --- the server's life ------------------------------------------------------------------------
@@ -281,6 +284,10 @@ class ModelConnection:
                         f"{m[1]} PREPARED cannot run inside a transaction block"
                     )
                 op = m[1].lower()
+                if op == "commit" and model.busy > 0:
+                    model.busy -= 1
+                    model.events.append(f"busy {m[2]}")
+                    raise psycopg.errors.ObjectInUse(f'prepared transaction with identifier "{m[2]}" is busy')
                 model.maybe_restart("before", op)
                 (model._commit_prepared if op == "commit" else model._rollback_prepared)(m[2])
                 model.maybe_restart("after", op)

@@ -34,6 +34,8 @@ Above the horizon absence stays exact: LOST.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 from psycopg import sql
@@ -73,39 +75,88 @@ class PostgresCommitter:
 
         Never raises for the outcomes; an unreachable server gives ``RETRY``.
         """
+        return self.commit_batch([committable], connections=1)[0]
+
+    def commit_batch(
+        self, committables: Sequence[PostgresCommittable], *, connections: int
+    ) -> list[CommitOutcome]:
+        """``COMMIT PREPARED`` every gid of one checkpoint's batch over at most ``connections``
+        sessions (each takes every ``connections``-th gid, one after another); each outcome as in
+        the module's table, in input order.
+
+        A session costs a connection set-up (TCP, TLS, authentication), more than a COMMIT PREPARED
+        on a near server: a few sessions, each reused for its share, make a batch of n gids cost
+        about ``n / connections`` statements instead of n set-ups. The first session prunes commit
+        records once for the batch (they all share one checkpoint) if it committed any. A session
+        that cannot connect, or breaks, answers ``RETRY`` for the gids it did not decide.
+
+        Never raises for the outcomes.
+        """
+        n = len(committables)
+        k = max(1, min(connections, n))
+        outcomes: list[CommitOutcome | None] = [None] * n
+
+        def session(share: int) -> None:
+            indices = range(share, n, k)
+            try:
+                with connect(self.config, autocommit=True, connector=self.connector) as conn:
+                    for i in indices:
+                        outcomes[i] = self._commit_on(conn, committables[i])
+                    if share == 0 and CommitOutcome.COMMITTED in (outcomes[i] for i in indices):
+                        self._prune(conn, committables[0])
+            except (ServiceUnavailableError, psycopg.Error) as e:
+                undecided = [i for i in indices if outcomes[i] is None]
+                answer = self._failed(e, [committables[i].gid for i in undecided])
+                for i in undecided:
+                    outcomes[i] = answer
+
+        if k == 1:
+            session(0)
+        else:
+            with ThreadPoolExecutor(k, thread_name_prefix=f"pg-commit-{self.sink_name}") as pool:
+                list(pool.map(session, range(k)))
+        return [CommitOutcome.FATAL if o is None else o for o in outcomes]
+
+    def _commit_on(self, conn: Connection, committable: PostgresCommittable) -> CommitOutcome:
+        """``COMMIT PREPARED`` one gid on an open autocommit session; the module table's outcome."""
         fields = {"sink": self.sink_name, "gid": committable.gid}
         try:
-            with connect(self.config, autocommit=True, connector=self.connector) as conn:
-                try:
-                    conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(committable.gid)))
-                except psycopg.errors.UndefinedObject:
-                    outcome = self._decide_missing(conn, committable)
-                    log_event(
-                        log,
-                        logging.INFO,
-                        "prepared transaction gone",
-                        exc_info=False,
-                        outcome=outcome.value,
-                        **fields,
-                    )
-                    return outcome
-                self._prune(conn, committable)
-        except ServiceUnavailableError as e:
-            log_event(log, logging.WARNING, "commit needs retry", exc_info=False, error=e, **fields)
-            return CommitOutcome.RETRY
+            try:
+                conn.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(committable.gid)))
+            except psycopg.errors.UndefinedObject:
+                outcome = self._decide_missing(conn, committable)
+                log_event(
+                    log,
+                    logging.INFO,
+                    "prepared transaction gone",
+                    exc_info=False,
+                    outcome=outcome.value,
+                    **fields,
+                )
+                return outcome
         except psycopg.Error as e:
-            # ObjectInUse (a concurrent COMMIT/ROLLBACK PREPARED) and a broken connection: ask again;
-            # anything else, e.g. "prepared transaction belongs to another database" (class 55 like
-            # ObjectInUse, so tested first: the config names another dbname), is fatal
-            retry = isinstance(e, (psycopg.errors.ObjectInUse, psycopg.OperationalError)) and not isinstance(
-                e, psycopg.errors.ObjectNotInPrerequisiteState
-            )
-            event = "commit needs retry" if retry else "commit failed"
-            level = logging.WARNING if retry else logging.ERROR
-            log_event(log, level, event, exc_info=False, error=error_text(self.config, e), **fields)
-            return CommitOutcome.RETRY if retry else CommitOutcome.FATAL
+            if getattr(conn, "broken", False) or e.sqlstate is None:
+                raise  # the session broke: the caller answers RETRY for what it did not decide
+            return self._failed(e, [committable.gid])
         log_event(log, logging.INFO, "committed", exc_info=False, records=committable.record_count, **fields)
         return CommitOutcome.COMMITTED
+
+    def _failed(self, e: BaseException, gids: Sequence[str]) -> CommitOutcome:
+        """The outcome of ``gids`` whose commit met ``e``, logged: ``RETRY`` or ``FATAL``."""
+        fields = {"sink": self.sink_name, "gid": gids[0] if len(gids) == 1 else list(gids)}
+        if isinstance(e, ServiceUnavailableError):
+            log_event(log, logging.WARNING, "commit needs retry", exc_info=False, error=e, **fields)
+            return CommitOutcome.RETRY
+        # ObjectInUse (a concurrent COMMIT/ROLLBACK PREPARED) and a broken connection: ask again;
+        # anything else, e.g. "prepared transaction belongs to another database" (class 55 like
+        # ObjectInUse, so tested first: the config names another dbname), is fatal
+        retry = isinstance(e, (psycopg.errors.ObjectInUse, psycopg.OperationalError)) and not isinstance(
+            e, psycopg.errors.ObjectNotInPrerequisiteState
+        )
+        event = "commit needs retry" if retry else "commit failed"
+        level = logging.WARNING if retry else logging.ERROR
+        log_event(log, level, event, exc_info=False, error=error_text(self.config, e), **fields)
+        return CommitOutcome.RETRY if retry else CommitOutcome.FATAL
 
     def abort(self, committable: PostgresCommittable) -> None:
         """``ROLLBACK PREPARED '<gid>'``; idempotent (a gid already gone is fine).

@@ -19,15 +19,20 @@ checkpoints, lifecycle rules aborting incomplete uploads and upload listings do 
 A restore of a checkpoint whose ``_committed`` marker is missing decides from it alone (#43).
 
 After a successful (or earlier) commit, the file's temporary tail objects are deleted (best
-effort: leftovers are removed by ``abort_lingering``). A committable's files are committed one by
-one; the outcome is the worst of theirs (FATAL > LOST > RETRY > COMMITTED > ALREADY_COMMITTED),
-and re-committing after RETRY only touches files not yet complete.
+effort: leftovers are removed by ``abort_lingering``). A committable's outcome is the worst of
+its files' (FATAL > LOST > RETRY > COMMITTED > ALREADY_COMMITTED), and re-committing after RETRY
+only touches files not yet complete. A checkpoint's batch (:func:`commit_batch`, issue #42 item 3)
+completes every file of every committable from one bounded thread pool over the process's one
+client (boto3 clients are thread-safe): the files of a checkpoint are independent objects, so a
+batch costs about ``files / threads`` round trips instead of ``files``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -165,6 +170,42 @@ def commit(ops: S3Ops, committable: S3Committable, sink: str = "") -> CommitOutc
         bytes=sum(f.byte_count for f in committable.files),
     )
     return result
+
+
+def commit_batch(
+    ops: S3Ops, committables: Sequence[S3Committable], *, threads: int, sink: str = ""
+) -> list[CommitOutcome]:
+    """Commit every file of every committable of one checkpoint, up to ``threads`` files at once;
+    one outcome per committable (the worst of its files', as :func:`commit`), in input order.
+
+    Raises:
+        ValueError: a committable without files (as :func:`commit`).
+    """
+    files = [(i, f) for i, c in enumerate(committables) for f in c.files]
+    if threads <= 1 or len(files) <= 1:
+        answers = [commit_file(ops, f) for _, f in files]
+    else:
+        with ThreadPoolExecutor(min(threads, len(files)), thread_name_prefix=f"s3-commit-{sink}") as pool:
+            answers = list(pool.map(lambda item: commit_file(ops, item[1]), files))
+    per_committable: list[list[CommitOutcome]] = [[] for _ in committables]
+    for (i, _), answer in zip(files, answers, strict=True):
+        per_committable[i].append(answer)
+    outcomes = [combine_outcomes(o) for o in per_committable]
+    counts = Counter(o.name for o in outcomes)
+    log_event(
+        log,
+        logging.INFO,
+        "commit batch done",
+        sink=sink,
+        bucket=ops.bucket,
+        committables=len(committables),
+        files=len(files),
+        threads=threads,
+        outcomes=dict(sorted(counts.items())),
+        records=sum(f.record_count for _, f in files),
+        bytes=sum(f.byte_count for _, f in files),
+    )
+    return outcomes
 
 
 def abort(ops: S3Ops, committable: S3Committable) -> None:

@@ -219,3 +219,69 @@ def test_outcomes_follow_what_the_server_did(actions: list[str]) -> None:
                 else:
                     assert outcome is CommitOutcome.LOST
     assert not (c.gid in model.committed and c.gid in model.prepared)
+
+
+def test_a_batch_commits_over_a_few_sessions_each_gid_decided_on_its_own(
+    model: PreparedTransactionsModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#42 item 3: one checkpoint's gids over ``connections`` sessions, outcomes in input order:
+    committed now, committed before, rolled back, busy, in another database."""
+    sessions: list[FakeConnection] = []
+    enter = FakeConnection.__enter__
+
+    def counting(self: FakeConnection) -> FakeConnection:
+        sessions.append(self)
+        return enter(self)
+
+    monkeypatch.setattr(FakeConnection, "__enter__", counting)
+    batch = [_committable(30, p) for p in range(7)]
+    for c in batch:
+        model.prepare(c.gid)
+    committer = PostgresCommitter(CONFIG, "pg")
+    assert committer.commit(batch[1]) is CommitOutcome.COMMITTED
+    committer.abort(batch[2])
+    model.busy.add(batch[3].gid)
+    model.other_database.add(batch[4].gid)
+    sessions.clear()
+    model.statements.clear()
+    assert committer.commit_batch(batch, connections=3) == [
+        CommitOutcome.COMMITTED,
+        CommitOutcome.ALREADY_COMMITTED,
+        CommitOutcome.LOST,
+        CommitOutcome.RETRY,
+        CommitOutcome.FATAL,
+        CommitOutcome.COMMITTED,
+        CommitOutcome.COMMITTED,
+    ]
+    assert len(sessions) == 3  # not one per gid
+    # commit records pruned once for the batch, not once per gid
+    assert sum(s.startswith("INSERT INTO") for s in model.statements) == 1
+
+
+def test_a_batch_whose_server_is_down_asks_to_retry_every_gid(model: PreparedTransactionsModel) -> None:
+    batch = [_committable(2, p) for p in range(5)]
+    for c in batch:
+        model.prepare(c.gid)
+    model.down = True
+    committer = PostgresCommitter(CONFIG, "pg")
+    assert committer.commit_batch(batch, connections=4) == [CommitOutcome.RETRY] * 5
+    model.down = False
+    assert committer.commit_batch(batch, connections=4) == [CommitOutcome.COMMITTED] * 5
+
+
+def test_a_session_that_breaks_asks_to_retry_only_what_it_did_not_decide(
+    model: PreparedTransactionsModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch = [_committable(2, p) for p in range(4)]
+    for c in batch:
+        model.prepare(c.gid)
+    execute = FakeConnection.execute
+
+    def breaking(self: FakeConnection, query: Any, params: tuple[Any, ...] = ()) -> Any:
+        if batch[2].gid in str(query.as_string(None) if isinstance(query, sql.Composable) else query):
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return execute(self, query, params)
+
+    monkeypatch.setattr(FakeConnection, "execute", breaking)
+    outcomes = PostgresCommitter(CONFIG, "pg").commit_batch(batch, connections=1)
+    assert outcomes == [CommitOutcome.COMMITTED] * 2 + [CommitOutcome.RETRY] * 2

@@ -550,3 +550,30 @@ def test_only_formats_whose_files_never_span_checkpoints_are_speculation_safe(
     else:
         with pytest.raises(ConfigError, match=r"spark\.speculation is on"):
             check_speculation("true", [sink])
+
+
+def test_a_batch_decides_each_committable_from_its_own_objects(fake: Any, make_sink: MakeSink) -> None:
+    """#42 item 3: one checkpoint's committables completed from one pool, each decided as ``commit``
+    decides it, in input order: committed before, fresh, and gone."""
+    sink = make_sink()
+    before, fresh, gone, fresh_too = (committed_file(sink, n) for n in (1, 2, 3, 4))
+    assert sink.commit(before) is CommitOutcome.COMMITTED
+    (g,) = gone.files
+    del fake.uploads[g.upload_id]  # expired by a lifecycle rule: nothing at its key either
+    batch = [before, fresh, gone, fresh_too]
+    assert sink.commit_batch(batch) == [
+        CommitOutcome.ALREADY_COMMITTED,
+        CommitOutcome.COMMITTED,
+        CommitOutcome.LOST,
+        CommitOutcome.COMMITTED,
+    ]
+    assert sink.recover_and_commit_batch([fresh, before, fresh_too]) == [CommitOutcome.ALREADY_COMMITTED] * 3
+
+
+def test_a_batch_with_one_thread_commits_in_order(fake: Any, make_sink: MakeSink) -> None:
+    sink = make_sink()
+    sink.commit_concurrency = 1
+    batch = [committed_file(sink, n) for n in (1, 2)]
+    fake.calls.clear()
+    assert sink.commit_batch(batch) == [CommitOutcome.COMMITTED] * 2
+    assert fake.calls.count("complete_multipart_upload") == 2

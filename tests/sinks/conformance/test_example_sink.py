@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -182,7 +184,66 @@ def test_a_commit_that_is_not_idempotent_fails_with_the_history(tmp_path: Path) 
     )
     assert "FileNotFoundError" in message
     assert "history of this life:\n  1. the driver starts" in message
-    assert "driver: commit -> COMMITTED" in message
+    assert "driver: commit_batch -> [COMMITTED" in message  # the default loops commit
+
+
+# -- a sink that commits its batch itself (#42 item 3) --------------------------------------------
+
+
+class PooledRenameSink(LocalFilesSink):
+    """Overrides ``commit_batch``: renames the whole batch from a pool of threads, each file
+    decided as :meth:`LocalFilesSink.commit` decides it."""
+
+    def commit_batch(self, committables: Sequence[FileCommittable]) -> list[CommitOutcome]:
+        with ThreadPoolExecutor(4) as pool:
+            return list(pool.map(self.commit, committables))
+
+    def recover_and_commit_batch(self, committables: Sequence[FileCommittable]) -> list[CommitOutcome]:
+        return self.commit_batch(committables)
+
+
+class TestPooledRenameSink(TestLocalFilesSink):
+    """The kit's lives over a sink that overrides ``commit_batch``."""
+
+    def make_sink(self, system: Path) -> TwoPhaseCommitSink[Any, Any]:
+        return PooledRenameSink("files", str(system))
+
+
+class UnorderedBatchSink(PooledRenameSink):
+    """Answers a batch's outcomes sorted (COMMITTED first), not in input order: the runtime would
+    take one committable's outcome for another's."""
+
+    def commit_batch(self, committables: Sequence[FileCommittable]) -> list[CommitOutcome]:
+        return sorted(super().commit_batch(committables), key=lambda o: o is not CommitOutcome.COMMITTED)
+
+
+class ShortBatchSink(PooledRenameSink):
+    """Drops the outcome of a batch's last committable (a failed row lost on the way)."""
+
+    def commit_batch(self, committables: Sequence[FileCommittable]) -> list[CommitOutcome]:
+        return (
+            super().commit_batch(committables)[:-1]
+            if len(committables) > 1
+            else super().commit_batch(committables)
+        )
+
+
+@pytest.mark.parametrize("broken", [UnorderedBatchSink, ShortBatchSink])
+def test_a_batch_whose_outcomes_do_not_match_its_committables_fails(
+    tmp_path: Path, broken: type[PooledRenameSink]
+) -> None:
+    class Contract(TestLocalFilesSink):
+        lose = SinkContract.lose  # a partial batch shows it without losses
+
+        def make_sink(self, system: Path) -> TwoPhaseCommitSink[Any, Any]:
+            return broken("files", str(system))
+
+    contract = Contract()
+    contract.root, contract.lives = tmp_path, 0
+    with pytest.raises(ContractViolation) as failed:
+        check_sink(contract)
+    assert failed.value.check == "commit_batch answers one outcome per committable, in input order"
+    assert "history of this life:" in str(failed.value)
 
 
 # -- a sink that forgets its floor: the kit must catch it -----------------------------------------

@@ -315,3 +315,66 @@ def test_a_version_1_committable_still_decodes() -> None:
     del payload["body"]["marker_offset"]
     assert CODEC.from_json(payload) == replace(C2, opened_ms=None)
     assert CODEC.from_json(CODEC.to_json(C2)) == C2
+
+
+class FakeCoordinators:
+    """One :class:`FakeCoordinator` per transactional id, behind one admin; counts DescribeTransactions."""
+
+    def __init__(self, **by_id: FakeCoordinator) -> None:
+        self.by_id = by_id
+        self.describes: list[list[str]] = []
+        self.describe_error: BaseException | None = None
+
+    def describe_transactions(self, txn_ids: list[str]) -> dict[str, TransactionSnapshot]:
+        self.describes.append(list(txn_ids))
+        if self.describe_error is not None:
+            raise self.describe_error
+        out = {i: self.by_id[i].describe_transaction(i) for i in txn_ids}
+        return {i: s for i, s in out.items() if s is not None}
+
+    def describe_transaction(self, txn_id: str) -> TransactionSnapshot | None:
+        return self.describe_transactions([txn_id]).get(txn_id)
+
+    def end_txn(self, txn_id: str, pid: int, epoch: int, commit: bool) -> int:
+        return self.by_id[txn_id].end_txn(txn_id, pid, epoch, commit)
+
+
+def test_a_batch_reads_every_state_at_once_then_decides_each_transaction() -> None:
+    """#42 item 3: one DescribeTransactions for the batch; each transaction decided from its own
+    state and EndTxn answer with its own producer epoch (KIP-98 fencing), in input order."""
+    a, b, c = (replace(C, transactional_id=f"p-s-{p}-1") for p in range(3))
+    fakes = FakeCoordinators(
+        **{
+            a.transactional_id: FakeCoordinator("CompleteCommit"),  # committed before a crash
+            b.transactional_id: FakeCoordinator(),
+            c.transactional_id: FakeCoordinator("CompleteAbort", epoch=4),  # timed out: fenced
+        }
+    )
+    committer = KafkaCommitter(
+        cast(KafkaAdmin, fakes), attempts=3, backoff_ms=1, transaction_timeout_ms=60_000
+    )
+    assert committer.commit_batch([a, b, c]) == [
+        CommitOutcome.ALREADY_COMMITTED,
+        CommitOutcome.COMMITTED,
+        CommitOutcome.LOST,
+    ]
+    assert fakes.describes[0] == [a.transactional_id, b.transactional_id, c.transactional_id]
+    assert len(fakes.describes) == 2  # the batch's, and the fenced one's after its rejection
+    assert fakes.by_id[a.transactional_id].end_txn_calls == []  # never sent EndTxn again
+    assert fakes.by_id[b.transactional_id].end_txn_calls == [True]
+
+
+def test_a_batch_whose_states_cannot_be_read_retries_or_goes_one_by_one() -> None:
+    a, b = (replace(C, transactional_id=f"p-s-{p}-1") for p in range(2))
+    fakes = FakeCoordinators(**{a.transactional_id: FakeCoordinator(), b.transactional_id: FakeCoordinator()})
+    committer = KafkaCommitter(
+        cast(KafkaAdmin, fakes), attempts=3, backoff_ms=1, transaction_timeout_ms=60_000
+    )
+    fakes.describe_error = kerrors.KafkaConnectionError("down")
+    assert committer.commit_batch([a, b]) == [CommitOutcome.RETRY] * 2
+    fakes.describe_error = None
+    assert committer.commit_batch([a, a, b]) == [  # one id twice: one by one
+        CommitOutcome.COMMITTED,
+        CommitOutcome.ALREADY_COMMITTED,
+        CommitOutcome.COMMITTED,
+    ]
