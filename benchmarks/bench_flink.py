@@ -149,7 +149,8 @@ def topic_rows(bootstrap: str, topic: str) -> int | None:
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    meta = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
+    # all topics: a metadata request naming one creates it where the broker auto-creates topics
+    meta = admin.list_topics(timeout=30).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
         return None
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions})
@@ -308,22 +309,24 @@ class Bench:
         self.interval_ms: dict[str, int] = {}
 
     def _dimension_files(self) -> tuple[Path, Path]:
-        """The airlines and airports tables as TSV for the Java job (the same rows Spark joins)."""
-        import pyarrow.csv as pacsv
+        """The airlines and airports tables as TSV for the Java job (the same rows Spark joins;
+        an empty field is a null).
+
+        Raises:
+            ValueError: a value holds a tab or a line break.
+        """
         import pyarrow.parquet as pq
 
         out = []
         for path in (self.data.airlines_path, self.data.airports_path):
+            rows = pq.read_table(path).to_pylist()
+            lines = ["\t".join(rows[0])] + [
+                "\t".join("" if v is None else str(v) for v in r.values()) for r in rows
+            ]
+            if any(line.count("\t") != lines[0].count("\t") or "\n" in line for line in lines):
+                raise ValueError(f"{path.name}: a value holds a tab or a line break")
             target = self.scratch / (path.stem + ".tsv")
-            table = pq.read_table(path)
-            for name in table.column_names:
-                if any("\t" in v or "\n" in v for v in table[name].to_pylist() if isinstance(v, str)):
-                    raise ValueError(f"{path.name}: column {name} holds a tab or newline")
-            pacsv.write_csv(
-                table,
-                target,
-                pacsv.WriteOptions(delimiter="\t", quoting_style="none"),
-            )
+            target.write_text("\n".join(lines) + "\n")
             out.append(target)
         return out[0], out[1]
 
