@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -248,8 +249,11 @@ class Watcher:
         lines = self.out.read_text().splitlines()
         return [analysis.Sample(**json.loads(line)) for line in lines if line.endswith("}")]
 
-    def wait_visible(self, sinks: Sequence[str], rows: int, timeout_s: float) -> list[analysis.Sample]:
-        """Poll the samples until ``rows`` are visible in every sink.
+    def wait_visible(
+        self, sinks: Sequence[str], rows: int, timeout_s: float, quiet_s: float = 3.0
+    ) -> list[analysis.Sample]:
+        """Poll the samples until ``rows`` are visible in every sink and the output has not
+        changed for ``quiet_s`` (the marker count may be one short per partition).
 
         Raises:
             TimeoutError: not within ``timeout_s``.
@@ -260,7 +264,7 @@ class Watcher:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"the watcher ended (exit {self._proc.returncode})")
             samples = self.samples()
-            if samples and samples[-1].visible(sinks) >= rows:
+            if samples and samples[-1].visible(sinks) >= rows and analysis.quiet(samples, quiet_s):
                 return samples
             time.sleep(0.5)
         raise TimeoutError(f"{rows:,} rows not visible in {', '.join(sinks)} within {timeout_s} s")
@@ -343,6 +347,11 @@ class Bench:
             create_topic(self.endpoints.kafka_bootstrap, topic, OUTPUT_PARTITIONS)
         runner = self._twophase if engine == "twophase" else self._flink
         measured = runner(writer, name, sinks, topic, prefix)
+        if engine == "twophase":  # Flink's first interval before any Flink writer has run
+            self.interval_ms.setdefault(
+                "default",
+                analysis.matched_interval_ms(self.opts.records_per_checkpoint, measured.window.rows_per_s),
+            )
         if self.opts.verify:
             measured.check = self.read_back(topic, prefix)
         delete_output(self.endpoints, topic, prefix)
@@ -667,23 +676,18 @@ def run(opts: Options) -> dict[str, Any]:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             bench = Bench(opts, spark, endpoints, flink)
-            # warm-up (round 0, not reported): JIT, Spark's Python workers; Flink's first rate sets
-            # the interval of every Flink writer's first round
-            warm = bench.run("twophase_all", 0)
-            bench.interval_ms["default"] = analysis.matched_interval_ms(
-                opts.records_per_checkpoint, warm.window.rows_per_s
-            )
-            flink_warm = bench.run("flink_all", 0)
-            bench.interval_ms["default"] = bench.interval_ms.pop("flink_all")
-            log.warning("warm-up: twophase %s, flink %s", warm.window.as_dict(), flink_warm.window.as_dict())
             names = list(opts.writers)
-            for r in range(opts.rounds):
+            # round 0 warms every writer up (JIT, Spark's Python workers, Flink's classes) and
+            # measures each Flink writer's rate, which sets its interval: it is not reported
+            for r in range(opts.rounds + 1):
                 for w in names[r % len(names) :] + names[: r % len(names)]:
-                    measured = bench.run(w, r + 1)
-                    log.warning("round %d %s: %s", r + 1, w, measured.window.as_dict())
-                    per_round[w].append(measured)
+                    measured = bench.run(w, r)
+                    log.warning("round %d %s: %s", r, w, measured.window.as_dict())
+                    if r > 0:
+                        per_round[w].append(measured)
         finally:
             spark.stop()
+        shutil.rmtree(bench.scratch, ignore_errors=True)  # kept when a round failed: Flink's logs
     rates = {w: [m.window.rows_per_s for m in ms] for w, ms in per_round.items()}
     return {
         "machine": common.load_at_end(machine),

@@ -5,8 +5,8 @@ end of input to visible from the sink topic's offsets, and the ratio table.
 The watcher (:mod:`benchmarks.flink.watcher`) samples, every few tens of milliseconds, what the
 sinks have made visible and what the engine's process tree has spent: a :class:`Sample`. Rows
 visible in Kafka are the sum of the sink topic's last stable offsets (a transaction's commit
-marker takes one offset per partition it wrote: at most partitions × checkpoints too many, under
-0.1 ‰ of a run at 10× rows); rows visible on S3 are the row counts of the committed Parquet files'
+marker takes one offset per partition it wrote: the watcher takes one off per rise of a partition's
+LSO); rows visible on S3 are the row counts of the committed Parquet files'
 footers. A writer's steady state is the stretch between the first sample at or past ``lo`` rows
 visible and the first at or past ``hi``: its rows, seconds, CPU-seconds, checkpoints (steps of the
 visible count), and for S3 the files and bytes made visible in it.
@@ -49,8 +49,8 @@ class Sample:
 
     Attributes:
         t: ``time.time()`` of the sample, s.
-        hw / lso: sums over the sink topic's partitions of the high watermark and the last
-            stable offset (0 without a Kafka sink).
+        hw / lso: the sums over the sink topic's partitions of the high watermarks, and of the
+            last stable offsets less the commit markers (0 without a Kafka sink).
         s3_rows / s3_files / s3_bytes: rows, files and bytes of the committed Parquet files under
             the run's prefix (0 without an S3 sink).
         cpu_s: CPU-seconds (user + system, reaped children included) of the engine's process tree.
@@ -78,7 +78,7 @@ class Window:
         seconds: from the first sample at ``lo`` rows to the first at ``hi``.
         rows: rows made visible in it.
         cpu_s: CPU-seconds the engine's process tree spent in it.
-        checkpoints: steps of the visible count in it (each a committed checkpoint).
+        checkpoints: steps of the first sink's visible count in it (each a committed checkpoint).
         files / bytes: S3 files and bytes committed in it (0 without an S3 sink).
     """
 
@@ -160,7 +160,10 @@ def steady_window(samples: Sequence[Sample], sinks: Sequence[str], lo: int, hi: 
     if b <= a:
         raise ValueError(f"markers {lo:,} and {hi:,} fell on one sample: sample more often or widen them")
     first, last = samples[a], samples[b]
-    steps = sum(1 for i in range(a + 1, b + 1) if samples[i].visible(sinks) > samples[i - 1].visible(sinks))
+    # steps of one sink's count: the sinks of a checkpoint commit one after the other, and a
+    # sample between them would count the checkpoint twice
+    own = sinks[:1]
+    steps = sum(1 for i in range(a + 1, b + 1) if samples[i].visible(own) > samples[i - 1].visible(own))
     return Window(
         seconds=last.t - first.t,
         rows=last.visible(sinks) - first.visible(sinks),
@@ -169,6 +172,15 @@ def steady_window(samples: Sequence[Sample], sinks: Sequence[str], lo: int, hi: 
         files=last.s3_files - first.s3_files,
         bytes=last.s3_bytes - first.s3_bytes,
     )
+
+
+def quiet(samples: Sequence[Sample], seconds: float) -> bool:
+    """Whether the sinks' output (high watermarks, files) stayed the same for the last ``seconds``
+    of ``samples`` (False while they span less)."""
+    if not samples or samples[-1].t - samples[0].t < seconds:
+        return False
+    last = samples[-1]
+    return all((s.hw, s.s3_files) == (last.hw, last.s3_files) for s in samples if s.t >= last.t - seconds)
 
 
 def first_visible_s(samples: Sequence[Sample], sinks: Sequence[str], since: float) -> float | None:

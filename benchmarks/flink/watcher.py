@@ -4,7 +4,8 @@ hosts the measure of the other.
 
 Every ``--interval-s`` it appends one :class:`~benchmarks.flink.analysis.Sample` as a JSON line
 to ``--out``: the sink topic's summed high watermarks and last stable offsets (Kafka's
-``ListOffsets`` at ``read_uncommitted`` and ``read_committed``, KIP-98), the committed Parquet
+``ListOffsets`` at ``read_uncommitted`` and ``read_committed``, KIP-98; the latter less the
+commit markers, so that it counts records), the committed Parquet
 objects under the S3 prefix (count, bytes and rows from each new object's footer; in-progress
 multipart uploads are not objects yet) and the CPU-seconds of a process tree read from ``/proc``
 (user + system of the root and its descendants, children already reaped included, minus the
@@ -98,19 +99,30 @@ class Watch:
             self._s3 = s3.boto3_client()
             self._fs = s3_filesystem(FlightsEndpoints(bootstrap or "", s3))
         self._objects: dict[str, tuple[int, int]] = {}  # key → (bytes, rows)
+        self._lso: dict[int, int] = {}
+        self._markers: dict[int, int] = {}
 
     def _offsets(self) -> tuple[int, int]:
+        """The summed high watermarks, and the records visible ``read_committed``: the summed last
+        stable offsets less one commit marker per rise of a partition's LSO (a commit writes one
+        marker into each partition its transaction wrote; two commits within one sample count
+        one marker, an error of at most one record per partition)."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        if self._admin is None:
+        if self._admin is None or self.topic is None:
             return 0, 0
         spec = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in range(self.partitions)}
-        sums = []
+        ends = []
         for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
             futures = self._admin.list_offsets(spec, isolation_level=level, request_timeout=10)
-            sums.append(sum(f.result().offset for f in futures.values()))
-        return sums[0], sums[1]
+            ends.append({tp.partition: f.result().offset for tp, f in futures.items()})
+        hw, lso = ends
+        for p, offset in lso.items():
+            if offset > self._lso.get(p, 0):
+                self._markers[p] = self._markers.get(p, 0) + 1
+            self._lso[p] = offset
+        return sum(hw.values()), sum(lso.values()) - sum(self._markers.values())
 
     def _objects_now(self) -> tuple[int, int, int]:
         import pyarrow.parquet as pq

@@ -41,8 +41,8 @@ def test_markers_are_shares_of_the_input() -> None:
 
 def kafka_run() -> list[object]:
     """A Kafka writer: 100 rows per checkpoint every second, 1.5 CPU-s per second, 3 partitions
-    (three commit markers per checkpoint), the last 100 rows written at t=10.2 and committed at
-    t=10.9."""
+    (three commit markers per checkpoint in the HW; the watcher takes them off the LSO), the last
+    100 rows written at t=10.2 and committed at t=10.9."""
     samples = []
     for i in range(10):  # t = 0.0, 0.5, ..., 4.5 s: one commit per second
         t = i * 0.5
@@ -52,7 +52,7 @@ def kafka_run() -> list[object]:
         Sample(10.0, hw=903, lso=900, cpu_s=15.0),
         Sample(10.2, hw=1003, lso=900, cpu_s=15.3),  # the last records in the log, not committed
         Sample(10.5, hw=1003, lso=900, cpu_s=15.6),
-        Sample(10.9, hw=1006, lso=1006, cpu_s=16.0),  # committed: LSO reaches the HW
+        Sample(10.9, hw=1006, lso=1000, cpu_s=16.0),  # committed (markers taken off the LSO)
     ]
     return samples
 
@@ -100,6 +100,15 @@ def test_end_of_input_to_visible_from_offsets() -> None:
     assert latency == {"kafka": pytest.approx(700.0)}  # in the log at 10.2, visible at 10.9
     assert analysis.end_of_input_to_visible_ms(kafka_run(), ["s3"], 1000) == {"s3": None}
     assert analysis.end_of_input_to_visible_ms(kafka_run(), ["kafka"], 5000) == {"kafka": None}
+
+
+def test_quiet_output() -> None:
+    run = kafka_run()
+    assert not analysis.quiet(run, 0.5)  # committed at 10.9: the HW moved within the last 0.5 s
+    settled = [*run, Sample(11.5, hw=1006, lso=1000), Sample(12.0, hw=1006, lso=1000)]
+    assert analysis.quiet(settled, 1.0)
+    assert not analysis.quiet(settled, 2.0)
+    assert not analysis.quiet(run[:2], 3.0)  # the samples span less than that
 
 
 def test_first_visible_since_submission() -> None:
