@@ -108,7 +108,19 @@ class Options:
 
 @dataclass
 class Measured:
-    """One writer's round: its window, start-up and read-back."""
+    """One writer's round: its window, start-up and read-back.
+
+    Attributes:
+        plan_s: twophase: Spark's ``queryPlanning`` of the first micro-batch; Flink: the JVM's
+            start to the plan's EXPLAIN (table environment, DDL, optimizer).
+        deploy_s: twophase: ``start_flights`` (sinks built, the query started); Flink:
+            ``execute()`` (the MiniCluster's start, the submission) until every vertex RUNNING.
+        first_visible_s: from the start request (``start_flights``; Flink's ``execute()``) to
+            the first row visible in every sink.
+        end_of_input_to_visible_ms: sink → ms (:func:`analysis.end_of_input_to_visible_ms`).
+        engine: what the engine itself reports (epochs, checkpoints, interval).
+        check: the read-back (:meth:`Bench.read_back`).
+    """
 
     writer: str
     window: analysis.Window
@@ -507,7 +519,7 @@ class Bench:
             job.cancel()
         deploy_s = round(job.submit_s + (running - job.submitted_at), 3)
         engine = {"checkpoint_interval_ms": req["flink.execution.checkpointing.interval"], **checkpoints}
-        measured = self._measure(writer, sinks, samples, job.submitted_at, job.plan_s, deploy_s, engine)
+        measured = self._measure(writer, sinks, samples, job.go_at, job.plan_s, deploy_s, engine)
         # the next round of this writer commits about --records-per-checkpoint at its own rate
         self.interval_ms[writer] = analysis.matched_interval_ms(
             self.opts.records_per_checkpoint, measured.window.rows_per_s

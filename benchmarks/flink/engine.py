@@ -111,7 +111,7 @@ class FlinkJob:
     Attributes:
         plan_s: JVM start to the plan explained (table environment, DDL, planning), s.
         submit_s: ``execute()``: the MiniCluster's start and the job's submission, s.
-        submitted_at: ``time.time()`` when the submission returned.
+        go_at / submitted_at: ``time.time()`` when the submission was asked for, and returned.
         job_id: Flink's job id.
     """
 
@@ -122,6 +122,7 @@ class FlinkJob:
     heap: str = "2g"
     plan_s: float = 0.0
     submit_s: float = 0.0
+    go_at: float = 0.0
     submitted_at: float = 0.0
     job_id: str = ""
     port: int = field(default_factory=free_port)
@@ -182,6 +183,7 @@ class FlinkJob:
             self._end()
             raise
         assert self._proc.stdin is not None
+        self.go_at = time.time()
         self._proc.stdin.write("go\n")
         self._proc.stdin.flush()
         submitted = self._reply("submitted")

@@ -49,8 +49,9 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), float(sum(int(f) for f in fields[11:15]))  # utime stime cutime cstime
 
 
-def tree_cpu_s(root: int, exclude: Collection[int] = ()) -> float:
-    """CPU-seconds of ``root`` and its descendants, the subtrees of ``exclude`` left out."""
+def tree_cpu_s(roots: Collection[int], exclude: Collection[int] = ()) -> float:
+    """CPU-seconds of ``roots`` and their descendants (each process once), the subtrees of
+    ``exclude`` left out."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (s := _stat(int(entry.name))) is not None:
@@ -58,11 +59,13 @@ def tree_cpu_s(root: int, exclude: Collection[int] = ()) -> float:
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [root]
+    seen: set[int] = set()
+    total, todo = 0.0, list(roots)
     while todo:
         pid = todo.pop()
-        if pid in exclude or pid not in stats:
+        if pid in exclude or pid in seen or pid not in stats:
             continue
+        seen.add(pid)
         total += stats[pid][1]
         todo.extend(children.get(pid, ()))
     return total / TICKS
@@ -73,7 +76,7 @@ class Watch:
 
     def __init__(
         self,
-        pid: int,
+        pids: Collection[int],
         exclude: Collection[int],
         topic: str | None,
         partitions: int,
@@ -83,7 +86,7 @@ class Watch:
         from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
         from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint
 
-        self.pid, self.exclude = pid, set(exclude)
+        self.pids, self.exclude = tuple(pids), set(exclude)
         self.topic, self.partitions, self.bucket, self.prefix = topic, partitions, bucket, prefix
         bootstrap, s3 = env_kafka_bootstrap(), env_s3_endpoint()
         self._admin: Any = None
@@ -151,12 +154,14 @@ class Watch:
         """One sample now."""
         hw, lso = self._offsets()
         rows, files, size = self._objects_now()
-        return Sample(time.time(), hw, lso, rows, files, size, round(tree_cpu_s(self.pid, self.exclude), 3))
+        return Sample(time.time(), hw, lso, rows, files, size, round(tree_cpu_s(self.pids, self.exclude), 3))
 
 
 @click.command()
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="samples, one JSON line each")
-@click.option("--pid", type=int, required=True, help="root of the engine's process tree")
+@click.option(
+    "--pid", "pids", type=int, multiple=True, required=True, help="a root of the engine's process tree"
+)
 @click.option("--exclude", type=int, multiple=True, help="subtrees left out of the CPU sum")
 @click.option("--topic", default=None, help="the sink topic (Kafka sink)")
 @click.option("--partitions", type=int, default=3, show_default=True)
@@ -165,7 +170,7 @@ class Watch:
 @click.option("--interval-s", type=float, default=0.1, show_default=True)
 def main(
     out: Path,
-    pid: int,
+    pids: tuple[int, ...],
     exclude: tuple[int, ...],
     topic: str | None,
     partitions: int,
@@ -181,7 +186,7 @@ def main(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    watch = Watch(pid, {*exclude, os.getpid()}, topic, partitions, bucket, prefix)
+    watch = Watch(pids, {*exclude, os.getpid()}, topic, partitions, bucket, prefix)
     with out.open("a") as f:
         while not stop.is_set():
             started = time.monotonic()
