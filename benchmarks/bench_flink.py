@@ -28,7 +28,8 @@ first; after each writer the output is read back (count and distinct ids, nothin
 
     python -m benchmarks.bench_flink --out build/bench-flink [--rounds N --rows N]
 
-writes ``result.json`` and ``result.md`` (every setting of both sides in ``settings``).
+writes ``result.json`` and ``result.md`` (every setting of both sides in ``settings``) and the
+watcher's samples of every writer and round (``samples/<writer>_<round>.jsonl``).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ WRITERS: dict[str, tuple[str, str]] = {
 class Options:
     """The run's settings (the command line)."""
 
+    out: Path
     rows: int
     rounds: int
     records_per_checkpoint: int
@@ -364,6 +366,9 @@ class Bench:
                 "default",
                 analysis.matched_interval_ms(self.opts.records_per_checkpoint, measured.window.rows_per_s),
             )
+        samples = self.opts.out / "samples"
+        samples.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.scratch / f"{name}.jsonl", samples / f"{writer}_{r}.jsonl")  # to analyse again
         if self.opts.verify:
             measured.check = self.read_back(topic, prefix)
         delete_output(self.endpoints, topic, prefix)
@@ -758,7 +763,9 @@ def main(
             f"unknown writers {unknown}; choose among {', '.join(WRITERS)}", param_hint="--writers"
         )
     analysis.markers(rows, warm_up, end)  # a clear error before anything starts
-    opts = Options(rows, rounds, records_per_checkpoint, warm_up, end, sample_s, chosen, verify, timeout_s)
+    opts = Options(
+        out, rows, rounds, records_per_checkpoint, warm_up, end, sample_s, chosen, verify, timeout_s
+    )
     result = run(opts)
     out.mkdir(parents=True, exist_ok=True)
     (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -78,7 +78,9 @@ class Window:
         seconds: from the first sample at ``lo`` rows to the first at ``hi``.
         rows: rows made visible in it.
         cpu_s: CPU-seconds the engine's process tree spent in it.
-        checkpoints: steps of the first sink's visible count in it (each a committed checkpoint).
+        checkpoints: checkpoints committed in it: rises of the first sink's visible count, those
+            within ``merge_s`` of the previous rise taken as the same checkpoint (its commits, one
+            per subtask, may straddle samples).
         files / bytes: S3 files and bytes committed in it (0 without an S3 sink).
     """
 
@@ -149,7 +151,9 @@ def _first_at(samples: Sequence[Sample], sinks: Sequence[str], rows: int) -> int
     raise ValueError(f"the writer never made {rows:,} rows visible in {', '.join(sinks)}")
 
 
-def steady_window(samples: Sequence[Sample], sinks: Sequence[str], lo: int, hi: int) -> Window:
+def steady_window(
+    samples: Sequence[Sample], sinks: Sequence[str], lo: int, hi: int, merge_s: float = 0.3
+) -> Window:
     """The steady state between the first sample with ``lo`` rows visible and the first with
     ``hi`` (see the module docstring).
 
@@ -160,10 +164,14 @@ def steady_window(samples: Sequence[Sample], sinks: Sequence[str], lo: int, hi: 
     if b <= a:
         raise ValueError(f"markers {lo:,} and {hi:,} fell on one sample: sample more often or widen them")
     first, last = samples[a], samples[b]
-    # steps of one sink's count: the sinks of a checkpoint commit one after the other, and a
-    # sample between them would count the checkpoint twice
+    # a checkpoint's commits (one per sink and subtask) land in one sample or in samples close
+    # together: rises of one sink's count within ``merge_s`` of the previous are one checkpoint
     own = sinks[:1]
-    steps = sum(1 for i in range(a + 1, b + 1) if samples[i].visible(own) > samples[i - 1].visible(own))
+    steps, last_rise = 0, float("-inf")
+    for i in range(a + 1, b + 1):
+        if samples[i].visible(own) > samples[i - 1].visible(own):
+            steps += samples[i].t - last_rise > merge_s
+            last_rise = samples[i].t
     return Window(
         seconds=last.t - first.t,
         rows=last.visible(sinks) - first.visible(sinks),

@@ -82,6 +82,18 @@ def test_steady_window_s3_files_and_bytes() -> None:
     assert w.bytes_per_file == 1000.0
 
 
+def test_a_checkpoint_committed_across_two_samples_counts_once() -> None:
+    samples = [
+        Sample(0.0, s3_rows=0),
+        Sample(1.0, s3_rows=100),
+        Sample(2.0, s3_rows=150),  # subtask 0 of the second checkpoint...
+        Sample(2.1, s3_rows=200),  # ...then subtask 1
+        Sample(3.0, s3_rows=300),
+    ]
+    w = analysis.steady_window(samples, ["s3"], 100, 300)
+    assert (w.rows, w.checkpoints) == (200, 2)
+
+
 def test_both_sinks_count_what_both_show() -> None:
     s = Sample(1.0, hw=120, lso=100, s3_rows=80)
     assert s.visible(["kafka", "s3"]) == 80
