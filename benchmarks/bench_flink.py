@@ -54,6 +54,7 @@ import click
 from benchmarks import common
 from benchmarks.flink import analysis
 from benchmarks.flink.engine import FLINK_VERSION, KAFKA_CONNECTOR_VERSION, FlinkBuild, FlinkJob, build
+from benchmarks.flink.watcher import process_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -292,16 +293,7 @@ class Watcher:
 
 def children_of(pid: int) -> list[int]:
     """Direct children of ``pid`` (from ``/proc``)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
+    return [child for child, (ppid, _) in process_table().items() if ppid == pid]
 
 
 # ------------------------------------------------------------------------------------ the run

@@ -49,13 +49,19 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), float(sum(int(f) for f in fields[11:15]))  # utime stime cutime cstime
 
 
-def tree_cpu_s(roots: Collection[int], exclude: Collection[int] = ()) -> float:
-    """CPU-seconds of ``roots`` and their descendants (each process once), the subtrees of
-    ``exclude`` left out."""
+def process_table() -> dict[int, tuple[int, float]]:
+    """Every process now: pid → ``(ppid, cpu ticks)``."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (s := _stat(int(entry.name))) is not None:
             stats[int(entry.name)] = s
+    return stats
+
+
+def tree_cpu_s(roots: Collection[int], exclude: Collection[int] = ()) -> float:
+    """CPU-seconds of ``roots`` and their descendants (each process once), the subtrees of
+    ``exclude`` left out."""
+    stats = process_table()
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
