@@ -78,9 +78,9 @@ class Window:
         seconds: from the first sample at ``lo`` rows to the first at ``hi``.
         rows: rows made visible in it.
         cpu_s: CPU-seconds the engine's process tree spent in it.
-        checkpoints: checkpoints committed in it: rises of the first sink's visible count, those
-            within ``merge_s`` of the previous rise taken as the same checkpoint (its commits, one
-            per subtask, may straddle samples).
+        checkpoints: checkpoints committed in it: runs of rising samples of the first sink's
+            visible count (a checkpoint's commits, one per subtask and file, may straddle
+            samples), a rise within ``merge_s`` of the previous one taken as the same run.
         files / bytes: S3 files and bytes committed in it (0 without an S3 sink).
     """
 
@@ -164,14 +164,17 @@ def steady_window(
     if b <= a:
         raise ValueError(f"markers {lo:,} and {hi:,} fell on one sample: sample more often or widen them")
     first, last = samples[a], samples[b]
-    # a checkpoint's commits (one per sink and subtask) land in one sample or in samples close
-    # together: rises of one sink's count within ``merge_s`` of the previous are one checkpoint
+    # a checkpoint's commits (one per sink, subtask and file) land in one sample or in a run of
+    # rising samples: a rise starts a new checkpoint only after a sample without one and more
+    # than ``merge_s`` after the previous rise
     own = sinks[:1]
-    steps, last_rise = 0, float("-inf")
+    steps, last_rise, rising = 0, float("-inf"), False
     for i in range(a + 1, b + 1):
-        if samples[i].visible(own) > samples[i - 1].visible(own):
-            steps += samples[i].t - last_rise > merge_s
+        rose = samples[i].visible(own) > samples[i - 1].visible(own)
+        if rose:
+            steps += not rising and samples[i].t - last_rise > merge_s
             last_rise = samples[i].t
+        rising = rose
     return Window(
         seconds=last.t - first.t,
         rows=last.visible(sinks) - first.visible(sinks),

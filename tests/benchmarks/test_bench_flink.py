@@ -73,7 +73,9 @@ def test_steady_window_s3_files_and_bytes() -> None:
     samples = [
         Sample(0.0, s3_rows=0, s3_files=0, s3_bytes=0),
         Sample(1.0, s3_rows=500, s3_files=4, s3_bytes=4_000),
+        Sample(1.5, s3_rows=500, s3_files=4, s3_bytes=4_000),
         Sample(2.0, s3_rows=1000, s3_files=8, s3_bytes=8_000),
+        Sample(2.5, s3_rows=1000, s3_files=8, s3_bytes=8_000),
         Sample(3.0, s3_rows=1500, s3_files=12, s3_bytes=12_000),
     ]
     w = analysis.steady_window(samples, ["s3"], 500, 1500)
@@ -86,8 +88,12 @@ def test_a_checkpoint_committed_across_two_samples_counts_once() -> None:
     samples = [
         Sample(0.0, s3_rows=0),
         Sample(1.0, s3_rows=100),
-        Sample(2.0, s3_rows=150),  # subtask 0 of the second checkpoint...
-        Sample(2.1, s3_rows=200),  # ...then subtask 1
+        Sample(1.9, s3_rows=100),
+        Sample(2.0, s3_rows=150),  # the second checkpoint's first files...
+        Sample(2.1, s3_rows=200),  # ...and the rest
+        Sample(2.2, s3_rows=200),
+        Sample(2.3, s3_rows=210),  # a straggler within merge_s of the run
+        Sample(2.9, s3_rows=210),
         Sample(3.0, s3_rows=300),
     ]
     w = analysis.steady_window(samples, ["s3"], 100, 300)
