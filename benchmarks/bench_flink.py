@@ -95,18 +95,18 @@ WRITERS: dict[str, tuple[str, str]] = {
 
 @dataclass
 class Options:
-    """The run's settings (the command line)."""
+    """The run's settings (the command line's; these defaults are the full run's)."""
 
-    out: Path
-    rows: int
-    rounds: int
-    records_per_checkpoint: int
-    warm_up: float
-    end: float
-    sample_s: float
-    writers: tuple[str, ...]
-    verify: bool
-    timeout_s: float
+    out: Path = Path("build/bench-flink")
+    rows: int = 10 * YEAR_ROWS
+    rounds: int = 5
+    records_per_checkpoint: int = 100_000
+    warm_up: float = 0.2
+    end: float = 0.95
+    sample_s: float = 0.1
+    writers: tuple[str, ...] = tuple(WRITERS)
+    verify: bool = True
+    timeout_s: float = 1800.0
 
 
 @dataclass
@@ -662,8 +662,22 @@ def settings(opts: Options) -> dict[str, Any]:
     }
 
 
-def run(opts: Options) -> dict[str, Any]:
-    """The whole comparison; see the module docstring."""
+def run(opts: Options | None = None) -> dict[str, Any]:
+    """The whole comparison (the command line's defaults when ``opts`` is None, as
+    ``benchmarks.run`` calls it); see the module docstring."""
+    if opts is None:
+        opts = Options(
+            Path("build/bench-flink"),
+            10 * YEAR_ROWS,
+            5,
+            100_000,
+            0.2,
+            0.95,
+            0.1,
+            tuple(WRITERS),
+            True,
+            1800.0,
+        )
     from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
     from twophase.integration.services import kafka_service, s3_service
     from twophase.integration.spark import build_spark_session
@@ -720,24 +734,38 @@ def run(opts: Options) -> dict[str, Any]:
 
 
 @click.command()
-@click.option("--out", type=click.Path(path_type=Path), default=Path("build/bench-flink"), show_default=True)
-@click.option("--rounds", type=int, default=5, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Options.out, show_default=True)
+@click.option("--rounds", type=int, default=Options.rounds, show_default=True)
 @click.option(
-    "--rows", type=int, default=10 * YEAR_ROWS, show_default=True, help="input records (10× the year)"
+    "--rows", type=int, default=Options.rows, show_default=True, help="input records (10× the year)"
 )
-@click.option("--records-per-checkpoint", type=int, default=100_000, show_default=True)
+@click.option("--records-per-checkpoint", type=int, default=Options.records_per_checkpoint, show_default=True)
 @click.option(
-    "--warm-up", type=float, default=0.2, show_default=True, help="share of the input before the window"
+    "--warm-up",
+    type=float,
+    default=Options.warm_up,
+    show_default=True,
+    help="share of the input before the window",
 )
 @click.option(
-    "--end", type=float, default=0.95, show_default=True, help="share of the input at the window's end"
+    "--end", type=float, default=Options.end, show_default=True, help="share of the input at the window's end"
 )
 @click.option(
-    "--sample-s", type=float, default=0.1, show_default=True, help="the watcher's sampling interval"
+    "--sample-s",
+    type=float,
+    default=Options.sample_s,
+    show_default=True,
+    help="the watcher's sampling interval",
 )
-@click.option("--writers", default=",".join(WRITERS), show_default=True, help="comma-separated subset")
-@click.option("--verify/--no-verify", default=True, show_default=True, help="read every writer's output back")
-@click.option("--timeout-s", type=float, default=1800.0, show_default=True, help="per writer and round")
+@click.option(
+    "--writers", default=",".join(Options.writers), show_default=True, help="comma-separated subset"
+)
+@click.option(
+    "--verify/--no-verify", default=Options.verify, show_default=True, help="read every writer's output back"
+)
+@click.option(
+    "--timeout-s", type=float, default=Options.timeout_s, show_default=True, help="per writer and round"
+)
 def main(
     out: Path,
     rounds: int,
