@@ -238,6 +238,8 @@ class Watcher:
         sample_s: float,
     ) -> None:
         self.out = out
+        self._read = 0
+        self._samples: list[analysis.Sample] = []
         args = [
             sys.executable,
             "-m",
@@ -258,11 +260,17 @@ class Watcher:
         self._proc = subprocess.Popen(args, cwd=root, env={**os.environ, **env})
 
     def samples(self) -> list[analysis.Sample]:
-        """The samples so far."""
-        if not self.out.is_file():
-            return []
-        lines = self.out.read_text().splitlines()
-        return [analysis.Sample(**json.loads(line)) for line in lines if line.endswith("}")]
+        """The samples so far (read on from where the last call stopped: the harness's polling
+        is in twophase's CPU tree, so it stays small)."""
+        if self.out.is_file():
+            with self.out.open() as f:
+                f.seek(self._read)
+                for line in f:
+                    if not line.endswith("\n"):  # a line being written: read it next time
+                        break
+                    self._samples.append(analysis.Sample(**json.loads(line)))
+                    self._read += len(line.encode())
+        return list(self._samples)
 
     def wait_visible(
         self, sinks: Sequence[str], rows: int, timeout_s: float, quiet_s: float = 3.0
