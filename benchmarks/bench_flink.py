@@ -461,6 +461,11 @@ class Bench:
         first = progress[0].durationMs if progress else {}
         engine = {
             "epochs": common.epoch_summary(handle.metrics) if handle.metrics else {},
+            # the engine's own count beside the watcher's (the S3 commits of one checkpoint may
+            # straddle the watcher's samples)
+            "records_per_checkpoint_median": statistics.median(
+                [e.records for e in handle.metrics if e.records] or [0]
+            ),
             "checkpoints": len(handle.checkpoint_metrics),
             "first_batch_duration_ms": dict(first),
         }
