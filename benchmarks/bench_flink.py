@@ -495,6 +495,7 @@ class Bench:
             "flink.state.backend.type": "hashmap",
             "flink.table.local-time-zone": "UTC",
             "flink.restart-strategy.type": "none",
+            "flink.web.checkpoints.history": "100000",
         }
         if topic is not None:
             req |= {
@@ -532,8 +533,13 @@ class Bench:
             watcher.stop()
             job.cancel()
         deploy_s = round(job.submit_s + (running - job.submitted_at), 3)
+        completed_at = checkpoints.pop("completed_at")
         engine = {"checkpoint_interval_ms": req["flink.execution.checkpointing.interval"], **checkpoints}
         measured = self._measure(writer, sinks, samples, job.go_at, job.plan_s, deploy_s, engine)
+        # the engine's own count beside the watcher's (S3 commits may straddle samples)
+        in_window = sum(1 for t in completed_at if measured.window.holds(t))
+        engine["checkpoints_in_window"] = in_window
+        engine["records_per_checkpoint_in_window"] = round(measured.window.rows / max(in_window, 1), 1)
         # the next round of this writer commits about --records-per-checkpoint at its own rate
         # (the median of its rounds so far: one round under a passing load moves it less)
         self.rates.setdefault(writer, []).append(measured.window.rows_per_s)

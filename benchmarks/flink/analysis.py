@@ -82,6 +82,7 @@ class Window:
             visible count (a checkpoint's commits, one per subtask and file, may straddle
             samples), a rise within ``merge_s`` of the previous one taken as the same run.
         files / bytes: S3 files and bytes committed in it (0 without an S3 sink).
+        started_at: ``time.time()`` of its first sample.
     """
 
     seconds: float
@@ -90,6 +91,11 @@ class Window:
     checkpoints: int
     files: int
     bytes: int
+    started_at: float = 0.0
+
+    def holds(self, t: float) -> bool:
+        """Whether ``time.time()`` value ``t`` falls in the window."""
+        return self.started_at <= t <= self.started_at + self.seconds
 
     @property
     def rows_per_s(self) -> float:
@@ -182,6 +188,7 @@ def steady_window(
         checkpoints=steps,
         files=last.s3_files - first.s3_files,
         bytes=last.s3_bytes - first.s3_bytes,
+        started_at=first.t,
     )
 
 

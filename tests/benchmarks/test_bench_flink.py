@@ -67,6 +67,8 @@ def test_steady_window_between_markers() -> None:
     assert w.cpu_s == pytest.approx(4.5)
     assert w.cpu_s_per_million_rows == pytest.approx(15_000.0)
     assert w.as_dict()["cpu_cores_busy"] == 1.5
+    assert w.started_at == 1.0
+    assert w.holds(2.5) and w.holds(4.0) and not w.holds(4.5)  # the engine's checkpoints in it
 
 
 def test_steady_window_s3_files_and_bytes() -> None:
