@@ -1,484 +1,716 @@
-"""Benchmark: the flights job on Flink with its own exactly-once sinks against twophase on Spark
-(issue #29 item 1).
+"""Benchmark: the flights job on Flink, all in the JVM, against twophase on Spark, at steady state
+on one unbounded Kafka source (issue #44 item 1).
 
-Same machine, same services (the Kafka and MinIO of ``twophase services up`` or
-``TWOPHASE_KAFKA_BOOTSTRAP`` / ``TWOPHASE_S3_*``), same landed input (``flights_data.land``),
-side by side in one run, rounds rotating which writer goes first
-(:func:`benchmarks.common.side_by_side`). For each sink set — Kafka alone, S3 Parquet alone, both —
-two writers:
+Both engines read ONE pre-filled Kafka topic (10× the flights year by default: 3,367,760 JSON
+records, ``flight_id`` unique per copy; produced once by Spark's Kafka writer and reused while the
+broker keeps it) as an unbounded source that never ends on its own, do the flights job's work
+(three dimension lookups, ``delay_class``, ``sched_dep_at``) and write Kafka, S3 Parquet or both
+exactly once:
 
-- ``twophase_<sinks>``: the flights job (:func:`twophase.integration.jobs.flights.run_flights`) on
-  ``local[2,4]``, ``availableNow``, ``files_per_trigger`` days per micro-batch (one checkpoint
-  each), the final checkpoint at end of input;
-- ``flink_<sinks>``: the same work on PyFlink (``benchmarks/flink/flights_flink.py``, run by one
-  PyFlink process in its own venv for the whole benchmark): Flink SQL in streaming mode,
-  parallelism 2, checkpointing every ``checkpoint_interval_ms`` (matched: the twophase warm-up
-  run's median micro-batch time), ``KafkaSink`` exactly-once and the filesystem sink's Parquet bulk
-  format on MinIO through the S3 plugin, bounded: the job ends with FLIP-147's final checkpoint.
+- ``twophase_<sinks>``: :func:`twophase.integration.jobs.flights.enrich` on Spark's Kafka source
+  (``maxOffsetsPerTrigger`` = the records per checkpoint, a ``processingTime`` 0 trigger: one
+  checkpoint per micro-batch), the twophase sinks of :func:`~twophase.integration.jobs.flights.start_flights`;
+- ``flink_<sinks>``: the Java job of ``benchmarks/flink/java`` (Flink SQL; lookups and
+  ``make_timestamp``'s arithmetic as Java scalar functions; every plan's EXPLAIN is refused if it
+  names a Python operator) in a local MiniCluster, Flink's ``KafkaSink`` exactly once and the
+  filesystem sink's Parquet files through the S3 plugin; ``flink_kafka_pooling`` is the Kafka
+  sink with the pooled transactional ids (``sink.transaction-naming-strategy`` POOLING).
 
-Both sides get a 2 GiB JVM heap and 2 Python workers; every setting is in the output's
-``settings`` (and in BENCHMARKS.md's "Against Flink").
+A watcher in its own process (:mod:`benchmarks.flink.watcher`) samples what each writer has made
+visible (the sink topic's last stable offsets; the committed Parquet files' rows) and the CPU of
+the engine's process tree. Each writer's steady state is the window between the row markers
+``--warm-up`` and ``--end`` (shares of the input) (:mod:`benchmarks.flink.analysis`); planning,
+deployment and the time to the first visible row are reported apart. Flink's time-based
+checkpoint interval is set from its own measured rate so that both commit about the same records
+per checkpoint (twophase: ``--records-per-checkpoint`` exactly), and both sides' records per
+checkpoint, files per checkpoint and bytes per file are reported. Rounds rotate which writer goes
+first; after each writer the output is read back (count and distinct ids, nothing left open).
 
-There is no Delta sink for Flink 2.x (``io.delta:delta-flink`` targets Flink 1.x and is not even
-served here): Delta is left out of both sides.
+    python -m benchmarks.bench_flink --out build/bench-flink [--rounds N --rows N]
 
-Every round's output is read back by one reader for both systems: a ``read_committed`` consumer
-(:func:`twophase.integration.verify.read_kafka`) and pyarrow over the Parquet files
-(:func:`twophase.integration.verify.s3_filesystem`), each compared exactly with the input
-(:func:`twophase.integration.verify.compare`: count, duplicates, missing, id and content
-fingerprints); nothing may be left open (the topic's last stable offsets equal its high
-watermarks; no multipart upload pending under the prefix).
-
-Latency from end of input to visible: a watcher thread counts the topic's records with two
-consumers, ``read_uncommitted`` and ``read_committed``; the time from the moment the last record
-is in the log (all ``rows`` seen uncommitted) to the moment it is visible to ``read_committed``
-(all ``rows`` seen committed) is the final commit (FLIP-147's final checkpoint and commit), the
-same measure for both systems.
-
-Environment: ``TWOPHASE_BENCH_RUNS`` (rounds, default 3), ``TWOPHASE_BENCH_SCALE`` (share of the
-year's 365 days, default 1), ``TWOPHASE_BENCH_FLINK_CHECKPOINT_MS`` (Flink's checkpoint interval
-instead of the matched one), ``TWOPHASE_BENCH_FLINK_LOG_DIR`` (keep Flink's logs there).
-``python -m benchmarks.bench_flink`` prints one JSON document; ``python -m benchmarks.bench_flink
---markdown run.json`` renders a saved one as the per-round table of BENCHMARKS.md.
+writes ``result.json`` and ``result.md`` (every setting of both sides in ``settings``) and the
+watcher's samples of every writer and round (``samples/<writer>_<round>.jsonl``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import click
+
 from benchmarks import common
+from benchmarks.flink import analysis
+from benchmarks.flink.engine import FLINK_VERSION, KAFKA_CONNECTOR_VERSION, FlinkBuild, FlinkJob, build
+from benchmarks.flink.watcher import process_table
 
 if TYPE_CHECKING:
-    from twophase.integration.jobs.flights import FlightsEndpoints
+    from pyspark.sql import SparkSession
+
+    from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
 
 log = logging.getLogger(__name__)
 
-FLINK_VERSION = "2.2.1"
-"""PyFlink from PyPI (``apache-flink``), in its own venv (it pins its own pyarrow and pandas)."""
-FLINK_FORMAT_VERSION = "2.2.0"
-"""``flink-parquet`` and ``flink-s3-fs-hadoop``: Maven Central serves no 2.2.1 of either; 2.2.0 is
-the same minor release (format and plugin interfaces are stable within it)."""
-POMS = {
-    "lib": Path(__file__).resolve().parent / "flink" / "pom-lib.xml",
-    "plugin": Path(__file__).resolve().parent / "flink" / "pom-s3-plugin.xml",
-}
-"""What Flink gets from Maven Central: ``lib``, the Kafka SQL connector 5.0.0-2.2, ``flink-parquet``
-and ``hadoop-client-api``/``-runtime`` 3.4.1 (parquet-hadoop needs Hadoop's ``Configuration``);
-``plugin``, ``flink-s3-fs-hadoop`` (its own shaded Hadoop)."""
-DUPLICATE_JARS = ("slf4j-api-",)
-"""Jars the resolved set brings that ``flink-dist`` already holds (one copy on the classpath)."""
-
+YEAR_ROWS = 336_776
 PARALLELISM = 2
+INPUT_PARTITIONS = PARALLELISM
+"""The input topic's partitions: one per source subtask / Spark task on both sides."""
+OUTPUT_PARTITIONS = 3
 HEAP = "2g"
-"""JVM heap of both sides: Spark's driver (``local[2]``: executors run in it) and the PyFlink
-gateway JVM (``JVM_ARGS=-Xmx2g``: the job's MiniCluster runs in it)."""
-BATCHES = 12
-"""Micro-batches of the twophase side, whatever the input's size (the year in 12, as the demo)."""
-TOPIC_PARTITIONS = 3
-ROUNDS = 3
 BUCKET = "twophase-bench-flink"
-KAFKA_PRODUCER = {"linger.ms": 20, "compression.type": "lz4", "transaction.timeout.ms": 600_000}
-"""Producer settings both sides set (the flights job's Kafka sink: ``linger.ms`` 20, lz4; the
-twophase sink's transaction timeout). Both producers are idempotent with ``acks=all``."""
-FLINK_KAFKA_PRODUCER = {**KAFKA_PRODUCER, "batch.size": 1_000_000}
-"""The Java producer's ``batch.size`` raised to librdkafka's default (1,000,000 bytes per
-partition batch) from its own 16 KiB, so that both batch alike."""
-PARQUET = {"compression": "SNAPPY"}
-"""Flink's Parquet options (the twophase S3 sink's defaults: snappy; both roll on every checkpoint)."""
-FLINK_PYTHON = {"fn-execution.arrow.batch.size": 10_000, "fn-execution.bundle.size": 100_000}
-"""PyFlink's Python workers (one per slot: 2, as Spark's ``local[2]`` has 2): Arrow batches of up
-to 10,000 rows (Spark's ``spark.sql.execution.arrow.maxRecordsPerBatch`` default)."""
+KAFKA_PRODUCER = {
+    "linger.ms": "20",
+    "compression.type": "lz4",
+    "transaction.timeout.ms": "600000",
+    "acks": "all",
+    "enable.idempotence": "true",
+}
+"""Producer settings of both sides (the flights job's Kafka sink's). Flink's Java producer also
+gets ``batch.size`` 1,000,000 bytes, librdkafka's default (Java's own is 16 KiB)."""
+FLINK_BATCH_SIZE = "1000000"
 SINK_SETS: dict[str, tuple[str, ...]] = {"kafka": ("kafka",), "s3": ("s3",), "all": ("kafka", "s3")}
-REPLY_PREFIX = "FLINKBENCH "
-FLINK_SCRIPT = Path(__file__).resolve().parent / "flink" / "flights_flink.py"
-_COMPLETED = re.compile(r"Completed checkpoint (\d+) for job ([0-9a-f]{32})")
-
-
-def input_days(scale: float) -> int:
-    """Days of 2013 the run reads: ``365 × scale``, within 1..365."""
-    return max(1, min(365, round(365 * scale)))
-
-
-def files_per_trigger(days: int, batches: int = BATCHES) -> int:
-    """Days per micro-batch so that ``days`` make ``batches`` micro-batches (fewer when short)."""
-    return max(1, math.ceil(days / batches))
-
-
-def matched_interval_ms(epoch_ms: float, floor_ms: int = 200) -> int:
-    """Flink's checkpoint interval matched to twophase's cadence (one checkpoint per micro-batch):
-    the twophase run's median micro-batch (epoch) time, in ms, at least ``floor_ms``.
-
-    Raises:
-        ValueError: ``epoch_ms`` is not positive.
-    """
-    if epoch_ms <= 0:
-        raise ValueError(f"epoch_ms must be > 0, got {epoch_ms}")
-    return max(floor_ms, round(epoch_ms))
-
-
-def completed_checkpoints(log_text: str, job_id: str) -> int:
-    """Checkpoints Flink's ``CheckpointCoordinator`` logged as completed for ``job_id``."""
-    return sum(1 for m in _COMPLETED.finditer(log_text) if m.group(2) == job_id)
-
-
-def sink_ratios(times: Mapping[str, Sequence[float]]) -> dict[str, Any]:
-    """twophase ÷ Flink throughput per sink set (> 1: twophase is faster), from median times."""
-    return {
-        s: common.ratio(times, f"twophase_{s}", f"flink_{s}")
-        for s in SINK_SETS
-        if f"twophase_{s}" in times and f"flink_{s}" in times
-    }
-
-
-# ------------------------------------------------------------------------------------ Flink set-up
-
-
-def flink_venv() -> Path:
-    """The PyFlink venv (``<cache>/bench-envs/flink-<version>``), made once with pip.
-
-    Raises:
-        subprocess.CalledProcessError: venv or pip failed.
-    """
-    from twophase.integration.services.cache import cache_dir
-
-    venv = cache_dir() / "bench-envs" / f"flink-{FLINK_VERSION}"
-    python = venv / "bin" / "python"
-    marker = venv / ".twophase-installed"
-    if not marker.is_file():
-        log.warning("installing apache-flink==%s into %s", FLINK_VERSION, venv)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"apache-flink=={FLINK_VERSION}"], check=True
-        )
-        marker.write_text(FLINK_VERSION + "\n")
-    return python
-
-
-def flink_home(python: Path) -> Path:
-    """A ``FLINK_HOME`` in the cache: PyFlink's own lib, opt, bin and conf, plus the resolved
-    connector, format and Hadoop jars in ``lib/`` and the S3 plugin in ``plugins/s3-fs-hadoop``
-    (all links; the jars come from Maven into ``~/.m2`` and the cache, as Spark's do).
-
-    Raises:
-        ServiceUnavailableError: Maven cannot resolve a jar.
-    """
-    from twophase.integration.services.cache import cache_dir
-
-    pyflink = Path(
-        subprocess.run(
-            [str(python), "-c", "import os, pyflink; print(os.path.dirname(pyflink.__file__))"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    lib_jars, plugin_jars = (maven_jars(POMS[k]) for k in ("lib", "plugin"))
-    home = cache_dir() / f"flink-{FLINK_VERSION}"
-    for sub in ("lib", "plugins/s3-fs-hadoop"):
-        shutil.rmtree(home / sub, ignore_errors=True)
-        (home / sub).mkdir(parents=True)
-    for name in ("opt", "bin", "conf"):
-        link = home / name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(pyflink / name)
-    for jar in [*sorted((pyflink / "lib").glob("*.jar")), *lib_jars]:
-        if not jar.name.startswith(DUPLICATE_JARS):
-            (home / "lib" / jar.name).symlink_to(jar)
-    for jar in plugin_jars:
-        (home / "plugins" / "s3-fs-hadoop" / jar.name).symlink_to(jar)
-    return home
-
-
-def maven_jars(pom: Path) -> list[Path]:
-    """``pom``'s runtime classpath, resolved once into ``<cache>/flink-jars-<name>-<digest>``
-    (:func:`twophase.integration.services.maven.resolve_jars`, ``~/.m2`` as Maven's cache).
-
-    Raises:
-        ServiceUnavailableError: Maven is missing or cannot resolve an artifact.
-    """
-    from twophase.integration.services.cache import cache_dir
-    from twophase.integration.services.maven import pom_digest, resolve_jars
-
-    return resolve_jars(
-        pom, cache_dir() / f"flink-jars-{pom.stem.removeprefix('pom-')}-{pom_digest(pom)[:12]}"
-    )
-
-
-def load_average() -> dict[str, float]:
-    """The 1- and 5-minute load averages now (the machine is shared)."""
-    load1, load5, _ = os.getloadavg()
-    return {"load_1m": round(load1, 2), "load_5m": round(load5, 2)}
-
-
-class FlinkServer:
-    """The PyFlink process that runs the Flink jobs, one per request, in one warm gateway JVM."""
-
-    def __init__(self, python: Path, home: Path, env: Mapping[str, str], log_dir: Path) -> None:
-        self.log_dir = log_dir
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self._stderr = (log_dir / "server.stderr").open("w")
-        self._proc = subprocess.Popen(
-            [str(python), str(FLINK_SCRIPT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            env={
-                **os.environ,
-                **env,
-                "FLINK_HOME": str(home),
-                "FLINK_LOG_DIR": str(log_dir),
-                "JVM_ARGS": f"-Xmx{HEAP}",
-            },
-        )
-
-    def run(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Run one job; its reply (``wall_s``, ``job_id``, ...).
-
-        Raises:
-            RuntimeError: the job failed or the server died.
-        """
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        self._proc.stdin.write(json.dumps(request) + "\n")
-        self._proc.stdin.flush()
-        for line in self._proc.stdout:
-            if line.startswith(REPLY_PREFIX):
-                reply: dict[str, Any] = json.loads(line[len(REPLY_PREFIX) :])
-                if "error" in reply:
-                    raise RuntimeError(f"Flink job {request['job']} failed: {reply['error'][:2000]}")
-                return reply
-        raise RuntimeError(f"the PyFlink server ended (exit {self._proc.wait()}); see {self.log_dir}")
-
-    def checkpoints(self, job_id: str) -> int:
-        """Completed checkpoints of ``job_id`` in the server's Flink log."""
-        return sum(
-            completed_checkpoints(p.read_text(errors="replace"), job_id) for p in self.log_dir.glob("*.log")
-        )
-
-    def close(self) -> None:
-        """Close its stdin (it ends after the current job) and wait."""
-        if self._proc.stdin is not None:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._stderr.close()
-
-
-# ------------------------------------------------------------------------------------ visibility
+WRITERS: dict[str, tuple[str, str]] = {
+    "twophase_kafka": ("twophase", "kafka"),
+    "flink_kafka": ("flink", "kafka"),
+    "flink_kafka_pooling": ("flink", "kafka"),
+    "twophase_s3": ("twophase", "s3"),
+    "flink_s3": ("flink", "s3"),
+    "twophase_all": ("twophase", "all"),
+    "flink_all": ("flink", "all"),
+}
+"""Writer name → (engine, sink set)."""
 
 
 @dataclass
-class Visibility:
-    """When the topic's ``rows`` records were all in the log, and all visible ``read_committed``.
+class Options:
+    """The run's settings (the command line's; these defaults are the full run's)."""
+
+    out: Path = Path("build/bench-flink")
+    rows: int = 10 * YEAR_ROWS
+    rounds: int = 5
+    records_per_checkpoint: int = 100_000
+    warm_up: float = 0.2
+    end: float = 0.95
+    sample_s: float = 0.1
+    writers: tuple[str, ...] = tuple(WRITERS)
+    verify: bool = True
+    timeout_s: float = 1800.0
+
+
+@dataclass
+class Measured:
+    """One writer's round: its window, start-up and read-back.
 
     Attributes:
-        in_log_at / visible_at: ``time.monotonic()``, or None if not reached.
+        plan_s: twophase: Spark's ``queryPlanning`` of the first micro-batch; Flink: the JVM's
+            start to the plan's EXPLAIN (table environment, DDL, optimizer).
+        deploy_s: twophase: ``start_flights`` (sinks built, the query started); Flink:
+            ``execute()`` (the MiniCluster's start, the submission) until every vertex RUNNING.
+        first_visible_s: from the start request (``start_flights``; Flink's ``execute()``) to
+            the first row visible in every sink.
+        end_of_input_to_visible_ms: sink → ms (:func:`analysis.end_of_input_to_visible_ms`).
+        engine: what the engine itself reports (epochs, checkpoints, interval).
+        check: the read-back (:meth:`Bench.read_back`).
     """
 
-    in_log_at: float | None = None
-    visible_at: float | None = None
+    writer: str
+    window: analysis.Window
+    plan_s: float | None
+    deploy_s: float | None
+    first_visible_s: float | None
+    end_of_input_to_visible_ms: dict[str, Any]
+    engine: dict[str, Any] = field(default_factory=dict)
+    check: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def final_commit_ms(self) -> float | None:
-        """End of input (last record in the log) to visible, ms."""
-        if self.in_log_at is None or self.visible_at is None:
-            return None
-        return round((self.visible_at - self.in_log_at) * 1000, 1)
-
-
-class VisibilityWatcher:
-    """Counts a topic's records with a ``read_uncommitted`` and a ``read_committed`` consumer in a
-    thread, noting when each reaches ``rows`` (:class:`Visibility`)."""
-
-    def __init__(self, bootstrap: str, topic: str, rows: int, timeout_s: float = 1800.0) -> None:
-        self.result = Visibility()
-        self._stop = threading.Event()
-        self._args = (bootstrap, topic, rows, timeout_s)
-        self._thread = threading.Thread(target=self._watch, name=f"visibility-{topic}", daemon=True)
-        self._thread.start()
-
-    def _watch(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-        bootstrap, topic, rows, timeout_s = self._args
-        consumers = {}
-        for isolation in ("read_uncommitted", "read_committed"):
-            c = Consumer(
-                {
-                    "bootstrap.servers": bootstrap,
-                    "group.id": f"bench-flink-visibility-{uuid.uuid4().hex[:8]}",
-                    "isolation.level": isolation,
-                    "enable.auto.commit": False,
-                    "fetch.wait.max.ms": 20,
-                }
-            )
-            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(TOPIC_PARTITIONS)])
-            consumers[isolation] = c
-        counts = dict.fromkeys(consumers, 0)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not self._stop.is_set() and time.monotonic() < deadline and self.result.visible_at is None:
-                for isolation, c in consumers.items():
-                    if counts[isolation] >= rows:
-                        continue
-                    counts[isolation] += sum(1 for m in c.consume(10_000, 0.02) if m.error() is None)
-                    if counts[isolation] >= rows:
-                        now = time.monotonic()
-                        if isolation == "read_uncommitted":
-                            self.result.in_log_at = now
-                        else:
-                            self.result.visible_at = now
-        finally:
-            for c in consumers.values():
-                c.close()
-
-    def stop(self) -> Visibility:
-        """Stop (after the end is seen, or now) and return what was seen."""
-        self._stop.set()
-        self._thread.join(30)
-        return self.result
+    def as_dict(self) -> dict[str, Any]:
+        """For the JSON report."""
+        return {
+            "window": self.window.as_dict(),
+            "plan_s": self.plan_s,
+            "deploy_s": self.deploy_s,
+            "first_visible_s": self.first_visible_s,
+            "end_of_input_to_visible_ms": self.end_of_input_to_visible_ms,
+            "engine": self.engine,
+            "check": self.check,
+        }
 
 
-# ------------------------------------------------------------------------------------ the reader
+# ------------------------------------------------------------------------------------ services
 
 
-@dataclass(frozen=True)
-class Check:
-    """One sink of one round read back (the same reader for both systems)."""
+def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    """Create ``topic`` (replication 1) and wait for it."""
+    from confluent_kafka.admin import AdminClient, NewTopic
 
-    sink: str
-    records: int
-    exactly_once: bool
-    duplicates: int
-    missing: int
-    left_open: int
-    detail: str = ""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
+        f.result(60)
 
 
-def check_kafka(endpoints: FlightsEndpoints, topic: str, expected: Any) -> Check:
-    """Read ``topic`` ``read_committed`` and compare; open transactions = LSO below HW."""
-    from twophase.integration.readback import end_offsets
-    from twophase.integration.verify import compare, read_kafka
+def topic_rows(bootstrap: str, topic: str) -> int | None:
+    """Records in ``topic`` (sum of high watermarks), or None if it does not exist."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    table, _ = read_kafka(endpoints.kafka_bootstrap, topic)
-    report = compare("kafka", topic, table, expected)
-    stable = end_offsets(endpoints.kafka_bootstrap, topic, "read_committed", 60.0)
-    high = end_offsets(endpoints.kafka_bootstrap, topic, "read_uncommitted", 60.0)
-    open_partitions = sum(1 for p in high if stable.get(p) != high[p])
-    return Check(
-        "kafka", report.records, report.exactly_once, report.duplicates, report.missing, open_partitions
-    )
-
-
-def check_s3(endpoints: FlightsEndpoints, bucket: str, prefix: str, expected: Any) -> Check:
-    """Read the Parquet files under ``prefix`` (Hive partitions) with pyarrow and compare; left
-    open = multipart uploads pending under the prefix."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    from twophase.integration.verify import CONTENT_COLUMNS, compare, s3_filesystem
-
-    dataset = ds.dataset(
-        f"{bucket}/{prefix}", filesystem=s3_filesystem(endpoints), format="parquet", partitioning="hive"
-    )
-    table = dataset.to_table(columns=list(CONTENT_COLUMNS))
-    types = {"month": pa.int32(), "distance": pa.int32(), "dep_delay": pa.float64()}
-    table = table.cast(pa.schema([pa.field(f.name, types.get(f.name, pa.string())) for f in table.schema]))
-    report = compare("s3", prefix, table, expected)
-    uploads = endpoints.s3.boto3_client().list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/")
-    pending = len(uploads.get("Uploads", []))
-    return Check(
-        "s3",
-        report.records,
-        report.exactly_once,
-        report.duplicates,
-        report.missing,
-        pending,
-        f"{len(dataset.files)} files",
-    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # all topics: a metadata request naming one creates it where the broker auto-creates topics
+    meta = admin.list_topics(timeout=30).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        return None
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions})
+    return sum(f.result().offset for f in futures.values())
 
 
-def clean_up(endpoints: FlightsEndpoints, topic: str, bucket: str, prefix: str) -> None:
-    """Delete a checked round's topic and objects (a full run would otherwise keep gigabytes)."""
+def delete_output(endpoints: FlightsEndpoints, topic: str | None, prefix: str | None) -> None:
+    """Delete a measured writer's sink topic and objects."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})  # kept: its futures need it
-    for future in admin.delete_topics([topic]).values():
-        future.result(60)
-    client = endpoints.s3.boto3_client()
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        keys = [o["Key"] for o in page.get("Contents", [])]
-        if keys:
-            client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys]})
+    if topic is not None:
+        admin = AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap})
+        for f in admin.delete_topics([topic]).values():
+            f.result(60)
+    if prefix is not None:
+        client = endpoints.s3.boto3_client()
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix + "/"):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
+
+
+def input_topic(spark: SparkSession, bootstrap: str, rows: int) -> str:
+    """The pre-filled input topic of ``rows`` records, produced once (kept while the broker keeps
+    it): ``common.flights`` copies of the year (``flight_id`` ``<id>#<copy>``), in the order of
+    their scheduled departure (a stream in event time: a checkpoint's records fall into a few
+    ``month`` partitions, not all twelve), JSON values of ``FLIGHT_SCHEMA`` by Spark's
+    ``to_json``, key ``flight_id``, written by one task of Spark's Kafka writer (keeps the order)."""
+    from pyspark.sql import functions as F
+
+    topic = f"twophase-bench-flink-input-v2-{rows}"
+    have = topic_rows(bootstrap, topic)
+    if have == rows:
+        return topic
+    if have is not None:
+        raise RuntimeError(f"topic {topic} holds {have} records, not {rows}: delete it and run again")
+    create_topic(bootstrap, topic, INPUT_PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
+    copies = -(-rows // YEAR_ROWS)
+    df = common.flights(spark, copies, PARALLELISM).limit(rows).orderBy("month", "day", "hour", "minute")
+    df = df.coalesce(1)
+    started = time.perf_counter()
+    (
+        df.select(F.col("flight_id").alias("key"), F.to_json(F.struct(*df.columns)).alias("value"))
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("kafka.linger.ms", "20")
+        .option("kafka.batch.size", "1000000")
+        .save()
+    )
+    produced = topic_rows(bootstrap, topic)
+    log.warning("input topic %s: %s records in %.1f s", topic, produced, time.perf_counter() - started)
+    if produced != rows:
+        raise RuntimeError(f"input topic {topic}: produced {produced} records, not {rows}")
+    return topic
+
+
+# ------------------------------------------------------------------------------------ watching
+
+
+class Watcher:
+    """The watcher process of one writer's run (:mod:`benchmarks.flink.watcher`)."""
+
+    def __init__(
+        self,
+        out: Path,
+        pids: Sequence[int],
+        exclude: Sequence[int],
+        topic: str | None,
+        prefix: str | None,
+        env: dict[str, str],
+        sample_s: float,
+    ) -> None:
+        self.out = out
+        self._read = 0
+        self._samples: list[analysis.Sample] = []
+        args = [
+            sys.executable,
+            "-m",
+            "benchmarks.flink.watcher",
+            "--out",
+            str(out),
+            "--interval-s",
+            str(sample_s),
+        ]
+        args += [a for p in pids for a in ("--pid", str(p))] + [
+            a for p in exclude for a in ("--exclude", str(p))
+        ]
+        if topic is not None:
+            args += ["--topic", topic, "--partitions", str(OUTPUT_PARTITIONS)]
+        if prefix is not None:
+            args += ["--bucket", BUCKET, "--prefix", prefix]
+        root = Path(__file__).resolve().parents[1]
+        self._proc = subprocess.Popen(args, cwd=root, env={**os.environ, **env})
+
+    def samples(self) -> list[analysis.Sample]:
+        """The samples so far (read on from where the last call stopped: the harness's polling
+        is in twophase's CPU tree, so it stays small)."""
+        if self.out.is_file():
+            with self.out.open() as f:
+                f.seek(self._read)
+                for line in f:
+                    if not line.endswith("\n"):  # a line being written: read it next time
+                        break
+                    self._samples.append(analysis.Sample(**json.loads(line)))
+                    self._read += len(line.encode())
+        return list(self._samples)
+
+    def wait_visible(
+        self, sinks: Sequence[str], rows: int, timeout_s: float, quiet_s: float = 3.0
+    ) -> list[analysis.Sample]:
+        """Poll the samples until ``rows`` are visible in every sink and the output has not
+        changed for ``quiet_s`` (the marker count may be one short per partition).
+
+        Raises:
+            TimeoutError: not within ``timeout_s``.
+            RuntimeError: the watcher ended.
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the watcher ended (exit {self._proc.returncode})")
+            samples = self.samples()
+            if samples and samples[-1].visible(sinks) >= rows and analysis.quiet(samples, quiet_s):
+                return samples
+            time.sleep(0.5)
+        raise TimeoutError(f"{rows:,} rows not visible in {', '.join(sinks)} within {timeout_s} s")
+
+    def stop(self) -> list[analysis.Sample]:
+        """End the watcher; every sample."""
+        self._proc.terminate()
+        self._proc.wait(60)
+        return self.samples()
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from ``/proc``)."""
+    return [child for child, (ppid, _) in process_table().items() if ppid == pid]
 
 
 # ------------------------------------------------------------------------------------ the run
 
 
-@dataclass
-class RoundResult:
-    """What one writer's run produced, beside its wall time.
+class Bench:
+    """One benchmark run: the services, the Spark session, the Flink build, the input topic."""
 
-    Attributes:
-        cadence_ms: twophase: the median micro-batch (epoch) time; Flink: the run's wall time per
-            completed checkpoint (the interval achieved).
+    def __init__(
+        self, opts: Options, spark: SparkSession, endpoints: FlightsEndpoints, flink: FlinkBuild
+    ) -> None:
+        from twophase.integration.jobs import flights_data
+        from twophase.integration.services.launcher import given_env
+
+        self.opts, self.spark, self.endpoints, self.flink = opts, spark, endpoints, flink
+        self.env = given_env(endpoints.kafka_bootstrap, endpoints.s3)
+        self.scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-flink-"))
+        self.run_id = uuid.uuid4().hex[:8]
+        self.topic = input_topic(spark, endpoints.kafka_bootstrap, opts.rows)
+        self.lo, self.hi = analysis.markers(opts.rows, opts.warm_up, opts.end)
+        self.data = flights_data.land()
+        self.dimensions = self._dimension_files()
+        self.interval_ms: dict[str, int] = {}
+        self.rates: dict[str, list[float]] = {}
+
+    def _dimension_files(self) -> tuple[Path, Path]:
+        """The airlines and airports tables as TSV for the Java job (the same rows Spark joins;
+        an empty field is a null).
+
+        Raises:
+            ValueError: a value holds a tab or a line break.
+        """
+        import pyarrow.parquet as pq
+
+        out = []
+        for path in (self.data.airlines_path, self.data.airports_path):
+            rows = pq.read_table(path).to_pylist()
+            lines = ["\t".join(rows[0])] + [
+                "\t".join("" if v is None else str(v) for v in r.values()) for r in rows
+            ]
+            if any(line.count("\t") != lines[0].count("\t") or "\n" in line for line in lines):
+                raise ValueError(f"{path.name}: a value holds a tab or a line break")
+            target = self.scratch / (path.stem + ".tsv")
+            target.write_text("\n".join(lines) + "\n")
+            out.append(target)
+        return out[0], out[1]
+
+    # -- one writer
+
+    def run(self, writer: str, r: int) -> Measured:
+        """Run ``writer`` for round ``r`` (0: the warm-up), measure, read back, clean up."""
+        engine, tag = WRITERS[writer]
+        sinks = SINK_SETS[tag]
+        name = f"{writer}_{self.run_id}_{r}"
+        topic = f"flights.{name}" if "kafka" in sinks else None
+        prefix = f"flights/{name}" if "s3" in sinks else None
+        if topic is not None:
+            create_topic(self.endpoints.kafka_bootstrap, topic, OUTPUT_PARTITIONS)
+        runner = self._twophase if engine == "twophase" else self._flink
+        measured = runner(writer, name, sinks, topic, prefix)
+        if engine == "twophase":  # Flink's first interval before any Flink writer has run
+            self.interval_ms.setdefault(
+                "default",
+                analysis.matched_interval_ms(self.opts.records_per_checkpoint, measured.window.rows_per_s),
+            )
+        samples = self.opts.out / "samples"
+        samples.mkdir(parents=True, exist_ok=True)
+        shutil.copy(self.scratch / f"{name}.jsonl", samples / f"{writer}_{r}.jsonl")  # to analyse again
+        if self.opts.verify:
+            measured.check = self.read_back(topic, prefix)
+        delete_output(self.endpoints, topic, prefix)
+        return measured
+
+    def _measure(
+        self,
+        writer: str,
+        sinks: Sequence[str],
+        samples: list[analysis.Sample],
+        since: float,
+        plan_s: float | None,
+        deploy_s: float | None,
+        engine: dict[str, Any],
+    ) -> Measured:
+        return Measured(
+            writer,
+            analysis.steady_window(samples, sinks, self.lo, self.hi),
+            plan_s,
+            deploy_s,
+            analysis.first_visible_s(samples, sinks, since),
+            analysis.end_of_input_to_visible_ms(samples, sinks, self.opts.rows),
+            engine,
+        )
+
+    def _twophase(
+        self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
+    ) -> Measured:
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from twophase.integration.jobs.flights import FlightsJobSpec, enrich, start_flights
+        from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
+
+        spec = FlightsJobSpec(
+            job_id=name,
+            work_dir=str(self.scratch / name),
+            bucket=BUCKET,
+            kafka_partitions=OUTPUT_PARTITIONS,
+            topic=topic or "",
+            s3_prefix=prefix or "",
+            sinks=tuple(sinks),
+        )
+        spec.save()
+        raw = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.endpoints.kafka_bootstrap)
+            .option("subscribe", self.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", self.opts.records_per_checkpoint)
+            .load()
+        )
+        schema = from_arrow_schema(FLIGHT_SCHEMA)
+        flights = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select("r.*")
+        jvm = self.spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        others = [p for p in children_of(os.getpid()) if p != jvm]
+        watcher = Watcher(
+            self.scratch / f"{name}.jsonl",
+            [os.getpid(), jvm],
+            others,
+            topic,
+            prefix,
+            self.env,
+            self.opts.sample_s,
+        )
+        try:
+            since = time.time()
+            started = time.perf_counter()
+            handle = start_flights(
+                self.spark,
+                spec,
+                self.endpoints,
+                enrich(self.spark, flights, spec),
+                {"processingTime": "0 seconds"},
+            )
+            deploy_s = round(time.perf_counter() - started, 3)
+            try:
+                watcher.wait_visible(sinks, self.opts.rows, self.opts.timeout_s)
+            finally:
+                query = handle.query
+                progress = list(query.recentProgress) if query is not None else []
+                handle.stop(timeout=120)
+            samples = watcher.stop()
+        finally:
+            watcher.stop()
+        first = progress[0].durationMs if progress else {}
+        engine = {
+            "epochs": common.epoch_summary(handle.metrics) if handle.metrics else {},
+            # the engine's own count beside the watcher's (the S3 commits of one checkpoint may
+            # straddle the watcher's samples)
+            "records_per_checkpoint_median": statistics.median(
+                [e.records for e in handle.metrics if e.records] or [0]
+            ),
+            "checkpoints": len(handle.checkpoint_metrics),
+            "first_batch_duration_ms": dict(first),
+        }
+        plan_s = round(first.get("queryPlanning", 0) / 1000, 3) if first else None
+        return self._measure(writer, sinks, samples, since, plan_s, deploy_s, engine)
+
+    def flink_request(
+        self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
+    ) -> dict[str, str]:
+        """The Java job's request (see ``FlightsFlink.java``); every Flink setting of the run."""
+        airlines, airports = self.dimensions
+        interval = self.interval_ms.get(writer) or self.interval_ms.get("default", 1000)
+        req = {
+            "airlines": str(airlines),
+            "airports": str(airports),
+            "bootstrap": self.endpoints.kafka_bootstrap,
+            "group": f"bench-{name}",
+            "input.topic": self.topic,
+            "sinks": ",".join(sinks),
+            "flink.pipeline.name": name,
+            "flink.parallelism.default": str(PARALLELISM),
+            "flink.execution.runtime-mode": "STREAMING",
+            "flink.execution.checkpointing.interval": f"{interval} ms",
+            "flink.execution.checkpointing.mode": "EXACTLY_ONCE",
+            "flink.execution.checkpointing.storage": "filesystem",
+            "flink.execution.checkpointing.dir": "file://" + str(self.scratch / name / "checkpoints"),
+            "flink.state.backend.type": "hashmap",
+            "flink.table.local-time-zone": "UTC",
+            "flink.restart-strategy.type": "none",
+            "flink.web.checkpoints.history": "100000",
+        }
+        if topic is not None:
+            req |= {
+                "output.topic": topic,
+                "txn.prefix": f"flink-{name}",
+                "kafka.sink.parallelism": str(PARALLELISM),
+                "kafka.properties.batch.size": FLINK_BATCH_SIZE,
+                **{f"kafka.properties.{k}": v for k, v in KAFKA_PRODUCER.items()},
+            }
+            if writer.endswith("_pooling"):
+                req["kafka.sink.transaction-naming-strategy"] = "POOLING"
+        if prefix is not None:
+            req |= {
+                "s3.path": f"s3://{BUCKET}/{prefix}",
+                "files.sink.parallelism": str(PARALLELISM),
+                "files.parquet.compression": "SNAPPY",
+            }
+        return req
+
+    def _flink(
+        self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
+    ) -> Measured:
+        req = self.flink_request(writer, name, sinks, topic, prefix)
+        job = FlinkJob(self.flink, req, self.scratch / name, self.env, heap=HEAP)
+        job.start()
+        watcher = Watcher(
+            self.scratch / f"{name}.jsonl", [job.pid], [], topic, prefix, self.env, self.opts.sample_s
+        )
+        try:
+            running = job.running_at()
+            watcher.wait_visible(sinks, self.opts.rows, self.opts.timeout_s)
+            checkpoints = job.checkpoints()
+            samples = watcher.stop()
+        finally:
+            watcher.stop()
+            job.cancel()
+        deploy_s = round(job.submit_s + (running - job.submitted_at), 3)
+        completed_at = checkpoints.pop("completed_at")
+        engine = {"checkpoint_interval_ms": req["flink.execution.checkpointing.interval"], **checkpoints}
+        measured = self._measure(writer, sinks, samples, job.go_at, job.plan_s, deploy_s, engine)
+        # the engine's own count beside the watcher's (S3 commits may straddle samples)
+        in_window = sum(1 for t in completed_at if measured.window.holds(t))
+        engine["checkpoints_in_window"] = in_window
+        engine["records_per_checkpoint_in_window"] = round(measured.window.rows / max(in_window, 1), 1)
+        # the next round of this writer commits about --records-per-checkpoint at its own rate
+        # (the median of its rounds so far: one round under a passing load moves it less)
+        self.rates.setdefault(writer, []).append(measured.window.rows_per_s)
+        self.interval_ms[writer] = analysis.matched_interval_ms(
+            self.opts.records_per_checkpoint, statistics.median(self.rates[writer])
+        )
+        return measured
+
+    # -- read-back
+
+    def read_back(self, topic: str | None, prefix: str | None) -> dict[str, Any]:
+        """Count and distinct ids of what each sink holds committed; what is left open."""
+        out: dict[str, Any] = {}
+        if topic is not None:
+            table, open_partitions = _read_ids(self.endpoints.kafka_bootstrap, topic)
+            out["kafka"] = {
+                "records": table[0],
+                "distinct_ids": table[1],
+                "left_open_partitions": open_partitions,
+            }
+        if prefix is not None:
+            import pyarrow.compute as pc
+            import pyarrow.dataset as ds
+
+            from twophase.integration.verify import s3_filesystem
+
+            data = ds.dataset(
+                f"{BUCKET}/{prefix}", filesystem=s3_filesystem(self.endpoints), format="parquet"
+            )
+            ids = data.to_table(columns=["flight_id"])["flight_id"]
+            uploads = self.endpoints.s3.boto3_client().list_multipart_uploads(
+                Bucket=BUCKET, Prefix=prefix + "/"
+            )
+            out["s3"] = {
+                "records": len(ids),
+                "distinct_ids": pc.count_distinct(ids).as_py(),
+                "files": len(data.files),
+                "left_open_uploads": len(uploads.get("Uploads", [])),
+            }
+        out["exactly_once"] = all(c["records"] == c["distinct_ids"] == self.opts.rows for c in out.values())
+        return out
+
+
+def _read_ids(bootstrap: str, topic: str, timeout_s: float = 600.0) -> tuple[tuple[int, int], int]:
+    """(records, distinct keys) committed in ``topic`` (a ``read_committed`` consumer from the
+    beginning to the last stable offsets), and the partitions whose LSO is below the HW.
+
+    Raises:
+        TimeoutError: the end is not reached within ``timeout_s``.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    writer: str
-    checkpoints: int
-    visibility_ms: float | None
-    inner_wall_s: float
-    cadence_ms: float
-    extra: dict[str, Any] = field(default_factory=dict)
-    checks: list[Check] = field(default_factory=list)
-    output: tuple[tuple[str, ...], str, str] = ((), "", "")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    spec = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(OUTPUT_PARTITIONS)}
+    ends = [
+        {tp.partition: f.result().offset for tp, f in admin.list_offsets(spec, isolation_level=level).items()}
+        for level in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED)
+    ]
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-flink-readback-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(OUTPUT_PARTITIONS)])
+    pending = {p for p, end in ends[1].items() if end > 0}
+    chunks: list[pa.Array] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{topic}: partitions {sorted(pending)} not read to their LSO in {timeout_s} s"
+                )
+            keys = []
+            for m in consumer.consume(10_000, 1.0):
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"{topic}: {m.error()}")
+                    if m.offset() >= ends[1][m.partition()]:
+                        pending.discard(m.partition())
+                    continue
+                keys.append(m.key())
+                if m.offset() + 1 >= ends[1][m.partition()]:
+                    pending.discard(m.partition())
+            chunks.append(pa.array(keys, pa.binary()))
+    finally:
+        consumer.close()
+    ids = pa.chunked_array(chunks, pa.binary())
+    return (len(ids), pc.count_distinct(ids).as_py()), sum(1 for p in ends[0] if ends[0][p] != ends[1][p])
 
 
-def run() -> dict[str, Any]:
-    """Run the comparison; see the module docstring."""
-    from support.kafka.support import create_topic
+def settings(opts: Options) -> dict[str, Any]:
+    """Every setting of both sides, for the report."""
+    return {
+        "input": {
+            "rows": opts.rows,
+            "topic_partitions": INPUT_PARTITIONS,
+            "format": "JSON values of FLIGHT_SCHEMA (Spark's to_json), key flight_id",
+            "order": "scheduled departure (month, day, hour, minute) of the copies together",
+            "source": "unbounded on both sides, from the earliest offset",
+        },
+        "steady_window": {"warm_up": opts.warm_up, "end": opts.end, "sample_s": opts.sample_s},
+        "parallelism": PARALLELISM,
+        "heap": HEAP,
+        "records_per_checkpoint": opts.records_per_checkpoint,
+        "twophase": {
+            "spark_master": f"local[{PARALLELISM},4]",
+            "source": f"Spark Kafka source, maxOffsetsPerTrigger {opts.records_per_checkpoint}",
+            "trigger": "processingTime 0 s: one checkpoint per micro-batch",
+            "lookups": "broadcast left joins (JVM)",
+            "sched_dep_at": "make_timestamp(year, month, day, hour, minute, 0, origin_tzone)",
+            "kafka": {
+                **KAFKA_PRODUCER,
+                "client": "librdkafka (confluent-kafka)",
+                "batch.size": "1000000 (default)",
+            },
+            "parquet": "pyarrow, snappy, one file per partition directory per task per checkpoint",
+        },
+        "flink": {
+            "version": FLINK_VERSION,
+            "kafka_connector": KAFKA_CONNECTOR_VERSION,
+            "runtime": "Java main, local MiniCluster (benchmarks/flink/java), jars from Maven Central",
+            "source": "Kafka SQL connector, json format, earliest-offset, unbounded",
+            "lookups": "Java scalar functions over the same dimension rows (EXPLAIN: no Python operator)",
+            "sched_dep_at": "Java scalar function: LocalDateTime.atZone(origin_tzone).toInstant()",
+            "checkpointing": "EXACTLY_ONCE, hashmap state, file:// storage",
+            "checkpoint_interval": (
+                "per writer: --records-per-checkpoint at the median rate of its rounds so far (round 0: "
+                "at the first twophase writer's rate); the one used is in each round's engine figures"
+            ),
+            "kafka": {
+                **KAFKA_PRODUCER,
+                "batch.size": FLINK_BATCH_SIZE,
+                "client": "Java kafka-clients (shaded)",
+            },
+            "kafka_pooling": "flink_kafka_pooling: sink.transaction-naming-strategy POOLING",
+            "parquet": "flink-parquet, SNAPPY, rolls per checkpoint, S3 plugin (flink-s3-fs-hadoop)",
+        },
+    }
 
-    from twophase.coordinator.job_lifecycle import JobState
-    from twophase.integration.jobs import flights_data
-    from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
-    from twophase.integration.jobs.flights_spec import FlightsJobSpec
+
+def run(opts: Options | None = None) -> dict[str, Any]:
+    """The whole comparison (the command line's defaults when ``opts`` is None, as
+    ``benchmarks.run`` calls it); see the module docstring."""
+    if opts is None:
+        opts = Options(
+            Path("build/bench-flink"),
+            10 * YEAR_ROWS,
+            5,
+            100_000,
+            0.2,
+            0.95,
+            0.1,
+            tuple(WRITERS),
+            True,
+            1800.0,
+        )
+    from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
     from twophase.integration.services import kafka_service, s3_service
-    from twophase.integration.services.launcher import given_env
     from twophase.integration.spark import build_spark_session
-    from twophase.integration.verify import expected_input
 
-    scale = float(os.environ.get("TWOPHASE_BENCH_SCALE", "1"))
-    days = input_days(scale)
-    per_trigger = files_per_trigger(days)
-    rounds = common.runs(ROUNDS)
-    env = common.machine()
-    run_id = uuid.uuid4().hex[:8]
-    scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-flink-"))
-    data = flights_data.land(days)
-    rows = data.rows
-    python = flink_venv()
-    home = flink_home(python)
-    results: list[RoundResult] = []
+    machine = common.machine()
+    flink = build()
+    per_round: dict[str, list[Measured]] = {w: [] for w in opts.writers}
     with kafka_service() as bootstrap, s3_service() as s3:
         endpoints = FlightsEndpoints(bootstrap, s3)
         s3.ensure_bucket(BUCKET)
@@ -494,234 +726,102 @@ def run() -> dict[str, Any]:
             s3=s3,
         )
         spark.sparkContext.setLogLevel("ERROR")
-        flink_logs = Path(os.environ.get("TWOPHASE_BENCH_FLINK_LOG_DIR") or scratch / "flink-log")
-        server = FlinkServer(python, home, given_env(bootstrap, s3), flink_logs)
-        expected = expected_input(
-            FlightsJobSpec(job_id="expected", work_dir=str(scratch / "expected"), days=days)
-        )
-        interval: dict[str, int] = {}
-
-        def job_name(system: str, sinks: str, r: int) -> str:
-            return f"{system}_{sinks}_{run_id}_{r}"  # the warm-up is round 0
-
-        def checked(result: RoundResult) -> RoundResult:
-            """Read the round's output back (untimed: called after the writer's clock stops)."""
-            sinks, topic, prefix = result.output
-            if "kafka" in sinks:
-                result.checks.append(check_kafka(endpoints, topic, expected))
-            if "s3" in sinks:
-                result.checks.append(check_s3(endpoints, BUCKET, prefix, expected))
-            if all(c.exactly_once and not c.left_open for c in result.checks):
-                clean_up(endpoints, topic, BUCKET, prefix)  # a failed round's output stays to look at
-            return result
-
-        def watched(topic: str, sinks: tuple[str, ...]) -> VisibilityWatcher | None:
-            create_topic(bootstrap, topic, TOPIC_PARTITIONS)
-            return VisibilityWatcher(bootstrap, topic, rows) if "kafka" in sinks else None
-
-        def twophase(tag: str, r: int) -> RoundResult:
-            sinks = SINK_SETS[tag]
-            job = job_name("twophase", tag, r)
-            spec = FlightsJobSpec(
-                job_id=job,
-                work_dir=str(scratch / job),
-                days=days,
-                files_per_trigger=per_trigger,
-                bucket=BUCKET,
-                kafka_partitions=TOPIC_PARTITIONS,
-                sinks=sinks,
-            )
-            watcher = watched(spec.topic, sinks)
-            outcome = run_flights(spark, spec, endpoints)
-            seen = watcher.stop() if watcher is not None else Visibility()
-            assert outcome.state is JobState.FINISHED, outcome.state
-            result = RoundResult(
-                f"twophase_{tag}",
-                len(outcome.checkpoints),
-                seen.final_commit_ms,
-                round(outcome.wall_s, 3),
-                round(statistics.median(e.epoch_ms for e in outcome.epochs), 1),
-                {
-                    "epochs": common.epoch_summary(outcome.epochs),
-                    "final_checkpoint_persist_ms": round(outcome.checkpoints[-1].persist_ms, 1),
-                    "final_checkpoint_commit_ms": round(outcome.checkpoints[-1].commit_ms, 1),
-                },
-            )
-            result.output = (sinks, spec.topic, spec.s3_prefix)
-            return result
-
-        def flink(tag: str, r: int) -> RoundResult:
-            sinks = SINK_SETS[tag]
-            job = job_name("flink", tag, r)
-            topic, prefix = f"flights.{job}", f"flights/{job}"
-            watcher = watched(topic, sinks)
-            reply = server.run(
-                {
-                    "job": job,
-                    "sinks": list(sinks),
-                    "flights_dir": str(data.flights_dir),
-                    "airlines": str(data.airlines_path),
-                    "airports": str(data.airports_path),
-                    "topic": topic,
-                    "bootstrap": bootstrap,
-                    "txn_prefix": f"flink-{job}",
-                    "s3_path": f"s3://{BUCKET}/{prefix}",
-                    "checkpoint_interval_ms": interval["ms"],
-                    "checkpoint_dir": str(scratch / job / "checkpoints"),
-                    "parallelism": PARALLELISM,
-                    "kafka": FLINK_KAFKA_PRODUCER,
-                    "parquet": PARQUET,
-                    "python": FLINK_PYTHON,
-                }
-            )
-            seen = watcher.stop() if watcher is not None else Visibility()
-            done = server.checkpoints(reply["job_id"])
-            achieved = round(reply["wall_s"] * 1000 / max(done, 1), 1)
-            result = RoundResult(
-                f"flink_{tag}",
-                done,
-                seen.final_commit_ms,
-                reply["wall_s"],
-                achieved,
-                {"plan_s": reply["plan_s"]},
-            )
-            result.output = (sinks, topic, prefix)
-            return result
-
-        def writer(system: Callable[[str, int], RoundResult], tag: str) -> Callable[[int], object]:
-            return lambda r: system(tag, r + 1)
-
-        def verified(result: RoundResult) -> RoundResult:
-            bad = [c for c in checked(result).checks if not c.exactly_once or c.left_open]
-            if bad:
-                raise AssertionError(f"{result.writer}: output not exactly once or left open: {bad}")
-            return result
-
-        def record(name: str, r: int, result: object) -> None:
-            assert isinstance(result, RoundResult)
-            results.append(verified(result))
-
         try:
-            # warm-up (round 0): Spark's JVM and Python workers, Flink's gateway JVM, Python
-            # workers and planner; the twophase run's cadence sets Flink's checkpoint interval
-            warm = verified(twophase("all", 0))
-            interval["ms"] = int(
-                os.environ.get("TWOPHASE_BENCH_FLINK_CHECKPOINT_MS") or matched_interval_ms(warm.cadence_ms)
-            )
-            log.warning("Flink checkpoint interval %d ms (twophase warm-up: %s)", interval["ms"], warm)
-            verified(flink("all", 0))
-            writers = {
-                f"{system}_{tag}": writer(fn, tag)
-                for tag in SINK_SETS
-                for system, fn in (("twophase", twophase), ("flink", flink))
-            }
-            times = common.side_by_side(writers, rounds, record)
+            bench = Bench(opts, spark, endpoints, flink)
+            names = list(opts.writers)
+            # round 0 warms every writer up (JIT, Spark's Python workers, Flink's classes) and
+            # measures each Flink writer's rate, which sets its interval: it is not reported
+            for r in range(opts.rounds + 1):
+                for w in names[r % len(names) :] + names[: r % len(names)]:
+                    measured = bench.run(w, r)
+                    log.warning("round %d %s: %s", r, w, measured.window.as_dict())
+                    if r > 0:
+                        per_round[w].append(measured)
         finally:
-            server.close()
             spark.stop()
-            shutil.rmtree(scratch, ignore_errors=True)
-    by_writer: dict[str, list[RoundResult]] = {}
-    for res in results:
-        by_writer.setdefault(res.writer, []).append(res)
+        shutil.rmtree(bench.scratch, ignore_errors=True)  # kept when a round failed: Flink's logs
+    rates = {w: [m.window.rows_per_s for m in ms] for w, ms in per_round.items()}
     return {
-        "rows": rows,
-        "days": days,
-        "rounds": rounds,
-        **env,
-        "at_end": load_average(),
-        "settings": settings(per_trigger, interval["ms"]),
-        "writers": {w: common.summary(t, rows) for w, t in times.items()},
-        "ratio_twophase_over_flink": sink_ratios(times),
-        "per_round": {
-            w: [
-                {
-                    "wall_s": round(t, 3),
-                    "inner_wall_s": res.inner_wall_s,
-                    "checkpoints": res.checkpoints,
-                    "cadence_ms": res.cadence_ms,
-                    **res.extra,
-                    "end_of_input_to_visible_ms": res.visibility_ms,
-                    "checks": [asdict(c) for c in res.checks],
-                }
-                for t, res in zip(times[w], by_writer[w], strict=True)
-            ]
-            for w in times
+        "machine": common.load_at_end(machine),
+        "settings": settings(opts),
+        "ratios": analysis.ratios(rates),
+        "medians": {
+            w: {
+                "rows_per_s": round(statistics.median(v), 1),
+                "cpu_s_per_million_rows": round(
+                    statistics.median(m.window.cpu_s_per_million_rows for m in per_round[w]), 2
+                ),
+            }
+            for w, v in rates.items()
+            if v
         },
-        "end_of_input_to_visible_ms_median": {
-            w: statistics.median(v)
-            if (v := [r.visibility_ms for r in by_writer[w] if r.visibility_ms is not None])
-            else None
-            for w in times
-        },
+        "per_round": {w: [m.as_dict() for m in ms] for w, ms in per_round.items()},
     }
 
 
-def settings(per_trigger: int, checkpoint_ms: int) -> dict[str, Any]:
-    """Every setting of both sides, for the report."""
-    return {
-        "parallelism": PARALLELISM,
-        "heap": HEAP,
-        "twophase": {
-            "spark_master": f"local[{PARALLELISM},4]",
-            "trigger": "availableNow",
-            "files_per_trigger": per_trigger,
-            "checkpoint": "one per micro-batch, then the final one",
-            "kafka": {
-                **KAFKA_PRODUCER,
-                "client": "librdkafka (confluent-kafka)",
-                "batch.size": "1000000 (default)",
-            },
-            "parquet": "pyarrow, snappy, row groups of 32 MiB Arrow bytes, rolls per checkpoint, 8 MiB parts",
-            "python_workers": f"{PARALLELISM} (Spark local[{PARALLELISM}], reused)",
-        },
-        "flink": {
-            "version": FLINK_VERSION,
-            "jars": "benchmarks/flink/pom-lib.xml and pom-s3-plugin.xml (Maven Central)",
-            "mode": "Table API/SQL, STREAMING, bounded file source",
-            "checkpoint_interval_ms": checkpoint_ms,
-            "checkpointing": "EXACTLY_ONCE, hashmap state, file:// storage, checkpoints after tasks finish",
-            "kafka": {
-                **FLINK_KAFKA_PRODUCER,
-                "client": "Java kafka-clients (shaded)",
-                "delivery": "exactly-once",
-            },
-            "parquet": {**PARQUET, "writer": "flink-parquet bulk format, rolls per checkpoint"},
-            "python_workers": f"{PARALLELISM} (one per slot, process mode) running the lookups",
-            "python": FLINK_PYTHON,
-        },
-        "delta": "no Delta sink for Flink 2.x: left out of both sides",
-    }
-
-
-def markdown(result: Mapping[str, Any]) -> str:
-    """The per-round table of a run's JSON (:func:`run`), for BENCHMARKS.md: per sink set the two
-    systems' wall time, rows/s, checkpoints, end of input to visible and the read-back, then the
-    ratio twophase ÷ Flink."""
-    rows = result["rows"]
-    lines = [
-        "| sinks | round | twophase s (rows/s) | Flink s (rows/s) | twophase ÷ Flink "
-        "| checkpoints 2PC / Flink | end of input → visible ms 2PC / Flink | read back |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    per_round = result["per_round"]
-    for tag in SINK_SETS:
-        ours, theirs = per_round.get(f"twophase_{tag}", []), per_round.get(f"flink_{tag}", [])
-        for r, (a, b) in enumerate(zip(ours, theirs, strict=False), start=1):
-            checks = [c for run_ in (a, b) for c in run_["checks"]]
-            ok = all(c["exactly_once"] and not c["left_open"] for c in checks)
-            verdict = "exactly once, nothing open" if ok else "FAILED"
-            lines.append(
-                f"| {tag} | {r} | {a['wall_s']:.1f} ({rows / a['wall_s']:,.0f}) | {b['wall_s']:.1f} "
-                f"({rows / b['wall_s']:,.0f}) | {b['wall_s'] / a['wall_s']:.2f} | {a['checkpoints']} / "
-                f"{b['checkpoints']} | {a['end_of_input_to_visible_ms'] or '–'} / "
-                f"{b['end_of_input_to_visible_ms'] or '–'} | {verdict} |"
-            )
-    return "\n".join(lines)
+@click.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Options.out, show_default=True)
+@click.option("--rounds", type=int, default=Options.rounds, show_default=True)
+@click.option(
+    "--rows", type=int, default=Options.rows, show_default=True, help="input records (10× the year)"
+)
+@click.option("--records-per-checkpoint", type=int, default=Options.records_per_checkpoint, show_default=True)
+@click.option(
+    "--warm-up",
+    type=float,
+    default=Options.warm_up,
+    show_default=True,
+    help="share of the input before the window",
+)
+@click.option(
+    "--end", type=float, default=Options.end, show_default=True, help="share of the input at the window's end"
+)
+@click.option(
+    "--sample-s",
+    type=float,
+    default=Options.sample_s,
+    show_default=True,
+    help="the watcher's sampling interval",
+)
+@click.option(
+    "--writers", default=",".join(Options.writers), show_default=True, help="comma-separated subset"
+)
+@click.option(
+    "--verify/--no-verify", default=Options.verify, show_default=True, help="read every writer's output back"
+)
+@click.option(
+    "--timeout-s", type=float, default=Options.timeout_s, show_default=True, help="per writer and round"
+)
+def main(
+    out: Path,
+    rounds: int,
+    rows: int,
+    records_per_checkpoint: int,
+    warm_up: float,
+    end: float,
+    sample_s: float,
+    writers: str,
+    verify: bool,
+    timeout_s: float,
+) -> None:
+    """Run the comparison and write result.json and result.md to OUT."""
+    chosen = tuple(w.strip() for w in writers.split(",") if w.strip())
+    unknown = [w for w in chosen if w not in WRITERS]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown writers {unknown}; choose among {', '.join(WRITERS)}", param_hint="--writers"
+        )
+    analysis.markers(rows, warm_up, end)  # a clear error before anything starts
+    opts = Options(
+        out, rows, rounds, records_per_checkpoint, warm_up, end, sample_s, chosen, verify, timeout_s
+    )
+    result = run(opts)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "result.md").write_text(analysis.markdown(result) + "\n")
+    click.echo(analysis.markdown(result))
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--markdown"]:  # render a saved run: --markdown run.json
-        print(markdown(json.loads(Path(sys.argv[2]).read_text())))
-        sys.exit(0)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    print(json.dumps(run(), indent=2))
+    main()

@@ -1,94 +1,193 @@
-"""The Flink comparison's pure parts: input sizing, cadence matching, log counting, ratios, and
-the Flink job's SQL text (no Flink, no services)."""
+"""The Flink comparison's pure parts (issue #44 item 1): the plan check that refuses Python
+operators, the steady-state window between row markers, end of input to visible from offsets, the
+matched checkpoint interval, the ratio table; and the Java job's columns against the twophase
+job's (no engine, no service)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from support.bench_modules import ROOT, load_benchmark
 
-bench = load_benchmark("bench_flink", ROOT / "benchmarks" / "bench_flink.py")
-job = load_benchmark("flights_flink", ROOT / "benchmarks" / "flink" / "flights_flink.py")
+analysis = load_benchmark("bench_flink_analysis", ROOT / "benchmarks" / "flink" / "analysis.py")
+Sample = analysis.Sample
+JAVA = ROOT / "benchmarks" / "flink" / "java" / "twophase" / "bench" / "FlightsFlink.java"
+
+JVM_PLAN = """== Optimized Execution Plan ==
+Sink(table=[default_catalog.default_database.kafka_out], fields=[flight_id, ...])
++- Calc(select=[flight_id, airline_of(carrier) AS airline, local_to_instant(year, ...) AS sched_dep_at])
+   +- TableSourceScan(table=[[default_catalog, default_database, flights_in]], fields=[flight_id, ...])
+"""
 
 
-def test_input_days_and_batches() -> None:
-    assert bench.input_days(1.0) == 365
-    assert bench.input_days(0.0192) == 7
-    assert bench.input_days(0.0) == 1
-    assert bench.input_days(5.0) == 365
-    assert bench.files_per_trigger(365) == 31  # the demo's year in 12 micro-batches
-    assert bench.files_per_trigger(7) == 1
-    assert bench.files_per_trigger(14) == 2
+def test_a_plan_all_in_the_jvm_passes() -> None:
+    analysis.check_plan(JVM_PLAN)
 
 
-def test_matched_interval_is_the_twophase_micro_batch_time() -> None:
-    assert bench.matched_interval_ms(2000.4) == 2000
-    assert bench.matched_interval_ms(35.0) == 200  # the floor
+@pytest.mark.parametrize("operator", ["PythonCalc", "PythonCorrelate", "PythonGroupAggregate"])
+def test_a_plan_with_a_python_operator_is_refused(operator: str) -> None:
+    plan = JVM_PLAN.replace("+- Calc(", f"+- {operator}(")
+    with pytest.raises(analysis.PythonOnFlinkPathError, match=operator):
+        analysis.check_plan(plan)
+
+
+def test_markers_are_shares_of_the_input() -> None:
+    assert analysis.markers(1000, 0.2, 0.95) == (200, 950)
+    for bad in ((0.5, 0.5), (-0.1, 0.5), (0.2, 1.5)):
+        with pytest.raises(ValueError):
+            analysis.markers(1000, *bad)
+
+
+def kafka_run() -> list[object]:
+    """A Kafka writer: 100 rows per checkpoint every second, 1.5 CPU-s per second, 3 partitions
+    (three commit markers per checkpoint in the HW; the watcher takes them off the LSO), the last
+    100 rows written at t=10.2 and committed at t=10.9."""
+    samples = []
+    for i in range(10):  # t = 0.0, 0.5, ..., 4.5 s: one commit per second
+        t = i * 0.5
+        committed = 100 * (i // 2)
+        samples.append(Sample(t, hw=committed + 3 * (i // 2), lso=committed, cpu_s=1.5 * t))
+    samples += [
+        Sample(10.0, hw=903, lso=900, cpu_s=15.0),
+        Sample(10.2, hw=1003, lso=900, cpu_s=15.3),  # the last records in the log, not committed
+        Sample(10.5, hw=1003, lso=900, cpu_s=15.6),
+        Sample(10.9, hw=1006, lso=1000, cpu_s=16.0),  # committed (markers taken off the LSO)
+    ]
+    return samples
+
+
+def test_steady_window_between_markers() -> None:
+    w = analysis.steady_window(kafka_run(), ["kafka"], 100, 400)
+    assert w.seconds == pytest.approx(3.0)  # first sample at 100 (t=1.0) to the first at 400 (t=4.0)
+    assert w.rows == 300
+    assert w.rows_per_s == pytest.approx(100.0)
+    assert w.checkpoints == 3  # three steps of the visible count
+    assert w.rows_per_checkpoint == pytest.approx(100.0)
+    assert w.cpu_s == pytest.approx(4.5)
+    assert w.cpu_s_per_million_rows == pytest.approx(15_000.0)
+    assert w.as_dict()["cpu_cores_busy"] == 1.5
+    assert w.started_at == 1.0
+    assert w.holds(2.5) and w.holds(4.0) and not w.holds(4.5)  # the engine's checkpoints in it
+
+
+def test_steady_window_s3_files_and_bytes() -> None:
+    samples = [
+        Sample(0.0, s3_rows=0, s3_files=0, s3_bytes=0),
+        Sample(1.0, s3_rows=500, s3_files=4, s3_bytes=4_000),
+        Sample(1.5, s3_rows=500, s3_files=4, s3_bytes=4_000),
+        Sample(2.0, s3_rows=1000, s3_files=8, s3_bytes=8_000),
+        Sample(2.5, s3_rows=1000, s3_files=8, s3_bytes=8_000),
+        Sample(3.0, s3_rows=1500, s3_files=12, s3_bytes=12_000),
+    ]
+    w = analysis.steady_window(samples, ["s3"], 500, 1500)
+    assert (w.rows, w.files, w.checkpoints) == (1000, 8, 2)
+    assert w.files_per_checkpoint == 4.0
+    assert w.bytes_per_file == 1000.0
+
+
+def test_a_checkpoint_committed_across_two_samples_counts_once() -> None:
+    samples = [
+        Sample(0.0, s3_rows=0),
+        Sample(1.0, s3_rows=100),
+        Sample(1.9, s3_rows=100),
+        Sample(2.0, s3_rows=150),  # the second checkpoint's first files...
+        Sample(2.1, s3_rows=200),  # ...and the rest
+        Sample(2.2, s3_rows=200),
+        Sample(2.3, s3_rows=210),  # a straggler within merge_s of the run
+        Sample(2.9, s3_rows=210),
+        Sample(3.0, s3_rows=300),
+    ]
+    w = analysis.steady_window(samples, ["s3"], 100, 300)
+    assert (w.rows, w.checkpoints) == (200, 2)
+
+
+def test_both_sinks_count_what_both_show() -> None:
+    s = Sample(1.0, hw=120, lso=100, s3_rows=80)
+    assert s.visible(["kafka", "s3"]) == 80
+    assert s.visible(["kafka"]) == 100
+
+
+def test_steady_window_refuses_unreached_or_coinciding_markers() -> None:
+    with pytest.raises(ValueError, match="never made"):
+        analysis.steady_window(kafka_run(), ["kafka"], 100, 5000)
+    with pytest.raises(ValueError, match="one sample"):
+        analysis.steady_window(kafka_run(), ["kafka"], 150, 190)
+
+
+def test_end_of_input_to_visible_from_offsets() -> None:
+    latency = analysis.end_of_input_to_visible_ms(kafka_run(), ["kafka"], 1000)
+    assert latency == {"kafka": pytest.approx(700.0)}  # in the log at 10.2, visible at 10.9
+    assert analysis.end_of_input_to_visible_ms(kafka_run(), ["s3"], 1000) == {"s3": None}
+    assert analysis.end_of_input_to_visible_ms(kafka_run(), ["kafka"], 5000) == {"kafka": None}
+
+
+def test_quiet_output() -> None:
+    run = kafka_run()
+    assert not analysis.quiet(run, 0.5)  # committed at 10.9: the HW moved within the last 0.5 s
+    settled = [*run, Sample(11.5, hw=1006, lso=1000), Sample(12.0, hw=1006, lso=1000)]
+    assert analysis.quiet(settled, 1.0)
+    assert not analysis.quiet(settled, 2.0)
+    assert not analysis.quiet(run[:2], 3.0)  # the samples span less than that
+
+
+def test_first_visible_since_submission() -> None:
+    assert analysis.first_visible_s(kafka_run(), ["kafka"], since=-2.0) == 3.0  # t=1.0
+    assert analysis.first_visible_s([Sample(1.0)], ["kafka"], since=0.0) is None
+
+
+def test_matched_interval_gives_the_records_per_checkpoint() -> None:
+    assert analysis.matched_interval_ms(100_000, 50_000.0) == 2000
+    assert analysis.matched_interval_ms(1_000, 50_000.0) == 100  # the floor
     with pytest.raises(ValueError):
-        bench.matched_interval_ms(0.0)
+        analysis.matched_interval_ms(100_000, 0.0)
 
 
-def test_completed_checkpoints_counts_only_that_job() -> None:
-    mine, other = "a" * 32, "b" * 32
-    text = "\n".join(
-        [
-            f"INFO CheckpointCoordinator [] - Completed checkpoint 1 for job {mine} (3242 bytes, ...).",
-            f"INFO CheckpointCoordinator [] - Triggering checkpoint 2 for job {mine}.",
-            f"INFO CheckpointCoordinator [] - Completed checkpoint 2 for job {mine} (3242 bytes, ...).",
-            f"INFO CheckpointCoordinator [] - Completed checkpoint 1 for job {other} (3242 bytes, ...).",
-        ]
+def test_ratio_table() -> None:
+    rates = {
+        "twophase_kafka": [200.0, 300.0],
+        "flink_kafka": [100.0, 300.0],
+        "flink_kafka_pooling": [200.0, 150.0],
+        "twophase_s3": [100.0],
+    }
+    ratios = analysis.ratios(rates)
+    assert set(ratios) == {"kafka", "kafka, Flink pooled ids"}  # S3's Flink side did not run
+    assert ratios["kafka"] == {"ratio": 1.25, "per_round_min": 1.0, "per_round_max": 2.0}
+    assert ratios["kafka, Flink pooled ids"]["ratio"] == pytest.approx(250 / 175, abs=1e-3)
+
+
+def test_markdown_of_a_run() -> None:
+    window = analysis.steady_window(kafka_run(), ["kafka"], 100, 400).as_dict()
+    result = {
+        "ratios": {"kafka": {"ratio": 1.25, "per_round_min": 1.0, "per_round_max": 2.0}},
+        "per_round": {
+            "twophase_kafka": [
+                {
+                    "window": window,
+                    "plan_s": 0.5,
+                    "deploy_s": 1.0,
+                    "first_visible_s": None,
+                    "end_of_input_to_visible_ms": {"kafka": 700.0},
+                }
+            ]
+        },
+    }
+    lines = analysis.markdown(result).splitlines()
+    assert lines[2] == "| kafka | 1.25 | 1.00–2.00 |"
+    assert lines[-1] == (
+        "| twophase_kafka | 1 | 100 | 15000.0 | 1.50 | 100 | 0.0 | 0 | 0.50 | 1.00 | – | kafka 700.0 |"
     )
-    assert bench.completed_checkpoints(text, mine) == 2
-    assert bench.completed_checkpoints(text, "c" * 32) == 0
 
 
-def test_sink_ratios_twophase_over_flink() -> None:
-    times = {"twophase_kafka": [2.0, 4.0], "flink_kafka": [4.0, 4.0], "twophase_s3": [1.0], "flink_s3": [3.0]}
-    ratios = bench.sink_ratios(times)
-    assert set(ratios) == {"kafka", "s3"}  # "all" did not run
-    assert ratios["kafka"]["ratio"] == pytest.approx(4.0 / 3.0, abs=1e-3)
-    assert ratios["s3"]["ratio"] == 3.0
-
-
-def test_visibility_latency() -> None:
-    assert bench.Visibility(10.0, 10.25).final_commit_ms == 250.0
-    assert bench.Visibility(10.0, None).final_commit_ms is None
-
-
-def test_flink_sql_text() -> None:
-    assert job.sql_string("Martha's Vineyard") == "'Martha''s Vineyard'"
-    assert job.with_options({"format": "parquet"}) == "WITH ('format' = 'parquet')"
-    assert job.columns_ddl((("flight_id", "STRING"), ("month", "INT"))) == "`flight_id` STRING, `month` INT"
-    select = job.enriched_select()
-    for name, _ in job.TYPED_COLUMNS:  # every column of the twophase job's record
-        assert name in select
-
-
-def test_flink_columns_match_the_twophase_job() -> None:
+def test_the_java_job_writes_the_twophase_jobs_columns() -> None:
     from twophase.integration.jobs.flights import TYPED_COLUMNS
     from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
 
-    assert tuple(n for n, _ in job.TYPED_COLUMNS) == TYPED_COLUMNS
-    assert tuple(n for n, _ in job.INPUT_COLUMNS) == tuple(FLIGHT_SCHEMA.names)
+    text = JAVA.read_text()
 
+    def columns(array: str) -> tuple[str, ...]:
+        body = text.split(f"static final String[][] {array} = {{", 1)[1].split("};", 1)[0]
+        return tuple(re.findall(r'\{"(\w+)", "[^"]+"\}', body))
 
-def test_markdown_table_of_a_saved_run() -> None:
-    check = {"sink": "kafka", "records": 10, "exactly_once": True, "left_open": 0}
-    run = {
-        "rows": 10,
-        "per_round": {
-            "twophase_kafka": [
-                {"wall_s": 2.0, "checkpoints": 3, "end_of_input_to_visible_ms": 300.0, "checks": [check]}
-            ],
-            "flink_kafka": [
-                {
-                    "wall_s": 4.0,
-                    "checkpoints": 2,
-                    "end_of_input_to_visible_ms": 900.0,
-                    "checks": [{**check, "left_open": 1}],
-                }
-            ],
-        },
-    }
-    table = bench.markdown(run).splitlines()
-    assert len(table) == 3  # header, rule, one row: the sink sets that did not run are left out
-    assert table[2] == "| kafka | 1 | 2.0 (5) | 4.0 (2) | 2.00 | 3 / 2 | 300.0 / 900.0 | FAILED |"
+    assert columns("OUTPUT") == TYPED_COLUMNS
+    assert columns("INPUT") == tuple(FLIGHT_SCHEMA.names)
