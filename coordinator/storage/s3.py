@@ -22,14 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from botocore.exceptions import BotoCoreError, ClientError
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
+from tenacity import RetryCallState
 
 from twophase.coordinator.metadata import METADATA_MEDIA_TYPE, CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
@@ -38,8 +31,12 @@ from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
+    metadata_key_of,
     plan_retention,
-    sort_refs,
+    scan_keys,
+    settle_conflicting_publish,
+    settle_refused_publish,
+    store_retrying,
 )
 from twophase.coordinator.storage.s3_errors import (
     NOT_FOUND_CODES,
@@ -147,14 +144,7 @@ class S3CheckpointStorage:
                 error=exc,
             )
 
-        retrying = Retrying(
-            retry=retry_if_exception(is_transient),
-            stop=stop_after_attempt(self._retry_attempts),
-            # exponential backoff plus jitter, in terms tenacity 8.2 and later all have
-            wait=wait_exponential(multiplier=0.1, max=self._retry_max_wait_s) + wait_random(0, 0.1),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+        retrying = store_retrying(self._retry_attempts, self._retry_max_wait_s, is_transient, before_sleep)
         try:
             return retrying(fn)
         except ClientError as e:
@@ -264,33 +254,9 @@ class S3CheckpointStorage:
                 if http_status(error) == 501
                 else ""
             )
-            if retried:  # an earlier attempt failed transiently and may have landed unanswered
-                raise CheckpointPublishUnknownError(
-                    f"S3 PutObject {uri} failed{hint} after an attempt that may have landed: "
-                    f"{explain(error, self.bucket, key)}"
-                ) from error
-            raise CheckpointNotPublishedError(
-                f"S3 PutObject {uri} failed{hint}: {explain(error, self.bucket, key)}"
-            ) from error
-        if not retried:
-            raise CheckpointNotPublishedError(f"checkpoint exists already: {uri}") from error
-        try:
-            ours = self._read(key) == data
-        except Exception as e:  # cannot tell ours from another writer's
-            raise CheckpointPublishUnknownError(
-                f"S3 PutObject {uri} answered 412 after a retry, and reading it back failed, so it may "
-                f"be our own: {e}"
-            ) from e
-        if not ours:
-            raise CheckpointNotPublishedError(
-                f"checkpoint exists already (another writer's): {uri}"
-            ) from error
-        log_event(
-            log,
-            logging.INFO,
-            "conditional PUT answered 412 after a retry; our own write had landed",
-            uri=uri,
-        )
+            reason = f"S3 PutObject{hint}: {explain(error, self.bucket, key)}"
+            settle_refused_publish(uri, reason, retried=retried, error=error)
+        settle_conflicting_publish(uri, data, lambda: self._read(key), retried=retried, error=error)
 
     def _set_final_marker(self, checkpoint_id: int, *, final: bool) -> None:
         marker = self.dir_key(checkpoint_id, CheckpointKind.FINAL) + layout.FINAL_MARKER_NAME
@@ -409,23 +375,8 @@ class S3CheckpointStorage:
 
     def _scan(self) -> tuple[list[CheckpointRef], list[tuple[int, CheckpointKind]]]:
         """Published refs, and (id, kind) of directories with objects but no ``_metadata``."""
-        seen: dict[tuple[int, CheckpointKind], set[str]] = {}
-        for key in self._list_keys(self.job_prefix):
-            parsed = _parse_rel_key(key[len(self.job_prefix) :])
-            if parsed is not None:
-                cid, is_savepoint, name = parsed
-                kind = CheckpointKind.SAVEPOINT if is_savepoint else CheckpointKind.CHECKPOINT
-                seen.setdefault((cid, kind), set()).add(name)
-        refs: list[CheckpointRef] = []
-        orphans: list[tuple[int, CheckpointKind]] = []
-        for (cid, kind), names in seen.items():
-            if layout.METADATA_NAME not in names:
-                orphans.append((cid, kind))
-                continue
-            if kind is CheckpointKind.CHECKPOINT and layout.FINAL_MARKER_NAME in names:
-                kind = CheckpointKind.FINAL
-            refs.append(CheckpointRef(cid, kind, self.uri(self.metadata_key(cid, kind))))
-        return sort_refs(refs), orphans
+        rel_keys = (key[len(self.job_prefix) :] for key in self._list_keys(self.job_prefix))
+        return scan_keys(rel_keys, lambda cid, kind: self.uri(self.metadata_key(cid, kind)))
 
     def list_checkpoints(self) -> list[CheckpointRef]:
         """All published checkpoints and savepoints of the job, ascending by numeric id.
@@ -458,9 +409,7 @@ class S3CheckpointStorage:
         parsed = urlparse(location)
         if parsed.scheme != "s3" or not parsed.netloc or not parsed.path.strip("/"):
             raise ConfigError(f"not an s3://bucket/key checkpoint location: {location}")
-        key = parsed.path.lstrip("/").rstrip("/")
-        if not key.endswith("/" + layout.METADATA_NAME) and key != layout.METADATA_NAME:
-            key = f"{key}/{layout.METADATA_NAME}"
+        key = metadata_key_of(parsed.path)
         uri = f"s3://{parsed.netloc}/{key}"
         return decode_metadata(self._read(key, bucket=parsed.netloc), uri)
 
@@ -602,18 +551,6 @@ def _retried_by_botocore(error: ClientError) -> bool:
     """Whether botocore itself retried before ``error`` (its own retry config): an earlier attempt
     may have landed."""
     return int(error.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
-
-
-def _parse_rel_key(rel: str) -> tuple[int, bool, str] | None:
-    """(id, is savepoint, object name) of a key relative to the job prefix, or None if foreign."""
-    parts = rel.split("/")
-    if len(parts) == 2:
-        cid = layout.parse_checkpoint_dir(parts[0])
-        return (cid, False, parts[1]) if cid is not None else None
-    if len(parts) == 3 and parts[0] == layout.SAVEPOINTS_DIR:
-        cid = layout.parse_savepoint_dir(parts[1])
-        return (cid, True, parts[2]) if cid is not None else None
-    return None
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -69,7 +69,15 @@ def test_services_present(compose: dict[str, Any]) -> None:
         "kafka-secured",
         "minio-secured-config",
         "minio-secured",
+        "azurite",
+        "gcs",
     }
+
+
+def test_emulator_images_match_native_pins(compose: dict[str, Any]) -> None:
+    assert compose["services"]["azurite"]["image"] == versions.AZURITE_IMAGE
+    assert compose["services"]["gcs"]["image"] == versions.FAKE_GCS_IMAGE
+    assert "--disableTelemetry" in compose["services"]["azurite"]["command"]
 
 
 def test_kafka_image_and_settings_match_native_broker(compose: dict[str, Any]) -> None:
