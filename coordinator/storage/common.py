@@ -10,7 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random,
+)
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
@@ -260,4 +267,9 @@ def settle_conflicting_publish(
         ) from e
     if not ours:
         raise CheckpointNotPublishedError(f"checkpoint exists already (another writer's): {uri}") from error
-    log_event(log, logging.INFO, "conditional publish answered 'exists' after a retry; our own write had landed", uri=uri)
+    log_event(
+        log,
+        logging.INFO,
+        "conditional publish answered 'exists' after a retry; our own write had landed",
+        uri=uri,
+    )

@@ -91,7 +91,9 @@ def services_prepare_command(as_json: bool) -> None:
     from twophase.integration.services.s3 import minio_binary
     from twophase.integration.spark import spark_jars
 
-    with progress("resolving jars, building MinIO and the emulators (cached after the first time) ...", as_json):
+    with progress(
+        "resolving jars, building MinIO and the emulators (cached after the first time) ...", as_json
+    ):
         kafka = kafka_libs()
         spark = spark_jars()
         minio = minio_binary()

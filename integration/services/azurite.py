@@ -30,7 +30,12 @@ from typing import Any
 
 from twophase.integration.services.cache import cache_dir, file_lock
 from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
-from twophase.integration.services.state import ServiceStatus, connect_timeout_s, recorded_alive, start_timeout_s
+from twophase.integration.services.state import (
+    ServiceStatus,
+    connect_timeout_s,
+    recorded_alive,
+    start_timeout_s,
+)
 from twophase.integration.services.versions import AZURITE_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
@@ -100,7 +105,9 @@ def endpoint_from_connection_string(text: str) -> AzureBlobEndpoint:
     parts = dict(p.split("=", 1) for p in text.split(";") if "=" in p)
     missing = [k for k in ("AccountName", "AccountKey", "BlobEndpoint") if not parts.get(k)]
     if missing:
-        raise ConfigError(f"{CONNECTION_STRING_ENV} lacks {', '.join(missing)}: give a full connection string")
+        raise ConfigError(
+            f"{CONNECTION_STRING_ENV} lacks {', '.join(missing)}: give a full connection string"
+        )
     return AzureBlobEndpoint(parts["BlobEndpoint"].rstrip("/"), parts["AccountName"], parts["AccountKey"])
 
 
@@ -130,9 +137,9 @@ def azurite_main() -> Path:
             raise ServiceUnavailableError("npm is not on PATH; it is needed once to install Azurite")
         prefix.mkdir(parents=True, exist_ok=True)
         log_event(log, logging.INFO, "installing azurite", version=AZURITE_VERSION, prefix=prefix)
+        package = f"azurite@{AZURITE_VERSION}"
         proc = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--omit=dev", "--prefix", str(prefix)]
-            + [f"azurite@{AZURITE_VERSION}"],
+            [npm, "install", "--no-audit", "--no-fund", "--omit=dev", "--prefix", str(prefix), package],
             capture_output=True,
             text=True,
             check=False,
@@ -143,7 +150,9 @@ def azurite_main() -> Path:
     return main
 
 
-def start_azurite(data_dir: Path, port: int, endpoint: AzureBlobEndpoint, detach: bool = False) -> ManagedProcess:
+def start_azurite(
+    data_dir: Path, port: int, endpoint: AzureBlobEndpoint, detach: bool = False
+) -> ManagedProcess:
     """Start Azurite's blob service for ``endpoint``'s account on 127.0.0.1:``port``, data in
     ``data_dir``. Call :func:`wait_azurite_ready` afterwards.
 
@@ -315,7 +324,9 @@ def azure_status(timeout_s: float, recorded: dict[str, Any] | None) -> ServiceSt
     return _row("services up", _endpoint_of(entry), int(entry["pid"]), timeout_s, str(entry["data_dir"]))
 
 
-def _row(origin: str, endpoint: AzureBlobEndpoint, pid: int | None, timeout_s: float, detail: str) -> ServiceStatus:
+def _row(
+    origin: str, endpoint: AzureBlobEndpoint, pid: int | None, timeout_s: float, detail: str
+) -> ServiceStatus:
     try:
         wait_azurite_ready(endpoint, timeout_s)
     except (ServiceUnavailableError, ConfigError) as e:

@@ -1,7 +1,8 @@
 """Where heavy, rebuildable things live: outside the repository, shared by every clone.
 
 ``$TWOPHASE_CACHE`` (default ``~/.cache/twophase``) holds Kafka's jars, the Spark jars, the MinIO and
-fake-gcs-server binaries, Azurite's npm package and, under ``run/``, the state of services started by ``twophase services up``.
+fake-gcs-server binaries, Azurite's npm package and, under ``run/``, the state of services started
+by ``twophase services up``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,12 @@ from typing import Any
 
 from twophase.integration.services.cache import go_install
 from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
-from twophase.integration.services.state import ServiceStatus, connect_timeout_s, recorded_alive, start_timeout_s
+from twophase.integration.services.state import (
+    ServiceStatus,
+    connect_timeout_s,
+    recorded_alive,
+    start_timeout_s,
+)
 from twophase.integration.services.versions import FAKE_GCS_MODULE, FAKE_GCS_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
@@ -124,7 +129,7 @@ def check_gcs(endpoint: GcsEndpoint, timeout_s: float) -> str | None:
     """One JSON-API ``buckets.list`` call; None when it answers 200, else why not."""
     request = f"{endpoint.url}/storage/v1/b?project={PROJECT}"
     try:
-        with urllib.request.urlopen(request, timeout=min(timeout_s, 5.0)) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=min(timeout_s, 5.0)) as response:
             json.load(response)
     except urllib.error.HTTPError as e:
         return f"HTTP {e.code}"
@@ -149,7 +154,9 @@ def wait_gcs_ready(endpoint: GcsEndpoint, timeout_s: float, process: ManagedProc
 
     reason = wait_ready(attempt, timeout_s, 0.3)
     if reason is not None:
-        raise ServiceUnavailableError(f"GCS at {endpoint.url} is not reachable within {timeout_s:g} s ({reason})")
+        raise ServiceUnavailableError(
+            f"GCS at {endpoint.url} is not reachable within {timeout_s:g} s ({reason})"
+        )
     log_event(log, logging.INFO, "gcs ready", endpoint=endpoint.url)
 
 
@@ -230,7 +237,9 @@ def gcs_status(timeout_s: float, recorded: dict[str, Any] | None) -> ServiceStat
     entry = recorded_alive("gcs")
     if entry is None:
         return ServiceStatus("gcs", "not running", "", None, False, "recorded fake-gcs-server is gone")
-    return _row("services up", GcsEndpoint(str(entry["url"])), int(entry["pid"]), timeout_s, str(entry["data_dir"]))
+    return _row(
+        "services up", GcsEndpoint(str(entry["url"])), int(entry["pid"]), timeout_s, str(entry["data_dir"])
+    )
 
 
 def _row(origin: str, endpoint: GcsEndpoint, pid: int | None, timeout_s: float, detail: str) -> ServiceStatus:
