@@ -155,15 +155,15 @@ def classify(error: BaseException) -> StoreError | None:
             return StoreRefused(
                 f"no Azure credential could be obtained ({type(error).__name__}): set {CREDENTIAL_SETTINGS}"
             )
-        return _denied(f"HTTP {status} {error.error_code or ''}".strip())
+        return _denied(f"HTTP {status} {_code(error)}".strip())
     if isinstance(error, ServiceRequestError | ServiceResponseError):
         return TransientStoreError(f"no answer from Azure ({type(error).__name__})")
     if isinstance(error, HttpResponseError):
         status = error.status_code or 0
-        text = f"HTTP {status} {error.error_code or ''}".strip()
+        text = f"HTTP {status} {_code(error)}".strip()
         if isinstance(error, ResourceNotFoundError) or status == 404:
             return ObjectMissing(text)
-        if str(error.error_code or "") in _EXISTS_CODES or status == 412:
+        if _code(error) in _EXISTS_CODES or status == 412:
             return ObjectExists(text)
         if status in _TRANSIENT_STATUS:
             return TransientStoreError(text)
@@ -171,6 +171,13 @@ def classify(error: BaseException) -> StoreError | None:
             return _denied(text)
         return StoreRefused(text)
     return None
+
+
+def _code(error: BaseException) -> str:
+    """The ``x-ms-error-code`` the SDK read from the answer (``""`` if none); the SDK gives a string
+    or a ``StorageErrorCode`` member."""
+    code = getattr(error, "error_code", None)
+    return str(getattr(code, "value", code) or "")
 
 
 def _denied(answer: str) -> StoreRefused:

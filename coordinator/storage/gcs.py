@@ -88,7 +88,10 @@ def classify(error: BaseException) -> StoreError | None:
     import requests
     from google.api_core import exceptions as api
     from google.auth import exceptions as auth
-    from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
+    from google.cloud.storage.exceptions import (  # type: ignore[import-untyped]
+        DataCorruption,
+        InvalidResponse,
+    )
 
     if isinstance(error, auth.DefaultCredentialsError | auth.RefreshError):
         return StoreRefused(
@@ -219,7 +222,7 @@ def open_bucket(bucket: str, options: GcsStorageOptions) -> GcsStore:
     """
     try:
         from google.auth import exceptions as auth
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[import-untyped]
     except ImportError:
         raise ConfigError(
             "GCS checkpoint storage needs google-cloud-storage: pip install 'twophase[gcs]'"

@@ -58,7 +58,7 @@ class GcsEndpoint:
     def client(self) -> Any:
         """A ``google.cloud.storage.Client`` on this emulator (anonymous credentials)."""
         from google.auth.credentials import AnonymousCredentials
-        from google.cloud import storage
+        from google.cloud import storage  # type: ignore[import-untyped]
 
         return storage.Client(
             project=PROJECT,

@@ -73,7 +73,7 @@ class Store:
 
     root: str  # e.g. "abfss://c@twophase.dfs.core.windows.net" or "gs://bucket"
     open: Callable[[str], ObjectCheckpointStorage]  # job id -> storage at root/PREFIX
-    keys: Callable[[], list[str]]
+    listing: Callable[[], list[str]]
     put_raw: Callable[[str, bytes], None]
     get_raw: Callable[[str], bytes]
 
@@ -155,7 +155,7 @@ def test_publish_list_load_round_trip(
     expected = [f"{PREFIX}/job-1/{rel}/_metadata"]
     if kind is FIN:
         expected.insert(0, f"{PREFIX}/job-1/chk-4/_final")
-    assert store.keys() == expected
+    assert store.listing() == expected
     assert store.get_raw(expected[-1]) == meta.dumps()  # read back by the service's own SDK
 
 
@@ -180,11 +180,11 @@ def test_the_committed_marker_goes_with_its_checkpoint(
     assert not storage.is_committed(ref.location)
     storage.mark_committed(ref.location)
     assert storage.is_committed(ref.location)
-    assert f"{PREFIX}/job-1/chk-4/_committed" in store.keys()
+    assert f"{PREFIX}/job-1/chk-4/_committed" in store.listing()
     assert storage.list_checkpoints() == [ref]
     storage.delete(ref)
     storage.delete(ref)  # idempotent
-    assert store.keys() == []
+    assert store.listing() == []
 
 
 def test_publishing_an_existing_id_raises_and_keeps_the_first(
@@ -211,29 +211,34 @@ def test_the_conditional_create_refuses_even_when_the_precheck_is_raced(
     assert storage.latest() == first
 
 
+def _race(drivers: list[ObjectCheckpointStorage], candidates: list[CheckpointMetadata]) -> list[str]:
+    """Both drivers publish at once (a barrier); each one's exit."""
+    start = threading.Barrier(2)
+    outcomes = ["", ""]
+
+    def publish(i: int) -> None:
+        start.wait()
+        try:
+            drivers[i].publish(candidates[i])
+            outcomes[i] = "published"
+        except CheckpointNotPublishedError:
+            outcomes[i] = "not published"
+
+    threads = [threading.Thread(target=publish, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return outcomes
+
+
 def test_two_drivers_publishing_one_id_at_once_exactly_one_wins(store: Store) -> None:
-    for round_ in range(1, 6):
-        drivers = [store.open("job-1"), store.open("job-1")]
-        candidates = [metadata(round_, partitions=1), metadata(round_, partitions=3)]
-        start = threading.Barrier(2)
-        outcomes: list[str] = ["", ""]
-
-        def publish(i: int) -> None:
-            start.wait()
-            try:
-                drivers[i].publish(candidates[i])
-                outcomes[i] = "published"
-            except CheckpointNotPublishedError:
-                outcomes[i] = "not published"
-
-        threads = [threading.Thread(target=publish, args=(i,)) for i in (0, 1)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+    for cid in range(1, 6):
+        candidates = [metadata(cid, partitions=1), metadata(cid, partitions=3)]
+        outcomes = _race([store.open("job-1"), store.open("job-1")], candidates)
         assert sorted(outcomes) == ["not published", "published"], outcomes
         winner = candidates[outcomes.index("published")]
-        assert store.get_raw(f"{PREFIX}/job-1/chk-{round_}/_metadata") == winner.dumps()
+        assert store.get_raw(f"{PREFIX}/job-1/chk-{cid}/_metadata") == winner.dumps()
         assert store.open("job-1").latest() == winner
 
 
@@ -295,7 +300,7 @@ def test_retention_keeps_the_newest_and_never_deletes_savepoints(
     assert [r.checkpoint_id for r in deleted] == [1, 2, 3, 4, 5]
     assert ids(storage) == [(6, SP), (7, CK), (8, FIN)]
     job = f"{PREFIX}/job-1"
-    assert store.keys() == [
+    assert store.listing() == [
         f"{job}/chk-7/_metadata",
         f"{job}/chk-8/_final",
         f"{job}/chk-8/_metadata",
@@ -313,7 +318,7 @@ def test_a_crashed_final_publish_is_invisible_and_cleaned(
     assert ids(storage) == [(1, CK)]
     storage.publish(metadata(3))
     assert storage.apply_retention(5) == []
-    assert store.keys() == [f"{PREFIX}/job-1/chk-1/_metadata", f"{PREFIX}/job-1/chk-3/_metadata"]
+    assert store.listing() == [f"{PREFIX}/job-1/chk-1/_metadata", f"{PREFIX}/job-1/chk-3/_metadata"]
 
 
 def test_driver_epochs_are_claimed_once_each_and_the_newest_fences_the_older(store: Store) -> None:
@@ -327,7 +332,7 @@ def test_driver_epochs_are_claimed_once_each_and_the_newest_fences_the_older(sto
         old.check("publishing checkpoint 3")
     new.check("publishing checkpoint 3")
     store.open("job-1").prune_driver_epochs(2)
-    assert store.keys() == [f"{PREFIX}/job-1/_drivers/driver-2"]
+    assert store.listing() == [f"{PREFIX}/job-1/_drivers/driver-2"]
     assert store.open("job-1").list_checkpoints() == []
 
 
