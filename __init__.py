@@ -43,15 +43,19 @@ _EXPORTS: dict[str, str] = {
     "IcebergSink": "twophase.connectors.iceberg",
     "IcebergSinkConfig": "twophase.connectors.iceberg",
     "S3Options": "twophase.sinks.s3_options",
+    "AzureStorageOptions": "twophase.coordinator.storage.azure_blob",
+    "GcsStorageOptions": "twophase.coordinator.storage.gcs",
 }
 
 __all__ = [
+    "AzureStorageOptions",
     "CheckpointConfig",
     "CleanupMode",
     "CommitPolicy",
     "DeltaSink",
     "DeltaSinkConfig",
     "FileFormat",
+    "GcsStorageOptions",
     "IcebergSink",
     "IcebergSinkConfig",
     "Job",
@@ -85,6 +89,8 @@ if TYPE_CHECKING:
     from twophase.coordinator.spark.handle import JobHandle
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.spark.results import JobResult
+    from twophase.coordinator.storage.azure_blob import AzureStorageOptions
+    from twophase.coordinator.storage.gcs import GcsStorageOptions
     from twophase.sinks.s3_options import S3Options
 
 
