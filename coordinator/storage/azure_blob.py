@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from twophase.coordinator.storage.object_store import (
+    DeletesOneByOne,
     ObjectExists,
     ObjectMissing,
     ObjectStore,
@@ -187,7 +188,7 @@ def _denied(answer: str) -> StoreRefused:
     )
 
 
-class AzureBlobStore:
+class AzureBlobStore(DeletesOneByOne):
     """One container of an Azure storage account, through ``azure.storage.blob.ContainerClient``.
 
     Args:
@@ -195,6 +196,8 @@ class AzureBlobStore:
         client: the container's client (SDK retries off: ``retry_total=0``).
         options: how ``client`` was built, to open sibling containers for :meth:`at`.
     """
+
+    service = "Azure"
 
     def __init__(
         self, location: AzureLocation, client: ContainerClient, options: AzureStorageOptions

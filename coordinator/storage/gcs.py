@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from twophase.coordinator.storage.object_store import (
+    DeletesOneByOne,
     ObjectExists,
     ObjectMissing,
     ObjectStore,
@@ -122,7 +123,7 @@ def classify(error: BaseException) -> StoreError | None:
     return None
 
 
-class GcsStore:
+class GcsStore(DeletesOneByOne):
     """One bucket, through ``google.cloud.storage`` (every call with ``retry=None``).
 
     Args:
@@ -130,6 +131,8 @@ class GcsStore:
         bucket: the bucket's name.
         timeout_s: timeout of every request, seconds.
     """
+
+    service = "GCS"
 
     def __init__(self, client: Any, bucket: str, timeout_s: float = 30.0) -> None:
         self._client = client

@@ -54,7 +54,14 @@ T = TypeVar("T")
 
 
 class StoreError(Exception):
-    """An object-store answer an adapter has read; the message is one line without secrets."""
+    """An object-store answer an adapter has read; the message is one line without secrets.
+
+    Attributes:
+        earlier_attempt: the SDK itself had retried before this answer (S3's botocore), so an
+            earlier attempt may have landed.
+    """
+
+    earlier_attempt: bool = False
 
 
 class ObjectMissing(StoreError):
@@ -80,6 +87,9 @@ class ObjectStore(Protocol):
     Every method raises a :class:`StoreError` for an answer it could read, and lets anything else
     through unchanged. Keys are ``/``-separated object names.
     """
+
+    service: str
+    """The service's name for logs and messages: ``"S3"``, ``"Azure"``, ``"GCS"``."""
 
     def uri(self, key: str) -> str:
         """The location of ``key``, in the URL form the user gave (``abfss://…``, ``gs://…``)."""
@@ -115,8 +125,25 @@ class ObjectStore(Protocol):
         ...
 
     def delete(self, key: str) -> None:
-        """Delete ``key``; ObjectMissing if there is none."""
+        """Delete ``key``; ObjectMissing if there is none (S3: success)."""
         ...
+
+    def delete_keys(self, keys: list[str]) -> None:
+        """Delete every key of ``keys`` (batched where the service can); missing ones are no error."""
+        ...
+
+
+class DeletesOneByOne:
+    """``delete_keys`` for a store without batch deletes: one ``delete`` per key."""
+
+    def delete(self, key: str) -> None:  # pragma: no cover - the store's own
+        raise NotImplementedError
+
+    def delete_keys(self, keys: list[str]) -> None:
+        """Delete each key; missing ones are no error."""
+        for key in keys:
+            with contextlib.suppress(ObjectMissing):
+                self.delete(key)
 
 
 class ObjectCheckpointStorage:
@@ -182,7 +209,7 @@ class ObjectCheckpointStorage:
             log_event(
                 log,
                 logging.WARNING,
-                "retrying object store call",
+                f"retrying {(store or self.store).service} call",
                 job=self.job_id,
                 op=op,
                 uri=where,
@@ -202,6 +229,10 @@ class ObjectCheckpointStorage:
             raise CheckpointStorageError(
                 f"{op} {where} failed after {self._retry_attempts} attempts: {e}"
             ) from e
+        except StoreError:
+            raise
+        except Exception as e:  # an answer the adapter could not read
+            raise CheckpointStorageError(f"{op} {where} failed: {type(e).__name__}: {e}") from e
 
     def _fail(
         self, what: str, key: str, error: StoreError, store: ObjectStore | None = None
@@ -262,9 +293,10 @@ class ObjectCheckpointStorage:
         try:
             self._call("create", key, create)
         except ObjectExists as e:
-            settle_conflicting_publish(uri, data, lambda: self._read(key), retried=attempts > 1, error=e)
+            retried = attempts > 1 or e.earlier_attempt
+            settle_conflicting_publish(uri, data, lambda: self._read(key), retried=retried, error=e)
         except (StoreRefused, ObjectMissing) as e:
-            settle_refused_publish(uri, str(e), retried=attempts > 1, error=e)
+            settle_refused_publish(uri, str(e), retried=attempts > 1 or e.earlier_attempt, error=e)
         except Exception as e:  # transient to the last attempt, or an answer nobody could read
             raise CheckpointPublishUnknownError(
                 f"create of {uri}: no attempt got a definitive answer; the checkpoint may have landed: {e}"
@@ -469,12 +501,17 @@ class ObjectCheckpointStorage:
 
     def _delete_dir(self, checkpoint_id: int, kind: CheckpointKind) -> None:
         meta = self.metadata_key(checkpoint_id, kind)
-        keys = [meta] + [k for k in self._list_keys(self.dir_key(checkpoint_id, kind)) if k != meta]
-        for key in keys:
+        try:  # _metadata first: an interrupted delete leaves an invisible leftover
+            self._delete_quietly(meta)
+        except StoreError as e:
+            raise self._fail("cannot delete", meta, e) from e
+        prefix = self.dir_key(checkpoint_id, kind)
+        rest = [k for k in self._list_keys(prefix) if k != meta]
+        if rest:
             try:
-                self._delete_quietly(key)
+                self._call("delete", prefix, lambda: self.store.delete_keys(rest))
             except StoreError as e:
-                raise self._fail("cannot delete", key, e) from e
+                raise self._fail("cannot delete under", prefix, e) from e
 
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.
