@@ -22,9 +22,9 @@ errors and responses that never came are transient; any other status is refused.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from twophase.coordinator.storage.object_store import (
@@ -35,12 +35,14 @@ from twophase.coordinator.storage.object_store import (
     StoreError,
     StoreRefused,
     TransientStoreError,
+    call_classified,
 )
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
+T = TypeVar("T")
 #: URL schemes of Azure locations; the unencrypted ``wasb``/``abfs`` are refused
 SCHEMES = ("abfss", "wasbs")
 ROLE = "Storage Blob Data Contributor"
@@ -229,14 +231,8 @@ class AzureBlobStore(DeletesOneByOne):
             return self, parsed.path
         return open_container(parsed, self._options), parsed.path
 
-    def _call(self, fn: Any) -> Any:
-        try:
-            return fn()
-        except Exception as e:
-            mapped = classify(e)
-            if mapped is None:
-                raise
-            raise mapped from e
+    def _call(self, fn: Callable[[], T]) -> T:
+        return call_classified(fn, classify)
 
     def create(self, key: str, data: bytes, content_type: str | None) -> None:
         """``Put Blob`` with ``If-None-Match: *`` (one request)."""

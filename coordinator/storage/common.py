@@ -273,3 +273,17 @@ def settle_conflicting_publish(
         "conditional publish answered 'exists' after a retry; our own write had landed",
         uri=uri,
     )
+
+
+def log_published(job_id: str, ref: CheckpointRef, size: int) -> None:
+    """Log a published checkpoint (INFO, structured: job, id, kind, location, bytes)."""
+    log_event(
+        log,
+        logging.INFO,
+        "checkpoint published",
+        job=job_id,
+        checkpoint=ref.checkpoint_id,
+        kind=ref.kind.value,
+        location=ref.location,
+        bytes=size,
+    )

@@ -19,9 +19,9 @@ transient; any other status is refused.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 from twophase.coordinator.storage.object_store import (
@@ -32,9 +32,11 @@ from twophase.coordinator.storage.object_store import (
     StoreError,
     StoreRefused,
     TransientStoreError,
+    call_classified,
 )
 from twophase.sinks.errors import ConfigError
 
+T = TypeVar("T")
 ROLE = "roles/storage.objectUser"
 CREDENTIAL_SETTINGS = (
     "GOOGLE_APPLICATION_CREDENTIALS or the Application Default Credentials "
@@ -160,14 +162,8 @@ class GcsStore(DeletesOneByOne):
             return self, path
         return GcsStore(self._client, bucket, self._timeout), path
 
-    def _call(self, fn: Any) -> Any:
-        try:
-            return fn()
-        except Exception as e:
-            mapped = classify(e)
-            if mapped is None:
-                raise
-            raise mapped from e
+    def _call(self, fn: Callable[[], T]) -> T:
+        return call_classified(fn, classify)
 
     def create(self, key: str, data: bytes, content_type: str | None) -> None:
         """Upload with ``ifGenerationMatch=0`` (one request for checkpoint-sized data)."""

@@ -34,6 +34,7 @@ from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
+    log_published,
     plan_retention,
     sort_refs,
 )
@@ -139,16 +140,7 @@ class LocalCheckpointStorage:
                 f"or may not survive a crash: {e}"
             ) from e
         ref = CheckpointRef(cid, kind, str(target))
-        log_event(
-            log,
-            logging.INFO,
-            "checkpoint published",
-            job=self.job_id,
-            checkpoint=cid,
-            kind=kind.value,
-            location=target,
-            bytes=len(data),
-        )
+        log_published(self.job_id, ref, len(data))
         return ref
 
     def _ensure_dir(self, path: Path) -> list[Path]:

@@ -32,6 +32,7 @@ from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
+    log_published,
     metadata_key_of,
     plan_retention,
     scan_keys,
@@ -131,6 +132,18 @@ class ObjectStore(Protocol):
     def delete_keys(self, keys: list[str]) -> None:
         """Delete every key of ``keys`` (batched where the service can); missing ones are no error."""
         ...
+
+
+def call_classified(fn: Callable[[], T], classify: Callable[[BaseException], StoreError | None]) -> T:
+    """``fn()``, with an error it raises replaced by the :class:`StoreError` ``classify`` reads it
+    as; an error ``classify`` cannot read (None) propagates unchanged."""
+    try:
+        return fn()
+    except Exception as e:
+        mapped = classify(e)
+        if mapped is None:
+            raise
+        raise mapped from e
 
 
 class DeletesOneByOne:
@@ -302,16 +315,7 @@ class ObjectCheckpointStorage:
                 f"create of {uri}: no attempt got a definitive answer; the checkpoint may have landed: {e}"
             ) from e
         ref = CheckpointRef(cid, kind, uri)
-        log_event(
-            log,
-            logging.INFO,
-            "checkpoint published",
-            job=self.job_id,
-            checkpoint=cid,
-            kind=kind.value,
-            location=uri,
-            bytes=len(data),
-        )
+        log_published(self.job_id, ref, len(data))
         return ref
 
     def _set_final_marker(self, checkpoint_id: int, *, final: bool) -> None:

@@ -22,18 +22,14 @@ import os
 import secrets
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from twophase.integration.services.cache import cache_dir, file_lock
-from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
+from twophase.integration.services.native_service import NativeService, wait_started
+from twophase.integration.services.process import HOST, ManagedProcess, free_port
 from twophase.integration.services.state import (
-    ServiceStatus,
-    connect_timeout_s,
-    recorded_alive,
     start_timeout_s,
 )
 from twophase.integration.services.versions import AZURITE_VERSION
@@ -214,18 +210,7 @@ def wait_azurite_ready(
         ServiceUnavailableError: not ready within ``timeout_s`` seconds, or the process exited.
     """
 
-    def attempt() -> str | None:
-        if process is not None and not process.running():
-            raise ServiceUnavailableError(
-                f"Azurite on {endpoint.blob_url} exited during start-up: {process.log_tail(3)}"
-            )
-        return check_azure(endpoint, timeout_s)
-
-    reason = wait_ready(attempt, timeout_s, 0.3)
-    if reason is not None:
-        raise ServiceUnavailableError(
-            f"Azure blob service {endpoint.blob_url} is not reachable within {timeout_s:g} s ({reason})"
-        )
+    wait_started("Azurite", endpoint.blob_url, lambda: check_azure(endpoint, timeout_s), timeout_s, process)
     log_event(log, logging.INFO, "azure blob ready", endpoint=endpoint.blob_url)
 
 
@@ -286,76 +271,18 @@ def _endpoint_of(entry: dict[str, Any]) -> AzureBlobEndpoint:
     return AzureBlobEndpoint(str(entry["blob_url"]), str(entry["account_name"]), str(entry["account_key"]))
 
 
-def up_azurite(state: dict[str, Any], fresh_dir: Callable[[str], Path]) -> Callable[[], None] | None:
-    """``services up --azure``: nothing when ``TWOPHASE_AZURE_CONNECTION_STRING`` names a service
-    (checked) or a recorded Azurite runs; else start one detached and record it in ``state``.
+AZURITE: NativeService[AzureBlobEndpoint] = NativeService(
+    name="azure",
+    what="Azurite",
+    env_var=CONNECTION_STRING_ENV,
+    given=env_azure_endpoint,
+    recorded=_endpoint_of,
+    wait=lambda endpoint, timeout_s: wait_azurite_ready(endpoint, timeout_s),
+    text=lambda endpoint: endpoint.blob_url,
+    server=AzuriteServer,
+)
+"""Azurite in ``services up --azure`` (:meth:`~NativeService.up`), ``services status`` and the tests."""
 
-    Returns:
-        How to stop what was started, or None.
-
-    Raises:
-        ConfigError, ServiceUnavailableError: the given service does not answer; Azurite cannot start.
-    """
-    given = env_azure_endpoint()
-    if given is not None:
-        wait_azurite_ready(given, connect_timeout_s())
-        return None
-    if recorded_alive("azure") is not None:
-        return None
-    server = AzuriteServer(fresh_dir("azurite"))
-    server.start(detach=True)
-    state["azure"] = server.state()
-    return server.stop
-
-
-def azure_status(timeout_s: float, recorded: dict[str, Any] | None) -> ServiceStatus | None:
-    """The ``azure`` row of ``services status``, or None when neither given nor recorded."""
-    try:
-        given = env_azure_endpoint()
-    except ConfigError as e:
-        return ServiceStatus("azure", "environment", "", None, False, str(e))
-    if given is not None:
-        return _row("environment", given, None, timeout_s, CONNECTION_STRING_ENV)
-    if recorded is None:
-        return None
-    entry = recorded_alive("azure")
-    if entry is None:
-        return ServiceStatus("azure", "not running", "", None, False, "recorded Azurite is gone")
-    return _row("services up", _endpoint_of(entry), int(entry["pid"]), timeout_s, str(entry["data_dir"]))
-
-
-def _row(
-    origin: str, endpoint: AzureBlobEndpoint, pid: int | None, timeout_s: float, detail: str
-) -> ServiceStatus:
-    try:
-        wait_azurite_ready(endpoint, timeout_s)
-    except (ServiceUnavailableError, ConfigError) as e:
-        return ServiceStatus("azure", origin, endpoint.blob_url, pid, False, str(e))
-    return ServiceStatus("azure", origin, endpoint.blob_url, pid, True, detail)
-
-
-@contextlib.contextmanager
-def azure_service() -> Iterator[AzureBlobEndpoint]:
-    """``TWOPHASE_AZURE_CONNECTION_STRING``'s service, else ``services up --azure``'s Azurite, else a
-    native Azurite in a temporary folder, stopped and deleted on exit.
-
-    Raises:
-        ConfigError, ServiceUnavailableError: as :func:`up_azurite`.
-    """
-    given = env_azure_endpoint()
-    if given is not None:
-        wait_azurite_ready(given, connect_timeout_s())
-        yield given
-        return
-    entry = recorded_alive("azure")
-    if entry is not None:
-        yield _endpoint_of(entry)
-        return
-    root = Path(tempfile.mkdtemp(prefix="twophase-azurite-"))
-    server = AzuriteServer(root)
-    try:
-        server.start()
-        yield server.endpoint
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+up_azurite = AZURITE.up
+azure_status = AZURITE.status
+azure_service = AZURITE.service

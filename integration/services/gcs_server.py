@@ -18,25 +18,20 @@ import contextlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from twophase.integration.services.cache import go_install
-from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
+from twophase.integration.services.native_service import NativeService, wait_started
+from twophase.integration.services.process import HOST, ManagedProcess, free_port
 from twophase.integration.services.state import (
-    ServiceStatus,
-    connect_timeout_s,
-    recorded_alive,
     start_timeout_s,
 )
 from twophase.integration.services.versions import FAKE_GCS_MODULE, FAKE_GCS_VERSION
-from twophase.sinks.errors import ConfigError, ServiceUnavailableError
+from twophase.sinks.errors import ConfigError
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -145,18 +140,7 @@ def wait_gcs_ready(endpoint: GcsEndpoint, timeout_s: float, process: ManagedProc
         ServiceUnavailableError: not ready within ``timeout_s`` seconds, or the process exited.
     """
 
-    def attempt() -> str | None:
-        if process is not None and not process.running():
-            raise ServiceUnavailableError(
-                f"fake-gcs-server on {endpoint.url} exited during start-up: {process.log_tail(3)}"
-            )
-        return check_gcs(endpoint, timeout_s)
-
-    reason = wait_ready(attempt, timeout_s, 0.3)
-    if reason is not None:
-        raise ServiceUnavailableError(
-            f"GCS at {endpoint.url} is not reachable within {timeout_s:g} s ({reason})"
-        )
+    wait_started("fake-gcs-server", endpoint.url, lambda: check_gcs(endpoint, timeout_s), timeout_s, process)
     log_event(log, logging.INFO, "gcs ready", endpoint=endpoint.url)
 
 
@@ -202,76 +186,18 @@ class GcsServer:
         return {"pid": self.process.pid, "url": self.endpoint.url, "data_dir": str(self.root)}
 
 
-def up_gcs(state: dict[str, Any], fresh_dir: Callable[[str], Path]) -> Callable[[], None] | None:
-    """``services up --gcs``: nothing when ``TWOPHASE_GCS_ENDPOINT`` names an emulator (checked) or
-    a recorded one runs; else start fake-gcs-server detached and record it in ``state``.
+GCS: NativeService[GcsEndpoint] = NativeService(
+    name="gcs",
+    what="fake-gcs-server",
+    env_var=ENDPOINT_ENV,
+    given=env_gcs_endpoint,
+    recorded=lambda entry: GcsEndpoint(str(entry["url"])),
+    wait=lambda endpoint, timeout_s: wait_gcs_ready(endpoint, timeout_s),
+    text=lambda endpoint: endpoint.url,
+    server=GcsServer,
+)
+"""fake-gcs-server in ``services up --gcs`` (:meth:`~NativeService.up`), ``services status`` and the tests."""
 
-    Returns:
-        How to stop what was started, or None.
-
-    Raises:
-        ConfigError, ServiceUnavailableError: the given one does not answer; a native one cannot start.
-    """
-    given = env_gcs_endpoint()
-    if given is not None:
-        wait_gcs_ready(given, connect_timeout_s())
-        return None
-    if recorded_alive("gcs") is not None:
-        return None
-    server = GcsServer(fresh_dir("gcs"))
-    server.start(detach=True)
-    state["gcs"] = server.state()
-    return server.stop
-
-
-def gcs_status(timeout_s: float, recorded: dict[str, Any] | None) -> ServiceStatus | None:
-    """The ``gcs`` row of ``services status``, or None when neither given nor recorded."""
-    try:
-        given = env_gcs_endpoint()
-    except ConfigError as e:
-        return ServiceStatus("gcs", "environment", "", None, False, str(e))
-    if given is not None:
-        return _row("environment", given, None, timeout_s, ENDPOINT_ENV)
-    if recorded is None:
-        return None
-    entry = recorded_alive("gcs")
-    if entry is None:
-        return ServiceStatus("gcs", "not running", "", None, False, "recorded fake-gcs-server is gone")
-    return _row(
-        "services up", GcsEndpoint(str(entry["url"])), int(entry["pid"]), timeout_s, str(entry["data_dir"])
-    )
-
-
-def _row(origin: str, endpoint: GcsEndpoint, pid: int | None, timeout_s: float, detail: str) -> ServiceStatus:
-    try:
-        wait_gcs_ready(endpoint, timeout_s)
-    except ServiceUnavailableError as e:
-        return ServiceStatus("gcs", origin, endpoint.url, pid, False, str(e))
-    return ServiceStatus("gcs", origin, endpoint.url, pid, True, detail)
-
-
-@contextlib.contextmanager
-def gcs_service() -> Iterator[GcsEndpoint]:
-    """``TWOPHASE_GCS_ENDPOINT``'s emulator, else ``services up --gcs``'s, else a native
-    fake-gcs-server in a temporary folder, stopped and deleted on exit.
-
-    Raises:
-        ConfigError, ServiceUnavailableError: as :func:`up_gcs`.
-    """
-    given = env_gcs_endpoint()
-    if given is not None:
-        wait_gcs_ready(given, connect_timeout_s())
-        yield given
-        return
-    entry = recorded_alive("gcs")
-    if entry is not None:
-        yield GcsEndpoint(str(entry["url"]))
-        return
-    root = Path(tempfile.mkdtemp(prefix="twophase-gcs-"))
-    server = GcsServer(root)
-    try:
-        server.start()
-        yield server.endpoint
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+up_gcs = GCS.up
+gcs_status = GCS.status
+gcs_service = GCS.service

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from support.checkpoints import metadata
 
 from twophase.coordinator.driver_fence import DriverFence
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.object_store import ObjectCheckpointStorage
@@ -34,37 +35,6 @@ from twophase.sinks.errors import (
 
 CK, FIN, SP = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL, CheckpointKind.SAVEPOINT
 PREFIX = "checkpoints/team-a"
-
-
-def metadata(
-    cid: int, kind: CheckpointKind = CK, *, job_id: str = "job-1", partitions: int = 2
-) -> CheckpointMetadata:
-    """A checkpoint with Kafka-like committables."""
-    committables = tuple(
-        CommittableRecord(
-            p,
-            0,
-            {
-                "kind": "kafka.transaction",
-                "version": 1,
-                "body": {
-                    "transactional_id": f"tp-{job_id}-{p}-0",
-                    "producer_id": 10 + p,
-                    "producer_epoch": cid,
-                },
-            },
-        )
-        for p in range(partitions)
-    )
-    return CheckpointMetadata(
-        job_id=job_id,
-        checkpoint_id=cid,
-        kind=kind,
-        timestamp_ms=1_700_000_000_000 + cid,
-        sinks={"orders": SinkSnapshot(partitions, committables)},
-        source_position={"engine": "spark", "query_id": "q-1", "batch_id": cid - 1},
-        end_of_input=kind is FIN,
-    )
 
 
 @dataclass
