@@ -1,10 +1,26 @@
-"""Checkpoint metadata as the checkpoint-storage suites publish it (S3, Azure, GCS)."""
+"""Checkpoint metadata as the checkpoint-storage suites publish it (S3, Azure, GCS), and the exit a
+publish took."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.sinks.errors import CheckpointNotPublishedError, CheckpointPublishUnknownError
 
 CK, FIN = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL
+PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
+
+
+def publish_exit(publish: Callable[[], object]) -> str:
+    """Which of the three exits of DESIGN.md §12 ``publish()`` took."""
+    try:
+        publish()
+    except CheckpointPublishUnknownError:
+        return UNKNOWN
+    except CheckpointNotPublishedError:
+        return NOT_PUBLISHED
+    return PUBLISHED
 
 
 def metadata(

@@ -28,6 +28,7 @@ from azure.identity import CredentialUnavailableError
 from azure.storage.blob import StorageErrorCode
 from google.api_core import exceptions as api
 from google.auth import exceptions as auth
+from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage import azure_blob, gcs
@@ -39,8 +40,6 @@ from twophase.coordinator.storage.object_store import (
     TransientStoreError,
 )
 from twophase.sinks.errors import (
-    CheckpointNotPublishedError,
-    CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
 )
@@ -196,7 +195,6 @@ def _answers(service: str) -> dict[str, Callable[[], BaseException]]:
     return AZURE if service == "azure" else GCS
 
 
-PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
 #: the S3 backend's exits (test_s3_unit.PUT_EXITS): creates answered in order, then read-backs
 PUT_EXITS: dict[str, tuple[list[str], list[str | bytes], str]] = {
     "the create succeeds": ([], [], PUBLISHED),
@@ -215,16 +213,6 @@ PUT_EXITS: dict[str, tuple[list[str], list[str | bytes], str]] = {
 }
 
 
-def _exit_of(publish: Callable[[], object]) -> str:
-    try:
-        publish()
-    except CheckpointPublishUnknownError:
-        return UNKNOWN
-    except CheckpointNotPublishedError:
-        return NOT_PUBLISHED
-    return PUBLISHED
-
-
 @pytest.mark.parametrize("service", SERVICES)
 @pytest.mark.parametrize("case", sorted(PUT_EXITS))
 def test_every_exit_of_publish_is_published_not_published_or_unknown(
@@ -240,7 +228,7 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
     script.queued["get"] = [
         meta.dumps() if r == b"ours" else r if isinstance(r, bytes) else answers[r]() for r in reads
     ]
-    assert _exit_of(lambda: storage.publish(meta)) == want
+    assert publish_exit(lambda: storage.publish(meta)) == want
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -248,11 +236,11 @@ def test_publish_exits_before_the_create_are_not_published(service: str, make_me
     script = Script()
     storage = _storage(service, script)
     meta = make_meta(2)
-    assert _exit_of(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED
     script.queued["exists"] = [_answers(service)["transient"]() for _ in range(3)]
-    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(meta)) == NOT_PUBLISHED
     script.queued["exists"] = [_answers(service)["refused"]()]
-    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(meta)) == NOT_PUBLISHED
     assert not any(op == "create" for op, _ in script.calls)
 
 
