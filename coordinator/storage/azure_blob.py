@@ -141,6 +141,12 @@ def parse_location(location: str) -> AzureLocation:
     return AzureLocation(parsed.scheme, container, host, parsed.path.lstrip("/"))
 
 
+def connection_string_parts(text: str) -> dict[str, str]:
+    """The ``Key=value`` fields of an Azure Storage connection string (``AccountName``,
+    ``AccountKey``, ``BlobEndpoint``, ``SharedAccessSignature``, ...). Holds secrets."""
+    return dict(part.split("=", 1) for part in text.split(";") if "=" in part)
+
+
 def classify(error: BaseException) -> StoreError | None:
     """What an Azure SDK error means for the checkpoint storage, or None when it cannot be read
     (a publish meeting it is unknown). Messages are one line: status and Azure error code only."""
@@ -293,7 +299,7 @@ def open_container(location: AzureLocation, options: AzureStorageOptions) -> Azu
         "read_timeout": options.timeout_s,
     }
     if options.connection_string:
-        parts = dict(p.split("=", 1) for p in options.connection_string.split(";") if "=" in p)
+        parts = connection_string_parts(options.connection_string)
         if parts.get("AccountName") not in (None, location.account):
             raise ConfigError(
                 f"the Azure connection string is for account {parts.get('AccountName')!r}, "

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from twophase.coordinator.storage.azure_blob import connection_string_parts
 from twophase.integration.services.cache import cache_dir, file_lock
 from twophase.integration.services.native_service import NativeService, wait_started
 from twophase.integration.services.process import HOST, ManagedProcess, free_port
@@ -98,7 +99,7 @@ def endpoint_from_connection_string(text: str) -> AzureBlobEndpoint:
     Raises:
         ConfigError: one of the three is missing (the key is not in the message).
     """
-    parts = dict(p.split("=", 1) for p in text.split(";") if "=" in p)
+    parts = connection_string_parts(text)
     missing = [k for k in ("AccountName", "AccountKey", "BlobEndpoint") if not parts.get(k)]
     if missing:
         raise ConfigError(
