@@ -50,11 +50,11 @@ def test_a_table_on_azurite_is_committed_cleaned_and_read_back_exactly(
     options = AzureStorageOptions(connection_string=azure_endpoint.connection_string())
     config = DeltaSinkConfig(uri, partition_by=("country",), storage_options=options)
     sink = DeltaSink("azorders", config)
-    expected: list[Any] = []
-    for checkpoint, (start, stop) in enumerate([(0, 200), (200, 500)], start=1):
-        df = frame(spark, start, stop)
-        expected += [r["id"] for r in df.collect()]
-        assert write_and_commit(df, sink, JOB, checkpoint) is CommitOutcome.COMMITTED
+    first, second = frame(spark, 0, 200), frame(spark, 200, 500)
+    expected: list[Any] = [r["id"] for df in (first, second) for r in df.collect()]
+    assert write_and_commit(first, sink, JOB, 1) is CommitOutcome.COMMITTED
+    committables = write_epoch(second, sink, JOB, 2)
+    assert sink.commit_checkpoint(2, committables) is CommitOutcome.COMMITTED
     # a failed attempt's files of checkpoint 3 linger until abort_lingering
     lingering = write_epoch(frame(spark, 500, 520), sink, JOB, 3)
     scope = LingeringScope[DeltaCommittable](JOB, "azorders")
@@ -62,6 +62,8 @@ def test_a_table_on_azurite_is_committed_cleaned_and_read_back_exactly(
 
     # a restarted driver's sink finds checkpoint 2 committed from the table's own log
     fresh = DeltaSink("azorders", DeltaSinkConfig(uri, partition_by=("country",), storage_options=options))
+    decoded = [fresh.decode(sink.encode(c)) for c in committables]
+    assert fresh.recover_and_commit_checkpoint(2, decoded) is CommitOutcome.ALREADY_COMMITTED
     table = DeltaTable(uri, storage_options=config.delta_storage_options())
     assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == sorted(expected)
     assert table.version() == 1
