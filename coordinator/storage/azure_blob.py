@@ -214,9 +214,6 @@ class AzureBlobStore(DeletesOneByOne):
         self._client = client
         self._options = options
 
-    def __repr__(self) -> str:
-        return f"AzureBlobStore({self.uri('')!r})"
-
     def uri(self, key: str) -> str:
         """``<scheme>://<container>@<host>/<key>``."""
         loc = self.location

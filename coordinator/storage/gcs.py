@@ -142,9 +142,6 @@ class GcsStore(DeletesOneByOne):
         self._bucket = client.bucket(bucket)
         self._timeout = timeout_s
 
-    def __repr__(self) -> str:
-        return f"GcsStore({self.uri('')!r})"
-
     def uri(self, key: str) -> str:
         """``gs://<bucket>/<key>``."""
         return f"gs://{self.bucket_name}/{key}"

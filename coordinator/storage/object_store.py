@@ -146,7 +146,17 @@ def call_classified(fn: Callable[[], T], classify: Callable[[BaseException], Sto
         raise mapped from e
 
 
-class DeletesOneByOne:
+class StoreBase:
+    """What every adapter shares: a repr naming the store's root location, never a credential."""
+
+    def uri(self, key: str) -> str:  # pragma: no cover - the store's own
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri('')!r})"
+
+
+class DeletesOneByOne(StoreBase):
     """``delete_keys`` for a store without batch deletes: one ``delete`` per key."""
 
     def delete(self, key: str) -> None:  # pragma: no cover - the store's own

@@ -30,6 +30,7 @@ from twophase.coordinator.storage.object_store import (
     ObjectExists,
     ObjectMissing,
     ObjectStore,
+    StoreBase,
     StoreError,
     StoreRefused,
     TransientStoreError,
@@ -52,7 +53,7 @@ T = TypeVar("T")
 _DELETE_BATCH = 1000  # DeleteObjects takes at most 1,000 keys
 
 
-class S3Store:
+class S3Store(StoreBase):
     """One bucket through a boto3 S3 client: S3's
     :class:`~twophase.coordinator.storage.object_store.ObjectStore`.
 
@@ -66,9 +67,6 @@ class S3Store:
     def __init__(self, bucket: str, client: S3Client) -> None:
         self.bucket = bucket
         self._client = client
-
-    def __repr__(self) -> str:
-        return f"S3Store({self.uri('')!r})"
 
     def uri(self, key: str) -> str:
         """``s3://<bucket>/<key>``."""
