@@ -62,7 +62,9 @@ class StoreError(Exception):
             earlier attempt may have landed.
     """
 
-    earlier_attempt: bool = False
+    def __init__(self, message: str, *, earlier_attempt: bool = False) -> None:
+        super().__init__(message)
+        self.earlier_attempt = earlier_attempt
 
 
 class ObjectMissing(StoreError):

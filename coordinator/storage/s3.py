@@ -157,22 +157,17 @@ class S3Store(StoreBase):
 
 def _classify(error: ClientError, bucket: str, key: str) -> StoreError:
     """What an S3 answer means; ``earlier_attempt`` when botocore itself had retried."""
-    mapped: StoreError
+    retried = _retried_by_botocore(error)
     if error_code(error) in NOT_FOUND_CODES:
-        mapped = ObjectMissing(str(error))
-    elif error_code(error) in PRECONDITION_FAILED_CODES or http_status(error) == 412:
-        mapped = ObjectExists(str(error))
-    elif is_transient(error):
-        mapped = TransientStoreError(str(error))
-    else:
-        hint = (
-            " (the server must support conditional writes, If-None-Match)"
-            if http_status(error) == 501
-            else ""
-        )
-        mapped = StoreRefused(f"S3 {error.operation_name}{hint}: {explain(error, bucket, key)}")
-    mapped.earlier_attempt = _retried_by_botocore(error)
-    return mapped
+        return ObjectMissing(str(error), earlier_attempt=retried)
+    if error_code(error) in PRECONDITION_FAILED_CODES or http_status(error) == 412:
+        return ObjectExists(str(error), earlier_attempt=retried)
+    if is_transient(error):
+        return TransientStoreError(str(error), earlier_attempt=retried)
+    hint = " (the server must support conditional writes, If-None-Match)" if http_status(error) == 501 else ""
+    return StoreRefused(
+        f"S3 {error.operation_name}{hint}: {explain(error, bucket, key)}", earlier_attempt=retried
+    )
 
 
 class S3CheckpointStorage(ObjectCheckpointStorage):
