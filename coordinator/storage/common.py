@@ -287,3 +287,10 @@ def log_published(job_id: str, ref: CheckpointRef, size: int) -> None:
         location=ref.location,
         bytes=size,
     )
+
+
+def log_deleted(job_id: str, ref: CheckpointRef) -> None:
+    """Log a deleted checkpoint (INFO, structured: job, id, kind)."""
+    log_event(
+        log, logging.INFO, "checkpoint deleted", job=job_id, checkpoint=ref.checkpoint_id, kind=ref.kind.value
+    )

@@ -34,6 +34,7 @@ from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
+    log_deleted,
     log_published,
     plan_retention,
     sort_refs,
@@ -435,14 +436,7 @@ class LocalCheckpointStorage:
             _rmtree(d)
         except OSError as e:
             raise CheckpointStorageError(f"cannot delete checkpoint {ref.checkpoint_id} at {d}: {e}") from e
-        log_event(
-            log,
-            logging.INFO,
-            "checkpoint deleted",
-            job=self.job_id,
-            checkpoint=ref.checkpoint_id,
-            kind=ref.kind.value,
-        )
+        log_deleted(self.job_id, ref)
 
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.

@@ -32,6 +32,7 @@ from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
+    log_deleted,
     log_published,
     metadata_key_of,
     plan_retention,
@@ -506,14 +507,7 @@ class ObjectCheckpointStorage:
             CheckpointStorageError: the store refused a deletion.
         """
         self._delete_dir(ref.checkpoint_id, ref.kind)
-        log_event(
-            log,
-            logging.INFO,
-            "checkpoint deleted",
-            job=self.job_id,
-            checkpoint=ref.checkpoint_id,
-            kind=ref.kind.value,
-        )
+        log_deleted(self.job_id, ref)
 
     def _delete_dir(self, checkpoint_id: int, kind: CheckpointKind) -> None:
         meta = self.metadata_key(checkpoint_id, kind)
