@@ -92,10 +92,6 @@ def _fields(cls: type[Any], options: Mapping[str, str], prefix: str, used: set[s
 
 
 def _nested_class(hint: Any) -> type[Any] | None:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and S3Options in typing.get_args(hint):
-        # S3Options | AzureStorageOptions (the Delta sink): the data source takes s3.*; Azure
-        # tables get their credentials from the environment (AZURE_STORAGE_*)
-        return S3Options
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 
