@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "RestartStrategy": "twophase.coordinator.restart",
     "RestartKind": "twophase.coordinator.restart",
     "S3Options": "twophase.sinks.s3_options",
+    "AzureStorageOptions": "twophase.coordinator.storage.azure_blob",
+    "GcsStorageOptions": "twophase.coordinator.storage.gcs",
 }
 
 
@@ -74,6 +76,8 @@ if TYPE_CHECKING:
     from twophase.coordinator.spark.handle import JobHandle as JobHandle
     from twophase.coordinator.spark.job import Job as Job
     from twophase.coordinator.spark.results import JobResult as JobResult
+    from twophase.coordinator.storage.azure_blob import AzureStorageOptions as AzureStorageOptions
+    from twophase.coordinator.storage.gcs import GcsStorageOptions as GcsStorageOptions
     from twophase.sinks.s3_options import S3Options as S3Options
 
 

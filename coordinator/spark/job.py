@@ -52,7 +52,7 @@ from twophase.coordinator.spark.compat import arrow_schema, require_map_in_arrow
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.results import EpochMetrics, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
-from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
@@ -73,13 +73,18 @@ class Job:
         spark: the (classic) SparkSession.
         name: the job's name; the job id is derived from it unless ``job_id`` is given. The id is
             stable across restarts: it names the job's checkpoints and transactions.
-        checkpoint_dir: where checkpoints live: a local path or ``s3://bucket/prefix``.
+        checkpoint_dir: where checkpoints live: a local path, ``s3://bucket/prefix``,
+            ``abfss://container@account.dfs.core.windows.net/prefix`` (or ``wasbs://…``) or
+            ``gs://bucket/prefix``.
         job_id: explicit job id (``[A-Za-z0-9][A-Za-z0-9_.]*``).
         config: checkpointing, commit, restart-strategy and cancel settings.
         from_savepoint: a savepoint's location to resume from instead of the latest checkpoint.
-        storage_options: how to reach S3 when ``checkpoint_dir`` is ``s3://…``
-            (:class:`~twophase.sinks.s3_options.S3Options`); unset fields come from the standard
-            AWS chain. ``None``: the chain alone.
+        storage_options: how to reach the checkpoints' store:
+            :class:`~twophase.sinks.s3_options.S3Options` for ``s3://…`` (unset fields from the
+            standard AWS chain), :class:`~twophase.coordinator.storage.azure_blob.AzureStorageOptions`
+            for ``abfss://``/``wasbs://`` (else ``AZURE_STORAGE_*`` or ``DefaultAzureCredential``),
+            :class:`~twophase.coordinator.storage.gcs.GcsStorageOptions` for ``gs://`` (else
+            Application Default Credentials). ``None``: each platform's chain alone.
         storage: checkpoint storage to use instead of opening ``checkpoint_dir`` (tests, custom S3
             clients).
         fault: the driver's fault-point hook (fault-injection suites; default: the
@@ -98,7 +103,7 @@ class Job:
         job_id: str | None = None,
         config: RuntimeConfig | None = None,
         from_savepoint: str | None = None,
-        storage_options: S3Options | None = None,
+        storage_options: S3Options | AzureStorageOptions | GcsStorageOptions | None = None,
         storage: CheckpointStorage | None = None,
         fault: Callable[[str], None] = fault_point,
     ) -> None:
@@ -108,8 +113,12 @@ class Job:
         self.checkpoint_dir = checkpoint_dir
         self.config = config or RuntimeConfig()
         self.from_savepoint = from_savepoint
-        if storage_options is not None and not isinstance(storage_options, S3Options):
-            raise ConfigError("Job storage_options must be an S3Options (twophase.S3Options)")
+        if storage_options is not None and not isinstance(
+            storage_options, S3Options | AzureStorageOptions | GcsStorageOptions
+        ):
+            raise ConfigError(
+                "Job storage_options must be an S3Options, AzureStorageOptions or GcsStorageOptions"
+            )
         self._storage = storage
         self._storage_options = storage_options
         self._fault = fault
@@ -133,8 +142,13 @@ class Job:
     def _runtime(self) -> JobRuntime:
         if not self._sinks:
             raise ConfigError(f"job {self.job_id} has no sinks; add one with .sink(...)")
+        options = self._storage_options
         storage = self._storage or open_storage(
-            self.checkpoint_dir, self.job_id, s3_options=self._storage_options
+            self.checkpoint_dir,
+            self.job_id,
+            s3_options=options if isinstance(options, S3Options) else None,
+            azure_options=options if isinstance(options, AzureStorageOptions) else None,
+            gcs_options=options if isinstance(options, GcsStorageOptions) else None,
         )
         return JobRuntime(self.job_id, self._sinks, storage, self.config, fault=self._fault)
 

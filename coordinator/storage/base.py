@@ -1,4 +1,5 @@
-"""The checkpoint-storage contract shared by the local/POSIX and S3 backends (DESIGN.md §5).
+"""The checkpoint-storage contract shared by the local/POSIX and object-store (S3, Azure, GCS)
+backends (DESIGN.md §5).
 
 Layout under a base location, per job::
 
@@ -13,7 +14,8 @@ as at least one is kept, a final checkpoint stays until a later checkpoint exist
 
 Rules every backend keeps:
 - publishing is atomic: a reader sees a complete ``_metadata`` or none (local: temp file, fsync,
-  rename; S3: PUT with ``If-None-Match: *``); publishing an id that exists raises;
+  rename; S3 and Azure: a PUT with ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``); publishing
+  an id that exists raises;
 - "latest" is found by listing, never from a mutable pointer file;
 - files are created owner-only;
 - a corrupt or unreadable ``_metadata`` raises :class:`~twophase.sinks.errors.CorruptCheckpointError`

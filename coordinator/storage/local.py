@@ -34,6 +34,8 @@ from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
     latest_by_listing,
+    log_deleted,
+    log_published,
     plan_retention,
     sort_refs,
 )
@@ -139,16 +141,7 @@ class LocalCheckpointStorage:
                 f"or may not survive a crash: {e}"
             ) from e
         ref = CheckpointRef(cid, kind, str(target))
-        log_event(
-            log,
-            logging.INFO,
-            "checkpoint published",
-            job=self.job_id,
-            checkpoint=cid,
-            kind=kind.value,
-            location=target,
-            bytes=len(data),
-        )
+        log_published(self.job_id, ref, len(data))
         return ref
 
     def _ensure_dir(self, path: Path) -> list[Path]:
@@ -443,14 +436,7 @@ class LocalCheckpointStorage:
             _rmtree(d)
         except OSError as e:
             raise CheckpointStorageError(f"cannot delete checkpoint {ref.checkpoint_id} at {d}: {e}") from e
-        log_event(
-            log,
-            logging.INFO,
-            "checkpoint deleted",
-            job=self.job_id,
-            checkpoint=ref.checkpoint_id,
-            kind=ref.kind.value,
-        )
+        log_deleted(self.job_id, ref)
 
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.

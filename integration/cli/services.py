@@ -1,8 +1,9 @@
 """``twophase services prepare|up|down|status``: Kafka, MinIO, a Spark standalone cluster, a
-Spark Connect server and PostgreSQL, run natively for development.
+Spark Connect server, PostgreSQL, Azurite and a GCS emulator, run natively for development.
 
 Options of ``up`` live on :func:`services_up_command` (``--spark-cluster`` adds the cluster,
-``--spark-connect`` the Connect server, ``--postgres`` PostgreSQL); every service's row comes from
+``--spark-connect`` the Connect server, ``--postgres`` PostgreSQL, ``--azure`` Azurite's blob
+service, ``--gcs`` fake-gcs-server); every service's row comes from
 :func:`~twophase.integration.services.services_status`.
 """
 
@@ -32,7 +33,7 @@ STATUS_KEYS = "services[]: {name, origin, endpoint, pid, ready, detail}."
 
 @click.group("services", cls=TwophaseGroup)
 def services() -> None:
-    """Run Kafka, MinIO, a Spark cluster, Spark Connect and PostgreSQL natively for development."""
+    """Run Kafka, MinIO, a Spark cluster, Spark Connect, PostgreSQL, Azurite and a GCS emulator natively."""
 
 
 def status_json(rows: list[ServiceStatus]) -> dict[str, Any]:
@@ -80,21 +81,42 @@ def _print_status(rows: list[ServiceStatus], as_json: bool) -> None:
 
 
 @services.command("prepare")
-@json_option("kafka_libs, spark_jars[], minio.")
+@json_option("kafka_libs, spark_jars[], minio, azurite, fake_gcs_server.")
 def services_prepare_command(as_json: bool) -> None:
-    """Resolve Kafka's and Spark's jars (Maven) and build MinIO (go install), unless cached."""
+    """Resolve Kafka's and Spark's jars (Maven), build MinIO and fake-gcs-server (go install) and
+    install Azurite (npm), unless cached."""
+    from twophase.integration.services.azurite import azurite_main
+    from twophase.integration.services.gcs_server import fake_gcs_binary
     from twophase.integration.services.kafka import kafka_libs
     from twophase.integration.services.s3 import minio_binary
     from twophase.integration.spark import spark_jars
 
-    with progress("resolving jars and building MinIO (cached after the first time) ...", as_json):
+    with progress(
+        "resolving jars, building MinIO and the emulators (cached after the first time) ...", as_json
+    ):
         kafka = kafka_libs()
         spark = spark_jars()
         minio = minio_binary()
+        azurite = azurite_main()
+        fake_gcs = fake_gcs_binary()
     if as_json:
-        emit_json({"kafka_libs": str(kafka), "spark_jars": [str(j) for j in spark], "minio": str(minio)})
+        emit_json(
+            {
+                "kafka_libs": str(kafka),
+                "spark_jars": [str(j) for j in spark],
+                "minio": str(minio),
+                "azurite": str(azurite),
+                "fake_gcs_server": str(fake_gcs),
+            }
+        )
         return
-    show(f"kafka jars: {kafka}", f"spark jars: {len(spark)} in {Path(spark[0]).parent}", f"minio: {minio}")
+    show(
+        f"kafka jars: {kafka}",
+        f"spark jars: {len(spark)} in {Path(spark[0]).parent}",
+        f"minio: {minio}",
+        f"azurite: {azurite}",
+        f"fake-gcs-server: {fake_gcs}",
+    )
 
 
 @services.command("up")
@@ -115,8 +137,21 @@ def services_prepare_command(as_json: bool) -> None:
     help="Also PostgreSQL with max_prepared_transactions=64 (unless TWOPHASE_POSTGRES_DSN is set), "
     "for `twophase demo --sinks ...,postgres`.",
 )
+@click.option(
+    "--azure",
+    is_flag=True,
+    help="Also Azurite's blob service (unless TWOPHASE_AZURE_CONNECTION_STRING is set), for "
+    "abfss:// and wasbs:// checkpoints.",
+)
+@click.option(
+    "--gcs",
+    is_flag=True,
+    help="Also fake-gcs-server, a GCS emulator (unless TWOPHASE_GCS_ENDPOINT is set), for gs:// checkpoints.",
+)
 @json_option(STATUS_KEYS)
-def services_up_command(spark_cluster: bool, spark_connect: bool, postgres: bool, as_json: bool) -> None:
+def services_up_command(
+    spark_cluster: bool, spark_connect: bool, postgres: bool, azure: bool, gcs: bool, as_json: bool
+) -> None:
     """Start the services not given in TWOPHASE_* variables and not running yet; keep them running."""
     what = ["Kafka", "MinIO"]
     if spark_cluster:
@@ -125,8 +160,14 @@ def services_up_command(spark_cluster: bool, spark_connect: bool, postgres: bool
         what.append("a Spark Connect server")
     if postgres:
         what.append("PostgreSQL")
+    if azure:
+        what.append("Azurite")
+    if gcs:
+        what.append("fake-gcs-server")
     with progress(f"starting {', '.join(what[:-1])} and {what[-1]} ...", as_json):
-        rows = services_up(spark_cluster=spark_cluster, spark_connect=spark_connect, postgres=postgres)
+        rows = services_up(
+            spark_cluster=spark_cluster, spark_connect=spark_connect, postgres=postgres, azure=azure, gcs=gcs
+        )
     _print_status(rows, as_json)
 
 

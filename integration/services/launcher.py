@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twophase.integration.services.azurite import azure_status, up_azurite
 from twophase.integration.services.cache import file_lock, run_dir
 from twophase.integration.services.connect_service import (
     check_spark_connect,
     connect_status,
     up_spark_connect,
 )
+from twophase.integration.services.gcs_server import gcs_status, up_gcs
 from twophase.integration.services.kafka import start_kafka, wait_kafka_ready
 from twophase.integration.services.postgres import PostgresEndpoint
 from twophase.integration.services.postgres_service import (
@@ -299,7 +301,11 @@ def s3_service() -> Iterator[S3Endpoint]:
 
 
 def services_up(
-    spark_cluster: bool = False, spark_connect: bool = False, postgres: bool = False
+    spark_cluster: bool = False,
+    spark_connect: bool = False,
+    postgres: bool = False,
+    azure: bool = False,
+    gcs: bool = False,
 ) -> list[ServiceStatus]:
     """Start (detached) every service that is neither in the environment nor already running.
 
@@ -315,6 +321,10 @@ def services_up(
         postgres: also a native PostgreSQL with prepared transactions (unless
             ``TWOPHASE_POSTGRES_DSN`` is set or one is recorded and alive:
             :func:`~twophase.integration.services.postgres_service.up_postgres`).
+        azure: also Azurite's blob service (unless ``TWOPHASE_AZURE_CONNECTION_STRING`` is set or
+            one is recorded and alive: :func:`~twophase.integration.services.azurite.up_azurite`).
+        gcs: also fake-gcs-server (unless ``TWOPHASE_GCS_ENDPOINT`` is set or one is recorded and
+            alive: :func:`~twophase.integration.services.gcs_server.up_gcs`).
 
     Raises:
         ConfigError, ServiceUnavailableError: as :func:`kafka_service` / :func:`s3_service`, or
@@ -380,6 +390,10 @@ def services_up(
                 stop_postgres = up_postgres(state)
                 if stop_postgres is not None:
                     started.append(stop_postgres)
+            for wanted, up in ((azure, up_azurite), (gcs, up_gcs)):
+                stop_emulator = up(state, _fresh_data_dir) if wanted else None
+                if stop_emulator is not None:
+                    started.append(stop_emulator)
         except BaseException:
             for stop in started:
                 stop()
@@ -421,14 +435,16 @@ def services_down() -> list[str]:
 
 def services_status() -> list[ServiceStatus]:
     """Where each service comes from and whether it answers (bounded by the connect timeout):
-    Kafka, S3, the Spark cluster, then the Spark Connect server and PostgreSQL when one is given
-    or recorded."""
+    Kafka, S3, the Spark cluster, then the Spark Connect server, PostgreSQL, Azurite and the GCS
+    emulator when one is given or recorded."""
     timeout = min(connect_timeout_s(), 5.0)
     rows = [_kafka_status(timeout), _s3_status(timeout), spark_status(timeout)]
     state = read_state()
     optional = (
         connect_status(timeout, state.get("spark-connect")),
         postgres_status(timeout, state.get("postgres")),
+        azure_status(timeout, state.get("azure")),
+        gcs_status(timeout, state.get("gcs")),
     )
     return [*rows, *(row for row in optional if row is not None)]
 

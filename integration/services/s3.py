@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,9 +17,9 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from twophase.integration.services.cache import cache_dir, file_lock
+from twophase.integration.services.cache import go_install
 from twophase.integration.services.process import HOST, ManagedProcess, wait_ready
-from twophase.integration.services.versions import MINIO_COMMIT, MINIO_MODULE, MINIO_MODULE_VERSION
+from twophase.integration.services.versions import MINIO_MODULE, MINIO_MODULE_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
 
@@ -117,27 +115,8 @@ def minio_binary() -> Path:
     Raises:
         ServiceUnavailableError: ``go`` is missing or the build fails (the message has Go's last line).
     """
-    gobin = cache_dir() / "bin" / f"minio-{MINIO_COMMIT}"
-    binary = gobin / "minio"
-    with file_lock(gobin.parent / f".minio-{MINIO_COMMIT}.lock"):
-        if binary.is_file():
-            return binary
-        go = shutil.which("go")
-        if go is None:
-            raise ServiceUnavailableError("Go ('go') is not on PATH; it is needed once to build MinIO")
-        log.info("building minio module=%s@%s gobin=%s", MINIO_MODULE, MINIO_MODULE_VERSION, gobin)
-        env = {**os.environ, "GOBIN": str(gobin), "CGO_ENABLED": "0"}
-        proc = subprocess.run(
-            [go, "install", f"{MINIO_MODULE}@{MINIO_MODULE_VERSION}"],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-        if proc.returncode != 0 or not binary.is_file():
-            lines = [line for line in proc.stderr.splitlines() if line.strip()] or ["no binary produced"]
-            raise ServiceUnavailableError(f"building MinIO with go install failed: {lines[-1]}")
-    return binary
+    log.info("minio binary module=%s@%s", MINIO_MODULE, MINIO_MODULE_VERSION)
+    return go_install(MINIO_MODULE, MINIO_MODULE_VERSION, "minio", "MinIO")
 
 
 def local_credentials() -> tuple[str, str]:

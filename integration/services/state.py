@@ -1,7 +1,7 @@
 """What every service shares: the state file of ``twophase services up``, the wait bounds, a status row.
 
 ``<run dir>/services.json`` (mode 0600) holds one entry per service (``kafka``, ``s3``, ``spark``,
-``spark-connect``, ``postgres``).
+``spark-connect``, ``postgres``, ``azure`` (Azurite), ``gcs`` (fake-gcs-server)).
 An entry counts only while its recorded process runs and its command line is still the service's
 (:data:`PROCESS_MARKERS`), so a reused pid is never mistaken for a service, nor killed.
 """
@@ -20,8 +20,8 @@ from twophase.sinks.errors import ConfigError
 
 STATE_VERSION = 1
 STATE_FILE = "services.json"
-ServiceName = Literal["kafka", "s3", "spark", "spark-connect", "postgres"]
-SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect", "postgres")
+ServiceName = Literal["kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs"]
+SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs")
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 SPARK_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -32,6 +32,8 @@ PROCESS_MARKERS: dict[str, str] = {
     "spark": SPARK_MASTER_CLASS,
     "spark-connect": SPARK_CONNECT_CLASS,
     "postgres": "bin/postgres -D ",  # the postmaster: <bin dir>/postgres -D <data dir>
+    "azure": "azurite",  # node <cache>/azurite-<version>/node_modules/azurite/.../main.js
+    "gcs": "fake-gcs-server",
 }
 
 
@@ -123,7 +125,7 @@ class ServiceStatus:
     """One row of ``twophase services status``.
 
     Attributes:
-        name: "kafka", "s3", "spark", "spark-connect" or "postgres".
+        name: "kafka", "s3", "spark", "spark-connect", "postgres", "azure" or "gcs".
         origin: "environment", "services up" or "not running".
         endpoint: bootstrap, endpoint URL, master URL, ``sc://`` URL or PostgreSQL's
             ``host:port/dbname``; "" when not running.

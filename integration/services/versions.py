@@ -80,3 +80,12 @@ def spark_jar_set(release: tuple[int, int, int]) -> SparkJarSet | None:
         if first[:2] == release[:2] and release < first:
             return jars
     return SPARK_JARS.get(release[:2])
+#: Azurite, Microsoft's Azure Storage emulator (npm package ``azurite``), run with the machine's
+#: ``node``; 3.35.0 is the newest release whose ``engines`` accepts Node 20 (3.36 wants Node 21+).
+AZURITE_VERSION: Final = "3.35.0"
+AZURITE_IMAGE: Final = f"mcr.microsoft.com/azure-storage/azurite:{AZURITE_VERSION}"
+
+#: fake-gcs-server, a Google Cloud Storage emulator (JSON and XML APIs), built with ``go install``.
+FAKE_GCS_MODULE: Final = "github.com/fsouza/fake-gcs-server"
+FAKE_GCS_VERSION: Final = "v1.56.1"
+FAKE_GCS_IMAGE: Final = f"fsouza/fake-gcs-server:{FAKE_GCS_VERSION.removeprefix('v')}"

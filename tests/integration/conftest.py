@@ -11,6 +11,10 @@
 - ``minio_controls`` (:class:`~twophase.integration.services.minio_server.MinioServer`): a native
   MinIO, separate from ``s3_endpoint``, that tests may kill, restart, pause and restrict with IAM
   policies. Session scope, healed the same way.
+- ``azure_endpoint`` (:class:`~twophase.integration.services.azurite.AzureBlobEndpoint`): Azurite's
+  blob service (or ``TWOPHASE_AZURE_CONNECTION_STRING``'s), one account with a random key.
+- ``gcs_endpoint`` (:class:`~twophase.integration.services.gcs_server.GcsEndpoint`): fake-gcs-server
+  (or ``TWOPHASE_GCS_ENDPOINT``'s emulator).
 
 Endpoints in ``TWOPHASE_*`` environment variables are used instead of native services (not for
 ``kafka_cluster`` and ``minio_controls``: faults need the processes, so those are always native). A service
@@ -27,6 +31,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from twophase.integration.services import S3Endpoint, kafka_service, s3_service
+from twophase.integration.services.azurite import AzureBlobEndpoint, azure_service
+from twophase.integration.services.gcs_server import GcsEndpoint, gcs_service
 from twophase.integration.services.kafka_cluster import KafkaCluster, kafka_cluster_service
 from twophase.integration.services.minio_server import MinioServer, minio_server
 from twophase.integration.spark import build_spark_session, configure_s3a
@@ -84,3 +90,17 @@ def minio_controls() -> Iterator[MinioServer]:
     """A native MinIO that tests may kill, restart, pause and restrict, for the whole session."""
     with minio_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def azure_endpoint() -> Iterator[AzureBlobEndpoint]:
+    """Azurite's blob service (unless ``TWOPHASE_AZURE_CONNECTION_STRING`` is set), for the session."""
+    with azure_service() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def gcs_endpoint() -> Iterator[GcsEndpoint]:
+    """fake-gcs-server (unless ``TWOPHASE_GCS_ENDPOINT`` is set), for the session."""
+    with gcs_service() as endpoint:
+        yield endpoint

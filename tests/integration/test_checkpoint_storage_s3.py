@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from botocore.exceptions import ClientError
+from support.checkpoints import metadata
 
 from twophase.coordinator.driver_fence import DriverFence
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.s3 import S3CheckpointStorage
@@ -30,42 +31,6 @@ pytestmark = pytest.mark.s3
 
 CK, FIN, SP = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL, CheckpointKind.SAVEPOINT
 PREFIX = "checkpoints/team-a"
-
-
-def metadata(
-    cid: int, kind: CheckpointKind = CK, *, job_id: str = "job-1", partitions: int = 2
-) -> CheckpointMetadata:
-    """A checkpoint with Kafka-like committables and S3-like in-progress state."""
-    committables = tuple(
-        CommittableRecord(
-            p,
-            0,
-            {
-                "kind": "kafka.transaction",
-                "version": 1,
-                "body": {
-                    "transactional_id": f"tp-{job_id}-orders-{p}-0",
-                    "producer_id": 10 + p,
-                    "producer_epoch": cid,
-                },
-            },
-        )
-        for p in range(partitions)
-    )
-    return CheckpointMetadata(
-        job_id=job_id,
-        checkpoint_id=cid,
-        kind=kind,
-        timestamp_ms=1_700_000_000_000 + cid,
-        sinks={
-            "orders": SinkSnapshot(partitions, committables),
-            "archive": SinkSnapshot(
-                partitions, in_progress={0: {"kind": "s3.in_progress", "version": 1, "body": {}}}
-            ),
-        },
-        source_position={"engine": "spark", "query_id": "q-1", "batch_id": cid - 1},
-        end_of_input=kind is FIN,
-    )
 
 
 @pytest.fixture

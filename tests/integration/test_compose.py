@@ -69,7 +69,15 @@ def test_services_present(compose: dict[str, Any]) -> None:
         "kafka-secured",
         "minio-secured-config",
         "minio-secured",
+        "azurite",
+        "gcs",
     }
+
+
+def test_emulator_images_match_native_pins(compose: dict[str, Any]) -> None:
+    assert compose["services"]["azurite"]["image"] == versions.AZURITE_IMAGE
+    assert compose["services"]["gcs"]["image"] == versions.FAKE_GCS_IMAGE
+    assert "--disableTelemetry" in compose["services"]["azurite"]["command"]
 
 
 def test_kafka_image_and_settings_match_native_broker(compose: dict[str, Any]) -> None:
@@ -134,7 +142,16 @@ def test_ports_bind_localhost_only(compose: dict[str, Any]) -> None:
     published = [port for service in compose["services"].values() for port in service.get("ports", [])]
     assert published
     assert all(str(port).startswith("127.0.0.1:") for port in published)
-    assert {str(p).rsplit(":", 1)[1] for p in published} == {"9092", "9094", "9000", "9001", "8080", "5432"}
+    assert {str(p).rsplit(":", 1)[1] for p in published} == {
+        "9092",
+        "9094",
+        "9000",
+        "9001",
+        "8080",
+        "5432",
+        "10000",
+        "4443",
+    }
 
 
 def test_app_points_at_the_compose_services(compose: dict[str, Any]) -> None:

@@ -82,7 +82,10 @@ def test_default_client_uses_endpoint_path_style_and_no_botocore_retries() -> No
     [
         ("hdfs://nn/checkpoints", "unsupported checkpoint location scheme 'hdfs'"),
         ("s3a://bucket/x", r"use s3://"),
-        ("gs://bucket", "unsupported"),
+        ("hdfs://bucket", "use a local path, file://, s3://, abfss://, wasbs:// or gs://"),
+        ("abfs://c@acct.dfs.core.windows.net/x", r"use abfss:// \(TLS\)"),
+        ("wasbs://acct.blob.core.windows.net/x", "needs a container and an account host"),
+        ("gs:///no-bucket", "not a gs://bucket"),
         ("s3:///no-bucket", "needs a bucket"),
         ("file://remotehost/x", "no remote host"),
         ("", "empty"),

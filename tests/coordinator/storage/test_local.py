@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.errors import (
-    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
@@ -401,19 +401,6 @@ def test_the_committed_marker_sits_beside_the_metadata_and_goes_with_the_checkpo
     assert not storage.is_committed(ref.location)
 
 
-PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
-
-
-def _exit_of(publish: Callable[[], object]) -> str:
-    try:
-        publish()
-    except CheckpointPublishUnknownError:
-        return UNKNOWN
-    except CheckpointNotPublishedError:
-        return NOT_PUBLISHED
-    return PUBLISHED
-
-
 def _link_then(error: OSError) -> Callable[[str, str], None]:
     real = os.link
 
@@ -473,7 +460,7 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
     inject, want = LINK_EXITS[case]
     with monkeypatch.context() as m:
         inject(m)
-        got = _exit_of(lambda: storage.publish(meta))
+        got = publish_exit(lambda: storage.publish(meta))
     assert got == want
     visible = [r.checkpoint_id for r in storage.list_checkpoints()]
     if want == PUBLISHED:
@@ -484,7 +471,7 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
 
 def test_publish_exits_before_the_link_are_not_published(tmp_path: Path, make_meta: MakeMeta) -> None:
     storage = LocalCheckpointStorage(tmp_path, "job-1")
-    assert _exit_of(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED
     storage.publish(make_meta(2))
-    assert _exit_of(lambda: storage.publish(make_meta(2))) == NOT_PUBLISHED  # the id exists
-    assert _exit_of(lambda: storage.publish(make_meta(2, kind=SP))) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(make_meta(2))) == NOT_PUBLISHED  # the id exists
+    assert publish_exit(lambda: storage.publish(make_meta(2, kind=SP))) == NOT_PUBLISHED

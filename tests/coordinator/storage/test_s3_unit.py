@@ -16,12 +16,12 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
+from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.s3 import S3CheckpointStorage, is_transient
 from twophase.sinks.errors import (
-    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
     ConfigError,
@@ -286,7 +286,6 @@ def _retry_412_then_read(*reads: bytes | tuple[str, int]) -> Callable[[Stubber, 
     return script
 
 
-PUBLISHED, NOT_PUBLISHED, UNKNOWN = "published", "not published", "unknown"
 PUT_EXITS = {
     "the PUT succeeds": (_ok_put, PUBLISHED),
     "retried, then it succeeds": (
@@ -312,16 +311,6 @@ PUT_EXITS = {
 }
 
 
-def _exit_of(publish: Callable[[], object]) -> str:
-    try:
-        publish()
-    except CheckpointPublishUnknownError:
-        return UNKNOWN
-    except CheckpointNotPublishedError:
-        return NOT_PUBLISHED
-    return PUBLISHED
-
-
 @pytest.mark.parametrize("case", sorted(PUT_EXITS))
 def test_every_exit_of_publish_is_published_not_published_or_unknown(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta, case: str
@@ -332,20 +321,20 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
     _expect_publish_prelude(stub)
     script, want = PUT_EXITS[case]
     script(stub, meta)
-    assert _exit_of(lambda: storage.publish(meta)) == want
+    assert publish_exit(lambda: storage.publish(meta)) == want
 
 
 def test_publish_exits_before_the_put_are_not_published(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
     meta = make_meta(2)
-    assert _exit_of(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED  # wrong job
+    assert publish_exit(lambda: storage.publish(make_meta(2, job_id="other"))) == NOT_PUBLISHED  # wrong job
     stub.add_response("head_object", {}, {"Bucket": "bkt", "Key": KEY})  # the id exists
-    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(meta)) == NOT_PUBLISHED
     for _ in range(3):  # the existence check keeps failing
         stub.add_client_error("head_object", "SlowDown", http_status_code=503)
-    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(meta)) == NOT_PUBLISHED
     _not_found(stub, KEY)
     _not_found(stub, "pre/job-1/savepoints/sp-2/_metadata")
     stub.add_client_error("delete_object", "AccessDenied", http_status_code=403)  # the stale marker
-    assert _exit_of(lambda: storage.publish(meta)) == NOT_PUBLISHED
+    assert publish_exit(lambda: storage.publish(meta)) == NOT_PUBLISHED

@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--act-mid-write", action="store_true", help="act once the next batch's slow write began")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--report-imports", action="store_true", help="add where twophase is imported from")
+    p.add_argument(
+        "--checkpoint-dir", help="the job's checkpoints (default <root>/chk): abfss://, gs://, ..."
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     def emit(outcome: Mapping[str, object]) -> None:
         print(json.dumps({**outcome, **extra}), flush=True)
 
-    job = Job(spark, args.job, str(root / "chk"), from_savepoint=args.from_savepoint)
+    job = Job(spark, args.job, args.checkpoint_dir or str(root / "chk"), from_savepoint=args.from_savepoint)
     for name in args.sinks.split(","):
         if args.write_delay_s:
             job.sink(SlowJsonLinesFileSink(name, root / "out", args.write_delay_s))

@@ -60,14 +60,17 @@ def run_job(
     kill: str | None = None,
     timeout: float = 300,
     submit_conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Run:
     """Run the job script once; ``fault`` sets ``TWOPHASE_FAULT`` (counted across processes),
     ``kill`` sets ``TWOPHASE_FAULT_KILL`` (``"executor"``: the fault kills the executor JVM).
 
     ``submit_conf`` runs it as users submit a job, ``spark-submit --conf k=v … jobscript.py``
     with this Spark conf (the driver's Python is this one, ``spark.pyspark.driver.python``),
-    instead of ``python -m``."""
+    instead of ``python -m``. ``env`` adds variables (e.g. a checkpoint store's credentials)."""
+    given = env
     env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPHASE_FAULT")}
+    env.update(given or {})
     env["PYSPARK_PYTHON"] = sys.executable
     cmd = [sys.executable, "-m", "support.exactly_once.jobscript"]
     if submit_conf is not None:
