@@ -80,6 +80,8 @@ def spark_jar_set(release: tuple[int, int, int]) -> SparkJarSet | None:
         if first[:2] == release[:2] and release < first:
             return jars
     return SPARK_JARS.get(release[:2])
+
+
 #: Azurite, Microsoft's Azure Storage emulator (npm package ``azurite``), run with the machine's
 #: ``node``; 3.35.0 is the newest release whose ``engines`` accepts Node 20 (3.36 wants Node 21+).
 AZURITE_VERSION: Final = "3.35.0"
