@@ -28,11 +28,8 @@ from typing import Any
 
 from twophase.coordinator.storage.azure_blob import connection_string_parts
 from twophase.integration.services.cache import cache_dir, file_lock
-from twophase.integration.services.native_service import NativeService, wait_started
-from twophase.integration.services.process import HOST, ManagedProcess, free_port
-from twophase.integration.services.state import (
-    start_timeout_s,
-)
+from twophase.integration.services.native_service import NativeServer, NativeService, wait_started
+from twophase.integration.services.process import HOST, ManagedProcess
 from twophase.integration.services.versions import AZURITE_VERSION
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
@@ -215,56 +212,29 @@ def wait_azurite_ready(
     log_event(log, logging.INFO, "azure blob ready", endpoint=endpoint.blob_url)
 
 
-@dataclass
-class AzuriteServer:
-    """One native Azurite (blob service) with its folder, port and account.
+class AzuriteServer(NativeServer[AzureBlobEndpoint]):
+    """One native Azurite (blob service) with its folder (data under ``root/data``, log
+    ``root/azurite.out``), port and one account with a fresh random key."""
 
-    Attributes:
-        root: its folder (data under ``root/data``, log ``root/azurite.out``).
-        endpoint: the account's blob endpoint and key.
-        process: the running process, once :meth:`start` ran.
-    """
-
-    root: Path
-    endpoint: AzureBlobEndpoint = field(init=False)
-    process: ManagedProcess | None = field(default=None, init=False)
-
-    def __post_init__(self) -> None:
+    def endpoint_on(self, port: int) -> AzureBlobEndpoint:
+        """The account's path-style endpoint on ``port`` with a fresh random key."""
         key = base64.b64encode(secrets.token_bytes(32)).decode()
-        self.endpoint = AzureBlobEndpoint(f"http://{HOST}:{free_port()}/{ACCOUNT_NAME}", ACCOUNT_NAME, key)
+        return AzureBlobEndpoint(f"http://{HOST}:{port}/{ACCOUNT_NAME}", ACCOUNT_NAME, key)
 
-    @property
-    def port(self) -> int:
-        """The blob service's port."""
-        return int(self.endpoint.blob_url.rsplit(":", 1)[1].split("/", 1)[0])
+    def launch(self, detach: bool) -> ManagedProcess:
+        """:func:`start_azurite` in :attr:`root` on :attr:`port`."""
+        return start_azurite(self.root, self.port, self.endpoint, detach=detach)
 
-    def start(self, detach: bool = False) -> None:
-        """Start it (detached: it outlives this process) and wait until a blob call works.
+    def wait_ready(self, timeout_s: float, process: ManagedProcess) -> None:
+        """:func:`wait_azurite_ready`."""
+        wait_azurite_ready(self.endpoint, timeout_s, process)
 
-        Raises:
-            ServiceUnavailableError: it cannot be installed, started or reached in time.
-        """
-        self.process = start_azurite(self.root, self.port, self.endpoint, detach=detach)
-        try:
-            wait_azurite_ready(self.endpoint, start_timeout_s(), self.process)
-        except BaseException:
-            self.process.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stop the process group; idempotent."""
-        if self.process is not None:
-            self.process.stop()
-
-    def state(self) -> dict[str, Any]:
-        """The ``services.json`` entry (holds the key: the file is 0600)."""
-        assert self.process is not None
+    def reach(self) -> dict[str, Any]:
+        """The blob URL, account and key (the key too: ``services.json`` is 0600)."""
         return {
-            "pid": self.process.pid,
             "blob_url": self.endpoint.blob_url,
             "account_name": self.endpoint.account_name,
             "account_key": self.endpoint.account_key,
-            "data_dir": str(self.root),
         }
 
 

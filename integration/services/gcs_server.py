@@ -20,16 +20,13 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from twophase.integration.services.cache import go_install
-from twophase.integration.services.native_service import NativeService, wait_started
-from twophase.integration.services.process import HOST, ManagedProcess, free_port
-from twophase.integration.services.state import (
-    start_timeout_s,
-)
+from twophase.integration.services.native_service import NativeServer, NativeService, wait_started
+from twophase.integration.services.process import HOST, ManagedProcess
 from twophase.integration.services.versions import FAKE_GCS_MODULE, FAKE_GCS_VERSION
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.internal.structured_log import log_event
@@ -144,46 +141,25 @@ def wait_gcs_ready(endpoint: GcsEndpoint, timeout_s: float, process: ManagedProc
     log_event(log, logging.INFO, "gcs ready", endpoint=endpoint.url)
 
 
-@dataclass
-class GcsServer:
-    """One native fake-gcs-server with its folder and port.
+class GcsServer(NativeServer[GcsEndpoint]):
+    """One native fake-gcs-server with its folder (objects under ``root/data``, log
+    ``root/gcs.out``) and port."""
 
-    Attributes:
-        root: its folder (objects under ``root/data``, log ``root/gcs.out``).
-        endpoint: its base URL.
-        process: the running process, once :meth:`start` ran.
-    """
+    def endpoint_on(self, port: int) -> GcsEndpoint:
+        """``http://127.0.0.1:<port>``."""
+        return GcsEndpoint(f"http://{HOST}:{port}")
 
-    root: Path
-    endpoint: GcsEndpoint = field(init=False)
-    process: ManagedProcess | None = field(default=None, init=False)
+    def launch(self, detach: bool) -> ManagedProcess:
+        """:func:`start_fake_gcs` in :attr:`root` on :attr:`port`."""
+        return start_fake_gcs(self.root, self.port, detach=detach)
 
-    def __post_init__(self) -> None:
-        self.endpoint = GcsEndpoint(f"http://{HOST}:{free_port()}")
+    def wait_ready(self, timeout_s: float, process: ManagedProcess) -> None:
+        """:func:`wait_gcs_ready`."""
+        wait_gcs_ready(self.endpoint, timeout_s, process)
 
-    def start(self, detach: bool = False) -> None:
-        """Start it (again, on the same port and folder) and wait until it answers.
-
-        Raises:
-            ServiceUnavailableError: it cannot be built, started or reached in time.
-        """
-        port = int(self.endpoint.url.rsplit(":", 1)[1])
-        self.process = start_fake_gcs(self.root, port, detach=detach)
-        try:
-            wait_gcs_ready(self.endpoint, start_timeout_s(), self.process)
-        except BaseException:
-            self.process.stop()
-            raise
-
-    def stop(self) -> None:
-        """Stop the process group; idempotent."""
-        if self.process is not None:
-            self.process.stop()
-
-    def state(self) -> dict[str, Any]:
-        """The ``services.json`` entry."""
-        assert self.process is not None
-        return {"pid": self.process.pid, "url": self.endpoint.url, "data_dir": str(self.root)}
+    def reach(self) -> dict[str, Any]:
+        """The base URL."""
+        return {"url": self.endpoint.url}
 
 
 GCS: NativeService[GcsEndpoint] = NativeService(

@@ -11,17 +11,19 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from twophase.integration.services.process import ManagedProcess, wait_ready
+from twophase.integration.services.process import ManagedProcess, free_port, wait_ready
 from twophase.integration.services.state import (
     ServiceName,
     ServiceStatus,
     connect_timeout_s,
     recorded_alive,
+    start_timeout_s,
 )
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
@@ -68,6 +70,77 @@ class Server(Protocol[E_co]):
     def state(self) -> dict[str, Any]:
         """Its ``services.json`` entry (``pid``, ``data_dir`` and how to reach it)."""
         ...
+
+
+@dataclass
+class NativeServer(ABC, Generic[E]):
+    """One native server in its own folder on a free port of 127.0.0.1; a subclass says how its
+    endpoint looks, how it is launched and how readiness is checked.
+
+    Attributes:
+        root: its folder (data and log below it).
+        port: the port it listens on, chosen free when the object is made and kept across restarts.
+        endpoint: where clients reach it (built from ``port``).
+        process: the running process, once :meth:`start` ran.
+    """
+
+    root: Path
+    port: int = field(init=False)
+    endpoint: E = field(init=False)
+    process: ManagedProcess | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = self.endpoint_on(self.port)
+
+    @abstractmethod
+    def endpoint_on(self, port: int) -> E:
+        """The endpoint of a server listening on ``port`` (called once, on construction)."""
+
+    @abstractmethod
+    def launch(self, detach: bool) -> ManagedProcess:
+        """Start the process (detached: it outlives this process) without waiting.
+
+        Raises:
+            ServiceUnavailableError: it cannot be installed or started.
+        """
+
+    @abstractmethod
+    def wait_ready(self, timeout_s: float, process: ManagedProcess) -> None:
+        """Block until ``process`` answers on :attr:`endpoint`.
+
+        Raises:
+            ConfigError, ServiceUnavailableError: it refuses the credentials, exited, or did not
+                answer within ``timeout_s`` seconds.
+        """
+
+    @abstractmethod
+    def reach(self) -> dict[str, Any]:
+        """The ``services.json`` fields that say how to reach it (what ``recorded`` reads back)."""
+
+    def start(self, detach: bool = False) -> None:
+        """Start it (again, on the same port and folder) and wait until it answers; a process that
+        does not answer in time is stopped.
+
+        Raises:
+            ConfigError, ServiceUnavailableError: as :meth:`launch` and :meth:`wait_ready`.
+        """
+        self.process = self.launch(detach)
+        try:
+            self.wait_ready(start_timeout_s(), self.process)
+        except BaseException:
+            self.process.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the process group; idempotent."""
+        if self.process is not None:
+            self.process.stop()
+
+    def state(self) -> dict[str, Any]:
+        """The ``services.json`` entry: ``pid``, ``data_dir`` and :meth:`reach`'s fields."""
+        assert self.process is not None
+        return {"pid": self.process.pid, **self.reach(), "data_dir": str(self.root)}
 
 
 @dataclass(frozen=True)
