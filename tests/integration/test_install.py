@@ -1,7 +1,8 @@
 """Installing twophase beside a user's Spark replaces nothing (#30).
 
 A venv first gets what a Spark 3.5 user has (pyspark 3.5.7, pandas 2.2.3, pyarrow 17.0.0), then the
-wheel as a user installs it, then the wheel's ``spark`` extra: every package the user had keeps its
+wheel as a user installs it with the extras of the connectors the probe imports (Kafka and Delta),
+then with the ``spark`` extra too: every package the user had keeps its
 version, ``pip check`` is clean and ``import twophase`` works on that Spark. The one exception is
 named with its cause: a dependency of a dependency whose own metadata caps it.
 """
@@ -43,7 +44,7 @@ def test_the_wheel_installs_beside_the_users_spark_and_replaces_nothing(tmp_path
     assert user.returncode == 0, user.stderr[-2000:]
     before = _installed(venv)
     wheel = build_wheel()
-    for target in (str(wheel), f"{wheel}[spark]"):
+    for target in (f"{wheel}[kafka,delta]", f"{wheel}[spark,kafka,delta]"):
         run = _pip(venv, "install", "--quiet", target)
         assert run.returncode == 0, run.stderr[-2000:]
         after = _installed(venv)
