@@ -1,6 +1,6 @@
-# twophase: `make demo` and `make test` work on a fresh machine with Python 3.11, JDK 17, Maven and Go.
+# twophase: `make demo` and `make test` work on a fresh machine with Python 3.11, JDK 17, Maven, Go and Node.js.
 # Heavy caches live outside the repository and are reused by every clone: ~/.cache/twophase
-# (override with TWOPHASE_CACHE) for Kafka's and Spark's jars and the MinIO binary, plus ~/.m2,
+# (override with TWOPHASE_CACHE) for Kafka's and Spark's jars, the MinIO and fake-gcs-server binaries and Azurite, plus ~/.m2,
 # Go's and pip's own caches. Nothing is downloaded or built twice.
 
 PYTHON ?= python3.11
