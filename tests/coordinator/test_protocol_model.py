@@ -115,6 +115,7 @@ from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
+    CommitFailedError,
     IllegalTransitionError,
     JobError,
     ServiceUnavailableError,
@@ -394,11 +395,14 @@ class ProtocolModel(RuleBasedStateMachine):
         self, *, ignore_lost: bool = False, savepoint: str | None = None, fresh: bool = False
     ) -> None:
         """A new driver process restores (the previous one abandoned: nothing closed or committed);
-        a restore that meets an unreachable Iceberg catalog fails (``ServiceUnavailableError``) and
-        the driver is started again, as a supervisor would (only then: other services' outages
-        must not fail a restore, ``test_a_restore_that_meets_a_postgres_restart_is_retried``)."""
-        for _ in range(4):
+        a restore that meets an unreachable Iceberg catalog fails (``ServiceUnavailableError``),
+        and one whose PostgreSQL commits stay busy past the committer's retry budget fails
+        (``CommitFailedError``, ``test_a_restore_whose_postgres_commits_stay_busy_is_retried``);
+        then the driver is started again, as a supervisor would (only then: other services'
+        outages must not fail a restore, ``test_a_restore_that_meets_a_postgres_restart_is_retried``)."""
+        for _ in range(8):
             refusals = self.world.iceberg.events.count(REFUSED)
+            busy = sum(e.startswith("busy ") for e in self.world.postgres.events)
             if ignore_lost:
                 self.h.config = replace(
                     self.config, commit=replace(self.config.commit, ignore_lost_on_recovery=True)
@@ -417,6 +421,11 @@ class ProtocolModel(RuleBasedStateMachine):
                 if self.world.iceberg.events.count(REFUSED) == refusals:
                     raise
                 event("restore failed on an unreachable Iceberg catalog; driver started again")
+                fresh = False
+            except CommitFailedError:
+                if sum(e.startswith("busy ") for e in self.world.postgres.events) == busy:
+                    raise
+                event("restore's commit failed on busy PostgreSQL gids; driver started again")
                 fresh = False
             finally:
                 self.h.config = self.config
@@ -830,6 +839,44 @@ def test_a_restore_that_meets_a_postgres_restart_is_retried(monkeypatch: pytest.
     m.nothing_lands_that_no_durable_checkpoint_promised()
     m.teardown()
     assert "restarted before rollback" in m.world.postgres.events
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_restore_whose_postgres_commits_stay_busy_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by ``TWOPHASE_MODEL_EXAMPLES=1000``, seed 4211, once PostgreSQL could answer busy (#42
+    item 3): a canceled job is resumed, and the COMMIT PREPARED statements of the restore's
+    re-commit answer busy past the committer's retry budget, so the restore fails
+    (``CommitFailedError``). Nothing is lost or doubled: the driver is started again, as a
+    supervisor would, and the next restore commits the same gids once."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(async_commit=False, retained=1, pool_size=3, rolling="on_checkpoint", cleanup=CleanupMode.RETAIN)
+    m.postgres_gids_busy(n=8)
+    m.transaction_coordinators_move()
+    ok = ["ok"] * 6
+    m.epoch(
+        parts=1, size=0, tasks=ok, point="before_write", driver=None, publish="ok", notify=True,
+        down_ms=0, on_failure="fail_over", arrival="as_run",
+    )  # fmt: skip
+    m.iceberg_snapshots_expire(now=True, other_appends=False)
+    m.kafka_partitions_busy(mib=1)
+    m.another_delta_writer_wins(n=2)
+    m.iceberg_snapshots_expire(now=True, other_appends=False)
+    m.epoch(
+        parts=1, size=7, tasks=["fails", "lost", *ok[2:]], point="before_write", driver="mid_commit",
+        publish="landed_reported_failed", notify=True, down_ms=691_200_000, on_failure="cancel",
+        arrival="as_run",
+    )  # fmt: skip
+    m.iceberg_catalog_unreachable(n=2)
+    m.s3_throttles(op="upload_part")
+    m.another_delta_writer_wins(n=2)
+    m.another_delta_writer_wins(n=3)
+    m.another_delta_writer_wins(n=3)
+    m.postgres_restarts(at="after:rollback", refuse=0)
+    m.resume(older=True, pick=10)
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.teardown()
+    assert any(e.startswith("busy ") for e in m.world.postgres.events)
 
 
 @pytest.mark.usefixtures("quiet_twophase_logs")
