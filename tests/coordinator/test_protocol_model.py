@@ -111,6 +111,7 @@ from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.epoch import run_epoch
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -385,7 +386,7 @@ class ProtocolModel(RuleBasedStateMachine):
         left = set(self.world.kafka.ongoing(JOB_PREFIX)) - named - held
         self.check(not left, f"cancel left open transactions no checkpoint holds, unreported: {sorted(left)}")
         if delete:
-            self.after_delete()
+            self.after_delete(error)
 
     def storage_checkpoints(self) -> list[Any]:
         """Every retained checkpoint and savepoint's metadata."""
@@ -693,6 +694,8 @@ class ProtocolModel(RuleBasedStateMachine):
             self.h.crash_at(driver)
         publish_fault(self.storage, publish)
 
+        canceled: list[JobError] = []
+
         def body() -> None:
             if how == "finish":
                 rt.finish()
@@ -705,9 +708,10 @@ class ProtocolModel(RuleBasedStateMachine):
             else:
                 try:
                     rt.cancel()
-                except JobError:  # canceled all the same; a cleanup step failed, said loudly
+                except JobError as e:  # canceled all the same; a cleanup step failed, said loudly
                     if rt.state is not JobState.CANCELED:
                         raise
+                    canceled.append(e)
 
         self.act(body, down_ms)
         if self.h.runtime is rt and rt.state in (JobState.FINISHED, JobState.SUSPENDED):
@@ -720,10 +724,18 @@ class ProtocolModel(RuleBasedStateMachine):
             self.h.runtime.abandon()
             self.phase = "stopped"
         if delete and self.phase == "stopped":
-            self.after_delete()
+            self.after_delete(canceled[-1] if canceled else None)
 
-    def after_delete(self) -> None:
-        """Cancel with DELETE committed what checkpoints promised and discarded in-progress files."""
+    def after_delete(self, error: JobError | None = None) -> None:
+        """Cancel with DELETE committed what checkpoints promised and discarded in-progress files;
+        or, when a commit before the delete failed and the cancel said so (``error``), it deleted
+        no checkpoint: a checkpoint whose promise is not kept is never deleted, and a restore keeps
+        it (found by seeds 4214-4218 once PostgreSQL could stay busy past the retry budget)."""
+        if error is not None and "CommitFailedError" in str(error):
+            kept = [r for r in self.storage.list_checkpoints() if r.kind is not CheckpointKind.SAVEPOINT]
+            self.check(kept, f"cancel with delete deleted the checkpoints whose commit failed: {error}")
+            event("cancel with delete kept the checkpoints whose commit failed")
+            return
         got = self.readback()
         for sink in ("k", "d", "p", "i"):
             self.check(got[sink] == +self.expected[sink], f"sink {sink} after cancel with delete")
@@ -877,6 +889,34 @@ def test_a_restore_whose_postgres_commits_stay_busy_is_retried(monkeypatch: pyte
     m.nothing_lands_that_no_durable_checkpoint_promised()
     m.teardown()
     assert any(e.startswith("busy ") for e in m.world.postgres.events)
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_cancel_with_delete_whose_commit_fails_keeps_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by ``TWOPHASE_MODEL_EXAMPLES=1000``, seed 4214: a failed job is canceled with DELETE
+    while PostgreSQL answers busy past the retry budget, so the commit before the delete fails.
+    The cancel says so and deletes no checkpoint (a checkpoint whose promise is not kept is never
+    deleted); the model expected the promise kept, and now expects the checkpoints kept."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(cleanup=CleanupMode.DELETE, pool_size=4, async_commit=False, retained=1, rolling="small")
+    m.postgres_gids_busy(n=5)
+    m.postgres_gids_busy(n=8)
+    m.epoch(
+        arrival="as_run", down_ms=0, driver="after_persist", notify=True, on_failure="fail_over",
+        parts=4, point="after_pre_commit", publish="unknown_landed", size=5,
+        tasks=["ok", "stage_fails", "lost", "stage_fails", "ok", "zombie_silent"],
+    )  # fmt: skip
+    m.another_iceberg_writer_wins(n=3)
+    m.epoch(
+        arrival="reversed", down_ms=700_000, driver="after_persist", notify=True,
+        on_failure="cancel_refusing_an_abort", parts=1, point="after_pre_commit",
+        publish="landed_reported_failed", size=0, tasks=["ok", "fails", "ok", "ok", "zombie_reports", "ok"],
+    )  # fmt: skip
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    if m.phase == "stopped":  # the checkpoints were kept: a restore keeps their promise
+        m.resume(older=False, pick=0)
+    m.teardown()
 
 
 @pytest.mark.usefixtures("quiet_twophase_logs")
