@@ -79,8 +79,10 @@ def suspend_checkpoint(s: RunState, kind: CheckpointKind, fault: str) -> Checkpo
 def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
     """After a cancel closed the subtasks: abort the in-doubt transactions whose checkpoint did
     not land, then abort what lingers (checkpoints kept), or commit what published checkpoints
-    promised and delete them (savepoints kept). Every abort is tried: a failure is kept and the
-    cleanup goes on (:func:`~twophase.coordinator.cancel.keep_going`).
+    promised and delete them (savepoints kept). A delete that cannot go ahead (the checkpoints
+    cannot be listed, or their commit failed) keeps the checkpoints and aborts what lingers. Every
+    abort is tried: a failure is kept and the cleanup goes on
+    (:func:`~twophase.coordinator.cancel.keep_going`).
 
     Returns:
         every failure, in order (empty: all clean).
@@ -95,15 +97,9 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
         failures.append(e)
     if coord is not None and landed is not None:
         abort_in_doubt(coord, s.committer, landed, failures)
-    if not delete:
-        if coord is not None:
-            for name in coord.live_sinks():
-                step = f"abort lingering transactions of sink {name!r}"
-                abort = partial(s.lingering.abort, s.sinks[name], ALL_CHECKPOINTS, coord)
-                keep_going(failures, s.job_id, step, abort)
+    if not delete or landed is None:  # deleting needs to know what was published
+        abort_lingering(s, failures)
         return failures
-    if landed is None:
-        return failures  # deleting needs to know what was published
     if coord is not None:
         try:
             with s.spare_committer() as committer:  # the run's own was shut down by the cancel
@@ -111,11 +107,24 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
         except Exception as e:  # a checkpoint whose promise is not kept is never deleted
             log_event(log, logging.ERROR, "cancel: commit before delete failed", job=s.job_id, error=repr(e))
             failures.append(e)
+            abort_lingering(s, failures)  # the checkpoints are kept: clean up as RETAIN does
             return failures
     live = coord.live_sinks() if coord is not None else None
     delete_all = partial(delete_checkpoints, s.job_id, s.sinks, s.checkpoints.cache, live, failures)
     keep_going(failures, s.job_id, "delete checkpoints", delete_all)
     return failures
+
+
+def abort_lingering(s: RunState, failures: list[BaseException]) -> None:
+    """Abort, per live sink, every transaction no kept checkpoint holds (the cleanup of a cancel
+    that keeps its checkpoints); each failure is appended to ``failures`` and the next sink tried."""
+    coord = s.coord
+    if coord is None:
+        return
+    for name in coord.live_sinks():
+        step = f"abort lingering transactions of sink {name!r}"
+        abort = partial(s.lingering.abort, s.sinks[name], ALL_CHECKPOINTS, coord)
+        keep_going(failures, s.job_id, step, abort)
 
 
 def finish_job(s: RunState, source_position: JsonObject | None) -> CheckpointMetrics | None:

@@ -920,6 +920,66 @@ def test_a_cancel_with_delete_whose_commit_fails_keeps_checkpoints(monkeypatch: 
 
 
 @pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_cancel_with_delete_whose_commit_fails_aborts_what_lingers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by ``TWOPHASE_MODEL_EXAMPLES=1000``, seed 4220: a failed job is canceled with DELETE
+    while PostgreSQL answers busy past the retry budget, so the commit before the delete fails and
+    the checkpoints are kept. The cleanup then returned at once, without the lingering abort that a
+    cancel keeping its checkpoints runs, and a zombie's Kafka transaction (``k-5-2-1``) stayed open,
+    unreported. Kept checkpoints get the same cleanup as RETAIN: what lingers is aborted."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(retained=3, cleanup=CleanupMode.DELETE, async_commit=False, rolling="spanning", pool_size=3)
+    m.iceberg_catalog_unreachable(n=1)
+    m.epoch(
+        arrival="reversed", down_ms=0, driver=None, notify=False, on_failure="fail_over", parts=4,
+        point="after_pre_commit", publish="refused", size=1,
+        tasks=["ok", "ok", "ok", "zombie_after_publish", "fails", "zombie_reports"],
+    )  # fmt: skip
+    m.stale_acknowledgement()
+    m.postgres_gids_busy(n=1)
+    m.postgres_gids_busy(n=12)
+    m.postgres_gids_busy(n=9)
+    m.epoch(
+        arrival="reversed", down_ms=0, driver="before_persist", notify=True, on_failure="fail_over",
+        parts=5, point="mid_write", publish="landed_reported_failed", size=1,
+        tasks=["ok", "lost", "ok", "zombie_after_publish", "ok", "ok"],
+    )  # fmt: skip
+    m.iceberg_catalog_unreachable(n=1)
+    m.stale_acknowledgement()
+    m.epoch(
+        arrival="as_run", down_ms=691_200_000, driver="before_persist", notify=True, on_failure="cancel",
+        parts=5, point="mid_write", publish="ok", size=4,
+        tasks=["zombie_reports", "fails", "stage_fails", "ok", "ok", "lost"],
+    )  # fmt: skip
+    m.iceberg_catalog_unreachable(n=2)
+    m.another_iceberg_writer_wins(n=1)
+    m.postgres_gids_busy(n=1)
+    m.another_iceberg_writer_wins(n=4)
+    m.new_query_with_a_fresh_checkpoint_directory()
+    m.epoch(
+        arrival="as_run", down_ms=700_000, driver="mid_commit", notify=False, on_failure="fail_over",
+        parts=1, point="after_pre_commit", publish="landed_reported_failed", size=5,
+        tasks=["zombie_reports", "zombie_after_publish", "ok", "ok", "ok", "ok"],
+    )  # fmt: skip
+    m.epoch(
+        arrival="as_run", down_ms=691_200_000, driver=None, notify=False, on_failure="fail_over",
+        parts=1, point="before_write", publish="ok", size=1,
+        tasks=["lost", "zombie_reports", "stage_fails", "fails", "fails", "ok"],
+    )  # fmt: skip
+    m.postgres_gids_busy(n=10)
+    m.another_iceberg_writer_wins(n=4)
+    m.epoch(
+        arrival="as_run", down_ms=0, driver="mid_commit", notify=True, on_failure="cancel_refusing_an_abort",
+        parts=6, point="after_pre_commit", publish="ok", size=8,
+        tasks=["ok", "ok", "ok", "ok", "zombie_reports", "zombie_silent"],
+    )  # fmt: skip
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    if m.phase == "stopped":  # the checkpoints were kept: a restore keeps their promise
+        m.resume(older=False, pick=0)
+    m.teardown()
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
 def test_a_restore_whose_iceberg_commit_answer_is_lost_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the model check once Iceberg joined it: the driver dies after persisting a
     checkpoint; the restore's re-commit to Iceberg is applied but its answer lost (a REST
