@@ -9,7 +9,8 @@ payloads the real connectors' codecs produce (``KafkaCommittable``, ``S3Committa
 commit answers COMMITTED, verification and lingering cleanup find nothing, so what is timed is
 coordinator work, not services.
 
-Steps (wall-clock ms, median of the rounds with min-max; memory as the driver's RSS):
+Steps (wall-clock ms, median of the rounds with min-max; ``cpu_ms`` the driver process's CPU time
+over the step, user and system, all threads; memory as the driver's RSS):
 
 - ``trigger``: ``begin_epoch`` (every sink expects ``n`` acknowledgements);
 - ``acknowledge``: the ``3n`` acknowledgements, from the Arrow table Spark's collection hands the
@@ -257,16 +258,18 @@ def rss_mb() -> float:
 
 @dataclass
 class Samples:
-    """Per step: times (ms), RSS rises (MB), RSS after (MB)."""
+    """Per step: times (ms), CPU time of the process (ms), RSS rises (MB), RSS after (MB)."""
 
     ms: dict[str, list[float]] = field(default_factory=dict)
+    cpu_ms: dict[str, list[float]] = field(default_factory=dict)
     peak: dict[str, list[float]] = field(default_factory=dict)
     rss: dict[str, list[float]] = field(default_factory=dict)
     nbytes: dict[str, int] = field(default_factory=dict)
 
-    def add(self, step: str, ms: float, peak_mb: float, rss: float) -> None:
+    def add(self, step: str, ms: float, peak_mb: float, rss: float, cpu_ms: float = float("nan")) -> None:
         """Record one sample of ``step``."""
         self.ms.setdefault(step, []).append(ms)
+        self.cpu_ms.setdefault(step, []).append(cpu_ms)
         self.peak.setdefault(step, []).append(peak_mb)
         self.rss.setdefault(step, []).append(rss)
 
@@ -292,14 +295,15 @@ class Meter:
             self.overhead_s += time.perf_counter() - own
         before = rss_mb()
         self.depth += 1
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             ms = (time.perf_counter() - start) * 1000.0
+            cpu_ms = (time.process_time() - cpu) * 1000.0
             self.depth -= 1
             peak = _status_kb("VmHWM") / 1024 - before if outer else float("nan")
-            self.samples.add(name, ms, peak, rss_mb())
+            self.samples.add(name, ms, peak, rss_mb(), cpu_ms)
 
     def wrap(self, name: str, fn: Callable[..., T]) -> Callable[..., T]:
         """``fn`` measured as ``name`` at every call."""
@@ -371,7 +375,7 @@ def bench_size(
     """``rounds`` epochs then ``rounds`` restores at ``n`` subtasks × 3 sinks on fresh storage.
 
     Returns:
-        step → ``{"median_ms", "min_ms", "max_ms", "peak_mb", "rss_mb", "bytes"}`` (bytes: the
+        step → ``{"median_ms", "min_ms", "max_ms", "n", "cpu_ms", "peak_mb", "rss_mb", "bytes"}`` (bytes: the
         published checkpoint's ``_metadata`` for ``publish`` and ``load``).
     """
     sinks = make_sinks()
@@ -386,14 +390,16 @@ def bench_size(
     for r in range(rounds):
         acks = executors.table(rt.coordinator.next_checkpoint_id)
         position = {"engine": "spark", "query_id": "6a1f0c9e-5d2b-4f7a-9e61-0b3c2d1e4f50", "batch_id": r}
-        started, overhead = time.perf_counter(), meter.overhead_s
+        started, cpu_started, overhead = time.perf_counter(), time.process_time(), meter.overhead_s
         with meter.step("trigger"):
             epoch = rt.begin_epoch(n, position)
         with meter.step("acknowledge"):
             epoch.acknowledge_table(acks)
         rt.complete_epoch(epoch)  # verify, build, publish, commit, lingering, retention: measured inside
-        wall_s = time.perf_counter() - started - (meter.overhead_s - overhead)  # the meter's own gc left out
-        samples.add("epoch", wall_s * 1000.0, float("nan"), rss_mb())
+        own_s = meter.overhead_s - overhead  # the meter's own gc left out (wall and CPU alike)
+        wall_s = time.perf_counter() - started - own_s
+        cpu_s = time.process_time() - cpu_started - own_s
+        samples.add("epoch", wall_s * 1000.0, float("nan"), rss_mb(), cpu_s * 1000.0)
         del acks, epoch
     rt.close()
     del rt
@@ -411,11 +417,13 @@ def bench_size(
         if not ms:
             continue
         peaks = [p for p in samples.peak[step] if p == p]  # NaN for nested steps
+        cpus = [c for c in samples.cpu_ms[step] if c == c]
         row: dict[str, Any] = {
             "median_ms": round(statistics.median(ms), 2),
             "min_ms": round(min(ms), 2),
             "max_ms": round(max(ms), 2),
             "n": len(ms),
+            "cpu_ms": round(statistics.median(cpus), 2) if cpus else "",
             "peak_mb": round(statistics.median(peaks), 1) if peaks else "",
             "rss_mb": round(max(samples.rss[step]), 1),
         }
