@@ -567,7 +567,7 @@ class CheckpointCoordinator:
         if commits or aborts or finished:
             counts = {"committed": len(commits), "aborted": len(aborts), "finished": finished}
             self._log(logging.INFO, "checkpoint notified", checkpoint=checkpoint_id, **counts)
-        if self.committer.policy.async_commit:
+        if self.committer.asynchronous:
             return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
         already = after.already_committed - before.already_committed
         return NotifyResult(

@@ -14,6 +14,13 @@ LOST_WAY_FORWARD = (
 )
 """What a :class:`~twophase.sinks.errors.TransactionLostError` tells the user to do."""
 
+ASYNC_COMMIT_ABOVE = 128
+"""The default :attr:`CommitPolicy.async_commit_above`, transactions per checkpoint. Batched, the
+slowest connector measured commits about 144 transactions a second (Kafka, one EndTxn each;
+PostgreSQL 405, S3 324: BENCHMARKS.md "Batch commit"), so a synchronous commit of up to 128 holds
+the next epoch at most about a second, the driver's per-epoch goal of issue #42; above it the
+commit would outgrow the epoch, and it overlaps the next one instead."""
+
 
 @dataclass(frozen=True)
 class CommitPolicy:
@@ -31,7 +38,13 @@ class CommitPolicy:
             ``transaction.timeout.ms``), for age warnings; ``None`` disables them.
         timeout_warning_ratio: warn when a pending transaction's age passes this fraction of
             ``transaction_timeout_ms`` (0 < ratio ≤ 1; default 0.8).
-        async_commit: commit on an ordered committer thread instead of synchronously.
+        async_commit: commit on an ordered committer thread instead of synchronously (``True``),
+            synchronously (``False``), or ``None`` (the default): synchronously until a
+            checkpoint's commit holds more than ``async_commit_above`` transactions, then on the
+            committer thread for the rest of the run (once a batch is queued, every later one
+            queues behind it, so that checkpoints commit in order).
+        async_commit_above: the threshold of ``async_commit=None``, transactions per checkpoint
+            (≥ 1; default :data:`ASYNC_COMMIT_ABOVE`).
 
     Raises:
         ConfigError: an out-of-range value.
@@ -44,7 +57,15 @@ class CommitPolicy:
     ignore_lost_on_recovery: bool = False
     transaction_timeout_ms: int | None = None
     timeout_warning_ratio: float = 0.8
-    async_commit: bool = False
+    async_commit: bool | None = None
+    async_commit_above: int = ASYNC_COMMIT_ABOVE
+
+    def commits_async(self, transactions: int) -> bool:
+        """Whether a checkpoint's commit of ``transactions`` goes to the committer thread, as
+        ``async_commit`` says (``None``: more than ``async_commit_above``)."""
+        if self.async_commit is None:
+            return transactions > self.async_commit_above
+        return self.async_commit
 
     @property
     def retry_budget_ms(self) -> int:
@@ -64,6 +85,8 @@ class CommitPolicy:
             raise ConfigError(f"commit max_retry_time_ms must be > 0, got {self.max_retry_time_ms}")
         if self.transaction_timeout_ms is not None and self.transaction_timeout_ms <= 0:
             raise ConfigError(f"transaction_timeout_ms must be > 0, got {self.transaction_timeout_ms}")
+        if self.async_commit_above < 1:
+            raise ConfigError(f"commit async_commit_above must be >= 1, got {self.async_commit_above}")
         if not 0 < self.timeout_warning_ratio <= 1:
             raise ConfigError(f"timeout_warning_ratio must be in (0, 1], got {self.timeout_warning_ratio}")
 

@@ -30,8 +30,10 @@ a smaller call, the confirmed ones are reported at once, and a call whose other 
 failed still reports what it confirmed. Ordering, asynchronous commit and the committed marker
 work on whole calls; metrics count transactions.
 
-Commits run synchronously by default. With ``CommitPolicy.async_commit`` they run on one ordered
-committer thread: the commits of checkpoint c may overlap the next epoch, batches stay in
+Commits run synchronously while a checkpoint's commit is small, and on one ordered committer
+thread once one holds more than ``CommitPolicy.async_commit_above`` transactions (or always, or
+never, as ``CommitPolicy.async_commit`` says); once one batch is queued, every later one queues
+behind it: the commits of checkpoint c may overlap the next epoch, batches stay in
 submission order, and an error surfaces on the next :meth:`CommitterOperator.raise_if_failed`
 or :meth:`CommitterOperator.drain`; after an error the queued commits are skipped (the job fails and
 recovery re-commits from checkpoint storage).
@@ -417,7 +419,9 @@ class CommitterOperator:
     def submit(
         self, txns: Sequence[PendingTransaction[Any]], *, on_landed: Callable[[], None] | None = None
     ) -> None:
-        """Commit ``txns`` in order: now, or queued on the committer thread (``async_commit``).
+        """Commit ``txns`` in order: now, or queued on the committer thread
+        (:meth:`~twophase.coordinator.commit_policy.CommitPolicy.commits_async`, and every batch
+        after a queued one).
 
         Committed transactions are reported by :meth:`poll_completed`. Fault point ``mid_commit``
         fires once the first commit call of a batch of several transactions confirmed some.
@@ -437,7 +441,7 @@ class CommitterOperator:
         if not txns and on_landed is None:
             return
         calls = commit_calls(self._sinks, txns)
-        if not self.policy.async_commit:
+        if not self.asynchronous and not self.policy.commits_async(len(txns)):
             self._run(calls, on_landed)
             return
         with self._lock:
@@ -447,6 +451,12 @@ class CommitterOperator:
                 )
             self._inflight += 1
         self._executor.submit(self._run_async, calls, on_landed)
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether batches go to the committer thread: once one did, every later one does, so that
+        they commit in submission order behind it."""
+        return self._executor is not None
 
     def _run(self, calls: Sequence[CommitCall], on_landed: Callable[[], None] | None = None) -> None:
         fired = [sum(map(len, calls)) < 2]  # mid_commit only applies to several transactions

@@ -71,12 +71,14 @@ Limitations of the facade (use :class:`twophase.coordinator.spark.job.Job` for t
 - every commit restores from storage, so the latest checkpoint's committables are re-committed
   once per batch (idempotent; ``ALREADY_COMMITTED``);
 - ``asyncProgressTrackingEnabled`` and complete output mode (``overwrite``) are refused; commits
-  are synchronous (``CommitPolicy.async_commit`` is refused).
+  are synchronous (``CommitPolicy.async_commit=True`` is refused; its default ``None`` commits
+  synchronously here, whatever the size).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from pyspark.sql.types import StructType
@@ -185,6 +187,8 @@ class TwoPhaseDataSource(DataSource):
         config = self.runtime_config(options)
         if config.commit.async_commit:
             raise ConfigError("the Python Data Source facade commits synchronously; async_commit must be off")
+        # Spark's commit callback returns once the batch is committed: never queued, whatever its size
+        config = replace(config, commit=replace(config.commit, async_commit=False))
         # no session here (a data source worker): validation needs only whether a timestamp has a zone
         sink.validate(arrow_schema(schema, "UTC"))
         return TwoPhaseStreamWriter(sink, settings, config)

@@ -225,6 +225,42 @@ def test_async_commit_is_ordered_and_surfaces_errors_on_the_next_call() -> None:
     c.shutdown()
 
 
+def test_by_default_a_large_commit_goes_to_the_committer_thread_and_every_later_one_follows() -> None:
+    """#42 item 3: ``async_commit=None`` (the default) commits small checkpoints at once and one of
+    more than ``async_commit_above`` transactions on the committer thread; a small one after it
+    queues behind it, so that checkpoints still commit in order."""
+    assert CommitPolicy().async_commit is None
+    system = FakeExternalSystem()
+    gate = threading.Event()
+
+    class Slow(FakeSink):
+        def commit(self, committable: FakeCommittable) -> CommitOutcome:
+            if committable.txn_id != "t1":
+                gate.wait(5)
+            return super().commit(committable)
+
+    c = committer(Slow("s", system), policy=CommitPolicy(async_commit_above=2, max_attempts=1))
+    t1, t2, t3, t4, t5 = (prepared(system, f"t{i}") for i in range(1, 6))
+    c.submit([t1])
+    assert system.committed == {"t1": ["t1"]} and not c.asynchronous  # at once: 1 is not above 2
+    c.submit([t2, t3, t4])
+    assert c.asynchronous and c.busy  # 3 is above 2: queued, overlapping what the caller does next
+    c.submit([t5])  # small, but behind a queued batch
+    assert c.busy and "t5" not in system.committed
+    gate.set()
+    c.drain(5)
+    assert system.commit_calls == ["t1", "t2", "t3", "t4", "t5"]
+    c.shutdown()
+
+
+def test_async_commit_says_always_or_never_whatever_the_size() -> None:
+    assert CommitPolicy(async_commit=True).commits_async(1)
+    assert not CommitPolicy(async_commit=False).commits_async(10**6)
+    assert not CommitPolicy().commits_async(128) and CommitPolicy().commits_async(129)
+    with pytest.raises(ConfigError, match="async_commit_above must be >= 1"):
+        CommitPolicy(async_commit_above=0)
+
+
 def test_on_landed_runs_on_the_thread_that_lands_the_batch_and_never_after_a_failure() -> None:
     """#26 item 2: the committed marker follows the commit onto the committer thread."""
     system = FakeExternalSystem()

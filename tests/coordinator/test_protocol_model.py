@@ -15,7 +15,9 @@ to jobs in production, in any order:
   between steps, down for a while (past Kafka's transaction timeout, past
   ``transactional.id.expiration.ms``); checkpoint publishes refused or of unknown outcome; lost
   notifications; asynchronous commit with stalled commits (settled at the end
-  of each step: ``model_settle``); moved coordinators; Delta conflicts; S3 throttling; Iceberg
+  of each step: ``model_settle``), and the default that turns asynchronous mid-life once a
+  checkpoint commits more than ``MODEL_ASYNC_ABOVE`` transactions; moved coordinators; Delta
+  conflicts; S3 throttling; Iceberg
   commit conflicts (another writer appends between a commit's load and its pointer swap, more
   often than the committer's attempts), an unreachable catalog (connections refused: one is retried by
   the sink, two fail the operation; a restore meeting that fails and the driver is started again,
@@ -128,6 +130,10 @@ ON_FAILURE = ("fail_over",) * 4 + ("cancel", "cancel_refusing_an_abort")
 while the brokers refuse an abort."""
 JOB_PREFIX = "twophase-job-k-"
 """The Kafka sink's transactional ids (default prefix of job ``job``, sink ``k``)."""
+MODEL_ASYNC_ABOVE = 8
+"""``CommitPolicy.async_commit_above`` in the model: its checkpoints commit 0 to about 30
+transactions, so that under the default ``async_commit=None`` a run's commits go from synchronous
+to queued, mid-life, as a large job's do at 128 (#42 item 3)."""
 
 
 class ProtocolModel(RuleBasedStateMachine):
@@ -159,7 +165,7 @@ class ProtocolModel(RuleBasedStateMachine):
     # -- set-up ------------------------------------------------------------------------------------
 
     @initialize(
-        async_commit=st.booleans(),
+        async_commit=st.sampled_from([False, True, None]),
         retained=st.integers(1, 3),
         pool_size=st.integers(3, 5),
         rolling=st.sampled_from(sorted(ROLLING)),
@@ -167,7 +173,7 @@ class ProtocolModel(RuleBasedStateMachine):
     )
     @traced
     def start(
-        self, async_commit: bool, retained: int, pool_size: int, rolling: str, cleanup: CleanupMode
+        self, async_commit: bool | None, retained: int, pool_size: int, rolling: str, cleanup: CleanupMode
     ) -> None:
         fmt, policy = ROLLING[rolling]
         kafka_config = KafkaSinkConfig(
@@ -190,7 +196,9 @@ class ProtocolModel(RuleBasedStateMachine):
         ]
         self.config = RuntimeConfig(
             checkpoint=CheckpointConfig(retained_checkpoints=retained),
-            commit=CommitPolicy(async_commit=async_commit),
+            # None: the default, synchronous until a checkpoint commits more than MODEL_ASYNC_ABOVE
+            # transactions, then queued for the rest of the run (#42 item 3)
+            commit=CommitPolicy(async_commit=async_commit, async_commit_above=MODEL_ASYNC_ABOVE),
             restart=RestartStrategy.fixed_delay(1_000_000, 0),
             cancel_cleanup=cleanup,
         )
