@@ -1,4 +1,5 @@
-"""Benchmark: the flights job's three-sink fan-out against what users write today (issue #18 §7).
+"""Benchmark: the flights job's three-sink fan-out against what users write today (issue #18 §7,
+issue #44 item 2).
 
 Same input stream, same services, same ``local[2]`` session, side by side in one run:
 
@@ -8,32 +9,43 @@ Same input stream, same services, same ``local[2]`` session, side by side in one
 - ``foreach_batch``: the same stream (:func:`~twophase.integration.jobs.flights.flights_stream`)
   with ``foreachBatch``: ``persist()`` the batch, then Spark's own three writers one after the
   other — ``format("kafka")`` (key/value, the same topic settings), ``partitionBy("origin",
-  "month").parquet("s3a://…")`` and ``format("delta")`` (the same kind of location as the 2PC
-  Delta sink: local) — then ``unpersist()``. At-least-once: a failure between the writers, or a
-  retried batch, duplicates data.
-- ``foreach_batch_recompute``: the same recipe without ``persist()``: each writer recomputes the
-  batch's plan (read, joins, columns). A new user's first try, and on small batches the faster one
-  (issue #29 item 4).
+  "month").parquet("s3a://…")`` through the default (rename) committer and ``format("delta")``
+  (the same kind of location as the 2PC Delta sink: local) — then ``unpersist()``. At-least-once:
+  a failure between the writers, or a retried batch, duplicates data.
+- ``foreach_batch_expert``: the recipe a Spark performance engineer writes (issue #44 item 2):
+  ``persist()`` and ``count()`` the batch (materialized once), then the three writers at once from
+  three driver threads, each in its own pool of the FAIR scheduler
+  (``spark.scheduler.mode=FAIR``); Parquet through the S3A **magic committer** (``spark-hadoop-cloud``'s
+  ``PathOutputCommitProtocol`` and ``BindingParquetOutputCommitter``, ``fs.s3a.committer.name=magic``:
+  no rename, no copy); Delta written idempotently (``txnAppId`` = the run, ``txnVersion`` = the
+  batch id: a replayed batch is skipped); the Kafka writer with the producer settings twophase's
+  sink uses, stated in :data:`KAFKA_TUNED`.
+- ``foreach_batch_recompute`` (at the first sweep point only): the serial recipe without
+  ``persist()``: each writer recomputes the batch's plan. A new user's first try.
 
-Both read the same input files with the same micro-batch size (``FILES_PER_TRIGGER`` days) and
-write the same columns. Rounds rotate which goes first. Reported: median wall-clock seconds per
-run (min–max), rows/s, and the ratio of twophase to each recipe (> 1: twophase is faster), the
-better recipe first.
+The sweep (:data:`SWEEP`): about 28k, 280k and 2.8M rows per micro-batch, ``FILES_PER_TRIGGER``
+days a batch with every flight repeated 1, 10 or 100 times (``flights_stream(copies=…)``, the same
+stream for every writer). Rounds rotate which goes first. Reported per point: median wall-clock
+seconds per run (min–max), rows/s, the CPU-seconds of the engine's process tree per run (the
+driver's Python, the JVM, its Python workers; the services' own processes are reported apart), and
+the ratio of twophase to each recipe (> 1: twophase is faster), the better recipe first.
 
 The breakdown (untimed by ``side_by_side``, from the same runs): the one-pass job's epochs split
 into the Spark job that writes and pre-commits (``write_ms``: hand-off and every sink's writes),
 the checkpoint's publish and the commit (the driver's work), the rest of each epoch (planning,
 Spark's own bookkeeping) and the time outside epochs (query start and stop, the final
 checkpoint); each recipe's batches split per writer (``persist``, ``kafka``, ``parquet``,
-``delta``). Per sink, the one-pass job also runs with each sink alone
-(``twophase_kafka``, ``twophase_s3``, ``twophase_delta``), timed side by side with the rest.
+``delta``; the expert recipe's ``writers`` is the three together). At the first point the one-pass
+job also runs with each sink alone (``twophase_kafka``, ``twophase_s3``, ``twophase_delta``).
 
 ``python -m benchmarks.bench_fanout``; ``TWOPHASE_BENCH_RUNS`` sets the rounds,
-``TWOPHASE_BENCH_SCALE`` the share of the year's days (see :mod:`benchmarks.common`).
+``TWOPHASE_BENCH_FANOUT_SWEEP=28k,280k`` the points, ``TWOPHASE_BENCH_SCALE`` the share of each
+point's days (see :mod:`benchmarks.common`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,176 +54,385 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks import common
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DAYS = 365
 FILES_PER_TRIGGER = 31
 ROUNDS = 3
 BUCKET = "twophase-bench-fanout"
 
+SWEEP: dict[str, tuple[int, int]] = {"28k": (1, 365), "280k": (10, 93), "2.8M": (100, 62)}
+"""Rows per micro-batch → (copies of each flight, days of input). A batch is ``FILES_PER_TRIGGER``
+days (about 28.6k flights) repeated ``copies`` times; the larger points read fewer days (3 and 2
+batches) so that a run takes minutes, not hours, on two cores."""
 
-def run() -> dict[str, Any]:
-    """Run the comparison; see the module docstring."""
-    from support.kafka.support import create_topic
+KAFKA_TUNED = {
+    "kafka.linger.ms": "20",
+    "kafka.batch.size": "1000000",
+    "kafka.compression.type": "lz4",
+    "kafka.acks": "all",
+    "kafka.enable.idempotence": "true",
+}
+"""The expert recipe's producer: what twophase's Kafka sink runs with in the flights job
+(``linger.ms=20``, ``compression.type=lz4``; librdkafka's ``batch.size`` default of 1,000,000 bytes;
+``acks=all`` and idempotence, which a transactional producer implies). The Java producer's own
+defaults are ``linger.ms`` 0 (5 from Kafka 4.0), ``batch.size`` 16,384 and no compression."""
 
-    from twophase.coordinator.job_lifecycle import JobState
-    from twophase.integration.jobs import flights_data
-    from twophase.integration.jobs.flights import (
-        KEY_COLUMN,
-        TYPED_COLUMNS,
-        VALUE_COLUMN,
-        FlightsEndpoints,
-        flights_spark_session,
-        flights_stream,
-        run_flights,
-    )
-    from twophase.integration.jobs.flights_spec import FlightsJobSpec
-    from twophase.integration.services import kafka_service, s3_service
+MAGIC_COMMITTER = {
+    "fs.s3a.committer.name": "magic",
+    "fs.s3a.committer.magic.enabled": "true",
+    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": (
+        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+    ),
+}
+"""Session settings of the expert recipe's Parquet writer (Spark's cloud-integration guide, "Hadoop
+S3A committers"), set for its runs."""
 
-    days = max(FILES_PER_TRIGGER, min(DAYS, round(DAYS * common.scaled(1_000_000) / 1_000_000)))
-    rounds = common.runs(ROUNDS)
-    env = common.machine()
-    run_id = uuid.uuid4().hex[:8]
-    scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-fanout-"))
-    rows = flights_data.land(days).rows
-    with kafka_service() as bootstrap, s3_service() as s3:
-        endpoints = FlightsEndpoints(bootstrap, s3)
-        s3.ensure_bucket(BUCKET)
-        spark = flights_spark_session(endpoints)
-        spark.sparkContext.setLogLevel("ERROR")
+CLASSIC_COMMITTER = {
+    "fs.s3a.committer.name": "file",
+    "spark.sql.sources.commitProtocolClass": (
+        "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
+    ),
+    "spark.sql.parquet.output.committer.class": "org.apache.parquet.hadoop.ParquetOutputCommitter",
+}
+"""The other recipes' Parquet writer: Spark's defaults (the rename committer), set for their runs,
+since a session holding ``spark-hadoop-cloud`` starts with the magic committer on (Spark 4.2 fills
+in :data:`MAGIC_COMMITTER` when the jar is on its class path)."""
 
-        def spec(tag: str, r: int) -> FlightsJobSpec:
-            job = f"fanout_{tag}_{run_id}_{r + 1}"  # the warm-up is round -1
-            return FlightsJobSpec(
-                job_id=job,
-                work_dir=str(scratch / job),
-                days=days,
-                files_per_trigger=FILES_PER_TRIGGER,
-                bucket=BUCKET,
-            )
 
-        # per writer: the sums of each run's stages (ms), for the breakdown
+KAFKA_FIRST_TRY = {"kafka.linger.ms": "20", "kafka.compression.type": "lz4"}
+"""The serial recipes' producer settings, as earlier runs of this benchmark had them."""
+
+
+def sweep_points() -> dict[str, tuple[int, int]]:
+    """The points ``TWOPHASE_BENCH_FANOUT_SWEEP`` names (all of :data:`SWEEP` by default)."""
+    wanted = os.environ.get("TWOPHASE_BENCH_FANOUT_SWEEP")
+    names = [n.strip() for n in wanted.split(",")] if wanted else list(SWEEP)
+    return {n: SWEEP[n] for n in names}
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """``conf`` set on the session's runtime configuration inside the block, put back after it."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+class FanOut:
+    """One benchmark run's Spark session, services and scratch space; :meth:`point` measures one
+    sweep point (every writer, side by side)."""
+
+    def __init__(
+        self, spark: SparkSession, endpoints: Any, scratch: Path, run_id: str, services: list[int]
+    ) -> None:
+        self.spark = spark
+        self.endpoints = endpoints
+        self.bootstrap: str = endpoints.kafka_bootstrap
+        self.scratch = scratch
+        self.run_id = run_id
+        self.services = services
+        """The services' processes (Kafka, MinIO): their CPU is reported apart from the engine's."""
+
+    def spec(self, point: str, tag: str, r: int, days: int) -> Any:
+        """The job spec of ``tag``'s round ``r`` (-1: the warm-up) at ``point``."""
+        from twophase.integration.jobs.flights_spec import FlightsJobSpec
+
+        job = f"fanout_{point.replace('.', '_')}_{tag}_{self.run_id}_{r + 1}"
+        return FlightsJobSpec(
+            job_id=job,
+            work_dir=str(self.scratch / job),
+            days=days,
+            files_per_trigger=FILES_PER_TRIGGER,
+            bucket=BUCKET,
+        )
+
+    def point(self, point: str, copies: int, days: int, first: bool) -> dict[str, Any]:
+        """Every writer at ``copies`` × ``days``, ``common.runs(ROUNDS)`` rounds after a warm-up.
+
+        Returns:
+            ``{"rows", "copies", "days", "writers", "ratios", "breakdown_ms"}``.
+        """
+        from benchmarks.flink.watcher import tree_cpu_s
+        from twophase.integration.jobs import flights_data
+
+        rows = flights_data.land(days).rows * copies
         stages: dict[str, list[dict[str, float]]] = {}
+        cpu: dict[str, list[float]] = {}
+        service_cpu: dict[str, list[float]] = {}
 
-        def one_pass(tag: str, sinks: tuple[str, ...]) -> Callable[[int], object]:
-            def run_job(r: int) -> object:
-                s = dataclasses.replace(spec(tag, r), sinks=sinks)
-                start = time.perf_counter()
-                result = run_flights(spark, s, endpoints)
-                wall = (time.perf_counter() - start) * 1000
-                assert result.state is JobState.FINISHED, result.state
-                assert sum(m.records for m in result.epochs) == rows
-                epoch = sum(m.epoch_ms for m in result.epochs)
-                write = sum(m.write_ms for m in result.epochs)
-                driver = sum(m.persist_ms + m.commit_ms for m in result.epochs)
+        def metered(name: str, fn: Callable[[int], object]) -> Callable[[int], object]:
+            def measured(r: int) -> object:
+                engine, svc = tree_cpu_s([os.getpid()], exclude=self.services), tree_cpu_s(self.services)
+                out = fn(r)
                 if r >= 0:
-                    stages.setdefault(tag, []).append(
-                        {
-                            "write_ms": write,
-                            "driver_ms": driver,
-                            "rest_ms": epoch - write - driver,
-                            # query start and stop, the final checkpoint, the job's own set-up
-                            "outside_epochs_ms": wall - epoch,
-                        }
-                    )
-                return None
+                    cpu.setdefault(name, []).append(tree_cpu_s([os.getpid()], exclude=self.services) - engine)
+                    service_cpu.setdefault(name, []).append(tree_cpu_s(self.services) - svc)
+                return out
 
-            return run_job
+            return measured
 
-        def recipe(tag: str, persist: bool) -> Callable[[int], object]:
-            def run_recipe(r: int) -> object:
-                s = spec(tag, r)
-                create_topic(bootstrap, s.topic, s.kafka_partitions)
-                parquet = f"s3a://{BUCKET}/{s.s3_prefix}"
-                spent: dict[str, float] = {
-                    "persist_ms": 0.0,
-                    "kafka_ms": 0.0,
-                    "parquet_ms": 0.0,
-                    "delta_ms": 0.0,
+        def spec(tag: str, r: int) -> Any:
+            return self.spec(point, tag, r, days)
+
+        writers: dict[str, Callable[[int], object]] = {
+            "twophase": self.one_pass(spec, "twophase", ("kafka", "s3", "delta"), rows, copies, stages),
+            "foreach_batch": self.recipe(spec, "foreach_batch", "serial", copies, stages),
+            "foreach_batch_expert": self.recipe(spec, "foreach_batch_expert", "expert", copies, stages),
+        }
+        if first:
+            writers["foreach_batch_recompute"] = self.recipe(
+                spec, "foreach_batch_recompute", "recompute", copies, stages
+            )
+            for sink in ("kafka", "s3", "delta"):
+                writers[f"twophase_{sink}"] = self.one_pass(
+                    spec, f"twophase_{sink}", (sink,), rows, copies, stages
+                )
+        writers = {name: metered(name, fn) for name, fn in writers.items()}
+
+        def check(writer: str, r: int, result: object) -> None:
+            if writer.startswith("foreach_batch") and r == 0 and result is not None:
+                count = self.spark.read.format("delta").load(result.delta_uri).count()  # type: ignore[attr-defined]
+                assert count == rows, count
+                magic = self.committed_by(result.s3_prefix) == "magic"  # type: ignore[attr-defined]
+                if magic is not (writer == "foreach_batch_expert"):
+                    raise AssertionError(f"{writer}: Parquet committed by the magic committer: {magic}")
+
+        for warm_up in writers.values():  # every path once: JVM, Python workers, jars, connection pools
+            warm_up(-1)
+        times = common.side_by_side(writers, common.runs(ROUNDS), check)
+        recipes = sorted(
+            (w for w in writers if w.startswith("foreach_batch")), key=lambda w: statistics.median(times[w])
+        )
+        return {
+            "rows": rows,
+            "copies": copies,
+            "days": days,
+            "writers": {
+                w: {
+                    **common.summary(t, rows),
+                    "cpu_s": round(statistics.median(cpu[w]), 1),
+                    "services_cpu_s": round(statistics.median(service_cpu[w]), 1),
                 }
+                for w, t in times.items()
+            },
+            # the better (faster) recipe first
+            "ratios": {f"twophase_over_{w}": common.ratio(times, "twophase", w) for w in recipes},
+            "breakdown_ms": {
+                w: {k: round(statistics.median(run.get(k, 0.0) for run in runs), 1) for k in runs[0]}
+                for w, runs in stages.items()
+            },
+        }
 
-                def timed(stage: str, step: Callable[[], object]) -> None:
-                    start = time.perf_counter()
+    def committed_by(self, prefix: str) -> str | None:
+        """Which S3A committer committed the Parquet output under ``prefix``: the name its
+        ``_SUCCESS`` summary gives (``magic``, ``directory``, ``file``), or ``None`` for the rename
+        committer's empty ``_SUCCESS``.
+
+        Raises:
+            AssertionError: a ``__magic`` staging path was left behind.
+        """
+        client = self.endpoints.s3.boto3_client()
+        base = prefix.rstrip("/")
+        success = client.get_object(Bucket=BUCKET, Key=f"{base}/_SUCCESS")["Body"].read()
+        left = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{base}/__magic").get("KeyCount", 0)
+        if left:
+            raise AssertionError(f"{left} magic staging objects left under {prefix}")
+        committer = json.loads(success).get("committer") if success else None
+        return None if committer is None else str(committer)
+
+    def one_pass(
+        self,
+        spec: Callable[[str, int], Any],
+        tag: str,
+        sinks: tuple[str, ...],
+        rows: int,
+        copies: int,
+        stages: dict[str, list[dict[str, float]]],
+    ) -> Callable[[int], object]:
+        """The flights job into ``sinks``, every record exactly once; its breakdown into ``stages``."""
+        from twophase.coordinator.job_lifecycle import JobState
+        from twophase.integration.jobs.flights import run_flights
+
+        def run_job(r: int) -> object:
+            s = dataclasses.replace(spec(tag, r), sinks=sinks)
+            start = time.perf_counter()
+            result = run_flights(self.spark, s, self.endpoints, copies=copies)
+            wall = (time.perf_counter() - start) * 1000
+            assert result.state is JobState.FINISHED, result.state
+            assert sum(m.records for m in result.epochs) == rows
+            epoch = sum(m.epoch_ms for m in result.epochs)
+            write = sum(m.write_ms for m in result.epochs)
+            driver = sum(m.persist_ms + m.commit_ms for m in result.epochs)
+            if r >= 0:
+                stages.setdefault(tag, []).append(
+                    {
+                        "write_ms": write,
+                        "driver_ms": driver,
+                        "rest_ms": epoch - write - driver,
+                        # query start and stop, the final checkpoint, the job's own set-up
+                        "outside_epochs_ms": wall - epoch,
+                    }
+                )
+            return None
+
+        return run_job
+
+    def recipe(
+        self,
+        spec: Callable[[str, int], Any],
+        tag: str,
+        how: str,
+        copies: int,
+        stages: dict[str, list[dict[str, float]]],
+    ) -> Callable[[int], object]:
+        """``foreachBatch`` with Spark's three writers: ``how`` is ``serial`` (persisted),
+        ``recompute`` or ``expert`` (see the module docstring); per-writer times into ``stages``."""
+        from support.kafka.support import create_topic
+
+        from twophase.integration.jobs.flights import KEY_COLUMN, TYPED_COLUMNS, VALUE_COLUMN, flights_stream
+
+        spark = self.spark
+
+        def run_recipe(r: int) -> object:
+            s = spec(tag, r)
+            create_topic(self.bootstrap, s.topic, s.kafka_partitions)
+            parquet = f"s3a://{BUCKET}/{s.s3_prefix}"
+            spent: dict[str, float] = {}
+
+            def timed(stage: str, step: Callable[[], object]) -> None:
+                start = time.perf_counter()
+                step()
+                spent[stage] = spent.get(stage, 0.0) + (time.perf_counter() - start) * 1000
+
+            def to_kafka(batch: Any) -> None:
+                records = batch.selectExpr(f"CAST({KEY_COLUMN} AS STRING) AS key", VALUE_COLUMN)
+                tuned = KAFKA_TUNED if how == "expert" else KAFKA_FIRST_TRY
+                writer = records.write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+                writer.options(**tuned).option("topic", s.topic).save()
+
+            def to_parquet(typed: Any) -> None:
+                typed.write.mode("append").partitionBy("origin", "month").parquet(parquet)
+
+            def to_delta(typed: Any, batch_id: int) -> None:
+                writer = typed.write.format("delta").mode("append")
+                if how == "expert":  # idempotent: a replayed batch is skipped
+                    writer = writer.option("txnAppId", s.job_id).option("txnVersion", batch_id)
+                writer.save(s.delta_uri)
+
+            def in_pool(pool: str, step: Callable[[], object]) -> None:
+                spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+                try:
                     step()
-                    spent[stage] += (time.perf_counter() - start) * 1000
+                finally:
+                    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
 
-                def fan_out(batch: Any, _batch_id: int) -> None:
-                    if persist:  # persist() is lazy: the first writer materializes the cache
+            def fan_out(batch: Any, batch_id: int) -> None:
+                typed = batch.select(*TYPED_COLUMNS)
+                if how == "expert":
+                    timed("persist_ms", lambda: batch.persist().count())
+                    steps = {
+                        "kafka": lambda: to_kafka(batch),
+                        "parquet": lambda: to_parquet(typed),
+                        "delta": lambda: to_delta(typed, batch_id),
+                    }
+
+                    def all_three() -> None:
+                        with ThreadPoolExecutor(len(steps), thread_name_prefix="fan-out") as pool:
+                            for done in [pool.submit(in_pool, name, step) for name, step in steps.items()]:
+                                done.result()
+
+                    timed("writers_ms", all_three)
+                else:
+                    if how == "serial":  # persist() is lazy: the first writer materializes it
                         timed("persist_ms", batch.persist)
-                    timed(
-                        "kafka_ms",
-                        batch.selectExpr(f"CAST({KEY_COLUMN} AS STRING) AS key", VALUE_COLUMN)
-                        .write.format("kafka")
-                        .option("kafka.bootstrap.servers", bootstrap)
-                        .option("kafka.linger.ms", "20")
-                        .option("kafka.compression.type", "lz4")
-                        .option("topic", s.topic)
-                        .save,
-                    )
-                    typed = batch.select(*TYPED_COLUMNS)
-                    timed(
-                        "parquet_ms",
-                        lambda: typed.write.mode("append").partitionBy("origin", "month").parquet(parquet),
-                    )
-                    timed("delta_ms", lambda: typed.write.format("delta").mode("append").save(s.delta_uri))
-                    if persist:
-                        timed("persist_ms", batch.unpersist)
+                    timed("kafka_ms", lambda: to_kafka(batch))
+                    timed("parquet_ms", lambda: to_parquet(typed))
+                    timed("delta_ms", lambda: to_delta(typed, batch_id))
+                if how != "recompute":
+                    timed("persist_ms", batch.unpersist)
 
+            with session_conf(spark, MAGIC_COMMITTER if how == "expert" else CLASSIC_COMMITTER):
                 query = (
-                    flights_stream(spark, s)
+                    flights_stream(spark, s, copies)
                     .writeStream.foreachBatch(fan_out)
                     .option("checkpointLocation", s.spark_checkpoint)
                     .trigger(availableNow=True)
                     .start()
                 )
                 query.awaitTermination()
-                if r >= 0:
-                    stages.setdefault(tag, []).append(spent)
-                return s
+            if r >= 0:
+                stages.setdefault(tag, []).append(spent)
+            return s
 
-            return run_recipe
+        return run_recipe
 
-        writers: dict[str, Callable[[int], object]] = {
-            "twophase": one_pass("twophase", ("kafka", "s3", "delta")),
-            "foreach_batch": recipe("foreach_batch", persist=True),
-            "foreach_batch_recompute": recipe("foreach_batch_recompute", persist=False),
-            **{
-                f"twophase_{sink}": one_pass(f"twophase_{sink}", (sink,)) for sink in ("kafka", "s3", "delta")
+
+def run() -> dict[str, Any]:
+    """Run the comparison; see the module docstring."""
+    from benchmarks.flink.watcher import children_of
+    from twophase.integration.jobs.flights import FlightsEndpoints, flights_spark_session
+    from twophase.integration.services import kafka_service, s3_service
+    from twophase.integration.spark import spark_jars
+
+    env = common.machine()
+    scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-fanout-"))
+    points = sweep_points()
+    hadoop_cloud = common.hadoop_cloud_jar()
+    results: dict[str, Any] = {}
+    with kafka_service() as bootstrap, s3_service() as s3:
+        services = children_of(os.getpid())  # started before Spark: every child now is a service
+        endpoints = FlightsEndpoints(bootstrap, s3)
+        s3.ensure_bucket(BUCKET)
+        spark = flights_spark_session(
+            endpoints,
+            extra_conf={
+                "spark.scheduler.mode": "FAIR",
+                "spark.jars": ",".join([*spark_jars(), hadoop_cloud]),
             },
-        }
-
-        def check(writer: str, r: int, result: object) -> None:
-            if writer.startswith("foreach_batch") and r == 0 and isinstance(result, FlightsJobSpec):
-                count = spark.read.format("delta").load(result.delta_uri).count()
-                assert count == rows, count
-
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        bench = FanOut(spark, endpoints, scratch, uuid.uuid4().hex[:8], services)
         try:
-            # warm up every path once (JVM, Python workers, jars, connection pools)
-            for warm_up in writers.values():
-                warm_up(-1)
-            times = common.side_by_side(writers, rounds, check)
+            for i, (point, (copies, point_days)) in enumerate(points.items()):
+                days = max(
+                    FILES_PER_TRIGGER,
+                    min(point_days, round(point_days * common.scaled(1_000_000) / 1_000_000)),
+                )
+                results[point] = bench.point(point, copies, days, first=i == 0)
         finally:
             spark.stop()
             shutil.rmtree(scratch, ignore_errors=True)
-    recipes = sorted(("foreach_batch", "foreach_batch_recompute"), key=lambda w: statistics.median(times[w]))
     return {
-        "rows": rows,
-        "days": days,
         "files_per_trigger": FILES_PER_TRIGGER,
-        "rounds": rounds,
+        "rounds": common.runs(ROUNDS),
         **env,
         "load_1m_at_end": round(os.getloadavg()[0], 2),
-        "writers": {w: common.summary(t, rows) for w, t in times.items()},
-        # the better (faster) recipe first
-        "ratios": {f"twophase_over_{w}": common.ratio(times, "twophase", w) for w in recipes},
-        "breakdown_ms": {
-            w: {k: round(statistics.median(run[k] for run in runs), 1) for k in runs[0]}
-            for w, runs in stages.items()
+        "settings": {
+            "scheduler": "FAIR, one pool per writer thread (expert recipe)",
+            "kafka_expert": KAFKA_TUNED,
+            "kafka_serial": KAFKA_FIRST_TRY,
+            "magic_committer": MAGIC_COMMITTER,
+            "hadoop_cloud_jar": Path(hadoop_cloud).name,
         },
+        "points": results,
     }
 
 

@@ -54,7 +54,7 @@ import click
 from benchmarks import common
 from benchmarks.flink import analysis
 from benchmarks.flink.engine import FLINK_VERSION, KAFKA_CONNECTOR_VERSION, FlinkBuild, FlinkJob, build
-from benchmarks.flink.watcher import process_table
+from benchmarks.flink.watcher import children_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -300,11 +300,6 @@ class Watcher:
         self._proc.terminate()
         self._proc.wait(60)
         return self.samples()
-
-
-def children_of(pid: int) -> list[int]:
-    """Direct children of ``pid`` (from ``/proc``)."""
-    return [child for child, (ppid, _) in process_table().items() if ppid == pid]
 
 
 # ------------------------------------------------------------------------------------ the run

@@ -188,9 +188,10 @@ def machine() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "load_1m_at_start": round(load1, 2), "load_5m_at_start": round(load5, 2)}
 
 
-def maven_jars(name: str, artifacts: Sequence[str]) -> list[str]:
-    """Absolute paths of ``artifacts`` (``group:artifact:version``) and their runtime dependencies,
-    resolved from Maven Central once into ``<cache>/bench-jars-<name>-<digest>`` the way the
+def maven_jars(name: str, artifacts: Sequence[str], transitive: bool = True) -> list[str]:
+    """Absolute paths of ``artifacts`` (``group:artifact:version``) and their runtime dependencies
+    (none with ``transitive=False``: the session already holds them), resolved from Maven Central
+    once into ``<cache>/bench-jars-<name>-<digest>`` the way the
     project resolves Spark's jars (:func:`twophase.integration.services.maven.resolve_jars`: a POM,
     ``mvn dependency:copy-dependencies``, ``~/.m2`` as Maven's cache).
 
@@ -202,9 +203,14 @@ def maven_jars(name: str, artifacts: Sequence[str]) -> list[str]:
     from twophase.integration.services.cache import cache_dir
     from twophase.integration.services.maven import resolve_jars
 
+    exclude_all = (
+        ""
+        if transitive
+        else "<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>"
+    )
     deps = "".join(
-        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>".format(
-            *a.split(":")
+        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version>{}</dependency>".format(
+            *a.split(":"), exclude_all
         )
         for a in artifacts
     )
@@ -221,6 +227,32 @@ def maven_jars(name: str, artifacts: Sequence[str]) -> list[str]:
     if not pom.is_file():
         pom.write_text(pom_text)
     return [str(j) for j in resolve_jars(pom, cache_dir() / f"bench-jars-{name}-{key}")]
+
+
+HADOOP_CLOUD = {
+    "3.5": "org.apache.spark:spark-hadoop-cloud_2.12:3.5.7",
+    "4.0": "org.apache.spark:spark-hadoop-cloud_2.13:4.0.1",
+    "4.1": "org.apache.spark:spark-hadoop-cloud_2.13:4.1.1",
+    # 4.2.0's is not served here; 4.1.1's two classes (PathOutputCommitProtocol,
+    # BindingParquetOutputCommitter) run on 4.2 unchanged
+    "4.2": "org.apache.spark:spark-hadoop-cloud_2.13:4.1.1",
+}
+"""Per Spark minor release, the ``spark-hadoop-cloud`` artifact whose commit protocol binds Spark's
+file writers to the S3A committers (the magic committer)."""
+
+
+def hadoop_cloud_jar() -> str:
+    """The ``spark-hadoop-cloud`` jar of the running pyspark (:data:`HADOOP_CLOUD`), alone: Spark's
+    own jars and ``hadoop-aws`` are on the session's class path already.
+
+    Raises:
+        KeyError: a pyspark release without an entry.
+        ServiceUnavailableError: Maven cannot resolve it.
+    """
+    import pyspark
+
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    return maven_jars("hadoop-cloud", [HADOOP_CLOUD[minor]], transitive=False)[0]
 
 
 def load_at_end(start: Mapping[str, Any]) -> dict[str, Any]:

@@ -58,6 +58,11 @@ def process_table() -> dict[int, tuple[int, float]]:
     return stats
 
 
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from ``/proc``)."""
+    return [child for child, (ppid, _) in process_table().items() if ppid == pid]
+
+
 def tree_cpu_s(roots: Collection[int], exclude: Collection[int] = ()) -> float:
     """CPU-seconds of ``roots`` and their descendants (each process once), the subtrees of
     ``exclude`` left out."""

@@ -45,7 +45,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -97,13 +97,15 @@ def runtime_config(spec: FlightsJobSpec) -> RuntimeConfig:
     return RuntimeConfig(commit=CommitPolicy(async_commit=spec.async_commit))
 
 
-def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
+def flights_stream(spark: SparkSession, spec: FlightsJobSpec, copies: int = 1) -> DataFrame:
     """The enriched streaming DataFrame: :data:`TYPED_COLUMNS` plus Kafka's ``value`` column.
 
     Reads the landed input (landed first when local, cached; idempotent), or its copy on S3 with
     s3a when ``spec.input_uri`` is set (:func:`stage_input` put it there). Kafka's key is
-    ``flight_id`` itself.
+    ``flight_id`` itself. ``copies`` > 1 (benchmarks: larger micro-batches from the same files)
+    repeats every flight that many times, copy ``i`` with ``-c<i>`` appended to its ``flight_id``.
     """
+    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
     flights_dir, _, _ = input_locations(spec)
@@ -113,6 +115,13 @@ def flights_stream(spark: SparkSession, spec: FlightsJobSpec) -> DataFrame:
         .option("pathGlobFilter", "flights-*.parquet")
         .parquet(flights_dir)
     )
+    if copies > 1:
+        copy = spark.range(copies).withColumnRenamed("id", "copy")
+        flights = (
+            flights.crossJoin(F.broadcast(copy))
+            .withColumn("flight_id", F.concat(F.col("flight_id"), F.lit("-c"), F.col("copy")))
+            .drop("copy")
+        )
     return enrich(spark, flights, spec)
 
 
@@ -227,13 +236,15 @@ def run_flights(
     endpoints: FlightsEndpoints,
     on_progress: Callable[[FlightsProgress], None] | None = None,
     poll_s: float = 0.5,
+    copies: int = 1,
 ) -> FlightsRun:
     """Run (or resume) the flights job until the final checkpoint; every record exactly once.
 
     Writes the manifest, creates the bucket, copies the input to S3 when ``spec.input_uri`` asks
     (files already there are kept), starts the streaming job (restoring from its
     checkpoint if it ran before: re-commit, abort lingering, Spark replays the open batch) and
-    waits for it, calling ``on_progress`` every ``poll_s`` seconds.
+    waits for it, calling ``on_progress`` every ``poll_s`` seconds. ``copies``: as
+    :func:`flights_stream` (benchmarks only).
 
     Raises:
         ConfigError / SchemaError: bad settings (before anything is written).
@@ -245,7 +256,8 @@ def run_flights(
     if spec.input_uri:
         stage_input(spec, endpoints.s3)
     started = time.perf_counter()
-    handle = start_flights(spark, spec, endpoints, flights_stream(spark, spec), {"availableNow": True})
+    stream = flights_stream(spark, spec, copies)
+    handle = start_flights(spark, spec, endpoints, stream, {"availableNow": True})
     while not handle.await_termination(poll_s):
         if on_progress is not None:
             on_progress(_progress(handle, spec, started))
@@ -299,6 +311,7 @@ def flights_spark_session(
     endpoints: FlightsEndpoints | None = None,
     partition_per_file: bool = False,
     event_log_dir: Path | None = None,
+    extra_conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """A ``local[2]`` session for the job (4 attempts per task, UTC), with Delta and s3a jars.
 
@@ -307,6 +320,7 @@ def flights_spark_session(
     ``partition_per_file`` the cost of opening a file equals a whole partition, so the file source
     never packs two input files into one partition. With ``event_log_dir``, Spark's event log is
     written there (:func:`~twophase.integration.jobs.flights_cluster.event_log_conf`).
+    ``extra_conf`` is applied last (benchmarks: the scheduler mode, the S3A committer's jar).
     """
     one_file = {"spark.sql.files.openCostInBytes": "134217728"} if partition_per_file else {}
     events = event_log_conf(event_log_dir) if event_log_dir is not None else {}
@@ -322,6 +336,7 @@ def flights_spark_session(
             "spark.speculation": "false",
             **one_file,
             **events,
+            **(extra_conf or {}),
         },
         s3=endpoints.s3 if endpoints is not None else None,
     )
