@@ -45,7 +45,6 @@ point's days (see :mod:`benchmarks.common`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -54,7 +53,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,29 +85,6 @@ KAFKA_TUNED = {
 ``acks=all`` and idempotence, which a transactional producer implies). The Java producer's own
 defaults are ``linger.ms`` 0 (5 from Kafka 4.0), ``batch.size`` 16,384 and no compression."""
 
-MAGIC_COMMITTER = {
-    "fs.s3a.committer.name": "magic",
-    "fs.s3a.committer.magic.enabled": "true",
-    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
-    "spark.sql.parquet.output.committer.class": (
-        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
-    ),
-}
-"""Session settings of the expert recipe's Parquet writer (Spark's cloud-integration guide, "Hadoop
-S3A committers"), set for its runs."""
-
-CLASSIC_COMMITTER = {
-    "fs.s3a.committer.name": "file",
-    "spark.sql.sources.commitProtocolClass": (
-        "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
-    ),
-    "spark.sql.parquet.output.committer.class": "org.apache.parquet.hadoop.ParquetOutputCommitter",
-}
-"""The other recipes' Parquet writer: Spark's defaults (the rename committer), set for their runs,
-since a session holding ``spark-hadoop-cloud`` starts with the magic committer on (Spark 4.2 fills
-in :data:`MAGIC_COMMITTER` when the jar is on its class path)."""
-
-
 KAFKA_FIRST_TRY = {"kafka.linger.ms": "20", "kafka.compression.type": "lz4"}
 """The serial recipes' producer settings, as earlier runs of this benchmark had them."""
 
@@ -118,22 +94,6 @@ def sweep_points() -> dict[str, tuple[int, int]]:
     wanted = os.environ.get("TWOPHASE_BENCH_FANOUT_SWEEP")
     names = [n.strip() for n in wanted.split(",")] if wanted else list(SWEEP)
     return {n: SWEEP[n] for n in names}
-
-
-@contextlib.contextmanager
-def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
-    """``conf`` set on the session's runtime configuration inside the block, put back after it."""
-    before = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, v)
 
 
 class FanOut:
@@ -242,21 +202,8 @@ class FanOut:
         }
 
     def committed_by(self, prefix: str) -> str | None:
-        """Which S3A committer committed the Parquet output under ``prefix``: the name its
-        ``_SUCCESS`` summary gives (``magic``, ``directory``, ``file``), or ``None`` for the rename
-        committer's empty ``_SUCCESS``.
-
-        Raises:
-            AssertionError: a ``__magic`` staging path was left behind.
-        """
-        client = self.endpoints.s3.boto3_client()
-        base = prefix.rstrip("/")
-        success = client.get_object(Bucket=BUCKET, Key=f"{base}/_SUCCESS")["Body"].read()
-        left = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{base}/__magic").get("KeyCount", 0)
-        if left:
-            raise AssertionError(f"{left} magic staging objects left under {prefix}")
-        committer = json.loads(success).get("committer") if success else None
-        return None if committer is None else str(committer)
+        """:func:`common.committed_by` in the benchmark's bucket."""
+        return common.committed_by(self.endpoints.s3.boto3_client(), BUCKET, prefix)
 
     def one_pass(
         self,
@@ -369,7 +316,9 @@ class FanOut:
                 if how != "recompute":
                     timed("persist_ms", batch.unpersist)
 
-            with session_conf(spark, MAGIC_COMMITTER if how == "expert" else CLASSIC_COMMITTER):
+            with common.session_conf(
+                spark, common.MAGIC_COMMITTER if how == "expert" else common.CLASSIC_COMMITTER
+            ):
                 query = (
                     flights_stream(spark, s, copies)
                     .writeStream.foreachBatch(fan_out)
@@ -429,7 +378,8 @@ def run() -> dict[str, Any]:
             "scheduler": "FAIR, one pool per writer thread (expert recipe)",
             "kafka_expert": KAFKA_TUNED,
             "kafka_serial": KAFKA_FIRST_TRY,
-            "magic_committer": MAGIC_COMMITTER,
+            "magic_committer": common.MAGIC_COMMITTER,
+            "classic_committer": common.CLASSIC_COMMITTER,
             "hadoop_cloud_jar": Path(hadoop_cloud).name,
         },
         "points": results,

@@ -4,7 +4,11 @@ and where the gap comes from (issue #18).
 Same data, same MinIO, same ``local[2]`` Spark session, measured side by side in one run:
 
 - ``spark_s3a``: ``df.write.mode("overwrite").parquet("s3a://<bucket>/spark_s3a-<run>")`` (Spark's
-  FileOutputCommitter over s3a, snappy);
+  FileOutputCommitter over s3a, snappy: the rename committer, :data:`~benchmarks.common.CLASSIC_COMMITTER`);
+- ``spark_s3a_magic``: the same through the S3A magic committer
+  (:data:`~benchmarks.common.MAGIC_COMMITTER`, ``spark-hadoop-cloud`` on the class path): no rename
+  or copy on commit, the tuned baseline a Spark engineer writes to S3 (issue #44 item 3); each
+  run's ``_SUCCESS`` is checked to name the committer it was meant to use;
 - ``twophase_s3_p<P>_f<F>``: ``Job(spark, name, checkpoint_dir).sink(S3Sink(...)).write(df)`` with
   ``part_size_bytes`` = P MiB and ``uploads_in_flight`` = F, for P in :data:`PART_SIZES_MIB` and F
   in :data:`UPLOADS_IN_FLIGHT` (the default is ``p8_f2``): one epoch (each task streams its Parquet
@@ -193,7 +197,7 @@ def run() -> dict[str, Any]:
     with s3_service() as endpoint:
         endpoint.ensure_bucket(BUCKET)
         client = endpoint.boto3_client()
-        spark = common.spark_session("twophase-bench-s3", s3=endpoint)
+        spark = common.spark_session("twophase-bench-s3", s3=endpoint, magic_committer=True)
         run_id = uuid.uuid4().hex[:8]
         scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-s3-"))
         epochs: list[Any] = []
@@ -239,7 +243,13 @@ def run() -> dict[str, Any]:
                 return name, write
 
             def spark_s3a(r: int) -> object:
-                df.write.mode("overwrite").parquet(f"s3a://{BUCKET}/spark_s3a-{run_id}-{r}")
+                with common.session_conf(spark, common.CLASSIC_COMMITTER):
+                    df.write.mode("overwrite").parquet(f"s3a://{BUCKET}/spark_s3a-{run_id}-{r}")
+                return None
+
+            def spark_s3a_magic(r: int) -> object:
+                with common.session_conf(spark, common.MAGIC_COMMITTER):
+                    df.write.mode("overwrite").parquet(f"s3a://{BUCKET}/spark_s3a_magic-{run_id}-{r}")
                 return None
 
             def spark_noop(r: int) -> object:
@@ -265,6 +275,9 @@ def run() -> dict[str, Any]:
                 if r == 0:
                     count = spark.read.parquet(f"s3a://{BUCKET}/{prefix}").count()
                     assert count == rows_n, (writer, count)
+                    if writer.startswith("spark_s3a"):  # each ran under the committer it names
+                        committer = common.committed_by(client, BUCKET, prefix)
+                        assert (committer == "magic") is writer.endswith("_magic"), (writer, committer)
                 _delete_prefix(client, BUCKET, prefix)
 
             # warm up both paths (JVM, Python workers, connection pools)
@@ -275,6 +288,7 @@ def run() -> dict[str, Any]:
             ).write(small)
             writers: dict[str, Writer] = {
                 "spark_s3a": spark_s3a,
+                "spark_s3a_magic": spark_s3a_magic,
                 "spark_noop": spark_noop,
                 "arrow_to_python": arrow_to_python,
                 "arrow_encode_only": arrow_encode_only,
@@ -304,6 +318,10 @@ def run() -> dict[str, Any]:
             for w, t in times.items()
         },
         "ratio_over_spark_s3a": {w: common.ratio(times, w, "spark_s3a") for w in times if w != "spark_s3a"},
+        "ratio_over_spark_s3a_magic": {
+            w: common.ratio(times, w, "spark_s3a_magic") for w in times if w != "spark_s3a_magic"
+        },
+        "committers": {"spark_s3a": common.CLASSIC_COMMITTER, "spark_s3a_magic": common.MAGIC_COMMITTER},
         "twophase_epoch_median": common.epoch_summary(epochs),
     }
 

@@ -117,19 +117,23 @@ _cluster_stack = contextlib.ExitStack()
 """What a cluster session holds for the process's life (the driver's environment, the session)."""
 
 
-def spark_session(app: str, s3: S3Endpoint | None = None) -> SparkSession:
+def spark_session(app: str, s3: S3Endpoint | None = None, magic_committer: bool = False) -> SparkSession:
     """The ``local[2]`` session of :func:`twophase.integration.spark.build_spark_session` (UTC, 2 GiB driver),
     with s3a pointed at ``s3`` when given (also on a session that already exists); on the cluster
-    of ``TWOPHASE_BENCH_MASTER`` when it is set (:func:`cluster_spark_session`)."""
-    from twophase.integration.spark import build_spark_session, configure_s3a
+    of ``TWOPHASE_BENCH_MASTER`` when it is set (:func:`cluster_spark_session`). With
+    ``magic_committer`` the session also holds ``spark-hadoop-cloud`` (:func:`hadoop_cloud_jar`), so
+    that a writer can run under :data:`MAGIC_COMMITTER` (and the others under
+    :data:`CLASSIC_COMMITTER`, :func:`session_conf`)."""
+    from twophase.integration.spark import build_spark_session, configure_s3a, spark_jars
 
     master = os.environ.get(MASTER_ENV)
     if master:
         return cluster_spark_session(master, s3)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = build_spark_session(
-        app, {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}, s3=s3
-    )
+    conf = {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}
+    if magic_committer:
+        conf["spark.jars"] = ",".join([*spark_jars(), hadoop_cloud_jar()])
+    spark = build_spark_session(app, conf, s3=s3)
     spark.sparkContext.pythonExec = sys.executable
     if s3 is not None:
         configure_s3a(spark, s3)
@@ -253,6 +257,64 @@ def hadoop_cloud_jar() -> str:
 
     minor = ".".join(pyspark.__version__.split(".")[:2])
     return maven_jars("hadoop-cloud", [HADOOP_CLOUD[minor]], transitive=False)[0]
+
+
+MAGIC_COMMITTER = {
+    "fs.s3a.committer.name": "magic",
+    "fs.s3a.committer.magic.enabled": "true",
+    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": (
+        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+    ),
+}
+"""Session settings of a Spark file writer through the S3A magic committer (Spark's cloud-integration
+guide, "Hadoop S3A committers"): no rename and no copy on commit; needs ``spark-hadoop-cloud``."""
+
+CLASSIC_COMMITTER = {
+    "fs.s3a.committer.name": "file",
+    "spark.sql.sources.commitProtocolClass": (
+        "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
+    ),
+    "spark.sql.parquet.output.committer.class": "org.apache.parquet.hadoop.ParquetOutputCommitter",
+}
+"""Spark's defaults (the rename committer), stated: a session holding ``spark-hadoop-cloud`` starts
+with the magic committer on (Spark 4.2 fills in :data:`MAGIC_COMMITTER` when the jar is on its class
+path), so a writer meant to run Spark's defaults sets these."""
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """``conf`` set on the session's runtime configuration inside the block, put back after it."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def committed_by(client: Any, bucket: str, prefix: str) -> str | None:
+    """Which S3A committer committed the Spark output under ``prefix``: the name its ``_SUCCESS``
+    summary gives (``magic``, ``directory``, ``file``), or ``None`` for the rename committer's empty
+    ``_SUCCESS``.
+
+    Raises:
+        AssertionError: a ``__magic`` staging path was left behind.
+    """
+    import json
+
+    base = prefix.rstrip("/")
+    success = client.get_object(Bucket=bucket, Key=f"{base}/_SUCCESS")["Body"].read()
+    left = client.list_objects_v2(Bucket=bucket, Prefix=f"{base}/__magic").get("KeyCount", 0)
+    if left:
+        raise AssertionError(f"{left} magic staging objects left under {prefix}")
+    committer = json.loads(success).get("committer") if success else None
+    return None if committer is None else str(committer)
 
 
 def load_at_end(start: Mapping[str, Any]) -> dict[str, Any]:
