@@ -23,7 +23,9 @@ each timed end to end (wall clock, s), each into its own fresh table:
   checkpoint. Exactly once (the snapshot summary carries the checkpoint);
 - ``spark_iceberg``: ``df.writeTo("bench.<ns>.<table>").append()`` — Iceberg's Spark writer: each
   task writes its data file, the driver commits one append snapshot. Not idempotent across a
-  retried job (a re-run appends again);
+  retried job (a re-run appends again). Its write options are stated (:data:`SPARK_ICEBERG_WRITE`):
+  ``distribution-mode=none``, no shuffle before the write, as an Iceberg engineer sets it for an
+  unpartitioned append whose tasks already hold one file's worth each (issue #44 item 3);
 - ``python_floor`` (not a writer): ``df.mapInArrow(count)`` — the rows handed to Python workers as
   Arrow batches and counted: what every Python-side sink pays before writing anything, the floor
   under ``twophase``'s time (Spark's Iceberg writer stays in the JVM).
@@ -62,6 +64,11 @@ ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.14"
 CATALOG = "bench"
 REPO = Path(__file__).resolve().parent.parent
+
+
+SPARK_ICEBERG_WRITE = {"distribution-mode": "none"}
+"""Iceberg's Spark write options in ``spark_iceberg``: no shuffle before the write (the table is
+unpartitioned; each Spark task writes its own data file, as the 2PC sink's tasks do)."""
 
 
 def env_dir() -> Path:
@@ -208,7 +215,8 @@ def measure(jars: list[str]) -> dict[str, Any]:
 
         def spark_iceberg(r: int | str, frame: Any = None) -> object:
             name = table("spark_iceberg", r)
-            (df if frame is None else frame).writeTo(f"{CATALOG}.{name}").append()
+            writer = (df if frame is None else frame).writeTo(f"{CATALOG}.{name}")
+            writer.options(**SPARK_ICEBERG_WRITE).append()
             return name
 
         def python_floor(r: int | str, frame: Any = None) -> object:
