@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,28 +99,25 @@ def run() -> dict[str, Any]:
         df.write.format("delta").partitionBy("bucket").save(str(table("delta_spark", r)))
         return None
 
-    def delta_spark_txn(r: int) -> object:
-        (
-            df.write.format("delta")
-            .option("txnAppId", f"bench-delta-{r}")
-            .option("txnVersion", 1)
-            .partitionBy("bucket")
-            .save(str(table("delta_spark_txn", r)))
-        )
-        return None
+    def idempotent(writer: str, conf: dict[str, str]) -> Callable[[int], object]:
+        """delta-spark with ``txnAppId``/``txnVersion``, under the session settings ``conf``."""
 
-    def delta_spark_tuned(r: int) -> object:
-        with common.session_conf(
-            spark, {"spark.sql.maxConcurrentOutputFileWriters": str(CONCURRENT_WRITERS)}
-        ):
-            (
-                df.write.format("delta")
-                .option("txnAppId", f"bench-delta-tuned-{r}")
-                .option("txnVersion", 1)
-                .partitionBy("bucket")
-                .save(str(table("delta_spark_tuned", r)))
-            )
-        return None
+        def write(r: int) -> object:
+            with common.session_conf(spark, conf):
+                (
+                    df.write.format("delta")
+                    .option("txnAppId", f"bench-{writer}-{r}")
+                    .option("txnVersion", 1)
+                    .partitionBy("bucket")
+                    .save(str(table(writer, r)))
+                )
+            return None
+
+        return write
+
+    delta_spark_txn = idempotent("delta_spark_txn", {})
+    tuned = {"spark.sql.maxConcurrentOutputFileWriters": str(CONCURRENT_WRITERS)}
+    delta_spark_tuned = idempotent("delta_spark_tuned", tuned)
 
     writers = {
         "twophase": twophase,
