@@ -123,7 +123,6 @@ def test_a_killed_drivers_scratch_is_removed_by_the_next_session(
 ) -> None:
     """Each driver killed with kill -9 left its scratch (681 MB of jar copies in local mode) behind:
     13 restarts, 8.7 GB (#45 item 8). The next session removes a dead owner's folder, and only that."""
-    import os
     import signal
     import subprocess
     import sys
@@ -132,7 +131,10 @@ def test_a_killed_drivers_scratch_is_removed_by_the_next_session(
 
     parent = tmp_path / "scratch"
     monkeypatch.setenv(SCRATCH_ENV, str(parent))
-    code = "import time; from twophase.integration.spark import spark_scratch as s; print(s(), flush=True); time.sleep(600)"
+    code = (
+        "import time; from twophase.integration.spark import spark_scratch as s; "
+        "print(s(), flush=True); time.sleep(600)"
+    )
     killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert killed.stdout is not None
     dead = Path(killed.stdout.readline().strip())
