@@ -207,20 +207,40 @@ class S3AccessDeniedError(RefusedError):
     ``s3:AbortMultipartUpload``), the ``s3://`` key or prefix it was refused on and the S3
     operation; checkpoint storage keeps its own error types and names the same in the message.
 
+    A refused delete also lists what it left: the ``s3://`` keys it could not delete (the first
+    :data:`LEFT_LISTED`, then how many more), for the user to remove once the policy allows it.
+
     Attributes:
         action: the IAM action, e.g. ``"s3:PutObject"``.
         uri: ``s3://bucket/key`` (or ``s3://bucket/prefix``, ``s3://bucket``).
         operation: the S3 operation that was refused, e.g. ``"CreateMultipartUpload"``.
+        left: the ``s3://`` objects the refused operation left behind (a refused delete's keys).
     """
 
-    def __init__(self, action: str, uri: str, operation: str, detail: str = "AccessDenied") -> None:
+    def __init__(
+        self,
+        action: str,
+        uri: str,
+        operation: str,
+        detail: str = "AccessDenied",
+        left: tuple[str, ...] = (),
+    ) -> None:
+        listed = ""
+        if left:
+            more = f" and {len(left) - LEFT_LISTED} more" if len(left) > LEFT_LISTED else ""
+            listed = f"; left {len(left)} objects it could not delete: {', '.join(left[:LEFT_LISTED])}{more}"
         super().__init__(
             f"S3 denied {action} on {uri} ({operation}: {detail}); allow {action} on it in the IAM "
-            "policy of the credentials in use (docs/secured-s3.md lists the actions twophase needs)"
+            f"policy of the credentials in use (docs/secured-s3.md lists the actions twophase needs){listed}"
         )
         self.action = action
         self.uri = uri
         self.operation = operation
+        self.left = left
+
+
+LEFT_LISTED = 20
+"""How many objects a refusal's one line lists by name; it counts the rest."""
 
 
 def find_refusal(error: BaseException) -> tuple[str, str] | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -85,13 +85,18 @@ def access_denied(exc: BaseException, bucket: str, key: str = "") -> S3AccessDen
     return S3AccessDeniedError(iam_action(operation), s3_uri(bucket, key), operation, detail)
 
 
-def denied_delete(bucket: str, errors: list[Any]) -> S3AccessDeniedError | None:
+def denied_delete(bucket: str, errors: list[Any], not_sent: Sequence[str] = ()) -> S3AccessDeniedError | None:
     """The typed error for the first per-key ``AccessDenied`` of a ``DeleteObjects`` answer's
-    ``Errors``, else ``None``."""
+    ``Errors``, else ``None``. It lists what is left: every key of ``Errors`` and ``not_sent`` (the
+    keys of later batches, never sent)."""
     for entry in errors:
         if isinstance(entry, Mapping) and entry.get("Code") in DENIED_CODES:
+            left = [str(e.get("Key", "")) for e in errors if isinstance(e, Mapping)] + list(not_sent)
             return S3AccessDeniedError(
-                "s3:DeleteObject", s3_uri(bucket, str(entry.get("Key", ""))), "DeleteObjects"
+                "s3:DeleteObject",
+                s3_uri(bucket, str(entry.get("Key", ""))),
+                "DeleteObjects",
+                left=tuple(s3_uri(bucket, key) for key in left),
             )
     return None
 

@@ -370,7 +370,8 @@ class S3Ops:
         """DeleteObjects in batches of 1000; returns how many were asked to be deleted.
 
         Raises:
-            S3AccessDeniedError: S3 refused a key for lack of ``s3:DeleteObject``.
+            S3AccessDeniedError: S3 refused a key for lack of ``s3:DeleteObject``; it lists every
+                key left (refused, or in a later batch).
             ServiceUnavailableError: S3 keeps failing; ``RuntimeError`` if S3 reports per-key errors.
         """
         for start in range(0, len(keys), 1000):
@@ -382,7 +383,7 @@ class S3Ops:
                 Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
             )
             errors = resp.get("Errors") or []
-            denied = denied_delete(self.bucket, list(errors))
+            denied = denied_delete(self.bucket, list(errors), keys[start + 1000 :])
             if denied is not None:
                 raise denied
             if errors:
