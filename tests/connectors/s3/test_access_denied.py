@@ -145,8 +145,10 @@ def test_a_refused_certificate_is_permanent_and_names_aws_ca_bundle(monkeypatch:
     monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/other-ca.pem")
     refused = SSLError(
         endpoint_url="https://127.0.0.1:9000/bucket",
-        error="[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate "
-        "in certificate chain (_ssl.c:1006)",
+        error=Exception(
+            "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate "
+            "in certificate chain (_ssl.c:1006)"
+        ),
     )
     assert not is_transient(refused)
     error = certificate_refused(refused)
@@ -157,5 +159,5 @@ def test_a_refused_certificate_is_permanent_and_names_aws_ca_bundle(monkeypatch:
         "certificate chain; set AWS_CA_BUNDLE to a PEM file holding the CA that signed the server's "
         "certificate"
     )
-    reset = SSLError(endpoint_url="https://127.0.0.1:9000/b", error="EOF occurred in violation of protocol")
+    reset = SSLError(endpoint_url="https://127.0.0.1:9000/b", error=Exception("EOF occurred"))
     assert certificate_refused(reset) is None and is_transient(reset)

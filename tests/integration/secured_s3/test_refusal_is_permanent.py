@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import os
-import time
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,9 @@ NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, ina
 
 def _run(
     spark: Any, tmp: Path, endpoint: S3Endpoint, prefix: str, monkeypatch: pytest.MonkeyPatch
-) -> tuple[BaseException, float, Any]:
+) -> tuple[BaseException, Any]:
     """A bounded job of three epochs into an S3 sink whose files stay open across checkpoints
-    (so each checkpoint leaves tails), default restart strategy; the error, seconds, the handle.
+    (so each checkpoint leaves tails), default restart strategy; the error and the handle.
 
     The session's Spark may predate ``AWS_CA_BUNDLE``: its Python workers get this process's
     value through ``SparkContext.environment``, which PySpark hands to every Python function."""
@@ -57,7 +57,6 @@ def _run(
         .parquet(str(tmp / "input"))
         .selectExpr("CAST(id AS STRING) AS v")
     )
-    started = time.monotonic()
     handle = None
     try:
         handle = job.start(
@@ -65,7 +64,7 @@ def _run(
         )
         handle.await_termination(600)
     except Exception as e:
-        return e, time.monotonic() - started, handle
+        return e, handle
     raise AssertionError("the job was not refused")
 
 
@@ -83,7 +82,7 @@ def test_a_missing_delete_permission_ends_the_job_at_once_naming_what_it_left(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     user = make_user(tuple(a for a in LEAST_PRIVILEGE_ACTIONS if a != "s3:DeleteObject"))
-    error, took, handle = _run(spark, tmp_path, user.endpoint, user.prefix, monkeypatch)
+    error, handle = _run(spark, tmp_path, user.endpoint, user.prefix, monkeypatch)
     assert isinstance(error, JobRefusedError), repr(error)
     message = str(error)
     assert "\n" not in message, message
@@ -91,11 +90,11 @@ def test_a_missing_delete_permission_ends_the_job_at_once_naming_what_it_left(
         assert name in message, message
     assert error.refusal == S3AccessDeniedError.__name__
     assert handle is not None and handle.runtime.restarts.restarts == []
-    assert took < 90, took
-    left = [k for k in _keys(tls_minio, user.prefix) if "/_tails/" in k or ".tail" in k]
-    assert left, "the case needs tails that could not be deleted"
-    for key in left:
-        assert f"s3://{BUCKET}/{key}" in message, message
+    # what it left: the superseded tails the routine lingering cleanup could not delete, each
+    # still in S3 (the newest checkpoint's own tails stay: a restart resumes them)
+    listed = set(re.findall(r"s3://\S+?\.tail", message.split("; left ", 1)[1]))
+    assert listed, message
+    assert listed <= {f"s3://{BUCKET}/{k}" for k in _keys(tls_minio, user.prefix)}
 
 
 def test_a_wrong_ca_file_ends_the_job_at_once_naming_the_certificate_setting(
@@ -104,11 +103,12 @@ def test_a_wrong_ca_file_ends_the_job_at_once_naming_the_certificate_setting(
     make_user: MakeUser,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     user = make_user()
     other = make_tls_files(tmp_path / "other-ca", name="other")
     monkeypatch.setenv("AWS_CA_BUNDLE", str(other.ca_cert))
-    error, took, handle = _run(spark, tmp_path, user.endpoint, user.prefix, monkeypatch)
+    error, handle = _run(spark, tmp_path, user.endpoint, user.prefix, monkeypatch)
     refusal = error if isinstance(error, TlsCertificateError) else error.__cause__
     assert isinstance(refusal, TlsCertificateError), repr(error)
     message = str(error)
@@ -116,5 +116,5 @@ def test_a_wrong_ca_file_ends_the_job_at_once_naming_the_certificate_setting(
     for name in ("certificate", "AWS_CA_BUNDLE", str(other.ca_cert), user.endpoint.endpoint_url):
         assert name in message, message
     assert "attempts" not in message, message
-    assert took < 30, took
+    assert "s3 call failed, retrying" not in caplog.text  # refused at the first call
     assert handle is None or handle.runtime.restarts.restarts == []
