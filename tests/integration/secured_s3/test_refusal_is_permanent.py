@@ -18,18 +18,16 @@ from typing import Any
 import pytest
 from support.exactly_once.support import make_input
 
-from twophase.connectors.s3 import RollingPolicy, S3Sink, S3SinkConfig
+from twophase.connectors.s3 import S3Sink
 from twophase.coordinator.spark.job import Job
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.certificates import make_tls_files
 from twophase.integration.services.s3_tls import LEAST_PRIVILEGE_ACTIONS, TlsMinioServer
 from twophase.sinks.errors import JobRefusedError, S3AccessDeniedError, TlsCertificateError
 
-from .conftest import BUCKET, MakeUser
+from .conftest import BUCKET, MakeUser, jsonl_config
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
-
-NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, inactivity_interval_ms=None)
 
 
 def _run(
@@ -42,14 +40,7 @@ def _run(
     value through ``SparkContext.environment``, which PySpark hands to every Python function."""
     monkeypatch.setitem(spark.sparkContext.environment, "AWS_CA_BUNDLE", os.environ["AWS_CA_BUNDLE"])
     make_input(tmp, files=3, rows_per_file=20)
-    config = S3SinkConfig(
-        bucket=BUCKET,
-        prefix=f"{prefix}/files",
-        format="jsonl",
-        json_column="v",
-        rolling=NEVER_ROLL,
-        storage_options=endpoint.s3_options(),
-    )
+    config = jsonl_config(endpoint, prefix)
     job = Job(spark, f"refused-{uuid.uuid4().hex[:6]}", str(tmp / "chk")).sink(S3Sink("files", config))
     stream = (
         spark.readStream.schema("id long")
