@@ -214,6 +214,7 @@ class S3AccessDeniedError(RefusedError):
         action: the IAM action, e.g. ``"s3:PutObject"``.
         uri: ``s3://bucket/key`` (or ``s3://bucket/prefix``, ``s3://bucket``).
         operation: the S3 operation that was refused, e.g. ``"CreateMultipartUpload"``.
+        detail: S3's error code, or why a bare 403 is read as a refusal.
         left: the ``s3://`` objects the refused operation left behind (a refused delete's keys).
     """
 
@@ -228,7 +229,7 @@ class S3AccessDeniedError(RefusedError):
         listed = ""
         if left:
             more = f" and {len(left) - LEFT_LISTED} more" if len(left) > LEFT_LISTED else ""
-            listed = f"; left {len(left)} objects it could not delete: {', '.join(left[:LEFT_LISTED])}{more}"
+            listed = f"; left behind ({len(left)}): {', '.join(left[:LEFT_LISTED])}{more}"
         super().__init__(
             f"S3 denied {action} on {uri} ({operation}: {detail}); allow {action} on it in the IAM "
             f"policy of the credentials in use (docs/secured-s3.md lists the actions twophase needs){listed}"
@@ -236,7 +237,12 @@ class S3AccessDeniedError(RefusedError):
         self.action = action
         self.uri = uri
         self.operation = operation
+        self.detail = detail
         self.left = left
+
+    def leaving(self, left: tuple[str, ...]) -> S3AccessDeniedError:
+        """The same refusal, listing ``left`` as what it left behind."""
+        return S3AccessDeniedError(self.action, self.uri, self.operation, self.detail, left)
 
 
 LEFT_LISTED = 20

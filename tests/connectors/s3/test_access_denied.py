@@ -130,7 +130,7 @@ def test_a_refused_delete_lists_what_it_left() -> None:
     assert error is not None and len(error.left) == 25 and error.left[0] == "s3://bkt/p/tails/0.tail"
     message = str(error)
     assert "\n" not in message
-    assert "left 25 objects it could not delete: s3://bkt/p/tails/0.tail, s3://bkt/p/tails/1.tail" in message
+    assert "left behind (25): s3://bkt/p/tails/0.tail, s3://bkt/p/tails/1.tail" in message
     assert "s3://bkt/p/tails/19.tail and 5 more" in message and "20.tail" not in message
 
 
