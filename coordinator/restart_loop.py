@@ -3,6 +3,10 @@
 :func:`run_with_restarts` restores, runs the caller's body (epochs, then finish or stop), and on a
 failure fails the job, waits per the :class:`~twophase.coordinator.restart.RestartStrategy`
 (tenacity), restores and runs the body again, until it returns or the strategy is exhausted.
+A refusal (:class:`~twophase.sinks.errors.RefusedError`: a missing permission, an untrusted
+certificate; met on the driver or, as the text of a task failure, on an executor) is never
+restarted, as Flink's non-recoverable errors: the job fails at once with
+:class:`~twophase.sinks.errors.JobRefusedError`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from twophase.sinks.errors import (
     DriverFencedError,
     IllegalTransitionError,
     JobError,
+    JobRefusedError,
     TransactionLostError,
+    find_refusal,
 )
 from twophase.sinks.internal.structured_log import log_event
 
@@ -68,15 +74,34 @@ FINAL_ERRORS = (JobError, IllegalTransitionError, TransactionLostError, CorruptC
 mistake, a lost transaction (the user must decide), an unreadable checkpoint."""
 
 
+def refused(runtime: RestartableJob, error: BaseException) -> JobRefusedError | None:
+    """When ``error`` is a refusal (:func:`~twophase.sinks.errors.find_refusal`): fail the job and
+    give it up (FAILED, no restart), and return the error to end it with; else ``None``."""
+    found = find_refusal(error)
+    if found is None:
+        return None
+    runtime.check_canceled()
+    runtime.fail(error)
+    if runtime.lifecycle.can(JobTransition.GIVE_UP):
+        runtime.lifecycle.transition(JobTransition.GIVE_UP)
+    refusal = JobRefusedError(runtime.job_id, *found)
+    log_event(log, logging.ERROR, "job refused, not restarted", job=runtime.job_id, error=str(refusal))
+    return refusal
+
+
 def fail_over(runtime: RestartableJob, cause: BaseException) -> None:
     """Fail over after ``cause`` (``runtime.failover``), again and again while the restore itself
     fails (a service still down when the restart delay ended), as the restart strategy allows.
 
     Raises:
+        JobRefusedError: ``cause``, or the failure of a restore, is a refusal; never restarted.
         JobError: the strategy is exhausted (the job is FAILED), or the job was canceled.
         TransactionLostError, CorruptCheckpointError, IllegalTransitionError: no restart cures them.
     """
     while True:
+        refusal = refused(runtime, cause)
+        if refusal is not None:
+            raise refusal from cause
         try:
             runtime.failover(cause)
             return
@@ -130,13 +155,17 @@ def run_with_restarts(
         JobCanceledError: canceled. The last error: the strategy is exhausted (job FAILED), an
         ``IllegalTransitionError`` (a protocol mistake in ``body``; the job is FAILED), or a
         ``DriverFencedError`` (a newer driver owns the job; never restarted).
+        JobRefusedError: a refusal (a missing permission, an untrusted certificate); never restarted.
     """
     retrying = Retrying(
         stop=runtime.restarts.as_stop(),
         wait=runtime.restarts.as_wait(),
         sleep=sleep,
         retry=retry_if_exception(
-            lambda e: not isinstance(e, (JobCanceledError, IllegalTransitionError, DriverFencedError))
+            lambda e: (
+                not isinstance(e, (JobCanceledError, IllegalTransitionError, DriverFencedError))
+                and find_refusal(e) is None
+            )
         ),
         reraise=True,
     )
@@ -157,6 +186,13 @@ def run_with_restarts(
                 except Exception as e:
                     runtime.fail(e)
                     raise
+    except Exception as e:
+        refusal = None if isinstance(e, JobCanceledError) else refused(runtime, e)
+        if refusal is not None:
+            raise refusal from e
+        if lifecycle.can(JobTransition.GIVE_UP):
+            lifecycle.transition(JobTransition.GIVE_UP)
+        raise
     except BaseException:
         if lifecycle.can(JobTransition.GIVE_UP):
             lifecycle.transition(JobTransition.GIVE_UP)

@@ -144,15 +144,66 @@ SCRATCH_ENV = "TWOPHASE_SPARK_SCRATCH"
 """A folder for the sessions' scratch folders (default: the system's temporary folder)."""
 
 
+SCRATCH_PREFIX = "twophase-spark-"
+OWNER_FILE = "owner"
+"""In each scratch folder: ``<pid> <start time>`` of the process that made it."""
+
+
+def _process_identity(pid: int) -> str | None:
+    """``pid``'s start time (Linux: ``/proc/<pid>/stat`` field 22, clock ticks since boot), so a pid
+    reused by another process is not taken for the owner; ``"alive"`` where there is no ``/proc``;
+    ``None``: no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # another user's live process
+        return "alive"
+    except OSError:
+        return "alive"  # unreadable: leave its folder alone
+    return stat.rsplit(")", 1)[1].split()[19]  # after "pid (comm)": field 22 is the 20th
+
+
+def sweep_dead_scratch(parent: Path) -> list[Path]:
+    """Remove the scratch folders in ``parent`` whose owner process is gone: a driver killed with
+    ``kill -9`` runs no ``atexit`` hook and leaves its ~700 MB behind, so each restart would pile up
+    another. Folders of live processes, and folders without an owner file, are left alone.
+
+    Returns:
+        the folders removed.
+    """
+    removed: list[Path] = []
+    for folder in parent.glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            pid_text, identity = (folder / OWNER_FILE).read_text().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and _process_identity(pid) != identity:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def spark_scratch() -> Path:
     """A new scratch folder for one session (its warehouse, local dir with the fetched jars,
-    ~700 MB, and Derby home) under ``TWOPHASE_SPARK_SCRATCH`` when set, so that a runner that kills
-    drivers can remove what they leave; removed at this interpreter's normal exit."""
+    ~700 MB, and Derby home) under ``TWOPHASE_SPARK_SCRATCH`` when set (else the system's temporary
+    folder), so that a runner that kills drivers can remove what they leave; removed at this
+    interpreter's normal exit, and by the next session's start (:func:`sweep_dead_scratch`) when
+    this process was killed."""
     parent = os.environ.get(SCRATCH_ENV) or None
     if parent is not None:
         Path(parent).mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="twophase-spark-", dir=parent))
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent))
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    (scratch / OWNER_FILE).write_text(f"{os.getpid()} {_process_identity(os.getpid())}\n")
+    sweep_dead_scratch(scratch.parent)
     return scratch
 
 

@@ -142,27 +142,148 @@ class LingeringCleanupError(TwoPhaseError, RuntimeError):
     failure, aborted all the others, and names each one it could not (the first is the cause)."""
 
 
-class S3AccessDeniedError(ConfigError):
+class RefusedError(ConfigError):
+    """An external system refused this job for good: a permission it lacks (an IAM action, a Kafka
+    ACL), credentials it does not take, or a server certificate the configured CA does not verify.
+
+    A refusal is permanent: no client retry (tenacity) and no restart of the job (the restart
+    strategy) can cure it, so neither tries, as Flink's ``ThrowableType.NonRecoverableError``; the
+    job ends with :class:`JobRefusedError`. The message is one line naming the permission or the
+    setting to change, and what the refused operation left behind, if anything.
+
+    Attributes:
+        left: what the refused operation could not clean up (``s3://`` keys of objects, multipart
+            uploads), for the user to remove or to leave to lingering cleanup; empty if nothing.
+    """
+
+    left: tuple[str, ...] = ()
+
+
+class TlsCertificateError(RefusedError):
+    """A server's TLS certificate was not verified (an unknown CA, an expired certificate, a host
+    name it does not name): the client is configured to trust another CA than the server's.
+
+    Raised at the first call instead of being retried as an outage. The one-line message names
+    the endpoint, the CA file in use and the setting that chooses it (``AWS_CA_BUNDLE`` for S3,
+    ``S3Options.verify_tls``), with the TLS library's reason.
+
+    Attributes:
+        endpoint: the server, e.g. ``"https://minio:9000"``.
+        setting: the setting that names the CA file, e.g. ``"AWS_CA_BUNDLE"``.
+    """
+
+    def __init__(self, endpoint: str, setting: str, ca_file: str | None, reason: str) -> None:
+        trusted = f"{setting}={ca_file}" if ca_file else f"the default CA bundle ({setting} is not set)"
+        super().__init__(
+            f"the TLS certificate of {endpoint} was not verified with {trusted}: {reason}; set {setting} "
+            "to a PEM file holding the CA that signed the server's certificate"
+        )
+        self.endpoint = endpoint
+        self.setting = setting
+
+
+class JobRefusedError(JobError):
+    """The job ended on a :class:`RefusedError` at once, without a restart: a restart meets the same
+    refusal (a missing permission, an untrusted certificate), so the restart strategy does not
+    retry it. Raised by the driver, also when the refusal was met on an executor (where it reaches
+    the driver only as the text of Spark's task failure).
+
+    The message is one line: ``job <id> refused, not restarted: <Type>: <the refusal's line>``,
+    which names the permission or certificate setting and what the refused step left behind.
+
+    Attributes:
+        refusal: the refusal's type name, e.g. ``"KafkaAuthorizationError"``.
+    """
+
+    def __init__(self, job_id: str, refusal: str, line: str) -> None:
+        super().__init__(f"job {job_id} refused, not restarted: {refusal}: {line}")
+        self.refusal = refusal
+
+
+class S3AccessDeniedError(RefusedError):
     """S3 refused a request for lack of permission (``AccessDenied``, or a bare 403 on a HEAD).
 
     Raised by the S3 and Delta sinks. The message is one line naming the IAM action to allow (e.g.
     ``s3:AbortMultipartUpload``), the ``s3://`` key or prefix it was refused on and the S3
     operation; checkpoint storage keeps its own error types and names the same in the message.
 
+    A refused delete also lists what it left: the ``s3://`` keys it could not delete (the first
+    :data:`LEFT_LISTED`, then how many more), for the user to remove once the policy allows it.
+
     Attributes:
         action: the IAM action, e.g. ``"s3:PutObject"``.
         uri: ``s3://bucket/key`` (or ``s3://bucket/prefix``, ``s3://bucket``).
         operation: the S3 operation that was refused, e.g. ``"CreateMultipartUpload"``.
+        detail: S3's error code, or why a bare 403 is read as a refusal.
+        left: the ``s3://`` objects the refused operation left behind (a refused delete's keys).
     """
 
-    def __init__(self, action: str, uri: str, operation: str, detail: str = "AccessDenied") -> None:
+    def __init__(
+        self,
+        action: str,
+        uri: str,
+        operation: str,
+        detail: str = "AccessDenied",
+        left: tuple[str, ...] = (),
+    ) -> None:
+        listed = ""
+        if left:
+            more = f" and {len(left) - LEFT_LISTED} more" if len(left) > LEFT_LISTED else ""
+            listed = f"; left behind ({len(left)}): {', '.join(left[:LEFT_LISTED])}{more}"
         super().__init__(
             f"S3 denied {action} on {uri} ({operation}: {detail}); allow {action} on it in the IAM "
-            "policy of the credentials in use (docs/secured-s3.md lists the actions twophase needs)"
+            f"policy of the credentials in use (docs/secured-s3.md lists the actions twophase needs){listed}"
         )
         self.action = action
         self.uri = uri
         self.operation = operation
+        self.detail = detail
+        self.left = left
+
+    def leaving(self, left: tuple[str, ...]) -> S3AccessDeniedError:
+        """The same refusal, listing ``left`` as what it left behind."""
+        return S3AccessDeniedError(self.action, self.uri, self.operation, self.detail, left)
+
+
+LEFT_LISTED = 20
+"""How many objects a refusal's one line lists by name; it counts the rest."""
+
+
+def find_refusal(error: BaseException) -> tuple[str, str] | None:
+    """The :class:`RefusedError` that ``error`` is or was caused by, as ``(type name, its line)``;
+    ``None`` when it is no refusal (an outage, a crash, a lost transaction...).
+
+    Found through ``__cause__``/``__context__``, and in the text of errors that carry another
+    process's traceback: a refusal met on an executor reaches the driver as Spark's
+    ``PythonException``, whose message holds the worker's traceback ending in
+    ``twophase....KafkaAuthorizationError: <its line>``. A type name counts when it is
+    :class:`RefusedError` or a subclass of it known here (every connector's errors module is
+    imported on the driver with its sink).
+    """
+    names = _refusal_names()
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, RefusedError):
+            lines = str(current).splitlines()
+            return type(current).__name__, lines[0].strip() if lines else ""
+        for line in reversed(str(current).splitlines()):
+            head, sep, rest = line.strip().partition(": ")
+            if sep and head.rsplit(".", 1)[-1] in names and " " not in head:
+                return head.rsplit(".", 1)[-1], rest.strip()
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _refusal_names() -> frozenset[str]:
+    found: set[str] = set()
+    pending: list[type[BaseException]] = [RefusedError]
+    while pending:
+        cls = pending.pop()
+        found.add(cls.__name__)
+        pending.extend(cls.__subclasses__())
+    return frozenset(found)
 
 
 def error_summary(error: BaseException) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twophase.sinks.errors import ConfigError, TwoPhaseError
+from twophase.sinks.errors import RefusedError, TwoPhaseError
 
 
 class KafkaTransactionError(TwoPhaseError, RuntimeError):
@@ -14,18 +14,22 @@ class KafkaTransactionError(TwoPhaseError, RuntimeError):
     """
 
 
-class KafkaAuthenticationError(ConfigError):
+class KafkaAuthenticationError(RefusedError):
     """The brokers refused this client's login or TLS: a wrong password or user, a SASL mechanism
     the listener does not take, or a broker certificate the configured CA does not verify.
 
     Raised before anything is written (the driver's start-up check) or as the failure of the
-    epoch that met it. The one-line message names the listener (security protocol and address),
+    epoch that met it; a :class:`~twophase.sinks.errors.RefusedError`, so never retried and never
+    restarted. The one-line message names the listener (security protocol and address),
     the mechanism and user, and the setting to change; never a password or token.
     """
 
 
-class KafkaAuthorizationError(ConfigError):
+class KafkaAuthorizationError(RefusedError):
     """The brokers denied an operation for want of an ACL (``StandardAuthorizer`` / KIP-801).
+
+    A :class:`~twophase.sinks.errors.RefusedError`: never retried and never restarted, the job
+    ends with :class:`~twophase.sinks.errors.JobRefusedError`.
 
     The one-line message names the principal, the operation and the resource (for example
     ``Write on TransactionalId 'job-out-0-1'``) and the ACL to add (``docs/secured-kafka.md``).

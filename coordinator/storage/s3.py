@@ -43,7 +43,7 @@ from twophase.coordinator.storage.s3_errors import (
 )
 from twophase.coordinator.storage.s3_errors import is_transient as is_transient  # re-exported
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.s3_access import access_denied, denied_delete
+from twophase.sinks.internal.s3_access import access_denied, certificate_refused, denied_delete
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -92,6 +92,9 @@ class S3Store(StoreBase):
         except (NoCredentialsError, ParamValidationError) as e:  # nothing was sent
             raise StoreRefused(f"S3 request for {self.uri(key)} not sent: {e}") from e
         except BotoCoreError as e:
+            untrusted = certificate_refused(e)  # botocore's SSLError is a connection error
+            if untrusted is not None:
+                raise StoreRefused(str(untrusted)) from e
             if is_transient(e):
                 raise TransientStoreError(str(e)) from e
             raise

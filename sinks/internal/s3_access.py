@@ -11,12 +11,13 @@ answers carry no credentials, and the request URLs in delta-rs's messages are un
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from twophase.sinks.errors import S3AccessDeniedError
+from twophase.sinks.errors import S3AccessDeniedError, TlsCertificateError
 
 OPERATION_ACTIONS: Mapping[str, str] = {
     "PutObject": "s3:PutObject",
@@ -84,13 +85,18 @@ def access_denied(exc: BaseException, bucket: str, key: str = "") -> S3AccessDen
     return S3AccessDeniedError(iam_action(operation), s3_uri(bucket, key), operation, detail)
 
 
-def denied_delete(bucket: str, errors: list[Any]) -> S3AccessDeniedError | None:
+def denied_delete(bucket: str, errors: list[Any], not_sent: Sequence[str] = ()) -> S3AccessDeniedError | None:
     """The typed error for the first per-key ``AccessDenied`` of a ``DeleteObjects`` answer's
-    ``Errors``, else ``None``."""
+    ``Errors``, else ``None``. It lists what is left: every key of ``Errors`` and ``not_sent`` (the
+    keys of later batches, never sent)."""
     for entry in errors:
         if isinstance(entry, Mapping) and entry.get("Code") in DENIED_CODES:
+            left = [str(e.get("Key", "")) for e in errors if isinstance(e, Mapping)] + list(not_sent)
             return S3AccessDeniedError(
-                "s3:DeleteObject", s3_uri(bucket, str(entry.get("Key", ""))), "DeleteObjects"
+                "s3:DeleteObject",
+                s3_uri(bucket, str(entry.get("Key", ""))),
+                "DeleteObjects",
+                left=tuple(s3_uri(bucket, key) for key in left),
             )
     return None
 
@@ -155,6 +161,31 @@ def denied_in_message(exc: BaseException, path_style: bool = True) -> S3AccessDe
         method
     ]
     return S3AccessDeniedError(_RS_ACTIONS[method], s3_uri(bucket, key), operation)
+
+
+_CERTIFICATE_REFUSED = re.compile(
+    r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|Hostname mismatch|self[- ]signed certificate"
+)
+_CERTIFICATE_REASON = re.compile(r"certificate verify failed: ([^(\]]+)")
+CA_BUNDLE_ENV = "AWS_CA_BUNDLE"
+"""The standard AWS variable naming the CA bundle every boto3 client of the project trusts."""
+
+
+def certificate_refused(exc: BaseException) -> TlsCertificateError | None:
+    """The typed error for a TLS handshake that refused the S3 server's certificate (botocore's
+    ``SSLError``: ``CERTIFICATE_VERIFY_FAILED``), else ``None``. Such a refusal is permanent, not
+    an outage: the CA the client trusts (``AWS_CA_BUNDLE``) did not sign the server's certificate.
+    """
+    text = str(exc)
+    if _CERTIFICATE_REFUSED.search(text) is None:
+        return None
+    kwargs: Any = getattr(exc, "kwargs", None)
+    url = str(kwargs.get("endpoint_url", "")) if isinstance(kwargs, Mapping) else ""
+    parts = urlsplit(url)
+    endpoint = f"{parts.scheme}://{parts.netloc}" if parts.netloc else "the S3 endpoint"
+    reason = _CERTIFICATE_REASON.search(text)
+    detail = "certificate verify failed" + (f": {reason.group(1).strip()}" if reason else "")
+    return TlsCertificateError(endpoint, CA_BUNDLE_ENV, os.environ.get(CA_BUNDLE_ENV) or None, detail)
 
 
 def s3_uri(bucket: str, key: str = "") -> str:

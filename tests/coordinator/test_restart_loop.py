@@ -10,7 +10,14 @@ from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.restart_loop import fail_over, finish_with_restarts
 from twophase.coordinator.runtime_config import RuntimeConfig
-from twophase.sinks.errors import JobError, ServiceUnavailableError
+from twophase.sinks.errors import (
+    JobError,
+    JobRefusedError,
+    S3AccessDeniedError,
+    ServiceUnavailableError,
+    TlsCertificateError,
+    find_refusal,
+)
 
 
 def harness(restarts: int) -> tuple[TwoPhaseHarness, FakeExternalSystem, list[str]]:
@@ -84,3 +91,60 @@ def test_a_finish_whose_lingering_cleanup_fails_fails_over_and_finishes() -> Non
     assert h.runtime.state is JobState.FINISHED
     assert system.lingering() == set()
     assert sorted(r for recs in system.committed.values() for r in recs) == ["a"]
+
+
+def test_a_refusal_is_not_restarted_however_many_restarts_the_strategy_allows() -> None:
+    """#45 item 8: a missing permission met by a restore's lingering cleanup (as a missing
+    s3:DeleteObject is) ended the job only after the strategy's three restarts met it again."""
+    h, system, refused = harness(restarts=3)
+
+    def abort(txn_id: str) -> None:
+        refused.append(txn_id)
+        raise S3AccessDeniedError("s3:DeleteObject", "s3://b/p/_twophase/t/tails/1.tail", "DeleteObjects")
+
+    system.abort_hook = abort
+    with pytest.raises(JobRefusedError, match=r"not restarted: S3AccessDeniedError: S3 denied s3:Delete"):
+        fail_over(h.runtime, RuntimeError("a task failed"))
+    assert h.runtime.state is JobState.FAILED
+    # the task failure was granted its restart; the restore's refusal was not retried (tried
+    # twice: by the failure's own best-effort abort, and by the one restore)
+    assert len(refused) == 2 and len(h.runtime.restarts.restarts) == 1
+
+
+def test_a_refusal_met_on_an_executor_ends_the_job_at_once() -> None:
+    """An executor's refusal reaches the driver as the text of Spark's task failure; its type is
+    known on the driver, which imported the connector's errors with its sink."""
+    from twophase.connectors.kafka.errors import KafkaAuthorizationError
+
+    assert KafkaAuthorizationError.__name__ in str(find_refusal(KafkaAuthorizationError("x")))
+    h, _, _ = harness(restarts=3)
+    task_failure = RuntimeError(
+        "An exception was thrown from the Python worker:\nTraceback (most recent call last):\n"
+        '  File "writer.py", line 583, in _raise_if_failed\n'
+        "twophase.connectors.kafka.errors.KafkaAuthorizationError: User:u is denied Write on Topic 't'\n"
+    )
+    with pytest.raises(JobRefusedError) as ended:
+        fail_over(h.runtime, task_failure)
+    assert str(ended.value) == (
+        f"job {h.runtime.job_id} refused, not restarted: "
+        "KafkaAuthorizationError: User:u is denied Write on Topic 't'"
+    )
+    assert ended.value.refusal == "KafkaAuthorizationError"
+    assert h.runtime.state is JobState.FAILED and h.runtime.restarts.restarts == []
+
+
+def test_run_with_restarts_ends_at_once_on_a_refusal() -> None:
+    system = FakeExternalSystem()
+    config = RuntimeConfig(restart=RestartStrategy.fixed_delay(3, 0))
+    h = TwoPhaseHarness([FakeSink("k", system)], config=config)
+    runs: list[int] = []
+
+    def body(runtime: object) -> None:
+        runs.append(1)
+        raise TlsCertificateError("https://s3:9000", "AWS_CA_BUNDLE", "/etc/ca.pem", "verify failed")
+
+    with pytest.raises(JobRefusedError, match=r"AWS_CA_BUNDLE=/etc/ca\.pem") as ended:
+        h.runtime.run_with_restarts(body)
+    assert isinstance(ended.value.__cause__, TlsCertificateError)
+    assert runs == [1] and h.runtime.restarts.restarts == []
+    assert h.runtime.state is JobState.FAILED

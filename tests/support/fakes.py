@@ -181,10 +181,12 @@ class FakeExternalSystem:
 
     def abort_lingering(self, scope: LingeringScope[FakeCommittable]) -> int:
         """Abort every transaction of the scope's job and sink not held; each is tried (a failed
-        one does not stop the others), then one ``ConnectionError`` names every failure."""
+        one does not stop the others), then one ``ConnectionError`` names every failure, caused by
+        the first (as the connectors' ``LingeringCleanupError``)."""
         held = {c.txn_id for c in scope.held} | {str(s["txn_id"]) for s in scope.held_in_progress}
         n = 0
         failed: list[str] = []
+        first: Exception | None = None
         for txn_id in sorted(self.lingering()):
             job, sink, checkpoint = self.owner[txn_id]
             mine = job == scope.job_id and sink == scope.sink_name
@@ -193,10 +195,11 @@ class FakeExternalSystem:
                     self.do_abort(txn_id)
                 except Exception as e:
                     failed.append(f"{txn_id}: {e}")
+                    first = first or e
                     continue
                 n += 1
         if failed:
-            raise ConnectionError(f"lingering transactions not aborted: {'; '.join(failed)}")
+            raise ConnectionError(f"lingering transactions not aborted: {'; '.join(failed)}") from first
         return n
 
 

@@ -24,7 +24,7 @@ from twophase.connectors.s3.internal import naming
 from twophase.connectors.s3.internal.committable import IN_PROGRESS_CODEC, S3Committable
 from twophase.connectors.s3.internal.uploads import ListedUpload, S3Ops
 from twophase.sinks.context import LingeringScope
-from twophase.sinks.errors import ConfigError, LingeringCleanupError
+from twophase.sinks.errors import ConfigError, LingeringCleanupError, S3AccessDeniedError
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
         LingeringCleanupError: some uploads could not be aborted; every other one was, and the
             orphaned tails were deleted.
         S3AccessDeniedError: the same, when every failure was a refused permission (it names the
-            action and the first key).
+            action and the first key, and lists every upload left open).
         ServiceUnavailableError / ConfigError: listing or deleting tails keeps failing or is denied.
     """
     held = held_objects(scope)
@@ -126,8 +126,13 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
         deleted_tails=len(tails),
         failed_uploads=len(failed),
     )
+    first = failed[0][1] if failed else None
+    if isinstance(first, S3AccessDeniedError) and all(isinstance(e, S3AccessDeniedError) for _, e in failed):
+        # one fix (the IAM policy) for all, named by the first; the uploads left are listed
+        left = tuple(f"s3://{ops.bucket}/{u.key} (upload {u.upload_id})" for u, _ in failed)
+        raise first.leaving(left) from first
     if failed and all(isinstance(e, ConfigError) for _, e in failed):
-        raise failed[0][1]  # access denied: one fix (the IAM policy) for all, named by the first
+        raise failed[0][1]
     if failed:
         raise LingeringCleanupError(
             f"sink {scope.sink_name!r}: {len(failed)} of {len(victims)} lingering uploads could not be "

@@ -40,7 +40,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.connectors.s3.internal.committable import UploadedPart
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError, TransactionLostError
-from twophase.sinks.internal.s3_access import access_denied, denied_delete
+from twophase.sinks.internal.s3_access import access_denied, certificate_refused, denied_delete
 from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
@@ -115,7 +115,10 @@ def http_status(exc: BaseException) -> int:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth retrying: throttling, 5xx, timeouts, connection errors and resets."""
+    """Whether ``exc`` is worth retrying: throttling, 5xx, timeouts, connection errors and resets;
+    not a refused server certificate (a TLS ``SSLError`` is a connection error to botocore)."""
+    if certificate_refused(exc) is not None:
+        return False
     if isinstance(exc, ClientError):
         status = http_status(exc)
         return error_code(exc) in TRANSIENT_CODES or status == 429 or 500 <= status < 600
@@ -208,9 +211,10 @@ class S3Ops:
         """Map an S3 error (after retries) to the project's typed errors; others are returned as is.
 
         A refusal for lack of permission becomes :class:`S3AccessDeniedError` naming the IAM action
-        and ``s3://bucket/key`` (``key``: the request's key or prefix, ``""`` for the bucket).
+        and ``s3://bucket/key`` (``key``: the request's key or prefix, ``""`` for the bucket); a
+        refused server certificate becomes :class:`TlsCertificateError` naming ``AWS_CA_BUNDLE``.
         """
-        denied = access_denied(exc, self.bucket, key)
+        denied = access_denied(exc, self.bucket, key) or certificate_refused(exc)
         if denied is not None:
             return denied
         code = error_code(exc)
@@ -366,7 +370,8 @@ class S3Ops:
         """DeleteObjects in batches of 1000; returns how many were asked to be deleted.
 
         Raises:
-            S3AccessDeniedError: S3 refused a key for lack of ``s3:DeleteObject``.
+            S3AccessDeniedError: S3 refused a key for lack of ``s3:DeleteObject``; it lists every
+                key left (refused, or in a later batch).
             ServiceUnavailableError: S3 keeps failing; ``RuntimeError`` if S3 reports per-key errors.
         """
         for start in range(0, len(keys), 1000):
@@ -378,7 +383,7 @@ class S3Ops:
                 Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
             )
             errors = resp.get("Errors") or []
-            denied = denied_delete(self.bucket, list(errors))
+            denied = denied_delete(self.bucket, list(errors), keys[start + 1000 :])
             if denied is not None:
                 raise denied
             if errors:

@@ -121,3 +121,43 @@ def test_the_s3_sink_translates_with_the_key() -> None:
     )
     credentials = ops.translate(client_error("InvalidAccessKeyId", 403, "UploadPart"), "upload part", "p/x")
     assert type(credentials) is ConfigError and "check the credentials" in str(credentials)
+
+
+def test_a_refused_delete_lists_what_it_left() -> None:
+    """#45 item 8: a missing s3:DeleteObject left tails in S3 that the user was not told about."""
+    errors = [{"Key": f"p/tails/{i}.tail", "Code": "AccessDenied"} for i in range(3)]
+    error = denied_delete("bkt", errors, not_sent=[f"p/tails/{i}.tail" for i in range(3, 25)])
+    assert error is not None and len(error.left) == 25 and error.left[0] == "s3://bkt/p/tails/0.tail"
+    message = str(error)
+    assert "\n" not in message
+    assert "left behind (25): s3://bkt/p/tails/0.tail, s3://bkt/p/tails/1.tail" in message
+    assert "s3://bkt/p/tails/19.tail and 5 more" in message and "20.tail" not in message
+
+
+def test_a_refused_certificate_is_permanent_and_names_aws_ca_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#45 item 8: a wrong S3 CA file read as an outage, retried five times, naming neither."""
+    from botocore.exceptions import SSLError
+
+    from twophase.connectors.s3.internal.uploads import is_transient
+    from twophase.sinks.errors import RefusedError, TlsCertificateError
+    from twophase.sinks.internal.s3_access import certificate_refused
+
+    monkeypatch.setenv("AWS_CA_BUNDLE", "/etc/other-ca.pem")
+    refused = SSLError(
+        endpoint_url="https://127.0.0.1:9000/bucket",
+        error=Exception(
+            "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed certificate "
+            "in certificate chain (_ssl.c:1006)"
+        ),
+    )
+    assert not is_transient(refused)
+    error = certificate_refused(refused)
+    assert isinstance(error, TlsCertificateError) and isinstance(error, RefusedError)
+    assert str(error) == (
+        "the TLS certificate of https://127.0.0.1:9000 was not verified with "
+        "AWS_CA_BUNDLE=/etc/other-ca.pem: certificate verify failed: self-signed certificate in "
+        "certificate chain; set AWS_CA_BUNDLE to a PEM file holding the CA that signed the server's "
+        "certificate"
+    )
+    reset = SSLError(endpoint_url="https://127.0.0.1:9000/b", error=Exception("EOF occurred"))
+    assert certificate_refused(reset) is None and is_transient(reset)

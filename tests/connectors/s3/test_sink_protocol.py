@@ -483,9 +483,13 @@ def test_abort_lingering_refused_by_the_policy_still_names_the_action(
         sink.pre_commit(txn)
     denied = make_error("AccessDenied", 403, "AbortMultipartUpload")
     fake.fail("abort_multipart_upload", denied, denied)
-    with pytest.raises(S3AccessDeniedError, match="s3:AbortMultipartUpload on s3://bucket/"):
+    uploads = sorted((u.key, upload) for upload, u in fake.uploads.items())
+    with pytest.raises(S3AccessDeniedError, match="s3:AbortMultipartUpload on s3://bucket/") as refused:
         sink.abort_lingering(LingeringScope[S3Committable]("job-1", "out", up_to_checkpoint=1))
     assert fake.calls.count("abort_multipart_upload") == 2  # both were tried
+    # and what it left is listed: both uploads stay open (#45 item 8)
+    assert sorted(refused.value.left) == [f"s3://bucket/{key} (upload {upload})" for key, upload in uploads]
+    assert "left behind (2): s3://bucket/" in str(refused.value)
 
 
 def test_validate_reports_missing_bucket_and_denied_access(

@@ -16,10 +16,27 @@ from dataclasses import dataclass
 
 import pytest
 
+from twophase.connectors.s3 import RollingPolicy, S3SinkConfig
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.s3_tls import TlsMinioServer, least_privilege_policy, tls_minio_server
 
 BUCKET = "twophase-secured"
+NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, inactivity_interval_ms=None)
+
+
+def jsonl_config(endpoint: S3Endpoint, prefix: str, **retries: int) -> S3SinkConfig:
+    """An S3 sink's JSON Lines files under ``prefix/files`` in ``BUCKET``, signed by ``endpoint``'s
+    user, never rolled (each file spans checkpoints: tails and open uploads); ``retries``: the
+    config's retry settings (``max_attempts``, ``retry_*_backoff_ms``)."""
+    return S3SinkConfig(
+        bucket=BUCKET,
+        prefix=f"{prefix}/files",
+        format="jsonl",
+        json_column="v",
+        rolling=NEVER_ROLL,
+        storage_options=endpoint.s3_options(),
+        **retries,  # type: ignore[arg-type]
+    )
 
 
 @pytest.fixture(scope="session")

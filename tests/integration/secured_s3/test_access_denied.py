@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkConfig
+from twophase.connectors.s3 import S3Committable, S3Sink
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.s3 import S3CheckpointStorage
@@ -25,12 +25,11 @@ from twophase.integration.services.s3_tls import LEAST_PRIVILEGE_ACTIONS
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import CheckpointStorageError, S3AccessDeniedError
 
-from .conftest import BUCKET, MakeUser
+from .conftest import BUCKET, MakeUser, jsonl_config
 
 pytestmark = [pytest.mark.s3, pytest.mark.delta]
 
 JOB = "denied-job"
-NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, inactivity_interval_ms=None)
 
 
 def ctx(checkpoint: int, partition: int = 0, state: JsonObject | None = None) -> WriterContext:
@@ -43,16 +42,8 @@ def lines(first: int, count: int) -> pa.RecordBatch:
 
 def run_s3_sink(endpoint: S3Endpoint, prefix: str) -> None:
     """Every call the S3 sink makes in a life with a resumed file, a crash and lingering cleanup."""
-    config = S3SinkConfig(
-        bucket=BUCKET,
-        prefix=f"{prefix}/files",
-        format="jsonl",
-        json_column="v",
-        rolling=NEVER_ROLL,
-        storage_options=endpoint.s3_options(),
-        max_attempts=2,
-        retry_initial_backoff_ms=1,
-        retry_max_backoff_ms=2,
+    config = jsonl_config(
+        endpoint, prefix, max_attempts=2, retry_initial_backoff_ms=1, retry_max_backoff_ms=2
     )
     sink = S3Sink("out", config)
     txn = sink.begin_transaction(ctx(1))

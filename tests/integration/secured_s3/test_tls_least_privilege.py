@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from twophase.connectors.s3 import RollingPolicy, S3Committable, S3Sink, S3SinkConfig
+from twophase.connectors.s3 import S3Committable, S3Sink
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import open_storage
 from twophase.integration.services.s3_tls import TlsMinioServer
@@ -21,12 +21,11 @@ from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.outcome import CommitOutcome
 
-from .conftest import BUCKET, MakeUser
+from .conftest import BUCKET, MakeUser, jsonl_config
 
 pytestmark = [pytest.mark.s3, pytest.mark.delta]
 
 JOB = "secured-job"
-NEVER_ROLL = RollingPolicy(max_file_bytes=10**12, rollover_interval_ms=None, inactivity_interval_ms=None)
 
 
 def ctx(checkpoint: int, partition: int = 0, state: JsonObject | None = None) -> WriterContext:
@@ -51,16 +50,7 @@ def test_endpoint_is_https_and_unverified_clients_are_refused(tls_minio: TlsMini
 
 def test_s3_sink_under_the_least_privilege_policy(tls_minio: TlsMinioServer, make_user: MakeUser) -> None:
     user = make_user()
-    config = S3SinkConfig(
-        bucket=BUCKET,
-        prefix=f"{user.prefix}/files",
-        format="jsonl",
-        json_column="v",
-        rolling=NEVER_ROLL,
-        storage_options=user.endpoint.s3_options(),
-        retry_initial_backoff_ms=1,
-        retry_max_backoff_ms=2,
-    )
+    config = jsonl_config(user.endpoint, user.prefix, retry_initial_backoff_ms=1, retry_max_backoff_ms=2)
     sink = S3Sink("out", config)
     # checkpoint 1: the file stays in progress (tail object, open upload)
     txn = sink.begin_transaction(ctx(1))
