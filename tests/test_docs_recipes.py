@@ -38,18 +38,6 @@ def test_each_recipe_states_its_releases_and_links_the_platform_documentation(pa
     assert PLATFORM_DOCS[page] in text, f"{page} links no page of {PLATFORM_DOCS[page]}"
 
 
-def test_the_kubernetes_image_has_a_python_twophase_runs_on() -> None:
-    # apache/spark-docker: the Java 11 images (the short `-python3` tag of 3.5) are Ubuntu 20.04,
-    # Python 3.8; the Java 17 ones Ubuntu 22.04, Python 3.10
-    text = (DEPLOY / "kubernetes.md").read_text(encoding="utf-8")
-    lines = [line for block in code_blocks(text, "dockerfile") for line in block.splitlines()]
-    images = [line.split()[1] for line in lines if line.startswith("FROM ")]
-    assert images, "kubernetes.md has no Dockerfile"
-    java11 = r"(apache/)?spark:3\.5\.\d+(-python3|-scala2\.12-java11-python3-ubuntu)?"
-    for image in images:
-        assert not re.fullmatch(java11, image), f"{image}: a Java 11 image, Python 3.8 (twophase needs 3.10)"
-
-
 def test_the_kubernetes_operator_gets_its_secrets_without_the_webhook() -> None:
     text = (DEPLOY / "kubernetes.md").read_text(encoding="utf-8")
     for block in code_blocks(text, "yaml"):
