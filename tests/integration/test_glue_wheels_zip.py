@@ -19,7 +19,7 @@ import pytest
 
 from twophase.integration.spark_shipping import build_wheel
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # minutes, and PyPI: `make chaos` runs it, not `make test`
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "deploy" / "glue.md"
 
