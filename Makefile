@@ -78,7 +78,7 @@ demo-cluster-packed: prepare
 	export TWOPHASE_RUN_DIR="$$run/services"; \
 	trap '$(BIN)/twophase services down; rm -rf "$$run"' EXIT; start=$$(date +%s); \
 	$(BIN)/twophase services up --spark-cluster \
-	&& $(BIN)/twophase package env --extra flights -o "$$run/env.tar.gz" \
+	&& $(BIN)/twophase package env --extra flights --development -o "$$run/env.tar.gz" \
 	&& $(BIN)/python -m twophase.integration.jobs.flights_submit submit --archive "$$run/env.tar.gz" \
 		--work-dir "$$run/flights" $(DEMO_PACKED_ARGS) \
 	&& $(BIN)/twophase verify --work-dir "$$run/flights"; \

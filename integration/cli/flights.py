@@ -34,7 +34,7 @@ from twophase.integration.cli.output import (
     show,
     table,
 )
-from twophase.integration.cli.target import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
+from twophase.integration.cli.flights_runs import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
