@@ -157,7 +157,8 @@ class S3Options:
         # verify=None, not True: botocore then takes AWS_CA_BUNDLE (or the profile's ca_bundle);
         # an explicit True would verify against its default bundle alone and refuse a private CA
         verify = None if self.verify_tls else False
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config, verify=verify)
+        client: S3Client = session.client("s3", endpoint_url=self.endpoint_url, config=config, verify=verify)
+        return client
 
     def frozen_credentials(self) -> tuple[str, str, str | None] | None:
         """(key id, secret, token) of the explicit keys, or of ``profile`` as boto3 resolves it

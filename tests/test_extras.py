@@ -124,7 +124,8 @@ try:
     open_storage("s3://bucket/checkpoints", "j")
 except MissingExtraError as e:
     errors["s3 checkpoints"] = str(e)
-s3_listed = CliRunner().invoke(main, ["checkpoints", "list", "--checkpoint-dir", "s3://bucket/c", "--job-id", "j"])
+s3_chk = ["--checkpoint-dir", "s3://bucket/c", "--job-id", "j"]
+s3_listed = CliRunner().invoke(main, ["checkpoints", "list", *s3_chk])
 loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set(BLOCKED))
 print(json.dumps({{
     "sink": type(sink).__name__, "tried": after_postgres, "errors": errors, "loaded": loaded, "helps": helps,

@@ -3,9 +3,10 @@
 Development tooling (run in a checkout; not in the wheel users install, which has no sources to
 build from). ``wheel`` builds the twophase wheel users install from a copy of the sources (no
 ``build/`` or ``*.egg-info`` in the checkout; ``--development`` keeps the development tooling, as
-the project's own cluster runs ship it) and writes it with its ``.zip`` copy (for ``--py-files``); ``env`` packs a fresh venv with the wheel and its runtime dependencies,
-without pyspark (the cluster's Spark provides it), with venv-pack
-(:mod:`twophase.integration.packing`). Both print the spark-submit line that uses the result.
+the project's own cluster runs ship it) and writes it with its ``.zip`` copy (for
+``--py-files``); ``env`` packs a fresh venv with the wheel and its runtime dependencies, without
+pyspark (the cluster's Spark provides it), with venv-pack (:mod:`twophase.integration.packing`).
+Both print the spark-submit line that uses the result.
 """
 
 from __future__ import annotations

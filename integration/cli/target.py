@@ -182,7 +182,7 @@ def resolve_target(
             "which job? Give --checkpoint-dir DIR with --job NAME (or --job-id ID), the query's "
             "options (-o sink=... -o job=... -o twophaseCheckpointDir=...), or --sinks module:function"
         )
-    target: JobTarget = getattr(importlib.import_module(FLIGHTS_RUNS), "flights_run_target")(work_dir)
+    target: JobTarget = importlib.import_module(FLIGHTS_RUNS).flights_run_target(work_dir)
     return target
 
 
