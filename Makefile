@@ -67,7 +67,8 @@ demo-cluster: prepare
 	exit $$status
 
 # the flights job on the standalone cluster as a user submits it: the executors' Python is
-# `twophase package env --extra flights` (venv-pack, no pyspark: the cluster's Spark provides it)
+# `twophase package env --extra flights --development` (venv-pack, no pyspark: the cluster's Spark
+# provides it; the development wheel, since the driver runs the flights job from the archive)
 # shipped with --archives env.tar.gz#environment, Spark's jars on the class path (none copied to
 # the workers); spark-submit runs the driver on the same archive unpacked as ./environment.
 # Scratch (archive, unpacked environments, the cluster's folders) under build/, not /tmp.
@@ -78,7 +79,7 @@ demo-cluster-packed: prepare
 	export TWOPHASE_RUN_DIR="$$run/services"; \
 	trap '$(BIN)/twophase services down; rm -rf "$$run"' EXIT; start=$$(date +%s); \
 	$(BIN)/twophase services up --spark-cluster \
-	&& $(BIN)/twophase package env --extra flights -o "$$run/env.tar.gz" \
+	&& $(BIN)/twophase package env --extra flights --development -o "$$run/env.tar.gz" \
 	&& $(BIN)/python -m twophase.integration.jobs.flights_submit submit --archive "$$run/env.tar.gz" \
 		--work-dir "$$run/flights" $(DEMO_PACKED_ARGS) \
 	&& $(BIN)/twophase verify --work-dir "$$run/flights"; \

@@ -1,11 +1,19 @@
 """Build hook only; metadata, dependencies and tool settings live in setup.cfg.
 
 The wheel's packages follow from the layout: every folder with an ``__init__.py`` under the code
-folders, as ``twophase.<folder>``. Test suites and their support live under ``tests/``, outside
-every package; the build hook is the second guard that no ``test_*.py`` or ``conftest.py`` reaches
-the wheel.
+folders, as ``twophase.<folder>``, less the development tooling (:data:`DEVELOPMENT`: the service
+launchers, the chaos and compat runners, the flights demo, its verifier and what ships it to a
+cluster), which stays in the checkout and runs from there (``pip install -e .`` maps the whole
+repository root to ``twophase``). The root package ships ``__init__.py`` alone: this file is no
+module of twophase. Test suites and their support live under ``tests/``, outside every package;
+the build hook is the second guard that no ``test_*.py`` or ``conftest.py`` reaches the wheel.
+
+The project's own cluster runs ship the development tooling to their Spark drivers and executors
+(the flights job runs there): with ``TWOPHASE_WHEEL_DEVELOPMENT=1`` in the environment the wheel
+keeps it (:func:`twophase.integration.spark_shipping.build_wheel`). No user-facing build sets it.
 """
 
+import os
 from pathlib import Path
 
 from setuptools import setup
@@ -13,23 +21,69 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 CODE_FOLDERS = ("sinks", "coordinator", "connectors", "integration")
+DEVELOPMENT = (
+    "integration/services",
+    "integration/chaos",
+    "integration/compat",
+    "integration/jobs",
+    "integration/docker",
+    "integration/cli/flights.py",
+    "integration/cli/flights_runs.py",
+    "integration/cli/package.py",
+    "integration/cli/services.py",
+    "integration/packing.py",
+    "integration/readback.py",
+    "integration/spark.py",
+    "integration/spark_shipping.py",
+    "integration/verify.py",
+)
+"""Development tooling (folders and modules, relative to the repository root): never in the wheel
+users install."""
+DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
+"""Set to ``1``, the wheel keeps :data:`DEVELOPMENT` (the project's own cluster runs only)."""
 
 
-def product_packages() -> list[str]:
-    """``twophase`` and every package of the code folders."""
+def is_development(relative: str) -> bool:
+    """Whether the file or folder ``relative`` (to the repository root, ``/``-separated) is
+    development tooling."""
+    return any(relative == d or relative.startswith(d + "/") for d in DEVELOPMENT)
+
+
+def with_development() -> bool:
+    """Whether this build keeps the development tooling (:data:`DEVELOPMENT_WHEEL_VARIABLE`)."""
+    return os.environ.get(DEVELOPMENT_WHEEL_VARIABLE) == "1"
+
+
+def product_packages(development: bool = False) -> list[str]:
+    """``twophase`` and every package of the code folders; the development packages only when
+    ``development``."""
     found = ["twophase"]
     for top in CODE_FOLDERS:
         for init in sorted((ROOT / top).rglob("__init__.py")):
-            found.append("twophase." + init.parent.relative_to(ROOT).as_posix().replace("/", "."))
+            folder = init.parent.relative_to(ROOT).as_posix()
+            if development or not is_development(folder):
+                found.append("twophase." + folder.replace("/", "."))
     return found
 
 
-class BuildPyWithoutTests(build_py):
-    """``build_py`` that leaves ``test_*.py`` and ``conftest.py`` out of the wheel."""
+class BuildPyProduct(build_py):
+    """``build_py`` that leaves out ``test_*.py``, ``conftest.py``, the root's modules other than
+    ``__init__.py`` (this file) and, unless asked for, the development modules."""
 
     def find_package_modules(self, package: str, package_dir: str) -> list[tuple[str, str, str]]:
-        modules = super().find_package_modules(package, package_dir)
-        return [m for m in modules if not (m[1].startswith("test_") or m[1] == "conftest")]
+        keep_development = with_development()
+        kept = []
+        for pkg, module, path in super().find_package_modules(package, package_dir):
+            relative = Path(path).resolve().relative_to(ROOT).as_posix()
+            if module.startswith("test_") or module == "conftest":
+                continue
+            if pkg == "twophase" and module != "__init__":
+                continue
+            if not keep_development and is_development(relative):
+                continue
+            kept.append((pkg, module, path))
+        return kept
 
 
-setup(packages=product_packages(), cmdclass={"build_py": BuildPyWithoutTests})
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests read its constants
+    setup(packages=product_packages(with_development()), cmdclass={"build_py": BuildPyProduct})

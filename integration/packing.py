@@ -233,6 +233,8 @@ def pack_environment(
     constraints: Path | Literal["repository"] | None = "repository",
     compress_level: int = 4,
     timeout_s: float = 1800.0,
+    *,
+    development: bool = True,
 ) -> PackedEnv:
     """The packed environment of the current sources, built at most once per state.
 
@@ -244,6 +246,9 @@ def pack_environment(
         compress_level: gzip level (1–9): 4, venv-pack's default, packs ~580 MB into ~210 MB
             in ~30 s here.
         timeout_s: bound of each venv, pip or packing step, seconds.
+        development: install the development wheel (the flights job's driver runs from the
+            archive); ``False``: the wheel users install
+            (:func:`~twophase.integration.spark_shipping.build_wheel`).
 
     Returns:
         The archive in ``<cache>/packed-envs/<key>/`` (a key of the Python, the wheel, the
@@ -254,7 +259,7 @@ def pack_environment(
         ShippingError: the wheel, venv, pip or venv-pack failed; pyspark got into the
             environment; or the packed Python cannot import what executors need.
     """
-    wheel = build_wheel(timeout_s=timeout_s)
+    wheel = build_wheel(timeout_s=timeout_s, development=development)
     # the spark extra without pyspark: pandas, which Spark's mapInArrow checks for on executors
     reqs = [*wheel_requirements(wheel, tuple(dict.fromkeys(("spark", *extras)))), *requirements]
     cons = constraints_file() if isinstance(constraints, str) else constraints

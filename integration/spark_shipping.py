@@ -1,7 +1,9 @@
 """Shipping twophase to Spark executors as users do: a built wheel sent with the job (issue #17).
 
 :func:`build_wheel` builds the twophase wheel once per state of the sources (``pip wheel`` on a
-copy of them) into ``<cache>/wheels/<hash>/``, next to a ``.zip`` copy of it: PySpark puts a
+copy of them) into ``<cache>/wheels/<hash>/``, next to a ``.zip`` copy of it; the project's own
+runs ship the development wheel (the flights job runs on their drivers and executors), a user's
+pipeline the product wheel (``setup.py``'s ``DEVELOPMENT`` left out). PySpark puts a
 ``spark.submit.pyFiles`` (``--py-files``) entry on the executors' ``sys.path`` only when its name
 ends in ``.zip``, ``.egg`` or ``.jar`` (``SparkContext.PACKAGE_EXTENSIONS``); a ``.whl`` reaches
 the executors' work directories but is never importable there. A pure-Python wheel is a zip
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from twophase.integration.services.cache import cache_dir, file_lock
@@ -34,6 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 CODE_ROOTS = ("sinks", "coordinator", "connectors", "integration")
 TOP_FILES = ("__init__.py", "py.typed", "setup.cfg", "setup.py", "pyproject.toml", "LICENSE")
 SUFFIXES = frozenset({".py", ".typed", ".xml"})
+DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
+"""``setup.py`` keeps the development tooling in the wheel when this variable is ``1``."""
 PRUNE_AFTER_S = 7 * 24 * 3600.0
 """Cached wheels and venvs unused this long (seconds) are removed when a new one is built."""
 
@@ -70,8 +74,8 @@ def sources_hash(root: Path = REPO) -> str:
     return digest.hexdigest()[:16]
 
 
-def _run(cmd: Sequence[str], what: str, timeout_s: float) -> None:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, check=False)
+def _run(cmd: Sequence[str], what: str, timeout_s: float, env: Mapping[str, str] | None = None) -> None:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, check=False, env=env)
     if proc.returncode != 0:
         raise ShippingError(f"{what} failed ({proc.returncode}): {proc.stdout[-2000:]}{proc.stderr[-4000:]}")
 
@@ -83,7 +87,7 @@ def _prune(parent: Path, keep: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def build_wheel(root: Path = REPO, timeout_s: float = 600.0) -> Path:
+def build_wheel(root: Path = REPO, timeout_s: float = 600.0, *, development: bool = True) -> Path:
     """The twophase wheel for the current sources under ``root``, built at most once per state.
 
     Built by ``python -m pip wheel --no-deps`` (with build isolation: the build backend comes from
@@ -91,13 +95,21 @@ def build_wheel(root: Path = REPO, timeout_s: float = 600.0) -> Path:
     description, not hashed: docs edits need no new wheel), so the working tree gets no ``build/``
     and the wheel holds exactly what was hashed. Concurrent callers wait on a lock and reuse it.
 
+    Args:
+        root: the checkout.
+        timeout_s: bound of the build, seconds.
+        development: keep the development tooling (``TWOPHASE_WHEEL_DEVELOPMENT=1`` for
+            ``setup.py``): what the project's own cluster runs ship. ``False``: the wheel users
+            install.
+
     Returns:
-        ``<cache>/wheels/<hash>/twophase-<version>-py3-none-any.whl``.
+        ``<cache>/wheels/<hash>/twophase-<version>-py3-none-any.whl`` (``<hash>-product`` for the
+        product wheel).
 
     Raises:
         ShippingError: pip failed. subprocess.TimeoutExpired: not built within ``timeout_s`` seconds.
     """
-    key = sources_hash(root)
+    key = sources_hash(root) + ("" if development else "-product")
     parent = cache_dir() / "wheels"
     final = parent / key
     with file_lock(parent / ".lock"):
@@ -108,7 +120,9 @@ def build_wheel(root: Path = REPO, timeout_s: float = 600.0) -> Path:
                     (src / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(root / rel, src / rel)
                 pip = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check"]
-                _run([*pip, "--no-deps", "--wheel-dir", str(out), str(src)], "pip wheel", timeout_s)
+                env = {**os.environ, DEVELOPMENT_WHEEL_VARIABLE: "1" if development else "0"}
+                cmd = [*pip, "--no-deps", "--wheel-dir", str(out), str(src)]
+                _run(cmd, "pip wheel", timeout_s, env=env)
                 os.replace(out, final)
             _prune(parent, final)
         os.utime(final)

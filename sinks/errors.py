@@ -28,15 +28,18 @@ class MissingExtraError(ConfigError):
     The message is one line naming the connector, the missing library and the command to run,
     e.g. ``pip install 'twophase[kafka]'``, on the driver and the executors alike.
 
+    Checkpoint storage on ``s3://`` raises it too: boto3 is the ``s3`` extra's, not the core
+    install's (``needed_by`` then names the storage instead of a connector).
+
     Attributes:
         kind: the connector's kind, e.g. ``"kafka"``.
         extra: the pip extra that brings its libraries, e.g. ``"kafka"``.
         library: the missing library's distribution name, e.g. ``"confluent-kafka"``.
     """
 
-    def __init__(self, kind: str, extra: str, library: str) -> None:
+    def __init__(self, kind: str, extra: str, library: str, *, needed_by: str | None = None) -> None:
         super().__init__(
-            f"connector {kind!r} needs {library}, which is not installed where this runs: "
+            f"{needed_by or f'connector {kind!r}'} needs {library}, which is not installed where this runs: "
             f"pip install 'twophase[{extra}]' (on the driver and the executors, or the Connect server)"
         )
         self.kind = kind

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from twophase.sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError, MissingExtraError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -133,8 +134,11 @@ class S3Options:
         callers retry with tenacity.
 
         Call on :meth:`resolved` options so that the addressing style follows the endpoint.
+
+        Raises:
+            MissingExtraError: boto3 is not installed (the ``s3`` extra).
         """
-        import boto3
+        boto3 = import_boto3()
         from botocore.config import Config
 
         config = Config(
@@ -153,7 +157,8 @@ class S3Options:
         # verify=None, not True: botocore then takes AWS_CA_BUNDLE (or the profile's ca_bundle);
         # an explicit True would verify against its default bundle alone and refuse a private CA
         verify = None if self.verify_tls else False
-        return session.client("s3", endpoint_url=self.endpoint_url, config=config, verify=verify)
+        client: S3Client = session.client("s3", endpoint_url=self.endpoint_url, config=config, verify=verify)
+        return client
 
     def frozen_credentials(self) -> tuple[str, str, str | None] | None:
         """(key id, secret, token) of the explicit keys, or of ``profile`` as boto3 resolves it
@@ -163,9 +168,7 @@ class S3Options:
             return (self.access_key_id, self.secret_access_key, self.session_token)
         if self.profile is None:
             return None
-        import boto3
-
-        credentials = boto3.session.Session(profile_name=self.profile).get_credentials()
+        credentials = import_boto3().session.Session(profile_name=self.profile).get_credentials()
         if credentials is None:
             raise ConfigError(f"S3 profile {self.profile!r} has no credentials")
         frozen = credentials.get_frozen_credentials()
@@ -196,6 +199,31 @@ class S3Options:
         if not self.verify_tls:
             out["AWS_ALLOW_INVALID_CERTIFICATES"] = "true"
         return out
+
+
+BOTO3_LIBRARIES = frozenset({"boto3", "botocore", "s3transfer"})
+"""The top-level modules of boto3 and what it installs with it (the ``s3`` extra)."""
+
+
+def is_boto3_missing(error: ModuleNotFoundError) -> bool:
+    """Whether ``error`` is a missing boto3 (or one of :data:`BOTO3_LIBRARIES`)."""
+    return (error.name or "").split(".")[0] in BOTO3_LIBRARIES
+
+
+def import_boto3(needed_by: str = "S3 access") -> ModuleType:
+    """boto3, imported on first use: it is the ``s3`` extra's, not the core install's.
+
+    Raises:
+        MissingExtraError: boto3 is not installed (``needed_by`` names what needed it), naming
+            ``pip install 'twophase[s3]'``.
+    """
+    try:
+        import boto3
+    except ModuleNotFoundError as e:
+        if not is_boto3_missing(e):
+            raise
+        raise MissingExtraError("s3", "s3", "boto3", needed_by=needed_by) from None
+    return boto3
 
 
 def check_endpoint(url: str) -> None:

@@ -3,8 +3,9 @@ product outside ``connectors/<kind>/`` imports it, spells ``twophase.connectors.
 its kind as a string; the runtime, the data source and the CLI learn of it from its declaration
 (:mod:`twophase.sinks.registry`). Docstrings and comments may name it (docs aside).
 
-The development tooling (services, chaos, compat, the flights demo and its verifier) runs named
-connectors on purpose and is not scanned; the allow-list below is short and says why.
+The development tooling (``setup.py``'s ``DEVELOPMENT``: services, chaos, compat, the flights demo
+and its verifier, never in the wheel users install) runs named connectors on purpose and is not
+scanned; the allow-list below is short and says why.
 """
 
 from __future__ import annotations
@@ -12,24 +13,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.build_layout import is_development
+
 from twophase.sinks.registry import ConnectorRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("__init__.py", "sinks", "coordinator", "connectors", "integration")
-DEVELOPMENT = (
-    "integration/jobs/",
-    "integration/services/",
-    "integration/chaos/",
-    "integration/compat/",
-    "integration/verify.py",
-    "integration/readback.py",
-    "integration/spark.py",
-    "integration/spark_shipping.py",
-    "integration/cli/flights.py",
-    "integration/cli/services.py",
-)
-"""Development tooling: the flights demo, its services and verifier, and the environments they
-ship, which write to named connectors on purpose."""
 ALLOWED = {
     ("__init__.py", "*"): "type checkers' view of the re-exports (TYPE_CHECKING imports only)",
     ("coordinator/storage/", "s3"): "the s3:// scheme of checkpoint storage, not the S3 connector",
@@ -45,7 +34,7 @@ def _product_files() -> list[Path]:
     for top in SCANNED:
         path = ROOT / top
         found += [path] if path.is_file() else sorted(path.rglob("*.py"))
-    return [p for p in found if not p.relative_to(ROOT).as_posix().startswith(DEVELOPMENT)]
+    return [p for p in found if not is_development(p)]
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -1,6 +1,7 @@
 """Per-connector extras (#45 item 4): the core install holds what every job needs, each connector's
 client library is the extra its declaration names, a PostgreSQL-only install imports no Kafka,
-Delta or Iceberg library, and every install line of the docs names extras that exist.
+Delta, Iceberg or boto3 library (checkpoints on s3:// name the s3 extra), and every install line
+of the docs names extras that exist.
 
 The PostgreSQL-only run is a fresh interpreter whose import system refuses the other connectors'
 libraries (a meta-path finder), as an install without their extras would.
@@ -46,7 +47,7 @@ def test_each_connectors_extra_exists_and_the_core_holds_none_of_their_libraries
     core = _requirements(_setup_cfg()["options"]["install_requires"])
     for kind, declaration in declared.items():
         assert declaration.extra in known, f"{kind}: setup.cfg has no extra {declaration.extra!r}"
-    only_theirs = {"confluent-kafka", "kafka-python", "deltalake", "psycopg", "pyiceberg"}
+    only_theirs = {"confluent-kafka", "kafka-python", "deltalake", "psycopg", "pyiceberg", "boto3"}
     assert core & only_theirs == set()
     assert {"pyarrow", "tenacity", "click", "rich", "prometheus-client"} <= core
     for kind, declaration in declared.items():  # the development venv runs every connector's tests
@@ -73,7 +74,7 @@ def test_the_deploy_recipes_name_connector_extras() -> None:
         assert named & connector_extras, f"{page.name} installs twophase with no connector extra"
 
 
-BLOCKED = ("confluent_kafka", "kafka", "deltalake", "pyiceberg")
+BLOCKED = ("confluent_kafka", "kafka", "deltalake", "pyiceberg", "boto3", "botocore", "s3transfer")
 POSTGRES_ONLY = f"""
 import importlib.abc, json, sys
 
@@ -118,11 +119,19 @@ try:
     from twophase import KafkaSink
 except MissingExtraError as e:
     errors["import"] = str(e)
+from twophase.coordinator.storage import open_storage
+try:
+    open_storage("s3://bucket/checkpoints", "j")
+except MissingExtraError as e:
+    errors["s3 checkpoints"] = str(e)
+s3_chk = ["--checkpoint-dir", "s3://bucket/c", "--job-id", "j"]
+s3_listed = CliRunner().invoke(main, ["checkpoints", "list", *s3_chk])
 loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set(BLOCKED))
 print(json.dumps({{
     "sink": type(sink).__name__, "tried": after_postgres, "errors": errors, "loaded": loaded, "helps": helps,
     "listed": [listed.exit_code, listed.output], "dev_loaded": dev_loaded,
     "top_help": [top_help.exit_code, top_help.output], "demo": [demo.exit_code, demo.output],
+    "s3_listed": [s3_listed.exit_code, s3_listed.output],
 }}))
 """
 
@@ -146,6 +155,13 @@ def test_a_postgres_only_install_imports_no_kafka_delta_or_iceberg_library(tmp_p
             f"pip install 'twophase[{kind}]' (on the driver and the executors, or the Connect server)"
         )
     assert "pip install 'twophase[kafka]'" in out["errors"]["import"]
+    # boto3 is the s3 extra's: checkpoints on s3:// name it, in one line from the CLI too
+    s3_line = (
+        "S3 checkpoint storage (s3://) needs boto3, which is not installed where this runs: "
+        "pip install 'twophase[s3]' (on the driver and the executors, or the Connect server)"
+    )
+    assert out["errors"]["s3 checkpoints"] == s3_line
+    assert out["s3_listed"] == [1, f"Error: {s3_line}\n"]
     assert out["helps"] == [0, 0]
     code, text = out["listed"]
     assert code == 1 and "no job 'j'" in text  # it ran: an empty folder holds no job

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.build_layout import code_folders, is_development
 
 import twophase
 
@@ -78,27 +79,33 @@ def test_no_module_imports_the_folders_as_top_level_packages() -> None:
     assert offenders == {}
 
 
-CODE_FOLDERS = ("sinks", "coordinator", "connectors", "integration")
 ENTRY_POINTS = {
     "twophase.integration.cli.__main__": "python -m twophase.integration.cli",
-    "twophase.integration.chaos.run": "make chaos",
-    "twophase.integration.compat.run": "make compat",
-    "twophase.integration.jobs.flights_submit": "the flights job's spark-submit script",
     "twophase.coordinator.spark.autoload.pyspark_twophase": "Spark's data source lookup",
     "twophase.connectors.postgres.metrics": (
         "the documented Prometheus collector (docs/connectors/postgres.md)"
     ),
 }
-"""Shipped modules no other shipped module imports, and who starts or imports each."""
+"""Shipped modules no other shipped module imports, and who starts or imports each. (The
+development tooling's own starts, ``make chaos``, ``make compat`` and the flights job's
+spark-submit script, run from the checkout: setup.py leaves them out of the wheel.)"""
 
 
-def _shipped_modules() -> dict[str, Path]:
-    found = {"twophase": ROOT / "__init__.py"}
-    for top in CODE_FOLDERS:
+def _modules(development: bool) -> dict[str, Path]:
+    """The modules of the code folders: the wheel's (``development`` False) or the development
+    tooling's, which setup.py leaves out of it."""
+    found = {} if development else {"twophase": ROOT / "__init__.py"}
+    for top in code_folders():
         for path in (ROOT / top).rglob("*.py"):
+            if is_development(path) != development or path.name.startswith("test_"):
+                continue
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             found[".".join(["twophase", *(parts[:-1] if parts[-1] == "__init__" else parts)])] = path
     return found
+
+
+def _shipped_modules() -> dict[str, Path]:
+    return _modules(development=False)
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -141,3 +148,21 @@ def test_every_shipped_module_serves_the_product() -> None:
     assert {n for n, p in shipped.items() if p.name != "__init__.py" and n not in used} == set(ENTRY_POINTS)
     on_support = sorted(n for n, found in imports.items() if any(m.split(".")[0] == "support" for m in found))
     assert on_support == []
+
+
+def test_no_shipped_module_imports_the_development_tooling() -> None:
+    """#45 item 4: the user commands stand on the runtime and the connectors. No module of the wheel
+    imports the development tooling (setup.py's DEVELOPMENT); the command group alone names the
+    development commands, offered only where their modules exist (a checkout), as the job options
+    name the flights demo's runs (``FLIGHTS_RUNS``, looked up by name where it exists)."""
+    from twophase.integration.cli.main import DEVELOPMENT_COMMANDS
+
+    development = set(_modules(development=True))
+    reaching = {}
+    for name, path in _shipped_modules().items():
+        found = {m for m in _imports(name, path) if m in development}
+        if found:
+            reaching[name] = found
+    named = {ref.partition(":")[0] for ref in DEVELOPMENT_COMMANDS.values()}
+    assert reaching == {"twophase.integration.cli.main": named}
+    assert development >= named

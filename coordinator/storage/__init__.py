@@ -31,9 +31,9 @@ from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.coordinator.storage.layout import validate_job_id
 from twophase.coordinator.storage.local import LocalCheckpointStorage, local_path
-from twophase.sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError, MissingExtraError
 from twophase.sinks.internal.structured_log import log_event
-from twophase.sinks.s3_options import S3Options
+from twophase.sinks.s3_options import S3Options, is_boto3_missing
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -87,6 +87,7 @@ def open_storage(
     Raises:
         ConfigError: bad job id, empty location, unknown scheme, bucket or container missing, bad
             options, or the Azure/GCS extra not installed.
+        MissingExtraError: an ``s3://`` location where boto3 (the ``s3`` extra) is not installed.
     """
     validate_job_id(job_id)
     if not location:
@@ -95,7 +96,12 @@ def open_storage(
     if scheme in ("", "file"):
         return LocalCheckpointStorage(local_path(location), job_id)
     if scheme == "s3":
-        from twophase.coordinator.storage.s3 import S3CheckpointStorage
+        try:
+            from twophase.coordinator.storage.s3 import S3CheckpointStorage
+        except ModuleNotFoundError as e:  # boto3 is the s3 extra's, not the core install's
+            if not is_boto3_missing(e):
+                raise
+            raise MissingExtraError("s3", "s3", "boto3", needed_by="S3 checkpoint storage (s3://)") from None
 
         parsed = urlparse(location)
         if not parsed.netloc:

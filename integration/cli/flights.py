@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from twophase.integration.cli.errors import CommandFailed
+from twophase.integration.cli.flights_runs import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
 from twophase.integration.cli.output import (
     FAIL,
     OK,
@@ -34,7 +35,6 @@ from twophase.integration.cli.output import (
     show,
     table,
 )
-from twophase.integration.cli.target import latest_pointer, resolve_work_dir, runs_dir, work_dir_option
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:

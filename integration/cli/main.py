@@ -1,17 +1,21 @@
 """The ``twophase`` click group: global options and the commands of every role module.
 
 Its help lists the commands in two sections: what a user runs against their jobs (``checkpoints``,
-``lingering``, ``package``) and what developing twophase itself uses (``services``, ``demo``,
-``verify``: native services and the flights job of this repository). Each command's module is
-imported when the command is looked up, so a user command stands on the runtime and the connectors
-alone: an install with only the PostgreSQL extra runs ``twophase lingering`` although the flights
-demo (Kafka, S3, Delta) cannot be imported there; such a development command is then listed as
-unavailable, and running it prints one line saying what is missing.
+``lingering``) and what developing twophase itself uses (``services``, ``demo``, ``verify``,
+``package``: native services, the flights job of this repository, and the wheel and packed
+environment built from the checkout's sources). The development commands' modules are not in the
+wheel users install (``setup.py``'s ``DEVELOPMENT``): there the development section is absent and
+such a command is unknown to click. Each command's module is imported when the command is looked
+up, so a user command stands on the runtime and the connectors alone: in a checkout with only the
+PostgreSQL extra, ``twophase lingering`` runs although the flights demo (Kafka, S3, Delta) cannot
+be imported; such a development command is then listed as unavailable, and running it prints one
+line saying what is missing.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 
 import click
@@ -22,15 +26,21 @@ from twophase.sinks.errors import MissingExtraError
 USER_COMMANDS = {
     "checkpoints": "twophase.integration.cli.checkpoints:checkpoints",
     "lingering": "twophase.integration.cli.lingering:lingering",
-    "package": "twophase.integration.cli.package:package",
 }
 """Commands for a user's own jobs, listed first: name → ``module:command``."""
 DEVELOPMENT_COMMANDS = {
     "services": "twophase.integration.cli.services:services",
     "demo": "twophase.integration.cli.flights:demo",
     "verify": "twophase.integration.cli.flights:verify",
+    "package": "twophase.integration.cli.package:package",
 }
-"""Commands for developing twophase (services, the flights job): name → ``module:command``."""
+"""Commands for developing twophase (services, the flights job, builds from the checkout's sources):
+name → ``module:command``; a command whose module is not here (an installed wheel) is not offered."""
+
+
+def _module_here(module_name: str) -> bool:
+    """Whether ``module_name`` exists here (without importing it)."""
+    return importlib.util.find_spec(module_name) is not None
 
 
 def _unavailable(name: str, why: str) -> click.Command:
@@ -49,13 +59,16 @@ class SectionedGroup(TwophaseGroup):
     each command imported on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [*USER_COMMANDS, *DEVELOPMENT_COMMANDS, *sorted(self.commands)]
+        development = [n for n, ref in DEVELOPMENT_COMMANDS.items() if _module_here(ref.partition(":")[0])]
+        return [*USER_COMMANDS, *development, *sorted(self.commands)]
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         ref = USER_COMMANDS.get(cmd_name) or DEVELOPMENT_COMMANDS.get(cmd_name)
         if ref is None:
             return super().get_command(ctx, cmd_name)
         module_name, _, attr = ref.partition(":")
+        if cmd_name in DEVELOPMENT_COMMANDS and not _module_here(module_name):
+            return None  # development tooling, not in this install: click says "No such command"
         try:
             command: click.Command = getattr(importlib.import_module(module_name), attr)
         except (ImportError, MissingExtraError) as exc:

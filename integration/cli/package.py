@@ -1,10 +1,12 @@
 """``twophase package wheel|env``: what a standalone cluster's executors need, from the sources.
 
-Development side (run in a checkout). ``wheel`` builds the twophase wheel from a copy of the
-sources (no ``build/`` or ``*.egg-info`` in the checkout) and writes it with its ``.zip`` copy
-(for ``--py-files``); ``env`` packs a fresh venv with the wheel and its runtime dependencies,
-without pyspark (the cluster's Spark provides it), with venv-pack
-(:mod:`twophase.integration.packing`). Both print the spark-submit line that uses the result.
+Development tooling (run in a checkout; not in the wheel users install, which has no sources to
+build from). ``wheel`` builds the twophase wheel users install from a copy of the sources (no
+``build/`` or ``*.egg-info`` in the checkout; ``--development`` keeps the development tooling, as
+the project's own cluster runs ship it) and writes it with its ``.zip`` copy (for
+``--py-files``); ``env`` packs a fresh venv with the wheel and its runtime dependencies, without
+pyspark (the cluster's Spark provides it), with venv-pack (:mod:`twophase.integration.packing`).
+Both print the spark-submit line that uses the result.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ ENV_KEYS = (
     "cached, built_s, spark_submit (the line; driver in client mode: see --help)."
 )
 MASTER_PLACEHOLDER = "spark://MASTER:7077"
+DEVELOPMENT_OPTION = click.option(
+    "--development",
+    is_flag=True,
+    help="Keep the development tooling in the wheel (the flights demo's driver runs from it).",
+)
 
 
 @click.group("package", cls=TwophaseGroup)
@@ -45,8 +52,9 @@ def _mib(n: int) -> str:
     help="Where the wheel and its .zip copy go.",
 )
 @click.option("--master", default=MASTER_PLACEHOLDER, show_default=True, help="For the printed line.")
+@DEVELOPMENT_OPTION
 @json_option(WHEEL_KEYS)
-def wheel_command(output_dir: Path, master: str, as_json: bool) -> None:
+def wheel_command(output_dir: Path, master: str, development: bool, as_json: bool) -> None:
     """Build the twophase wheel (cached per state of the sources) without touching the checkout.
 
     The .zip copy is for --py-files: PySpark puts only .zip/.egg/.jar entries on the executors'
@@ -58,7 +66,7 @@ def wheel_command(output_dir: Path, master: str, as_json: bool) -> None:
 
     try:
         with progress("building the wheel from a copy of the sources ...", as_json):
-            built = build_wheel()
+            built = build_wheel(development=development)
     except ShippingError as exc:
         raise CommandFailed(str(exc)) from None
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -105,6 +113,7 @@ def wheel_command(output_dir: Path, master: str, as_json: bool) -> None:
 )
 @click.option("--no-constraints", is_flag=True, help="Resolve the newest versions in setup.cfg's ranges.")
 @click.option("--master", default=MASTER_PLACEHOLDER, show_default=True, help="For the printed line.")
+@DEVELOPMENT_OPTION
 @json_option(ENV_KEYS)
 def env_command(
     output: Path,
@@ -114,6 +123,7 @@ def env_command(
     constraints: Path | None,
     no_constraints: bool,
     master: str,
+    development: bool,
     as_json: bool,
 ) -> None:
     """Pack a Python environment for the executors: twophase and its dependencies, no pyspark.
@@ -144,7 +154,7 @@ def env_command(
         cons = constraints
     try:
         with progress("packing the environment (cached after the first time; ~2 min) ...", as_json):
-            env = pack_environment(extras, reqs, constraints=cons)
+            env = pack_environment(extras, reqs, constraints=cons, development=development)
     except ShippingError as exc:
         raise CommandFailed(str(exc)) from None
     env = copy_archive(env, output)

@@ -13,12 +13,18 @@ The job is given in one of four ways (checked in this order):
    ``--job``/``--job-id`` and ``--checkpoint-dir``) name the job, ``s3.*`` reach its checkpoints.
 3. ``--checkpoint-dir DIR`` with ``--job NAME`` (the id is derived from the name as ``Job`` does)
    or ``--job-id ID``: enough to read checkpoints; commands that need the sinks say so.
-4. Nothing: the flights demo's run (``--work-dir``, default the latest ``twophase demo`` run).
+4. Nothing: in a checkout, the flights demo's run (``--work-dir``, default the latest ``twophase
+   demo`` run: :mod:`twophase.integration.cli.flights_runs`, development tooling); in an install,
+   a usage error naming the three ways above.
+
+The user commands stand on the runtime and the connectors: this module imports neither the flights
+demo nor the service launchers.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 from collections.abc import Callable
@@ -38,41 +44,14 @@ AnySink = TwoPhaseCommitSink[Any, Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-# ------------------------------------------------------------------------------------ flights runs
+FLIGHTS_RUNS = "twophase.integration.cli.flights_runs"
+"""The development module whose flights demo runs are the default job in a checkout; reached by
+name, since the wheel users install does not hold it."""
 
 
-def runs_dir() -> Path:
-    """Where demo runs live: ``<cache>/flights-runs``."""
-    from twophase.integration.services import cache_dir
-
-    return cache_dir() / "flights-runs"
-
-
-def latest_pointer() -> Path:
-    """The file naming the latest demo run's work directory."""
-    return runs_dir() / "LATEST"
-
-
-def resolve_work_dir(work_dir: Path | None) -> Path:
-    """``work_dir``, or the latest demo run's.
-
-    Raises:
-        ConfigError: no ``work_dir`` and no demo has run yet.
-    """
-    if work_dir is not None:
-        return work_dir
-    pointer = latest_pointer()
-    if not pointer.is_file():
-        raise ConfigError("no flights run yet: run `twophase demo` or pass --work-dir")
-    return Path(pointer.read_text().strip())
-
-
-work_dir_option = click.option(
-    "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="The flights run's work directory (default: the latest demo run).",
-)
+def flights_runs_here() -> bool:
+    """Whether the flights demo's runs can be the default job here (a checkout, not a wheel)."""
+    return importlib.util.find_spec(FLIGHTS_RUNS) is not None
 
 
 # ------------------------------------------------------------------------------------ any job
@@ -114,7 +93,7 @@ class JobTarget:
         if self.load_sinks is None:
             raise click.UsageError(
                 f"{command} needs the job's sinks: pass --sinks module:function (a function returning "
-                "the sinks or a twophase.Job), or no job options for the flights demo run"
+                "the sinks or a twophase.Job) or the query's options (-o sink=...)"
             )
         return self.load_sinks()
 
@@ -123,7 +102,13 @@ def target_options(f: F) -> F:
     """Add ``--work-dir``, ``--checkpoint-dir``, ``--job``, ``--job-id``, ``--sinks`` and ``-o`` to a
     command."""
     options = [
-        work_dir_option,
+        click.option(
+            "--work-dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            hidden=not flights_runs_here(),
+            help="The flights demo run's work directory (default: the latest demo run).",
+        ),
         click.option(
             "--checkpoint-dir", default=None, help="The job's checkpoint directory (local or s3://)."
         ),
@@ -137,7 +122,7 @@ def target_options(f: F) -> F:
             default=None,
             metavar="MODULE:FUNCTION",
             help="A function returning the job's sinks (a list) or a twophase.Job; importable from "
-            "the current directory or the environment. Default: the flights demo run.",
+            "the current directory or the environment.",
         ),
         click.option(
             "-o",
@@ -192,22 +177,13 @@ def resolve_target(
         if checkpoint_dir is None or explicit_id is None:
             raise click.UsageError("--checkpoint-dir and --job/--job-id go together")
         return JobTarget(explicit_id, checkpoint_dir, f"--checkpoint-dir {checkpoint_dir}")
-    return _flights_run(work_dir)
-
-
-def _flights_run(work_dir: Path | None) -> JobTarget:
-    from twophase.integration.jobs.flights import FlightsJobSpec
-
-    spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
-
-    def sinks() -> list[AnySink]:
-        # every sink the run names, optional ones (PostgreSQL, Iceberg) included
-        from twophase.integration.jobs.flights import endpoints_from_environment
-        from twophase.integration.jobs.flights_sinks import operator_sinks, running_services, with_services
-
-        return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
-
-    return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks)
+    if not flights_runs_here():
+        raise click.UsageError(
+            "which job? Give --checkpoint-dir DIR with --job NAME (or --job-id ID), the query's "
+            "options (-o sink=... -o job=... -o twophaseCheckpointDir=...), or --sinks module:function"
+        )
+    target: JobTarget = importlib.import_module(FLIGHTS_RUNS).flights_run_target(work_dir)
+    return target
 
 
 def load_factory(spec: str) -> Callable[[], Any]:

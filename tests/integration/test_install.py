@@ -43,7 +43,7 @@ def test_the_wheel_installs_beside_the_users_spark_and_replaces_nothing(tmp_path
     user = _pip(venv, "install", "--quiet", *USER_ENV)
     assert user.returncode == 0, user.stderr[-2000:]
     before = _installed(venv)
-    wheel = build_wheel()
+    wheel = build_wheel(development=False)  # the wheel users install
     for target in (f"{wheel}[kafka,delta]", f"{wheel}[spark,kafka,delta]"):
         run = _pip(venv, "install", "--quiet", target)
         assert run.returncode == 0, run.stderr[-2000:]

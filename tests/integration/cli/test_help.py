@@ -13,9 +13,9 @@ def test_help_lists_user_commands_before_development_commands() -> None:
     user = result.output.index("Commands for your jobs:")
     development = result.output.index("Development of twophase:")
     assert user < development
-    for name in ("checkpoints", "lingering", "package"):
+    for name in ("checkpoints", "lingering"):
         assert user < result.output.index(f"  {name} ") < development
-    for name in ("services", "demo", "verify"):
+    for name in ("services", "demo", "verify", "package"):
         assert result.output.index(f"  {name} ") > development
 
 

@@ -1,0 +1,70 @@
+"""The flights demo's runs as the operator commands' default job (development tooling).
+
+``twophase demo`` records its work directory under ``<cache>/flights-runs``; in a checkout,
+``twophase checkpoints`` and ``twophase lingering`` given no job act on the latest run, or on the
+one ``--work-dir`` names. :mod:`twophase.integration.cli.target` reaches this module by name, only
+when no job was given and only where it exists: the wheel users install does not hold it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from twophase.integration.cli.target import AnySink, JobTarget
+from twophase.sinks.errors import ConfigError
+
+
+def runs_dir() -> Path:
+    """Where demo runs live: ``<cache>/flights-runs``."""
+    from twophase.integration.services import cache_dir
+
+    return cache_dir() / "flights-runs"
+
+
+def latest_pointer() -> Path:
+    """The file naming the latest demo run's work directory."""
+    return runs_dir() / "LATEST"
+
+
+def resolve_work_dir(work_dir: Path | None) -> Path:
+    """``work_dir``, or the latest demo run's.
+
+    Raises:
+        ConfigError: no ``work_dir`` and no demo has run yet.
+    """
+    if work_dir is not None:
+        return work_dir
+    pointer = latest_pointer()
+    if not pointer.is_file():
+        raise ConfigError("no flights run yet: run `twophase demo` or pass --work-dir")
+    return Path(pointer.read_text().strip())
+
+
+work_dir_option = click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The flights run's work directory (default: the latest demo run).",
+)
+
+
+def flights_run_target(work_dir: Path | None) -> JobTarget:
+    """The flights run in ``work_dir`` (default: the latest) as the job a command acts on, with
+    every sink the run names, optional ones (PostgreSQL, Iceberg) included.
+
+    Raises:
+        ConfigError: no such run, or no demo has run yet.
+    """
+    from twophase.integration.jobs.flights import FlightsJobSpec
+
+    spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
+
+    def sinks() -> list[AnySink]:
+        from twophase.integration.jobs.flights import endpoints_from_environment
+        from twophase.integration.jobs.flights_sinks import operator_sinks, running_services, with_services
+
+        return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
+
+    return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks)
