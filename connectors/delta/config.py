@@ -9,11 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from twophase.connectors.delta.internal.tls import trust_aws_ca_bundle_in_delta_rs
-from twophase.coordinator.storage.azure_blob import (
-    AzureStorageOptions,
-    connection_string_parts,
-    parse_location,
-)
+from twophase.coordinator.storage.azure_blob import AzureStorageOptions, parse_location
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
@@ -221,17 +217,12 @@ def _delta_rs_azure(account: str, options: AzureStorageOptions) -> dict[str, str
     Blob endpoint (an emulator's, from a connection string or ``blob_endpoint``). No key and no SAS:
     delta-rs finds an identity itself (``AZURE_CLIENT_*``, workload or managed identity, Azure CLI).
     Holds secrets: never log the result."""
-    key, sas, endpoint = options.account_key, options.sas_token, options.blob_endpoint
-    if options.connection_string:
-        parts = connection_string_parts(options.connection_string)
-        key = parts.get("AccountKey") or key
-        sas = parts.get("SharedAccessSignature") or sas
-        endpoint = parts.get("BlobEndpoint") or endpoint
+    key, sas, endpoint = options.key_sas_endpoint()
     out = {"account_name": account}
     if key:
         out["account_key"] = key
     elif sas:
-        out["sas_token"] = sas.lstrip("?")
+        out["sas_token"] = sas
     if endpoint:
         out["azure_storage_endpoint"] = endpoint.rstrip("/")
         if endpoint.lower().startswith("http:"):

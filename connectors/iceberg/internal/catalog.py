@@ -27,7 +27,7 @@ from pyiceberg.table import Table
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.connectors.iceberg.internal import fileio
-from twophase.coordinator.storage.azure_blob import AzureStorageOptions, connection_string_parts
+from twophase.coordinator.storage.azure_blob import AzureStorageOptions
 from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
@@ -68,18 +68,12 @@ def file_io_properties(config: IcebergSinkConfig) -> dict[str, str]:
 def _adls_properties(account: str, options: AzureStorageOptions) -> dict[str, str]:
     """``adls.*``: the account, its key or SAS token (else pyarrow's ``DefaultAzureCredential``) and
     a custom Blob endpoint (an emulator's) for both the blob and the dfs service."""
-    resolved = options.resolved(os.environ)
-    key, sas, endpoint = resolved.account_key, resolved.sas_token, resolved.blob_endpoint
-    if resolved.connection_string:
-        parts = connection_string_parts(resolved.connection_string)
-        key = parts.get("AccountKey") or key
-        sas = parts.get("SharedAccessSignature") or sas
-        endpoint = parts.get("BlobEndpoint") or endpoint
+    key, sas, endpoint = options.resolved(os.environ).key_sas_endpoint()
     props = {"adls.account-name": account}
     if key:
         props["adls.account-key"] = key
     elif sas:
-        props["adls.sas-token"] = sas.lstrip("?")
+        props["adls.sas-token"] = sas
     if endpoint:
         url = urlsplit(endpoint)
         for service in ("blob", "dfs"):

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.catalog import load_catalog
+from support.azure_container import fresh_container
 
 from twophase import AzureStorageOptions, GcsStorageOptions, S3Options
 from twophase.connectors.iceberg import IcebergCommittable, IcebergSink, IcebergSinkConfig
@@ -45,18 +46,13 @@ class Store:
 
 
 def _azure(endpoint: AzureBlobEndpoint) -> Iterator[Store]:
-    container = f"ice-{uuid.uuid4().hex[:12]}"
-    endpoint.ensure_container(container)
-    client = endpoint.service_client().get_container_client(container)
-    root = f"abfss://{container}@{endpoint.account_name}.dfs.core.windows.net"
-    options = AzureStorageOptions(connection_string=endpoint.connection_string())
-    yield Store(
-        f"{root}/wh",
-        options,
-        lambda: {f"{root}/{b}" for b in client.list_blob_names() if b.endswith(".parquet")},
-        {"py-io-impl": fileio.IMPL},
-    )
-    client.delete_container()
+    with fresh_container(endpoint, "ice") as c:
+        yield Store(
+            f"{c.root}/wh",
+            c.options,
+            lambda: {f"{c.root}/{b}" for b in c.client.list_blob_names() if b.endswith(".parquet")},
+            {"py-io-impl": fileio.IMPL},
+        )
 
 
 def _gcs(endpoint: GcsEndpoint) -> Iterator[Store]:
