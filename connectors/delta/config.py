@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from twophase.connectors.delta.internal.tls import trust_aws_ca_bundle_in_delta_rs
+from twophase.coordinator.storage.azure_blob import AzureStorageOptions, parse_location
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
@@ -17,6 +18,7 @@ COMPRESSIONS = frozenset({"snappy", "zstd", "gzip", "lz4", "brotli", "none"})
 
 _LOCAL_SCHEMES = ("", "file")
 _S3_SCHEMES = ("s3", "s3a")
+_AZURE_SCHEMES = ("abfss",)
 
 
 @dataclass(frozen=True)
@@ -24,8 +26,10 @@ class DeltaSinkConfig:
     """Where and how the Delta sink writes.
 
     Attributes:
-        table_uri: the table root: a local path (``/data/t``, ``file:///data/t``) or
-            ``s3://bucket/prefix`` (``s3a://`` is accepted too). Local paths are made absolute.
+        table_uri: the table root: a local path (``/data/t``, ``file:///data/t``),
+            ``s3://bucket/prefix`` (``s3a://`` is accepted too) or, on Azure Blob Storage / ADLS
+            Gen2, ``abfss://container@account.dfs.core.windows.net/prefix``. Local paths are made
+            absolute.
         partition_by: partition columns, in directory order (Hive-style ``col=value`` folders).
             They must be columns of the data; their values go into the Add action's
             ``partitionValues`` and not into the Parquet files (Delta PROTOCOL.md, "Add File").
@@ -34,7 +38,10 @@ class DeltaSinkConfig:
             the batch are ignored. ``None`` = every column. Non-empty, distinct names.
         storage_options: how to reach S3 for ``s3://`` tables
             (:class:`~twophase.sinks.s3_options.S3Options`); unset fields come from the standard
-            AWS chain of the process that opens the table. Handed to delta-rs and to pyarrow's S3
+            AWS chain of the process that opens the table. For ``abfss://`` tables an
+            :class:`~twophase.coordinator.storage.azure_blob.AzureStorageOptions` (account key, SAS
+            token or connection string; else ``AZURE_STORAGE_*``, else the identity delta-rs and
+            pyarrow find: ``AZURE_CLIENT_*``, managed identity). Handed to delta-rs and to pyarrow's
             file system. Secrets: never logged, never part of ``repr`` nor of any committable.
         s3_conditional_put: value of delta-rs's ``aws_conditional_put`` option for ``s3://``
             tables: ``"etag"`` makes commits safe through the server's conditional PUT (MinIO,
@@ -64,7 +71,7 @@ class DeltaSinkConfig:
     table_uri: str
     partition_by: tuple[str, ...] = ()
     columns: tuple[str, ...] | None = None
-    storage_options: S3Options = field(default_factory=S3Options)
+    storage_options: S3Options | AzureStorageOptions = field(default_factory=S3Options)
     s3_conditional_put: str | None = "etag"
     target_file_size_bytes: int = 128 * 1024 * 1024
     row_group_rows: int = 1_048_576
@@ -91,9 +98,23 @@ class DeltaSinkConfig:
             if not parts.netloc:
                 raise ConfigError(f"DeltaSinkConfig.table_uri {self.table_uri!r} names no bucket")
             object.__setattr__(self, "table_uri", self.table_uri.rstrip("/"))
+        elif scheme in _AZURE_SCHEMES:
+            if not parse_location(self.table_uri).path.strip("/"):
+                raise ConfigError(
+                    f"DeltaSinkConfig.table_uri {self.table_uri!r} names no folder in its container"
+                )
+            object.__setattr__(self, "table_uri", self.table_uri.rstrip("/"))
+            if self.storage_options == S3Options():  # the default: Azure's own chain
+                object.__setattr__(self, "storage_options", AzureStorageOptions())
+        elif scheme == "gs":
+            raise ConfigError(
+                "DeltaSinkConfig.table_uri: gs:// Delta tables are not supported yet "
+                "(see docs/stores/gcs.md); use s3://, abfss:// or a local path"
+            )
         else:
             raise ConfigError(
-                f"DeltaSinkConfig.table_uri scheme {scheme!r} is not supported (local path or s3://)"
+                f"DeltaSinkConfig.table_uri scheme {scheme!r} is not supported "
+                "(a local path, s3:// or abfss://container@account.dfs.core.windows.net/path)"
             )
         partition_by = _as_tuple(self.partition_by, "partition_by")
         if any(not isinstance(c, str) or not c for c in partition_by):
@@ -109,9 +130,25 @@ class DeltaSinkConfig:
                     f"DeltaSinkConfig.partition_by {outside} are not among columns {list(columns)}"
                 )
             object.__setattr__(self, "columns", columns)
-        if not isinstance(self.storage_options, S3Options):
-            raise ConfigError("DeltaSinkConfig.storage_options must be an S3Options (twophase.S3Options)")
-        if self.is_s3 and not self.storage_options.verify_tls:
+        if self.is_azure:
+            if not isinstance(self.storage_options, AzureStorageOptions):
+                raise ConfigError(
+                    "DeltaSinkConfig: abfss:// tables take storage_options=twophase.AzureStorageOptions("
+                    "account_key=..., sas_token=... or connection_string=...), not "
+                    f"{type(self.storage_options).__name__}"
+                )
+            if self.storage_options.credential is not None:
+                raise ConfigError(
+                    "DeltaSinkConfig: delta-rs cannot take an azure-identity credential object; set "
+                    "AzureStorageOptions account_key, sas_token or connection_string, or leave them unset "
+                    "for the identity delta-rs finds (AZURE_CLIENT_ID/AZURE_TENANT_ID/..., managed identity)"
+                )
+        elif not isinstance(self.storage_options, S3Options):
+            raise ConfigError(
+                "DeltaSinkConfig.storage_options must be a twophase.S3Options for s3:// and local tables, "
+                f"not {type(self.storage_options).__name__}"
+            )
+        if isinstance(self.storage_options, S3Options) and self.is_s3 and not self.storage_options.verify_tls:
             # pyarrow's S3 file system, which writes the data files, cannot skip verification
             raise ConfigError("DeltaSinkConfig: storage_options.verify_tls=False is not supported")
         object.__setattr__(self, "table_configuration", dict(self.table_configuration))
@@ -136,8 +173,23 @@ class DeltaSinkConfig:
         """True for ``s3://``/``s3a://`` tables."""
         return urlsplit(self.table_uri).scheme.lower() in _S3_SCHEMES
 
+    @property
+    def is_azure(self) -> bool:
+        """True for ``abfss://`` tables."""
+        return urlsplit(self.table_uri).scheme.lower() in _AZURE_SCHEMES
+
+    def azure_options(self) -> AzureStorageOptions:
+        """``storage_options`` of an ``abfss://`` table, unset credentials from ``AZURE_STORAGE_*``.
+
+        Raises:
+            ConfigError: not an Azure table.
+        """
+        if not isinstance(self.storage_options, AzureStorageOptions):
+            raise ConfigError(f"{self.table_uri!r} is not an abfss:// table")
+        return self.storage_options.resolved(os.environ)
+
     def delta_storage_options(self) -> dict[str, str] | None:
-        """The options handed to delta-rs for an ``s3://`` table (``None`` for a local one):
+        """The options handed to delta-rs for an ``s3://`` or ``abfss://`` table (``None`` for a local one):
         ``storage_options`` resolved against this process's environment, plus
         ``aws_conditional_put``. Contains secrets: never log the result.
 
@@ -147,7 +199,9 @@ class DeltaSinkConfig:
         Raises:
             ConfigError: ``AWS_CA_BUNDLE`` names no readable file.
         """
-        if not self.is_s3:
+        if self.is_azure:
+            return _delta_rs_azure(parse_location(self.table_uri).account, self.azure_options())
+        if not self.is_s3 or not isinstance(self.storage_options, S3Options):
             return None
         resolved = self.storage_options.resolved(os.environ)
         if not (resolved.endpoint_url or "https:").lower().startswith("http:"):  # TLS: AWS or https://
@@ -156,6 +210,24 @@ class DeltaSinkConfig:
         if self.s3_conditional_put is not None:
             options["aws_conditional_put"] = self.s3_conditional_put
         return options
+
+
+def _delta_rs_azure(account: str, options: AzureStorageOptions) -> dict[str, str]:
+    """delta-rs's (object_store's) Azure options: the account, its key or SAS token, and a custom
+    Blob endpoint (an emulator's, from a connection string or ``blob_endpoint``). No key and no SAS:
+    delta-rs finds an identity itself (``AZURE_CLIENT_*``, workload or managed identity, Azure CLI).
+    Holds secrets: never log the result."""
+    key, sas, endpoint = options.key_sas_endpoint()
+    out = {"account_name": account}
+    if key:
+        out["account_key"] = key
+    elif sas:
+        out["sas_token"] = sas
+    if endpoint:
+        out["azure_storage_endpoint"] = endpoint.rstrip("/")
+        if endpoint.lower().startswith("http:"):
+            out["allow_http"] = "true"
+    return out
 
 
 def _as_tuple(value: Any, name: str) -> tuple[str, ...]:

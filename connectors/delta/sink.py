@@ -325,12 +325,13 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
                 raise ConfigError(f"Delta table root {location.root} is not writable")
             return
         bucket = location.root.split("/", 1)[0]
+        store = "Azure container" if self.config.is_azure else "S3 bucket"
         try:
             info = location.fs.get_file_info(bucket)
         except OSError as e:
             denied = denied_in_message(e)
             if denied is not None:
                 raise denied from e
-            raise ServiceUnavailableError(f"cannot reach S3 bucket {bucket!r}: {e}") from e
+            raise ServiceUnavailableError(f"cannot reach {store} {bucket!r}: {e}") from e
         if info.type.name == "NotFound":
-            raise ConfigError(f"S3 bucket {bucket!r} of {self.config.table_uri} does not exist")
+            raise ConfigError(f"{store} {bucket!r} of {self.config.table_uri} does not exist")

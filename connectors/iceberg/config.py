@@ -17,8 +17,18 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
+from twophase.coordinator.storage.azure_blob import SCHEMES as AZURE_SCHEMES
+from twophase.coordinator.storage.azure_blob import (
+    AzureStorageOptions,
+    connection_string_parts,
+)
+from twophase.coordinator.storage.azure_blob import parse_location as parse_azure_location
+from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
+
+StoreOptions = S3Options | AzureStorageOptions | GcsStorageOptions
+"""How the sink reaches the object store of its table's files, one type per store."""
 
 MASK = "***"
 
@@ -45,7 +55,9 @@ class IcebergSinkConfig:
         catalog_name: the catalog's name (the SQL catalog's ``catalog_name`` column).
         catalog_password: the catalog's password (merged into a SQL URI, or the REST ``credential``);
             ``None``: none, or inside ``catalog_uri``. Never shown.
-        warehouse: where a table created by the sink lives (``s3://bucket/prefix`` or a local path):
+        warehouse: where a table created by the sink lives (``s3://bucket/prefix``,
+            ``abfss://container@account.dfs.core.windows.net/prefix``, ``gs://bucket/prefix`` or a
+            local path):
             the catalog places it below (pyiceberg 0.12's SQL catalog: ``<warehouse>/<namespace>/<table>``).
             Required with ``create_table``.
         create_table: create the table (and its namespace) from the data's schema and
@@ -56,8 +68,15 @@ class IcebergSinkConfig:
             for an existing table, ``()`` takes the table's spec and anything else must equal it.
         columns: the sink's projection of each incoming batch (only these columns, in this order);
             ``None`` = every column.
-        storage_options: how to reach S3 for ``s3://`` table locations; unset fields come from the
-            standard AWS chain of the process. Handed to pyiceberg's pyarrow FileIO.
+        storage_options: how to reach the store of the table's files, one type per store (the
+            ``warehouse``'s scheme picks it, and the default becomes that store's): an
+            :class:`~twophase.sinks.s3_options.S3Options` for ``s3://`` (unset fields from the
+            standard AWS chain), an :class:`~twophase.coordinator.storage.azure_blob.AzureStorageOptions`
+            for ``abfss://``/``wasbs://`` (account key, SAS token or connection string, else
+            ``AZURE_STORAGE_*``, else pyarrow's ``DefaultAzureCredential``), a
+            :class:`~twophase.coordinator.storage.gcs.GcsStorageOptions` for ``gs://`` (project and
+            emulator; credentials from Application Default Credentials). Handed to pyiceberg's
+            pyarrow FileIO.
         target_file_rows: a data file is closed and a new one opened after this many rows (> 0).
         commit_attempts: how many times a checkpoint's commit reloads the table, re-checks the
             snapshot summaries and tries again after a commit conflict (≥ 1).
@@ -83,7 +102,7 @@ class IcebergSinkConfig:
     create_table: bool = False
     partition_by: tuple[str, ...] = ()
     columns: tuple[str, ...] | None = None
-    storage_options: S3Options = field(default_factory=S3Options)
+    storage_options: StoreOptions = field(default_factory=S3Options)
     target_file_rows: int = 1_000_000
     commit_attempts: int = 10
     commit_backoff_max_ms: int = 2_000
@@ -126,8 +145,7 @@ class IcebergSinkConfig:
                 self.warehouse[len("file://") :] if self.warehouse.startswith("file://") else self.warehouse
             )
             object.__setattr__(self, "warehouse", "file://" + os.path.abspath(path))
-        if not isinstance(self.storage_options, S3Options):
-            raise ConfigError("IcebergSinkConfig.storage_options must be an S3Options (twophase.S3Options)")
+        self._check_store_options()
         for name in ("target_file_rows", "commit_attempts", "connect_attempts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -136,6 +154,63 @@ class IcebergSinkConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"IcebergSinkConfig.{name} must be an int >= 0, got {value!r}")
+
+    def _check_store_options(self) -> None:
+        store = self.store
+        wanted = {"s3": S3Options, "azure": AzureStorageOptions, "gcs": GcsStorageOptions}[store]
+        if self.storage_options == S3Options() and wanted is not S3Options:  # the default
+            object.__setattr__(self, "storage_options", wanted())
+        options = self.storage_options
+        if not isinstance(options, wanted):
+            where = f"warehouse {self.warehouse}" if self.warehouse else "s3:// and local tables"
+            raise ConfigError(
+                f"IcebergSinkConfig: {where} takes storage_options=twophase.{wanted.__name__}(...), "
+                f"not {type(options).__name__}"
+            )
+        if isinstance(options, AzureStorageOptions):
+            if options.credential is not None:
+                raise ConfigError(
+                    "IcebergSinkConfig: pyarrow's Azure file system cannot take an azure-identity credential "
+                    "object; set AzureStorageOptions account_key, sas_token or connection_string, or leave "
+                    "them unset for its DefaultAzureCredential"
+                )
+            self.azure_account()  # raises when it cannot be known
+        if isinstance(options, GcsStorageOptions) and options.credentials is not None:
+            raise ConfigError(
+                "IcebergSinkConfig: pyarrow's GCS file system cannot take a credentials object; unset "
+                "GcsStorageOptions.credentials and use Application Default Credentials "
+                "(GOOGLE_APPLICATION_CREDENTIALS)"
+            )
+
+    @property
+    def store(self) -> str:
+        """``"s3"`` (also local paths), ``"azure"`` or ``"gcs"``: the store of ``warehouse``, or the
+        one ``storage_options`` is for when there is no warehouse."""
+        scheme = urlsplit(self.warehouse).scheme.lower() if self.warehouse else ""
+        if scheme in AZURE_SCHEMES or (not scheme and isinstance(self.storage_options, AzureStorageOptions)):
+            return "azure"
+        if scheme == "gs" or (not scheme and isinstance(self.storage_options, GcsStorageOptions)):
+            return "gcs"
+        return "s3"
+
+    def azure_account(self) -> str:
+        """The storage account of an Azure table: the connection string's ``AccountName``, else
+        the ``warehouse``'s.
+
+        Raises:
+            ConfigError: neither names one, or the warehouse is no ``abfss://``/``wasbs://`` location.
+        """
+        options = self.storage_options
+        if isinstance(options, AzureStorageOptions) and options.connection_string:
+            account = connection_string_parts(options.connection_string).get("AccountName")
+            if account:
+                return account
+        if self.warehouse and urlsplit(self.warehouse).scheme.lower() in AZURE_SCHEMES:
+            return parse_azure_location(self.warehouse).account
+        raise ConfigError(
+            "IcebergSinkConfig: Azure tables need their account: set warehouse="
+            "'abfss://<container>@<account>.dfs.core.windows.net/<path>' or a connection_string"
+        )
 
     @property
     def identifier(self) -> tuple[str, ...]:
@@ -161,11 +236,15 @@ class IcebergSinkConfig:
         """Every secret this configuration holds (for :meth:`redact`)."""
         from sqlalchemy.engine import make_url
 
-        found = [
-            self.catalog_password,
-            self.storage_options.secret_access_key,
-            self.storage_options.session_token,
-        ]
+        options = self.storage_options
+        found = [self.catalog_password]
+        if isinstance(options, S3Options):
+            found += [options.secret_access_key, options.session_token]
+        elif isinstance(options, AzureStorageOptions):
+            found += [options.account_key, options.sas_token, options.connection_string]
+            if options.connection_string:
+                parts = connection_string_parts(options.connection_string)
+                found += [parts.get("AccountKey"), parts.get("SharedAccessSignature")]
         if self.catalog_scheme in _SQL_SCHEMES:
             with contextlib.suppress(Exception):  # an unparsable URI: nothing to add
                 found.append(make_url(self.catalog_uri).password)

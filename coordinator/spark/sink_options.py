@@ -91,6 +91,8 @@ def _fields(cls: type[Any], options: Mapping[str, str], prefix: str, used: set[s
 
 
 def _nested_class(hint: Any) -> type[Any] | None:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and S3Options in typing.get_args(hint):
+        return S3Options  # one store's options of several (S3, Azure, GCS): options reach S3's
     return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
 
 

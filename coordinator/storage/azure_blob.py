@@ -89,6 +89,18 @@ class AzureStorageOptions:
             sas_token=env.get("AZURE_STORAGE_SAS_TOKEN") or None,
         )
 
+    def key_sas_endpoint(self) -> tuple[str | None, str | None, str | None]:
+        """(account key, SAS token without its ``?``, Blob endpoint): the connection string's
+        ``AccountKey``, ``SharedAccessSignature`` and ``BlobEndpoint`` over the fields, for clients
+        that take them one by one (delta-rs, pyarrow). Holds secrets."""
+        key, sas, endpoint = self.account_key, self.sas_token, self.blob_endpoint
+        if self.connection_string:
+            parts = connection_string_parts(self.connection_string)
+            key = parts.get("AccountKey") or key
+            sas = parts.get("SharedAccessSignature") or sas
+            endpoint = parts.get("BlobEndpoint") or endpoint
+        return key, sas.lstrip("?") if sas else None, endpoint
+
 
 @dataclass(frozen=True)
 class AzureLocation:

@@ -83,8 +83,10 @@ def spark_jar_set(release: tuple[int, int, int]) -> SparkJarSet | None:
 
 
 #: Azurite, Microsoft's Azure Storage emulator (npm package ``azurite``), run with the machine's
-#: ``node``; 3.35.0 is the newest release whose ``engines`` accepts Node 20 (3.36 wants Node 21+).
-AZURITE_VERSION: Final = "3.35.0"
+#: ``node``. 3.37.0 is the first release whose List Blobs honours ``startFrom``, which delta-rs
+#: (object_store) sends to list a Delta log from a version on: 3.35.0 ignores it and delta-rs's third
+#: commit fails. Its ``engines`` asks for Node 22; it runs on Node 20 (npm only warns).
+AZURITE_VERSION: Final = "3.37.0"
 AZURITE_IMAGE: Final = f"mcr.microsoft.com/azure-storage/azurite:{AZURITE_VERSION}"
 
 #: fake-gcs-server, a Google Cloud Storage emulator (JSON and XML APIs), built with ``go install``.

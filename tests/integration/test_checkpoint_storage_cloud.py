@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.azure_container import fresh_container
 from support.checkpoint_storage_contract import PREFIX, CheckpointStorageContract, Store, race
 from support.checkpoints import metadata
 
@@ -25,25 +26,20 @@ from twophase.sinks.errors import CheckpointNotPublishedError
 
 
 def _azure(endpoint: AzureBlobEndpoint) -> Iterator[Store]:
-    container = f"ckpt-{uuid.uuid4().hex[:12]}"
-    endpoint.ensure_container(container)
-    client = endpoint.service_client().get_container_client(container)
-    root = f"abfss://{container}@{endpoint.account_name}.dfs.core.windows.net"
-    options = AzureStorageOptions(connection_string=endpoint.connection_string())
+    with fresh_container(endpoint, "ckpt") as c:
 
-    def opened(job_id: str) -> ObjectCheckpointStorage:
-        s = open_storage(f"{root}/{PREFIX}", job_id, azure_options=options, env={})
-        assert isinstance(s, ObjectCheckpointStorage)
-        return s
+        def opened(job_id: str) -> ObjectCheckpointStorage:
+            s = open_storage(f"{c.root}/{PREFIX}", job_id, azure_options=c.options, env={})
+            assert isinstance(s, ObjectCheckpointStorage)
+            return s
 
-    yield Store(
-        root,
-        opened,
-        lambda: sorted(client.list_blob_names()),
-        lambda key, data: client.upload_blob(key, data, overwrite=True),
-        lambda key: client.download_blob(key).readall(),
-    )
-    client.delete_container()
+        yield Store(
+            c.root,
+            opened,
+            lambda: sorted(c.client.list_blob_names()),
+            lambda key, data: c.client.upload_blob(key, data, overwrite=True),
+            lambda key: c.client.download_blob(key).readall(),
+        )
 
 
 def _gcs(endpoint: GcsEndpoint) -> Iterator[Store]:

@@ -1,4 +1,5 @@
-"""The pyarrow file system of a Delta table root: local, or S3 built from the sink's S3Options."""
+"""The pyarrow file system of a Delta table root: local, S3 built from the sink's S3Options, or Azure
+Blob Storage / ADLS Gen2 built from its AzureStorageOptions (issue #46)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from botocore.exceptions import ClientError
 
 from twophase.connectors.delta.config import DeltaSinkConfig
 from twophase.connectors.delta.internal.tls import aws_ca_bundle
+from twophase.coordinator.storage.azure_blob import (
+    AzureLocation,
+    AzureStorageOptions,
+    open_container,
+    parse_location,
+)
+from twophase.coordinator.storage.object_store import StoreError
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.internal.s3_access import access_denied, denied_delete
 from twophase.sinks.s3_options import S3Options
@@ -24,10 +32,13 @@ class TableLocation:
     """A table root as pyarrow sees it.
 
     Attributes:
-        fs: the file system (``LocalFileSystem`` or ``S3FileSystem``).
-        root: the root inside ``fs``: an absolute local path, or ``bucket/prefix`` on S3.
+        fs: the file system (``LocalFileSystem``, ``S3FileSystem`` or ``AzureFileSystem``).
+        root: the root inside ``fs``: an absolute local path, ``bucket/prefix`` on S3 or
+            ``container/prefix`` on Azure.
         is_local: local file systems need parent directories created; S3 does not (and must not
             get directory marker objects).
+        azure: for an Azure table, its location and options: deletes go through the Blob SDK
+            (pyarrow's ``delete_file`` leaves a directory marker blob behind, as on S3).
         s3: how to reach S3 (resolved), for deletes on S3 through boto3 (pyarrow's
             ``delete_file`` leaves a directory marker object behind). Masks its secrets.
     """
@@ -36,6 +47,7 @@ class TableLocation:
     root: str
     is_local: bool
     s3: S3Options = field(default_factory=S3Options)
+    azure: tuple[AzureLocation, AzureStorageOptions] | None = None
 
     def path(self, relative: str) -> str:
         """The ``fs`` path of a file given relative to the table root (``/``-separated, not URI-encoded)."""
@@ -56,6 +68,15 @@ class TableLocation:
             S3AccessDeniedError: S3 refused a delete for lack of ``s3:DeleteObject``.
             botocore.exceptions.BotoCoreError, ClientError: S3 refused or is unreachable.
         """
+        if self.azure is not None:
+            _, _, prefix = self.root.partition("/")
+            container = open_container(*self.azure)
+            keys = [f"{prefix}/{rel}" if prefix else rel for rel in relatives]
+            try:
+                container.delete_keys(keys)
+            except StoreError as e:
+                raise OSError(f"Azure refused to delete under {container.uri(prefix)}: {e}") from e
+            return
         if self.is_local:
             for rel in relatives:
                 with contextlib.suppress(FileNotFoundError):
@@ -94,7 +115,9 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
         ConfigError: a profile without credentials; ``AWS_CA_BUNDLE`` names no file, or this
             pyarrow cannot take a CA bundle or, with an endpoint, virtual-hosted addressing.
     """
-    if not config.is_s3:
+    if config.is_azure:
+        return _azure_location(config)
+    if not config.is_s3 or not isinstance(config.storage_options, S3Options):
         return TableLocation(pafs.LocalFileSystem(), config.table_uri, is_local=True)
     parts = urlsplit(config.table_uri)
     root = parts.netloc + parts.path.rstrip("/")
@@ -134,3 +157,28 @@ def open_location(config: DeltaSinkConfig) -> TableLocation:
             f"{why[needed]} but pyarrow {pa.__version__} has no S3FileSystem({needed}=...): upgrade pyarrow"
         ) from e
     return TableLocation(fs, root, is_local=False, s3=options)
+
+
+def _azure_location(config: DeltaSinkConfig) -> TableLocation:
+    """pyarrow's ``AzureFileSystem`` on the table's account: the same key, SAS token or Blob
+    endpoint delta-rs gets (:meth:`DeltaSinkConfig.delta_storage_options`); with neither key nor
+    SAS token, pyarrow's own ``DefaultAzureCredential``."""
+    options = config.delta_storage_options() or {}
+    location = parse_location(config.table_uri)
+    kwargs: dict[str, str] = {}
+    if "account_key" in options:
+        kwargs["account_key"] = options["account_key"]
+    elif "sas_token" in options:
+        kwargs["sas_token"] = options["sas_token"]
+    endpoint = options.get("azure_storage_endpoint")
+    if endpoint:  # an emulator or a custom domain: its authority, for blob and dfs alike
+        parts = urlsplit(endpoint)
+        kwargs |= {
+            "blob_storage_authority": parts.netloc,
+            "blob_storage_scheme": parts.scheme,
+            "dfs_storage_authority": parts.netloc,
+            "dfs_storage_scheme": parts.scheme,
+        }
+    fs = pafs.AzureFileSystem(account_name=location.account, **kwargs)
+    root = f"{location.container}/{location.path.strip('/')}"
+    return TableLocation(fs, root, is_local=False, azure=(location, config.azure_options()))

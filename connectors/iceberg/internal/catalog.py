@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
 
 import tenacity
 from pyiceberg.catalog import Catalog
@@ -25,6 +26,9 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
+from twophase.connectors.iceberg.internal import fileio
+from twophase.coordinator.storage.azure_blob import AzureStorageOptions
+from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
 
@@ -37,9 +41,16 @@ an unreachable catalog."""
 
 
 def file_io_properties(config: IcebergSinkConfig) -> dict[str, str]:
-    """pyiceberg FileIO properties (``s3.*``, pyarrow's FileIO) from ``config.storage_options``,
-    resolved against this process's environment. Holds secrets: never log the result."""
-    s3 = config.storage_options.resolved(os.environ)
+    """pyiceberg FileIO properties from ``config.storage_options``, resolved against this
+    process's environment: ``s3.*`` for pyiceberg's ``PyArrowFileIO``, ``adls.*`` and ``gcs.*``
+    for :class:`~twophase.connectors.iceberg.internal.fileio.CloudFileIO`. Holds secrets: never
+    log the result."""
+    options = config.storage_options
+    if isinstance(options, AzureStorageOptions):
+        return {"py-io-impl": fileio.IMPL, **_adls_properties(config.azure_account(), options)}
+    if isinstance(options, GcsStorageOptions):
+        return {"py-io-impl": fileio.IMPL, **_gcs_properties(options)}
+    s3 = options.resolved(os.environ)
     props = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
     credentials = s3.frozen_credentials()
     pairs = (
@@ -51,6 +62,33 @@ def file_io_properties(config: IcebergSinkConfig) -> dict[str, str]:
     )
     props.update({k: v for k, v in pairs if v})
     props["s3.force-virtual-addressing"] = "false" if s3.use_path_style else "true"
+    return props
+
+
+def _adls_properties(account: str, options: AzureStorageOptions) -> dict[str, str]:
+    """``adls.*``: the account, its key or SAS token (else pyarrow's ``DefaultAzureCredential``) and
+    a custom Blob endpoint (an emulator's) for both the blob and the dfs service."""
+    key, sas, endpoint = options.resolved(os.environ).key_sas_endpoint()
+    props = {"adls.account-name": account}
+    if key:
+        props["adls.account-key"] = key
+    elif sas:
+        props["adls.sas-token"] = sas
+    if endpoint:
+        url = urlsplit(endpoint)
+        for service in ("blob", "dfs"):
+            props[f"adls.{service}-storage-authority"] = url.netloc
+            props[f"adls.{service}-storage-scheme"] = url.scheme
+    return props
+
+
+def _gcs_properties(options: GcsStorageOptions) -> dict[str, str]:
+    """``gcs.*``: the project and, for an emulator, its URL with anonymous access (an emulator
+    takes no credentials); otherwise pyarrow finds Application Default Credentials itself."""
+    resolved = options.resolved(os.environ)
+    props = {"gcs.project-id": resolved.project} if resolved.project else {}
+    if resolved.emulator_host:
+        props.update({"gcs.service.host": resolved.emulator_host, fileio.GCS_ANONYMOUS: "true"})
     return props
 
 

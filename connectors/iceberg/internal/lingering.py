@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
+from twophase.connectors.iceberg.config import StoreOptions
 from twophase.connectors.iceberg.internal import naming
 from twophase.sinks.internal.s3_access import denied_delete
 from twophase.sinks.internal.structured_log import log_event
@@ -58,7 +59,6 @@ def own_files(io: FileIO, prefix: str) -> list[OwnFile]:
         raise TypeError(f"listing needs pyiceberg's PyArrowFileIO, got {type(io).__name__}")
     scheme, netloc, path = io.parse_location(prefix, io.properties)
     fs = io.fs_by_scheme(scheme, netloc)
-    head = prefix[: len(prefix) - len(path)] if prefix.endswith(path) else prefix.split(path)[0]
     found = []
     for info in fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True)):
         if info.type != pafs.FileType.File:
@@ -67,11 +67,13 @@ def own_files(io: FileIO, prefix: str) -> list[OwnFile]:
         if parsed is None:
             continue
         mtime = None if info.mtime_ns is None else info.mtime_ns // 1_000_000
-        found.append(OwnFile(head + info.path, parsed, mtime))
+        # the location is the prefix's plus the file's path below it: an Azure location's host
+        # is not in the file system's path (CloudFileIO)
+        found.append(OwnFile(prefix + info.path[len(path) :], parsed, mtime))
     return found
 
 
-def delete_files(io: FileIO, storage: S3Options, paths: Sequence[str]) -> int:
+def delete_files(io: FileIO, storage: StoreOptions, paths: Sequence[str]) -> int:
     """Delete data files; missing ones are not an error. Return how many were asked for.
 
     ``s3://`` files go through boto3's ``DeleteObjects`` (``storage`` resolved against the
@@ -92,7 +94,8 @@ def delete_files(io: FileIO, storage: S3Options, paths: Sequence[str]) -> int:
             with contextlib.suppress(FileNotFoundError):
                 io.delete(path)
     if by_bucket:
-        client = storage.resolved(os.environ).boto3_client(max_attempts=3)
+        s3 = storage if isinstance(storage, S3Options) else S3Options()
+        client = s3.resolved(os.environ).boto3_client(max_attempts=3)
         for bucket, keys in by_bucket.items():
             for start in range(0, len(keys), 1000):
                 chunk = keys[start : start + 1000]
@@ -111,7 +114,7 @@ def delete_files(io: FileIO, storage: S3Options, paths: Sequence[str]) -> int:
 
 def delete_lingering(
     io: FileIO,
-    storage: S3Options,
+    storage: StoreOptions,
     candidates: Collection[OwnFile],
     referenced: Collection[str],
     held: Collection[str],

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from support.delta import local_write
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
-from twophase.sinks.context import WriterContext
 
 JOB = "job-1"
 
@@ -32,10 +32,8 @@ def make_sink(table_path: str) -> Callable[..., DeltaSink]:
 
 @pytest.fixture
 def write_checkpoint() -> WriteCheckpoint:
-    """Run the executor side of one checkpoint: one subtask per element of ``partitions``.
-
-    ``partitions[i]`` is the list of batches partition i writes. Returns the non-empty committables.
-    """
+    """Run the executor side of one checkpoint (:func:`support.delta.local_write.write_checkpoint`),
+    as job ``JOB`` unless told otherwise."""
 
     def write(
         sink: DeltaSink,
@@ -44,16 +42,7 @@ def write_checkpoint() -> WriteCheckpoint:
         job_id: str = JOB,
         attempt: int = 0,
     ) -> list[DeltaCommittable]:
-        out = []
-        for p, batches in enumerate(partitions):
-            ctx = WriterContext(job_id, sink.name, checkpoint_id, p, attempt, len(partitions))
-            txn = sink.begin_transaction(ctx)
-            for b in batches:
-                sink.write(txn, b)
-            c = sink.pre_commit(txn)
-            if c is not None:
-                out.append(c)
-        return out
+        return local_write.write_checkpoint(sink, checkpoint_id, partitions, job_id, attempt)
 
     return write
 

@@ -36,7 +36,8 @@ def test_defaults_and_normalisation(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     ("kwargs", "message"),
     [
         ({"table_uri": ""}, "non-empty"),
-        ({"table_uri": "gs://bucket/t"}, "scheme 'gs'"),
+        ({"table_uri": "gs://bucket/t"}, "gs:// Delta tables are not supported yet"),
+        ({"table_uri": "hdfs://nn/t"}, "scheme 'hdfs'"),
         ({"table_uri": "s3:///t"}, "no bucket"),
         ({"table_uri": "/t", "partition_by": ("a", "a")}, "repeats"),
         ({"table_uri": "/t", "partition_by": ("",)}, "empty column"),
@@ -44,7 +45,7 @@ def test_defaults_and_normalisation(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ({"table_uri": "/t", "target_file_size_bytes": 0}, "target_file_size_bytes"),
         ({"table_uri": "/t", "row_group_rows": -1}, "row_group_rows"),
         ({"table_uri": "/t", "commit_attempts": True}, "commit_attempts"),
-        ({"table_uri": "/t", "storage_options": {"AWS_REGION": "x"}}, "must be an S3Options"),
+        ({"table_uri": "/t", "storage_options": {"AWS_REGION": "x"}}, "must be a twophase.S3Options"),
         ({"table_uri": "s3://b/t", "storage_options": S3Options(verify_tls=False)}, "verify_tls=False"),
     ],
 )
