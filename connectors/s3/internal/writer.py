@@ -37,16 +37,7 @@ from twophase.connectors.s3.internal.committable import (
     PendingFile,
     S3Committable,
 )
-from twophase.connectors.s3.internal.formats import (
-    CONTENT_TYPES,
-    FileEncoder,
-    OutputBuffer,
-    open_encoder,
-    project_batch,
-    validate_schema,
-)
 from twophase.connectors.s3.internal.part_uploads import PartUploads
-from twophase.connectors.s3.internal.partitioning import split_by_partition
 from twophase.connectors.s3.internal.resume import completed_by_a_later_checkpoint
 from twophase.connectors.s3.internal.rolling import (
     FileStats,
@@ -59,6 +50,15 @@ from twophase.connectors.s3.internal.rolling import (
 from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, TransactionLostError
+from twophase.sinks.internal.files.formats import (
+    CONTENT_TYPES,
+    FileEncoder,
+    OutputBuffer,
+    open_encoder,
+    project_batch,
+    validate_schema,
+)
+from twophase.sinks.internal.files.partitioning import split_by_partition
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
-"""Rows of one batch split by the S3 sink's partition columns (Hive paths ``col=value/...``)."""
+"""Rows of one batch split by a file sink's partition columns (Hive paths ``col=value/...``)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from twophase.connectors.s3.internal import naming
 from twophase.sinks.errors import RecordError
+from twophase.sinks.internal.files import naming
 
 
 def split_by_partition(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[tuple[str, pa.RecordBatch]]:
