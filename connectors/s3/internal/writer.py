@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -59,16 +57,10 @@ from twophase.sinks.internal.files.formats import (
     validate_schema,
 )
 from twophase.sinks.internal.files.partitioning import split_by_partition
+from twophase.sinks.internal.files.rolling import Clock as Clock
+from twophase.sinks.internal.files.rolling import wall_clock_ms as wall_clock_ms
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], int]
-"""Wall clock in ms since the epoch (injectable for tests)."""
-
-
-def wall_clock_ms() -> int:
-    """The current time in ms since the epoch."""
-    return int(time.time() * 1000)
 
 
 class TxnState(enum.Enum):

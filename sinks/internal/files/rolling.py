@@ -3,9 +3,19 @@ the store's limit on the pieces (S3 parts, Azure blocks) one object may be made 
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from twophase.sinks.internal.files.layout import FileFormat, RollingPolicy
+
+Clock = Callable[[], int]
+"""Wall clock in ms since the epoch (injectable for tests)."""
+
+
+def wall_clock_ms() -> int:
+    """The current time in ms since the epoch."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

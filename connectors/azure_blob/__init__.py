@@ -1,0 +1,22 @@
+"""Exactly-once files on Azure Blob Storage / ADLS Gen2 (staged blocks committed by the driver):
+Parquet, JSON lines, CSV. See ``sink``.
+
+The names load on first use (PEP 562), so that reading the connector's declaration imports
+none of its client libraries; a missing one is a ``MissingExtraError`` naming its extra.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twophase.connectors.azure_blob.declaration import DECLARATION
+
+__all__ = ["AzureBlobSink", "AzureBlobSinkConfig", "AzureCommittable", "StagedFile"]
+
+if TYPE_CHECKING:
+    from twophase.connectors.azure_blob.config import AzureBlobSinkConfig
+    from twophase.connectors.azure_blob.internal.committable import AzureCommittable, StagedFile
+    from twophase.connectors.azure_blob.sink import AzureBlobSink
+
+
+__getattr__, __dir__ = DECLARATION.lazy_exports(globals(), __all__)
