@@ -1,9 +1,9 @@
 """The Azure file sink's committable: frozen dataclasses, versioned JSON (never pickle).
 
-Committable (``kind "azure_blob.files"``, version 1), one per subtask and checkpoint: every file
+Committable (``kind "azure.files"``, version 1), one per subtask and checkpoint: every file
 that rolled in the epoch, each a blob name and the ids of the blocks staged for it, in order::
 
-    {"kind": "azure_blob.files", "version": 1, "body": {"files": [
+    {"kind": "azure.files", "version": 1, "body": {"files": [
         {"container": "c", "blob": "p/part-00000-3-<token>-<uuid>.parquet",
          "block_ids": ["<nonce>000001", "<nonce>000002"], "byte_count": 9000000,
          "record_count": 1000, "content_type": "application/vnd.apache.parquet"}]}}
@@ -57,6 +57,6 @@ class AzureCommittable:
 
 
 COMMITTABLE_CODEC: CommittableCodec[AzureCommittable] = CommittableCodec(
-    AzureCommittable, kind="azure_blob.files", version=1
+    AzureCommittable, kind="azure.files", version=1
 )
 """Encodes :class:`AzureCommittable` (checkpoint metadata)."""

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from twophase.connectors.azure_blob.declaration import DECLARATION
+from twophase.connectors.azure.declaration import DECLARATION
 
 __all__ = ["AzureBlobSink", "AzureBlobSinkConfig", "AzureCommittable", "StagedFile"]
 
 if TYPE_CHECKING:
-    from twophase.connectors.azure_blob.config import AzureBlobSinkConfig
-    from twophase.connectors.azure_blob.internal.committable import AzureCommittable, StagedFile
-    from twophase.connectors.azure_blob.sink import AzureBlobSink
+    from twophase.connectors.azure.config import AzureBlobSinkConfig
+    from twophase.connectors.azure.internal.committable import AzureCommittable, StagedFile
+    from twophase.connectors.azure.sink import AzureBlobSink
 
 
 __getattr__, __dir__ = DECLARATION.lazy_exports(globals(), __all__)

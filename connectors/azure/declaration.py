@@ -10,11 +10,11 @@ from __future__ import annotations
 from twophase.sinks.registry import ConnectorDeclaration
 
 DECLARATION = ConnectorDeclaration(
-    kind="azure_blob",
+    kind="azure",
     title="Azure Blob Storage",
-    package=__package__ or "twophase.connectors.azure_blob",
-    config="twophase.connectors.azure_blob.config:AzureBlobSinkConfig",
-    sink="twophase.connectors.azure_blob.sink:AzureBlobSink",
+    package=__package__ or "twophase.connectors.azure",
+    config="twophase.connectors.azure.config:AzureBlobSinkConfig",
+    sink="twophase.connectors.azure.sink:AzureBlobSink",
     extra="azure",
     libraries={"azure": "azure-storage-blob"},
     exports={
@@ -24,6 +24,6 @@ DECLARATION = ConnectorDeclaration(
         "StagedFile": "internal.committable",
     },
     top_level=("AzureBlobSink", "AzureBlobSinkConfig"),
-    listing="twophase.connectors.azure_blob.listing:list_lingering",
+    listing="twophase.connectors.azure.listing:list_lingering",
 )
 """The Azure Blob Storage file sink, as :data:`~twophase.sinks.registry.CONNECTORS` knows it."""

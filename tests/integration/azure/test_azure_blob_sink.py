@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from azure.core import MatchConditions
 
-from twophase.connectors.azure_blob import AzureBlobSink, AzureBlobSinkConfig, AzureCommittable
+from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig, AzureCommittable
 from twophase.coordinator.storage import AzureStorageOptions
 from twophase.integration.services.azurite import AzureBlobEndpoint
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -206,7 +206,7 @@ def test_a_blob_of_other_blocks_at_the_name_is_lost_not_already_committed(place:
 
 def test_big_files_are_many_blocks_and_roll_on_size(place: Prefix) -> None:
     mib = 1024 * 1024
-    from twophase.connectors.azure_blob.config import RollingPolicy
+    from twophase.connectors.azure.config import RollingPolicy
 
     sink = AzureBlobSink(
         "out",

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import logging
 
-from twophase.connectors.azure_blob.internal.blobs import BlobOps, classify, error_code, status_of
-from twophase.connectors.azure_blob.internal.committable import AzureCommittable, StagedFile
+from twophase.connectors.azure.internal.blobs import BlobOps, classify, error_code, status_of
+from twophase.connectors.azure.internal.committable import AzureCommittable, StagedFile
 from twophase.coordinator.storage.object_store import TransientStoreError
 from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.internal.structured_log import log_event

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import secrets
 
-from twophase.connectors.azure_blob.config import MAX_BLOCKS
+from twophase.connectors.azure.config import MAX_BLOCKS
 
 NONCE_HEX = 16
 """Hex digits of a block id's nonce."""

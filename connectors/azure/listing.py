@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from twophase.connectors.azure_blob.declaration import DECLARATION
+from twophase.connectors.azure.declaration import DECLARATION
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.listing import LingeringItem, SinkLingering, sorted_items
 
 if TYPE_CHECKING:
-    from twophase.connectors.azure_blob.sink import AzureBlobSink
+    from twophase.connectors.azure.sink import AzureBlobSink
 
 
 def list_lingering(sink: AzureBlobSink, scope: LingeringScope[Any]) -> SinkLingering:
@@ -20,8 +20,8 @@ def list_lingering(sink: AzureBlobSink, scope: LingeringScope[Any]) -> SinkLinge
     Raises:
         ServiceUnavailableError / ConfigError: Azure keeps failing or access is denied.
     """
-    from twophase.connectors.azure_blob.internal import lingering
-    from twophase.connectors.azure_blob.internal.blobs import BlobOps, cached_client
+    from twophase.connectors.azure.internal import lingering
+    from twophase.connectors.azure.internal.blobs import BlobOps, cached_client
 
     ops = BlobOps(cached_client(sink.config), sink.config)
     items = [

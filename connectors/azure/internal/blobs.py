@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from twophase.connectors.azure_blob.config import AzureBlobSinkConfig
+from twophase.connectors.azure.config import AzureBlobSinkConfig
 from twophase.coordinator.storage.azure_blob import (
     AzureLocation,
     AzureStorageOptions,

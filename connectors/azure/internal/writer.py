@@ -23,10 +23,10 @@ import uuid
 
 import pyarrow as pa
 
-from twophase.connectors.azure_blob.config import MAX_BLOCKS, AzureBlobSinkConfig
-from twophase.connectors.azure_blob.internal import naming
-from twophase.connectors.azure_blob.internal.blobs import BlobOps
-from twophase.connectors.azure_blob.internal.committable import AzureCommittable, StagedFile
+from twophase.connectors.azure.config import MAX_BLOCKS, AzureBlobSinkConfig
+from twophase.connectors.azure.internal import naming
+from twophase.connectors.azure.internal.blobs import BlobOps
+from twophase.connectors.azure.internal.committable import AzureCommittable, StagedFile
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError
 from twophase.sinks.internal.files import naming as files_naming

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 
-from twophase.connectors.azure_blob.internal.blobs import BlobOps
-from twophase.connectors.azure_blob.internal.committable import AzureCommittable
+from twophase.connectors.azure.internal.blobs import BlobOps
+from twophase.connectors.azure.internal.committable import AzureCommittable
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import LingeringCleanupError
 from twophase.sinks.internal.files import naming

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from twophase.connectors.azure_blob.config import AzureBlobSinkConfig
-from twophase.connectors.azure_blob.internal import committer, lingering
-from twophase.connectors.azure_blob.internal.blobs import BlobOps, ClientFactory, cached_client
-from twophase.connectors.azure_blob.internal.committable import COMMITTABLE_CODEC, AzureCommittable
-from twophase.connectors.azure_blob.internal.writer import AzureTransaction
+from twophase.connectors.azure.config import AzureBlobSinkConfig
+from twophase.connectors.azure.internal import committer, lingering
+from twophase.connectors.azure.internal.blobs import BlobOps, ClientFactory, cached_client
+from twophase.connectors.azure.internal.committable import COMMITTABLE_CODEC, AzureCommittable
+from twophase.connectors.azure.internal.writer import AzureTransaction
 from twophase.sinks.api import TwoPhaseCommitSink, commit_each
 from twophase.sinks.context import LingeringScope, WriterContext
 from twophase.sinks.errors import ConfigError
