@@ -11,10 +11,17 @@ from typing import TYPE_CHECKING
 
 from twophase.connectors.azure.declaration import DECLARATION
 
-__all__ = ["AzureBlobSink", "AzureBlobSinkConfig", "AzureCommittable", "StagedFile"]
+__all__ = [
+    "AzureBlobSink",
+    "AzureBlobSinkConfig",
+    "AzureCommittable",
+    "FileFormat",
+    "RollingPolicy",
+    "StagedFile",
+]
 
 if TYPE_CHECKING:
-    from twophase.connectors.azure.config import AzureBlobSinkConfig
+    from twophase.connectors.azure.config import AzureBlobSinkConfig, FileFormat, RollingPolicy
     from twophase.connectors.azure.internal.committable import AzureCommittable, StagedFile
     from twophase.connectors.azure.sink import AzureBlobSink
 

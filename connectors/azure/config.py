@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 from twophase.coordinator.storage.azure_blob import AzureLocation, AzureStorageOptions, parse_location
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.layout import FileFormat, MiB, RollingPolicy, check_encoding, check_layout
+from twophase.sinks.internal.files.layout import FileFormat as FileFormat
+from twophase.sinks.internal.files.layout import MiB, check_encoding, check_layout
+from twophase.sinks.internal.files.layout import RollingPolicy as RollingPolicy
 from twophase.sinks.internal.files.naming import normalize_prefix
 
 MIN_BLOCK_BYTES = 1 * MiB

@@ -20,6 +20,8 @@ DECLARATION = ConnectorDeclaration(
     exports={
         "AzureBlobSink": "sink",
         "AzureBlobSinkConfig": "config",
+        "RollingPolicy": "config",
+        "FileFormat": "config",
         "AzureCommittable": "internal.committable",
         "StagedFile": "internal.committable",
     },
