@@ -12,25 +12,17 @@ by :func:`twophase.coordinator.storage.azure_blob.classify`, which the checkpoin
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from twophase.connectors.azure.config import AzureBlobSinkConfig
-from twophase.coordinator.storage.azure_blob import (
-    AzureLocation,
-    AzureStorageOptions,
-    connection_string_parts,
-)
+from twophase.coordinator.storage.azure_blob import _credential as azure_credential
+from twophase.coordinator.storage.azure_blob import connection_string_parts
 from twophase.coordinator.storage.object_store import ObjectMissing, StoreRefused, TransientStoreError
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
-
-log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 def classify(error: BaseException) -> Exception | None:
@@ -104,32 +96,10 @@ def build_client(config: AzureBlobSinkConfig) -> ContainerClient:
     return ContainerClient(
         options.blob_endpoint or location.blob_url,
         location.container,
-        credential=_credential(location, options),
+        # the checkpoint storage's credential chain: one chain for every Azure client of twophase
+        credential=azure_credential(location, options),
         **common,
     )
-
-
-def _credential(location: AzureLocation, options: AzureStorageOptions) -> Any:
-    """The credential of ``options``: a TokenCredential, an account key, a SAS token, else
-    azure-identity's ``DefaultAzureCredential``."""
-    if options.credential is not None:
-        return options.credential
-    if options.account_key:
-        from azure.core.credentials import AzureNamedKeyCredential
-
-        return AzureNamedKeyCredential(location.account, options.account_key)
-    if options.sas_token:
-        from azure.core.credentials import AzureSasCredential
-
-        return AzureSasCredential(options.sas_token.lstrip("?"))
-    try:
-        from azure.identity import DefaultAzureCredential
-    except ImportError:
-        raise ConfigError(
-            "no Azure account key, SAS token or connection string is set, and azure-identity is missing "
-            "for DefaultAzureCredential: pip install 'twophase[azure]'"
-        ) from None
-    return DefaultAzureCredential()
 
 
 @functools.lru_cache(maxsize=16)
@@ -220,7 +190,7 @@ class BlobOps:
         except Exception as e:
             raise_typed(e, f"discard the staged blocks of {blob}")
         try:
-            client.delete_blob(etag=answer["etag"], match_condition=MatchConditions.IfNotModified)
+            client.delete_blob(etag=str(answer["etag"]), match_condition=MatchConditions.IfNotModified)
         except (ResourceNotFoundError, ResourceModifiedError):
             pass  # gone already, or replaced by a commit since: not ours to delete
         except Exception as e:

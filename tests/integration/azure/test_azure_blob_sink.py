@@ -23,6 +23,7 @@ import pytest
 from azure.core import MatchConditions
 
 from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig, AzureCommittable
+from twophase.connectors.azure.listing import list_lingering
 from twophase.coordinator.storage import AzureStorageOptions
 from twophase.integration.services.azurite import AzureBlobEndpoint
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -234,6 +235,10 @@ def test_abort_and_lingering_cleanup_discard_only_what_no_checkpoint_holds(place
     left = place.staged_only()
     assert not {f.blob for f in orphan.files} & set(left)
     assert {f.blob for c in (held, later, other_job) for f in c.files} == set(left)
+    listed = list_lingering(sink, scope)
+    assert listed.kind == "azure"
+    # the later checkpoint and the other job are out of scope; only the held file is left
+    assert [(i.id, i.status.value) for i in listed.items] == [(f.blob, "held") for f in held.files]
     assert sink.commit(held) is CommitOutcome.COMMITTED
     assert sink.commit(orphan) is CommitOutcome.LOST
 
