@@ -35,10 +35,8 @@ from twophase.sinks.internal.files.formats import (
     FileEncoder,
     OutputBuffer,
     open_encoder,
-    project_batch,
-    validate_schema,
 )
-from twophase.sinks.internal.files.partitioning import split_by_partition
+from twophase.sinks.internal.files.partitioning import file_batches
 from twophase.sinks.internal.files.rolling import Clock, FileStats, roll_after_write, wall_clock_ms
 
 log = logging.getLogger(__name__)
@@ -157,14 +155,11 @@ class AzureTransaction:
         self._expect("write")
         if batch.num_rows == 0:
             return
-        batch = project_batch(self.config, batch)
-        if self.file_schema is None:
-            self.file_schema = validate_schema(self.config, batch.schema)
+        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
         now = self.clock()
-        names = self.file_schema.names
-        for path, rows in split_by_partition(batch, self.config.partition_by):
+        for path, rows in by_file:
             f = self._file_for(path, now)
-            f.write(rows.select(names), now)
+            f.write(rows, now)
             if roll_after_write(f.stats(), self.config.rolling, now, MAX_BLOCKS):
                 self._roll(path)
 

@@ -53,10 +53,8 @@ from twophase.sinks.internal.files.formats import (
     FileEncoder,
     OutputBuffer,
     open_encoder,
-    project_batch,
-    validate_schema,
 )
-from twophase.sinks.internal.files.partitioning import split_by_partition
+from twophase.sinks.internal.files.partitioning import file_batches
 from twophase.sinks.internal.files.rolling import Clock as Clock
 from twophase.sinks.internal.files.rolling import wall_clock_ms as wall_clock_ms
 
@@ -310,15 +308,11 @@ class S3Transaction:
         self._transition("write")
         if batch.num_rows == 0:
             return
-        # Project first: splitting by partition then filters only the columns written.
-        batch = project_batch(self.config, batch)
-        if self.file_schema is None:
-            self.file_schema = validate_schema(self.config, batch.schema)
+        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
         now = self.clock()
-        names = self.file_schema.names
-        for path, rows in split_by_partition(batch, self.config.partition_by):
+        for path, rows in by_file:
             f = self._file_for(path, now)
-            f.write(rows.select(names), now)
+            f.write(rows, now)
             self.records += rows.num_rows
             if should_roll_after_write(f.stats(), self.config.rolling, now):
                 self._roll(path)
