@@ -56,8 +56,12 @@ class AzureBlobSinkConfig:
         rolling: ``max_file_bytes`` and ``rollover_interval_ms`` roll a file within an epoch;
             every file rolls at the checkpoint anyway.
         max_open_files: per subtask; opening one more rolls the least recently written file.
-        parquet_compression / parquet_row_group_bytes / csv_header / json_column /
-            non_finite_floats: as :class:`~twophase.connectors.s3.config.S3SinkConfig`'s.
+        parquet_compression: Parquet codec (``none``, ``snappy``, ``gzip``, ``brotli``, ``lz4``, ``zstd``).
+        parquet_row_group_bytes: Arrow bytes buffered per open Parquet file before a row group is written.
+        csv_header: write a header line at the start of each CSV file.
+        json_column: JSON lines only: a string column already holding one JSON document per row.
+        non_finite_floats: JSON lines encoded here: NaN and ±Infinity become ``null`` (``"null"``)
+            or fail the row (``"error"``).
         storage_options: how to reach the account (connection string, account key, SAS token,
             a ``TokenCredential``, the Blob endpoint of an emulator, timeouts).
         max_attempts: attempts per Azure request for transient errors (408, 429, 5xx, resets),
