@@ -9,14 +9,16 @@ written to checkpoint metadata.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from twophase.connectors.s3.internal.naming import normalize_prefix, validate_bucket
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.internal.files.layout import FileFormat as FileFormat
+from twophase.sinks.internal.files.layout import MiB as MiB
+from twophase.sinks.internal.files.layout import RollingPolicy as RollingPolicy
+from twophase.sinks.internal.files.layout import check_encoding, check_layout
+from twophase.sinks.internal.files.layout import validate_columns as validate_columns
 from twophase.sinks.s3_options import S3Options
-
-MiB = 1024 * 1024
 
 MIN_PART_BYTES = 5 * MiB
 """S3's minimum part size for every part of a multipart upload except the last (bytes)."""
@@ -46,82 +48,6 @@ STORAGE_CLASSES = frozenset(
     }
 )
 SSE_ALGORITHMS = frozenset({"AES256", "aws:kms", "aws:kms:dsse"})
-PARQUET_COMPRESSIONS = frozenset({"none", "snappy", "gzip", "brotli", "lz4", "zstd"})
-
-
-def validate_columns(columns: object) -> tuple[str, ...]:
-    """A ``columns`` projection as a tuple of names.
-
-    Raises:
-        ConfigError: not a sequence of strings (a bare string is refused), empty, an empty name or
-            a repeated name.
-    """
-    if isinstance(columns, (str, bytes)) or not isinstance(columns, (tuple, list)):
-        raise ConfigError(f"columns must be a tuple of column names, got {columns!r}")
-    names = tuple(columns)
-    if not names:
-        raise ConfigError("columns must name at least one column (None = every column)")
-    if not all(isinstance(c, str) and c for c in names):
-        raise ConfigError(f"columns must be non-empty strings, got {names!r}")
-    repeated = sorted({c for c in names if names.count(c) > 1})
-    if repeated:
-        raise ConfigError(f"columns repeats {repeated}")
-    return names
-
-
-class FileFormat(enum.Enum):
-    """Output file format.
-
-    - ``PARQUET``: rolls on every checkpoint (a Parquet file cannot be resumed: its footer is
-      written last) and on size.
-    - ``JSON_LINES``/``CSV``: row formats; files may span checkpoints and roll by
-      :class:`RollingPolicy`.
-    """
-
-    PARQUET = "parquet"
-    JSON_LINES = "jsonl"
-    CSV = "csv"
-
-    @property
-    def spans_checkpoints(self) -> bool:
-        """Whether a file of this format may stay open across checkpoints."""
-        return self is not FileFormat.PARQUET
-
-    @property
-    def extension(self) -> str:
-        """File name extension, without the dot."""
-        return self.value
-
-
-@dataclass(frozen=True)
-class RollingPolicy:
-    """When a file is closed ("rolled") and becomes a committable, as Flink's DefaultRollingPolicy.
-
-    A file rolls when any limit is reached. Size is checked after every written batch; age and
-    inactivity at every batch and checkpoint (there are no timers in a Spark task). Parquet files
-    roll on every checkpoint regardless of ``on_checkpoint``. The defaults are Flink's
-    DefaultRollingPolicy's (128 MiB, 60 s open, 60 s inactive), so a small stream's files become
-    visible at the first checkpoint a minute after they opened, not an hour later.
-
-    Attributes:
-        max_file_bytes: roll once a file holds at least this many bytes (≥ 1).
-        rollover_interval_ms: roll once a file has been open this long (ms), or ``None``.
-        inactivity_interval_ms: roll once a file has not been written for this long (ms), or ``None``.
-        on_checkpoint: roll every file on every checkpoint (Flink's OnCheckpointRollingPolicy).
-    """
-
-    max_file_bytes: int = 128 * MiB
-    rollover_interval_ms: int | None = 60_000
-    inactivity_interval_ms: int | None = 60_000
-    on_checkpoint: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_file_bytes < 1:
-            raise ConfigError(f"rolling.max_file_bytes must be >= 1, got {self.max_file_bytes}")
-        for name in ("rollover_interval_ms", "inactivity_interval_ms"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigError(f"rolling.{name} must be >= 1 ms or None, got {value}")
 
 
 @dataclass(frozen=True)
@@ -195,25 +121,7 @@ class S3SinkConfig:
     def __post_init__(self) -> None:
         validate_bucket(self.bucket)
         object.__setattr__(self, "prefix", normalize_prefix(self.prefix))
-        try:
-            object.__setattr__(self, "format", FileFormat(self.format))
-        except ValueError:
-            allowed = [f.value for f in FileFormat]
-            raise ConfigError(f"unknown S3 file format {self.format!r}; one of {allowed}") from None
-        if isinstance(self.partition_by, str) or not all(isinstance(c, str) for c in self.partition_by):
-            raise ConfigError("partition_by must be a tuple of column names")
-        object.__setattr__(self, "partition_by", tuple(self.partition_by))
-        if any(not c for c in self.partition_by) or len(set(self.partition_by)) != len(self.partition_by):
-            raise ConfigError(f"partition_by must be distinct non-empty names, got {self.partition_by!r}")
-        if self.columns is not None:
-            object.__setattr__(self, "columns", validate_columns(self.columns))
-            outside = [c for c in self.partition_by if c not in self.columns]
-            if outside:
-                raise ConfigError(f"partition columns {outside} are not among columns {list(self.columns)}")
-            if self.json_column is not None and self.json_column not in self.columns:
-                raise ConfigError(
-                    f"json_column {self.json_column!r} is not among columns {list(self.columns)}"
-                )
+        check_layout(self, "S3")
         if not MIN_PART_BYTES <= self.part_size_bytes <= MAX_PART_BYTES:
             raise ConfigError(
                 f"part_size_bytes must be within {MIN_PART_BYTES}..{MAX_PART_BYTES} (S3 limits), "
@@ -223,22 +131,7 @@ class S3SinkConfig:
             raise ConfigError(
                 f"uploads_in_flight must be within 0..{MAX_UPLOADS_IN_FLIGHT}, got {self.uploads_in_flight}"
             )
-        if not isinstance(self.rolling, RollingPolicy):
-            raise ConfigError("rolling must be a RollingPolicy")
-        if self.max_open_files < 1:
-            raise ConfigError(f"max_open_files must be >= 1, got {self.max_open_files}")
-        if self.parquet_compression not in PARQUET_COMPRESSIONS:
-            raise ConfigError(
-                f"parquet_compression {self.parquet_compression!r} not one of {sorted(PARQUET_COMPRESSIONS)}"
-            )
-        if self.parquet_row_group_bytes < 1:
-            raise ConfigError(f"parquet_row_group_bytes must be >= 1, got {self.parquet_row_group_bytes}")
-        if self.non_finite_floats not in ("null", "error"):
-            raise ConfigError(f"non_finite_floats must be 'null' or 'error', got {self.non_finite_floats!r}")
-        if self.json_column is not None and self.file_format is not FileFormat.JSON_LINES:
-            raise ConfigError("json_column applies to the JSON lines format only")
-        if self.json_column is not None and self.json_column in self.partition_by:
-            raise ConfigError("json_column cannot be a partition column")
+        check_encoding(self)
         if not isinstance(self.storage_options, S3Options):
             raise ConfigError("storage_options must be an S3Options (twophase.S3Options)")
         if self.server_side_encryption is not None and self.server_side_encryption not in SSE_ALGORITHMS:

@@ -31,12 +31,12 @@ from twophase.connectors.s3.internal.committable import (
     S3Committable,
     UploadedPart,
 )
-from twophase.connectors.s3.internal.formats import validate_schema
 from twophase.connectors.s3.internal.uploads import ClientFactory, S3Ops, cached_client
 from twophase.connectors.s3.internal.writer import Clock, S3Transaction, wall_clock_ms
 from twophase.sinks.api import InProgressSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError
+from twophase.sinks.internal.files.formats import validate_schema
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 

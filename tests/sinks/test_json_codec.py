@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from twophase.connectors.kafka.internal.serializers import payloads
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.connectors.s3.internal.formats import OutputBuffer, open_encoder
+from twophase.sinks.internal.files.formats import OutputBuffer, open_encoder
 from twophase.sinks.json_codec import NonFiniteFloatError, encode_json
 
 UTC = dt.timezone.utc

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -39,33 +39,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 from twophase.connectors.s3.internal.committable import PendingFile, S3Committable
 from twophase.connectors.s3.internal.uploads import S3Ops, error_code, is_transient
 from twophase.sinks.errors import S3AccessDeniedError
+from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.internal.s3_access import access_denied
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 
-_SEVERITY = {
-    CommitOutcome.ALREADY_COMMITTED: 0,
-    CommitOutcome.COMMITTED: 1,
-    CommitOutcome.RETRY: 2,
-    CommitOutcome.LOST: 3,
-    CommitOutcome.FATAL: 4,
-}
-
 _PARTS_GONE = frozenset({"InvalidPart", "InvalidPartOrder", "EntityTooSmall"})
-
-
-def combine_outcomes(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
-    """The outcome of a multi-file commit: the most severe of its files' outcomes.
-
-    Raises:
-        ValueError: no outcomes.
-    """
-    items = list(outcomes)
-    if not items:
-        raise ValueError("no outcomes to combine")
-    return max(items, key=_SEVERITY.__getitem__)
 
 
 def _verify_after_no_such_upload(ops: S3Ops, f: PendingFile) -> CommitOutcome:

@@ -1,63 +1,33 @@
 """Object keys of the S3 sink, as pure functions (no I/O).
 
-Layout under the configured key prefix ``<prefix>``::
+Data files are named as every object-store file sink names them
+(:mod:`twophase.sinks.internal.files.naming`)::
 
     <prefix>/<partition path>/part-<partition>-<checkpoint>-<token>-<uuid>.<ext>   data files
     <prefix>/_twophase/<token>/tails/<uuid>/<checkpoint>-<attempt>-<nonce>.tail      temporary tails
 
-- ``<partition path>`` is Hive-style (``col=value/col2=value2``, values escaped as Hive/Spark
-  do, nulls as ``__HIVE_DEFAULT_PARTITION__``); empty without partition columns.
-- ``<partition>`` is the subtask index (5 digits), ``<checkpoint>`` the checkpoint whose epoch
-  *opened* the file (a file spanning checkpoints keeps its first name), ``<uuid>`` 32 hex digits.
-- ``<token>`` is :func:`job_token` of (job id, sink name): it makes this job's and sink's uploads
-  recognisable for lingering cleanup (``abort_lingering``) without listing other jobs' data, and
-  keeps two jobs writing under the same prefix apart.
-- Tails (the sub-5 MiB rest of an in-progress file, DESIGN.md §7) live under ``_twophase/``:
-  Spark and Hive skip paths starting with ``_`` when reading the prefix as a table, so readers
-  never see them.
+Tails (the sub-5 MiB rest of an in-progress file, DESIGN.md §7) are S3's own: they live under
+``_twophase/``, which Spark and Hive skip when reading the prefix as a table, so readers never
+see them.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
-import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal import naming as sinks_naming
-from twophase.sinks.internal.naming import HIVE_DEFAULT_PARTITION
+from twophase.sinks.internal.files import naming as files_naming
+from twophase.sinks.internal.files.naming import TEMP_DIR as TEMP_DIR
+from twophase.sinks.internal.files.naming import DataKey as DataKey
+from twophase.sinks.internal.files.naming import data_key as data_key
+from twophase.sinks.internal.files.naming import format_partition_value as format_partition_value
+from twophase.sinks.internal.files.naming import hive_partition_path as hive_partition_path
+from twophase.sinks.internal.files.naming import job_token as job_token
+from twophase.sinks.internal.files.naming import parse_data_key as parse_data_key
 
-TOKEN_HEX = 12
-"""Length of :func:`job_token` (hex digits, 48 bits)."""
-
-TEMP_DIR = "_twophase"
-"""Folder under the prefix that holds temporary objects (tails); hidden from Spark readers."""
-
-MAX_KEY_BYTES = 1024
-"""S3's limit on an object key (UTF-8 bytes)."""
-
-MAX_PREFIX_BYTES = 512
-"""Our limit on the key prefix, leaving room for partition paths and file names."""
-
-"""How Hive and Spark name the partition of null (or empty-string) values."""
-
-# AWS's "safe characters" for object keys plus '=' (Hive-style folders in a prefix). Anything else
-# (spaces, '\\', '{', '^', '%', '`', ']', '"', '>', '[', '~', '<', '#', '|', control characters,
-# non-ASCII) needs URL encoding or breaks tools downstream, so it is refused up front.
-_PREFIX_RE = re.compile(r"[A-Za-z0-9!\-_.*'()/=]*")
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _IPV4_RE = re.compile(r"\d+\.\d+\.\d+\.\d+")
-
-# Characters Hive's FileUtils.escapePathName escapes in partition values (%XX, upper-case hex).
-
-_TOKEN_RE = re.compile(f"[0-9a-f]{{{TOKEN_HEX}}}")
-_DATA_NAME_RE = re.compile(
-    r"part-(?P<partition>\d+)-(?P<checkpoint>\d+)-"
-    rf"(?P<token>[0-9a-f]{{{TOKEN_HEX}}})-(?P<file_id>[0-9a-f]{{32}})\.[a-z0-9.]+"
-)
 _TAIL_NAME_RE = re.compile(r"(?P<checkpoint>\d+)-(?P<attempt>\d+)-(?P<nonce>[0-9a-f]+)\.tail")
 
 
@@ -76,146 +46,17 @@ def validate_bucket(bucket: str) -> str:
 
 
 def normalize_prefix(prefix: str) -> str:
-    """Validate a key prefix and strip leading/trailing '/'. ``""`` writes at the bucket's root.
-
-    Allowed: letters, digits and ``! - _ . * ' ( ) / =``; no empty, ``.`` or ``..`` segments, no
-    segment named ``_twophase`` (reserved for temporary objects), at most 512 bytes.
+    """An S3 key prefix checked and stripped (:func:`~twophase.sinks.internal.files.naming.normalize_prefix`).
 
     Raises:
         ConfigError: the prefix has an illegal character or segment, naming it.
     """
-    if not isinstance(prefix, str):
-        raise ConfigError(f"S3 key prefix must be a string, got {type(prefix).__name__}")
-    stripped = prefix.strip("/")
-    if not _PREFIX_RE.fullmatch(stripped):
-        bad = sorted({c for c in stripped if not _PREFIX_RE.fullmatch(c)})
-        raise ConfigError(
-            f"S3 key prefix {prefix!r} has illegal characters {bad!r}; "
-            "allowed: letters, digits and ! - _ . * ' ( ) / ="
-        )
-    if len(stripped.encode()) > MAX_PREFIX_BYTES:
-        raise ConfigError(f"S3 key prefix is longer than {MAX_PREFIX_BYTES} bytes")
-    if stripped:
-        for segment in stripped.split("/"):
-            if segment in ("", ".", ".."):
-                raise ConfigError(f"S3 key prefix {prefix!r} has an empty, '.' or '..' segment")
-            if segment == TEMP_DIR:
-                raise ConfigError(f"S3 key prefix {prefix!r} uses the reserved segment {TEMP_DIR!r}")
-    return stripped
-
-
-def job_token(job_id: str, sink_name: str) -> str:
-    """The job-and-sink token in every key: the first 12 hex digits of SHA-256(job id NUL sink name).
-
-    Stable across restarts (the job id is), distinct per sink of a job, and free of the
-    characters a job id may contain.
-    """
-    return hashlib.sha256(f"{job_id}\0{sink_name}".encode()).hexdigest()[:TOKEN_HEX]
-
-
-def _join(*parts: str) -> str:
-    return "/".join(p for p in parts if p)
-
-
-def format_partition_value(value: Any) -> str:
-    """A partition value as Spark writes it in a Hive-style path, before escaping.
-
-    ``None`` and ``""`` → ``__HIVE_DEFAULT_PARTITION__``; booleans ``true``/``false``; dates ISO;
-    timestamps ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (UTC offset dropped, as Spark prints them in the
-    session time zone, which we take to be UTC).
-    """
-    if value is None or value == "":
-        return HIVE_DEFAULT_PARTITION
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, dt.datetime):
-        return value.replace(tzinfo=None).isoformat(sep=" ")
-    if isinstance(value, (dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return format(value, "f")
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
-def hive_partition_path(columns: tuple[str, ...], values: tuple[Any, ...]) -> str:
-    """The Hive-style path of one partition: ``col=value/col2=value2`` (``""`` without columns).
-
-    Raises:
-        ValueError: ``columns`` and ``values`` differ in length.
-    """
-    return sinks_naming.hive_partition_path(columns, [format_partition_value(v) for v in values])
-
-
-def data_key(
-    prefix: str, partition_path: str, partition: int, checkpoint_id: int, token: str, file_id: str, ext: str
-) -> str:
-    """The key of one data file.
-
-    ``<prefix>/<partition path>/part-<partition>-<checkpoint>-<token>-<uuid>.<ext>``.
-
-    Args:
-        prefix: a prefix normalized by :func:`normalize_prefix`.
-        partition_path: from :func:`hive_partition_path` (may be ``""``).
-        partition: the subtask index (≥ 0).
-        checkpoint_id: the checkpoint whose epoch opens the file (≥ 0).
-        token: :func:`job_token`.
-        file_id: 32 lower-case hex digits (``uuid4().hex``).
-        ext: the format's extension without dot (``parquet``, ``jsonl``, ``csv``).
-
-    Raises:
-        ValueError: a malformed argument, or the key is longer than 1024 bytes.
-    """
-    if partition < 0 or checkpoint_id < 0:
-        raise ValueError("partition and checkpoint_id must be >= 0")
-    if not re.fullmatch(r"[0-9a-f]{32}", file_id):
-        raise ValueError(f"file_id must be 32 hex digits, got {file_id!r}")
-    if not _TOKEN_RE.fullmatch(token):
-        raise ValueError(f"token must be {TOKEN_HEX} hex digits, got {token!r}")
-    key = _join(prefix, partition_path, f"part-{partition:05d}-{checkpoint_id}-{token}-{file_id}.{ext}")
-    if len(key.encode()) > MAX_KEY_BYTES:
-        raise ValueError(f"object key longer than {MAX_KEY_BYTES} bytes: {key[:80]}...")
-    return key
-
-
-@dataclass(frozen=True)
-class DataKey:
-    """The parts of a data file's key (see :func:`parse_data_key`)."""
-
-    partition_path: str
-    partition: int
-    checkpoint_id: int
-    token: str
-    file_id: str
-
-
-def parse_data_key(prefix: str, key: str) -> DataKey | None:
-    """Parse a key made by :func:`data_key` under ``prefix``; ``None`` if it is not one of ours."""
-    if prefix:
-        if not key.startswith(prefix + "/"):
-            return None
-        rest = key[len(prefix) + 1 :]
-    else:
-        rest = key
-    folder, _, name = rest.rpartition("/")
-    if folder.split("/", 1)[0] == TEMP_DIR:
-        return None
-    m = _DATA_NAME_RE.fullmatch(name)
-    if m is None:
-        return None
-    return DataKey(
-        partition_path=folder,
-        partition=int(m["partition"]),
-        checkpoint_id=int(m["checkpoint"]),
-        token=m["token"],
-        file_id=m["file_id"],
-    )
+    return files_naming.normalize_prefix(prefix, "S3")
 
 
 def tails_root(prefix: str, token: str) -> str:
     """The folder holding every tail object of one job and sink (ends with '/')."""
-    return _join(prefix, TEMP_DIR, token, "tails") + "/"
+    return files_naming.join_key(prefix, TEMP_DIR, token, "tails") + "/"
 
 
 def tail_prefix(prefix: str, token: str, file_id: str) -> str:

@@ -9,59 +9,25 @@ it has ≥ 5 MiB, or else stored as a temporary *tail object*, since it may not 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from twophase.connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, RollingPolicy
-
-
-@dataclass(frozen=True)
-class FileStats:
-    """What the rolling policy looks at for one open file.
-
-    Attributes:
-        byte_count: bytes written to the file so far (uploaded plus buffered).
-        parts_used: the highest part number uploaded so far (0 if none).
-        opened_at_ms: when the file was opened, ms since the epoch.
-        last_write_ms: when the file was last written, ms since the epoch.
-    """
-
-    byte_count: int
-    parts_used: int
-    opened_at_ms: int
-    last_write_ms: int
+from twophase.sinks.internal.files.rolling import FileStats as FileStats
+from twophase.sinks.internal.files.rolling import piece_limit_reached, roll_after_write, roll_on_checkpoint
 
 
 def part_limit_reached(parts_used: int, pending_full_parts: int = 0) -> bool:
     """Whether a file must roll to stay within 10,000 parts (one number is kept for the last part)."""
-    return parts_used + pending_full_parts >= MAX_PARTS - 1
+    return piece_limit_reached(parts_used, MAX_PARTS, pending_full_parts)
 
 
 def should_roll_after_write(stats: FileStats, policy: RollingPolicy, now_ms: int) -> bool:
-    """Whether a file rolls right after a batch was written to it (size, age, part limit).
-
-    Inactivity is not checked here: the file was just written.
-    """
-    if stats.byte_count >= policy.max_file_bytes or part_limit_reached(stats.parts_used):
-        return True
-    return (
-        policy.rollover_interval_ms is not None and now_ms - stats.opened_at_ms >= policy.rollover_interval_ms
-    )
+    """Whether a file rolls right after a batch was written to it (size, age, part limit)."""
+    return roll_after_write(stats, policy, now_ms, MAX_PARTS)
 
 
 def should_roll_on_checkpoint(stats: FileStats, policy: RollingPolicy, fmt: FileFormat, now_ms: int) -> bool:
-    """Whether a file rolls at a checkpoint (``pre_commit``).
-
-    Parquet always rolls (its footer comes last, so it cannot be resumed); row formats roll when
-    ``policy.on_checkpoint`` is set or the size, age or inactivity limit is reached.
-    """
-    if not fmt.spans_checkpoints or policy.on_checkpoint:
-        return True
-    if should_roll_after_write(stats, policy, now_ms):
-        return True
-    return (
-        policy.inactivity_interval_ms is not None
-        and now_ms - stats.last_write_ms >= policy.inactivity_interval_ms
-    )
+    """Whether a file rolls at a checkpoint (Parquet always; row formats by the policy)."""
+    return roll_on_checkpoint(stats, policy, fmt, now_ms, MAX_PARTS)
 
 
 def full_parts(buffered: int, part_size: int) -> int:

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -37,16 +35,7 @@ from twophase.connectors.s3.internal.committable import (
     PendingFile,
     S3Committable,
 )
-from twophase.connectors.s3.internal.formats import (
-    CONTENT_TYPES,
-    FileEncoder,
-    OutputBuffer,
-    open_encoder,
-    project_batch,
-    validate_schema,
-)
 from twophase.connectors.s3.internal.part_uploads import PartUploads
-from twophase.connectors.s3.internal.partitioning import split_by_partition
 from twophase.connectors.s3.internal.resume import completed_by_a_later_checkpoint
 from twophase.connectors.s3.internal.rolling import (
     FileStats,
@@ -59,16 +48,17 @@ from twophase.connectors.s3.internal.rolling import (
 from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, TransactionLostError
+from twophase.sinks.internal.files.formats import (
+    CONTENT_TYPES,
+    FileEncoder,
+    OutputBuffer,
+    open_encoder,
+)
+from twophase.sinks.internal.files.partitioning import file_batches
+from twophase.sinks.internal.files.rolling import Clock as Clock
+from twophase.sinks.internal.files.rolling import wall_clock_ms as wall_clock_ms
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], int]
-"""Wall clock in ms since the epoch (injectable for tests)."""
-
-
-def wall_clock_ms() -> int:
-    """The current time in ms since the epoch."""
-    return int(time.time() * 1000)
 
 
 class TxnState(enum.Enum):
@@ -318,15 +308,11 @@ class S3Transaction:
         self._transition("write")
         if batch.num_rows == 0:
             return
-        # Project first: splitting by partition then filters only the columns written.
-        batch = project_batch(self.config, batch)
-        if self.file_schema is None:
-            self.file_schema = validate_schema(self.config, batch.schema)
+        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
         now = self.clock()
-        names = self.file_schema.names
-        for path, rows in split_by_partition(batch, self.config.partition_by):
+        for path, rows in by_file:
             f = self._file_for(path, now)
-            f.write(rows.select(names), now)
+            f.write(rows, now)
             self.records += rows.num_rows
             if should_roll_after_write(f.stats(), self.config.rolling, now):
                 self._roll(path)

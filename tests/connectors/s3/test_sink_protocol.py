@@ -17,7 +17,6 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from twophase.connectors.s3 import PendingFile, RollingPolicy, S3Committable, S3Sink, S3SinkConfig
 from twophase.connectors.s3.config import MIN_PART_BYTES, MiB
 from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
-from twophase.connectors.s3.internal.committer import combine_outcomes
 from twophase.connectors.s3.internal.naming import job_token, parse_data_key, tails_root
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import (
@@ -29,6 +28,7 @@ from twophase.sinks.errors import (
     SchemaError,
     TransactionLostError,
 )
+from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.outcome import CommitOutcome
 from twophase.sinks.s3_options import S3Options
 

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.connectors.s3.internal.formats import OutputBuffer, open_encoder, validate_schema
-from twophase.connectors.s3.internal.partitioning import split_by_partition
 from twophase.sinks.errors import RecordError, SchemaError
+from twophase.sinks.internal.files.formats import OutputBuffer, open_encoder, validate_schema
+from twophase.sinks.internal.files.partitioning import split_by_partition
 
 
 def cfg(**fields: Any) -> S3SinkConfig:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from twophase.connectors.s3.internal import naming
 from twophase.sinks.errors import ConfigError
+from twophase.sinks.internal.files.naming import TOKEN_HEX
 
 TOKEN = naming.job_token("job-1", "out")
 FILE_ID = "0123456789abcdef0123456789abcdef"
@@ -18,7 +19,7 @@ FILE_ID = "0123456789abcdef0123456789abcdef"
 
 def test_job_token_is_stable_and_distinct_per_job_and_sink() -> None:
     assert naming.job_token("job-1", "out") == TOKEN
-    assert len(TOKEN) == naming.TOKEN_HEX and int(TOKEN, 16) >= 0
+    assert len(TOKEN) == TOKEN_HEX and int(TOKEN, 16) >= 0
     others = {
         naming.job_token("job-2", "out"),
         naming.job_token("job-1", "out2"),

@@ -1,12 +1,14 @@
-"""Rows of one batch split by the S3 sink's partition columns (Hive paths ``col=value/...``)."""
+"""Rows of one batch split by a file sink's partition columns (Hive paths ``col=value/...``)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from twophase.connectors.s3.internal import naming
 from twophase.sinks.errors import RecordError
+from twophase.sinks.internal.files import naming
+from twophase.sinks.internal.files.formats import project_batch, validate_schema
+from twophase.sinks.internal.files.layout import FileLayout
 
 
 def split_by_partition(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[tuple[str, pa.RecordBatch]]:
@@ -42,3 +44,31 @@ def split_by_partition(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[
     if sum(b.num_rows for _, b in out) != batch.num_rows:
         raise RecordError(f"splitting a batch of {batch.num_rows} rows by {columns} lost rows")
     return out
+
+
+def file_batches(
+    config: FileLayout, batch: pa.RecordBatch, file_schema: pa.Schema | None
+) -> tuple[pa.Schema, list[tuple[str, pa.RecordBatch]]]:
+    """One incoming batch as the rows each partition's file gets: projected to ``config.columns``
+    (first, so that splitting filters only the columns written), split by partition path, reduced
+    to the files' columns.
+
+    Args:
+        config: the sink's layout.
+        batch: the incoming rows.
+        file_schema: the files' schema from an earlier batch, or ``None`` for the first one (then
+            checked and derived with :func:`~twophase.sinks.internal.files.formats.validate_schema`).
+
+    Returns:
+        The files' schema and ``[(hive partition path, rows)]`` in order of first appearance.
+
+    Raises:
+        SchemaError: the batch lacks a column of the projection or does not fit the configuration.
+        RecordError: see :func:`split_by_partition`.
+    """
+    batch = project_batch(config, batch)
+    schema = file_schema if file_schema is not None else validate_schema(config, batch.schema)
+    names = schema.names
+    return schema, [
+        (path, rows.select(names)) for path, rows in split_by_partition(batch, config.partition_by)
+    ]

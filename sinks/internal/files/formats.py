@@ -9,7 +9,9 @@
 - CSV via ``pyarrow.csv`` (header once per file when configured; never repeated when a file is
   resumed in a later epoch).
 
-Encoders write into an :class:`OutputBuffer`, from which the writer drains upload parts.
+Encoders write into an :class:`OutputBuffer`, from which a sink's writer drains upload parts
+(S3) or blocks (Azure). Every function reads the layout fields of a sink's config
+(:class:`~twophase.sinks.internal.files.layout.FileLayout`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from twophase.connectors.s3.config import FileFormat, S3SinkConfig
 from twophase.sinks.errors import RecordError, SchemaError
+from twophase.sinks.internal.files.layout import FileFormat, FileLayout
 from twophase.sinks.json_codec import encode_json
 
 CONTENT_TYPES = {
@@ -96,7 +98,7 @@ class FileEncoder(Protocol):
         """Write whatever ends the file (Parquet footer); no more writes."""
 
 
-def project_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
+def project_schema(config: FileLayout, schema: pa.Schema) -> pa.Schema:
     """``schema`` reduced to ``config.columns``, in that order (``schema`` itself without a projection).
 
     Raises:
@@ -112,7 +114,7 @@ def project_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
     return pa.schema([schema.field(c) for c in config.columns], metadata=schema.metadata)
 
 
-def project_batch(config: S3SinkConfig, batch: pa.RecordBatch) -> pa.RecordBatch:
+def project_batch(config: FileLayout, batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` reduced to ``config.columns`` (zero-copy ``RecordBatch.select``); as is without one.
 
     Raises:
@@ -124,7 +126,7 @@ def project_batch(config: S3SinkConfig, batch: pa.RecordBatch) -> pa.RecordBatch
     return batch.select(list(config.columns))
 
 
-def validate_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
+def validate_schema(config: FileLayout, schema: pa.Schema) -> pa.Schema:
     """Check that the incoming data's ``schema`` fits the configuration; return the files' schema.
 
     Returns:
@@ -162,7 +164,7 @@ def validate_schema(config: S3SinkConfig, schema: pa.Schema) -> pa.Schema:
     return pa.schema(data_fields, metadata=schema.metadata)
 
 
-def open_encoder(config: S3SinkConfig, schema: pa.Schema, out: OutputBuffer, *, resumed: bool) -> FileEncoder:
+def open_encoder(config: FileLayout, schema: pa.Schema, out: OutputBuffer, *, resumed: bool) -> FileEncoder:
     """An encoder for one file of ``config``'s format, writing into ``out``.
 
     Args:
@@ -190,7 +192,7 @@ class _ParquetEncoder:
     """Buffers batches into row groups of about ``parquet_row_group_bytes`` (Arrow bytes): one row
     group per small Spark batch (10,000 rows by default) would compress poorly."""
 
-    def __init__(self, config: S3SinkConfig, schema: pa.Schema, out: OutputBuffer) -> None:
+    def __init__(self, config: FileLayout, schema: pa.Schema, out: OutputBuffer) -> None:
         self._schema = schema
         self._row_group_bytes = config.parquet_row_group_bytes
         self._pending: list[pa.RecordBatch] = []

@@ -1,0 +1,1 @@
+"""Internals of the Azure Blob Storage file sink (not public API)."""
