@@ -109,7 +109,9 @@ def test_publishing_an_existing_id_raises_and_keeps_the_first(
         storage.publish(make_meta(3, SP))  # ids are shared between checkpoints and savepoints
     assert ids(storage) == [(3, CK)]
     assert storage.latest() == first
-    assert [p.name for p in (storage.job_dir / "chk-3").iterdir()] == ["_metadata"]
+    run = storage.writer.run  # the refused publishes removed their own committable files
+    names = sorted(p.name for p in (storage.job_dir / "chk-3").iterdir())
+    assert names == ["_metadata", f"committables-1-{run}-0.arrow"]
 
 
 def test_link_refuses_an_existing_name_even_past_the_precheck(
@@ -121,7 +123,8 @@ def test_link_refuses_an_existing_name_even_past_the_precheck(
     with pytest.raises(CheckpointStorageError, match="exists already"):
         storage.publish(make_meta(5, partitions=1))
     assert storage.load(storage.list_checkpoints()[0]) == first
-    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == ["_metadata"]
+    run = storage.writer.run  # the winner's file; the refused publish removed its own
+    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == ["_metadata", f"committables-1-{run}-0.arrow"]
 
 
 def test_metadata_of_another_job_is_refused(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
@@ -195,7 +198,8 @@ def test_without_hard_links_publish_falls_back_to_rename(
     with pytest.raises(CheckpointStorageError, match="exists"):
         storage.publish(make_meta(1, partitions=1))
     assert storage.latest() == make_meta(1)
-    assert [p.name for p in (storage.job_dir / "chk-1").iterdir()] == ["_metadata"]
+    run = storage.writer.run
+    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == ["_metadata", f"committables-1-{run}-0.arrow"]
 
 
 # -- corruption ---------------------------------------------------------------------------------
@@ -324,7 +328,8 @@ def test_retention_cleans_leftovers_of_crashed_publishes(
     (in_flight / "_metadata.tmp-0004").write_text("{")
     assert storage.apply_retention(5) == []
     assert sorted(p.name for p in storage.job_dir.iterdir()) == ["chk-1", "chk-3", "chk-4"]
-    assert [p.name for p in (storage.job_dir / "chk-1").iterdir()] == ["_metadata"]
+    run = storage.writer.run
+    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == ["_metadata", f"committables-1-{run}-0.arrow"]
     assert (in_flight / "_metadata.tmp-0004").exists()
 
 
@@ -412,9 +417,15 @@ def _link_then(error: OSError) -> Callable[[str, str], None]:
 
     def link(src: str, dst: str) -> None:  # it lands, but the caller hears an error (NFS retransmit)
         real(src, dst)
-        raise error
+        if str(dst).endswith("_metadata"):  # the manifest's link; the committable files' go well
+            raise error
 
     return link
+
+
+def _fsync_fails_after_the_manifest(directory: Path) -> None:
+    if (directory / "_metadata").exists():
+        raise OSError(errno.EIO, "x")
 
 
 def _fail(error: OSError) -> Callable[..., None]:
@@ -450,7 +461,7 @@ LINK_EXITS: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
         UNKNOWN,
     ),
     "the directory fsync fails after the link": (
-        lambda m: m.setattr("twophase.coordinator.storage.local._fsync_dir", _fail(OSError(errno.EIO, "x"))),
+        lambda m: m.setattr("twophase.coordinator.storage.local._fsync_dir", _fsync_fails_after_the_manifest),
         UNKNOWN,
     ),
 }
