@@ -403,7 +403,9 @@ class LocalCheckpointStorage:
             CheckpointStorageError: there is no such checkpoint (e.g. deleted by retention).
         """
         path = self.metadata_path(ref.checkpoint_id, ref.kind)
-        return decode_metadata(_read(path), str(path), _sibling_reader(path), job_id=self.job_id, expected=ref)
+        return decode_metadata(
+            _read(path), str(path), _sibling_reader(path), job_id=self.job_id, expected=ref
+        )
 
     def load_location(self, location: str) -> CheckpointMetadata:
         """Read a checkpoint or savepoint by location: a ``_metadata`` path, its directory, or ``file://``.

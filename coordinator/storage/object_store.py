@@ -26,14 +26,14 @@ from typing import Protocol, TypeVar
 from tenacity import RetryCallState
 
 from twophase.coordinator.metadata import METADATA_MEDIA_TYPE, CheckpointKind, CheckpointMetadata
+from twophase.coordinator.storage import layout
+from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import (
     FILE_MEDIA_TYPE,
     CheckpointWriter,
     MissingFile,
     leftovers_to_delete,
 )
-from twophase.coordinator.storage import layout
-from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
@@ -337,7 +337,8 @@ class ObjectCheckpointStorage:
                 settle_refused_publish(uri, str(e), retried=attempts > 1 or e.earlier_attempt, error=e)
             except Exception as e:  # transient to the last attempt, or an answer nobody could read
                 raise CheckpointPublishUnknownError(
-                    f"create of {uri}: no attempt got a definitive answer; the checkpoint may have landed: {e}"
+                    f"create of {uri}: no attempt got a definitive answer; the checkpoint may have "
+                    f"landed: {e}"
                 ) from e
         except CheckpointNotPublishedError:
             self._discard(cid, kind, encoded.files)
@@ -372,7 +373,9 @@ class ObjectCheckpointStorage:
         except Exception as e:  # nothing names the file yet, so nothing is visible whatever it did
             raise CheckpointNotPublishedError(f"cannot create committable file {uri}: {e}") from e
 
-    def _discard(self, checkpoint_id: int, kind: CheckpointKind, files: tuple[tuple[str, bytes], ...]) -> None:
+    def _discard(
+        self, checkpoint_id: int, kind: CheckpointKind, files: tuple[tuple[str, bytes], ...]
+    ) -> None:
         """Remove this publish's own committable files once it is proven not published (best
         effort: what stays is a leftover retention removes)."""
         keys = [self.dir_key(checkpoint_id, kind) + name for name, _ in files]

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
-import zlib
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any, cast
 

@@ -637,7 +637,9 @@ class ProtocolModel(RuleBasedStateMachine):
             return
         _, meta = found
         if drop:
-            meta = replace(meta, sinks={n: replace(s, committables=s.committables[1:]) for n, s in meta.sinks.items()})
+            meta = replace(
+                meta, sinks={n: replace(s, committables=s.committables[1:]) for n, s in meta.sinks.items()}
+            )
         event(f"a stale driver's publish was {stale_driver_publishes(self.storage, meta)}")
 
     @precondition(lambda self: self.phase == "running")

@@ -26,8 +26,8 @@ from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import ObjectCheckpointStorage
 from twophase.sinks.errors import (
     CheckpointNotPublishedError,
-    CommittableFileError,
     CheckpointStorageError,
+    CommittableFileError,
     CorruptCheckpointError,
     DriverFencedError,
 )
@@ -281,7 +281,9 @@ class CheckpointStorageContract:
         ref = storage.publish(metadata(2))
         arrow = next(k for k in store.listing() if "/chk-2/" in k and k.endswith(".arrow"))
         storage.store.delete_keys([arrow])
-        with pytest.raises(CommittableFileError, match="names the committable file .* which is missing") as info:
+        with pytest.raises(
+            CommittableFileError, match=r"names the committable file .* which is missing"
+        ) as info:
             storage.load(ref)
         assert ref.location in str(info.value) and "orders" in str(info.value)
         with pytest.raises(CommittableFileError):
@@ -298,7 +300,9 @@ class CheckpointStorageContract:
         with pytest.raises(CommittableFileError, match="is corrupt: sha256 "):
             storage.load(ref)
 
-    def test_a_stale_driver_publishing_the_same_id_never_touches_the_winners_files(self, store: Store) -> None:
+    def test_a_stale_driver_publishing_the_same_id_never_touches_the_winners_files(
+        self, store: Store
+    ) -> None:
         newer, stale = store.open("job-1"), store.open("job-1")  # two driver runs of one job
         assert newer.writer.run != stale.writer.run
         ref = newer.publish(metadata(3))

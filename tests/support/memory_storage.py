@@ -336,7 +336,10 @@ class InMemoryCheckpointStorage:
                 for d, names in self._directories().items()
                 for n in names
                 if file_run(n) is not None
-                and (checkpoint_id is None or d.rsplit("/", 1)[-1] in (f"chk-{checkpoint_id}", f"sp-{checkpoint_id}"))
+                and (
+                    checkpoint_id is None
+                    or d.rsplit("/", 1)[-1] in (f"chk-{checkpoint_id}", f"sp-{checkpoint_id}")
+                )
             )
 
     # -- driver epochs (issue #43) ---------------------------------------------------------------

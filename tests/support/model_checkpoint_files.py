@@ -30,7 +30,9 @@ def damage(storage: InMemoryCheckpointStorage, pick: int, how: str) -> tuple[str
     """
     if how not in DAMAGE:
         raise ValueError(f"unknown damage {how!r}; known: {DAMAGE}")
-    named = [key for ref in storage.list_checkpoints() for key in storage.committable_files(ref.checkpoint_id)]
+    named = [
+        key for ref in storage.list_checkpoints() for key in storage.committable_files(ref.checkpoint_id)
+    ]
     if not named:
         return None
     key = named[pick % len(named)]
@@ -77,9 +79,15 @@ def stale_driver_publishes(newer: InMemoryCheckpointStorage, meta: CheckpointMet
     except CheckpointNotPublishedError:
         pass
     else:
-        raise AssertionError(f"a stale driver's publish of checkpoint {meta.checkpoint_id} landed over the newer one's")
+        raise AssertionError(
+            f"a stale driver's publish of checkpoint {meta.checkpoint_id} landed over the newer one's"
+        )
     after = newer.load(ref)
-    left = [k for k in newer.committable_files(meta.checkpoint_id) if file_run(k.rsplit("/", 1)[1]) == stale.writer.run]
+    left = [
+        k
+        for k in newer.committable_files(meta.checkpoint_id)
+        if file_run(k.rsplit("/", 1)[1]) == stale.writer.run
+    ]
     if after != before or left:
         raise AssertionError(f"a stale driver's files changed checkpoint {ref.location} or stayed: {left}")
     return "refused"

@@ -24,9 +24,9 @@ from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.errors import (
     CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
+    CheckpointStorageError,
     CommittableDecodeError,
     CommittableFileError,
-    CheckpointStorageError,
     ConfigError,
     CorruptCheckpointError,
 )
@@ -124,7 +124,10 @@ def test_link_refuses_an_existing_name_even_past_the_precheck(
         storage.publish(make_meta(5, partitions=1))
     assert storage.load(storage.list_checkpoints()[0]) == first
     run = storage.writer.run  # the winner's file; the refused publish removed its own
-    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == ["_metadata", f"committables-1-{run}-0.arrow"]
+    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == [
+        "_metadata",
+        f"committables-1-{run}-0.arrow",
+    ]
 
 
 def test_metadata_of_another_job_is_refused(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
@@ -199,7 +202,10 @@ def test_without_hard_links_publish_falls_back_to_rename(
         storage.publish(make_meta(1, partitions=1))
     assert storage.latest() == make_meta(1)
     run = storage.writer.run
-    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == ["_metadata", f"committables-1-{run}-0.arrow"]
+    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == [
+        "_metadata",
+        f"committables-1-{run}-0.arrow",
+    ]
 
 
 # -- corruption ---------------------------------------------------------------------------------
@@ -329,7 +335,10 @@ def test_retention_cleans_leftovers_of_crashed_publishes(
     assert storage.apply_retention(5) == []
     assert sorted(p.name for p in storage.job_dir.iterdir()) == ["chk-1", "chk-3", "chk-4"]
     run = storage.writer.run
-    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == ["_metadata", f"committables-1-{run}-0.arrow"]
+    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == [
+        "_metadata",
+        f"committables-1-{run}-0.arrow",
+    ]
     assert (in_flight / "_metadata.tmp-0004").exists()
 
 
@@ -512,7 +521,12 @@ def test_a_checkpoint_is_a_manifest_over_one_arrow_file_per_sink(
     entry = manifest["sinks"]["orders"]["committables"]
     assert manifest["version"] == 3 and manifest["sinks"]["archive"]["committables"] is None
     data = _arrow(storage, 2).read_bytes()
-    assert entry == {"file": names[1], "rows": 3, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert entry == {
+        "file": names[1],
+        "rows": 3,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
     assert pa.ipc.open_file(pa.py_buffer(data)).read_all().column_names == [
         "partition",
         "attempt",

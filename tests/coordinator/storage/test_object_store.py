@@ -31,8 +31,8 @@ from google.auth import exceptions as auth
 from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage import azure_blob, gcs
+from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import (
     ObjectCheckpointStorage,
     ObjectExists,
@@ -226,7 +226,10 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
     creates, reads, want = PUT_EXITS[case]
     answers = _answers(service)
     # the committable file's create succeeds (b""), then the manifest's answers as scripted
-    script.queued["create"] = [b"", *(RuntimeError("?") if a == "unreadable" else answers[a]() for a in creates)]
+    script.queued["create"] = [
+        b"",
+        *(RuntimeError("?") if a == "unreadable" else answers[a]() for a in creates),
+    ]
     manifest = encode(meta, storage.writer.run, 0).manifest
     script.queued["get"] = [
         manifest if r == b"ours" else r if isinstance(r, bytes) else answers[r]() for r in reads
