@@ -9,6 +9,10 @@ cannot both succeed, unlike ``rename(2)`` which silently replaces. The directory
 new name survives a power loss. A crash at any step before the link leaves no ``_metadata``, hence
 no visible checkpoint; leftover temporary files are never listed and are removed by retention.
 
+A checkpoint's committable files (format v3,
+:mod:`~twophase.coordinator.storage.committable_files`) are created by the same steps (temporary
+file, fsync, a link that never overwrites) and the directory fsynced before ``_metadata`` is linked.
+
 On a file system without hard links (``EPERM``/``ENOTSUP`` from ``link``) publish falls back to
 check-then-``os.replace``, which is still atomic for readers but relies on the coordinator being the
 job's single writer to refuse duplicates.
@@ -61,6 +65,9 @@ class LocalCheckpointStorage:
 
     Directories are created ``0o700`` and files ``0o600`` whatever the process umask. Nothing is
     created until the first publish.
+
+    Attributes:
+        writer: names and encodes this run's committable files (format v3).
 
     Args:
         base_dir: the checkpoint directory shared by jobs (``str`` or ``Path``); created if missing.

@@ -188,6 +188,10 @@ class ObjectCheckpointStorage:
         retry_attempts: attempts per call for transient errors (≥ 1).
         retry_max_wait_s: cap of the exponential backoff between attempts, seconds.
 
+    Attributes:
+        writer: names and encodes this run's committable files (format v3), created with the same
+            conditional create before the manifest.
+
     Raises:
         ConfigError: bad prefix, job id or retry settings.
     """
