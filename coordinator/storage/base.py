@@ -22,8 +22,8 @@ Rules every backend keeps:
 - files are created owner-only;
 - a corrupt or unreadable ``_metadata`` raises :class:`~twophase.sinks.errors.CorruptCheckpointError`
   naming the file, a missing or altered committable file its subclass
-  :class:`~twophase.sinks.errors.CommittableFileError`. Nothing silently falls back to an older checkpoint (the backends offer
-  ``latest(fallback_to_valid=True)`` as an explicit opt-in).
+  :class:`~twophase.sinks.errors.CommittableFileError`. Nothing silently falls back to an older
+  checkpoint (the backends offer ``latest(fallback_to_valid=True)`` as an explicit opt-in).
 """
 
 from __future__ import annotations
