@@ -86,7 +86,7 @@ CORRUPTIONS = [
     (lambda good: good[: len(good) // 2], "not a complete zlib stream"),
     (lambda good: zlib.decompress(good)[:40], "not JSON"),
     (
-        lambda good: zlib.compress(zlib.decompress(good).replace(b'"version":3', b'"version":4')),
+        lambda good: zlib.compress(zlib.decompress(good).replace(b'"version":2', b'"version":4')),
         "unsupported checkpoint metadata version 4: this twophase reads versions 1 to 3",
     ),
     (lambda good: b'{"format": "something-else"}', "not a twophase.checkpoint object"),
