@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from support.harness import SimulatedCrash
 from support.memory_storage import InMemoryCheckpointStorage
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, parse_document
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import file_run
 from twophase.sinks.errors import CheckpointNotPublishedError, CommittableFileError
@@ -30,9 +30,7 @@ def damage(storage: InMemoryCheckpointStorage, pick: int, how: str) -> tuple[str
     """
     if how not in DAMAGE:
         raise ValueError(f"unknown damage {how!r}; known: {DAMAGE}")
-    named = [
-        key for ref in storage.list_checkpoints() for key in storage.committable_files(ref.checkpoint_id)
-    ]
+    named = [key for ref in storage.list_checkpoints() for key in named_files(storage, ref)]
     if not named:
         return None
     key = named[pick % len(named)]
@@ -43,6 +41,19 @@ def damage(storage: InMemoryCheckpointStorage, pick: int, how: str) -> tuple[str
         else:
             storage.store.files[key] = good[:-9] + bytes([good[-9] ^ 0x55]) + good[-8:]
     return key, good
+
+
+def named_files(storage: InMemoryCheckpointStorage, ref: CheckpointRef) -> list[str]:
+    """The committable files the manifest at ``ref`` names (not leftovers of other publishes of
+    its id beside it), as store keys."""
+    with storage.store.lock:
+        obj = parse_document(storage.store.files[ref.location])
+    directory = ref.location.rsplit("/", 1)[0]
+    return [
+        f"{directory}/{s['committables']['file']}"
+        for _, s in sorted(obj["sinks"].items())
+        if s.get("committables") is not None
+    ]
 
 
 def repair(storage: InMemoryCheckpointStorage, key: str, good: bytes) -> None:
