@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from support.harness import SimulatedCrash
-from support.memory_storage import InMemoryCheckpointStorage
+from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, parse_document
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import file_run
@@ -73,16 +73,31 @@ def unreadable_retained(storage: InMemoryCheckpointStorage) -> list[str]:
     return bad
 
 
+class _RacedStorage(InMemoryCheckpointStorage):
+    """A stale driver's storage whose existence check ran before the newer driver published: its
+    first check passes; the conditional creates still refuse what exists."""
+
+    def __init__(self, job_id: str, store: MemoryStore) -> None:
+        super().__init__(job_id, store)
+        self._checked = False
+
+    def _refuse_existing(self, cid: int) -> None:
+        if self._checked:
+            super()._refuse_existing(cid)
+        self._checked = True
+
+
 def stale_driver_publishes(newer: InMemoryCheckpointStorage, meta: CheckpointMetadata) -> str:
-    """A stale driver of the job (its own storage instance: another run, on the same store) writes
-    its committable files for ``meta``'s id after the newer driver published it, and tries its
-    manifest. Returns what happened; the newer driver's checkpoint must be untouched.
+    """A stale driver of the job (its own storage instance: another run, on the same store), whose
+    existence check ran before the newer driver published ``meta``'s id, writes its committable
+    files for that id after the newer driver published it, and tries its manifest. Returns what
+    happened; the newer driver's checkpoint must be untouched.
 
     Raises:
         AssertionError: the stale publish landed, or left the newer checkpoint unreadable or
             changed, or left its own files behind.
     """
-    stale = InMemoryCheckpointStorage(newer.job_id, newer.store)
+    stale = _RacedStorage(newer.job_id, newer.store)
     ref = next(r for r in newer.list_checkpoints() if r.checkpoint_id == meta.checkpoint_id)
     before = newer.load(ref)
     try:
