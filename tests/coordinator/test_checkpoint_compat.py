@@ -89,24 +89,25 @@ def _contains(new: Any, old: Any) -> bool:
     return bool(new == old)
 
 
-def test_a_v1_checkpoint_restores_recommits_and_resumes(tmp_path: Path) -> None:
-    shutil.copytree(FIXTURE / "runtime", tmp_path / "runtime")
-    system = _system()
-    sinks = [
+def _sinks(system: FakeExternalSystem) -> list[Any]:
+    """The fixture job's sinks: per-committable, in-progress files, one commit per checkpoint."""
+    return [
         FakeSink("plain", system),
         FakeInProgressSink("files", system, roll_records=3),
         FakeCheckpointSink("table", system),
     ]
-    # the harness uses only CheckpointStorage's calls on it here (no in-memory test hooks)
-    local = cast(InMemoryCheckpointStorage, LocalCheckpointStorage(tmp_path / "runtime", JOB))
-    h = TwoPhaseHarness(sinks, job_id=JOB, storage=local)
-    restored = h.restore()
-    assert restored.checkpoint_id == 3 and restored.recommitted == 4
-    assert not h.runtime.replay_check({"engine": "spark", "query_id": "q-1", "batch_id": 3})
+
+
+def _next_epoch(h: TwoPhaseHarness) -> None:
+    """The epoch after the fixture's last checkpoint (batch 3: records k and l)."""
     h.write_epoch(
         [[batch(["k"])], [batch(["l"])]],
         source_position={"engine": "spark", "query_id": "q-1", "batch_id": 3},
     )
+
+
+def _finish_exactly_once(h: TwoPhaseHarness, system: FakeExternalSystem) -> None:
+    """Finish the job: every record a to l committed once per sink, nothing lingering."""
     h.runtime.finish()
     expected = list("abcdefghijkl")
     for name in ("plain", "files", "table"):
@@ -114,6 +115,20 @@ def test_a_v1_checkpoint_restores_recommits_and_resumes(tmp_path: Path) -> None:
         assert got == expected, name
     assert system.violations == []
     assert system.lingering() == set()
+
+
+def test_a_v1_checkpoint_restores_recommits_and_resumes(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURE / "runtime", tmp_path / "runtime")
+    system = _system()
+    sinks = _sinks(system)
+    # the harness uses only CheckpointStorage's calls on it here (no in-memory test hooks)
+    local = cast(InMemoryCheckpointStorage, LocalCheckpointStorage(tmp_path / "runtime", JOB))
+    h = TwoPhaseHarness(sinks, job_id=JOB, storage=local)
+    restored = h.restore()
+    assert restored.checkpoint_id == 3 and restored.recommitted == 4
+    assert not h.runtime.replay_check({"engine": "spark", "query_id": "q-1", "batch_id": 3})
+    _next_epoch(h)
+    _finish_exactly_once(h, system)
 
 
 def _v2_runtime(into: Path) -> Path:
@@ -130,30 +145,17 @@ def test_a_v2_checkpoint_restores_recommits_and_continues_in_v3(tmp_path: Path) 
     stored = (runtime / JOB / "chk-3" / "_metadata").read_bytes()
     assert stored[:1] == b"x" and json.loads(zlib.decompress(stored))["version"] == 2
     system = _system(FIXTURE_V2)
-    sinks = [
-        FakeSink("plain", system),
-        FakeInProgressSink("files", system, roll_records=3),
-        FakeCheckpointSink("table", system),
-    ]
+    sinks = _sinks(system)
     local = LocalCheckpointStorage(runtime, JOB)
     h = TwoPhaseHarness(sinks, job_id=JOB, storage=cast(InMemoryCheckpointStorage, local))
     restored = h.restore()
     assert restored.checkpoint_id == 3 and restored.recommitted == 4
     assert not h.runtime.replay_check({"engine": "spark", "query_id": "q-1", "batch_id": 3})
-    h.write_epoch(
-        [[batch(["k"])], [batch(["l"])]],
-        source_position={"engine": "spark", "query_id": "q-1", "batch_id": 3},
-    )
+    _next_epoch(h)
     # the new checkpoint is a version 3 manifest over Arrow files, and restores in a new process
     newest = local.list_checkpoints()[-1]
     assert json.loads(zlib.decompress(Path(newest.location).read_bytes()))["version"] == 3
     assert any(p.suffix == ".arrow" for p in Path(newest.location).parent.iterdir())
     again = LocalCheckpointStorage(runtime, JOB).load(newest)
     assert again == local.load(newest) and again.checkpoint_id == 4
-    h.runtime.finish()
-    expected = list("abcdefghijkl")
-    for name in ("plain", "files", "table"):
-        got = sorted(k for txn, ks in system.committed.items() if txn.startswith(name + "-") for k in ks)
-        assert got == expected, name
-    assert system.violations == []
-    assert system.lingering() == set()
+    _finish_exactly_once(h, system)
