@@ -4,11 +4,13 @@ A checkpoint is the moment of truth of the protocol: once its ``_metadata`` is p
 committable in it must eventually be committed (re-committed on recovery), and everything this job
 opened that no retained checkpoint references is lingering and may be aborted.
 
-``_metadata`` bytes: version 2 (written since 2026-11-27) is the JSON document below compressed
-with zlib (RFC 1950, level 1); version 1 is the same document uncompressed. Readers take both, told
-apart by the first byte (``{`` or zlib's ``x``). A checkpoint of 10⁵ subtasks × 3 sinks is about
-210 MB of JSON and 9 MB compressed (issue #29): the bytes written, fsynced or uploaded at publish
-and read at restore.
+``_metadata`` bytes: version 3 (written since 2026-12-02, issue #42) is a manifest: the header
+below, and per sink a reference to one Arrow IPC file of its committables beside it instead of the
+committables themselves (:mod:`twophase.coordinator.storage.committable_files`, which reads and
+writes it through checkpoint storage). Version 2 (2026-11-27) is the whole JSON document below
+compressed with zlib (RFC 1950, level 1); version 1 is the same document uncompressed. Readers
+take all three, told apart by the first byte (``{`` or zlib's ``x``) and then ``version``. A
+checkpoint of 10⁵ subtasks × 3 sinks is about 210 MB of JSON and 9 MB compressed (issue #29).
 
 JSON shape (``format`` and ``version`` first, so any reader can refuse what it does not know)::
 
@@ -41,7 +43,10 @@ FORMAT = "twophase.checkpoint"
 VERSION = 2
 """The version :meth:`CheckpointMetadata.dumps` writes."""
 READABLE_VERSIONS = (1, 2)
-"""The versions :meth:`CheckpointMetadata.loads` reads (1: plain JSON; 2: zlib-compressed JSON)."""
+"""The versions :meth:`CheckpointMetadata.loads` reads from bytes alone (1: plain JSON; 2:
+zlib-compressed JSON). Version 3 names files beside it: checkpoint storage reads it."""
+MANIFEST_VERSION = 3
+"""The version of a manifest: committables in files beside ``_metadata`` (issue #42)."""
 ZLIB_LEVEL = 1
 """zlib's fastest level: 25× smaller at 10⁵ × 3 for about a second of one core (issue #29)."""
 METADATA_MEDIA_TYPE = "application/zlib"
@@ -119,9 +124,21 @@ class CheckpointMetadata:
     def _to_json(self, *, copy: bool) -> dict[str, Any]:
         """:meth:`to_json`; ``copy=False`` puts the payload dicts in as they are (for encoding
         right away: one dict fewer per committable)."""
+        obj = self.header_json()
+        for name, snap in self.sinks.items():
+            obj["sinks"][name]["committables"] = [
+                {"partition": c.partition, "attempt": c.attempt, "payload": _obj(c.payload, copy)}
+                | ({} if c.checkpoint_id is None else {"checkpoint_id": c.checkpoint_id})
+                for c in snap.committables
+            ]
+        return obj
+
+    def header_json(self, version: int = VERSION) -> dict[str, Any]:
+        """The JSON object of this checkpoint without its committables: everything but each sink's
+        ``committables`` (a version 3 manifest adds its file references there)."""
         return {
             "format": FORMAT,
-            "version": VERSION,
+            "version": version,
             "job_id": self.job_id,
             "checkpoint_id": self.checkpoint_id,
             "kind": self.kind.value,
@@ -132,11 +149,6 @@ class CheckpointMetadata:
             "sinks": {
                 name: {
                     "num_partitions": snap.num_partitions,
-                    "committables": [
-                        {"partition": c.partition, "attempt": c.attempt, "payload": _obj(c.payload, copy)}
-                        | ({} if c.checkpoint_id is None else {"checkpoint_id": c.checkpoint_id})
-                        for c in snap.committables
-                    ],
                     "in_progress": {str(p): dict(s) for p, s in sorted(snap.in_progress.items())},
                 }
                 for name, snap in sorted(self.sinks.items())
@@ -144,7 +156,8 @@ class CheckpointMetadata:
         }
 
     def dumps(self) -> bytes:
-        """The bytes of a version 2 ``_metadata`` file: UTF-8 JSON, keys sorted, zlib-compressed.
+        """The bytes of a version 2 ``_metadata`` file: UTF-8 JSON, keys sorted, zlib-compressed
+        (what the previous release published; checkpoint storage publishes version 3 now).
 
         Payloads are not copied first, and the cyclic garbage collector is paused meanwhile
         (:func:`~twophase.coordinator.collector.paused`). The same metadata always gives the same
@@ -165,19 +178,29 @@ class CheckpointMetadata:
         return cls._from_json(obj, copy=True)
 
     @classmethod
-    def _from_json(cls, obj: Mapping[str, Any], *, copy: bool) -> CheckpointMetadata:
+    def _from_json(
+        cls,
+        obj: Mapping[str, Any],
+        *,
+        copy: bool,
+        committables: Mapping[str, tuple[CommittableRecord, ...]] | None = None,
+    ) -> CheckpointMetadata:
         """:meth:`from_json`; ``copy=False`` keeps the payload dicts of ``obj`` (fresh from
-        ``json.loads``, owned by nobody else) instead of copying each."""
-        if not isinstance(obj, Mapping) or obj.get("format") != FORMAT:
-            raise CommittableDecodeError(f"not a {FORMAT} object")
-        version = obj.get("version")
-        if type(version) is not int or version not in READABLE_VERSIONS:  # not bool: True == 1
-            raise CommittableDecodeError(f"unsupported checkpoint metadata version {version!r}")
+        ``json.loads``, owned by nobody else) instead of copying each. ``committables``: a version
+        3 manifest's, per sink, read from its files (the manifest holds none)."""
+        version = document_version(obj)
+        if version == MANIFEST_VERSION and committables is None:
+            raise CommittableDecodeError(
+                "checkpoint metadata version 3 is a manifest whose committables are in files beside it: "
+                "read it through checkpoint storage"
+            )
         try:
             sinks = {
                 str(name): SinkSnapshot(
                     num_partitions=_int(s["num_partitions"]),
-                    committables=tuple(
+                    committables=committables.get(str(name), ())
+                    if committables is not None
+                    else tuple(
                         CommittableRecord(
                             _int(c["partition"]),
                             _int(c["attempt"]),
@@ -206,23 +229,79 @@ class CheckpointMetadata:
 
     @classmethod
     def loads(cls, data: bytes | str) -> CheckpointMetadata:
-        """Parse ``_metadata`` bytes of any readable version (plain or zlib-compressed JSON).
+        """Parse ``_metadata`` bytes of version 1 or 2 (plain or zlib-compressed JSON).
 
         Raises:
             CommittableDecodeError: neither JSON nor a complete zlib stream of JSON (a truncated
-                or altered stream fails zlib's Adler-32 check), or not valid metadata.
+                or altered stream fails zlib's Adler-32 check), not valid metadata, or a version 3
+                manifest (its files are read through checkpoint storage).
         """
-        if isinstance(data, (bytes, bytearray)) and data[:1] == b"x":
-            try:
-                data = zlib.decompress(data)
-            except zlib.error as e:
-                raise CommittableDecodeError(f"checkpoint metadata is not a complete zlib stream: {e}") from e
+        return cls.from_document(parse_document(data))
+
+    @classmethod
+    def from_document(cls, obj: dict[str, Any]) -> CheckpointMetadata:
+        """The checkpoint of a version 1 or 2 object fresh from :func:`parse_document` (its payload
+        dicts are kept, not copied).
+
+        Raises:
+            CommittableDecodeError: not valid metadata, or a version 3 manifest.
+        """
         with collector.paused():
-            try:
-                obj = json.loads(data)
-            except ValueError as e:
-                raise CommittableDecodeError(f"checkpoint metadata is not JSON: {e}") from e
             return cls._from_json(obj, copy=False)
+
+    @classmethod
+    def from_manifest(
+        cls, obj: Mapping[str, Any], committables: Mapping[str, tuple[CommittableRecord, ...]]
+    ) -> CheckpointMetadata:
+        """The checkpoint a version 3 manifest ``obj`` (a :func:`parse_document` result)
+        describes, with ``committables`` (sink → its records, read from the files it names).
+
+        Raises:
+            CommittableDecodeError: not a manifest, or missing/mistyped fields.
+        """
+        if document_version(obj) != MANIFEST_VERSION:
+            raise CommittableDecodeError(f"not a version {MANIFEST_VERSION} checkpoint manifest")
+        return cls._from_json(obj, copy=False, committables=committables)
+
+
+def parse_document(data: bytes | str) -> dict[str, Any]:
+    """The JSON object of ``_metadata`` bytes (plain JSON, or zlib-compressed since version 2),
+    not yet validated beyond being an object.
+
+    Raises:
+        CommittableDecodeError: neither JSON nor a complete zlib stream of JSON, or not an object.
+    """
+    if isinstance(data, (bytes, bytearray)) and data[:1] == b"x":
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as e:
+            raise CommittableDecodeError(f"checkpoint metadata is not a complete zlib stream: {e}") from e
+    with collector.paused():
+        try:
+            obj = json.loads(data)
+        except ValueError as e:
+            raise CommittableDecodeError(f"checkpoint metadata is not JSON: {e}") from e
+    if not isinstance(obj, dict):
+        raise CommittableDecodeError(f"not a {FORMAT} object")
+    return obj
+
+
+def document_version(obj: Mapping[str, Any]) -> int:
+    """The ``version`` of a checkpoint metadata object: 1–3 are read; a later one is refused by
+    name, so a release that does not know a newer format never reads it as something else.
+
+    Raises:
+        CommittableDecodeError: not a ``twophase.checkpoint`` object, or an unknown version.
+    """
+    if not isinstance(obj, Mapping) or obj.get("format") != FORMAT:
+        raise CommittableDecodeError(f"not a {FORMAT} object")
+    version = obj.get("version")
+    if type(version) is not int or version not in (*READABLE_VERSIONS, MANIFEST_VERSION):  # not bool
+        raise CommittableDecodeError(
+            f"unsupported checkpoint metadata version {version!r}: this twophase reads versions 1 to "
+            f"{MANIFEST_VERSION}; a newer release wrote it, so restore it with that release or a later one"
+        )
+    return version
 
 
 def _obj(value: Any, copy: bool) -> dict[str, Any]:

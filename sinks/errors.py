@@ -124,6 +124,12 @@ class CorruptCheckpointError(CheckpointStorageError):
     """A checkpoint's ``_metadata`` is unreadable or invalid. Never silently skipped."""
 
 
+class CommittableFileError(CorruptCheckpointError):
+    """A committable file a checkpoint's manifest names (checkpoint format v3) is missing, or its
+    bytes do not match the manifest's size, sha256 or row count. The checkpoint is refused, never
+    read as holding nothing to commit; the message names the manifest and the file."""
+
+
 class JobError(TwoPhaseError, RuntimeError):
     """A job cannot run as asked (e.g. the stored Spark query id differs from the Spark checkpoint's)."""
 

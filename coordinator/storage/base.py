@@ -4,6 +4,7 @@ backends (DESIGN.md §5).
 Layout under a base location, per job::
 
     <base>/<job-id>/chk-<n>/_metadata                  checkpoints (retained: the last N)
+    <base>/<job-id>/chk-<n>/committables-<i>-<run>-<a>.arrow  a sink's committables (format v3)
     <base>/<job-id>/chk-<n>/_final                     empty marker of a final checkpoint
     <base>/<job-id>/savepoints/sp-<n>/_metadata        savepoints (never deleted automatically)
     <base>/<job-id>/_drivers/driver-<e>                driver epochs (the newest claim owns the job)
@@ -15,12 +16,14 @@ as at least one is kept, a final checkpoint stays until a later checkpoint exist
 Rules every backend keeps:
 - publishing is atomic: a reader sees a complete ``_metadata`` or none (local: temp file, fsync,
   rename; S3 and Azure: a PUT with ``If-None-Match: *``; GCS: ``ifGenerationMatch=0``); publishing
-  an id that exists raises;
+  an id that exists raises; the committable files it names are created the same way, durable,
+  before it (:mod:`~twophase.coordinator.storage.committable_files`);
 - "latest" is found by listing, never from a mutable pointer file;
 - files are created owner-only;
 - a corrupt or unreadable ``_metadata`` raises :class:`~twophase.sinks.errors.CorruptCheckpointError`
-  naming the file. Nothing silently falls back to an older checkpoint (the backends offer
-  ``latest(fallback_to_valid=True)`` as an explicit opt-in).
+  naming the file, a missing or altered committable file its subclass
+  :class:`~twophase.sinks.errors.CommittableFileError`. Nothing silently falls back to an older
+  checkpoint (the backends offer ``latest(fallback_to_valid=True)`` as an explicit opt-in).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from tenacity import (
 )
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
-from twophase.coordinator.storage import layout
+from twophase.coordinator.storage import committable_files, layout
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.errors import (
     CheckpointNotPublishedError,
@@ -42,6 +42,7 @@ def sort_refs(refs: Iterable[CheckpointRef]) -> list[CheckpointRef]:
 def decode_metadata(
     data: bytes,
     location: str,
+    read_file: Callable[[str], bytes],
     *,
     job_id: str | None = None,
     expected: CheckpointRef | None = None,
@@ -51,6 +52,9 @@ def decode_metadata(
     Args:
         data: the file's bytes (any readable version: see :mod:`twophase.coordinator.metadata`).
         location: the file path or ``s3://`` URI, for error messages.
+        read_file: the bytes of a file beside it by name, raising
+            :class:`~twophase.coordinator.storage.committable_files.MissingFile` when there is
+            none (a version 3 manifest's committable files).
         job_id: if given, the metadata must belong to this job.
         expected: if given, the metadata's id and kind must match the listing's ref (a final
             checkpoint lives under ``chk-<n>`` with a ``_final`` marker; a savepoint under
@@ -60,10 +64,12 @@ def decode_metadata(
     Raises:
         CorruptCheckpointError: not JSON or a damaged zlib stream, unknown format or version,
             missing fields, or metadata that contradicts its location; the message names
-            ``location``.
+            ``location``. A :class:`~twophase.sinks.errors.CommittableFileError` when a committable
+            file it names is missing or does not match it.
+        CheckpointStorageError: a committable file cannot be read.
     """
     try:
-        meta = CheckpointMetadata.loads(data)
+        meta = committable_files.decode(data, location, read_file)
     except (CommittableDecodeError, RecursionError) as e:
         raise CorruptCheckpointError(f"corrupt checkpoint metadata {location}: {e}") from e
     if job_id is not None and meta.job_id != job_id:

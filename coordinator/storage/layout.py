@@ -5,6 +5,7 @@ Layout relative to ``<base>/<job-id>/`` (DESIGN.md §5)::
     chk-<n>/_metadata              a checkpoint (kind ``checkpoint`` or ``final``)
     chk-<n>/_final                 empty marker: chk-<n> is a final checkpoint (written before _metadata)
     chk-<n>/_committed             empty marker: every transaction chk-<n> holds is committed
+    chk-<n>/committables-*.arrow   a sink's committables, named by its manifest (format v3)
     savepoints/sp-<n>/_metadata    a savepoint
     _drivers/driver-<e>            one driver's claim of the job (driver epoch ``e``; the newest wins)
 

@@ -9,6 +9,10 @@ cannot both succeed, unlike ``rename(2)`` which silently replaces. The directory
 new name survives a power loss. A crash at any step before the link leaves no ``_metadata``, hence
 no visible checkpoint; leftover temporary files are never listed and are removed by retention.
 
+A checkpoint's committable files (format v3,
+:mod:`~twophase.coordinator.storage.committable_files`) are created by the same steps (temporary
+file, fsync, a link that never overwrites) and the directory fsynced before ``_metadata`` is linked.
+
 On a file system without hard links (``EPERM``/``ENOTSUP`` from ``link``) publish falls back to
 check-then-``os.replace``, which is still atomic for readers but relies on the coordinator being the
 job's single writer to refuse duplicates.
@@ -30,6 +34,7 @@ from urllib.parse import unquote, urlparse
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.committable_files import CheckpointWriter, MissingFile, leftovers_to_delete
 from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
@@ -61,6 +66,9 @@ class LocalCheckpointStorage:
     Directories are created ``0o700`` and files ``0o600`` whatever the process umask. Nothing is
     created until the first publish.
 
+    Attributes:
+        writer: names and encodes this run's committable files (format v3).
+
     Args:
         base_dir: the checkpoint directory shared by jobs (``str`` or ``Path``); created if missing.
         job_id: the job's stable id, one safe path segment.
@@ -73,6 +81,7 @@ class LocalCheckpointStorage:
         self.job_id: str = layout.validate_job_id(job_id)
         self.base_dir = Path(os.path.abspath(os.fspath(base_dir)))
         self.job_dir = self.base_dir / self.job_id
+        self.writer = CheckpointWriter()
 
     def __repr__(self) -> str:
         return f"LocalCheckpointStorage({str(self.job_dir)!r})"
@@ -107,7 +116,8 @@ class LocalCheckpointStorage:
         """
         cid, kind = metadata.checkpoint_id, metadata.kind
         target = self.metadata_path(cid, kind)
-        data = metadata.dumps()
+        encoded = self.writer.encode(metadata)
+        data = encoded.manifest
         try:  # nothing before the link makes a checkpoint visible
             check_publishable(metadata, self.job_id)
             # checkpoints and savepoints share one id sequence: an id names at most one of them
@@ -121,13 +131,18 @@ class LocalCheckpointStorage:
                     )
             created = self._ensure_dir(target.parent)
             self._set_final_marker(target.parent, final=kind is CheckpointKind.FINAL)
+            self._write_files(target.parent, encoded.files)
             tmp = self._write_temp(target, data)
-        except CheckpointNotPublishedError:
-            raise
         except (CheckpointStorageError, OSError) as e:
+            self._discard(target.parent, encoded.files)
+            if isinstance(e, CheckpointNotPublishedError):
+                raise
             raise CheckpointNotPublishedError(f"cannot publish checkpoint {cid} to {target}: {e}") from e
         try:
             self._link(tmp, target, data)
+        except CheckpointNotPublishedError:
+            self._discard(target.parent, encoded.files)
+            raise
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -143,6 +158,34 @@ class LocalCheckpointStorage:
         ref = CheckpointRef(cid, kind, str(target))
         log_published(self.job_id, ref, len(data))
         return ref
+
+    def _write_files(self, directory: Path, files: tuple[tuple[str, bytes], ...]) -> None:
+        """Create each committable file in ``directory`` (temp file, fsync, a link that never
+        overwrites), then fsync the directory: durable before the manifest is linked.
+
+        Raises:
+            CheckpointNotPublishedError: a file exists with other bytes, or cannot be written.
+            OSError: a write failed.
+        """
+        for name, data in files:
+            path = directory / name
+            tmp = self._write_temp(path, data)
+            try:
+                self._link(tmp, path, data)
+            except CheckpointPublishUnknownError as e:  # no manifest names it yet: nothing is visible
+                raise CheckpointNotPublishedError(f"cannot write committable file {path}: {e}") from e
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+        if files:
+            _fsync_dir(directory)
+
+    def _discard(self, directory: Path, files: tuple[tuple[str, bytes], ...]) -> None:
+        """Remove this publish's own committable files once it is proven not published (best
+        effort: what stays is a leftover retention removes)."""
+        for name, _ in files:
+            with contextlib.suppress(OSError):
+                os.unlink(directory / name)
 
     def _ensure_dir(self, path: Path) -> list[Path]:
         """Create ``path`` and missing parents owner-only; return the directories created (outermost last)."""
@@ -367,7 +410,9 @@ class LocalCheckpointStorage:
             CheckpointStorageError: there is no such checkpoint (e.g. deleted by retention).
         """
         path = self.metadata_path(ref.checkpoint_id, ref.kind)
-        return decode_metadata(_read(path), str(path), job_id=self.job_id, expected=ref)
+        return decode_metadata(
+            _read(path), str(path), _sibling_reader(path), job_id=self.job_id, expected=ref
+        )
 
     def load_location(self, location: str) -> CheckpointMetadata:
         """Read a checkpoint or savepoint by location: a ``_metadata`` path, its directory, or ``file://``.
@@ -382,7 +427,7 @@ class LocalCheckpointStorage:
         path = Path(local_path(location))
         if path.is_dir():
             path = path / layout.METADATA_NAME
-        return decode_metadata(_read(path), str(path))
+        return decode_metadata(_read(path), str(path), _sibling_reader(path))
 
     def latest(self, *, fallback_to_valid: bool = False) -> CheckpointMetadata | None:
         """The newest published checkpoint or savepoint by listing, or ``None`` for a new job.
@@ -467,7 +512,10 @@ class LocalCheckpointStorage:
                         if layout.is_temp_name(name):
                             os.unlink(d / name)
                 elif cid < newest_id:  # a publish that never completed; a newer one may still be running
-                    _rmtree(d)
+                    for name in leftovers_to_delete(os.listdir(d), self.writer):
+                        _rmtree(d / name) if (d / name).is_dir() else os.unlink(d / name)
+                    with contextlib.suppress(OSError):  # not empty: another run's files stay
+                        d.rmdir()
                 else:
                     continue
             except OSError as e:
@@ -505,6 +553,26 @@ def _read(path: Path) -> bytes:
         raise
     except OSError as e:
         raise CorruptCheckpointError(f"unreadable checkpoint metadata {path}: {e}") from e
+
+
+def _sibling_reader(metadata_path: Path) -> Callable[[str], bytes]:
+    """Reads a committable file beside ``metadata_path`` by name.
+
+    Raises (the reader):
+        MissingFile: there is none.
+        CheckpointStorageError: it cannot be read.
+    """
+
+    def read(name: str) -> bytes:
+        path = metadata_path.parent / name
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise MissingFile(str(path)) from None
+        except OSError as e:
+            raise CheckpointStorageError(f"cannot read committable file {path}: {e}") from e
+
+    return read
 
 
 def _fsync_dir(path: Path) -> None:

@@ -28,6 +28,12 @@ from tenacity import RetryCallState
 from twophase.coordinator.metadata import METADATA_MEDIA_TYPE, CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.committable_files import (
+    FILE_MEDIA_TYPE,
+    CheckpointWriter,
+    MissingFile,
+    leftovers_to_delete,
+)
 from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
@@ -182,6 +188,10 @@ class ObjectCheckpointStorage:
         retry_attempts: attempts per call for transient errors (≥ 1).
         retry_max_wait_s: cap of the exponential backoff between attempts, seconds.
 
+    Attributes:
+        writer: names and encodes this run's committable files (format v3), created with the same
+            conditional create before the manifest.
+
     Raises:
         ConfigError: bad prefix, job id or retry settings.
     """
@@ -203,6 +213,7 @@ class ObjectCheckpointStorage:
             raise ConfigError(f"invalid checkpoint key prefix {prefix!r}: empty, '.' or '..' segments")
         self.job_prefix = f"{self.prefix}/{self.job_id}/" if self.prefix else f"{self.job_id}/"
         self.store = store
+        self.writer = CheckpointWriter()
         self._retry_attempts = retry_attempts
         self._retry_max_wait_s = retry_max_wait_s
 
@@ -292,7 +303,8 @@ class ObjectCheckpointStorage:
         cid, kind = metadata.checkpoint_id, metadata.kind
         key = self.metadata_key(cid, kind)
         uri = self.store.uri(key)
-        data = metadata.dumps()
+        encoded = self.writer.encode(metadata)
+        data = encoded.manifest
         try:  # nothing is written before the create but the final marker, which alone shows nothing
             check_publishable(metadata, self.job_id)
             other = (
@@ -304,7 +316,10 @@ class ObjectCheckpointStorage:
                         f"checkpoint {cid} of job {self.job_id!r} exists: {self.store.uri(existing)}"
                     )
             self._set_final_marker(cid, final=kind is CheckpointKind.FINAL)
+            for name, body in encoded.files:  # durable once created: before the manifest names them
+                self._create_file(self.dir_key(cid, kind) + name, body)
         except CheckpointStorageError as e:
+            self._discard(cid, kind, encoded.files)
             if isinstance(e, CheckpointNotPublishedError):
                 raise
             raise CheckpointNotPublishedError(f"checkpoint {cid} not published: {e}") from e
@@ -317,19 +332,64 @@ class ObjectCheckpointStorage:
             self.store.create(key, data, METADATA_MEDIA_TYPE)
 
         try:
-            self._call("create", key, create)
-        except ObjectExists as e:
-            retried = attempts > 1 or e.earlier_attempt
-            settle_conflicting_publish(uri, data, lambda: self._read(key), retried=retried, error=e)
-        except (StoreRefused, ObjectMissing) as e:
-            settle_refused_publish(uri, str(e), retried=attempts > 1 or e.earlier_attempt, error=e)
-        except Exception as e:  # transient to the last attempt, or an answer nobody could read
-            raise CheckpointPublishUnknownError(
-                f"create of {uri}: no attempt got a definitive answer; the checkpoint may have landed: {e}"
-            ) from e
+            try:
+                self._call("create", key, create)
+            except ObjectExists as e:
+                retried = attempts > 1 or e.earlier_attempt
+                settle_conflicting_publish(uri, data, lambda: self._read(key), retried=retried, error=e)
+            except (StoreRefused, ObjectMissing) as e:
+                settle_refused_publish(uri, str(e), retried=attempts > 1 or e.earlier_attempt, error=e)
+            except Exception as e:  # transient to the last attempt, or an answer nobody could read
+                raise CheckpointPublishUnknownError(
+                    f"create of {uri}: no attempt got a definitive answer; the checkpoint may have "
+                    f"landed: {e}"
+                ) from e
+        except CheckpointNotPublishedError:
+            self._discard(cid, kind, encoded.files)
+            raise
         ref = CheckpointRef(cid, kind, uri)
         log_published(self.job_id, ref, len(data))
         return ref
+
+    def _create_file(self, key: str, data: bytes) -> None:
+        """Create one committable file with the conditional create; "exists" is ours only if it
+        reads back as ``data`` (a retried create of ours landed first).
+
+        Raises:
+            CheckpointNotPublishedError: it cannot be created (no manifest names it yet).
+        """
+        attempts = 0
+
+        def create() -> None:
+            nonlocal attempts
+            attempts += 1
+            self.store.create(key, data, FILE_MEDIA_TYPE)
+
+        uri = self.store.uri(key)
+        try:
+            self._call("create", key, create)
+        except ObjectExists as e:
+            retried = attempts > 1 or e.earlier_attempt
+            try:
+                settle_conflicting_publish(uri, data, lambda: self._get(key), retried=retried, error=e)
+            except CheckpointStorageError as unsettled:
+                raise CheckpointNotPublishedError(f"committable file {uri}: {unsettled}") from e
+        except Exception as e:  # nothing names the file yet, so nothing is visible whatever it did
+            raise CheckpointNotPublishedError(f"cannot create committable file {uri}: {e}") from e
+
+    def _discard(
+        self, checkpoint_id: int, kind: CheckpointKind, files: tuple[tuple[str, bytes], ...]
+    ) -> None:
+        """Remove this publish's own committable files once it is proven not published (best
+        effort: what stays is a leftover retention removes)."""
+        keys = [self.dir_key(checkpoint_id, kind) + name for name, _ in files]
+        if keys:
+            with contextlib.suppress(Exception):
+                self._call("delete", keys[0], lambda: self.store.delete_keys(keys))
+
+    def _get(self, key: str, store: ObjectStore | None = None) -> bytes:
+        where = store or self.store
+        return self._call("get", key, lambda: where.get(key), where)
 
     def _set_final_marker(self, checkpoint_id: int, *, final: bool) -> None:
         marker = self.dir_key(checkpoint_id, CheckpointKind.FINAL) + layout.FINAL_MARKER_NAME
@@ -432,7 +492,9 @@ class ObjectCheckpointStorage:
             CheckpointStorageError: no such object, or the store is unavailable after retries.
         """
         key = self.metadata_key(ref.checkpoint_id, ref.kind)
-        return decode_metadata(self._read(key), self.store.uri(key), job_id=self.job_id, expected=ref)
+        return decode_metadata(
+            self._read(key), self.store.uri(key), self._sibling_reader(key), job_id=self.job_id, expected=ref
+        )
 
     def load_location(self, location: str) -> CheckpointMetadata:
         """Read a checkpoint or savepoint by the location of its ``_metadata`` or its directory, in
@@ -446,7 +508,23 @@ class ObjectCheckpointStorage:
         """
         store, path = self.store.at(location)
         key = metadata_key_of(path)
-        return decode_metadata(self._read(key, store), store.uri(key))
+        return decode_metadata(self._read(key, store), store.uri(key), self._sibling_reader(key, store))
+
+    def _sibling_reader(self, metadata_key: str, store: ObjectStore | None = None) -> Callable[[str], bytes]:
+        """Reads a committable file beside the manifest at ``metadata_key`` by name."""
+        where = store or self.store
+        directory = metadata_key.rsplit("/", 1)[0]
+
+        def read(name: str) -> bytes:
+            key = f"{directory}/{name}"
+            try:
+                return self._get(key, where)
+            except ObjectMissing:
+                raise MissingFile(where.uri(key)) from None
+            except StoreError as e:
+                raise CheckpointStorageError(f"cannot read committable file {where.uri(key)}: {e}") from e
+
+        return read
 
     def mark_committed(self, location: str) -> None:
         """An empty ``_committed`` object beside the checkpoint's ``_metadata``. Idempotent.
@@ -523,6 +601,17 @@ class ObjectCheckpointStorage:
             except StoreError as e:
                 raise self._fail("cannot delete under", prefix, e) from e
 
+    def _delete_leftovers(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        """Delete what a publish that never completed left (``leftovers_to_delete``)."""
+        prefix = self.dir_key(checkpoint_id, kind)
+        names = [k[len(prefix) :] for k in self._list_keys(prefix)]
+        doomed = [prefix + n for n in leftovers_to_delete(names, self.writer)]
+        if doomed:
+            try:
+                self._call("delete", prefix, lambda: self.store.delete_keys(doomed))
+            except StoreError as e:
+                raise self._fail("cannot delete under", prefix, e) from e
+
     def apply_retention(self, keep: int) -> list[CheckpointRef]:
         """Delete all but the newest ``keep`` (≥ 1) non-savepoint checkpoints; return what was deleted.
 
@@ -540,6 +629,6 @@ class ObjectCheckpointStorage:
         newest = refs[-1].checkpoint_id if refs else 0
         for cid, kind in orphans:
             if cid < newest:
-                self._delete_dir(cid, kind)
+                self._delete_leftovers(cid, kind)
                 log_event(log, logging.DEBUG, "cleaned publish leftovers", job=self.job_id, checkpoint=cid)
         return doomed

@@ -96,6 +96,16 @@ from support.model_alphabet import (
     arrived,
     traced,
 )
+from support.model_checkpoint_files import (
+    CRASH_POINTS,
+    DAMAGE,
+    crash_in_publish,
+    damage,
+    newest,
+    repair,
+    stale_driver_publishes,
+    unreadable_retained,
+)
 from support.model_settle import settle
 from support.model_world import ModelWorld
 from support.postgres_model import RESTART_POINTS
@@ -119,6 +129,7 @@ from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
+    CommittableFileError,
     IllegalTransitionError,
     JobError,
     ServiceUnavailableError,
@@ -155,6 +166,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.phase = "running"  # running | stopped | deleted
         self.gates: list[threading.Event] = []
         self.trace: list[str] = []
+        self.damaged = False  # a committable file is damaged on purpose (committable_file_damaged)
         """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
@@ -582,6 +594,82 @@ class ProtocolModel(RuleBasedStateMachine):
             event("a late table of acknowledgements of a completed checkpoint refused")
             return
         self.check(False, f"a late table of acknowledgements of completed checkpoint {cid} was accepted")
+
+    # -- checkpoint format v3: committable files under a manifest (#42 item 2) ---------------------
+
+    @invariant()
+    def every_retained_manifest_names_intact_files(self) -> None:
+        """No retained checkpoint's manifest names a missing or altered committable file: files
+        are durable before their manifest, and retention deletes them only with it."""
+        if not hasattr(self, "h") or self.damaged:
+            return
+        bad = unreadable_retained(self.storage)
+        self.check(not bad, f"retained manifests naming missing or corrupt files: {bad}")
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(how=st.sampled_from(DAMAGE), pick=st.integers(0, 7))
+    @traced
+    def committable_file_damaged(self, how: str, pick: int) -> None:
+        """A committable file a retained manifest names is deleted or altered while the driver is
+        down: the restore fails loudly (``CommittableFileError``, naming the file), never reads
+        the checkpoint as nothing to commit; once the file is put back, the job goes on."""
+        self.h.runtime.abandon()
+        damaged = damage(self.storage, pick, how)
+        if damaged is None:
+            self.restart()
+            return
+        self.damaged = True
+        try:
+            self.h.restart_process()
+        except CommittableFileError as e:
+            event(f"restore refused a {how} committable file")
+            self.check(damaged[0].rsplit("/", 1)[1] in str(e), f"the error names another file: {e}")
+        except (TransactionLostError, *EXPECTED):  # failed before it read the file: restart() decides
+            event("restore failed before it read a damaged committable file")
+        else:
+            self.check(False, f"a restore read checkpoint storage with a {how} file {damaged[0]}")
+        finally:
+            repair(self.storage, *damaged)
+            self.damaged = False
+        self.restart()
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(drop=st.booleans())
+    @traced
+    def stale_driver_writes_files_after_a_newer_published(self, drop: bool) -> None:
+        """A stale driver of the job writes its committable files for the newest checkpoint's id
+        after this driver published it (with its committables, or without them): its files never
+        replace this driver's, its manifest is refused, and its own files go."""
+        found = newest(self.storage)
+        if found is None:
+            return
+        _, meta = found
+        if drop:
+            meta = replace(
+                meta, sinks={n: replace(s, committables=s.committables[1:]) for n, s in meta.sinks.items()}
+            )
+        event(f"a stale driver's publish was {stale_driver_publishes(self.storage, meta)}")
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(
+        point=st.sampled_from(CRASH_POINTS),
+        parts=st.integers(1, 4),
+        size=st.integers(1, 4),
+        down_ms=st.sampled_from(DOWN_MS),
+    )
+    @traced
+    def driver_dies_in_a_publish(self, point: str, parts: int, size: int, down_ms: int) -> None:
+        """The next epoch's driver dies between its committable files and its manifest (the
+        checkpoint is not published: its files are leftovers, its transactions lingering), or
+        after the manifest and before retention (published: the restore commits it)."""
+        disarm = crash_in_publish(self.storage, point)
+        try:
+            self.epoch(
+                parts=parts, size=size, tasks=["ok"] * 6, point="before_write", driver=None,
+                publish="ok", notify=True, down_ms=down_ms, on_failure="fail_over",
+            )  # fmt: skip
+        finally:
+            disarm()
 
     @rule()
     @traced

@@ -19,6 +19,7 @@ from support.checkpoint_storage_contract import PREFIX, CheckpointStorageContrac
 from support.checkpoints import metadata
 
 from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
+from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import ObjectCheckpointStorage
 from twophase.integration.services.azurite import AzureBlobEndpoint
 from twophase.integration.services.gcs_server import GcsEndpoint
@@ -84,10 +85,13 @@ class TestCloudCheckpointStorage(CheckpointStorageContract):
 def test_two_drivers_publishing_one_id_at_once_exactly_one_wins(store: Store) -> None:
     for cid in range(1, 6):
         candidates = [metadata(cid, partitions=1), metadata(cid, partitions=3)]
-        outcomes = race([store.open("job-1"), store.open("job-1")], candidates)
+        drivers = [store.open("job-1"), store.open("job-1")]
+        outcomes = race(drivers, candidates)
         assert sorted(outcomes) == ["not published", "published"], outcomes
-        winner = candidates[outcomes.index("published")]
-        assert store.get_raw(f"{PREFIX}/job-1/chk-{cid}/_metadata") == winner.dumps()
+        won = outcomes.index("published")
+        winner = candidates[won]
+        manifest = encode(winner, drivers[won].writer.run, 0).manifest
+        assert store.get_raw(f"{PREFIX}/job-1/chk-{cid}/_metadata") == manifest
         assert store.open("job-1").latest() == winner
 
 

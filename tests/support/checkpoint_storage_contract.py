@@ -22,10 +22,12 @@ from support.checkpoints import metadata
 from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import ObjectCheckpointStorage
 from twophase.sinks.errors import (
     CheckpointNotPublishedError,
     CheckpointStorageError,
+    CommittableFileError,
     CorruptCheckpointError,
     DriverFencedError,
 )
@@ -84,8 +86,8 @@ CORRUPTIONS = [
     (lambda good: good[: len(good) // 2], "not a complete zlib stream"),
     (lambda good: zlib.decompress(good)[:40], "not JSON"),
     (
-        lambda good: zlib.compress(zlib.decompress(good).replace(b'"version":2', b'"version":3')),
-        "unsupported checkpoint metadata version 3",
+        lambda good: zlib.compress(zlib.decompress(good).replace(b'"version":2', b'"version":4')),
+        "unsupported checkpoint metadata version 4: this twophase reads versions 1 to 3",
     ),
     (lambda good: b'{"format": "something-else"}', "not a twophase.checkpoint object"),
 ]
@@ -108,11 +110,16 @@ class CheckpointStorageContract:
         assert storage.latest() == meta
         assert storage.load_location(ref.location) == meta
         assert storage.load_location(ref.location.removesuffix("/_metadata")) == meta
-        expected = [f"{PREFIX}/job-1/{rel}/_metadata"]
+        # the committables of sink "orders" (index 1 of the sorted sinks) in one Arrow file, named
+        # per driver run, checkpoint and attempt; the manifest names it (format v3)
+        arrow = f"{PREFIX}/job-1/{rel}/committables-1-{storage.writer.run}-0.arrow"
+        expected = [f"{PREFIX}/job-1/{rel}/_metadata", arrow]
         if kind is FIN:
             expected.insert(0, f"{PREFIX}/job-1/chk-4/_final")
         assert store.listing() == expected
-        assert store.get_raw(expected[-1]) == meta.dumps()  # read back by the service's own SDK
+        encoded = encode(meta, storage.writer.run, 0)
+        assert store.get_raw(expected[-2]) == encoded.manifest  # read back by the service's own SDK
+        assert store.get_raw(arrow) == dict(encoded.files)[arrow.rsplit("/", 1)[1]]
 
     def test_a_new_job_is_empty(self, storage: ObjectCheckpointStorage) -> None:
         assert storage.list_checkpoints() == []
@@ -150,7 +157,11 @@ class CheckpointStorageContract:
             storage.publish(metadata(3, SP))  # ids are shared between checkpoints and savepoints
         assert storage.list_checkpoints() == [ref]
         assert storage.latest() == first
-        assert store.get_raw(storage.metadata_key(3, CK)) == first.dumps()
+        assert store.get_raw(storage.metadata_key(3, CK)) == encode(first, storage.writer.run, 0).manifest
+        # the refused publishes removed their own committable files
+        assert [k for k in store.listing() if k.endswith(".arrow")] == [
+            f"{PREFIX}/job-1/chk-3/committables-1-{storage.writer.run}-0.arrow"
+        ]
 
     def test_the_conditional_create_refuses_even_when_the_precheck_is_raced(
         self, storage: ObjectCheckpointStorage, monkeypatch: pytest.MonkeyPatch
@@ -214,11 +225,17 @@ class CheckpointStorageContract:
         assert [r.checkpoint_id for r in deleted] == [1, 2, 3, 4, 5]
         assert ids(storage) == [(6, SP), (7, CK), (8, FIN)]
         job = f"{PREFIX}/job-1"
-        assert store.listing() == [
+        assert [k for k in store.listing() if not k.endswith(".arrow")] == [
             f"{job}/chk-7/_metadata",
             f"{job}/chk-8/_final",
             f"{job}/chk-8/_metadata",
             f"{job}/savepoints/sp-6/_metadata",
+        ]
+        # committable files went with their manifests
+        assert [k.rsplit("/", 1)[0] for k in store.listing() if k.endswith(".arrow")] == [
+            f"{job}/chk-7",
+            f"{job}/chk-8",
+            f"{job}/savepoints/sp-6",
         ]
         storage.apply_retention(1)
         assert ids(storage) == [(6, SP), (8, FIN)]  # the final checkpoint is the newest: kept
@@ -232,7 +249,10 @@ class CheckpointStorageContract:
         assert ids(storage) == [(1, CK)]
         storage.publish(metadata(3))
         assert storage.apply_retention(5) == []
-        assert store.listing() == [f"{PREFIX}/job-1/chk-1/_metadata", f"{PREFIX}/job-1/chk-3/_metadata"]
+        assert [k for k in store.listing() if not k.endswith(".arrow")] == [
+            f"{PREFIX}/job-1/chk-1/_metadata",
+            f"{PREFIX}/job-1/chk-3/_metadata",
+        ]
         # and an id whose final publish crashed can still be published as a plain checkpoint
         store.put_raw(f"{PREFIX}/job-1/chk-4/_final", b"")
         storage.publish(metadata(4))
@@ -251,3 +271,65 @@ class CheckpointStorageContract:
         store.open("job-1").prune_driver_epochs(2)
         assert store.listing() == [f"{PREFIX}/job-1/_drivers/driver-2"]
         assert store.open("job-1").list_checkpoints() == []  # claims are no checkpoints
+
+    # -- checkpoint format v3: committable files under a manifest (issue #42 item 2) ----------
+
+    def test_a_manifest_naming_a_missing_committable_file_is_refused(
+        self, store: Store, storage: ObjectCheckpointStorage
+    ) -> None:
+        storage.publish(metadata(1))
+        ref = storage.publish(metadata(2))
+        arrow = next(k for k in store.listing() if "/chk-2/" in k and k.endswith(".arrow"))
+        storage.store.delete_keys([arrow])
+        with pytest.raises(
+            CommittableFileError, match=r"names the committable file .* which is missing"
+        ) as info:
+            storage.load(ref)
+        assert ref.location in str(info.value) and "orders" in str(info.value)
+        with pytest.raises(CommittableFileError):
+            storage.latest()  # never read as a checkpoint with nothing to commit
+        assert storage.latest(fallback_to_valid=True) == metadata(1)  # only on explicit request
+
+    def test_a_committable_file_that_does_not_match_its_sha256_is_refused(
+        self, store: Store, storage: ObjectCheckpointStorage
+    ) -> None:
+        ref = storage.publish(metadata(2))
+        arrow = next(k for k in store.listing() if k.endswith(".arrow"))
+        good = store.get_raw(arrow)
+        store.put_raw(arrow, good[:100] + bytes([good[100] ^ 1]) + good[101:])
+        with pytest.raises(CommittableFileError, match="is corrupt: sha256 "):
+            storage.load(ref)
+
+    def test_a_stale_driver_publishing_the_same_id_never_touches_the_winners_files(
+        self, store: Store
+    ) -> None:
+        newer, stale = store.open("job-1"), store.open("job-1")  # two driver runs of one job
+        assert newer.writer.run != stale.writer.run
+        ref = newer.publish(metadata(3))
+        with pytest.raises(CheckpointNotPublishedError, match="exists"):
+            stale.publish(metadata(3, partitions=1))
+        monkey = pytest.MonkeyPatch()
+        monkey.setattr(stale, "_exists", lambda _key: False)  # it passed the check before the winner
+        try:
+            with pytest.raises(CheckpointNotPublishedError, match="exists already"):
+                stale.publish(metadata(3, partitions=1))
+        finally:
+            monkey.undo()
+        assert newer.load(ref) == metadata(3)
+        assert [k for k in store.listing() if k.endswith(".arrow")] == [
+            f"{PREFIX}/job-1/chk-3/committables-1-{newer.writer.run}-0.arrow"
+        ]
+
+    def test_retention_keeps_another_runs_unpublished_files_and_removes_its_own(self, store: Store) -> None:
+        storage, stale = store.open("job-1"), store.open("job-1")
+        storage.publish(metadata(1))
+        # files of checkpoint 2 with no manifest: this run's (a publish that failed unknown) and
+        # a stale driver's, which may still publish its manifest
+        for writer in (storage.writer, stale.writer):
+            for name, data in encode(metadata(2), writer.run, 0).files:
+                store.put_raw(f"{PREFIX}/job-1/chk-2/{name}", data)
+        storage.publish(metadata(3))
+        storage.apply_retention(5)
+        assert [k for k in store.listing() if "/chk-2/" in k] == [
+            f"{PREFIX}/job-1/chk-2/committables-1-{stale.writer.run}-0.arrow"
+        ]

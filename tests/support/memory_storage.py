@@ -22,6 +22,12 @@ from collections.abc import Callable
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.committable_files import (
+    CheckpointWriter,
+    MissingFile,
+    file_run,
+    leftovers_to_delete,
+)
 from twophase.coordinator.storage.common import (
     check_publishable,
     decode_metadata,
@@ -70,6 +76,12 @@ class InMemoryCheckpointStorage:
             before the ``_final`` marker and the conditional create of ``_metadata``, outside the
             store's lock: the S3 backend's separate steps, which another driver of the job may
             interleave (issue #43).
+        between_files_and_manifest: test hook called with the metadata once its committable files
+            are created and before its manifest is (checkpoint format v3), outside the store's
+            lock: a crash there leaves files no manifest names; a stale driver may be there.
+        before_retention: test hook called at the start of :meth:`apply_retention` (a driver dying
+            after its manifest was published and before retention ran).
+        writer: this storage's writer of version 3 checkpoints (its run token names its files).
         next_driver_listing: if set, what the next ``driver_epochs`` answers, once: a LIST
             answered before a newer driver's claim landed (issue #43).
 
@@ -85,6 +97,9 @@ class InMemoryCheckpointStorage:
         self.published: list[int] = []
         self.refuse_markers = 0
         self.between_check_and_put: Callable[[CheckpointMetadata], None] | None = None
+        self.between_files_and_manifest: Callable[[CheckpointMetadata], None] | None = None
+        self.before_retention: Callable[[], None] | None = None
+        self.writer = CheckpointWriter()
         self.next_driver_listing: list[int] | None = None
 
     def __repr__(self) -> str:
@@ -125,15 +140,29 @@ class InMemoryCheckpointStorage:
                     raise CheckpointNotPublishedError(f"cannot publish checkpoint {cid}: {e}") from e
         if self.between_check_and_put is not None:
             self.between_check_and_put(metadata)
+        encoded = self.writer.encode(metadata)
+        directory = target.rsplit("/", 1)[0]
         with self.store.lock:
             # the _final marker, a separate object written before _metadata as on S3 (a stale one
-            # must not mark a plain checkpoint); then the conditional create (If-None-Match: *)
+            # must not mark a plain checkpoint); the committable files, each a conditional create
             if kind is CheckpointKind.FINAL:
                 self.store.files[self._final_marker(cid)] = b""
             else:
                 self.store.files.pop(self._final_marker(cid), None)
-            self._refuse_existing(cid)
-            self.store.files[target] = metadata.dumps()
+            for name, data in encoded.files:
+                if f"{directory}/{name}" in self.store.files:
+                    raise CheckpointNotPublishedError(f"committable file {directory}/{name} exists")
+                self.store.files[f"{directory}/{name}"] = data
+        if self.between_files_and_manifest is not None:
+            self.between_files_and_manifest(metadata)
+        with self.store.lock:  # then the manifest's conditional create (If-None-Match: *)
+            try:
+                self._refuse_existing(cid)
+            except CheckpointNotPublishedError:
+                for name, _ in encoded.files:  # proven not published: this publish's own files go
+                    self.store.files.pop(f"{directory}/{name}", None)
+                raise
+            self.store.files[target] = encoded.manifest
             self.published.append(cid)
             if self.after_publish_hook is not None:
                 try:
@@ -187,6 +216,18 @@ class InMemoryCheckpointStorage:
             raise CheckpointStorageError(f"no checkpoint at {location}")
         return data
 
+    def _sibling_reader(self, location: str) -> Callable[[str], bytes]:
+        directory = location.rsplit("/", 1)[0]
+
+        def read(name: str) -> bytes:
+            with self.store.lock:
+                data = self.store.files.get(f"{directory}/{name}")
+            if data is None:
+                raise MissingFile(f"{directory}/{name}")
+            return data
+
+        return read
+
     def load(self, ref: CheckpointRef) -> CheckpointMetadata:
         """Read one checkpoint of this job; its id and kind must match ``ref``.
 
@@ -195,7 +236,9 @@ class InMemoryCheckpointStorage:
             CheckpointStorageError: no such checkpoint.
         """
         location = self.location(ref.checkpoint_id, ref.kind)
-        return decode_metadata(self._read(location), location, job_id=self.job_id, expected=ref)
+        return decode_metadata(
+            self._read(location), location, self._sibling_reader(location), job_id=self.job_id, expected=ref
+        )
 
     def load_location(self, location: str) -> CheckpointMetadata:
         """Read a checkpoint or savepoint by location (its ``_metadata`` or its directory).
@@ -209,7 +252,7 @@ class InMemoryCheckpointStorage:
         loc = location.rstrip("/")
         if not loc.endswith("/" + layout.METADATA_NAME):
             loc = f"{loc}/{layout.METADATA_NAME}"
-        return decode_metadata(self._read(loc), loc)
+        return decode_metadata(self._read(loc), loc, self._sibling_reader(loc))
 
     def latest(self, *, fallback_to_valid: bool = False) -> CheckpointMetadata | None:
         """The newest published checkpoint or savepoint by listing, or ``None`` for a new job.
@@ -238,11 +281,12 @@ class InMemoryCheckpointStorage:
 
     def delete(self, ref: CheckpointRef) -> None:
         """Delete one checkpoint (savepoints too, when asked explicitly). Idempotent."""
-        with self.store.lock:
-            self.store.files.pop(self.location(ref.checkpoint_id, ref.kind), None)
-            self.store.files.pop(layout.committed_marker_of(self.location(ref.checkpoint_id, ref.kind)), None)
-            if ref.kind is not CheckpointKind.SAVEPOINT:
-                self.store.files.pop(self._final_marker(ref.checkpoint_id), None)
+        with self.store.lock:  # _metadata first, then everything else in its directory
+            location = self.location(ref.checkpoint_id, ref.kind)
+            self.store.files.pop(location, None)
+            directory = location.rsplit("/", 1)[0] + "/"
+            for name in [n for n in self.store.files if n.startswith(directory)]:
+                del self.store.files[name]
         log_event(
             log,
             logging.INFO,
@@ -258,10 +302,45 @@ class InMemoryCheckpointStorage:
         Raises:
             ConfigError: ``keep`` < 1.
         """
-        doomed = plan_retention(self.list_checkpoints(), keep)
+        if self.before_retention is not None:
+            self.before_retention()
+        refs = self.list_checkpoints()
+        doomed = plan_retention(refs, keep)
         for ref in doomed:
             self.delete(ref)
+        newest = refs[-1].checkpoint_id if refs else 0
+        with self.store.lock:  # leftovers of publishes that never completed, below the newest id
+            for directory, names in self._directories().items():
+                cid = layout.parse_checkpoint_dir(directory.rsplit("/", 1)[-1])
+                if cid is None or cid >= newest or layout.METADATA_NAME in names:
+                    continue
+                for name in leftovers_to_delete(sorted(names), self.writer):
+                    del self.store.files[f"{directory}/{name}"]
         return doomed
+
+    def _directories(self) -> dict[str, set[str]]:
+        """Checkpoint directory → the names in it (held lock)."""
+        prefix = f"{SCHEME}{self.job_id}/"
+        out: dict[str, set[str]] = {}
+        for key in self.store.files:
+            if key.startswith(prefix) and "/" in key[len(prefix) :]:
+                directory, name = key.rsplit("/", 1)
+                out.setdefault(directory, set()).add(name)
+        return out
+
+    def committable_files(self, checkpoint_id: int | None = None) -> list[str]:
+        """Every committable file of the job (of checkpoint ``checkpoint_id`` if given), sorted."""
+        with self.store.lock:
+            return sorted(
+                f"{d}/{n}"
+                for d, names in self._directories().items()
+                for n in names
+                if file_run(n) is not None
+                and (
+                    checkpoint_id is None
+                    or d.rsplit("/", 1)[-1] in (f"chk-{checkpoint_id}", f"sp-{checkpoint_id}")
+                )
+            )
 
     # -- driver epochs (issue #43) ---------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import random
@@ -11,16 +12,21 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.errors import (
+    CheckpointNotPublishedError,
     CheckpointPublishUnknownError,
     CheckpointStorageError,
+    CommittableDecodeError,
+    CommittableFileError,
     ConfigError,
     CorruptCheckpointError,
 )
@@ -103,7 +109,9 @@ def test_publishing_an_existing_id_raises_and_keeps_the_first(
         storage.publish(make_meta(3, SP))  # ids are shared between checkpoints and savepoints
     assert ids(storage) == [(3, CK)]
     assert storage.latest() == first
-    assert [p.name for p in (storage.job_dir / "chk-3").iterdir()] == ["_metadata"]
+    run = storage.writer.run  # the refused publishes removed their own committable files
+    names = sorted(p.name for p in (storage.job_dir / "chk-3").iterdir())
+    assert names == ["_metadata", f"committables-1-{run}-0.arrow"]
 
 
 def test_link_refuses_an_existing_name_even_past_the_precheck(
@@ -115,7 +123,11 @@ def test_link_refuses_an_existing_name_even_past_the_precheck(
     with pytest.raises(CheckpointStorageError, match="exists already"):
         storage.publish(make_meta(5, partitions=1))
     assert storage.load(storage.list_checkpoints()[0]) == first
-    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == ["_metadata"]
+    run = storage.writer.run  # the winner's file; the refused publish removed its own
+    assert sorted(p.name for p in (storage.job_dir / "chk-5").iterdir()) == [
+        "_metadata",
+        f"committables-1-{run}-0.arrow",
+    ]
 
 
 def test_metadata_of_another_job_is_refused(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
@@ -189,7 +201,11 @@ def test_without_hard_links_publish_falls_back_to_rename(
     with pytest.raises(CheckpointStorageError, match="exists"):
         storage.publish(make_meta(1, partitions=1))
     assert storage.latest() == make_meta(1)
-    assert [p.name for p in (storage.job_dir / "chk-1").iterdir()] == ["_metadata"]
+    run = storage.writer.run
+    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == [
+        "_metadata",
+        f"committables-1-{run}-0.arrow",
+    ]
 
 
 # -- corruption ---------------------------------------------------------------------------------
@@ -318,7 +334,11 @@ def test_retention_cleans_leftovers_of_crashed_publishes(
     (in_flight / "_metadata.tmp-0004").write_text("{")
     assert storage.apply_retention(5) == []
     assert sorted(p.name for p in storage.job_dir.iterdir()) == ["chk-1", "chk-3", "chk-4"]
-    assert [p.name for p in (storage.job_dir / "chk-1").iterdir()] == ["_metadata"]
+    run = storage.writer.run
+    assert sorted(p.name for p in (storage.job_dir / "chk-1").iterdir()) == [
+        "_metadata",
+        f"committables-1-{run}-0.arrow",
+    ]
     assert (in_flight / "_metadata.tmp-0004").exists()
 
 
@@ -406,9 +426,15 @@ def _link_then(error: OSError) -> Callable[[str, str], None]:
 
     def link(src: str, dst: str) -> None:  # it lands, but the caller hears an error (NFS retransmit)
         real(src, dst)
-        raise error
+        if str(dst).endswith("_metadata"):  # the manifest's link; the committable files' go well
+            raise error
 
     return link
+
+
+def _fsync_fails_after_the_manifest(directory: Path) -> None:
+    if (directory / "_metadata").exists():
+        raise OSError(errno.EIO, "x")
 
 
 def _fail(error: OSError) -> Callable[..., None]:
@@ -444,7 +470,7 @@ LINK_EXITS: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
         UNKNOWN,
     ),
     "the directory fsync fails after the link": (
-        lambda m: m.setattr("twophase.coordinator.storage.local._fsync_dir", _fail(OSError(errno.EIO, "x"))),
+        lambda m: m.setattr("twophase.coordinator.storage.local._fsync_dir", _fsync_fails_after_the_manifest),
         UNKNOWN,
     ),
 }
@@ -475,3 +501,99 @@ def test_publish_exits_before_the_link_are_not_published(tmp_path: Path, make_me
     storage.publish(make_meta(2))
     assert publish_exit(lambda: storage.publish(make_meta(2))) == NOT_PUBLISHED  # the id exists
     assert publish_exit(lambda: storage.publish(make_meta(2, kind=SP))) == NOT_PUBLISHED
+
+
+# -- checkpoint format v3: committable files under a manifest (issue #42 item 2) ------------------
+
+
+def _arrow(storage: LocalCheckpointStorage, cid: int) -> Path:
+    return next((storage.job_dir / f"chk-{cid}").glob("committables-*.arrow"))
+
+
+def test_a_checkpoint_is_a_manifest_over_one_arrow_file_per_sink(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    meta = make_meta(2)
+    ref = storage.publish(meta)
+    names = sorted(p.name for p in (storage.job_dir / "chk-2").iterdir())
+    assert names == ["_metadata", f"committables-1-{storage.writer.run}-0.arrow"]  # sink "orders" only
+    manifest = json.loads(zlib.decompress(Path(ref.location).read_bytes()))
+    entry = manifest["sinks"]["orders"]["committables"]
+    assert manifest["version"] == 3 and manifest["sinks"]["archive"]["committables"] is None
+    data = _arrow(storage, 2).read_bytes()
+    assert entry == {
+        "file": names[1],
+        "rows": 3,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    assert pa.ipc.open_file(pa.py_buffer(data)).read_all().column_names == [
+        "partition",
+        "attempt",
+        "checkpoint_id",
+        "payload",
+    ]
+    assert LocalCheckpointStorage(storage.base_dir, "job-1").load(ref) == meta  # a new process
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated", "altered"])
+def test_a_missing_or_corrupt_committable_file_fails_the_load_naming_it(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta, how: str
+) -> None:
+    ref = storage.publish(make_meta(2))
+    path = _arrow(storage, 2)
+    good = path.read_bytes()
+    if how == "missing":
+        path.unlink()
+    else:
+        path.write_bytes(good[:-10] if how == "truncated" else good[:50] + b"X" + good[51:])
+    with pytest.raises(CommittableFileError, match=path.name) as info:
+        storage.load(ref)
+    assert ref.location in str(info.value)
+    with pytest.raises(CommittableFileError):
+        storage.latest()
+
+
+def test_a_stale_run_publishing_the_same_id_leaves_the_winners_files(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    stale = LocalCheckpointStorage(storage.base_dir, "job-1")
+    ref = storage.publish(make_meta(2))
+    with pytest.raises(CheckpointNotPublishedError, match="exists"):
+        stale.publish(make_meta(2, partitions=1))
+    assert storage.load(ref) == make_meta(2)
+    assert [p.name for p in (storage.job_dir / "chk-2").glob("*.arrow")] == [_arrow(storage, 2).name]
+
+
+def test_retention_removes_own_leftover_files_and_keeps_another_runs(
+    storage: LocalCheckpointStorage, make_meta: MakeMeta
+) -> None:
+    stale = LocalCheckpointStorage(storage.base_dir, "job-1")
+    storage.publish(make_meta(1))
+    leftover = storage.job_dir / "chk-2"
+    leftover.mkdir()
+    for writer in (storage.writer, stale.writer):  # files of checkpoint 2, no manifest
+        for name, data in encode(make_meta(2), writer.run, 0).files:
+            (leftover / name).write_bytes(data)
+    storage.publish(make_meta(3))
+    storage.apply_retention(1)
+    assert [p.name for p in leftover.iterdir()] == [f"committables-1-{stale.writer.run}-0.arrow"]
+    assert [r.checkpoint_id for r in storage.list_checkpoints()] == [3]
+    assert not (storage.job_dir / "chk-1").exists()  # its files went with its manifest
+
+
+def test_a_newer_version_is_refused_by_name(storage: LocalCheckpointStorage, make_meta: MakeMeta) -> None:
+    ref = storage.publish(make_meta(2))
+    text = zlib.decompress(Path(ref.location).read_bytes()).replace(b'"version":3', b'"version":4')
+    Path(ref.location).write_bytes(zlib.compress(text))
+    with pytest.raises(CorruptCheckpointError, match="version 4: this twophase reads versions 1 to 3"):
+        storage.load(ref)
+
+
+def test_a_reader_of_versions_1_and_2_refuses_a_manifest_by_version(make_meta: MakeMeta) -> None:
+    """The previous release's reader checks ``version`` against (1, 2) before anything else, so a
+    version 3 manifest fails its load as "unsupported checkpoint metadata version 3" (checked by
+    hand against commit e18c614); ``CheckpointMetadata.loads``, the bytes-only reader, does too."""
+    manifest = encode(make_meta(2), "0badc0de", 0).manifest
+    with pytest.raises(CommittableDecodeError, match="version 3 is a manifest"):
+        CheckpointMetadata.loads(manifest)

@@ -50,7 +50,11 @@ def test_json_starts_with_format_and_version(make_meta: MakeMeta) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": VERSION + 1}, "unsupported checkpoint metadata version 3"),
+        ({"version": VERSION + 1}, "version 3 is a manifest whose committables are in files"),
+        (
+            {"version": VERSION + 2},
+            "unsupported checkpoint metadata version 4: this twophase reads versions 1 to 3",
+        ),
         ({"version": 0}, "unsupported checkpoint metadata version 0"),
         ({"version": True}, "unsupported checkpoint metadata version True"),
         ({"version": "1"}, "unsupported checkpoint metadata version"),

@@ -32,6 +32,7 @@ from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage import azure_blob, gcs
+from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import (
     ObjectCheckpointStorage,
     ObjectExists,
@@ -224,9 +225,14 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
     storage = _storage(service, script)
     creates, reads, want = PUT_EXITS[case]
     answers = _answers(service)
-    script.queued["create"] = [RuntimeError("?") if a == "unreadable" else answers[a]() for a in creates]
+    # the committable file's create succeeds (b""), then the manifest's answers as scripted
+    script.queued["create"] = [
+        b"",
+        *(RuntimeError("?") if a == "unreadable" else answers[a]() for a in creates),
+    ]
+    manifest = encode(meta, storage.writer.run, 0).manifest
     script.queued["get"] = [
-        meta.dumps() if r == b"ours" else r if isinstance(r, bytes) else answers[r]() for r in reads
+        manifest if r == b"ours" else r if isinstance(r, bytes) else answers[r]() for r in reads
     ]
     assert publish_exit(lambda: storage.publish(meta)) == want
 
@@ -253,6 +259,7 @@ def test_a_publish_is_one_conditional_create_after_the_checks(service: str, make
         ("exists", KEY),
         ("exists", "pre/job-1/savepoints/sp-2/_metadata"),
         ("delete", "pre/job-1/chk-2/_final"),  # a stale marker of a crashed final publish
+        ("create", f"pre/job-1/chk-2/committables-1-{storage.writer.run}-0.arrow"),  # durable first
         ("create", KEY),
     ]
     assert ref.location.endswith(KEY)

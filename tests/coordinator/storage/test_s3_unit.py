@@ -20,6 +20,7 @@ from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.storage.committable_files import FILE_MEDIA_TYPE, encode
 from twophase.coordinator.storage.s3 import S3CheckpointStorage, is_transient
 from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
@@ -33,6 +34,12 @@ if TYPE_CHECKING:
 
 MakeMeta = Callable[..., CheckpointMetadata]
 KEY = "pre/job-1/chk-2/_metadata"
+RUN = "0badc0de"
+
+
+def _manifest(meta: CheckpointMetadata) -> bytes:
+    """The ``_metadata`` bytes the first publish of ``meta`` writes (format v3)."""
+    return encode(meta, RUN, 0).manifest
 
 
 @pytest.fixture
@@ -49,7 +56,9 @@ def stub(client: S3Client) -> Iterator[Stubber]:
 
 @pytest.fixture
 def storage(client: S3Client) -> S3CheckpointStorage:
-    return S3CheckpointStorage("bkt", "/pre/", "job-1", client, retry_attempts=3, retry_max_wait_s=0)
+    s = S3CheckpointStorage("bkt", "/pre/", "job-1", client, retry_attempts=3, retry_max_wait_s=0)
+    s.writer.run = RUN  # the driver run naming its committable files, fixed for exact requests
+    return s
 
 
 def _not_found(stub: Stubber, key: str) -> None:
@@ -62,10 +71,15 @@ def _body(data: bytes) -> dict[str, Any]:
     return {"Body": StreamingBody(io.BytesIO(data), len(data))}
 
 
-def _expect_publish_prelude(stub: Stubber) -> None:
+def _expect_publish_prelude(stub: Stubber, meta: CheckpointMetadata) -> None:
+    """The existence checks, the stale final marker's delete, then the committable files'
+    conditional PUTs (format v3: durable before the manifest names them)."""
     _not_found(stub, KEY)
     _not_found(stub, "pre/job-1/savepoints/sp-2/_metadata")
     stub.add_response("delete_object", {}, {"Bucket": "bkt", "Key": "pre/job-1/chk-2/_final"})
+    for name, data in encode(meta, RUN, 0).files:
+        params = {"Bucket": "bkt", "Key": f"pre/job-1/chk-2/{name}", "Body": data, "IfNoneMatch": "*"}
+        stub.add_response("put_object", {}, {**params, "ContentType": FILE_MEDIA_TYPE})
 
 
 def _put_params(data: bytes) -> dict[str, Any]:
@@ -76,15 +90,15 @@ def test_publish_is_a_conditional_put(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
-    stub.add_response("put_object", {}, _put_params(meta.dumps()))
+    _expect_publish_prelude(stub, make_meta(2))
+    stub.add_response("put_object", {}, _put_params(_manifest(meta)))
     assert storage.publish(meta) == CheckpointRef(2, CheckpointKind.CHECKPOINT, f"s3://bkt/{KEY}")
 
 
 def test_precondition_failed_means_the_id_exists(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
     with pytest.raises(CheckpointStorageError, match=f"exists already: s3://bkt/{KEY}"):
         storage.publish(make_meta(2))
@@ -94,10 +108,10 @@ def test_transient_errors_are_retried(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     stub.add_client_error("put_object", "SlowDown", http_status_code=503)
     stub.add_client_error("put_object", "InternalError", http_status_code=500)
-    stub.add_response("put_object", {}, _put_params(meta.dumps()))
+    stub.add_response("put_object", {}, _put_params(_manifest(meta)))
     assert storage.publish(meta).checkpoint_id == 2
 
 
@@ -106,11 +120,11 @@ def test_412_after_a_retry_is_resolved_by_reading_back(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta, existing_is_ours: bool, succeeds: bool
 ) -> None:
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     # the first PUT landed but its answer was lost; the retry meets our own object
     stub.add_client_error("put_object", "ServiceUnavailable", http_status_code=503)
     stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
-    existing = meta.dumps() if existing_is_ours else make_meta(2, partitions=1).dumps()
+    existing = _manifest(meta) if existing_is_ours else b'{"other": 1}'
     stub.add_response("get_object", _body(existing), {"Bucket": "bkt", "Key": KEY})
     if succeeds:
         assert storage.publish(meta).checkpoint_id == 2
@@ -133,7 +147,7 @@ def test_retries_exhausted_is_a_storage_error_not_corruption(
 def test_corrupt_object_names_the_uri(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
-    stub.add_response("get_object", _body(make_meta(2).dumps()[:40]), {"Bucket": "bkt", "Key": KEY})
+    stub.add_response("get_object", _body(_manifest(make_meta(2))[:40]), {"Bucket": "bkt", "Key": KEY})
     with pytest.raises(CorruptCheckpointError, match=f"s3://bkt/{KEY}"):
         storage.load(CheckpointRef(2, CheckpointKind.CHECKPOINT, "ignored"))
 
@@ -205,7 +219,7 @@ def test_listing_follows_pagination(stub: Stubber, storage: S3CheckpointStorage)
 def test_server_without_conditional_writes_fails_clearly(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     stub.add_client_error("put_object", "NotImplemented", http_status_code=501)
     with pytest.raises(CheckpointStorageError, match="must support conditional writes"):
         storage.publish(make_meta(2))
@@ -216,7 +230,7 @@ def test_a_put_whose_retries_all_failed_transiently_has_an_unknown_outcome(
 ) -> None:
     """#14 scenario 4: any of the attempts may have landed while only its answer was lost."""
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     for _ in range(3):
         stub.add_client_error("put_object", "InternalError", http_status_code=500)
     with pytest.raises(CheckpointPublishUnknownError, match="may have landed"):
@@ -227,7 +241,7 @@ def test_a_put_refused_for_good_is_a_plain_failure(
     stub: Stubber, storage: S3CheckpointStorage, make_meta: MakeMeta
 ) -> None:
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     stub.add_client_error("put_object", "AccessDenied", http_status_code=403)
     with pytest.raises(CheckpointStorageError) as info:
         storage.publish(meta)
@@ -241,7 +255,7 @@ def test_a_412_after_a_retry_whose_read_back_keeps_failing_has_an_unknown_outcom
     gets 412, and the read-back that decides "is it ours?" keeps failing. That was a plain
     CheckpointStorageError: the coordinator aborted the transactions of a visible checkpoint."""
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     stub.add_client_error("put_object", "InternalError", http_status_code=500)
     stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
     for _ in range(3):
@@ -251,7 +265,7 @@ def test_a_412_after_a_retry_whose_read_back_keeps_failing_has_an_unknown_outcom
 
 
 def _ok_put(stub: Stubber, meta: CheckpointMetadata) -> None:
-    stub.add_response("put_object", {}, _put_params(meta.dumps()))
+    stub.add_response("put_object", {}, _put_params(_manifest(meta)))
 
 
 def _errors(*codes: tuple[str, int]) -> Callable[[Stubber, CheckpointMetadata], None]:
@@ -278,7 +292,7 @@ def _retry_412_then_read(*reads: bytes | tuple[str, int]) -> Callable[[Stubber, 
         stub.add_client_error("put_object", "PreconditionFailed", http_status_code=412)
         for read in reads:
             if isinstance(read, bytes):
-                body = meta.dumps() if read == b"ours" else read
+                body = _manifest(meta) if read == b"ours" else read
                 stub.add_response("get_object", _body(body), {"Bucket": "bkt", "Key": KEY})
             else:
                 stub.add_client_error("get_object", read[0], http_status_code=read[1])
@@ -318,7 +332,7 @@ def test_every_exit_of_publish_is_published_not_published_or_unknown(
     """#26 item 1: every way out of publish is one of three, and each means what it says; any
     other error escaping would be treated as unknown by the coordinator."""
     meta = make_meta(2)
-    _expect_publish_prelude(stub)
+    _expect_publish_prelude(stub, make_meta(2))
     script, want = PUT_EXITS[case]
     script(stub, meta)
     assert publish_exit(lambda: storage.publish(meta)) == want
