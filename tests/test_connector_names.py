@@ -25,6 +25,8 @@ ALLOWED = {
     ("sinks/s3_options.py", "s3"): "boto3's service name in the S3 options every connector shares",
     ("connectors/delta/", "s3"): "the s3:// scheme of a Delta table's location",
     ("connectors/iceberg/", "s3"): "the s3:// scheme of an Iceberg data file's path",
+    ("coordinator/storage/", "azure"): "the Azure checkpoint backend and its service name, not the file sink",
+    ("connectors/iceberg/", "azure"): "the store of an Iceberg warehouse on Azure, not the Azure file sink",
 }
 """(path prefix, kind or ``*``) → why that mention is not a connector's name."""
 
