@@ -255,6 +255,13 @@ class PostgresTransaction:
         return self.plan
 
     def _open_copy(self, plan: WritePlan, schema: pa.Schema) -> None:
+        """Open the transaction's COPY and its encoder for batches of ``schema``; send the header."""
+        encoder = CopyEncoder(copy_schema(schema, plan.columns, plan.type_names))
+        self._start_copy(plan).write(encoder.header())
+        self._encoder = encoder
+
+    def _start_copy(self, plan: WritePlan) -> Any:
+        """Open ``COPY … FROM STDIN (FORMAT BINARY)`` of ``plan``'s columns; return psycopg's Copy."""
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
             sql.Identifier(self.config.schema, self.staging or self.config.table),
             sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns),
@@ -267,9 +274,8 @@ class PostgresTransaction:
                 copy = stack.enter_context(cur.copy(statement, writer=QueuedLibpqWriter(cur)))
             else:
                 copy = stack.enter_context(cur.copy(statement))
-            encoder = CopyEncoder(copy_schema(schema, plan.columns, plan.type_names))
-            copy.write(encoder.header())
-            self._copy, self._encoder, self._copy_exit = copy, encoder, stack.pop_all()
+            self._copy, self._copy_exit = copy, stack.pop_all()
+        return copy
 
     def _end_copy(self) -> None:
         """End the open COPY, if any: the rows pgpq still holds and the trailer go out, and the
