@@ -33,7 +33,8 @@ rotate which writer goes first; each path is warmed up once on 1,000 rows. Load 
 and end (the machine is shared). CPU-seconds of every call beside its wall clock (``/proc``: user +
 system of the processes and their reaped children): ``cpu_s_spark`` for this process's tree without
 PostgreSQL (the driver, Spark's JVM, the Python workers), ``cpu_s_postgres`` for the server's tree
-when it runs under this process (``None`` for ``TWOPHASE_POSTGRES_DSN``).
+when it runs on this machine (the postmaster and its backends, found from a session's
+``pg_backend_pid()``; ``None`` otherwise).
 
 ``python -m benchmarks.bench_postgres``; ``TWOPHASE_BENCH_RUNS`` / ``TWOPHASE_BENCH_SCALE`` see
 :mod:`benchmarks.common` (the scale multiplies ``COPIES``).
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import common
-from benchmarks.flink.watcher import process_table, tree_cpu_s
+from benchmarks.flink.watcher import tree_cpu_s
 from twophase.connectors.postgres import PostgresSink
 from twophase.connectors.postgres.internal.writer import PostgresTransaction
 from twophase.sinks.context import WriterContext
@@ -93,26 +94,16 @@ class RowByRowSink(PostgresSink):
         return RowByRowTransaction.open(self.config, self.plan, ctx, self.connector)
 
 
-def postgres_pid() -> int | None:
-    """The postmaster under this process (the benchmark's own server), or ``None``."""
-    table = process_table()
-    for pid, (ppid, _) in table.items():
-        if _comm(pid) == "postgres" and _comm(ppid) != "postgres" and _under(pid, os.getpid(), table):
-            return pid
-    return None
-
-
-def _comm(pid: int) -> str:
+def postgres_pid(conn: psycopg.Connection[Any]) -> int | None:
+    """The postmaster of ``conn``'s server when it runs on this machine (the parent of the
+    session's backend), or ``None``."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _under(pid: int, root: int, table: dict[int, tuple[int, float]]) -> bool:
-    while pid in table and pid != root:
-        pid = table[pid][0]
-    return pid == root
+        stat = Path(f"/proc/{row[0] if row else 0}/stat").read_text()
+        postmaster = int(stat.rsplit(")", 1)[1].split()[1])
+        return postmaster if Path(f"/proc/{postmaster}/comm").read_text().strip() == "postgres" else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def table_ddl(schema: pa.Schema, table: str) -> str:
@@ -278,7 +269,7 @@ def run() -> dict[str, Any]:
             assert frame is not None or sum(row["rows"] for row in counted) == rows
             return None
 
-        server_pid = postgres_pid()
+        server_pid = postgres_pid(conn)
         cpu: dict[str, list[tuple[float, float | None]]] = {}
 
         def measured(writer: str, write: Any) -> Any:

@@ -415,7 +415,8 @@ def copy_first_fields(data: bytes) -> list[str]:
     then per tuple a field count and per field a length, -1 for null, and the bytes)."""
     assert data.startswith(_COPY_SIGNATURE), data[:19]
     (extension,) = struct.unpack_from("!I", data, 15)
-    position, firsts = 19 + extension, []
+    position = 19 + extension
+    firsts: list[str] = []
     while True:
         (count,) = struct.unpack_from("!h", data, position)
         position += 2
