@@ -3,6 +3,7 @@ computed that only the other columns need (a column that would fail the job if c
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.tasks import sink_input
+from twophase.integration.readback import read_topic
 
 pytestmark = [pytest.mark.spark]
 
@@ -79,3 +81,17 @@ def test_a_sink_reading_every_column_gets_every_column(spark: Any, tmp_path: Pat
     job.sink(_Reads("a", tmp_path / "out", ("id",))).sink(JsonLinesFileSink("b", tmp_path / "out"))
     assert job.write(frame).state is JobState.FINISHED
     assert read_committed(tmp_path / "out", "a")[0].keys() == {"id", "double"}
+
+
+@pytest.mark.kafka
+def test_a_kafka_only_job_writes_every_record_without_computing_the_other_columns(
+    spark: Any, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    topic = f"sink-input-{uuid.uuid4().hex[:8]}"
+    config = KafkaSinkConfig(bootstrap_servers=kafka_bootstrap, topic=topic, create_topic=True)
+    result = Job(spark, "kafka_only", str(tmp_path / "chk")).sink(KafkaSink("k", config)).write(_wide(spark))
+    assert result.state is JobState.FINISHED
+    records = read_topic(kafka_bootstrap, topic)
+    assert sorted((r.key, r.value) for r in records) == sorted(
+        (str(i).encode(), f"v{i}".encode()) for i in range(40)
+    )
