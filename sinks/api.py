@@ -92,9 +92,9 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         """The columns of the incoming batches this sink reads, by name; ``None``: every column.
 
         The engine hands the tasks only the union of its sinks' read columns, projected before the
-        data leaves the JVM (nothing only other columns need is computed), so a sink finds in each
-        batch the columns it declares, in the data's order, and possibly others: it selects its
-        columns by name, never by position. Default: ``None``.
+        data leaves the JVM (in a batch write, nothing only other columns need is computed), so a
+        sink finds in each batch the columns it declares, in the data's order, and possibly others:
+        it selects its columns by name, never by position. Default: ``None``.
         """
         return None
 

@@ -8,7 +8,11 @@ per acknowledgement), is the checkpoint's acknowledgement: Spark returns exactly
 attempt per partition. :func:`run_spark_epoch` is the engine's write step around the one epoch loop
 (:func:`~twophase.coordinator.epoch.run_epoch`). Before ``mapInArrow`` the DataFrame is projected,
 in the JVM, to the columns the sinks read (:func:`sink_input`): Python receives nothing no sink
-reads, and Catalyst's column pruning drops whatever computes only the other columns.
+reads. In a batch write Catalyst's column pruning also drops whatever computes only the other
+columns; a streaming micro-batch reaches ``foreachBatch`` already computed whole (Spark hands it
+over as an RDD of the query's output), so there only the hand-off is projected. The stream itself
+is not projected before ``writeStream``: pruning would reach into stateful operators and tie the
+state's schema in Spark's checkpoint to the sinks' configuration.
 """
 
 from __future__ import annotations
@@ -68,7 +72,8 @@ def sink_input(df: DataFrame, sinks: Iterable[TwoPhaseCommitSink[Any, Any]]) -> 
 
     The projection is a ``select`` of the DataFrame, so it happens in the JVM before ``mapInArrow``
     hands the rows to Python, and the optimizer prunes every expression only the dropped columns
-    needed. Names are quoted (a dot or a backtick in a name is taken literally).
+    needed (in a batch write; see the module docstring for a streaming micro-batch). Names are
+    quoted (a dot or a backtick in a name is taken literally).
     """
     from pyspark.sql import functions as F
 
