@@ -9,9 +9,13 @@ the same columns (``text``, ``integer``, ``double precision``; no index, no key)
 timed end to end (wall clock, s):
 
 - ``twophase``: ``Job(spark, name, checkpoint_dir).sink(PostgresSink(...)).write(df)`` — one
-  checkpoint: one database transaction per Spark partition, rows in by binary ``COPY``,
-  ``PREPARE TRANSACTION``, the checkpoint persisted, ``COMMIT PREPARED`` from the driver, then the
-  final checkpoint; the job is FINISHED when it returns. Exactly once;
+  checkpoint: one database transaction per Spark partition, rows in by binary ``COPY`` whose
+  bytes pgpq encodes from whole Arrow batches, ``PREPARE TRANSACTION``, the checkpoint persisted,
+  ``COMMIT PREPARED`` from the driver, then the final checkpoint; the job is FINISHED when it
+  returns. Exactly once;
+- ``twophase_rows``: the same job with the writer before #44 (:class:`RowByRowSink`): the same
+  ``COPY``, each value encoded by psycopg's binary dumpers from ``to_pylist`` rows, one
+  ``write_row`` per row — the before side of the pgpq change, in the same run;
 - ``jdbc``: ``df.write.jdbc(url, table, mode="append")`` with PostgreSQL's JDBC driver
   (``org.postgresql:postgresql:42.7.14`` from Maven Central), ``batchsize=JDBC_BATCH`` (Spark's
   default is 1,000): a batch of ``INSERT`` per ``executeBatch``, one transaction per partition,
@@ -26,7 +30,11 @@ The peer is the faster of the two JDBC variants (by median). Every round's table
 plain psycopg (not the writer): the row count, then every row, ordered by ``flight_id``, equal to
 the input computed with pyarrow from the same Parquet files; then the table is dropped. Rounds
 rotate which writer goes first; each path is warmed up once on 1,000 rows. Load average at start
-and end (the machine is shared).
+and end (the machine is shared). CPU-seconds of every call beside its wall clock (``/proc``: user +
+system of the processes and their reaped children): ``cpu_s_spark`` for this process's tree without
+PostgreSQL (the driver, Spark's JVM, the Python workers), ``cpu_s_postgres`` for the server's tree
+when it runs on this machine (the postmaster and its backends, found from a session's
+``pg_backend_pid()``; ``None`` otherwise).
 
 ``python -m benchmarks.bench_postgres``; ``TWOPHASE_BENCH_RUNS`` / ``TWOPHASE_BENCH_SCALE`` see
 :mod:`benchmarks.common` (the scale multiplies ``COPIES``).
@@ -37,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -44,6 +53,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmarks import common
+from benchmarks.flink.watcher import tree_cpu_s
+from twophase.connectors.postgres import PostgresSink
+from twophase.connectors.postgres.internal.writer import PostgresTransaction
+from twophase.sinks.context import WriterContext
 
 if TYPE_CHECKING:
     import psycopg
@@ -57,6 +70,40 @@ JDBC_DRIVER = "org.postgresql:postgresql:42.7.14"
 CHECK_CHUNK = 50_000
 
 _PG_TYPES = {"string": "text", "int32": "integer", "int64": "bigint", "double": "double precision"}
+
+
+class RowByRowTransaction(PostgresTransaction):
+    """The writer before #44 (benchmark only): the same ``COPY``, each value encoded by psycopg's
+    binary dumpers (``Copy.set_types``) from the batch's ``to_pylist`` rows, one ``write_row`` each."""
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        plan = self._plan_for(batch.schema)
+        if self._copy is None:
+            self._start_copy(plan).set_types(list(plan.type_names))
+        for row in zip(*(batch.column(c).to_pylist() for c in plan.columns), strict=True):
+            self._copy.write_row(row)
+        self.records += batch.num_rows
+
+
+class RowByRowSink(PostgresSink):
+    """:class:`PostgresSink` with :class:`RowByRowTransaction` (benchmark only)."""
+
+    def begin_transaction(self, ctx: WriterContext) -> PostgresTransaction:
+        return RowByRowTransaction.open(self.config, self.plan, ctx, self.connector)
+
+
+def postgres_pid(conn: psycopg.Connection[Any]) -> int | None:
+    """The postmaster of ``conn``'s server when it runs on this machine (the parent of the
+    session's backend), or ``None``."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    try:
+        stat = Path(f"/proc/{row[0] if row else 0}/stat").read_text()
+        postmaster = int(stat.rsplit(")", 1)[1].split()[1])
+        return postmaster if Path(f"/proc/{postmaster}/comm").read_text().strip() == "postgres" else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def table_ddl(schema: pa.Schema, table: str) -> str:
@@ -130,13 +177,30 @@ def _ratios(times: dict[str, list[float]], peers: Sequence[str]) -> dict[str, An
     return {p: common.ratio(times, "twophase", p) for p in peers}
 
 
+def _cpu_s(server: int | None) -> tuple[float, float | None]:
+    """(CPU-seconds of this process's tree without the server's, of the server's tree or None)."""
+    me = tree_cpu_s([os.getpid()], exclude=[server] if server is not None else [])
+    return me, (tree_cpu_s([server]) if server is not None else None)
+
+
+def _cpu_summary(samples: list[tuple[float, float | None]]) -> dict[str, Any]:
+    """Median CPU-seconds of one writer's calls: Spark's side, the server's, both."""
+    spark_s = statistics.median(s for s, _ in samples)
+    if any(p is None for _, p in samples):
+        return {"cpu_s_spark": round(spark_s, 2), "cpu_s_postgres": None}
+    pg_s = [p for _, p in samples if p is not None]
+    return {
+        "cpu_s_spark": round(spark_s, 2),
+        "cpu_s_postgres": round(statistics.median(pg_s), 2),
+        "cpu_s_total": round(statistics.median(s + p for (s, _), p in zip(samples, pg_s, strict=True)), 2),
+    }
+
+
 def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring."""
-    import statistics
-
     import psycopg
 
-    from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
+    from twophase.connectors.postgres import PostgresSinkConfig
     from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.spark.job import Job
     from twophase.integration.jobs.flights_data import land
@@ -163,7 +227,7 @@ def run() -> dict[str, Any]:
         run_id = uuid.uuid4().hex[:8]
         scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-postgres-"))
         conn = psycopg.connect(**pg.connect_kwargs(), autocommit=True)
-        epochs: list[Any] = []
+        epochs: dict[str, list[Any]] = {}
         jdbc_props = {
             "user": pg.user,
             "password": pg.password,
@@ -177,16 +241,19 @@ def run() -> dict[str, Any]:
             conn.execute(table_ddl(expected.schema, name))
             return name
 
-        def twophase(r: int | str, frame: Any = None) -> object:
-            name = table("twophase", r)
-            config = PostgresSinkConfig(table=name, **pg.sink_fields())
-            job = Job(spark, f"bench-postgres-{run_id}-{r}", str(scratch / "chk"))
-            result = job.sink(PostgresSink("postgres", config)).write(df if frame is None else frame)
-            assert result.state is JobState.FINISHED, result.state
-            if frame is None:
-                assert result.epochs[0].records == rows, (result.epochs[0].records, rows)
-                epochs.append(result.epochs[0])
-            return name
+        def twophase_writer(writer: str, sink_class: type[PostgresSink]) -> Any:
+            def write(r: int | str, frame: Any = None) -> object:
+                name = table(writer, r)
+                config = PostgresSinkConfig(table=name, **pg.sink_fields())
+                job = Job(spark, f"bench-postgres-{run_id}-{writer}-{r}", str(scratch / "chk"))
+                result = job.sink(sink_class("postgres", config)).write(df if frame is None else frame)
+                assert result.state is JobState.FINISHED, result.state
+                if frame is None:
+                    assert result.epochs[0].records == rows, (result.epochs[0].records, rows)
+                    epochs.setdefault(writer, []).append(result.epochs[0])
+                return name
+
+            return write
 
         def jdbc_writer(writer: str, rewrite: bool) -> Any:
             def write(r: int | str, frame: Any = None) -> object:
@@ -202,12 +269,30 @@ def run() -> dict[str, Any]:
             assert frame is not None or sum(row["rows"] for row in counted) == rows
             return None
 
-        writers = {
-            "twophase": twophase,
+        server_pid = postgres_pid(conn)
+        cpu: dict[str, list[tuple[float, float | None]]] = {}
+
+        def measured(writer: str, write: Any) -> Any:
+            def call(r: int | str, frame: Any = None) -> object:
+                if frame is not None:  # the warm-up: not measured
+                    return write(r, frame)
+                spark_s, pg_s = _cpu_s(server_pid)
+                result = write(r)
+                spark_after, pg_after = _cpu_s(server_pid)
+                pg_delta = None if pg_s is None or pg_after is None else pg_after - pg_s
+                cpu.setdefault(writer, []).append((spark_after - spark_s, pg_delta))
+                return result
+
+            return call
+
+        plain = {
+            "twophase": twophase_writer("twophase", PostgresSink),
+            "twophase_rows": twophase_writer("twophase_rows", RowByRowSink),
             "jdbc": jdbc_writer("jdbc", False),
             "jdbc_rewrite": jdbc_writer("jdbc_rewrite", True),
             "python_floor": python_floor,
         }
+        writers = {w: measured(w, write) for w, write in plain.items()}
         counts: dict[str, list[int]] = {w: [] for w in writers}
 
         def check(writer: str, r: int, name: object) -> None:
@@ -239,11 +324,15 @@ def run() -> dict[str, Any]:
         "postgres": server[0] if server else "?",
         "rounds": rounds,
         **common.load_at_end(env),
-        "writers": {w: {**common.summary(t, rows), "rows_checked": counts[w]} for w, t in times.items()},
+        "postgres_cpu_measured": server_pid is not None,
+        "writers": {
+            w: {**common.summary(t, rows), **_cpu_summary(cpu[w]), "rows_checked": counts[w]}
+            for w, t in times.items()
+        },
         "per_round_s": {w: {f"round_{i}": round(s, 2) for i, s in enumerate(t)} for w, t in times.items()},
         "peer": peer,
-        "ratios_2pc_over": _ratios(times, ("jdbc", "jdbc_rewrite")),
-        "twophase_epoch_median": common.epoch_summary(epochs),
+        "ratios_2pc_over": _ratios(times, ("twophase_rows", "jdbc", "jdbc_rewrite")),
+        "twophase_epoch_median": {w: common.epoch_summary(e) for w, e in epochs.items()},
     }
 
 

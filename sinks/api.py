@@ -88,6 +88,16 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
             ConfigError: the configuration cannot work (e.g. a timeout above the broker's max).
         """
 
+    def read_columns(self) -> tuple[str, ...] | None:
+        """The columns of the incoming batches this sink reads, by name; ``None``: every column.
+
+        The engine hands the tasks only the union of its sinks' read columns, projected before the
+        data leaves the JVM (in a batch write, nothing only other columns need is computed), so a
+        sink finds in each batch the columns it declares, in the data's order, and possibly others:
+        it selects its columns by name, never by position. Default: ``None``.
+        """
+        return None
+
     @abc.abstractmethod
     def begin_transaction(self, ctx: WriterContext) -> TXN:
         """Open a transaction for one subtask's epoch.

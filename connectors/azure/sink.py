@@ -70,6 +70,10 @@ class AzureBlobSink(TwoPhaseCommitSink[AzureTransaction, AzureCommittable]):
     def _ops(self) -> BlobOps:
         return BlobOps((self._client_factory or cached_client)(self.config), self.config)
 
+    def read_columns(self) -> tuple[str, ...] | None:
+        """``config.columns``, the sink's projection (``None``: every column)."""
+        return self.config.columns
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the schema (projected to ``config.columns``) against the configuration, then that
         the container exists and is readable. Nothing is written.

@@ -104,6 +104,10 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
 
     # --- driver side, before writing ---------------------------------------------------------
 
+    def read_columns(self) -> tuple[str, ...] | None:
+        """``config.columns``, the sink's projection (``None``: every column)."""
+        return self.config.columns
+
     def validate(self, schema: pa.Schema) -> None:
         """Check ``schema`` (projected to ``config.columns``) and the table root before anything is written.
 

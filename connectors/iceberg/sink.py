@@ -102,6 +102,10 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
     # --- driver side, before writing ---------------------------------------------------------
 
+    def read_columns(self) -> tuple[str, ...] | None:
+        """``config.columns``, the sink's projection (``None``: every column)."""
+        return self.config.columns
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the data's schema (projected to ``config.columns``) against the table before anything
         is written; create the table first when it is missing and ``create_table`` allows it.

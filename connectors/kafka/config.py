@@ -256,18 +256,7 @@ class KafkaSinkConfig:
         for name in ("key_format", "value_format"):
             if getattr(self, name) not in formats:
                 raise ConfigError(f"Kafka sink: {name} must be one of {formats}, got {getattr(self, name)!r}")
-        columns = [
-            c
-            for c in (
-                self.key_column,
-                self.value_column,
-                self.headers_column,
-                self.partition_column,
-                self.topic_column,
-                self.timestamp_column,
-            )
-            if c is not None
-        ]
+        columns = self.mapped_columns
         if len(set(columns)) != len(columns):
             raise ConfigError(f"Kafka sink: a column is mapped twice: {columns}")
         for name in ("new_topic_partitions", "new_topic_replication_factor"):
@@ -279,6 +268,20 @@ class KafkaSinkConfig:
             raise ConfigError(f"Kafka sink: client_config may not set {reserved}; the sink owns them")
         check_security_settings(self.client_config)
         admin_security_config(self.client_config)  # raises ConfigError on untranslatable settings
+
+    @property
+    def mapped_columns(self) -> tuple[str, ...]:
+        """The columns mapped to a record's parts, those set: key, value, headers, partition,
+        topic, timestamp."""
+        mapped = (
+            self.key_column,
+            self.value_column,
+            self.headers_column,
+            self.partition_column,
+            self.topic_column,
+            self.timestamp_column,
+        )
+        return tuple(c for c in mapped if c is not None)
 
     def prefix(self, job_id: str) -> str:
         """The transactional id prefix for ``job_id``."""

@@ -94,6 +94,10 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
 
     # --- start-up checks -------------------------------------------------------------------------
 
+    def read_columns(self) -> tuple[str, ...]:
+        """The mapped columns (:attr:`KafkaSinkConfig.mapped_columns`)."""
+        return self.config.mapped_columns
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the schema against the column mapping, then :meth:`check_config` (driver side).
 

@@ -2,8 +2,8 @@
 runtime, the data source and the CLI learn of it from (:mod:`twophase.sinks.registry`).
 
 It imports nothing of the connector: its classes load on first use, and a missing client library
-(prepared transactions through psycopg 3) is a ``MissingExtraError`` naming ``pip install
-'twophase[postgres]'``.
+(prepared transactions through psycopg 3, binary COPY encoded by pgpq) is a ``MissingExtraError``
+naming ``pip install 'twophase[postgres]'``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.postgres.config:PostgresSinkConfig",
     sink="twophase.connectors.postgres.sink:PostgresSink",
     extra="postgres",
-    libraries={"psycopg": "psycopg", "psycopg_binary": "psycopg[binary]"},
+    libraries={"psycopg": "psycopg", "psycopg_binary": "psycopg[binary]", "pgpq": "pgpq"},
     exports={
         "PostgresSink": "sink",
         "PostgresSinkConfig": "config",

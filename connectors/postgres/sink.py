@@ -82,6 +82,10 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
 
     # --- start-up checks -------------------------------------------------------------------------
 
+    def read_columns(self) -> tuple[str, ...] | None:
+        """``config.columns``, the sink's projection (``None``: every column)."""
+        return self.config.columns
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the server, the table and the data's schema before anything is written (driver side).
 

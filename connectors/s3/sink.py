@@ -93,6 +93,10 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         """Row-format files may stay open across checkpoints unless they roll on every one."""
         return self.config.file_format.spans_checkpoints and not self.config.rolling.on_checkpoint
 
+    def read_columns(self) -> tuple[str, ...] | None:
+        """``config.columns``, the sink's projection (``None``: every column)."""
+        return self.config.columns
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the schema (projected to ``config.columns``) against the configuration, then that
         the bucket exists and is accessible. Nothing is written.

@@ -6,14 +6,20 @@ batch of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`. Collecting th
 driver, as one Arrow table (:func:`~twophase.coordinator.spark.compat.collect_arrow`: no ``Row``
 per acknowledgement), is the checkpoint's acknowledgement: Spark returns exactly one successful
 attempt per partition. :func:`run_spark_epoch` is the engine's write step around the one epoch loop
-(:func:`~twophase.coordinator.epoch.run_epoch`).
+(:func:`~twophase.coordinator.epoch.run_epoch`). Before ``mapInArrow`` the DataFrame is projected,
+in the JVM, to the columns the sinks read (:func:`sink_input`): Python receives nothing no sink
+reads. In a batch write Catalyst's column pruning also drops whatever computes only the other
+columns; a streaming micro-batch reaches ``foreachBatch`` already computed whole (Spark hands it
+over as an RDD of the query's output), so there only the hand-off is projected. The stream itself
+is not projected before ``writeStream``: pruning would reach into stateful operators and tie the
+state's schema in Spark's checkpoint to the sinks' configuration.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -22,6 +28,7 @@ from twophase.coordinator.epoch import run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.spark.compat import collect_arrow
 from twophase.coordinator.spark.results import EpochMetrics
+from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.internal.structured_log import log_event
 
@@ -39,6 +46,41 @@ def ack_struct_type() -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(ACK_SCHEMA)
+
+
+def read_columns(names: Iterable[str], sinks: Iterable[TwoPhaseCommitSink[Any, Any]]) -> list[str] | None:
+    """The union of ``sinks``' read columns (:meth:`~twophase.sinks.api.TwoPhaseCommitSink.read_columns`),
+    in the order of ``names`` (the data's columns); ``None`` when a sink reads every column, when
+    the union is every column (no projection needed) or when the data repeats a name (a projection
+    by name would be ambiguous). A declared name the data lacks is left out: the sink's own
+    ``validate`` names it."""
+    names = list(names)
+    if len(set(names)) != len(names):
+        return None
+    wanted: set[str] = set()
+    for sink in sinks:
+        declared = sink.read_columns()
+        if declared is None:
+            return None
+        wanted.update(declared)
+    picked = [n for n in names if n in wanted]
+    return None if len(picked) == len(names) else picked
+
+
+def sink_input(df: DataFrame, sinks: Iterable[TwoPhaseCommitSink[Any, Any]]) -> DataFrame:
+    """``df`` projected to the columns ``sinks`` read (:func:`read_columns`), or ``df`` itself.
+
+    The projection is a ``select`` of the DataFrame, so it happens in the JVM before ``mapInArrow``
+    hands the rows to Python, and the optimizer prunes every expression only the dropped columns
+    needed (in a batch write; see the module docstring for a streaming micro-batch). Names are
+    quoted (a dot or a backtick in a name is taken literally).
+    """
+    from pyspark.sql import functions as F
+
+    picked = read_columns(df.columns, sinks)
+    if picked is None:
+        return df
+    return df.select(*(F.col("`" + name.replace("`", "``") + "`") for name in picked))
 
 
 def epoch_task(plan: EpochPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -71,6 +113,7 @@ def run_spark_epoch(
     Raises:
         Whatever the Spark job or the runtime raise; the epoch's checkpoint is aborted first.
     """
+    df = sink_input(df, runtime.sinks.values())
     partitions = df.rdd.getNumPartitions()
     if partitions == 0:
         df, partitions = df.repartition(1), 1  # an empty input still acknowledges its checkpoint

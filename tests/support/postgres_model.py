@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import re
+import struct
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -405,16 +406,44 @@ class _Cursor:
         return _Copy(self.conn)
 
 
+_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
+
+
+def copy_first_fields(data: bytes) -> list[str]:
+    """The first field of every tuple of binary COPY data, read as text as the server would read a
+    ``text`` column (PostgreSQL docs, "COPY", "Binary Format": signature, flags, header extension,
+    then per tuple a field count and per field a length, -1 for null, and the bytes)."""
+    assert data.startswith(_COPY_SIGNATURE), data[:19]
+    (extension,) = struct.unpack_from("!I", data, 15)
+    position = 19 + extension
+    firsts: list[str] = []
+    while True:
+        (count,) = struct.unpack_from("!h", data, position)
+        position += 2
+        if count == -1:
+            assert position == len(data), "bytes after the trailer"
+            return firsts
+        for i in range(count):
+            (size,) = struct.unpack_from("!i", data, position)
+            position += 4
+            if i == 0:
+                firsts.append(str(None) if size < 0 else data[position : position + size].decode())
+            position += max(size, 0)
+
+
 class _Copy:
     def __init__(self, conn: ModelConnection) -> None:
         self.conn = conn
         self.rows: list[str] = []
+        self.data = bytearray()
 
     def __enter__(self) -> _Copy:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None:
+            if self.data:
+                self.rows += copy_first_fields(bytes(self.data))
             with self.conn.model.lock:
                 self.conn._alive()
                 assert self.conn.txn is not None
@@ -425,3 +454,6 @@ class _Copy:
 
     def write_row(self, row: Sequence[Any]) -> None:
         self.rows.append(str(row[0]))
+
+    def write(self, data: bytes) -> None:
+        self.data += data

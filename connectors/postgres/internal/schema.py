@@ -6,7 +6,9 @@ Checked before anything is written (``PostgresSink.validate``):
 - every written column is a column of the table, of a type its Arrow type is dumped to exactly
   (:data:`COMPATIBLE`): integers into integer types at least as wide or ``numeric``, floats into
   ``float4``/``float8``, strings into ``text``/``varchar``/``bpchar``, binary into ``bytea``,
-  dates, timestamps (zoned → ``timestamptz``, naive → ``timestamp``), decimals into ``numeric``;
+  dates, timestamps (zoned → ``timestamptz``, naive → ``timestamp``), decimals of up to 38 digits
+  into ``numeric`` (what the binary COPY encoder writes:
+  :func:`~twophase.connectors.postgres.internal.copy_encoder.copy_type`);
 - table columns the data does not write are nullable or have a default;
 - upsert mode: the key columns are written and a unique index (or primary key) covers exactly them.
 
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import psycopg
 import pyarrow as pa
 
+from twophase.connectors.postgres.internal.copy_encoder import copy_type
 from twophase.sinks.errors import ConfigError, SchemaError
 
 
@@ -155,6 +158,8 @@ def check_columns(
         family = arrow_family(arrow_type)
         if family is None or column.type_name not in COMPATIBLE[family]:
             clashes.append(f"{name}: data {arrow_type} vs table {column.type_name}")
+        elif copy_type(arrow_type, column.type_name) is None:
+            clashes.append(f"{name}: data {arrow_type} is wider than 38 digits, the most binary COPY writes")
         types.append(column.type_name)
     if clashes:
         raise SchemaError(f"type mismatch between the data and {where}: {'; '.join(clashes)}")
@@ -198,7 +203,8 @@ class WritePlan:
 
     Attributes:
         columns: the written columns, in order.
-        type_names: their PostgreSQL type names (``pg_type.typname``), for ``Copy.set_types``.
+        type_names: their PostgreSQL type names (``pg_type.typname``), what each column is cast
+            to before it is encoded.
         key: upsert mode's conflict key (``()`` in append mode).
     """
 

@@ -11,10 +11,12 @@ API, ``tpc_begin`` / ``tpc_prepare``):
    ``twophase_stage_<hash of gid>`` (unlogged, inside the transaction: temporary tables cannot be
    prepared).
 2. ``write``: the Arrow batches go in by ONE ``COPY … FROM STDIN (FORMAT BINARY)`` per
-   transaction, opened by the first batch and ended by ``pre_commit``, typed with the table's
-   column types (psycopg's ``Copy.set_types`` encodes each value). psycopg's ``QueuedLibpqWriter``
-   sends the data from a thread while the task formats the next rows (psycopg docs, "Copy.writer").
-   The server reports a refused row when the COPY ends: in ``pre_commit`` for the last rows.
+   transaction, opened by the first batch and ended by ``pre_commit``. pgpq encodes whole Arrow
+   batches, cast to the table's column types, into the binary format, with no Python object per
+   value (:class:`~twophase.connectors.postgres.internal.copy_encoder.CopyEncoder`); psycopg's
+   ``QueuedLibpqWriter`` sends the bytes from a thread while the task encodes the next batch
+   (psycopg docs, "Copy.writer"). The server reports a refused row when the COPY ends: in
+   ``pre_commit`` for the last rows.
 3. ``pre_commit``: ends the COPY; upsert mode moves the staged rows with ``INSERT … SELECT DISTINCT ON (key) …
    ON CONFLICT (key) DO UPDATE`` (the last row of a key in the transaction wins) and drops the
    staging table; a row goes into the commit-record table; ``PREPARE TRANSACTION '<gid>'``
@@ -40,6 +42,7 @@ from twophase.connectors.postgres.config import PostgresSinkConfig
 from twophase.connectors.postgres.internal import naming
 from twophase.connectors.postgres.internal.committable import PostgresCommittable
 from twophase.connectors.postgres.internal.connection import Connector, connect, error_text
+from twophase.connectors.postgres.internal.copy_encoder import CopyEncoder, copy_schema
 from twophase.connectors.postgres.internal.lingering import fence_earlier_attempts
 from twophase.connectors.postgres.internal.schema import WritePlan, build_plan
 from twophase.sinks.context import WriterContext
@@ -70,8 +73,9 @@ class PostgresTransaction:
     records: int = 0
     state: str = "open"
     staging: str | None = field(default=None)
-    # the transaction's open COPY (psycopg's Copy) and what closes it and its cursor
+    # the transaction's open COPY (psycopg's Copy), its encoder and what closes it and its cursor
     _copy: Any = field(default=None, repr=False)
+    _encoder: CopyEncoder | None = field(default=None, repr=False)
     _copy_exit: contextlib.ExitStack | None = field(default=None, repr=False)
 
     @classmethod
@@ -135,15 +139,17 @@ class PostgresTransaction:
         missing = [c for c in plan.columns if batch.schema.get_field_index(c) < 0]
         if missing:
             raise SchemaError(f"batch lacks written column(s) {missing}")
-        values = [batch.column(batch.schema.get_field_index(c)).to_pylist() for c in plan.columns]
         try:
-            copy = self._copy if self._copy is not None else self._open_copy(plan)
-            for row in zip(*values, strict=True):
-                copy.write_row(row)
+            if self._copy is None:
+                self._open_copy(plan, batch.schema)
+            assert self._encoder is not None
+            data = self._encoder.encode(batch)
+            if data:
+                self._copy.write(data)
         except psycopg.OperationalError as e:
             self._abort_copy()
             raise _service_error(self.config, "write", e) from None
-        except (psycopg.Error, ValueError, TypeError, OverflowError) as e:
+        except (psycopg.Error, pa.ArrowException, ValueError, TypeError, OverflowError) as e:
             self._abort_copy()
             raise RecordError(
                 f"PostgreSQL {self.config.where} refused a row of checkpoint {self.ctx.checkpoint_id}, "
@@ -177,7 +183,7 @@ class PostgresTransaction:
         except psycopg.OperationalError as e:
             self._close(rollback=False)
             raise _service_error(config, "the end of the COPY", e) from None
-        except (psycopg.Error, ValueError, TypeError, OverflowError) as e:
+        except (psycopg.Error, pa.ArrowException, ValueError, TypeError, OverflowError) as e:
             self._close(rollback=False)
             raise RecordError(
                 f"PostgreSQL {config.where} refused a row of checkpoint {ctx.checkpoint_id}, "
@@ -248,7 +254,14 @@ class PostgresTransaction:
                 raise _service_error(config, "the table check", e) from None
         return self.plan
 
-    def _open_copy(self, plan: WritePlan) -> Any:
+    def _open_copy(self, plan: WritePlan, schema: pa.Schema) -> None:
+        """Open the transaction's COPY and its encoder for batches of ``schema``; send the header."""
+        encoder = CopyEncoder(copy_schema(schema, plan.columns, plan.type_names))
+        self._start_copy(plan).write(encoder.header())
+        self._encoder = encoder
+
+    def _start_copy(self, plan: WritePlan) -> Any:
+        """Open ``COPY … FROM STDIN (FORMAT BINARY)`` of ``plan``'s columns; return psycopg's Copy."""
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
             sql.Identifier(self.config.schema, self.staging or self.config.table),
             sql.SQL(", ").join(sql.Identifier(c) for c in plan.columns),
@@ -261,19 +274,21 @@ class PostgresTransaction:
                 copy = stack.enter_context(cur.copy(statement, writer=QueuedLibpqWriter(cur)))
             else:
                 copy = stack.enter_context(cur.copy(statement))
-            copy.set_types(list(plan.type_names))
             self._copy, self._copy_exit = copy, stack.pop_all()
         return copy
 
     def _end_copy(self) -> None:
-        """End the open COPY, if any: the server checks the last rows now (psycopg errors raised)."""
-        exit_stack, self._copy, self._copy_exit = self._copy_exit, None, None
+        """End the open COPY, if any: the rows pgpq still holds and the trailer go out, and the
+        server checks the last rows now (psycopg errors raised)."""
+        if self._copy is not None and self._encoder is not None:
+            self._copy.write(self._encoder.finish())
+        exit_stack, self._copy, self._copy_exit, self._encoder = self._copy_exit, None, None, None
         if exit_stack is not None:
             exit_stack.close()
 
     def _abort_copy(self) -> None:
         """Abandon the open COPY, if any (CopyFail; the transaction is failed anyway). Best effort."""
-        exit_stack, self._copy, self._copy_exit = self._copy_exit, None, None
+        exit_stack, self._copy, self._copy_exit, self._encoder = self._copy_exit, None, None, None
         if exit_stack is not None:
             failure = RuntimeError("twophase: the COPY was abandoned")
             with contextlib.suppress(psycopg.Error):

@@ -130,6 +130,10 @@ def test_columns_are_checked_against_the_table() -> None:
             pa.schema({"id": pa.int64(), "n": pa.list_(pa.int64())}),
             r"n: data list<item: int64> vs table numeric",
         ),
+        (
+            pa.schema({"id": pa.int64(), "n": pa.decimal256(39, 2)}),
+            r"n: data decimal256\(39, 2\) is wider than 38 digits, the most binary COPY writes",
+        ),
     ],
 )
 def test_schema_mismatches_are_one_line_schema_errors(schema: pa.Schema, message: str) -> None:
