@@ -32,6 +32,7 @@ PUBLIC_MODULES = {
     "twophase.connectors.delta": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.postgres": {"__init__", "config", "sink", "metrics", "declaration", "listing"},
     "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.azure": {"__init__", "config", "sink", "declaration", "listing"},
 }
 """Package → its public modules. ``sinks.conformance`` is a public package of its own; Kafka's
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector
@@ -44,6 +45,7 @@ CONFIGS = (
     "DeltaSinkConfig",
     "PostgresSinkConfig",
     "IcebergSinkConfig",
+    "AzureBlobSinkConfig",
     "RuntimeConfig",
     "CheckpointConfig",
     "CommitPolicy",
