@@ -141,7 +141,8 @@ def kafka_jvm(data_dir: Path) -> list[str]:
     log_dir.mkdir(exist_ok=True)
     log4j = data_dir / "log4j2.properties"
     log4j.write_text(LOG4J2_CONFIG.format(log_dir=log_dir))
-    return [java_binary(), f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
+    java = java_binary()
+    return [java, f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
 
 
 def format_storage(jvm: list[str], props: Path, cluster_id: str) -> None:

@@ -21,7 +21,16 @@ from twophase.sinks.errors import ConfigError
 STATE_VERSION = 1
 STATE_FILE = "services.json"
 ServiceName = Literal["kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs", "yarn"]
-SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs", "yarn")
+SERVICES: tuple[ServiceName, ...] = (
+    "kafka",
+    "s3",
+    "spark",
+    "spark-connect",
+    "postgres",
+    "azure",
+    "gcs",
+    "yarn",
+)
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 SPARK_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"

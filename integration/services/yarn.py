@@ -34,6 +34,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import tempfile
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -279,7 +280,8 @@ class YarnCluster:
 
     def cluster_site(self) -> dict[str, str]:
         """``yarn-site.xml`` of every daemon and client: the ResourceManager's addresses, the FIFO
-        scheduler, small allocations, application attempts up to 2 (``yarn.resourcemanager.am.max-attempts``)."""
+        scheduler, small allocations, application attempts up to 2
+        (``yarn.resourcemanager.am.max-attempts``)."""
         return {
             **self._rm,
             "yarn.resourcemanager.scheduler.class": FIFO_SCHEDULER,
@@ -496,3 +498,30 @@ def yarn_status(timeout_s: float, entry: dict[str, Any] | None) -> ServiceStatus
     nodes = active_nodes(endpoint, timeout_s)
     detail = f"{nodes} of {want} NodeManagers active, HADOOP_CONF_DIR={endpoint.conf_dir}"
     return ServiceStatus("yarn", "services up", endpoint.web_url, int(alive["pid"]), nodes >= want, detail)
+
+
+SPARK_AM_CLASS = "org.apache.spark.deploy.yarn.ApplicationMaster"
+"""The main class of a Spark application master (in cluster mode: the driver's container)."""
+
+
+def application_masters(marker: str) -> list[int]:
+    """Process ids of the Spark application masters on this machine whose command line holds
+    ``marker`` (e.g. the run's work directory, which the driver's arguments name)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if SPARK_AM_CLASS in text and marker in text and "bash" not in text.split(" ", 1)[0]:
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def kill_container_of(pid: int) -> None:
+    """SIGKILL the container that runs ``pid``: its whole process group (the NodeManager starts
+    each container in a session of its own: launch script, JVM and, for a driver, its Python),
+    as a host or container crash takes it. A process already gone is no error."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    log_event(log, logging.WARNING, "killed container", pid=pid)
