@@ -247,12 +247,13 @@ def submit(
 
 
 def _redacted(conf: Mapping[str, str]) -> dict[str, str]:
-    """``conf`` with the application master's secrets as ``$NAME`` (for printing)."""
+    """``conf`` with the secrets of the driver's and the executors' environments as ``$NAME``
+    (for printing)."""
     secret = re.compile(r"(SECRET|PASSWORD|TOKEN|DSN|SECURITY|ACCESS_KEY)", re.IGNORECASE)
     out = dict(conf)
     for key in conf:
         name = key.rsplit(".", 1)[-1]
-        if key.startswith("spark.yarn.appMasterEnv.") and secret.search(name):
+        if key.startswith(("spark.yarn.appMasterEnv.", "spark.executorEnv.")) and secret.search(name):
             out[key] = f"${name}"
     return out
 
