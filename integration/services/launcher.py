@@ -397,9 +397,9 @@ def services_up(
                     started.append(stop_postgres)
             if yarn:
                 s3_here = endpoint if endpoint is not None else _endpoint_of(state["s3"])
-                cluster = up_yarn(state, s3_here, _fresh_data_dir)
-                if cluster is not None:
-                    started.append(cluster.stop)
+                yarn_here = up_yarn(state, s3_here, _fresh_data_dir)
+                if yarn_here is not None:
+                    started.append(yarn_here.stop)
             for wanted, up in ((azure, up_azurite), (gcs, up_gcs)):
                 stop_emulator = up(state, _fresh_data_dir) if wanted else None
                 if stop_emulator is not None:
