@@ -38,7 +38,7 @@ import signal
 import tempfile
 import urllib.request
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -425,7 +425,10 @@ def _recorded(entry: Mapping[str, Any]) -> YarnEndpoint:
 
 
 def up_yarn(
-    state: dict[str, Any], s3: S3Endpoint, fresh_dir: Any, nodemanagers: int = NODEMANAGERS
+    state: dict[str, Any],
+    s3: S3Endpoint,
+    fresh_dir: Callable[[str], Path],
+    nodemanagers: int = NODEMANAGERS,
 ) -> YarnCluster | None:
     """For ``services up --yarn``: nothing when ``TWOPHASE_YARN_CONF_DIR`` is given (checked) or a
     recorded cluster runs; else start one detached in ``fresh_dir("yarn")`` staging on ``s3`` and
