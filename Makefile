@@ -160,6 +160,7 @@ chaos: prepare
 		--report build/chaos-unmarked-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs two-drivers --trials $(CHAOS_TWO_DRIVERS_TRIALS) \
 		--report build/chaos-two-drivers-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs yarn --trials 30 --report build/chaos-yarn-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;

@@ -58,6 +58,13 @@ of them at every fault point and with kill -9. The three sinks run together in a
   second driver of the same job while the first runs (:data:`SECOND_DRIVER_AFTER_S`, drawn per
   trial), as a YARN application-master retry or a replaced Kubernetes driver pod does: the newer
   driver fences the older (``DriverFencedError``, exit status 1), besides the usual faults and kills.
+- ``yarn`` (issue #45 item 2, not in the default list): the ``s3`` path submitted to a native YARN
+  (:mod:`twophase.integration.services.yarn`) in cluster deploy mode with the packed environment
+  and ``spark.yarn.maxAppAttempts=2`` (:mod:`twophase.integration.jobs.flights_yarn`): the driver
+  runs in the application master's container. A driver fault ends that attempt and a kill trial
+  kills the container (SIGKILL to its process group: launch script, JVM, the driver's Python)
+  instead of the submitting process: YARN starts a second attempt, which restores from the
+  ``s3://`` checkpoint, and spark-submit ends with the application's final status.
 """
 
 from __future__ import annotations
@@ -149,6 +156,8 @@ class ChaosConfig:
         refuse_markers: the job's S3 keys may not write any ``_committed`` marker (needs ``on_s3``).
         second_driver_s: non-empty: every trial starts a second driver of the job this many
             seconds (one drawn per trial) after the first.
+        yarn: submit the job to YARN in cluster deploy mode (everything on S3, input included);
+            a kill trial kills the driver's container, and YARN starts the driver again.
     """
 
     name: str
@@ -170,6 +179,7 @@ class ChaosConfig:
     storage_stalls: tuple[str, ...] = ()
     refuse_markers: bool = False
     second_driver_s: tuple[float, ...] = ()
+    yarn: bool = False
 
     @property
     def speculation(self) -> bool:
@@ -185,7 +195,7 @@ class ChaosConfig:
     def spec(self, job_id: str, work_dir: Path, days: int, files_per_trigger: int) -> FlightsJobSpec:
         """The flights run of one trial in this configuration (S3 locations under the job's bucket)."""
         bucket = FlightsJobSpec.bucket  # the job's default bucket holds the s3:// locations too
-        if self.cluster:
+        if self.cluster or self.yarn:
             return FlightsJobSpec.on_s3_bucket(
                 job_id,
                 work_dir,
@@ -262,6 +272,7 @@ CONFIGS: dict[str, ChaosConfig] = {
             refuse_markers=True,
         ),
         ChaosConfig("two-drivers", on_s3=True, second_driver_s=SECOND_DRIVER_AFTER_S),
+        ChaosConfig("yarn", on_s3=True, yarn=True),
         ChaosConfig(
             "five",
             sinks=(*BASE_SINKS, "postgres", "iceberg"),
@@ -279,11 +290,12 @@ LOCAL = ",".join(
     and not c.kafka_settings
     and not c.storage_stalls
     and not c.second_driver_s
+    and not c.yarn
 )
 """The default ``--configs``: every configuration on ``local[2,4]`` against the plain services with
 the three sinks (the cluster ones need a cluster, the secured one its own services, ``expiry`` its
 own broker, ``publish`` stops the run's MinIO, ``five`` needs a PostgreSQL, ``unmarked`` its own
-broker and IAM users, ``two-drivers`` runs two drivers at once)."""
+broker and IAM users, ``two-drivers`` runs two drivers at once, ``yarn`` needs YARN)."""
 
 
 def configs_named(names: str) -> list[ChaosConfig]:

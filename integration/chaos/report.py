@@ -75,8 +75,10 @@ def write_report(path: Path, results: list[TrialResult], params: dict[str, objec
 
         lingering = sum(s.lingering for s in r.report.sinks) if r.report is not None else "?"
         verdict = "pass" if r.passed else "**FAIL**: " + "; ".join(r.violations)
-        if r.events:  # a cluster trial: what Spark saw
-            e = r.events
+        e = r.events
+        if "driver_attempts" in e:  # a YARN trial: the drivers YARN started
+            verdict += f" ({e['driver_attempts']} driver attempts)"
+        elif e:  # a cluster trial: what Spark saw
             verdict += (
                 f" ({e['executors_lost']} executors lost, {e['fetch_failures']} fetch failures, "
                 f"{e['stage_retries']} stage retries, {e['speculative_tasks']} speculative, "

@@ -21,9 +21,11 @@ import contextlib
 import datetime as dt
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -133,6 +135,8 @@ def main(
             if per_worker
             else None
         )
+        if endpoints is not None and any(c.yarn for c in chosen):
+            stack.enter_context(yarn_for_trials(endpoints))
         if endpoints is not None:
             spark = flights_spark_session(endpoints)
             spark.sparkContext.setLogLevel("ERROR")
@@ -182,6 +186,27 @@ def main(
         raise SystemExit(1)
 
 
+@contextlib.contextmanager
+def yarn_for_trials(endpoints: FlightsEndpoints) -> Iterator[None]:
+    """YARN for the ``yarn`` trials (:func:`~twophase.integration.services.yarn.yarn_service`,
+    staging on the run's S3), named to their spark-submits by ``TWOPHASE_YARN_CONF_DIR`` for the
+    block, and the packed environment built once before the first trial's clock starts."""
+    from twophase.integration.packing import pack_environment
+    from twophase.integration.services.yarn import CONF_DIR_ENV, yarn_service
+
+    with yarn_service(endpoints.s3) as yarn:
+        pack_environment(extras=["flights"])
+        before = os.environ.get(CONF_DIR_ENV)
+        os.environ[CONF_DIR_ENV] = str(yarn.conf_dir)
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(CONF_DIR_ENV, None)
+            else:
+                os.environ[CONF_DIR_ENV] = before
+
+
 def run_params(
     trials: int,
     configs: str,
@@ -222,6 +247,7 @@ def services_of(chosen: list[ChaosConfig]) -> str:
     extra = sorted({name for c in chosen for name in c.sinks if name not in BASE_SINKS})
     plain = "real Kafka KRaft broker and MinIO" if any(not c.secured for c in chosen) else ""
     plain += f" (+ {', '.join(extra)})" if plain and extra else ""
+    plain += "; a native YARN (ResourceManager and NodeManager)" if any(c.yarn for c in chosen) else ""
     secured = "SASL_SSL Kafka with ACLs and MinIO over TLS" if any(c.secured for c in chosen) else ""
     return "; ".join(filter(None, (plain, secured + " (secured)" if plain and secured else secured)))
 

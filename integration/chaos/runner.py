@@ -250,14 +250,15 @@ def zombie_fault(
     return pause if kill is None else f"{pause},{kill}"
 
 
-def fault_reached(fault: str, state_dir: Path, exit_code: int) -> bool:
+def fault_reached(fault: str, state_dir: Path, exit_code: int, driver_exits: bool = True) -> bool:
     """Every fault of ``fault`` (``TWOPHASE_FAULT``'s value, no ``@kill``) fired: a driver point
     made the process exit 137, an executor point recorded its hit in ``state_dir``, a timed pause
-    left its marker there."""
+    left its marker there. Without ``driver_exits`` (a driver YARN starts again, whose submitting
+    process ends with the application's status) a driver point's hit is read from ``state_dir`` too."""
     for point, (hit, pause) in parse_faults(fault).items():
         if pause is not None:
             reached = paused_marker(state_dir, point, hit).exists()
-        elif point in DRIVER_POINTS:
+        elif point in DRIVER_POINTS and driver_exits:
             reached = exit_code == EXIT_STATUS
         else:
             reached = (state_dir / f"{point}.{hit}").exists()
@@ -339,13 +340,16 @@ def run_job_process(
     fault_kill: str = "",
     fault_action: str = "",
     spark_conf: tuple[tuple[str, str], ...] = (),
+    yarn: bool = False,
 ) -> tuple[int, bool]:
     """Run the flights job of ``work_dir`` once in its own process group; on the standalone
     cluster ``master`` when given, with Spark's event log in ``<work_dir>/spark-events``.
     ``fault_kill``: what an executor-side fault kills (``TWOPHASE_FAULT_KILL``); ``fault_action``:
     ``pause`` to hold at the fault point instead (``TWOPHASE_FAULT_ACTION``); ``spark_conf``:
     further Spark settings of a cluster run (through
-    :mod:`~twophase.integration.chaos.job_with_conf`).
+    :mod:`~twophase.integration.chaos.job_with_conf`); ``yarn``: submit it to YARN in cluster mode
+    (:mod:`~twophase.integration.jobs.flights_yarn`, the cluster of ``TWOPHASE_YARN_CONF_DIR``),
+    where a kill moment kills the driver's container, not this process group, and the wait goes on.
 
     Returns:
         (exit status — negative for a signal —, whether this call sent SIGKILL).
@@ -366,18 +370,15 @@ def run_job_process(
     if spark_conf and master:
         env[CONF_ENV] = json.dumps(dict(spark_conf))
         module = "twophase.integration.chaos.job_with_conf"
+    command = [sys.executable, "-m", module, "--work-dir", str(work_dir), *on_cluster]
+    if yarn:
+        command = [sys.executable, "-m", YARN_JOB, "submit", "--work-dir", str(work_dir)]
+        command += ["--deploy-mode", "cluster", "--event-log-dir", str(work_dir / "spark-events")]
     with log_path.open("ab") as log:
         log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                module,
-                "--work-dir",
-                str(work_dir),
-                *on_cluster,
-            ],
+            command,
             cwd=REPO,
             env=env,
             stdout=log,
@@ -385,16 +386,40 @@ def run_job_process(
             start_new_session=True,  # its own process group: driver, JVM and workers die together
         )
         killed = False
+        if yarn and kill_after_s is not None:
+            killed = kill_driver_container(proc, work_dir, kill_after_s)
+            kill_after_s = None  # YARN starts the driver again: wait for the application's end
         try:
             proc.wait(timeout=kill_after_s if kill_after_s is not None else timeout_s)
         except subprocess.TimeoutExpired:
             # a kill trial's moment, or a hung run: kill -9 the whole group from outside
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            killed = kill_after_s is not None
-            if not killed:
-                return -999, False
+            if kill_after_s is None:
+                return -999, killed
+            killed = True
         return proc.returncode, killed
+
+
+YARN_JOB = "twophase.integration.jobs.flights_yarn"
+
+
+def kill_driver_container(proc: subprocess.Popen[bytes], work_dir: Path, after_s: float) -> bool:
+    """``after_s`` seconds after ``proc`` (a spark-submit of the run in ``work_dir``, cluster mode)
+    started, SIGKILL its driver's container (the application master whose arguments name
+    ``work_dir``). Returns whether one was killed (not when the job ended first, or its driver
+    had not started yet)."""
+    from twophase.integration.services.yarn import application_masters, kill_container_of
+
+    try:
+        proc.wait(timeout=after_s)
+        return False
+    except subprocess.TimeoutExpired:
+        pass
+    drivers = application_masters(str(work_dir))
+    for pid in drivers:
+        kill_container_of(pid)
+    return bool(drivers)
 
 
 def run_trial(
@@ -452,6 +477,7 @@ def run_trial(
         work_dir / "job.log",
         master=master if config.cluster else None,
         spark_conf=config.spark_conf,
+        yarn=config.yarn,
     )
     result = TrialResult(plan, job_id)
 
@@ -467,6 +493,7 @@ def run_trial(
             work_dir / "job-2.log",
             master=master if config.cluster else None,
             spark_conf=config.spark_conf,
+            yarn=config.yarn,
         ),
         config.second_driver_s[plan.index % len(config.second_driver_s)] if config.second_driver_s else None,
     )
@@ -496,7 +523,7 @@ def run_trial(
         fault, _, kill = plan.fault.partition("@")
         code, _ = run(fault=fault, fault_kill=kill)
         result.exit_codes.append(code)
-        result.fault_fired = fault_reached(fault, work_dir / "fault-state", code)
+        result.fault_fired = fault_reached(fault, work_dir / "fault-state", code, not config.yarn)
     else:
         for i, delay in enumerate(plan.kill_after_s):
             code, killed = (restart if i else run)(kill_after_s=delay)
@@ -515,6 +542,8 @@ def run_trial(
     if result.exit_codes[-1] != 0:
         result.violations.append(f"job did not finish after {result.restarts} restarts: {result.exit_codes}")
     result.doubt = doubt_evidence(work_dir / "job.log")
+    if config.yarn:
+        result.events = {"driver_attempts": yarn_attempts(work_dir / "job.log")}
     if config.cluster:
         result.events = spark_events(work_dir / "spark-events")
         if plan.kind == "fault" and "@" in (plan.fault or "") and not result.events["executors_lost"]:
@@ -707,6 +736,19 @@ def _runs_showing(work_dir: Path, pattern: re.Pattern[bytes]) -> int:
         if log.exists():
             for run in log.read_bytes().split(b"\n=== run ")[1:]:
                 count += pattern.search(run) is not None
+    return count
+
+
+def yarn_attempts(log: Path) -> int:
+    """How many drivers YARN started over a trial's submissions: the attempts of each run's
+    application, from the outcome line :mod:`~twophase.integration.jobs.flights_yarn` prints."""
+    if not log.exists():
+        return 0
+    count = 0
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and '"attempts"' in line:
+            with contextlib.suppress(json.JSONDecodeError):
+                count += len(json.loads(line).get("attempts", []))
     return count
 
 

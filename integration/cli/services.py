@@ -148,9 +148,21 @@ def services_prepare_command(as_json: bool) -> None:
     is_flag=True,
     help="Also fake-gcs-server, a GCS emulator (unless TWOPHASE_GCS_ENDPOINT is set), for gs:// checkpoints.",
 )
+@click.option(
+    "--yarn",
+    is_flag=True,
+    help="Also a YARN ResourceManager and NodeManager staging on this S3 (unless TWOPHASE_YARN_CONF_DIR "
+    "is set), for spark-submit --master yarn with HADOOP_CONF_DIR from `services status`.",
+)
 @json_option(STATUS_KEYS)
 def services_up_command(
-    spark_cluster: bool, spark_connect: bool, postgres: bool, azure: bool, gcs: bool, as_json: bool
+    spark_cluster: bool,
+    spark_connect: bool,
+    postgres: bool,
+    azure: bool,
+    gcs: bool,
+    yarn: bool,
+    as_json: bool,
 ) -> None:
     """Start the services not given in TWOPHASE_* variables and not running yet; keep them running."""
     what = ["Kafka", "MinIO"]
@@ -164,9 +176,16 @@ def services_up_command(
         what.append("Azurite")
     if gcs:
         what.append("fake-gcs-server")
+    if yarn:
+        what.append("YARN")
     with progress(f"starting {', '.join(what[:-1])} and {what[-1]} ...", as_json):
         rows = services_up(
-            spark_cluster=spark_cluster, spark_connect=spark_connect, postgres=postgres, azure=azure, gcs=gcs
+            spark_cluster=spark_cluster,
+            spark_connect=spark_connect,
+            postgres=postgres,
+            azure=azure,
+            gcs=gcs,
+            yarn=yarn,
         )
     _print_status(rows, as_json)
 

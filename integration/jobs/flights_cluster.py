@@ -129,7 +129,8 @@ def cluster_conf(
     ``spark.executorEnv``, since a worker's executors do not inherit the driver's environment.
 
     Args:
-        master: ``spark://host:port``.
+        master: ``spark://host:port``, or ``yarn`` (the YARN cluster of this machine:
+            :mod:`~twophase.integration.jobs.flights_yarn`).
         s3: the endpoint whose ``AWS_*`` the executors get (``spark.executorEnv``).
         shipping: :func:`~twophase.integration.spark_shipping.ship_conf` of the wheel and the
             executors' Python.
@@ -154,7 +155,7 @@ def cluster_conf(
     }
     if event_log_dir is not None:
         conf.update(event_log_conf(event_log_dir))
-    if all(host in LOOPBACK for host, _ in master_addresses(master)):
+    if master == "yarn" or all(host in LOOPBACK for host, _ in master_addresses(master)):
         # executors on this machine call the driver back on loopback, whatever the host name resolves to
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     return conf

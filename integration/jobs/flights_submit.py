@@ -107,7 +107,8 @@ def imports_report(spark: SparkSession, tasks: int = 8) -> dict[str, Any]:
     return {"driver": list(_where(None)), "executors": sorted({tuple(f) for f in found})}
 
 
-def _spec(work_dir: Path, job_id: str | None, days: int, files_per_trigger: int) -> FlightsJobSpec:
+def job_spec(work_dir: Path, job_id: str | None, days: int, files_per_trigger: int) -> FlightsJobSpec:
+    """The run of ``work_dir`` (its manifest), else a new S3-only run of ``days`` days."""
     from twophase.integration.jobs.flights_spec import FlightsJobSpec
 
     if (work_dir / "flights-job.json").is_file():
@@ -165,7 +166,7 @@ def run(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if (master is None) != (archive is None):
         raise click.UsageError("give --master and --archive together (a driver started by python)")
-    spec = _spec(work_dir, job_id, days, files_per_trigger)
+    spec = job_spec(work_dir, job_id, days, files_per_trigger)
     endpoints = dataclasses.replace(endpoints_from_environment(), keys_from_environment=True)
     with contextlib.ExitStack() as stack:
         if master is not None and archive is not None:  # (b): the builder carries the deployment

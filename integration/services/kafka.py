@@ -107,7 +107,12 @@ def server_properties(
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
-def _java() -> str:
+def java_binary() -> str:
+    """``$JAVA_HOME/bin/java`` when set, else ``java`` on PATH.
+
+    Raises:
+        ServiceUnavailableError: neither exists.
+    """
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").exists():
         return str(Path(java_home) / "bin" / "java")
@@ -136,7 +141,8 @@ def kafka_jvm(data_dir: Path) -> list[str]:
     log_dir.mkdir(exist_ok=True)
     log4j = data_dir / "log4j2.properties"
     log4j.write_text(LOG4J2_CONFIG.format(log_dir=log_dir))
-    return [_java(), f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
+    java = java_binary()
+    return [java, f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
 
 
 def format_storage(jvm: list[str], props: Path, cluster_id: str) -> None:

@@ -75,6 +75,7 @@ from twophase.integration.services.state import (
     state_path,
     write_state,
 )
+from twophase.integration.services.yarn import up_yarn, yarn_status
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
@@ -306,6 +307,7 @@ def services_up(
     postgres: bool = False,
     azure: bool = False,
     gcs: bool = False,
+    yarn: bool = False,
 ) -> list[ServiceStatus]:
     """Start (detached) every service that is neither in the environment nor already running.
 
@@ -325,6 +327,9 @@ def services_up(
             one is recorded and alive: :func:`~twophase.integration.services.azurite.up_azurite`).
         gcs: also fake-gcs-server (unless ``TWOPHASE_GCS_ENDPOINT`` is set or one is recorded and
             alive: :func:`~twophase.integration.services.gcs_server.up_gcs`).
+        yarn: also a YARN ResourceManager and NodeManager staging on the S3 above (unless
+            ``TWOPHASE_YARN_CONF_DIR`` is set or one is recorded and alive:
+            :func:`~twophase.integration.services.yarn.up_yarn`).
 
     Raises:
         ConfigError, ServiceUnavailableError: as :func:`kafka_service` / :func:`s3_service`, or
@@ -390,6 +395,11 @@ def services_up(
                 stop_postgres = up_postgres(state)
                 if stop_postgres is not None:
                     started.append(stop_postgres)
+            if yarn:
+                s3_here = endpoint if endpoint is not None else _endpoint_of(state["s3"])
+                yarn_here = up_yarn(state, s3_here, _fresh_data_dir)
+                if yarn_here is not None:
+                    started.append(yarn_here.stop)
             for wanted, up in ((azure, up_azurite), (gcs, up_gcs)):
                 stop_emulator = up(state, _fresh_data_dir) if wanted else None
                 if stop_emulator is not None:
@@ -435,8 +445,8 @@ def services_down() -> list[str]:
 
 def services_status() -> list[ServiceStatus]:
     """Where each service comes from and whether it answers (bounded by the connect timeout):
-    Kafka, S3, the Spark cluster, then the Spark Connect server, PostgreSQL, Azurite and the GCS
-    emulator when one is given or recorded."""
+    Kafka, S3, the Spark cluster, then the Spark Connect server, PostgreSQL, Azurite, the GCS
+    emulator and YARN when one is given or recorded."""
     timeout = min(connect_timeout_s(), 5.0)
     rows = [_kafka_status(timeout), _s3_status(timeout), spark_status(timeout)]
     state = read_state()
@@ -445,6 +455,7 @@ def services_status() -> list[ServiceStatus]:
         postgres_status(timeout, state.get("postgres")),
         azure_status(timeout, state.get("azure")),
         gcs_status(timeout, state.get("gcs")),
+        yarn_status(timeout, state.get("yarn")),
     )
     return [*rows, *(row for row in optional if row is not None)]
 

@@ -1,7 +1,7 @@
 """What every service shares: the state file of ``twophase services up``, the wait bounds, a status row.
 
 ``<run dir>/services.json`` (mode 0600) holds one entry per service (``kafka``, ``s3``, ``spark``,
-``spark-connect``, ``postgres``, ``azure`` (Azurite), ``gcs`` (fake-gcs-server)).
+``spark-connect``, ``postgres``, ``azure`` (Azurite), ``gcs`` (fake-gcs-server), ``yarn``).
 An entry counts only while its recorded process runs and its command line is still the service's
 (:data:`PROCESS_MARKERS`), so a reused pid is never mistaken for a service, nor killed.
 """
@@ -20,11 +20,21 @@ from twophase.sinks.errors import ConfigError
 
 STATE_VERSION = 1
 STATE_FILE = "services.json"
-ServiceName = Literal["kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs"]
-SERVICES: tuple[ServiceName, ...] = ("kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs")
+ServiceName = Literal["kafka", "s3", "spark", "spark-connect", "postgres", "azure", "gcs", "yarn"]
+SERVICES: tuple[ServiceName, ...] = (
+    "kafka",
+    "s3",
+    "spark",
+    "spark-connect",
+    "postgres",
+    "azure",
+    "gcs",
+    "yarn",
+)
 SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 SPARK_CONNECT_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+YARN_RM_CLASS = "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager"
 #: words that must appear in a recorded pid's command line before ``services down`` kills it
 PROCESS_MARKERS: dict[str, str] = {
     "kafka": "kafka.Kafka",
@@ -34,6 +44,7 @@ PROCESS_MARKERS: dict[str, str] = {
     "postgres": "bin/postgres -D ",  # the postmaster: <bin dir>/postgres -D <data dir>
     "azure": "azurite",  # node <cache>/azurite-<version>/node_modules/azurite/.../main.js
     "gcs": "fake-gcs-server",
+    "yarn": YARN_RM_CLASS,  # bash -c '<java ... ResourceManager> & <java ... NodeManager> & ...'
 }
 
 

@@ -71,6 +71,7 @@ def test_services_present(compose: dict[str, Any]) -> None:
         "minio-secured",
         "azurite",
         "gcs",
+        "yarn",
     }
 
 

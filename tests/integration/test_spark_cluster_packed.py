@@ -18,7 +18,6 @@ delete finished applications' folders (the unpacked environments) after ``CLEAN_
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import json_output, run_twophase
+from support.packed_runs import flights_env, outcome_line, verify_exactly_once
 
 from twophase.integration.jobs import flights_submit
 from twophase.integration.packing import PackedEnv, pack_environment
@@ -63,29 +62,6 @@ def cluster() -> Iterator[SparkCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _outcome(stdout: str) -> dict[str, Any]:
-    lines = [line for line in stdout.splitlines() if line.startswith("{")]
-    assert lines, stdout[-3000:]
-    outcome: dict[str, Any] = json.loads(lines[-1])
-    return outcome
-
-
-def _verify(tmp_path: Path, work: Path, env: dict[str, str]) -> None:
-    report = json_output(
-        run_twophase(
-            ["verify", "--work-dir", str(work), "--delta-reader", "deltalake", "--json"], tmp_path, env
-        )
-    )
-    assert report["ok"] is True, report
-    for sink in report["sinks"]:
-        assert (sink["records"], sink["duplicates"], sink["missing"], sink["lingering"]) == (
-            report["expected_records"],
-            0,
-            0,
-            0,
-        ), sink
-
-
 def _check_executors(outcome: dict[str, Any], cluster: SparkCluster) -> None:
     """Two executors, each on the archive unpacked in its work dir, with Spark's pyspark; no jar
     was copied into any work dir (the class path reads them in place)."""
@@ -109,7 +85,7 @@ def _run_driver(
         command, env={**flights_env(tmp_path), **env}, capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    outcome = _outcome(proc.stdout)
+    outcome = outcome_line(proc.stdout)
     assert outcome["state"] == "FINISHED" and outcome["records"] > 0, outcome
     _check_executors(outcome, cluster)
     return proc, outcome
@@ -143,7 +119,7 @@ def test_spark_submit_with_a_packed_environment_runs_the_flights_job_exactly_onc
     assert f"spark.archives={packed.archive}#environment" in line
     assert "spark.pyspark.python=./environment/bin/python" in line
     assert s3_endpoint.secret_key not in line
-    _verify(tmp_path, work, env)
+    verify_exactly_once(tmp_path, work, env)
 
 
 def test_a_python_started_driver_sets_the_archive_on_its_builder(
@@ -156,7 +132,7 @@ def test_a_python_started_driver_sets_the_archive_on_its_builder(
     _, outcome = _run_driver([sys.executable, str(flights_submit.SCRIPT), *args], tmp_path, env, cluster)
     _, pyspark_file, python = outcome["driver"]  # this Python, with pip's pyspark
     assert python == sys.executable and "site-packages" in Path(pyspark_file).parts
-    _verify(tmp_path, work, env)
+    verify_exactly_once(tmp_path, work, env)
 
 
 def test_the_workers_delete_finished_applications_folders(cluster: SparkCluster) -> None:
@@ -170,16 +146,3 @@ def test_the_workers_delete_finished_applications_folders(cluster: SparkCluster)
     assert wait_ready(left, CLEAN_AFTER_S + 90, 2.0) is None
     size = sum(p.stat().st_size for p in cluster.root.rglob("*") if p.is_file() and not p.is_symlink())
     assert size < 20 * 2**20, size  # logs only
-
-
-def flights_env(tmp_path: Path) -> dict[str, str]:
-    """This process's environment without ``TWOPHASE_*`` (but the cache) and ``PYSPARK_*``, with a
-    private run dir: the job finds only the services this test gives it."""
-    import os
-
-    keep = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TWOPHASE_", "PYSPARK_")) or k == "TWOPHASE_CACHE"
-    }
-    return {**keep, "TWOPHASE_RUN_DIR": str(tmp_path / "run")}

@@ -19,10 +19,12 @@ from twophase.integration.chaos.runner import (
     config_matrix,
     fault_hits,
     fault_matrix,
+    fault_reached,
     fenced_drivers,
     plan_matrix,
     refused_drivers,
     run_trials,
+    yarn_attempts,
 )
 from twophase.integration.jobs.flights_spec import MANIFEST, FlightsJobSpec
 from twophase.sinks.errors import ConfigError
@@ -426,3 +428,31 @@ def test_a_driver_run_spark_refused_is_counted_apart(tmp_path: Path) -> None:
         b"concurrently using metadata.\n"
     )
     assert refused_drivers(tmp_path) == 1 and fenced_drivers(tmp_path) == 0
+
+
+def test_the_yarn_configuration_runs_apart_on_s3_and_reads_its_driver_faults_from_the_state(
+    tmp_path: Path,
+) -> None:
+    yarn = CONFIGS["yarn"]
+    assert "yarn" not in LOCAL.split(",") and yarn.yarn and not yarn.cluster
+    spec = yarn.spec("y1", tmp_path / "w", 14, 6)
+    assert spec.checkpoint_uri.startswith("s3://") and spec.input_uri.startswith("s3://")
+    assert config_matrix(yarn, 14, 6) == config_matrix(CONFIGS["s3"], 14, 6)
+    # a driver fault ends the attempt, not spark-submit: its hit is read from the shared state
+    state = tmp_path / "fault-state"
+    state.mkdir()
+    assert not fault_reached("after_persist:2", state, 0, driver_exits=False)
+    (state / "after_persist.2").touch()
+    assert fault_reached("after_persist:2", state, 0, driver_exits=False)
+    assert not fault_reached("after_persist:2", state, 0)
+
+
+def test_yarn_attempts_are_counted_from_the_submissions_outcome_lines(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(
+        "\n=== run fault=None kill_after_s=12.0 ===\n"
+        '{"application": "application_1_0001", "final_status": "SUCCEEDED", '
+        '"attempts": [{"id": "a1"}, {"id": "a2"}], "exit_status": 0}\n'
+    )
+    assert yarn_attempts(log) == 2
+    assert yarn_attempts(tmp_path / "missing.log") == 0
