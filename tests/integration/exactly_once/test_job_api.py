@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zlib
 from pathlib import Path
@@ -197,16 +198,21 @@ def test_checkpoint_metadata_is_versioned_json_with_encoded_committables(spark: 
     Job(spark, "eo", str(tmp_path / "chk"), config=config).sink(
         JsonLinesFileSink("a", tmp_path / "out")
     ).write(df)
-    epoch, final = (
-        json.loads(zlib.decompress(p.read_bytes()))
-        for p in sorted((tmp_path / "chk" / "eo").glob("chk-*/_metadata"))
-    )
+    manifests = sorted((tmp_path / "chk" / "eo").glob("chk-*/_metadata"))
+    epoch, final = (json.loads(zlib.decompress(p.read_bytes())) for p in manifests)
     assert (epoch["format"], epoch["version"], epoch["kind"], final["kind"]) == (
         "twophase.checkpoint",
-        2,
+        3,
         "checkpoint",
         "final",
     )
-    payloads = [c["payload"] for c in epoch["sinks"]["a"]["committables"]]
+    # format v3 (#42 item 2): the manifest names the sink's committable file, an Arrow IPC file
+    # beside it whose size and sha256 it records; read here with plain pyarrow, not the writer
+    ref = epoch["sinks"]["a"]["committables"]
+    data = (manifests[0].parent / ref["file"]).read_bytes()
+    assert (len(data), hashlib.sha256(data).hexdigest()) == (ref["bytes"], ref["sha256"])
+    table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    assert table.num_rows == ref["rows"]
+    payloads = [json.loads(p) for p in table.column("payload").to_pylist()]
     assert payloads and {(p["kind"], p["version"]) for p in payloads} == {("test.jsonl-file", 1)}
     assert sum(p["body"]["records"] for p in payloads) == 100
