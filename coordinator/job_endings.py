@@ -15,15 +15,18 @@ checkpoint (stop with savepoint without drain; plain stop) and the cleanup of a 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from functools import partial
 
 from twophase.coordinator.cancel import abort_in_doubt, commit_durable, delete_checkpoints, keep_going
+from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.driver_finish import final_participants, finish_on_driver, finish_subtasks
 from twophase.coordinator.job_lifecycle import JobState, JobTransition
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
+from twophase.coordinator.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.run_state import RunState
+from twophase.coordinator.run_state import AnySink, RunState
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import JobError
@@ -98,7 +101,7 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
     if coord is not None and landed is not None:
         abort_in_doubt(coord, s.committer, landed, failures)
     if not delete or landed is None:  # deleting needs to know what was published
-        abort_lingering(s, failures)
+        abort_lingering(s.lingering, s.sinks, coord, s.job_id, failures)
         return failures
     if coord is not None:
         try:
@@ -107,7 +110,7 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
         except Exception as e:  # a checkpoint whose promise is not kept is never deleted
             log_event(log, logging.ERROR, "cancel: commit before delete failed", job=s.job_id, error=repr(e))
             failures.append(e)
-            abort_lingering(s, failures)  # the checkpoints are kept: clean up as RETAIN does
+            abort_lingering(s.lingering, s.sinks, coord, s.job_id, failures)  # kept: clean up as RETAIN
             return failures
     live = coord.live_sinks() if coord is not None else None
     delete_all = partial(delete_checkpoints, s.job_id, s.sinks, s.checkpoints.cache, live, failures)
@@ -115,16 +118,22 @@ def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
     return failures
 
 
-def abort_lingering(s: RunState, failures: list[BaseException]) -> None:
-    """Abort, per live sink, every transaction no kept checkpoint holds (the cleanup of a cancel
-    that keeps its checkpoints); each failure is appended to ``failures`` and the next sink tried."""
-    coord = s.coord
+def abort_lingering(
+    lingering: LingeringCleanup,
+    sinks: Mapping[str, AnySink],
+    coord: CheckpointCoordinator | None,
+    job_id: str,
+    failures: list[BaseException],
+) -> None:
+    """Abort, per live sink of ``coord``, every transaction no kept checkpoint holds (the cleanup
+    of a cancel that keeps its checkpoints); each failure is appended to ``failures`` and the next
+    sink tried (:func:`~twophase.coordinator.cancel.keep_going`). Nothing to do without ``coord``."""
     if coord is None:
         return
     for name in coord.live_sinks():
         step = f"abort lingering transactions of sink {name!r}"
-        abort = partial(s.lingering.abort, s.sinks[name], ALL_CHECKPOINTS, coord)
-        keep_going(failures, s.job_id, step, abort)
+        abort = partial(lingering.abort, sinks[name], ALL_CHECKPOINTS, coord)
+        keep_going(failures, job_id, step, abort)
 
 
 def finish_job(s: RunState, source_position: JsonObject | None) -> CheckpointMetrics | None:
