@@ -295,33 +295,48 @@ def open_container(location: AzureLocation, options: AzureStorageOptions) -> Azu
         ConfigError: azure-storage-blob (the ``azure`` extra) is missing, or the connection string
             is for another account.
     """
+    client = container_client(
+        location,
+        options,
+        retry_total=0,  # the checkpoint storage retries, and must know when an attempt may have landed
+        needs="Azure checkpoint storage needs azure-storage-blob and azure-identity",
+        place="the checkpoint location's is",
+    )
+    return AzureBlobStore(location, client, options)
+
+
+def container_client(
+    location: AzureLocation, options: AzureStorageOptions, *, retry_total: int, needs: str, place: str
+) -> Any:
+    """A ``ContainerClient`` for ``location``'s container with ``options`` (already resolved): from
+    the connection string, else the account URL with twophase's one credential chain (account key,
+    SAS token, else ``DefaultAzureCredential``). The SDK retries ``retry_total`` times. Contacts
+    nothing. ``needs`` and ``place`` word the errors for the caller (checkpoints, the file sink).
+
+    Raises:
+        ConfigError: azure-storage-blob (the ``azure`` extra) is missing, or the connection string
+            is for another account.
+    """
     try:
         from azure.storage.blob import ContainerClient
     except ImportError:
-        raise ConfigError(
-            "Azure checkpoint storage needs azure-storage-blob and azure-identity: "
-            "pip install 'twophase[azure]'"
-        ) from None
+        raise ConfigError(f"{needs}: pip install 'twophase[azure]'") from None
     common: dict[str, Any] = {
-        "retry_total": 0,  # the checkpoint storage retries, and must know when an attempt may have landed
+        "retry_total": retry_total,
         "connection_timeout": options.timeout_s,
         "read_timeout": options.timeout_s,
     }
     if options.connection_string:
-        parts = connection_string_parts(options.connection_string)
-        if parts.get("AccountName") not in (None, location.account):
+        account = connection_string_parts(options.connection_string).get("AccountName")
+        if account not in (None, location.account):
             raise ConfigError(
-                f"the Azure connection string is for account {parts.get('AccountName')!r}, "
-                f"but the checkpoint location's is {location.account!r}"
+                f"the Azure connection string is for account {account!r}, but {place} {location.account!r}"
             )
-        client = ContainerClient.from_connection_string(
-            options.connection_string, location.container, **common
-        )
-    else:
-        account_url = options.blob_endpoint or location.blob_url
-        credential = _credential(location, options)
-        client = ContainerClient(account_url, location.container, credential=credential, **common)
-    return AzureBlobStore(location, client, options)
+        return ContainerClient.from_connection_string(options.connection_string, location.container, **common)
+    account_url = options.blob_endpoint or location.blob_url
+    return ContainerClient(
+        account_url, location.container, credential=_credential(location, options), **common
+    )
 
 
 def _credential(location: AzureLocation, options: AzureStorageOptions) -> Any:

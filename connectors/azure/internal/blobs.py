@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from twophase.connectors.azure.config import AzureBlobSinkConfig
-from twophase.coordinator.storage.azure_blob import _credential as azure_credential
-from twophase.coordinator.storage.azure_blob import connection_string_parts
 from twophase.coordinator.storage.object_store import ObjectMissing, StoreRefused, TransientStoreError
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 
@@ -70,36 +68,17 @@ def build_client(config: AzureBlobSinkConfig) -> ContainerClient:
         ConfigError: azure-storage-blob (the ``azure`` extra) is missing, or the connection string
             is for another account.
     """
-    try:
-        from azure.storage.blob import ContainerClient
-    except ImportError:
-        raise ConfigError(
-            "the Azure file sink needs azure-storage-blob: pip install 'twophase[azure]'"
-        ) from None
-    from twophase.coordinator.storage.azure_blob import azure_options_from_env
+    from twophase.coordinator.storage.azure_blob import azure_options_from_env, container_client
 
     location = config.parsed_location
-    options = azure_options_from_env(config.storage_options, None)
-    common: dict[str, Any] = {
-        "retry_total": config.max_attempts - 1,
-        "connection_timeout": options.timeout_s,
-        "read_timeout": options.timeout_s,
-    }
-    if options.connection_string:
-        account = connection_string_parts(options.connection_string).get("AccountName")
-        if account not in (None, location.account):
-            raise ConfigError(
-                f"the Azure connection string is for account {account!r}, "
-                f"but the sink's location is in {location.account!r}"
-            )
-        return ContainerClient.from_connection_string(options.connection_string, location.container, **common)
-    return ContainerClient(
-        options.blob_endpoint or location.blob_url,
-        location.container,
-        # the checkpoint storage's credential chain: one chain for every Azure client of twophase
-        credential=azure_credential(location, options),
-        **common,
+    client: ContainerClient = container_client(
+        location,
+        azure_options_from_env(config.storage_options, None),
+        retry_total=config.max_attempts - 1,
+        needs="the Azure file sink needs azure-storage-blob",
+        place="the sink's location is in",
     )
+    return client
 
 
 @functools.lru_cache(maxsize=16)
