@@ -359,9 +359,13 @@ STEPS = ("trigger", "acknowledge", "verify", "build", "publish", "commit", "ling
 
 def instrument(rt: JobRuntime, meter: Meter) -> None:
     """Measure the runtime's steps (instance attributes over the bound methods)."""
-    s = rt._s
-    s.verify_acknowledged = meter.wrap("verify", s.verify_acknowledged)  # type: ignore[method-assign]
-    s.abort_lingering_live = meter.wrap("lingering", s.abort_lingering_live)  # type: ignore[method-assign]
+    run = rt.run
+    assert run is not None, "instrument after restore()"
+    completion, sweep = run.completion, run.sweep
+    completion.verify_acknowledged = meter.wrap(  # type: ignore[method-assign]
+        "verify", completion.verify_acknowledged
+    )
+    sweep.abort_live = meter.wrap("lingering", sweep.abort_live)  # type: ignore[method-assign]
     coord = rt.coordinator
     coord.build_metadata = meter.wrap("build", coord.build_metadata)  # type: ignore[method-assign]
     coord.notify_checkpoint_complete = meter.wrap(  # type: ignore[method-assign]

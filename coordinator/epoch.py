@@ -22,27 +22,29 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from twophase.coordinator import collector
 from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import PendingCheckpoint
+from twophase.coordinator.commit_policy import CommitPolicy
+from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.driver_finish import epoch_participants, finish_on_driver
 from twophase.coordinator.fanout import EpochPlan
-from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.run_steps import RunCommits, RunProgress
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import CommitWaitTimeoutError, ConfigError, JobError
+from twophase.sinks.errors import CommitWaitTimeoutError, JobError
 from twophase.sinks.internal.structured_log import log_event
-
-if TYPE_CHECKING:
-    from twophase.coordinator.run_state import RunState
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,10 @@ class Epoch:
         sinks: the sinks that write in this epoch (not fully finished), in job order.
         restored: sink → partition → in-progress state each subtask resumes (partitions below
             ``num_partitions`` only; the rest was handed over to the driver).
-        run: the run it belongs to: its coordinator records the acknowledgements (under the run's
-            lock), its committer aborts a discarded duplicate's transaction.
+        coordinator: the run's coordinator, checked (``Run.coordinator``: raises once the run was
+            abandoned); it records the acknowledgements, under ``lock``.
+        committer: the run's committer operator: it aborts a discarded duplicate's transaction.
+        lock: the runtime's lock.
 
     Attributes:
         checkpoint_id: the checkpoint the epoch's transactions belong to.
@@ -103,13 +107,17 @@ class Epoch:
         num_partitions: int,
         sinks: Sequence[AnySink],
         restored: Mapping[str, Mapping[int, JsonObject]],
-        run: RunState,
+        coordinator: Callable[[], CheckpointCoordinator],
+        committer: CommitterOperator,
+        lock: AbstractContextManager[Any],
     ) -> None:
         self.job_id = job_id
         self._pending = pending
         self._sinks = {s.name: s for s in sinks}
         self._restored = restored
-        self._run = run
+        self._coordinator = coordinator
+        self._committer = committer
+        self._lock = lock
         self.checkpoint_id = pending.checkpoint_id
         self.kind = pending.kind
         self.num_partitions = num_partitions
@@ -142,8 +150,8 @@ class Epoch:
             IllegalTransitionError: not expected, or the checkpoint is no longer pending.
             JobError: the run was abandoned (a simulated crash).
         """
-        with self._run.lock:
-            return self._run.coordinator().acknowledge(self.checkpoint_id, ack)
+        with self._lock:
+            return self._coordinator().acknowledge(self.checkpoint_id, ack)
 
     def discard(self, ack: Acknowledgement) -> int:
         """Abort, now, the committable of an attempt that is not acknowledged (a duplicate or
@@ -154,7 +162,7 @@ class Epoch:
         txn = PendingTransaction(
             ack.sink, ack.partition, ack.attempt, self.checkpoint_id, sink.decode(ack.committable), 0
         )
-        self._run.committer.abort(txn)
+        self._committer.abort(txn)
         return 1
 
     def acknowledge_all(self, acks: Iterable[Acknowledgement]) -> Intake:
@@ -174,8 +182,8 @@ class Epoch:
         Raises:
             whatever ``acknowledge_table`` raises (nothing is recorded then).
         """
-        with collector.paused(), self._run.lock:
-            taken = self._run.coordinator().acknowledge_table(self.checkpoint_id, table)
+        with collector.paused(), self._lock:
+            taken = self._coordinator().acknowledge_table(self.checkpoint_id, table)
         discarded = 0
         for ack in taken.duplicates:  # the sink's abort: not in the pause
             discarded += self.discard(ack)
@@ -289,125 +297,190 @@ def run_epoch(
     )
 
 
-def open_epoch(
-    s: RunState,
-    num_partitions: int,
-    source_position: JsonObject | None,
-    checkpoint_id: int | None,
-) -> Epoch:
-    """Trigger an epoch's checkpoint (``JobRuntime.begin_epoch``): every live sink expects one
-    acknowledgement per partition; in-progress state of partitions beyond ``num_partitions`` is
-    finished on the driver into this checkpoint (rescale handover).
+class PendingCommitLimit:
+    """At most ``max_pending_checkpoints`` uncommitted checkpoints per sink that declares it
+    (Kafka: a new epoch would re-initialise their pooled transactional ids and fence them).
 
-    Raises:
-        ConfigError: ``num_partitions`` < 1.
-        JobError: ``checkpoint_id`` is below the next id (the message names what took the ids:
-            storage, a sink's committed record, or this run).
-        IllegalTransitionError: not RUNNING; CheckpointLimitError: too many pending checkpoints.
+    Args:
+        job_id: the job.
+        sinks: the job's sinks by name.
+        coord: the run's checkpoint coordinator.
+        commits: the run's commits (waited for).
+        checkpoints: the job's completed checkpoints (the latest is notified again).
+        drain_timeout_s: ``RuntimeConfig.commit_drain_timeout_s``: the wait's bound, if set.
+        commit_policy: the job's commit policy: its retry budget is the bound when no sink has a
+            transaction timeout (computed only then: it sums every backoff).
     """
-    if num_partitions < 1:
-        raise ConfigError(f"an epoch needs at least one partition, got {num_partitions}")
-    with s.lock:
-        s.lifecycle.require(JobState.RUNNING, action="begin_epoch")
-        s.check_canceled()
-        coord = s.coordinator()
-        with s.guard():
-            s.housekeeping()
-            if checkpoint_id is not None:
-                if checkpoint_id < coord.next_checkpoint_id:
-                    raise JobError(
-                        s.id_floor.refusal(s.job_id, checkpoint_id, coord.next_checkpoint_id, s.max_triggered)
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Mapping[str, AnySink],
+        coord: CheckpointCoordinator,
+        commits: RunCommits,
+        checkpoints: CompletedCheckpointStore,
+        drain_timeout_s: float | None,
+        commit_policy: CommitPolicy,
+    ) -> None:
+        self._job_id = job_id
+        self._sinks = sinks
+        self._coord = coord
+        self._commits = commits
+        self._checkpoints = checkpoints
+        self._drain_timeout_s = drain_timeout_s
+        self._commit_policy = commit_policy
+
+    def too_old_for(self, writing: int) -> dict[str, list[int]]:
+        """Per sink declaring ``max_pending_checkpoints``: the uncommitted (or pending) checkpoints
+        older than ``writing - max_pending_checkpoints``, the ones epoch ``writing`` must not start
+        beside."""
+        coord = self._coord
+        pending = [p.checkpoint_id for p in coord.pending_checkpoints]
+        out: dict[str, list[int]] = {}
+        for name in coord.live_sinks():
+            limit = self._sinks[name].max_pending_checkpoints
+            if limit is None:
+                continue
+            ids = {t.checkpoint_id for t in coord.uncommitted_transactions() if t.sink_name == name} | set(
+                pending
+            )
+            old = sorted(c for c in ids if c < writing - limit)
+            if old:
+                out[name] = old
+        return out
+
+    def wait_bound_s(self, sinks: Iterable[str]) -> float:
+        """How long an epoch may wait for the commits of ``sinks`` (s): the drain timeout; without
+        it the longest of their ``transaction_timeout_ms`` (the external system aborts the
+        transaction then: waiting longer cannot help), else the commit policy's retry budget."""
+        if self._drain_timeout_s is not None:
+            return self._drain_timeout_s
+        timeouts = [t for n in sinks if (t := self._sinks[n].transaction_timeout_ms) is not None]
+        return (max(timeouts) if timeouts else self._commit_policy.retry_budget_ms) / 1000.0
+
+    def hold_back(self, writing: int) -> None:
+        """Before epoch ``writing`` starts: if a sink's ``max_pending_checkpoints`` would be
+        exceeded, commit what completed checkpoints hold (their notifications may have been lost: a
+        completed checkpoint may be committed any time after it completed, FLIP-147's rule is
+        "never before"), wait for the asynchronous commits (at most :meth:`wait_bound_s`), then
+        check again.
+
+        Raises:
+            CommitWaitTimeoutError: the commits did not finish within the bound (names them).
+            JobError: still exceeded (commits that cannot finish, or more checkpoints pending than
+                the sink allows: e.g. ``max_concurrent_checkpoints`` above Kafka's
+                ``max_pending_checkpoints``).
+        """
+        old = self.too_old_for(writing)
+        if not old:
+            return
+        log_event(log, logging.INFO, "epoch waits for pending commits", job=self._job_id, checkpoint=writing)
+        last = self._checkpoints.last
+        if last is not None:
+            self._coord.notify_checkpoint_complete(last.checkpoint_id)
+        bound = self.wait_bound_s(old)
+        try:
+            self._commits.drain(bound)
+        except CommitWaitTimeoutError:
+            waited = "; ".join(
+                f"{', '.join(f'checkpoint {c}' for c in ids)} of sink {n!r}" for n, ids in sorted(old.items())
+            )
+            raise CommitWaitTimeoutError(
+                f"job {self._job_id}: checkpoint {writing} waited {bound} s for the commit of {waited}, "
+                "which did not finish; it cannot start before (its transaction names would fence them)"
+            ) from None
+        still = self.too_old_for(writing)
+        if still:
+            raise JobError(
+                f"job {self._job_id}: checkpoint {writing} cannot start while checkpoints {still} are not "
+                "committed: the sinks allow at most max_pending_checkpoints uncommitted checkpoints (Kafka: "
+                "the transactional id pool would fence them); raise the sink's pool_size and "
+                "max_pending_checkpoints, or lower max_concurrent_checkpoints"
+            )
+
+
+class EpochOpener:
+    """Triggers an epoch's checkpoint (``JobRuntime.begin_epoch``, which holds the lock, checks
+    the job is RUNNING and fails it on an error): every live sink expects one acknowledgement per
+    partition; in-progress state of partitions beyond the epoch's is finished on the driver into
+    this checkpoint (rescale handover).
+
+    Args:
+        job_id: the job.
+        sinks: the job's sinks by name, in job order.
+        coordinator: the run's coordinator, checked (``Run.coordinator``).
+        progress: the run's ids and epochs.
+        commits: the run's commits (housekeeping before the trigger).
+        limit: the run's pending-commit limit.
+        committer: the run's committer operator (the epoch aborts discarded duplicates with it).
+        lock: the runtime's lock (the epoch acknowledges under it).
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Mapping[str, AnySink],
+        coordinator: Callable[[], CheckpointCoordinator],
+        progress: RunProgress,
+        commits: RunCommits,
+        limit: PendingCommitLimit,
+        committer: CommitterOperator,
+        lock: AbstractContextManager[Any],
+    ) -> None:
+        self._job_id = job_id
+        self._sinks = sinks
+        self._coordinator = coordinator
+        self._progress = progress
+        self._commits = commits
+        self._limit = limit
+        self._committer = committer
+        self._lock = lock
+
+    def open(
+        self, num_partitions: int, source_position: JsonObject | None, checkpoint_id: int | None
+    ) -> Epoch:
+        """Trigger the epoch's checkpoint and return the epoch.
+
+        Raises:
+            JobError: ``checkpoint_id`` is below the next id (the message names what took the ids:
+                storage, a sink's committed record, or this run).
+            CheckpointLimitError: too many pending checkpoints.
+            CommitFailedError, TransactionLostError: an earlier asynchronous commit failed.
+        """
+        coord = self._coordinator()
+        progress = self._progress
+        self._commits.housekeeping()
+        if checkpoint_id is not None:
+            if checkpoint_id < coord.next_checkpoint_id:
+                raise JobError(
+                    progress.id_floor.refusal(
+                        self._job_id, checkpoint_id, coord.next_checkpoint_id, progress.max_triggered
                     )
-                coord.skip_to(checkpoint_id)
-            hold_back_for_pending_commits(s, coord.next_checkpoint_id)
-            with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
-                participants, handover = epoch_participants(coord, s.sinks, num_partitions)
-                pc = coord.trigger(
-                    CheckpointKind.CHECKPOINT,
-                    participants,
-                    num_partitions={n: num_partitions for n in participants},
-                    source_position=source_position,
                 )
-            s.triggered(pc.checkpoint_id)
-            try:
-                finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, handover)
-            except Exception as e:
-                coord.abort_checkpoint(pc.checkpoint_id, f"handover of in-progress state failed: {e!r}")
-                raise
-            s.epoch_started()
-            restored: dict[str, dict[int, JsonObject]] = {}
-            with collector.paused():
-                for sink, p in sorted(pc.expected):
-                    state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
-                    if p < num_partitions and state is not None:
-                        restored.setdefault(sink, {})[p] = state
-            return Epoch(s.job_id, pc, num_partitions, s.live_sinks(list(participants)), restored, s)
-
-
-def too_old_for(s: RunState, writing: int) -> dict[str, list[int]]:
-    """Per sink declaring ``max_pending_checkpoints``: the uncommitted (or pending) checkpoints
-    older than ``writing - max_pending_checkpoints`` — the ones epoch ``writing`` must not start
-    beside (Kafka: it would re-initialise their pooled transactional ids and fence them)."""
-    coord = s.coordinator()
-    pending = [p.checkpoint_id for p in coord.pending_checkpoints]
-    out: dict[str, list[int]] = {}
-    for name in coord.live_sinks():
-        limit = s.sinks[name].max_pending_checkpoints
-        if limit is None:
-            continue
-        ids = {t.checkpoint_id for t in coord.uncommitted_transactions() if t.sink_name == name} | set(
-            pending
-        )
-        old = sorted(c for c in ids if c < writing - limit)
-        if old:
-            out[name] = old
-    return out
-
-
-def commit_wait_bound_s(s: RunState, sinks: Iterable[str]) -> float:
-    """How long an epoch may wait for the commits of ``sinks`` (s): ``commit_drain_timeout_s``;
-    without it the longest of their ``transaction_timeout_ms`` (the external system aborts the
-    transaction then: waiting longer cannot help), else the commit policy's retry budget."""
-    if s.config.commit_drain_timeout_s is not None:
-        return s.config.commit_drain_timeout_s
-    timeouts = [t for n in sinks if (t := s.sinks[n].transaction_timeout_ms) is not None]
-    return (max(timeouts) if timeouts else s.config.commit.retry_budget_ms) / 1000.0
-
-
-def hold_back_for_pending_commits(s: RunState, writing: int) -> None:
-    """Before epoch ``writing`` starts: if a sink's ``max_pending_checkpoints`` would be exceeded,
-    commit what completed checkpoints hold (their notifications may have been lost: a completed
-    checkpoint may be committed any time after it completed, FLIP-147's rule is "never before"),
-    wait for the asynchronous commits (at most :func:`commit_wait_bound_s`), then check again.
-
-    Raises:
-        CommitWaitTimeoutError: the commits did not finish within the bound (names them).
-        JobError: still exceeded (commits that cannot finish, or more checkpoints pending than the
-            sink allows: e.g. ``max_concurrent_checkpoints`` above Kafka's ``max_pending_checkpoints``).
-    """
-    old = too_old_for(s, writing)
-    if not old:
-        return
-    log_event(log, logging.INFO, "epoch waits for pending commits", job=s.job_id, checkpoint=writing)
-    last = s.checkpoints.last
-    if last is not None:
-        s.coordinator().notify_checkpoint_complete(last.checkpoint_id)
-    bound = commit_wait_bound_s(s, old)
-    try:
-        s.drain_commits(bound)
-    except CommitWaitTimeoutError:
-        waited = "; ".join(
-            f"{', '.join(f'checkpoint {c}' for c in ids)} of sink {n!r}" for n, ids in sorted(old.items())
-        )
-        raise CommitWaitTimeoutError(
-            f"job {s.job_id}: checkpoint {writing} waited {bound} s for the commit of {waited}, which "
-            "did not finish; it cannot start before (its transaction names would fence them)"
-        ) from None
-    still = too_old_for(s, writing)
-    if still:
-        raise JobError(
-            f"job {s.job_id}: checkpoint {writing} cannot start while checkpoints {still} are not "
-            "committed: the sinks allow at most max_pending_checkpoints uncommitted checkpoints (Kafka: "
-            "the transactional id pool would fence them); raise the sink's pool_size and "
-            "max_pending_checkpoints, or lower max_concurrent_checkpoints"
+            coord.skip_to(checkpoint_id)
+        self._limit.hold_back(coord.next_checkpoint_id)
+        with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
+            participants, handover = epoch_participants(coord, self._sinks, num_partitions)
+            pc = coord.trigger(
+                CheckpointKind.CHECKPOINT,
+                participants,
+                num_partitions={n: num_partitions for n in participants},
+                source_position=source_position,
+            )
+        progress.triggered(pc.checkpoint_id)
+        try:
+            finish_on_driver(self._job_id, self._sinks, coord, pc.checkpoint_id, handover)
+        except Exception as e:
+            coord.abort_checkpoint(pc.checkpoint_id, f"handover of in-progress state failed: {e!r}")
+            raise
+        progress.epoch_started()
+        restored: dict[str, dict[int, JsonObject]] = {}
+        with collector.paused():
+            for sink, p in sorted(pc.expected):
+                state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
+                if p < num_partitions and state is not None:
+                    restored.setdefault(sink, {})[p] = state
+        live = [s for n, s in self._sinks.items() if n in participants]
+        return Epoch(
+            self._job_id, pc, num_partitions, live, restored, self._coordinator, self._committer, self._lock
         )

@@ -10,112 +10,237 @@ checkpoint (stop with savepoint without drain; plain stop) and the cleanup of a 
   continues the same in-progress transactions and replays nothing.
 - **Cancel cleanup**: keep completed checkpoints (``RETAIN``: abort what lingers) or delete them
   (``DELETE``, :mod:`~twophase.coordinator.cancel`).
+
+Each is an object built with only the collaborators it uses (issue #42 item 5); ``JobRuntime``
+takes the job's transitions around them (FINISHING, STOPPING, CANCELLING, …) and fails the job
+when one raises.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from functools import partial
+from typing import Any
 
 from twophase.coordinator.cancel import abort_in_doubt, commit_durable, delete_checkpoints, keep_going
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.driver_finish import final_participants, finish_on_driver, finish_subtasks
-from twophase.coordinator.job_lifecycle import JobState, JobTransition
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.run_state import AnySink, RunState
-from twophase.coordinator.storage.base import CheckpointRef
+from twophase.coordinator.run_steps import CheckpointCompletion, LingeringSweep, RunCommits, RunProgress
+from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
+from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import JobError
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)
 
+AnySink = TwoPhaseCommitSink[Any, Any]
 
-def final_checkpoint(
-    s: RunState, kind: CheckpointKind, source_position: JsonObject | None, fault: str
-) -> CheckpointMetrics:
-    """Finish every live subtask, take ONE final checkpoint of ``kind`` (FINAL, or SAVEPOINT for a
-    drained stop), commit it, abort what lingers. ``fault`` fires before it is persisted.
 
-    Raises:
-        whatever completing the checkpoint raises (storage, commit errors).
+class FinalCheckpoint:
+    """The final checkpoint of a finish, or of a stop with savepoint and drain (FLIP-147).
+
+    Args:
+        job_id: the job.
+        sinks: the job's sinks by name.
+        coord: the run's checkpoint coordinator.
+        checkpoints: the job's completed checkpoints (the last source position).
+        progress: the run's ids (the final checkpoint is triggered).
+        completion: the run's checkpoint completion.
+        commits: the run's commits (drained).
+        sweep: the run's lingering sweep.
+        fault: the fault-point hook.
     """
-    coord = s.coordinator()
-    finish_subtasks(coord)
-    participants = final_participants(coord, s.sinks)
-    last = s.checkpoints.last
-    position = source_position if source_position is not None else (last.source_position if last else None)
-    pc = coord.trigger(kind, participants, source_position=position, end_of_input=True)
-    s.triggered(pc.checkpoint_id)
-    on_driver = [(n, p, coord.parallelism.get(n, p + 1)) for n, parts in participants.items() for p in parts]
-    finish_on_driver(s.job_id, s.sinks, coord, pc.checkpoint_id, on_driver)
-    s.fault(fault)
-    metrics = s.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
-    s.drain_commits()
-    s.abort_lingering_live(pc.checkpoint_id)
-    return metrics
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Mapping[str, AnySink],
+        coord: CheckpointCoordinator,
+        checkpoints: CompletedCheckpointStore,
+        progress: RunProgress,
+        completion: CheckpointCompletion,
+        commits: RunCommits,
+        sweep: LingeringSweep,
+        fault: Callable[[str], None],
+    ) -> None:
+        self._job_id = job_id
+        self._sinks = sinks
+        self._coord = coord
+        self._checkpoints = checkpoints
+        self._progress = progress
+        self._completion = completion
+        self._commits = commits
+        self._sweep = sweep
+        self._fault = fault
+
+    def take(self, kind: CheckpointKind, source_position: JsonObject | None, fault: str) -> CheckpointMetrics:
+        """Finish every live subtask, take ONE final checkpoint of ``kind`` (FINAL, or SAVEPOINT
+        for a drained stop), commit it, abort what lingers. ``fault`` fires before it is persisted.
+
+        Raises:
+            whatever completing the checkpoint raises (storage, commit errors).
+        """
+        coord = self._coord
+        finish_subtasks(coord)
+        participants = final_participants(coord, self._sinks)
+        last = self._checkpoints.last
+        position = (
+            source_position if source_position is not None else (last.source_position if last else None)
+        )
+        pc = coord.trigger(kind, participants, source_position=position, end_of_input=True)
+        self._progress.triggered(pc.checkpoint_id)
+        on_driver = [
+            (n, p, coord.parallelism.get(n, p + 1)) for n, parts in participants.items() for p in parts
+        ]
+        finish_on_driver(self._job_id, self._sinks, coord, pc.checkpoint_id, on_driver)
+        self._fault(fault)
+        metrics = self._completion.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
+        self._commits.drain()
+        self._sweep.abort_live(pc.checkpoint_id)
+        return metrics
 
 
-def suspend_checkpoint(s: RunState, kind: CheckpointKind, fault: str) -> CheckpointRef:
-    """Take a checkpoint of ``kind`` (SAVEPOINT, or CHECKPOINT for a plain stop) holding the
-    in-progress state, commit what is pending, close the subtasks, abort what lingers.
+class SuspendCheckpoint:
+    """The checkpoint of a stop with savepoint without drain, or of a plain stop.
 
-    Returns:
-        the checkpoint's ref.
+    Args:
+        coord: the run's checkpoint coordinator.
+        checkpoints: the job's completed checkpoints (the last source position).
+        progress: the run's ids (the checkpoint is triggered).
+        completion: the run's checkpoint completion.
+        commits: the run's commits (drained).
+        sweep: the run's lingering sweep.
+        fault: the fault-point hook.
     """
-    coord = s.coordinator()
-    last = s.checkpoints.last
-    pc = coord.trigger(kind, {}, source_position=last.source_position if last else None)
-    s.triggered(pc.checkpoint_id)
-    s.fault(fault)
-    s.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
-    s.drain_commits()
-    coord.close_subtasks("suspended")
-    s.abort_lingering_live(pc.checkpoint_id)
-    return coord.completed[-1].ref
+
+    def __init__(
+        self,
+        coord: CheckpointCoordinator,
+        checkpoints: CompletedCheckpointStore,
+        progress: RunProgress,
+        completion: CheckpointCompletion,
+        commits: RunCommits,
+        sweep: LingeringSweep,
+        fault: Callable[[str], None],
+    ) -> None:
+        self._coord = coord
+        self._checkpoints = checkpoints
+        self._progress = progress
+        self._completion = completion
+        self._commits = commits
+        self._sweep = sweep
+        self._fault = fault
+
+    def take(self, kind: CheckpointKind, fault: str) -> CheckpointRef:
+        """Take a checkpoint of ``kind`` (SAVEPOINT, or CHECKPOINT for a plain stop) holding the
+        in-progress state, commit what is pending, close the subtasks, abort what lingers.
+
+        Returns:
+            the checkpoint's ref.
+        """
+        coord = self._coord
+        last = self._checkpoints.last
+        pc = coord.trigger(kind, {}, source_position=last.source_position if last else None)
+        self._progress.triggered(pc.checkpoint_id)
+        self._fault(fault)
+        self._completion.complete(pc.checkpoint_id, notify=True, abort_lingering=False)
+        self._commits.drain()
+        coord.close_subtasks("suspended")
+        self._sweep.abort_live(pc.checkpoint_id)
+        return coord.completed[-1].ref
 
 
-def cancel_cleanup(s: RunState, delete: bool) -> list[BaseException]:
-    """After a cancel closed the subtasks: abort the in-doubt transactions whose checkpoint did
-    not land, then abort what lingers (checkpoints kept), or commit what published checkpoints
-    promised and delete them (savepoints kept). A delete that cannot go ahead (the checkpoints
-    cannot be listed, or their commit failed) keeps the checkpoints and aborts what lingers. Every
-    abort is tried: a failure is kept and the cleanup goes on
-    (:func:`~twophase.coordinator.cancel.keep_going`).
+class CancelCleanup:
+    """The cleanup of a cancel, once it closed the subtasks.
 
-    Returns:
-        every failure, in order (empty: all clean).
+    Args:
+        job_id: the job.
+        sinks: the job's sinks by name.
+        storage: the job's checkpoint storage (which checkpoints landed).
+        checkpoints: the job's completed checkpoints (their metadata cache, for a delete).
+        coord: the canceled run's coordinator, or ``None`` if no restore made one.
+        committer: the canceled run's committer (shut down; aborts still run on it); needed with
+            ``coord``.
+        lingering: the canceled run's lingering cleanup; needed with ``coord``.
+        spare_committer: a committer beside the run's, for the commits before a delete.
     """
-    failures: list[BaseException] = []
-    coord = s.coord
-    landed: set[int] | None = None
-    try:
-        landed = {r.checkpoint_id for r in s.storage.list_checkpoints()}
-    except Exception as e:  # cannot tell which in-doubt checkpoint landed: a restore decides
-        log_event(log, logging.ERROR, "cancel: checkpoints cannot be listed", job=s.job_id, error=repr(e))
-        failures.append(e)
-    if coord is not None and landed is not None:
-        abort_in_doubt(coord, s.committer, landed, failures)
-    if not delete or landed is None:  # deleting needs to know what was published
-        abort_lingering(s.lingering, s.sinks, coord, s.job_id, failures)
-        return failures
-    if coord is not None:
+
+    def __init__(
+        self,
+        job_id: str,
+        sinks: Mapping[str, AnySink],
+        storage: CheckpointStorage,
+        checkpoints: CompletedCheckpointStore,
+        coord: CheckpointCoordinator | None,
+        committer: CommitterOperator | None,
+        lingering: LingeringCleanup | None,
+        spare_committer: Callable[[], AbstractContextManager[CommitterOperator]],
+    ) -> None:
+        self._job_id = job_id
+        self._sinks = sinks
+        self._storage = storage
+        self._checkpoints = checkpoints
+        self._coord = coord
+        self._committer = committer
+        self._lingering = lingering
+        self._spare_committer = spare_committer
+
+    def run(self, delete: bool) -> list[BaseException]:
+        """Abort the in-doubt transactions whose checkpoint did not land, then abort what lingers
+        (checkpoints kept), or commit what published checkpoints promised and delete them
+        (savepoints kept). A delete that cannot go ahead (the checkpoints cannot be listed, or
+        their commit failed) keeps the checkpoints and aborts what lingers. Every abort is tried: a
+        failure is kept and the cleanup goes on (:func:`~twophase.coordinator.cancel.keep_going`).
+
+        Returns:
+            every failure, in order (empty: all clean).
+        """
+        failures: list[BaseException] = []
+        coord = self._coord
+        landed: set[int] | None = None
         try:
-            with s.spare_committer() as committer:  # the run's own was shut down by the cancel
-                commit_durable(coord, committer, landed)
-        except Exception as e:  # a checkpoint whose promise is not kept is never deleted
-            log_event(log, logging.ERROR, "cancel: commit before delete failed", job=s.job_id, error=repr(e))
+            landed = {r.checkpoint_id for r in self._storage.list_checkpoints()}
+        except Exception as e:  # cannot tell which in-doubt checkpoint landed: a restore decides
+            log_event(
+                log, logging.ERROR, "cancel: checkpoints cannot be listed", job=self._job_id, error=repr(e)
+            )
             failures.append(e)
-            abort_lingering(s.lingering, s.sinks, coord, s.job_id, failures)  # kept: clean up as RETAIN
+        if coord is not None and landed is not None:
+            assert self._committer is not None
+            abort_in_doubt(coord, self._committer, landed, failures)
+        if not delete or landed is None:  # deleting needs to know what was published
+            self._abort_lingering(failures)
             return failures
-    live = coord.live_sinks() if coord is not None else None
-    delete_all = partial(delete_checkpoints, s.job_id, s.sinks, s.checkpoints.cache, live, failures)
-    keep_going(failures, s.job_id, "delete checkpoints", delete_all)
-    return failures
+        if coord is not None:
+            try:
+                with self._spare_committer() as committer:  # the run's own was shut down by the cancel
+                    commit_durable(coord, committer, landed)
+            except Exception as e:  # a checkpoint whose promise is not kept is never deleted
+                log_event(
+                    log, logging.ERROR, "cancel: commit before delete failed", job=self._job_id, error=repr(e)
+                )
+                failures.append(e)
+                self._abort_lingering(failures)  # kept: clean up as RETAIN
+                return failures
+        live = coord.live_sinks() if coord is not None else None
+        delete_all = partial(
+            delete_checkpoints, self._job_id, self._sinks, self._checkpoints.cache, live, failures
+        )
+        keep_going(failures, self._job_id, "delete checkpoints", delete_all)
+        return failures
+
+    def _abort_lingering(self, failures: list[BaseException]) -> None:
+        if self._coord is not None:
+            assert self._lingering is not None
+            abort_lingering(self._lingering, self._sinks, self._coord, self._job_id, failures)
 
 
 def abort_lingering(
@@ -134,96 +259,3 @@ def abort_lingering(
         step = f"abort lingering transactions of sink {name!r}"
         abort = partial(lingering.abort, sinks[name], ALL_CHECKPOINTS, coord)
         keep_going(failures, job_id, step, abort)
-
-
-def finish_job(s: RunState, source_position: JsonObject | None) -> CheckpointMetrics | None:
-    """``JobRuntime.finish``: RUNNING → FINISHING → (final checkpoint) → FINISHED; ``None`` when
-    the job was restored from a final checkpoint and nothing ran since."""
-    with s.lock:
-        s.lifecycle.require(JobState.RUNNING, action="finish")
-        s.require_no_pending("finish")
-        s.transition(JobTransition.FINISH)
-        with s.guard():
-            s.fault("during_finish")
-            s.housekeeping()
-            restored = s.checkpoints.restored
-            metrics = None
-            if restored is not None and restored.end_of_input and s.epochs_since_restore == 0:
-                log_event(
-                    log,
-                    logging.INFO,
-                    "job restored from a final checkpoint: nothing to finish",
-                    job=s.job_id,
-                    checkpoint=restored.checkpoint_id,
-                )
-            else:
-                metrics = final_checkpoint(
-                    s, CheckpointKind.FINAL, source_position, "during_final_checkpoint"
-                )
-            s.transition(JobTransition.FINISHED)
-            return metrics
-
-
-def stop_with_savepoint(s: RunState, drain: bool) -> CheckpointRef:
-    """``JobRuntime.stop_with_savepoint``: STOPPING → FINISHED (drain) or SUSPENDED."""
-    with s.lock:
-        s.lifecycle.require(JobState.RUNNING, action="stop_with_savepoint")
-        s.require_no_pending("stop_with_savepoint")
-        s.transition(JobTransition.STOP)
-        with s.guard():
-            s.housekeeping()
-            if drain:
-                final_checkpoint(s, CheckpointKind.SAVEPOINT, None, "during_stop_with_savepoint")
-                ref = s.coordinator().completed[-1].ref
-                s.transition(JobTransition.STOPPED_DRAINED)
-            else:
-                ref = suspend_checkpoint(s, CheckpointKind.SAVEPOINT, "during_stop_with_savepoint")
-                s.transition(JobTransition.SUSPEND)
-            return ref
-
-
-def stop_job(s: RunState) -> CheckpointRef:
-    """``JobRuntime.stop``: STOPPING → (retained checkpoint) → SUSPENDED."""
-    with s.lock:
-        s.lifecycle.require(JobState.RUNNING, action="stop")
-        s.require_no_pending("stop")
-        s.transition(JobTransition.STOP)
-        with s.guard():
-            s.housekeeping()
-            ref = suspend_checkpoint(s, CheckpointKind.CHECKPOINT, "during_stop_with_savepoint")
-            s.transition(JobTransition.SUSPEND)
-            return ref
-
-
-def cancel_job(s: RunState) -> None:
-    """``JobRuntime.cancel``: CANCELLING at once (retries stop), then, once the running action has
-    returned, close subtasks and clean up per ``RuntimeConfig.cancel_cleanup``; CANCELED.
-
-    Raises:
-        JobError: canceled, but cleanup steps failed (each logged, all named; every other step
-            was done; the job is CANCELED anyway).
-    """
-    s.lifecycle.transition(JobTransition.CANCEL)
-    s.cancel_requested.set()
-    s.committer.cancel()
-    with s.lock:
-        errors: list[BaseException] = []
-        s.fault("during_cancel")
-        if s.coord is not None:
-            try:
-                s.coord.close_subtasks("canceled")
-            except Exception as e:
-                log_event(log, logging.ERROR, "cancel: closing subtasks failed", exc_info=True, job=s.job_id)
-                errors.append(e)
-        s.committer.shutdown(wait=False)
-        try:
-            errors.extend(cancel_cleanup(s, delete=s.config.cancel_cleanup.value == "delete"))
-        except Exception as e:
-            log_event(log, logging.ERROR, "cancel: cleanup failed", exc_info=True, job=s.job_id)
-            errors.append(e)
-        s.lifecycle.transition(JobTransition.CANCELED)
-        if errors:
-            raise JobError(
-                f"job {s.job_id} canceled, but cleanup failed ({len(errors)} failures, every other "
-                f"step done): {'; '.join(repr(e) for e in errors)}"
-            ) from errors[0]

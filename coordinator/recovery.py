@@ -13,20 +13,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.id_floor import IdFloor
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
-from twophase.sinks.errors import JobError, TransactionLostError
+from twophase.sinks.errors import JobError
 from twophase.sinks.internal.structured_log import log_event
 
 if TYPE_CHECKING:
     from twophase.coordinator.lingering_cleanup import LingeringCleanup
-    from twophase.coordinator.run_state import RunState
 
 log = logging.getLogger(__name__)
 
@@ -166,22 +163,6 @@ def publish_lineage_start(
     return copy, ref.location
 
 
-def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> dict[str, tuple[Any, ...]]:
-    """Per sink a restore from ``meta`` (remembered at ``location``) re-commits, its committables
-    decoded by the run's metadata cache, which keeps them for the lingering cleanup.
-
-    Raises:
-        CommittableDecodeError: a payload does not decode.
-    """
-    if location is None:
-        return {}
-    return {
-        name: s.checkpoints.cache.committables(location, s.sinks[name])
-        for name, snap in meta.sinks.items()
-        if name not in meta.fully_finished and snap.committables
-    }
-
-
 def abort_lingering_before_refusing(
     lingering: LingeringCleanup, sinks: Iterable[AnySink], job_id: str, location: str | None
 ) -> None:
@@ -200,121 +181,3 @@ def abort_lingering_before_refusing(
                 sink=sink.name,
                 error=e,
             )
-
-
-def restore_run(s: RunState, savepoint_location: str | None) -> RestoreResult:
-    """Restore a run: load the savepoint (or the latest checkpoint by listing), re-commit its
-    committables, start a new checkpoint coordinator above every stored id, and abort what
-    lingers with everything retained held. Leaves the job state to the caller.
-
-    Raises:
-        DriverFencedError: a newer driver of the job claimed it.
-        CorruptCheckpointError: the checkpoint is unreadable (no silent fallback).
-        JobError: the checkpoint holds a sink this job does not have.
-        TransactionLostError, CommitFailedError: a re-commit failed.
-    """
-    # before reading anything: a restore whose listing raced a stale driver's publish is fenced
-    # off by it once this claim is visible (issue #43)
-    if s.fence is not None:
-        s.fence.claim()
-    if s.coord is not None:
-        s.replace_committer()
-    refs = s.storage.list_checkpoints()
-    # each checkpoint read and parsed once: the cache keeps what is read here for the lingering
-    # cleanup, and each committable is decoded once, by the cache, for the re-commit and the cleanup
-    meta: CheckpointMetadata | None = None
-    location: str | None = None
-    if savepoint_location is not None:
-        meta, location = s.storage.load_location(savepoint_location), savepoint_location
-    elif refs:  # the latest by listing (storage.latest()), read from storage as every restore does
-        meta, location = s.storage.load(refs[-1]), refs[-1].location
-    if meta is not None and location is not None:
-        s.checkpoints.loaded(location, meta)
-    lost_before = s.committer.metrics.lost_ignored
-    recommitted = 0
-    if meta is not None:
-        if meta.job_id != s.job_id:
-            log_event(
-                log,
-                logging.WARNING,
-                "restoring another job's checkpoint",
-                job=s.job_id,
-                checkpoint=meta.checkpoint_id,
-                from_job=meta.job_id,
-            )
-        check_restorable(meta, s.sinks, s.job_id)
-        committed = location is not None and s.storage.is_committed(location)
-        txns = (
-            []
-            if committed
-            else recovery_transactions(meta, s.sinks, s.clock(), decoded_in(s, meta, location))
-        )
-        # a CheckpointCommitSink recovers each checkpoint with ONE call, in checkpoint order;
-        # the sinks recover concurrently (one lane each)
-        try:
-            s.committer.commit_all(txns, recovery=True)
-        except TransactionLostError:
-            # the restore refuses; a zombie's open transaction (DESIGN.md §12) must not hold back
-            # every read_committed reader until its timeout meanwhile (issue #43 item 3)
-            abort_lingering_before_refusing(s.lingering, s.sinks.values(), s.job_id, location)
-            raise
-        recommitted = len(txns)
-        if location is not None and not committed:
-            try:  # everything it holds is committed now
-                s.storage.mark_committed(location)
-            except Exception as e:
-                log_event(log, logging.WARNING, "committed marker not written", job=s.job_id, error=repr(e))
-    # above every id in storage, and every id a sink's external system records as committed for
-    # this job (Delta's txn version): ids start again when storage is empty, keys must not repeat
-    recorded = {name: sink.last_committed_checkpoint(s.job_id) for name, sink in s.sinks.items()}
-    floors = {name: f for name, f in recorded.items() if f is not None}
-    # not above ids that failed epochs of this process used: nothing durable holds them, and
-    # reusing them keeps a name pool (Kafka) away from the restored checkpoint's names
-    newest_stored = max([*(r.checkpoint_id for r in refs), meta.checkpoint_id if meta else 0])
-    id_floor = IdFloor(newest_stored, floors)
-    max_id = max([newest_stored, *floors.values()])
-    if meta is not None and savepoint_location is not None and starts_a_lineage(refs, savepoint_location):
-        meta, location = publish_lineage_start(s.storage, meta, s.job_id, max_id + 1, s.clock())
-        s.checkpoints.loaded(location, meta)
-        max_id = meta.checkpoint_id
-    coord = CheckpointCoordinator(
-        s.job_id,
-        list(s.sinks.values()),
-        s.storage,
-        s.committer,
-        s.config.checkpoint,
-        clock=s.clock,
-        fault=s.fault,
-        first_checkpoint_id=max_id + 1,
-        restored=meta,
-        marker=s.checkpoints.marker,
-        fence=s.fence,
-    )
-    s.begin_run(id_floor, coord)
-    lingering = {
-        name: s.lingering.abort(s.sinks[name], ALL_CHECKPOINTS, coord, extra=location)
-        for name in coord.live_sinks()
-    }
-    s.restored_from(meta, location)
-    result = RestoreResult(
-        checkpoint_id=meta.checkpoint_id if meta else None,
-        kind=meta.kind if meta else None,
-        source_position=meta.source_position if meta else None,
-        end_of_input=meta.end_of_input if meta else False,
-        recommitted=recommitted,
-        lost_ignored=s.committer.metrics.lost_ignored - lost_before,
-        lingering_aborted=lingering,
-        fully_finished=tuple(sorted(meta.fully_finished)) if meta else (),
-        next_checkpoint_id=max_id + 1,
-    )
-    log_event(
-        log,
-        logging.INFO,
-        "job restored",
-        job=s.job_id,
-        checkpoint=result.checkpoint_id,
-        recommitted=recommitted,
-        lingering_aborted=sum(lingering.values()),
-        next_checkpoint=max_id + 1,
-    )
-    return result

@@ -14,10 +14,16 @@ checkpoint storage and the restart strategy, and implements the job actions of D
     rt.finish()                                        # end of input: ONE final checkpoint
     # or rt.stop_with_savepoint(drain=...), rt.stop(), rt.cancel(); on a failure rt.failover(e)
 
-The parts live in their own modules: restore and "what may be aborted" in
-:mod:`~twophase.coordinator.recovery`, epochs in :mod:`~twophase.coordinator.epoch`, the rescale
-handover in :mod:`~twophase.coordinator.driver_finish`, finish/stop/cancel in
-:mod:`~twophase.coordinator.job_endings`, the state they share in :mod:`~twophase.coordinator.run_state`.
+The runtime is the job's state machine: each action below names its transitions and checks
+them, holds the lock, and fails the job when a step raises. The steps are objects, each built
+with only the collaborators it uses (issue #42 item 5): each restore starts a
+:class:`~twophase.coordinator.run.Run` (its coordinator, committer and lingering cleanup, and
+the steps built on them, :mod:`~twophase.coordinator.run_steps`) through a
+:class:`~twophase.coordinator.restore.Restore`; epochs open through an
+:class:`~twophase.coordinator.epoch.EpochOpener`; the endings are
+:mod:`~twophase.coordinator.job_endings`' final checkpoint, suspend checkpoint and cancel cleanup.
+What outlives a run is the runtime's: the lifecycle, the restarts, the completed checkpoints,
+the metrics.
 
 A cancel from another thread while an action hangs (e.g. a commit retrying) takes effect: the
 retry stops, the action raises :class:`JobCanceledError`. Checkpoints are always kept on failure.
@@ -30,28 +36,35 @@ Errors: an ``IllegalTransitionError`` (a caller's protocol mistake) leaves the j
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import NotifyResult
 from twophase.coordinator.clock import Clock, system_clock_ms
 from twophase.coordinator.commit_policy import CommitterMetrics
+from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.driver_fence import DriverFence
-from twophase.coordinator.epoch import Epoch, open_epoch, position_covers
+from twophase.coordinator.epoch import Epoch, EpochOpener, PendingCommitLimit, position_covers
 from twophase.coordinator.fanout import sink_names_unique
 from twophase.coordinator.faults import fault_point
-from twophase.coordinator.job_endings import cancel_job, finish_job, stop_job, stop_with_savepoint
+from twophase.coordinator.job_endings import CancelCleanup, FinalCheckpoint, SuspendCheckpoint
 from twophase.coordinator.job_lifecycle import JobLifecycle, JobState, JobTransition
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
+from twophase.coordinator.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics, SinkMetricsRecorder
 from twophase.coordinator.prometheus_metrics import MetricsEndpoint, RuntimeCollector
-from twophase.coordinator.recovery import RestoreResult, restore_run
+from twophase.coordinator.recovery import RestoreResult
 from twophase.coordinator.restart import RestartTracker
 from twophase.coordinator.restart_loop import JobCanceledError, run_with_restarts
-from twophase.coordinator.run_state import RunState
+from twophase.coordinator.restore import Restore
+from twophase.coordinator.run import Run, RunSettings
+from twophase.coordinator.run_steps import CheckpointHistory
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -121,21 +134,27 @@ class JobRuntime:
         self.job_id = job_id
         self.config = config or RuntimeConfig()
         self._sleep = sleep
-        self._s = RunState(
-            job_id,
-            {s.name: s for s in sinks},
-            storage,
-            self.config,
-            clock,
-            commit_sleep,
-            fault,
-            DriverFence(job_id, storage, clock) if fence_drivers else None,
-        )
+        self._sinks = {s.name: s for s in sinks}
+        self._storage = storage
+        self._clock = clock
+        self._commit_sleep = commit_sleep
+        self._fault = fault
+        self._fence = DriverFence(job_id, storage, clock) if fence_drivers else None
+        self._lifecycle = JobLifecycle(job_id)
+        self._restarts = RestartTracker(self.config.restart, clock)
+        self._lock = threading.RLock()  # callers of the run's steps hold it
+        self._cancel_requested = threading.Event()  # read and set without the lock
+        self._sink_metrics = SinkMetricsRecorder(self.config.metrics_history)
+        self._checkpoints = CompletedCheckpointStore(job_id, storage)
+        self._history = CheckpointHistory(self.config.metrics_history)
+        self._past_committer_metrics: list[CommitterMetrics] = []
+        self._run: Run | None = None
+        self._abandoned = False
         self.metrics_endpoint: MetricsEndpoint | None = None  # RuntimeConfig.metrics_port
         if self.config.metrics_port is not None:
             collector = RuntimeCollector(
                 job_id,
-                self._s.sink_metrics,
+                self._sink_metrics,
                 lambda: self.checkpoints_completed,
                 lambda: self.checkpoint_metrics,
             )
@@ -148,38 +167,38 @@ class JobRuntime:
     @property
     def sinks(self) -> Mapping[str, AnySink]:
         """The job's sinks by name, in job order."""
-        return self._s.sinks
+        return self._sinks
 
     @property
     def storage(self) -> CheckpointStorage:
         """The job's checkpoint storage."""
-        return self._s.storage
+        return self._storage
 
     @property
     def clock(self) -> Clock:
         """The runtime's ms clock."""
-        return self._s.clock
+        return self._clock
 
     @property
     def lifecycle(self) -> JobLifecycle:
         """The job's lifecycle state machine."""
-        return self._s.lifecycle
+        return self._lifecycle
 
     @property
     def restarts(self) -> RestartTracker:
         """The restart strategy's record of this job's restarts."""
-        return self._s.restarts
+        return self._restarts
 
     @property
     def state(self) -> JobState:
         """The job's state."""
-        return self._s.lifecycle.state
+        return self._lifecycle.state
 
     @property
     def driver_epoch(self) -> int | None:
         """This driver's epoch of the job (claimed by the first restore; ``None`` before it).
         A newer driver's claim fences this one (:class:`~twophase.sinks.errors.DriverFencedError`)."""
-        return None if self._s.fence is None else self._s.fence.epoch
+        return None if self._fence is None else self._fence.epoch
 
     @property
     def coordinator(self) -> CheckpointCoordinator:
@@ -188,34 +207,40 @@ class JobRuntime:
         Raises:
             IllegalTransitionError: before :meth:`restore`.
         """
-        return self._s.coordinator()
+        return self._current().coordinator()
+
+    @property
+    def run(self) -> Run | None:
+        """The current run (``None`` before the first restore): for tests and tools that look
+        inside it (its committer, its steps)."""
+        return self._run
 
     @property
     def latest_checkpoint(self) -> CheckpointMetadata | None:
         """The newest checkpoint completed in this run, or the restored one."""
-        return self._s.checkpoints.last
+        return self._checkpoints.last
 
     @property
     def checkpoint_metrics(self) -> list[CheckpointMetrics]:
         """Metrics of the checkpoints completed by this runtime, oldest first: the newest
         ``RuntimeConfig.metrics_history`` of them."""
-        return list(self._s.checkpoint_metrics)
+        return self._history.metrics
 
     @property
     def checkpoints_completed(self) -> dict[CheckpointKind, int]:
         """How many checkpoints this runtime completed, by kind (every one)."""
-        return dict(self._s.checkpoints_completed)
+        return self._history.completed
 
     @property
     def sink_metrics(self) -> SinkMetricsRecorder:
         """Per sink and checkpoint: transactions committed, already committed and aborted,
         lingering aborted, records, bytes, commit ms (``per_checkpoint()``, ``totals()``)."""
-        return self._s.sink_metrics
+        return self._sink_metrics
 
     @property
     def committer_metrics(self) -> CommitterMetrics:
         """Committer counters summed over every run of this runtime."""
-        ms = [*self._s.past_committer_metrics, self._s.committer.metrics]
+        ms = [*self._past_committer_metrics, *([self._run.committer.metrics] if self._run else [])]
         return CommitterMetrics(
             committed=sum(m.committed for m in ms),
             already_committed=sum(m.already_committed for m in ms),
@@ -227,7 +252,8 @@ class JobRuntime:
 
     def check_canceled(self) -> None:
         """Raise :class:`JobCanceledError` if a cancel was requested."""
-        self._s.check_canceled()
+        if self._cancel_requested.is_set():
+            raise JobCanceledError(f"job {self.job_id} was canceled")
 
     # -- restore ----------------------------------------------------------------------------------
 
@@ -253,25 +279,146 @@ class JobRuntime:
             TransactionLostError: a committable is LOST (unless ``ignore_lost_on_recovery``).
             CommitFailedError: a re-commit failed.
         """
-        s = self._s
-        with s.lock:
-            state = s.lifecycle.state
+        with self._lock:
+            state = self._lifecycle.state
             if state is JobState.CREATED:
                 done_transition = JobTransition.START
             elif state is JobState.RESTARTING:
                 done_transition = JobTransition.RESTARTED
             else:
                 raise IllegalTransitionError(f"job {self.job_id}", state.value, "restore")
-            s.check_canceled()
+            self.check_canceled()
             try:
-                with s.lingering.holding_for_restore(held):
-                    result = restore_run(s, savepoint_location)
+                # before reading anything: a restore whose listing raced a stale driver's publish is
+                # fenced off by it once this claim is visible (issue #43)
+                if self._fence is not None:
+                    self._fence.claim()
+                run = self._start_run()
+                restore = Restore(
+                    self.job_id,
+                    self._sinks,
+                    self._storage,
+                    self._checkpoints,
+                    run.committer,
+                    run.lingering,
+                    self.config.checkpoint,
+                    self._clock,
+                    self._fault,
+                    self._fence,
+                )
+                with run.lingering.holding_for_restore(held):
+                    recovered = restore.recover(savepoint_location)
+                    run.started(recovered.id_floor, recovered.coord)
+                    result = restore.clean_up(recovered)
             except Exception as e:
-                if s.lifecycle.state is JobState.RESTARTING and not s.cancel_requested.is_set():
-                    s.fail(e)
+                if self._lifecycle.state is JobState.RESTARTING and not self._cancel_requested.is_set():
+                    self._fail(e)
                 raise
-            s.transition(done_transition)
+            self._transition(done_transition)
             return result
+
+    def _start_run(self) -> Run:
+        """A restore starts a new run: the previous run's committer is retired (its metrics kept),
+        the new run gets its own committer and lingering cleanup."""
+        previous = self._run
+        if previous is not None:
+            self._past_committer_metrics.append(previous.committer.metrics)
+            previous.committer.shutdown(wait=False)
+        self._run = Run(
+            self.job_id,
+            self._sinks,
+            self._lifecycle,
+            self._new_committer(),
+            self._checkpoints,
+            LingeringCleanup(self.job_id, self._checkpoints, self._sink_metrics, self._fence),
+            self._history,
+            RunSettings(self.config.commit_drain_timeout_s, self.config.abort_lingering_each_epoch),
+            self._fault,
+        )
+        return self._run
+
+    def _new_committer(self) -> CommitterOperator:
+        """A committer operator with the job's commit policy, clock, backoff sleep and faults."""
+        return CommitterOperator(
+            self.job_id,
+            self._sinks,
+            self.config.commit,
+            clock=self._clock,
+            sleep=self._commit_sleep,
+            fault=self._fault,
+            sink_metrics=self._sink_metrics,
+        )
+
+    @contextmanager
+    def _spare_committer(self) -> Iterator[CommitterOperator]:
+        """A committer beside the run's (a cancel's last commits, after the run's own was shut
+        down); its metrics are kept with the retired committers' when the block ends."""
+        committer = self._new_committer()
+        try:
+            yield committer
+        finally:
+            self._past_committer_metrics.append(committer.metrics)
+            committer.shutdown(wait=False)
+
+    def _current(self) -> Run:
+        """The current run, started by a restore.
+
+        Raises:
+            JobError: the runtime was abandoned (a simulated crash).
+            IllegalTransitionError: used before restore().
+        """
+        if self._abandoned:
+            raise JobError(f"job {self.job_id}: this runtime was abandoned (simulated crash)")
+        run = self._run
+        if run is None:
+            raise IllegalTransitionError(
+                f"job {self.job_id}", self._lifecycle.state.value, "use before restore()"
+            )
+        run.coordinator()  # raises until the run's restore made its coordinator
+        return run
+
+    # -- the job's transitions and the guard of every action --------------------------------------
+
+    def _transition(self, t: JobTransition) -> None:
+        """A job transition, unless a cancel took over."""
+        self.check_canceled()
+        self._lifecycle.transition(t)
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """Run an action: a protocol mistake propagates as is; any other error fails the job."""
+        try:
+            yield
+        except (IllegalTransitionError, JobCanceledError):
+            raise
+        except Exception as e:
+            if self._cancel_requested.is_set():
+                raise JobCanceledError(f"job {self.job_id} was canceled during the action") from e
+            self._fail(e)
+            raise
+
+    def _fail(self, error: BaseException) -> None:
+        """FAILING: the run aborts pending checkpoints and closes its subtasks (aborting what is
+        not durable)."""
+        if self._cancel_requested.is_set() or self._abandoned:
+            return
+        if self._lifecycle.state is not JobState.FAILING:
+            if not self._lifecycle.can(JobTransition.FAIL):
+                return
+            self._lifecycle.transition(JobTransition.FAIL)
+        log_event(log, logging.ERROR, "job failing", job=self.job_id, error=repr(error))
+        if self._run is not None:
+            self._run.fail(error)
+
+    def _require_no_pending(self, coord: CheckpointCoordinator, action: str) -> None:
+        """Raise IllegalTransitionError if checkpoints are pending (endings need none)."""
+        pending = [p.checkpoint_id for p in coord.pending_checkpoints]
+        if pending:
+            raise IllegalTransitionError(
+                f"job {self.job_id}",
+                self._lifecycle.state.value,
+                f"{action} with pending checkpoints {pending} (complete or abort them first)",
+            )
 
     # -- epochs -----------------------------------------------------------------------------------
 
@@ -284,15 +431,15 @@ class JobRuntime:
             JobError: the position belongs to another engine query (see :func:`position_covers`).
             IllegalTransitionError: not RUNNING.
         """
-        s = self._s
-        with s.lock:
-            s.lifecycle.require(JobState.RUNNING, action="replay_check")
-            last = s.checkpoints.last
+        with self._lock:
+            self._lifecycle.require(JobState.RUNNING, action="replay_check")
+            last = self._checkpoints.last
             if last is None or not position_covers(last.source_position, source_position):
                 return False
-            with s.guard():
-                s.coordinator().notify_checkpoint_complete(last.checkpoint_id)
-                s.drain_commits()
+            with self._guard():
+                run = self._current()
+                run.coordinator().notify_checkpoint_complete(last.checkpoint_id)
+                run.commits.drain()
             log_event(
                 log,
                 logging.INFO,
@@ -325,7 +472,38 @@ class JobRuntime:
             ConfigError: ``num_partitions`` < 1.
             CommitFailedError, TransactionLostError: an earlier asynchronous commit failed.
         """
-        return open_epoch(self._s, num_partitions, source_position, checkpoint_id)
+        if num_partitions < 1:
+            raise ConfigError(f"an epoch needs at least one partition, got {num_partitions}")
+        with self._lock:
+            self._lifecycle.require(JobState.RUNNING, action="begin_epoch")
+            self.check_canceled()
+            opener = self._epoch_opener()
+            with self._guard():
+                return opener.open(num_partitions, source_position, checkpoint_id)
+
+    def _epoch_opener(self) -> EpochOpener:
+        """The current run's epoch opener, built with what it uses."""
+        run = self._current()
+        coord = run.coordinator()
+        limit = PendingCommitLimit(
+            self.job_id,
+            self._sinks,
+            coord,
+            run.commits,
+            self._checkpoints,
+            self.config.commit_drain_timeout_s,
+            self.config.commit,
+        )
+        return EpochOpener(
+            self.job_id,
+            self._sinks,
+            run.coordinator,
+            run.progress,
+            run.commits,
+            limit,
+            run.committer,
+            self._lock,
+        )
 
     def complete_epoch(
         self, epoch: Epoch, *, notify: bool = True, abort_lingering: bool | None = None
@@ -344,12 +522,14 @@ class JobRuntime:
             CheckpointStorageError: publishing failed (the checkpoint is aborted; the job fails).
             TransactionLostError, CommitFailedError: a commit failed (the job fails).
         """
-        s = self._s
-        with s.lock:
-            s.lifecycle.require(JobState.RUNNING, action="complete_epoch")
-            s.check_canceled()
-            with s.guard():
-                return s.complete(epoch.checkpoint_id, notify=notify, abort_lingering=abort_lingering)
+        with self._lock:
+            self._lifecycle.require(JobState.RUNNING, action="complete_epoch")
+            self.check_canceled()
+            with self._guard():
+                completion = self._current().completion
+                return completion.complete(
+                    epoch.checkpoint_id, notify=notify, abort_lingering=abort_lingering
+                )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> NotifyResult:
         """Deliver a (late, repeated or out-of-order) notification: commit every pending
@@ -359,11 +539,10 @@ class JobRuntime:
             IllegalTransitionError: the checkpoint never completed.
             TransactionLostError, CommitFailedError: a commit failed (the job fails).
         """
-        s = self._s
-        with s.lock:
-            s.check_canceled()
-            with s.guard():
-                return s.coordinator().notify_checkpoint_complete(checkpoint_id)
+        with self._lock:
+            self.check_canceled()
+            with self._guard():
+                return self._current().coordinator().notify_checkpoint_complete(checkpoint_id)
 
     def await_commits(self, timeout_s: float | None = None) -> None:
         """Wait until every asynchronous commit submitted so far has run (a no-op with synchronous
@@ -372,10 +551,8 @@ class JobRuntime:
         Raises:
             TransactionLostError, CommitFailedError: a commit failed, or the wait timed out.
         """
-        s = self._s
-        with s.lock, s.guard():
-            s.committer.drain(timeout_s)
-            s.coordinator().confirm_commits()
+        with self._lock, self._guard():
+            self._current().commits.await_all(timeout_s)
 
     def abort_epoch(self, epoch: Epoch, reason: str) -> list[int]:
         """Abort the epoch's checkpoint (and newer pending ones) and their pre-committed
@@ -385,16 +562,15 @@ class JobRuntime:
         Raises:
             IllegalTransitionError: the checkpoint already completed.
         """
-        with self._s.lock:
-            return self._s.coordinator().abort_checkpoint(epoch.checkpoint_id, reason)
+        with self._lock:
+            return self._current().coordinator().abort_checkpoint(epoch.checkpoint_id, reason)
 
     def abort_epoch_if_pending(self, epoch: Epoch, reason: str) -> list[int]:
         """:meth:`abort_epoch` when the job is RUNNING and the checkpoint still pending; otherwise
         nothing (a failure already aborted it, or it completed). Never raises."""
-        s = self._s
-        with s.lock:
-            coord = s.coord
-            if self.state is not JobState.RUNNING or coord is None or s.abandoned:
+        with self._lock:
+            coord = None if self._run is None else self._run.coord
+            if self.state is not JobState.RUNNING or coord is None or self._abandoned:
                 return []
             if epoch.checkpoint_id not in {p.checkpoint_id for p in coord.pending_checkpoints}:
                 return []
@@ -415,7 +591,57 @@ class JobRuntime:
             IllegalTransitionError: not RUNNING, or checkpoints pending.
             plus the errors of :meth:`complete_epoch` (the job fails).
         """
-        return finish_job(self._s, source_position)
+        with self._lock:
+            self._lifecycle.require(JobState.RUNNING, action="finish")
+            run = self._current()
+            self._require_no_pending(run.coordinator(), "finish")
+            self._transition(JobTransition.FINISH)
+            with self._guard():
+                self._fault("during_finish")
+                run.commits.housekeeping()
+                restored = self._checkpoints.restored
+                metrics = None
+                if restored is not None and restored.end_of_input and run.progress.epochs_since_restore == 0:
+                    log_event(
+                        log,
+                        logging.INFO,
+                        "job restored from a final checkpoint: nothing to finish",
+                        job=self.job_id,
+                        checkpoint=restored.checkpoint_id,
+                    )
+                else:
+                    final = self._final_checkpoint()
+                    metrics = final.take(CheckpointKind.FINAL, source_position, "during_final_checkpoint")
+                self._transition(JobTransition.FINISHED)
+                return metrics
+
+    def _final_checkpoint(self) -> FinalCheckpoint:
+        """The current run's final checkpoint, built with what it uses."""
+        run = self._current()
+        return FinalCheckpoint(
+            self.job_id,
+            self._sinks,
+            run.coordinator(),
+            self._checkpoints,
+            run.progress,
+            run.completion,
+            run.commits,
+            run.sweep,
+            self._fault,
+        )
+
+    def _suspend_checkpoint(self) -> SuspendCheckpoint:
+        """The current run's suspend checkpoint, built with what it uses."""
+        run = self._current()
+        return SuspendCheckpoint(
+            run.coordinator(),
+            self._checkpoints,
+            run.progress,
+            run.completion,
+            run.commits,
+            run.sweep,
+            self._fault,
+        )
 
     def stop_with_savepoint(self, drain: bool) -> CheckpointRef:
         """Stop with a savepoint (between epochs).
@@ -432,7 +658,25 @@ class JobRuntime:
             IllegalTransitionError: not RUNNING, or checkpoints pending.
             JobCanceledError: a cancel took over.
         """
-        return stop_with_savepoint(self._s, drain)
+        with self._lock:
+            self._lifecycle.require(JobState.RUNNING, action="stop_with_savepoint")
+            run = self._current()
+            self._require_no_pending(run.coordinator(), "stop_with_savepoint")
+            self._transition(JobTransition.STOP)
+            with self._guard():
+                run.commits.housekeeping()
+                if drain:
+                    self._final_checkpoint().take(
+                        CheckpointKind.SAVEPOINT, None, "during_stop_with_savepoint"
+                    )
+                    ref = run.coordinator().completed[-1].ref
+                    self._transition(JobTransition.STOPPED_DRAINED)
+                else:
+                    ref = self._suspend_checkpoint().take(
+                        CheckpointKind.SAVEPOINT, "during_stop_with_savepoint"
+                    )
+                    self._transition(JobTransition.SUSPEND)
+                return ref
 
     def stop(self) -> CheckpointRef:
         """Plain stop ("reinforce job stop semantic"): a final *retained checkpoint* (not a
@@ -443,7 +687,16 @@ class JobRuntime:
             IllegalTransitionError: not RUNNING, or checkpoints pending.
             JobCanceledError: a cancel took over.
         """
-        return stop_job(self._s)
+        with self._lock:
+            self._lifecycle.require(JobState.RUNNING, action="stop")
+            run = self._current()
+            self._require_no_pending(run.coordinator(), "stop")
+            self._transition(JobTransition.STOP)
+            with self._guard():
+                run.commits.housekeeping()
+                ref = self._suspend_checkpoint().take(CheckpointKind.CHECKPOINT, "during_stop_with_savepoint")
+                self._transition(JobTransition.SUSPEND)
+                return ref
 
     def cancel(self) -> None:
         """Cancel now: abort pending checkpoints and every open or pre-committed (not durable)
@@ -456,15 +709,54 @@ class JobRuntime:
             IllegalTransitionError: the job is already FINISHED, SUSPENDED, CANCELED or FAILED.
             JobError: canceled, but a cleanup step failed (logged; the job is CANCELED anyway).
         """
-        cancel_job(self._s)
+        self._lifecycle.transition(JobTransition.CANCEL)
+        self._cancel_requested.set()
+        if self._run is not None:
+            self._run.committer.cancel()
+        with self._lock:
+            errors: list[BaseException] = []
+            self._fault("during_cancel")
+            run = self._run
+            coord = None if run is None else run.coord
+            if coord is not None:
+                try:
+                    coord.close_subtasks("canceled")
+                except Exception as e:
+                    log_event(
+                        log, logging.ERROR, "cancel: closing subtasks failed", exc_info=True, job=self.job_id
+                    )
+                    errors.append(e)
+            if run is not None:
+                run.committer.shutdown(wait=False)
+            cleanup = CancelCleanup(
+                self.job_id,
+                self._sinks,
+                self._storage,
+                self._checkpoints,
+                coord,
+                None if run is None else run.committer,
+                None if run is None else run.lingering,
+                self._spare_committer,
+            )
+            try:
+                errors.extend(cleanup.run(delete=self.config.cancel_cleanup is CleanupMode.DELETE))
+            except Exception as e:
+                log_event(log, logging.ERROR, "cancel: cleanup failed", exc_info=True, job=self.job_id)
+                errors.append(e)
+            self._lifecycle.transition(JobTransition.CANCELED)
+            if errors:
+                raise JobError(
+                    f"job {self.job_id} canceled, but cleanup failed ({len(errors)} failures, every other "
+                    f"step done): {'; '.join(repr(e) for e in errors)}"
+                ) from errors[0]
 
     # -- failure / restart ------------------------------------------------------------------------
 
     def fail(self, error: BaseException) -> None:
         """Report a failure of the execution (e.g. a failed task or query): the job goes FAILING,
         pending checkpoints are aborted and subtasks closed. Checkpoints are kept."""
-        with self._s.lock:
-            self._s.fail(error)
+        with self._lock:
+            self._fail(error)
 
     def failover(self, error: BaseException) -> RestoreResult:
         """Fail (if not failing yet), then restart per the restart strategy: wait, restore, RUNNING.
@@ -475,29 +767,28 @@ class JobRuntime:
             JobCanceledError: the job was canceled.
             plus the errors of :meth:`restore` (the job is FAILING again: call ``failover`` again).
         """
-        s = self._s
-        with s.lock:
-            s.check_canceled()
-            s.fail(error)
-            s.lifecycle.require(JobState.FAILING, action="failover")
+        with self._lock:
+            self.check_canceled()
+            self._fail(error)
+            self._lifecycle.require(JobState.FAILING, action="failover")
             if isinstance(error, DriverFencedError):  # the job belongs to the newer driver now
-                s.lifecycle.transition(JobTransition.GIVE_UP)
+                self._lifecycle.transition(JobTransition.GIVE_UP)
                 raise error
-            delay = s.restarts.try_restart()
+            delay = self._restarts.try_restart()
             if delay is None:
-                s.lifecycle.transition(JobTransition.GIVE_UP)
+                self._lifecycle.transition(JobTransition.GIVE_UP)
                 raise JobError(
                     f"job {self.job_id} failed: restart strategy exhausted after "
-                    f"{len(s.restarts.restarts)} restarts; last error: {error_summary(error)}"
+                    f"{len(self._restarts.restarts)} restarts; last error: {error_summary(error)}"
                 ) from error
-            s.lifecycle.transition(JobTransition.RESTART)
+            self._lifecycle.transition(JobTransition.RESTART)
             log_event(
                 log,
                 logging.WARNING,
                 "job restarting",
                 job=self.job_id,
                 delay_s=delay,
-                restarts=len(s.restarts.restarts),
+                restarts=len(self._restarts.restarts),
             )
             self._sleep(delay)
             return self.restore()
@@ -510,16 +801,19 @@ class JobRuntime:
     def abandon(self) -> None:
         """Test hook: simulate the driver process dying. Nothing is closed, aborted or committed;
         this runtime refuses further use. Restore in a new runtime from the same storage."""
-        self._s.abandon()
+        self._abandoned = True
+        if self._run is not None:
+            self._run.abandon()
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
 
     def close(self) -> None:
         """Release driver-side resources: the committer thread, the sinks' clients, the metrics port."""
-        self._s.committer.shutdown(wait=True)
+        if self._run is not None:
+            self._run.committer.shutdown(wait=True)
         if self.metrics_endpoint is not None:
             self.metrics_endpoint.close()
-        for sink in self._s.sinks.values():
+        for sink in self._sinks.values():
             try:
                 sink.close()
             except Exception:

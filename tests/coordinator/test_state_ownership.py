@@ -1,7 +1,7 @@
 """The runtime's objects own their state (#25): no module of ``coordinator/`` assigns an attribute
 of an object other than ``self``, directly (``other.x = …``, ``other.x += …``) or through an
 item (``other.x[k] = …``). A change of another object's state goes through one of its named,
-checked transitions (``PendingCheckpoint.complete``, ``RunState.begin_run``, …).
+checked transitions (``PendingCheckpoint.complete``, ``Run.started``, …).
 
 The test kit (``tests/support``) is not read: its models stand in for external systems.
 """

@@ -25,8 +25,8 @@ def settle(*runtimes: JobRuntime, timeout_s: float = 30.0) -> None:
     """
     deadline = time.monotonic() + timeout_s
     for rt in dict.fromkeys(runtimes):  # the same runtime twice is waited for once
-        committer = rt._s.committer
-        while committer.busy:
+        run = rt.run
+        while run is not None and run.committer.busy:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"asynchronous commits of {rt.job_id} still running after {timeout_s} s")
             time.sleep(0.001)
