@@ -69,10 +69,11 @@ from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
 from twophase.connectors.kafka.internal.committable import KafkaCommittable
 from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC as S3_CODEC
 from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
-from twophase.coordinator.acknowledgement import ACK_SCHEMA, Acknowledgement
+from twophase.coordinator.acknowledgement import ACK_SCHEMA, RELEASE, Acknowledgement
 from twophase.coordinator.checkpoint_state import CheckpointConfig
 from twophase.coordinator.collector import paused as collector_paused
 from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
@@ -218,7 +219,7 @@ class Executors:
                 body = dict(t["body"])
                 if "checkpoint_id" in body:
                     body["checkpoint_id"] = cid
-                payload = {"kind": t["kind"], "version": t["version"], "body": body}
+                payload = payload_bytes({"kind": t["kind"], "version": t["version"], "body": body})
                 out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0))
         return out
 
@@ -493,6 +494,7 @@ def ack_rows_task(n: int, tasks: int, payloads: dict[str, bytes], schema: pa.Sch
                         cols["in_progress"].append(None)
                         cols["records"].append(40_960)
                         cols["write_ms"].append(1.0)
+                        cols["release"].append(RELEASE)
                 yield pa.RecordBatch.from_pydict(cols, schema=schema)
 
     return run
@@ -514,7 +516,7 @@ def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
 
     spark = spark_session("bench-coordinator-collect")
     sinks = make_sinks()
-    payloads = {s.name: json.dumps(s.encode(s.make(n - 1, 1)), separators=(",", ":")).encode() for s in sinks}
+    payloads = {s.name: payload_bytes(s.encode(s.make(n - 1, 1))) for s in sinks}
     tasks = min(n, COLLECT_TASKS)
     seeds = spark.range(tasks).repartition(tasks)
     from pyspark.sql.pandas.types import from_arrow_schema

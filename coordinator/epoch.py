@@ -35,6 +35,7 @@ from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
@@ -152,7 +153,7 @@ class Epoch:
             return 0
         sink = self._sinks[ack.sink]
         txn = PendingTransaction(
-            ack.sink, ack.partition, ack.attempt, self.checkpoint_id, sink.decode(ack.committable), 0
+            ack.sink, ack.partition, ack.attempt, self.checkpoint_id, decode_payload(sink, ack.committable), 0
         )
         self._run.committer.abort(txn)
         return 1

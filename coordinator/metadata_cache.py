@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 
@@ -93,6 +94,8 @@ class MetadataCache:
         decoded = per_sink.get(sink.name)
         if decoded is None:
             snap = meta.sinks.get(sink.name)
-            decoded = () if snap is None else tuple(sink.decode(rec.payload) for rec in snap.committables)
+            decoded = (
+                () if snap is None else tuple(decode_payload(sink, rec.payload) for rec in snap.committables)
+            )
             per_sink[sink.name] = decoded
         return decoded
