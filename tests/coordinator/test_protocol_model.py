@@ -309,7 +309,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 continue
             meta = self.storage.load(ref)
             pg, s3 = meta.sinks.get("p"), meta.sinks.get("s")
-            gids = [by_name["p"].decode(c.payload).gid for c in pg.committables] if pg is not None else []
+            gids = [decode_payload(by_name["p"], c.payload).gid for c in pg.committables] if pg is not None else []
             prepared = sorted(set(gids) & set(self.world.postgres.prepared_gids()))
             self.check(
                 not prepared,
@@ -318,7 +318,7 @@ class ProtocolModel(RuleBasedStateMachine):
             uploads = [
                 f.upload_id
                 for c in (s3.committables if s3 is not None else ())
-                for f in by_name["s"].decode(c.payload).files
+                for f in decode_payload(by_name["s"], c.payload).files
             ]
             pending = sorted(set(uploads) & set(self.world.s3.uploads))
             self.check(
@@ -409,7 +409,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.check(rt.state is JobState.CANCELED, f"cancel of a failed job ended {rt.state}")
         named = set(re.findall(r"twophase-job-k-\d+-\d+(?:-\d+)?", str(error)))
         held = {
-            self.sinks[0].decode(c.payload).transactional_id
+            decode_payload(self.sinks[0], c.payload).transactional_id
             for meta in self.storage_checkpoints()
             for c in (meta.sinks["k"].committables if "k" in meta.sinks else ())
         }
@@ -908,8 +908,8 @@ class ProtocolModel(RuleBasedStateMachine):
             gate.set()
         if not hasattr(self, "h"):
             return
-        for sink in self.sinks:
-            disarm(sink)
+        for armed in self.sinks:
+            disarm(armed)
         for _ in range(20):
             if self.phase == "deleted":
                 self.new_query_with_a_fresh_checkpoint_directory()

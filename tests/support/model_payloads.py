@@ -69,7 +69,7 @@ def undecodable_once(sink: TwoPhaseCommitSink[Any, Any]) -> None:
     """Make ``sink``'s next ``decode`` raise :class:`ModelDecodeFailure`; later ones decode."""
 
     def decode(payload: Any) -> Any:
-        del sink.decode  # type: ignore[method-assign]  # the class's again
+        del sink.decode  # the class's again
         raise ModelDecodeFailure(f"model: sink {sink.name!r}'s payload does not decode this once")
 
     sink.decode = decode  # type: ignore[method-assign]
@@ -78,4 +78,4 @@ def undecodable_once(sink: TwoPhaseCommitSink[Any, Any]) -> None:
 def disarm(sink: TwoPhaseCommitSink[Any, Any]) -> None:
     """Undo :func:`undecodable_once` if it has not fired."""
     if "decode" in vars(sink):
-        del sink.decode  # type: ignore[method-assign]
+        del sink.decode
