@@ -109,6 +109,7 @@ from support.model_checkpoint_files import (
 from support.model_payloads import (
     UNDECODABLE_SINKS,
     ModelDecodeFailure,
+    acknowledged_payloads,
     disarm,
     foreign_payloads,
     read_back_differs,
@@ -176,7 +177,8 @@ class ProtocolModel(RuleBasedStateMachine):
         self.gates: list[threading.Event] = []
         self.trace: list[str] = []
         self.damaged = False  # a committable file is damaged on purpose (committable_file_damaged)
-        self.acknowledged: set[bytes] = set()  # every payload an executor acknowledged (#42)
+        self.acknowledged: set[bytes] = acknowledged_payloads()  # every payload encoded (#42)
+        self.acknowledged.clear()
         """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
@@ -309,7 +311,7 @@ class ProtocolModel(RuleBasedStateMachine):
                 continue
             meta = self.storage.load(ref)
             pg, s3 = meta.sinks.get("p"), meta.sinks.get("s")
-            gids = [decode_payload(by_name["p"], c.payload).gid for c in pg.committables] if pg is not None else []
+            gids = [decode_payload(by_name["p"], c.payload).gid for c in (pg.committables if pg else ())]
             prepared = sorted(set(gids) & set(self.world.postgres.prepared_gids()))
             self.check(
                 not prepared,
@@ -549,7 +551,6 @@ class ProtocolModel(RuleBasedStateMachine):
             def write(plan: EpochPlan) -> list[Acknowledgement]:
                 self.running_epoch = (plan.checkpoint_id, records)
                 acks = arrived(run_tasks(plan, records, tasks, point), arrival)
-                self.acknowledged.update(a.committable for a in acks if a.committable is not None)
                 self.last_acks = (plan.checkpoint_id, acks)
                 zombies_after_publish(self.storage, plan, records, tasks)
                 return acks
@@ -618,6 +619,7 @@ class ProtocolModel(RuleBasedStateMachine):
         previous release's embedded JSON (versions 1 and 2)."""
         if not hasattr(self, "h") or self.damaged:
             return
+        self.acknowledged |= acknowledged_payloads()
         foreign = foreign_payloads(self.storage.landed, self.acknowledged)
         self.check(not foreign, f"published payloads no executor acknowledged: {foreign[:5]}")
         differs = read_back_differs(self.storage, self.storage.landed)

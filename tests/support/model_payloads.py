@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -23,6 +24,30 @@ before persist, so their first decode of a new payload is the committer's."""
 class ModelDecodeFailure(CommittableDecodeError):
     """A payload that does not decode, once, where the sink's object is first made (the model's
     stand-in for a codec bug that shows only at commit time)."""
+
+
+_encoded: set[bytes] = set()
+_of = Acknowledgement.of.__func__  # type: ignore[attr-defined]
+
+
+def _recording_of(cls: type[Acknowledgement], *args: Any, **kwargs: Any) -> Acknowledgement:
+    ack: Acknowledgement = _of(cls, *args, **kwargs)
+    if ack.committable is not None:
+        _encoded.add(ack.committable)
+    return ack
+
+
+Acknowledgement.of = classmethod(_recording_of)  # type: ignore[method-assign,assignment]
+"""Every acknowledgement is made by ``Acknowledgement.of`` — an executor's task, or the driver's
+own at end of input (``driver_finish``) — the one place a committable is encoded: what it
+encoded is what any checkpoint may hold (tests only: this module is the model's)."""
+
+
+def acknowledged_payloads() -> set[bytes]:
+    """The payloads encoded since the last call (and forgets them): the model's set, per life."""
+    out = set(_encoded)
+    _encoded.clear()
+    return out
 
 
 def payloads_of(meta: CheckpointMetadata) -> dict[str, list[bytes]]:
