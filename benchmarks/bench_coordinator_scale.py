@@ -292,11 +292,12 @@ class Meter:
         """Measure the block as ``name``."""
         outer = self.depth == 0
         if outer:
-            own, own_cpu = time.perf_counter(), time.process_time()
+            # the meter's own CPU is its thread's: the committer thread may run meanwhile
+            own, own_cpu = time.perf_counter(), time.thread_time()
             gc.collect()
             _reset_peak()
             self.overhead_s += time.perf_counter() - own
-            self.overhead_cpu_s += time.process_time() - own_cpu
+            self.overhead_cpu_s += time.thread_time() - own_cpu
         before = rss_mb()
         self.depth += 1
         start, cpu = time.perf_counter(), time.process_time()
