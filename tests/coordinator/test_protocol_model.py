@@ -110,7 +110,6 @@ from support.model_payloads import (
     UNDECODABLE_SINKS,
     ModelDecodeFailure,
     acknowledged_payloads,
-    disarm,
     foreign_payloads,
     read_back_differs,
     undecodable_once,
@@ -631,7 +630,8 @@ class ProtocolModel(RuleBasedStateMachine):
     def payload_does_not_decode_at_commit(self, sink: str) -> None:
         """The sink's next payload fails to decode where its object is first made — the committer,
         as intake no longer decodes (#42): the commit fails loudly and counts nothing as
-        committed; the restore commits it (the accounting: every promise kept exactly once)."""
+        committed; the restore commits it (the accounting: every promise kept exactly once). Left
+        armed at the end, it fires in the final checkpoint's commit."""
         undecodable_once(next(s for s in self.sinks if s.name == sink))
 
     # -- checkpoint format v3: committable files under a manifest (#42 item 2) ---------------------
@@ -910,8 +910,6 @@ class ProtocolModel(RuleBasedStateMachine):
             gate.set()
         if not hasattr(self, "h"):
             return
-        for armed in self.sinks:
-            disarm(armed)
         for _ in range(20):
             if self.phase == "deleted":
                 self.new_query_with_a_fresh_checkpoint_directory()

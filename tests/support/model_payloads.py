@@ -98,9 +98,3 @@ def undecodable_once(sink: TwoPhaseCommitSink[Any, Any]) -> None:
         raise ModelDecodeFailure(f"model: sink {sink.name!r}'s payload does not decode this once")
 
     sink.decode = decode  # type: ignore[method-assign]
-
-
-def disarm(sink: TwoPhaseCommitSink[Any, Any]) -> None:
-    """Undo :func:`undecodable_once` if it has not fired."""
-    if "decode" in vars(sink):
-        del sink.decode
