@@ -27,7 +27,7 @@ class MetadataCache:
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
         self._by_location: dict[str, CheckpointMetadata] = {}
-        self._decoded: dict[str, dict[str, tuple[Any, ...]]] = {}
+        self._decoded: dict[str, dict[str, Sequence[Any]]] = {}
 
     def remember(
         self,
@@ -39,7 +39,9 @@ class MetadataCache:
         its committables already decoded, in the order of ``metadata``'s (others are decoded on
         first use). Replaces whatever was kept for ``location``."""
         self._by_location[location] = metadata
-        self._decoded[location] = {name: tuple(c) for name, c in (committables or {}).items()}
+        # kept as given: a completed checkpoint's are its pending transactions' committables,
+        # decoded on first access (issue #42), so remembering them decodes nothing
+        self._decoded[location] = dict(committables or {})
 
     def forget(self, location: str) -> None:
         """Drop a deleted checkpoint."""
@@ -80,7 +82,7 @@ class MetadataCache:
             out.append((also, self._by_location[also]))
         return out
 
-    def committables(self, location: str, sink: TwoPhaseCommitSink[Any, Any]) -> tuple[Any, ...]:
+    def committables(self, location: str, sink: TwoPhaseCommitSink[Any, Any]) -> Sequence[Any]:
         """The committables ``sink``'s part of the checkpoint at ``location`` holds, decoded with
         the sink's codec the first time they are asked for (or as :meth:`remember` was given them),
         in metadata order.

@@ -169,7 +169,7 @@ def publish_lineage_start(
     return copy, ref.location
 
 
-def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> dict[str, tuple[Any, ...]]:
+def decoded_in(s: RunState, meta: CheckpointMetadata, location: str | None) -> dict[str, Sequence[Any]]:
     """Per sink a restore from ``meta`` (remembered at ``location``) re-commits, its committables
     decoded by the run's metadata cache, which keeps them for the lingering cleanup.
 
