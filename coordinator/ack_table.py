@@ -8,18 +8,26 @@ partition) (a zombie or speculative attempt, or a retried task whose predecessor
 whose transaction the epoch aborts. Which of several attempts is acknowledged follows arrival
 order, as before: the first row of a (sink, partition) in the table (Spark returns exactly one
 successful attempt per partition; the Python data source's commit messages may hold more).
+
+The payloads are not decoded at intake (the sink's object is made at commit, issue #42), so what
+decoding there used to catch is checked here for the whole table, before anything is recorded:
+the rows come from executors of this driver's release (:func:`check_release`), and every payload
+is JSON text of one object whose ``kind`` and ``version`` its sink's codec reads
+(:func:`check_payloads`, parsed by Arrow's JSON reader, not per row in Python).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import json
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pj
 
-from twophase.coordinator.acknowledgement import ACK_SCHEMA
-from twophase.sinks.errors import JobError
+from twophase.coordinator.acknowledgement import ACK_SCHEMA, RELEASE
+from twophase.sinks.errors import CommittableDecodeError, JobError
 
 KEY = ["sink", "partition"]
 """The columns that name a subtask."""
@@ -61,6 +69,115 @@ def unknown_sinks(table: pa.Table, sinks: Collection[str]) -> list[str]:
     if pc.all(known).as_py() is not False:
         return []
     return sorted(set(table.filter(pc.invert(known))["sink"].to_pylist()))
+
+
+def check_release(table: pa.Table, release: str = RELEASE) -> None:
+    """Every row of a :func:`normalized` table was made by an executor running ``release``.
+
+    Raises:
+        JobError: some rows come from another release (names them and what to reinstall).
+    """
+    same = pc.fill_null(pc.equal(table["release"], pa.scalar(release, pa.string())), False)
+    if table.num_rows == 0 or pc.all(same).as_py():
+        return
+    other = sorted({str(r) for r in pc.unique(table.filter(pc.invert(same))["release"]).to_pylist()})
+    raise JobError(
+        f"the executors run twophase {', '.join(other)} and this driver twophase {release}: their "
+        f"committables may not decode here; install twophase {release} on the executors (the same "
+        "release on the driver and its executors)"
+    )
+
+
+@dataclass(frozen=True)
+class CodecHeader:
+    """What a sink's codec reads: payloads of ``kind`` at one of ``versions`` (their ``kind`` and
+    ``version`` fields, :class:`~twophase.sinks.codec.CommittableCodec`)."""
+
+    kind: str
+    versions: frozenset[int]
+
+
+_HEADER = pa.schema([("kind", pa.string()), ("version", pa.int64())])
+
+
+def payload_headers(payloads: pa.Array) -> pa.Table:
+    """The ``kind`` and ``version`` of every payload (non-null binary), one row each, in order:
+    parsed by Arrow's JSON reader, which reads each whole, so a payload that is not JSON fails.
+    A payload the reader refuses (not JSON, not an object, a mistyped field, or JSON only Python
+    reads, such as ``NaN``) is parsed again in Python, row by row, to say which.
+
+    Raises:
+        CommittableDecodeError: a payload is not JSON text of one object (names its row).
+    """
+    if len(payloads) == 0:
+        return _HEADER.empty_table()
+    joined = pc.binary_join(
+        pa.ListArray.from_arrays(pa.array([0, len(payloads)], pa.int32()), payloads),
+        pa.scalar(b"\n", pa.binary()),
+    )[0].as_buffer()
+    options = pj.ParseOptions(explicit_schema=_HEADER, unexpected_field_behavior="ignore")
+    try:
+        headers = pj.read_json(
+            pa.BufferReader(joined), read_options=pj.ReadOptions(block_size=1 << 26), parse_options=options
+        )
+        if headers.num_rows == len(payloads):
+            return headers
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    return _python_headers(payloads)
+
+
+def _python_headers(payloads: pa.Array) -> pa.Table:
+    kinds: list[str | None] = []
+    versions: list[int | None] = []
+    for i, raw in enumerate(payloads.to_pylist()):
+        try:
+            obj = json.loads(raw)
+        except ValueError as e:
+            raise CommittableDecodeError(f"payload #{i} is not JSON ({e}): {raw[:120]!r}") from e
+        if type(obj) is not dict:
+            raise CommittableDecodeError(f"payload #{i} is not a JSON object: {raw[:120]!r}")
+        kind, version = obj.get("kind"), obj.get("version")
+        kinds.append(kind if type(kind) is str else None)
+        versions.append(version if type(version) is int else None)
+    return pa.table([pa.array(kinds, pa.string()), pa.array(versions, pa.int64())], schema=_HEADER)
+
+
+def check_payloads(table: pa.Table, codecs: Mapping[str, CodecHeader]) -> None:
+    """Every payload of a :func:`normalized` table is JSON text of one object whose ``kind`` and
+    ``version`` its sink's codec reads (``codecs``: sink → its codec's header; a sink not in it is
+    only checked for JSON). Two Arrow kernels per sink over the parsed headers, no decode.
+
+    Raises:
+        CommittableDecodeError: a payload is not JSON of one object, or of another kind or a
+            version the sink's codec does not read (names the sink, the partition and what to
+            reinstall): nothing may be recorded.
+    """
+    present = pc.is_valid(table["committable"])
+    rows = table.filter(present) if present.null_count or not pc.all(present).as_py() else table
+    if rows.num_rows == 0:
+        return
+    try:
+        headers = payload_headers(rows["committable"].combine_chunks())
+    except CommittableDecodeError as e:
+        raise CommittableDecodeError(f"an acknowledgement's committable does not decode: {e}") from None
+    for sink, want in codecs.items():
+        mine = pc.equal(rows["sink"], pa.scalar(sink, pa.string()))
+        good = pc.and_(
+            pc.equal(headers["kind"], pa.scalar(want.kind, pa.string())),
+            pc.is_in(headers["version"], value_set=pa.array(sorted(want.versions), pa.int64())),
+        )
+        bad = pc.and_(mine, pc.invert(pc.fill_null(good, False)))
+        if not pc.any(bad).as_py():
+            continue
+        i = pc.index(bad, True).as_py()
+        kind, version = headers["kind"][i].as_py(), headers["version"][i].as_py()
+        raise CommittableDecodeError(
+            f"sink {sink!r} partition {rows['partition'][i].as_py()}: a committable of kind {kind!r} "
+            f"version {version!r}, where this driver's codec reads kind {want.kind!r} versions "
+            f"{sorted(want.versions)}: the executors run another build of the sink than the driver; "
+            "install the same twophase (and connector) release on both"
+        )
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ epoch. The same value travels every hop: the executor loop returns it
 (:data:`ACK_SCHEMA`) or inside a Python data source commit message, the driver takes a whole
 epoch's acknowledgements as one Arrow table (:func:`acknowledgement_table`, checked in Arrow
 compute by :mod:`~twophase.coordinator.ack_table`), the checkpoint coordinator records it, and its
-encoded payload is written to the checkpoint metadata as received, never decoded and encoded again.
-Committable and in-progress state travel as JSON text in binary columns: the driver parses each
-once, and Spark never builds a ``Row`` of them (issue #42).
+payload bytes are written to the checkpoint's committable file as received: the driver neither
+parses nor decodes them at intake (:mod:`~twophase.coordinator.payload`; the sink's object is made
+at commit). Committable and in-progress state travel as JSON text in binary columns, and Spark
+never builds a ``Row`` of them (issue #42). Every row carries the executor's twophase release
+(:data:`RELEASE`), which the driver checks for the whole table at once.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from twophase import __version__
+from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
+
+RELEASE = __version__
+"""The twophase release this process runs; an executor stamps it on each of its rows
+(:data:`ACK_SCHEMA`'s ``release``), read from the executor's own installation, so the driver can
+refuse the rows of another release before anything is written (their payloads may not decode)."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,8 @@ class Acknowledgement:
         sink: the sink's name.
         partition: the subtask index.
         attempt: the task attempt that wrote it.
-        committable: the encoded committable (the sink codec's versioned JSON object), or ``None``
+        committable: the encoded committable: the canonical UTF-8 JSON bytes of the sink codec's
+            versioned object (:func:`~twophase.coordinator.payload.payload_bytes`), or ``None``
             for an empty transaction.
         in_progress: the in-progress state to carry into the next epoch, or ``None``.
         records: records written, if known.
@@ -43,7 +53,7 @@ class Acknowledgement:
     sink: str
     partition: int
     attempt: int
-    committable: JsonObject | None = None
+    committable: bytes | None = None
     in_progress: JsonObject | None = None
     records: int | None = None
     write_ms: float = 0.0
@@ -60,7 +70,7 @@ class Acknowledgement:
         write_ms: float = 0.0,
     ) -> Acknowledgement:
         """The acknowledgement of a committable made right here (encoded once, with the sink's codec)."""
-        payload = None if committable is None else sink.encode(committable)
+        payload = None if committable is None else payload_bytes(sink.encode(committable))
         return cls(sink.name, partition, attempt, payload, in_progress, records, write_ms)
 
     def to_row(self) -> dict[str, Any]:
@@ -69,20 +79,21 @@ class Acknowledgement:
             "sink": self.sink,
             "partition": self.partition,
             "attempt": self.attempt,
-            "committable": json_bytes(self.committable),
+            "committable": self.committable,
             "in_progress": json_bytes(self.in_progress),
             "records": self.records,
             "write_ms": self.write_ms,
+            "release": RELEASE,
         }
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Acknowledgement:
-        """Inverse of :meth:`to_row` (JSON text as ``bytes`` or ``str``)."""
+        """Inverse of :meth:`to_row` (JSON text as ``bytes`` or ``str``; the payload kept as bytes)."""
         return cls(
             sink=str(row["sink"]),
             partition=int(row["partition"]),
             attempt=int(row["attempt"]),
-            committable=None if row["committable"] is None else json.loads(row["committable"]),
+            committable=_bytes(row["committable"]),
             in_progress=None if row["in_progress"] is None else json.loads(row["in_progress"]),
             records=None if row["records"] is None else int(row["records"]),
             write_ms=float(row["write_ms"]),
@@ -103,19 +114,26 @@ ACK_SCHEMA = pa.schema(
         ("in_progress", pa.binary()),
         ("records", pa.int64()),
         ("write_ms", pa.float64()),
+        ("release", pa.string()),
     ]
 )
 """Arrow schema of :meth:`Acknowledgement.to_row` rows (what Spark's ``mapInArrow`` yields).
 
-``committable`` and ``in_progress`` hold UTF-8 JSON text (:func:`json_bytes`), null for none.
-Changed in issue #42 from ``string`` to ``binary``: an executor of the previous release cannot
-hand this driver its rows (a job runs one release on the driver and its executors)."""
+``committable`` holds the payload bytes and ``in_progress`` UTF-8 JSON text (:func:`json_bytes`),
+null for none; ``release`` the executor's :data:`RELEASE`. Changed in issue #42 from ``string`` to
+``binary``, and ``release`` added: an executor of an earlier release cannot hand this driver its
+rows (Spark refuses a batch of another schema), and one of a later release is refused by its
+stamp (a job runs one release on the driver and its executors)."""
 
 
 def acknowledgement_table(acks: Iterable[Acknowledgement]) -> pa.Table:
     """``acks`` as one table of :data:`ACK_SCHEMA`, in the order given (the order the driver
     received them: the first of a (sink, partition) is the one acknowledged)."""
     return pa.Table.from_pylist([a.to_row() for a in acks], schema=ACK_SCHEMA)
+
+
+def _bytes(value: bytes | str | None) -> bytes | None:
+    return value.encode() if isinstance(value, str) else value
 
 
 def acknowledgements_in(table: pa.Table) -> list[Acknowledgement]:

@@ -77,7 +77,8 @@ def abort_in_doubt(
     it again). Returns how many were aborted."""
     aborted = 0
     for t in coord.release_in_doubt(landed):
-        step = f"abort in-doubt {t.committable!r} of sink {t.sink_name!r} checkpoint {t.checkpoint_id}"
+        # the transaction's repr, not its committable: decoding may fail, and must fail in the step
+        step = f"abort in-doubt {t!r} of sink {t.sink_name!r} checkpoint {t.checkpoint_id}"
         aborted += keep_going(failures, coord.job_id, step, partial(committer.abort, t))
     return aborted
 

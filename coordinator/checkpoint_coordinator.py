@@ -25,6 +25,7 @@ Sinks whose subtasks all FINISHED with nothing left to commit are flagged fully 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -52,6 +53,7 @@ from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.faults import fault_point
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import (
     PendingTransaction,
@@ -60,6 +62,7 @@ from twophase.coordinator.subtask_lifecycle import (
     TxnStatus,
 )
 from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import (
     CheckpointNotPublishedError,
@@ -72,6 +75,16 @@ from twophase.sinks.internal.structured_log import log_event
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
+    """The payload header ``sink``'s codec reads (kind, versions), checked for every payload at
+    intake; ``None`` for a sink that overrides ``decode`` (it alone says what it reads: its
+    payloads are checked for JSON only, and decoded at commit)."""
+    codec = getattr(sink, "codec", None)
+    if type(sink).decode is not TwoPhaseCommitSink.decode or not isinstance(codec, CommittableCodec):
+        return None
+    return ack_table.CodecHeader(codec.kind, codec.readable_versions)
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,12 @@ class CheckpointCoordinator:
         self.sinks: dict[str, AnySink] = {s.name: s for s in sinks}
         if len(self.sinks) != len(sinks):
             raise ConfigError("sink names must be unique within a job")
+        self._decoders: dict[str, Callable[[bytes], Any]] = {
+            name: functools.partial(decode_payload, sink) for name, sink in self.sinks.items()
+        }
+        self._headers = {
+            name: h for name, sink in self.sinks.items() if (h := codec_header(sink)) is not None
+        }
         self.storage = storage
         self.committer = committer
         self.config = config or CheckpointConfig()
@@ -280,11 +299,10 @@ class CheckpointCoordinator:
         return pc
 
     def acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
-        """Record one subtask's acknowledgement of ``checkpoint_id``; its committable is decoded
-        with the sink's codec, here and only here for the epoch (the pending checkpoint keeps the
-        decoded committable for verification, the subtask's pending transaction for commit, the
-        completed checkpoint hands it to lingering cleanup), and its payload kept as received for
-        the checkpoint metadata.
+        """Record one subtask's acknowledgement of ``checkpoint_id`` (the one-by-one path: a
+        driver's own acknowledgements, duplicates, tests). Its payload is decoded here, so that
+        one that does not decode is refused before anything is kept; its pending transaction
+        keeps the object and the payload bytes as received (written to the checkpoint as they are).
 
         Returns True if recorded, False if the checkpoint was aborted (its committable aborted).
 
@@ -295,6 +313,12 @@ class CheckpointCoordinator:
         """
         sink, partition, attempt = ack.sink, ack.partition, ack.attempt
         committables = self._decode(ack)
+        txns = [
+            PendingTransaction(
+                sink, partition, attempt, checkpoint_id, c, self.clock(), payload=ack.committable
+            )
+            for c in committables
+        ]
         if checkpoint_id in self._aborted:
             self._log(
                 logging.WARNING,
@@ -304,10 +328,8 @@ class CheckpointCoordinator:
                 partition=partition,
                 attempt=attempt,
             )
-            for c in committables:
-                self.committer.abort(
-                    PendingTransaction(sink, partition, attempt, checkpoint_id, c, self.clock())
-                )
+            for t in txns:
+                self.committer.abort(t)
             return False
         pc = self.pending(checkpoint_id)
         key = (sink, partition)
@@ -321,32 +343,37 @@ class CheckpointCoordinator:
                 pc.status.value,
                 f"acknowledge {sink}[{partition}] twice (attempts {pc.acks[key].attempt} and {attempt})",
             )
-        payloads = [] if ack.committable is None else [ack.committable]
-        self.subtask(sink, partition).snapshot(
-            checkpoint_id, attempt, committables, ack.in_progress, self.clock(), payloads=payloads
-        )
-        pc.record(key, ack, committables)
+        self.subtask(sink, partition).snapshot_transactions(checkpoint_id, txns, ack.in_progress)
+        pc.record(key, ack, txns)
         return True
 
     def acknowledge_table(self, checkpoint_id: int, table: pa.Table) -> TableIntake:
         """Record a whole table of acknowledgements of ``checkpoint_id`` (rows of
         :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`, in arrival order), as
-        :meth:`acknowledge` each would, but all or nothing: the sinks, the expected subtasks and
-        the first attempt of each (sink, partition) are checked in Arrow compute
-        (:mod:`~twophase.coordinator.ack_table`), and every committable is decoded, before any
-        is recorded. Later attempts of a (sink, partition) are returned as duplicates, not kept.
+        :meth:`acknowledge` each would, but all or nothing, and without decoding a payload: the
+        executors' release, the sinks, every payload's JSON and codec header
+        (:func:`~twophase.coordinator.ack_table.check_payloads`), the expected subtasks and the
+        first attempt of each (sink, partition) are checked in Arrow compute
+        (:mod:`~twophase.coordinator.ack_table`) before any is recorded. Each recorded pending
+        transaction holds its payload bytes as the executor sent them and decodes them on first
+        use (the committer's). Later attempts of a (sink, partition) are returned as duplicates,
+        not kept.
 
         Raises:
             ConfigError: a row names a sink the job does not have.
-            CommittableDecodeError: a committable does not decode (nothing recorded).
+            CommittableDecodeError: a payload is not JSON of one object, or not of a kind and
+                version its sink's codec reads (nothing recorded).
             IllegalTransitionError: the checkpoint is not pending, or a (sink, partition) is not
                 expected (nothing recorded).
-            JobError: the table lacks a column of the schema (executors of another release).
+            JobError: the table lacks a column of the schema, or its rows come from executors of
+                another twophase release (nothing recorded).
         """
         table = ack_table.normalized(table)
         unknown = ack_table.unknown_sinks(table, self.sinks)
         if unknown:
             raise ConfigError(f"unknown sinks {unknown}; the job's sinks are {sorted(self.sinks)}")
+        ack_table.check_release(table)
+        ack_table.check_payloads(table, self._headers)
         if checkpoint_id in self._aborted:
             for ack in acknowledgements_in(table):
                 self.acknowledge(checkpoint_id, ack)  # logged and aborted, one by one: the rare path
@@ -365,13 +392,15 @@ class CheckpointCoordinator:
             first[n].to_pylist() for n in ("sink", "partition", "attempt", "committable", "in_progress")
         ]
         records, write_ms = first["records"].to_pylist(), first["write_ms"].to_pylist()
-        rows: list[tuple[Acknowledgement, list[Any]]] = []
+        now = self.clock()
+        decoders = self._decoders
+        rows: list[tuple[Acknowledgement, list[PendingTransaction[Any]]]] = []
         for i, (sink, partition, attempt, payload, state) in enumerate(zip(*columns, strict=True)):
             ack = Acknowledgement(
                 sink,
                 partition,
                 attempt,
-                None if payload is None else json.loads(payload),
+                payload,
                 None if state is None else json.loads(state),
                 records[i],
                 write_ms[i],
@@ -379,21 +408,27 @@ class CheckpointCoordinator:
             if (sink, partition) in pc.acks:  # acknowledged before this table (a driver handover)
                 duplicates.append(ack)
                 continue
-            rows.append((ack, self._decode(ack)))
-        now = self.clock()
-        for ack, committables in rows:
+            txns = (
+                []
+                if payload is None
+                else [
+                    PendingTransaction(
+                        sink, partition, attempt, checkpoint_id, pre_committed_ms=now, payload=payload,
+                        decode=decoders[sink],
+                    )
+                ]
+            )  # fmt: skip
+            rows.append((ack, txns))
+        for ack, txns in rows:
             key = (ack.sink, ack.partition)
-            payloads = [] if ack.committable is None else [ack.committable]
-            self.subtask(*key).snapshot(
-                checkpoint_id, ack.attempt, committables, ack.in_progress, now, payloads=payloads
-            )
-            pc.record(key, ack, committables)
+            self.subtask(*key).snapshot_transactions(checkpoint_id, txns, ack.in_progress)
+            pc.record(key, ack, txns)
         return TableIntake(len(rows), tuple(duplicates), ack_table.records_per_sink(first))
 
     def _decode(self, ack: Acknowledgement) -> list[Any]:
         if ack.sink not in self.sinks:
             raise ConfigError(f"unknown sink {ack.sink!r}; the job's sinks are {sorted(self.sinks)}")
-        return [] if ack.committable is None else [self.sinks[ack.sink].decode(ack.committable)]
+        return [] if ack.committable is None else [self._decoders[ack.sink](ack.committable)]
 
     # -- complete / notify / abort ----------------------------------------------------------------
 
@@ -401,8 +436,8 @@ class CheckpointCoordinator:
         lcs = [lc for (s, _), lc in self._subtasks.items() if s == sink]
         return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
 
-    def build_metadata(self, pc: PendingCheckpoint) -> tuple[CheckpointMetadata, dict[str, tuple[Any, ...]]]:
-        """The metadata ``pc`` would publish now, and per sink its committables decoded (as
+    def build_metadata(self, pc: PendingCheckpoint) -> tuple[CheckpointMetadata, dict[str, Sequence[Any]]]:
+        """The metadata ``pc`` would publish now, and per sink its committables, decoded on access (as
         :func:`~twophase.coordinator.checkpoint_state.metadata_of`); first flags sinks that became
         fully finished."""
         for name in self.sinks:

@@ -18,8 +18,9 @@ import pyarrow as pa
 from twophase.coordinator.ack_table import key_table
 from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.subtask_lifecycle import PendingTransaction, SubtaskLifecycle
+from twophase.coordinator.subtask_lifecycle import CommittablesOf, PendingTransaction, SubtaskLifecycle
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, IllegalTransitionError
@@ -101,9 +102,11 @@ class PendingCheckpoint:
     acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
     _expected_table: pa.Table | None = field(default=None, init=False, repr=False)
-    _decoded: dict[SubtaskKey, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False)
-    """(sink, partition) → its acknowledgement's committables as decoded at acknowledgement (the
-    same objects its pending transactions hold): verification never decodes them again."""
+    _txns: dict[SubtaskKey, tuple[PendingTransaction[Any], ...]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+    """(sink, partition) → the pending transactions its acknowledgement made (the same objects
+    its lifecycle holds): verification decodes each at most once, and the committer reuses it."""
 
     def expected_table(self) -> pa.Table:
         """:attr:`expected` as a (sink, partition) table (:func:`~twophase.coordinator.ack_table.key_table`),
@@ -112,24 +115,27 @@ class PendingCheckpoint:
             self._expected_table = key_table(self.expected)
         return self._expected_table
 
-    def record(self, key: SubtaskKey, ack: Acknowledgement, committables: Sequence[Any]) -> None:
-        """Keep ``ack`` as subtask ``key``'s acknowledgement, with ``committables``: its payload as
-        the coordinator decoded it (the coordinator checked both first).
+    def record(
+        self, key: SubtaskKey, ack: Acknowledgement, transactions: Sequence[PendingTransaction[Any]]
+    ) -> None:
+        """Keep ``ack`` as subtask ``key``'s acknowledgement, with the pending ``transactions`` it
+        made (the coordinator checked both first).
 
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
         """
         self._require_pending(f"acknowledge {key[0]}[{key[1]}]")
         self.acks[key] = ack
-        self._decoded[key] = tuple(committables)
+        self._txns[key] = tuple(transactions)
 
-    def acknowledged(self, sink: str) -> tuple[list[Any], list[JsonObject]] | None:
-        """What ``sink``'s subtasks acknowledged, in partition order: their committables (decoded
-        once, at acknowledgement) and their in-progress states; ``None`` if none acknowledged."""
+    def acknowledged(self, sink: str) -> tuple[Sequence[Any], list[JsonObject]] | None:
+        """What ``sink``'s subtasks acknowledged, in partition order: their committables (each
+        decoded on first access, once: :class:`~twophase.coordinator.subtask_lifecycle.CommittablesOf`)
+        and their in-progress states; ``None`` if none acknowledged."""
         keys = sorted(k for k in self.acks if k[0] == sink)
         if not keys:
             return None
-        committables = [c for k in keys for c in self._decoded[k]]
+        committables = CommittablesOf([t for k in keys for t in self._txns[k]])
         states = [st for k in keys if (st := self.acks[k].in_progress) is not None]
         return committables, states
 
@@ -197,9 +203,10 @@ class CompletedCheckpoint:
         persist_ms: time to build and publish, ms.
         records: records written in its epoch, if known.
         acknowledgements: acknowledgements it received.
-        committables: sink → the committables ``metadata`` holds for it, decoded (the objects the
-            coordinator's pending transactions hold), in the order of its ``committables``: handed
-            to the metadata cache so that nothing decodes the published payloads again.
+        committables: sink → the committables ``metadata`` holds for it (the coordinator's pending
+            transactions', each decoded on first access, once), in the order of its
+            ``committables``: handed to the metadata cache so that nothing decodes the published
+            payloads again.
         retired: checkpoints retention deleted after this one was published.
     """
 
@@ -208,7 +215,7 @@ class CompletedCheckpoint:
     persist_ms: float
     records: int | None
     acknowledgements: int
-    committables: Mapping[str, tuple[Any, ...]] = field(default_factory=dict, repr=False, compare=False)
+    committables: Mapping[str, Sequence[Any]] = field(default_factory=dict, repr=False, compare=False)
     retired: tuple[CheckpointRef, ...] = ()
 
 
@@ -242,19 +249,19 @@ def metadata_of(
     fully_finished: Set[str],
     parallelism: Mapping[str, int],
     now_ms: int,
-) -> tuple[CheckpointMetadata, dict[str, tuple[Any, ...]]]:
+) -> tuple[CheckpointMetadata, dict[str, Sequence[Any]]]:
     """What checkpoint ``pc`` publishes: per sink not fully finished, every transaction not yet
     confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
-    latest checkpoint alone is enough to recover), payloads as received, and the in-progress state
-    of live subtasks. A pure function of the coordinator's state.
+    latest checkpoint alone is enough to recover), payload bytes as received (nothing decoded or
+    encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state.
 
     Returns:
-        the metadata, and per sink the same transactions' decoded committables in the order of
-        its ``committables`` (what :attr:`CompletedCheckpoint.committables` hands on).
+        the metadata, and per sink the same transactions' committables (decoded on first access)
+        in the order of its ``committables`` (what :attr:`CompletedCheckpoint.committables` hands on).
     """
     c = pc.checkpoint_id
     snaps: dict[str, SinkSnapshot] = {}
-    decoded: dict[str, tuple[Any, ...]] = {}
+    decoded: dict[str, Sequence[Any]] = {}
     for name, sink in sinks.items():
         if name in fully_finished:
             continue
@@ -271,14 +278,14 @@ def metadata_of(
                 CommittableRecord(
                     t.partition,
                     t.attempt,
-                    t.payload if t.payload is not None else sink.encode(t.committable),
+                    t.payload if t.payload is not None else payload_bytes(sink.encode(t.committable)),
                     t.checkpoint_id,
                 )
                 for t in txns
             ),
             in_progress=in_progress,
         )
-        decoded[name] = tuple(t.committable for t in txns)
+        decoded[name] = CommittablesOf(txns)
     metadata = CheckpointMetadata(
         job_id=job_id,
         checkpoint_id=c,

@@ -39,6 +39,7 @@ from twophase.coordinator.driver_finish import epoch_participants, finish_on_dri
 from twophase.coordinator.fanout import EpochPlan
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.run_steps import RunCommits, RunProgress
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -160,7 +161,7 @@ class Epoch:
             return 0
         sink = self._sinks[ack.sink]
         txn = PendingTransaction(
-            ack.sink, ack.partition, ack.attempt, self.checkpoint_id, sink.decode(ack.committable), 0
+            ack.sink, ack.partition, ack.attempt, self.checkpoint_id, decode_payload(sink, ack.committable), 0
         )
         self._committer.abort(txn)
         return 1

@@ -12,7 +12,8 @@ Two forms of the same rule:
   holds it (decoded once, at acknowledgement or when a checkpoint is first read), and nothing is
   decoded or encoded again; :meth:`HeldCommittables.scope` hands it to the sink;
 - :func:`held_by` (for callers that hold only checkpoint metadata: cancel, the operator
-  commands): payloads, told apart by their canonical JSON; :func:`lingering_scope` decodes them.
+  commands): payload bytes, told apart as bytes (every payload is canonical JSON,
+  :mod:`~twophase.coordinator.payload`); :func:`lingering_scope` decodes them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.payload import decode_payload
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, LingeringScope
 
@@ -42,12 +44,12 @@ class Held:
     """What ``abort_lingering`` must never touch for one sink (see :func:`held_by`).
 
     Attributes:
-        committables: canonical JSON → encoded committable.
+        committables: payload bytes (canonical JSON) → the same, each once.
         in_progress: canonical JSON → in-progress state.
         max_partitions: the largest parallelism the sink ran with in any of them.
     """
 
-    committables: Mapping[str, JsonObject]
+    committables: Mapping[bytes, bytes]
     in_progress: Mapping[str, JsonObject]
     max_partitions: int
 
@@ -56,7 +58,7 @@ def held_by(
     sink_name: str,
     checkpoints: Iterable[CheckpointMetadata],
     *,
-    pending: Iterable[JsonObject] = (),
+    pending: Iterable[bytes] = (),
     live_in_progress: Iterable[JsonObject] = (),
     live_parallelism: int = 0,
 ) -> Held:
@@ -76,7 +78,7 @@ def held_by(
         Everything held; whatever ``abort_lingering`` finds of this job and sink outside it is
         lingering and may be aborted.
     """
-    committables: dict[str, JsonObject] = {}
+    committables: dict[bytes, bytes] = {}
     in_progress: dict[str, JsonObject] = {}
     max_partitions = live_parallelism
     for meta in checkpoints:
@@ -85,11 +87,11 @@ def held_by(
             continue
         max_partitions = max(max_partitions, snap.num_partitions)
         for rec in snap.committables:
-            committables.setdefault(canonical(rec.payload), rec.payload)
+            committables.setdefault(rec.payload, rec.payload)
         for state in snap.in_progress.values():
             in_progress.setdefault(canonical(state), state)
     for payload in pending:
-        committables.setdefault(canonical(payload), payload)
+        committables.setdefault(payload, payload)
     for state in live_in_progress:
         in_progress.setdefault(canonical(state), state)
     return Held(committables, in_progress, max_partitions)
@@ -102,7 +104,7 @@ def lingering_scope(job_id: str, sink: AnySink, held: Held, up_to_checkpoint: in
     Raises:
         CommittableDecodeError: a held payload does not decode with the sink's codec.
     """
-    decoded = tuple(sink.decode(p) for p in held.committables.values())
+    decoded = tuple(decode_payload(sink, p) for p in held.committables.values())
     return HeldCommittables(decoded, held.in_progress, held.max_partitions).scope(
         job_id, sink.name, up_to_checkpoint
     )

@@ -18,6 +18,7 @@ from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.driver_fence import DriverFence
 from twophase.coordinator.lingering import ALL_CHECKPOINTS, HeldCommittables, held_decoded
 from twophase.coordinator.metrics import SinkMetricsRecorder
+from twophase.coordinator.payload import decode_payload
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.internal.structured_log import log_event
@@ -50,10 +51,10 @@ class LingeringCleanup:
         self._fence = fence
         self._checkpoints = checkpoints
         self._sink_metrics = sink_metrics
-        self._restore_held: dict[str, tuple[JsonObject, ...]] = {}
+        self._restore_held: dict[str, tuple[bytes, ...]] = {}
 
     @contextmanager
-    def holding_for_restore(self, held: Mapping[str, Sequence[JsonObject]] | None) -> Iterator[None]:
+    def holding_for_restore(self, held: Mapping[str, Sequence[bytes]] | None) -> Iterator[None]:
         """While the block runs, cleanups keep ``held`` (sink → encoded committables a caller still
         needs); nothing is held afterwards, whatever the block raised."""
         self._restore_held = {k: tuple(v) for k, v in (held or {}).items()}
@@ -80,7 +81,7 @@ class LingeringCleanup:
         checkpoints = [
             (meta, cache.committables(location, sink)) for location, meta in cache.retained_at(extra)
         ]
-        pending: list[Any] = [sink.decode(p) for p in self._restore_held.get(sink.name, ())]
+        pending: list[Any] = [decode_payload(sink, p) for p in self._restore_held.get(sink.name, ())]
         live_in_progress: list[JsonObject] = []
         parallelism = 0
         if coord is not None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twophase.coordinator import collector
+from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import CommittableDecodeError
 
@@ -65,7 +66,10 @@ class CheckpointKind(enum.Enum):
 class CommittableRecord:
     """One pre-committed transaction of one subtask: (partition, attempt, encoded committable).
 
-    ``payload`` is the sink codec's versioned JSON object (``{"kind", "version", "body"}``).
+    ``payload`` is the sink codec's versioned JSON object (``{"kind", "version", "body"}``) as the
+    executor encoded it: canonical UTF-8 JSON bytes (:mod:`~twophase.coordinator.payload`), kept
+    as bytes from the acknowledgement to the committable file and back (issue #42); a version 1
+    or 2 checkpoint's embedded objects are turned into the same canonical bytes when read.
     ``checkpoint_id`` is the checkpoint it was pre-committed for, which may be older than the
     checkpoint holding it (a transaction stays in every checkpoint until its commit is confirmed);
     ``None`` in metadata written before it was recorded (readers then assume the holding
@@ -74,7 +78,7 @@ class CommittableRecord:
 
     partition: int
     attempt: int
-    payload: JsonObject
+    payload: bytes
     checkpoint_id: int | None = None
 
 
@@ -122,12 +126,12 @@ class CheckpointMetadata:
         return self._to_json(copy=True)
 
     def _to_json(self, *, copy: bool) -> dict[str, Any]:
-        """:meth:`to_json`; ``copy=False`` puts the payload dicts in as they are (for encoding
-        right away: one dict fewer per committable)."""
+        """:meth:`to_json` (each payload parsed from its bytes: the embedded form of versions 1
+        and 2, written only for what reads them)."""
         obj = self.header_json()
         for name, snap in self.sinks.items():
             obj["sinks"][name]["committables"] = [
-                {"partition": c.partition, "attempt": c.attempt, "payload": _obj(c.payload, copy)}
+                {"partition": c.partition, "attempt": c.attempt, "payload": json.loads(c.payload)}
                 | ({} if c.checkpoint_id is None else {"checkpoint_id": c.checkpoint_id})
                 for c in snap.committables
             ]
@@ -204,7 +208,7 @@ class CheckpointMetadata:
                         CommittableRecord(
                             _int(c["partition"]),
                             _int(c["attempt"]),
-                            _obj(c["payload"], copy),
+                            payload_bytes(_obj(c["payload"], False)),
                             None if c.get("checkpoint_id") is None else _int(c["checkpoint_id"]),
                         )
                         for c in s["committables"]

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 
@@ -26,7 +27,7 @@ class MetadataCache:
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
         self._by_location: dict[str, CheckpointMetadata] = {}
-        self._decoded: dict[str, dict[str, tuple[Any, ...]]] = {}
+        self._decoded: dict[str, dict[str, Sequence[Any]]] = {}
 
     def remember(
         self,
@@ -38,7 +39,9 @@ class MetadataCache:
         its committables already decoded, in the order of ``metadata``'s (others are decoded on
         first use). Replaces whatever was kept for ``location``."""
         self._by_location[location] = metadata
-        self._decoded[location] = {name: tuple(c) for name, c in (committables or {}).items()}
+        # kept as given: a completed checkpoint's are its pending transactions' committables,
+        # decoded on first access (issue #42), so remembering them decodes nothing
+        self._decoded[location] = dict(committables or {})
 
     def forget(self, location: str) -> None:
         """Drop a deleted checkpoint."""
@@ -79,7 +82,7 @@ class MetadataCache:
             out.append((also, self._by_location[also]))
         return out
 
-    def committables(self, location: str, sink: TwoPhaseCommitSink[Any, Any]) -> tuple[Any, ...]:
+    def committables(self, location: str, sink: TwoPhaseCommitSink[Any, Any]) -> Sequence[Any]:
         """The committables ``sink``'s part of the checkpoint at ``location`` holds, decoded with
         the sink's codec the first time they are asked for (or as :meth:`remember` was given them),
         in metadata order.
@@ -93,6 +96,8 @@ class MetadataCache:
         decoded = per_sink.get(sink.name)
         if decoded is None:
             snap = meta.sinks.get(sink.name)
-            decoded = () if snap is None else tuple(sink.decode(rec.payload) for rec in snap.committables)
+            decoded = (
+                () if snap is None else tuple(decode_payload(sink, rec.payload) for rec in snap.committables)
+            )
             per_sink[sink.name] = decoded
         return decoded

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -98,7 +99,9 @@ def recovery_transactions(
             continue
         sink = sinks[name]
         given = None if decoded is None else decoded.get(name)
-        committables = given if given is not None else [sink.decode(rec.payload) for rec in snap.committables]
+        committables = (
+            given if given is not None else [decode_payload(sink, rec.payload) for rec in snap.committables]
+        )
         txns = [
             PendingTransaction(
                 name,

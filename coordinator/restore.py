@@ -12,7 +12,7 @@ is decided in :mod:`~twophase.coordinator.lingering`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,7 +228,7 @@ class Restore:
         )
         return result
 
-    def _decoded(self, meta: CheckpointMetadata, location: str | None) -> dict[str, tuple[Any, ...]]:
+    def _decoded(self, meta: CheckpointMetadata, location: str | None) -> dict[str, Sequence[Any]]:
         """Per sink a restore from ``meta`` (remembered at ``location``) re-commits, its
         committables decoded by the metadata cache, which keeps them for the lingering cleanup.
 

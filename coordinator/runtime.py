@@ -258,7 +258,7 @@ class JobRuntime:
     # -- restore ----------------------------------------------------------------------------------
 
     def restore(
-        self, savepoint_location: str | None = None, *, held: Mapping[str, Sequence[JsonObject]] | None = None
+        self, savepoint_location: str | None = None, *, held: Mapping[str, Sequence[bytes]] | None = None
     ) -> RestoreResult:
         """Start (CREATED) or finish a restart (RESTARTING): restore, recover, clean up, RUNNING.
 

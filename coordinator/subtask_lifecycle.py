@@ -38,9 +38,9 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import IllegalTransitionError
@@ -107,31 +107,129 @@ class TxnStatus(enum.Enum):
         return self in (TxnStatus.PERSISTED, TxnStatus.COMMITTING)
 
 
-@dataclass(eq=False)
+_UNDECODED: Any = object()
+"""A pending transaction whose committable is not decoded yet."""
+
+
 class PendingTransaction(Generic[COMM]):
     """One pre-committed transaction of one subtask, until its commit is confirmed or it is aborted.
+
+    Its committable travels as the executor's payload bytes (issue #42): the sink's object is made
+    from them on first use of :attr:`committable` — by the committer (on its own thread when
+    commit is asynchronous), an abort, verification or lingering cleanup — and kept; intake and
+    the checkpoint's committable file use :attr:`payload` only.
 
     Attributes:
         sink_name: the sink.
         partition: the subtask index.
         attempt: the task attempt that pre-committed it.
         checkpoint_id: the checkpoint it was pre-committed for.
-        committable: the sink's decoded committable.
         pre_committed_ms: when the coordinator received it (ms since the epoch), for age warnings.
         status: see :class:`TxnStatus`.
-        payload: the committable as the sink's codec encoded it (versioned JSON), kept as received
-            so that checkpoint metadata carries it without decoding and encoding again; ``None``
-            only where a test builds transactions by hand (the metadata then encodes it).
+        payload: the committable as the executor encoded it (canonical JSON bytes,
+            :mod:`~twophase.coordinator.payload`), written to checkpoints as it is; ``None`` only
+            where a test builds a transaction from its object (the metadata then encodes it).
+
+    Args:
+        committable: the sink's committable, if already made; else ``decode`` makes it from
+            ``payload`` on first use.
+        decode: payload bytes → the sink's committable (raises ``CommittableDecodeError``).
+
+    Identity is the object (two transactions are never equal): the lifecycle forgets the very one
+    the committer confirmed. Decoding is not locked: two threads decoding at once make equal
+    objects and one is kept.
     """
 
-    sink_name: str
-    partition: int
-    attempt: int
-    checkpoint_id: int
-    committable: COMM
-    pre_committed_ms: int
-    status: TxnStatus = TxnStatus.PRE_COMMITTED
-    payload: JsonObject | None = None
+    __slots__ = (
+        "__weakref__",  # the transaction age monitor keeps weak references
+        "_committable",
+        "_decode",
+        "attempt",
+        "checkpoint_id",
+        "partition",
+        "payload",
+        "pre_committed_ms",
+        "sink_name",
+        "status",
+    )
+
+    def __init__(
+        self,
+        sink_name: str,
+        partition: int,
+        attempt: int,
+        checkpoint_id: int,
+        committable: COMM = _UNDECODED,
+        pre_committed_ms: int = 0,
+        status: TxnStatus = TxnStatus.PRE_COMMITTED,
+        payload: bytes | None = None,
+        *,
+        decode: Callable[[bytes], COMM] | None = None,
+    ) -> None:
+        if committable is _UNDECODED and (payload is None or decode is None):
+            raise ValueError("a pending transaction needs its committable, or its payload and a decoder")
+        self.sink_name = sink_name
+        self.partition = partition
+        self.attempt = attempt
+        self.checkpoint_id = checkpoint_id
+        self.pre_committed_ms = pre_committed_ms
+        self.status = status
+        self.payload = payload
+        self._committable = committable
+        self._decode = decode
+
+    @property
+    def committable(self) -> COMM:
+        """The sink's committable, decoded from :attr:`payload` on first use.
+
+        Raises:
+            CommittableDecodeError: the payload does not decode (every use raises it again).
+        """
+        c = self._committable
+        if c is _UNDECODED:
+            assert self._decode is not None and self.payload is not None
+            c = self._committable = self._decode(self.payload)
+        return c
+
+    @property
+    def decoded(self) -> bool:
+        """Whether :attr:`committable` was made already."""
+        return self._committable is not _UNDECODED
+
+    def __repr__(self) -> str:
+        what = repr(self._committable) if self.decoded else f"payload={self.payload!r:.80}"
+        return (
+            f"PendingTransaction({self.sink_name}[{self.partition}] attempt {self.attempt} "
+            f"checkpoint {self.checkpoint_id} {self.status.value} {what})"
+        )
+
+
+class CommittablesOf(Sequence[COMM]):
+    """The committables of ``transactions``, in their order, each made on first access
+    (:attr:`PendingTransaction.committable`): what verification and lingering cleanup are handed,
+    so that a sink that looks at none decodes none."""
+
+    __slots__ = ("_txns",)
+
+    def __init__(self, transactions: Sequence[PendingTransaction[COMM]]) -> None:
+        self._txns = tuple(transactions)
+
+    def __len__(self) -> int:
+        return len(self._txns)
+
+    @overload
+    def __getitem__(self, index: int) -> COMM: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> CommittablesOf[COMM]: ...
+
+    def __getitem__(self, index: int | slice) -> COMM | CommittablesOf[COMM]:
+        if isinstance(index, slice):
+            return CommittablesOf(self._txns[index])
+        return self._txns[index].committable
+
+    def __repr__(self) -> str:
+        return f"CommittablesOf({len(self._txns)} transactions)"
 
 
 @dataclass(frozen=True)
@@ -200,10 +298,41 @@ class SubtaskLifecycle(Generic[COMM]):
         committables: Sequence[COMM],
         in_progress: JsonObject | None,
         now_ms: int,
-        payloads: Sequence[JsonObject] | None = None,
+        payloads: Sequence[bytes] | None = None,
     ) -> None:
-        """Record the subtask's acknowledgement of ``checkpoint_id``: its pre-committed transactions
-        (decoded, and ``payloads``: the same encoded, one per committable) and in-progress state.
+        """Record the subtask's acknowledgement of ``checkpoint_id`` from committable objects
+        (``payloads``: the same encoded, one per committable): :meth:`snapshot_transactions` of
+        transactions made of them.
+
+        Raises:
+            IllegalTransitionError: as :meth:`snapshot_transactions`.
+            ValueError: ``payloads`` and ``committables`` differ in length.
+        """
+        if payloads is not None and len(payloads) != len(committables):
+            raise ValueError(f"{self}: {len(committables)} committables but {len(payloads)} payloads")
+        txns = [
+            PendingTransaction(
+                self.sink_name,
+                self.partition,
+                attempt,
+                checkpoint_id,
+                c,
+                now_ms,
+                payload=None if payloads is None else payloads[i],
+            )
+            for i, c in enumerate(committables)
+        ]
+        self.snapshot_transactions(checkpoint_id, txns, in_progress)
+
+    def snapshot_transactions(
+        self,
+        checkpoint_id: int,
+        transactions: Sequence[PendingTransaction[COMM]],
+        in_progress: JsonObject | None,
+    ) -> None:
+        """Record the subtask's acknowledgement of ``checkpoint_id``: its pre-committed
+        ``transactions`` (this subtask's, of ``checkpoint_id``, PRE_COMMITTED; their committables
+        may be undecoded payloads) and the in-progress state it carries into the next epoch.
 
         Raises:
             IllegalTransitionError: the subtask is FINISHED or CLOSED, or already acknowledged
@@ -213,15 +342,7 @@ class SubtaskLifecycle(Generic[COMM]):
             raise IllegalTransitionError(str(self), self.state.value, f"snapshot #{checkpoint_id} twice")
         self._apply(SubtaskTransition.SNAPSHOT)
         self._snapshotted.add(checkpoint_id)
-        if payloads is not None and len(payloads) != len(committables):
-            raise ValueError(f"{self}: {len(committables)} committables but {len(payloads)} payloads")
-        for i, c in enumerate(committables):
-            payload = None if payloads is None else payloads[i]
-            self._pending.append(
-                PendingTransaction(
-                    self.sink_name, self.partition, attempt, checkpoint_id, c, now_ms, payload=payload
-                )
-            )
+        self._pending.extend(transactions)
         self._in_progress[checkpoint_id] = in_progress
 
     def finish(self, last_triggered_checkpoint: int) -> None:

@@ -57,6 +57,17 @@ class CommittableCodec(Generic[T]):
         self.version = version
         self._upgraders = dict(upgraders or {})
 
+    @property
+    def readable_versions(self) -> frozenset[int]:
+        """The versions :meth:`from_json` reads: this one, and each older one with upgraders from
+        it up to this one."""
+        readable = {self.version}
+        v = self.version - 1
+        while v >= 1 and v in self._upgraders:
+            readable.add(v)
+            v -= 1
+        return frozenset(readable)
+
     def to_json(self, value: T) -> dict[str, Any]:
         """Encode ``value`` as a JSON-able dict ``{"kind", "version", "body"}``."""
         if not isinstance(value, self.cls):

@@ -24,7 +24,7 @@ except ImportError:  # Spark before 4.1: say which Spark is needed, by name
     raise
 from twophase.coordinator.epoch import position_covers, run_epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
-from twophase.coordinator.lingering import canonical
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.facade_options import (
@@ -36,7 +36,6 @@ from twophase.coordinator.spark.facade_options import (
 )
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import JobError
 from twophase.sinks.internal.structured_log import log_event
 
@@ -266,21 +265,21 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
             raise JobError(f"batch {batch_id}: partitions {partitions} are not 0..n-1")
         return out
 
-    def _abort_unheld(self, storage: CheckpointStorage, payloads: Sequence[JsonObject]) -> int:
+    def _abort_unheld(self, storage: CheckpointStorage, payloads: Sequence[bytes]) -> int:
         """Abort the transactions of ``payloads`` unless a retained checkpoint holds them."""
         if not payloads:
             return 0
-        held: set[str] = set()
+        held: set[bytes] = set()
         for ref in storage.list_checkpoints():
             snap = storage.load(ref).sinks.get(self.sink.name)
             if snap is not None:
-                held.update(canonical(rec.payload) for rec in snap.committables)
+                held.update(rec.payload for rec in snap.committables)
         aborted = 0
         for payload in payloads:
-            if canonical(payload) in held:
+            if payload in held:
                 continue
             try:
-                self.sink.abort(self.sink.decode(payload))
+                self.sink.abort(decode_payload(self.sink, payload))
                 aborted += 1
             except Exception:  # best effort: what is left is lingering, aborted by the next restore
                 log_event(

@@ -34,6 +34,7 @@ from twophase.coordinator.epoch import Epoch
 from twophase.coordinator.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.payload import payload_object
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
@@ -543,7 +544,7 @@ class ContractLives(RuleBasedStateMachine):
         for ack in acks:
             try:
                 if epoch.acknowledge(ack) and ack.committable is not None:
-                    accepted.append(ack.committable)
+                    accepted.append(payload_object(ack.committable))
             except DuplicateAcknowledgementError:
                 self.note(f"the driver discards attempt {ack.attempt}'s report of partition {ack.partition}")
                 epoch.discard(ack)

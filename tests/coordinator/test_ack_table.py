@@ -15,6 +15,7 @@ from support.memory_storage import InMemoryCheckpointStorage
 from twophase.coordinator import ack_table
 from twophase.coordinator.acknowledgement import (
     ACK_SCHEMA,
+    RELEASE,
     Acknowledgement,
     acknowledgement_table,
     acknowledgements_in,
@@ -23,8 +24,15 @@ from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.payload import payload_bytes, payload_object
 from twophase.sinks.context import WriterContext
-from twophase.sinks.errors import ConfigError, IllegalTransitionError, JobError
+from twophase.sinks.errors import (
+    CommitFailedError,
+    CommittableDecodeError,
+    ConfigError,
+    IllegalTransitionError,
+    JobError,
+)
 
 JOB = "job"
 
@@ -49,15 +57,19 @@ def acknowledgement(coord: CheckpointCoordinator, sink: str, partition: int, att
 
 
 def test_rows_round_trip_through_the_schema_as_binary_json() -> None:
-    ack = Acknowledgement("s0", 3, 1, {"kind": "k", "version": 1, "body": {"x": "é"}}, {"o": 1}, 7, 2.5)
+    payload = payload_bytes({"kind": "k", "version": 1, "body": {"x": "é"}})
+    ack = Acknowledgement("s0", 3, 1, payload, {"o": 1}, 7, 2.5)
     table = acknowledgement_table([ack, Acknowledgement("s1", 0, 0)])
     assert table.schema.equals(ACK_SCHEMA)
-    assert table["committable"][0].as_py() == b'{"kind":"k","version":1,"body":{"x":"\\u00e9"}}'
+    assert table["committable"][0].as_py() == b'{"body":{"x":"\\u00e9"},"kind":"k","version":1}'
+    assert table["release"].to_pylist() == [RELEASE, RELEASE]
     assert acknowledgements_in(table) == [ack, Acknowledgement("s1", 0, 0)]
 
 
 def test_large_var_types_from_spark_are_taken() -> None:
-    table = acknowledgement_table([Acknowledgement("s0", 0, 0, {"kind": "k", "version": 1, "body": {}})])
+    table = acknowledgement_table(
+        [Acknowledgement("s0", 0, 0, payload_bytes({"kind": "k", "version": 1, "body": {}}))]
+    )
     large = table.cast(
         pa.schema([f.with_type(pa.large_binary() if f.type == pa.binary() else f.type) for f in ACK_SCHEMA])
     )
@@ -150,3 +162,107 @@ def test_a_table_records_what_one_by_one_records(rows: list[tuple[str, int, int]
     assert {k: [t.committable for t in lc.pending] for k, lc in by_table.subtasks.items()} == {
         k: [t.committable for t in lc.pending] for k, lc in one_by_one.subtasks.items()
     }
+
+
+# -- what decoding at intake used to catch, caught in Arrow before anything is recorded (issue #42)
+
+
+def _fake(txn: str, partition: int = 0, version: int = 1, kind: str = "test.fake") -> bytes:
+    body = {"txn_id": txn, "checkpoint_id": 1, "partition": partition, "records": 1}
+    return payload_bytes({"kind": kind, "version": version, "body": body})
+
+
+def _refused(coord: CheckpointCoordinator, table: pa.Table, error: type[Exception], match: str) -> None:
+    pc = coord.pending(1)
+    with pytest.raises(error, match=match):
+        coord.acknowledge_table(1, table)
+    assert pc.acks == {}
+    assert all(not lc.pending for lc in coord.subtasks.values())
+
+
+def test_rows_of_another_release_are_refused_naming_what_to_install() -> None:
+    coord, _ = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    table = acknowledgement_table(
+        [Acknowledgement("s0", 0, 0, _fake("a")), Acknowledgement("s0", 1, 0, _fake("b"))]
+    )
+    table = table.set_column(
+        ACK_SCHEMA.get_field_index("release"), "release", pa.array([RELEASE, "9.9.9"], pa.string())
+    )
+    _refused(coord, table, JobError, rf"executors run twophase 9\.9\.9 .* install twophase {RELEASE}")
+
+
+@pytest.mark.parametrize(
+    ("payload", "match"),
+    [
+        (b'{"kind":"test.fake","version":1,"body":{', "not JSON"),
+        (b"not json at all", "not JSON"),
+        (b'["test.fake", 1]', "not a JSON object"),
+        (_fake("a", kind="test.other"), r"sink 's0' partition 1: a committable of kind 'test.other'"),
+        (
+            _fake("a", version=2),
+            "version 2, where this driver's codec reads kind 'test.fake' versions \\[1\\]",
+        ),
+        (b'{"body":{},"kind":"test.fake","version":true}', "version None"),
+        (b'{"body":{},"version":1}', "kind None"),
+    ],
+)
+def test_a_payload_the_driver_cannot_decode_records_nothing(payload: bytes, match: str) -> None:
+    coord, _ = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    table = acknowledgement_table(
+        [Acknowledgement("s0", 0, 0, _fake("a")), Acknowledgement("s0", 1, 0, payload)]
+    )
+    _refused(coord, table, CommittableDecodeError, match)
+
+
+def test_json_only_python_reads_is_taken_and_a_newline_inside_is_no_second_row() -> None:
+    """Arrow's JSON reader refuses ``NaN`` and splits rows on newlines; the Python fallback reads
+    what ``json.loads`` reads, as the codec will."""
+    coord, _ = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    body = b'"body":{"txn_id":"a","checkpoint_id":1,"partition":0,"records":1'
+    nan = b"{" + body + b',"x":NaN},"kind":"test.fake","version":1}'
+    spaced = b'{"kind":"test.fake",\n"version":1,' + body + b"}}"
+    table = acknowledgement_table([Acknowledgement("s0", 0, 0, nan), Acknowledgement("s0", 1, 0, spaced)])
+    assert coord.acknowledge_table(1, table).recorded == 2
+
+
+def test_intake_decodes_nothing_and_the_committer_decodes_each_once() -> None:
+    coord, system = coordinator()
+    decoded: list[bytes] = []
+    decode = coord._decoders["s0"]
+
+    def counting(payload: bytes) -> object:
+        decoded.append(payload)
+        return decode(payload)
+
+    coord._decoders["s0"] = counting
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    acks = [acknowledgement(coord, "s0", 0, 0), acknowledgement(coord, "s0", 1, 0)]
+    coord.acknowledge_table(1, acknowledgement_table(acks))
+    assert decoded == []
+    done = coord.complete(1)
+    assert decoded == []
+    published = [r.payload for r in done.metadata.sinks["s0"].committables]
+    assert published == [a.committable for a in acks]  # the executor's bytes, as they came
+    coord.notify_checkpoint_complete(1)
+    assert sorted(decoded) == sorted(published)
+    assert sorted(system.committed) == sorted(payload_object(p)["body"]["txn_id"] for p in published)
+
+
+def test_a_payload_that_decodes_only_at_commit_fails_the_commit_and_counts_nothing() -> None:
+    """Right release, kind and version, a body the codec refuses: intake takes it (it decodes
+    nothing), the commit call fails loudly, and nothing of it is confirmed or forgotten."""
+    coord, system = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    good = acknowledgement(coord, "s0", 0, 0)
+    broken = payload_bytes({"kind": "test.fake", "version": 1, "body": {"txn_id": "x"}})  # fields missing
+    coord.acknowledge_table(1, acknowledgement_table([good, Acknowledgement("s0", 1, 0, broken)]))
+    done = coord.complete(1)
+    assert [r.payload for r in done.metadata.sinks["s0"].committables] == [good.committable, broken]
+    with pytest.raises(CommitFailedError, match="invalid body"):
+        coord.notify_checkpoint_complete(1)
+    assert system.committed == {}
+    assert coord.confirm_commits() == 0
+    assert sorted(t.partition for t in coord.uncommitted_transactions()) == [0, 1]

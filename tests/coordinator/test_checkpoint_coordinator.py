@@ -20,6 +20,7 @@ from twophase.coordinator.checkpoint_state import (
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.driver_finish import finish_subtasks
 from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.payload import payload_object
 from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import CheckpointStorageError, IllegalTransitionError
@@ -126,7 +127,7 @@ def test_lost_notification_is_covered_by_the_next_one_and_pending_transactions_a
     ack(coord, 2, "s0", 0, ["y"])
     done = coord.complete(2)
     # checkpoint 2 holds checkpoint 1's uncommitted transaction too: the latest checkpoint suffices
-    held = [c.payload["body"]["txn_id"] for c in done.metadata.sinks["s0"].committables]
+    held = [payload_object(c.payload)["body"]["txn_id"] for c in done.metadata.sinks["s0"].committables]
     assert held == ["s0-c1-p0-a0", "s0-c2-p0-a0"]
     coord.notify_checkpoint_complete(2)
     assert set(system.committed) == {"s0-c1-p0-a0", "s0-c2-p0-a0"}

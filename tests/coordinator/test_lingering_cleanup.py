@@ -15,6 +15,7 @@ from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.metrics import SinkMetricsRecorder
+from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.context import LingeringScope
 
 
@@ -28,7 +29,7 @@ def test_what_a_restore_holds_is_kept_only_during_the_restore() -> None:
     sink = FakeSink("s", system)
     kept = FakeCommittable("job-s-c1-p0-a0", 1, 0, 1)
     c = cleanup()
-    with pytest.raises(RuntimeError), c.holding_for_restore({"s": [sink.encode(kept)]}):
+    with pytest.raises(RuntimeError), c.holding_for_restore({"s": [payload_bytes(sink.encode(kept))]}):
         assert c.held(sink, None).scope("job", "s", ALL_CHECKPOINTS).held == (kept,)
         raise RuntimeError("the restore failed")
     assert c.held(sink, None).scope("job", "s", ALL_CHECKPOINTS).held == ()

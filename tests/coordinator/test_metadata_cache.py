@@ -10,6 +10,7 @@ from support.memory_storage import InMemoryCheckpointStorage
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.metadata_cache import MetadataCache
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
 
@@ -35,7 +36,9 @@ class CountingSink(FakeSink):
 
 
 def checkpoint(c: int, *txns: str) -> CheckpointMetadata:
-    records = tuple(CommittableRecord(0, 0, CODEC.to_json(FakeCommittable(t, c, 0, 1)), c) for t in txns)
+    records = tuple(
+        CommittableRecord(0, 0, payload_bytes(CODEC.to_json(FakeCommittable(t, c, 0, 1))), c) for t in txns
+    )
     return CheckpointMetadata("job", c, CheckpointKind.CHECKPOINT, 0, {"a": SinkSnapshot(1, records)})
 
 

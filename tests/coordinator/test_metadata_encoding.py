@@ -11,15 +11,14 @@ import zlib
 import pytest
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.errors import CommittableDecodeError
 
 
 def _meta() -> CheckpointMetadata:
-    payload = {
-        "kind": "kafka.transaction",
-        "version": 1,
-        "body": {"transactional_id": "t-0", "z": 1, "a": [1]},
-    }
+    payload = payload_bytes(
+        {"kind": "kafka.transaction", "version": 1, "body": {"transactional_id": "t-0", "z": 1, "a": [1]}}
+    )
     return CheckpointMetadata(
         job_id="j",
         checkpoint_id=3,
@@ -47,12 +46,33 @@ def test_version_1_bytes_still_load() -> None:
     assert CheckpointMetadata.loads(v1) == meta
 
 
-def test_to_json_and_from_json_still_copy_payloads() -> None:
+def test_embedded_payloads_read_back_as_the_canonical_bytes() -> None:
+    """Versions 1 and 2 embed each payload as a JSON object; reading one gives the canonical
+    bytes whatever the object's key order or spacing (issue #42: payloads are bytes)."""
     meta = _meta()
     obj = meta.to_json()
-    assert obj["sinks"]["k"]["committables"][0]["payload"] is not meta.sinks["k"].committables[0].payload
-    back = CheckpointMetadata.from_json(obj)
-    assert back.sinks["k"].committables[0].payload is not obj["sinks"]["k"]["committables"][0]["payload"]
+    assert obj["sinks"]["k"]["committables"][0]["payload"] == json.loads(
+        meta.sinks["k"].committables[0].payload
+    )
+    shuffled = json.loads(json.dumps(obj, indent=3))
+    first = shuffled["sinks"]["k"]["committables"][0]
+    first["payload"] = dict(reversed(list(first["payload"].items())))
+    back = CheckpointMetadata.from_json(shuffled)
+    assert [r.payload for r in back.sinks["k"].committables] == [
+        r.payload for r in meta.sinks["k"].committables
+    ]
+    with pytest.raises(CommittableDecodeError, match="invalid checkpoint metadata"):
+        CheckpointMetadata.from_json(
+            obj
+            | {
+                "sinks": {
+                    "k": {
+                        **obj["sinks"]["k"],
+                        "committables": [{"partition": 0, "attempt": 0, "payload": [1]}],
+                    }
+                }
+            }
+        )
 
 
 def test_collector_state_is_restored() -> None:

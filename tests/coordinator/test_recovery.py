@@ -8,13 +8,14 @@ from support.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
 
 from twophase.coordinator.lingering import ALL_CHECKPOINTS, distinct, held_by, held_decoded, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes, payload_object
 from twophase.coordinator.recovery import recovery_transactions
 from twophase.sinks.codec import CommittableCodec
 from twophase.sinks.context import JsonObject
 
 
-def comm(txn: str, checkpoint: int, partition: int = 0) -> dict[str, object]:
-    return CODEC.to_json(FakeCommittable(txn, checkpoint, partition, 1))
+def comm(txn: str, checkpoint: int, partition: int = 0) -> bytes:
+    return payload_bytes(CODEC.to_json(FakeCommittable(txn, checkpoint, partition, 1)))
 
 
 def meta(
@@ -27,7 +28,7 @@ def meta(
     return CheckpointMetadata("job", c, kind, 0, sinks, fully_finished=fully_finished)
 
 
-Record = tuple[int, int, dict[str, object]]
+Record = tuple[int, int, bytes]
 
 
 def snap(
@@ -64,9 +65,10 @@ def test_what_the_running_job_holds_is_held_too() -> None:
 
 
 def test_equal_payloads_are_one_whatever_their_key_order() -> None:
-    p = comm("a1", 1)
+    """Payloads are canonical bytes (keys sorted): equal objects, equal bytes."""
+    p = payload_object(comm("a1", 1))
     reordered = dict(reversed(list(p.items())))
-    assert len(held_by("a", [], pending=[p, reordered]).committables) == 1
+    assert len(held_by("a", [], pending=[payload_bytes(p), payload_bytes(reordered)]).committables) == 1
 
 
 def test_the_scope_decodes_held_committables_and_bounds_checkpoints() -> None:

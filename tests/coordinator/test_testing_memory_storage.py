@@ -6,13 +6,16 @@ import pytest
 from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 
 
 def meta(cid: int, kind: CheckpointKind = CheckpointKind.CHECKPOINT, job: str = "job") -> CheckpointMetadata:
     snap = SinkSnapshot(
-        2, (CommittableRecord(0, 0, {"kind": "k", "version": 1, "body": {"n": cid}}),), {1: {"s": cid}}
+        2,
+        (CommittableRecord(0, 0, payload_bytes({"kind": "k", "version": 1, "body": {"n": cid}})),),
+        {1: {"s": cid}},
     )
     return CheckpointMetadata(job, cid, kind, 1000 + cid, {"s": snap}, {"batch_id": cid})
 

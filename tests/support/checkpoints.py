@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.errors import CheckpointNotPublishedError, CheckpointPublishUnknownError
 
 CK, FIN = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL
@@ -31,15 +32,17 @@ def metadata(
         CommittableRecord(
             p,
             0,
-            {
-                "kind": "kafka.transaction",
-                "version": 1,
-                "body": {
-                    "transactional_id": f"tp-{job_id}-orders-{p}-0",
-                    "producer_id": 10 + p,
-                    "producer_epoch": cid,
-                },
-            },
+            payload_bytes(
+                {
+                    "kind": "kafka.transaction",
+                    "version": 1,
+                    "body": {
+                        "transactional_id": f"tp-{job_id}-orders-{p}-0",
+                        "producer_id": 10 + p,
+                        "producer_epoch": cid,
+                    },
+                }
+            ),
         )
         for p in range(partitions)
     )

@@ -43,6 +43,7 @@ from twophase.coordinator.faults import POINTS
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.recovery import RestoreResult
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.runtime_config import RuntimeConfig
@@ -250,7 +251,7 @@ class TwoPhaseHarness:
 
     def _result(self, ack: Acknowledgement, acknowledged: bool) -> SubtaskResult:
         sink = self.sink(ack.sink)
-        committable = None if ack.committable is None else sink.decode(ack.committable)
+        committable = None if ack.committable is None else decode_payload(sink, ack.committable)
         return SubtaskResult(
             ack.sink, ack.partition, ack.attempt, committable, ack.in_progress, ack.records or 0, acknowledged
         )

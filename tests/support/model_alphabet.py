@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from support.engine_tasks import TASK_PLANS, TaskFailure
+from support.model_payloads import ModelDecodeFailure
 from twophase.connectors.s3 import RollingPolicy
 from twophase.sinks.errors import (
     CheckpointStorageError,
@@ -79,4 +80,5 @@ EXPECTED = (
     CommitFailedError,
     ServiceUnavailableError,
     TaskFailure,
+    ModelDecodeFailure,
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 
 MakeMeta = Callable[..., CheckpointMetadata]
 
@@ -50,7 +51,8 @@ def build_metadata(
             "orders": SinkSnapshot(
                 num_partitions=partitions,
                 committables=tuple(
-                    CommittableRecord(p, 0, kafka_payload(p, checkpoint_id)) for p in range(partitions)
+                    CommittableRecord(p, 0, payload_bytes(kafka_payload(p, checkpoint_id)))
+                    for p in range(partitions)
                 ),
             ),
             "archive": SinkSnapshot(

@@ -19,6 +19,7 @@ from twophase.coordinator.metadata import (
     CommittableRecord,
     SinkSnapshot,
 )
+from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.errors import CommittableDecodeError
 
 MakeMeta = Callable[..., CheckpointMetadata]
@@ -97,7 +98,8 @@ _snapshot = st.builds(
     SinkSnapshot,
     num_partitions=st.integers(1, 64),
     committables=st.lists(
-        st.builds(CommittableRecord, st.integers(0, 63), st.integers(0, 5), _json_object), max_size=4
+        st.builds(CommittableRecord, st.integers(0, 63), st.integers(0, 5), _json_object.map(payload_bytes)),
+        max_size=4,
     ).map(tuple),
     in_progress=st.dictionaries(st.integers(0, 63), _json_object, max_size=3),
 )

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from support.cli import json_output, one_line_error, rendered_columns, run_twophase
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage import open_storage
 from twophase.integration.cli import main
 from twophase.integration.cli.checkpoints import checkpoints
@@ -27,7 +28,7 @@ def _publish(root: Path, job: str = "cli_job") -> None:
             kind=CheckpointKind.CHECKPOINT,
             timestamp_ms=1_700_000_000_000,
             sinks={
-                "kafka": SinkSnapshot(2, (CommittableRecord(0, 0, KAFKA_PAYLOAD, 1),)),
+                "kafka": SinkSnapshot(2, (CommittableRecord(0, 0, payload_bytes(KAFKA_PAYLOAD), 1),)),
                 "delta": SinkSnapshot(2),
             },
             source_position={"engine": "spark", "query_id": "q", "batch_id": 0},

@@ -28,6 +28,7 @@ from support.exactly_once.support import FAULT_EXIT, REPO, make_input
 from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage import open_storage
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.integration.services import S3Endpoint
@@ -192,7 +193,9 @@ def _file_sink_job(root: Path) -> None:
             checkpoint_id=1,
             kind=CheckpointKind.CHECKPOINT,
             timestamp_ms=1_700_000_000_000,
-            sinks={"out": SinkSnapshot(1, (CommittableRecord(0, 0, sink.encode(committable), 1),))},
+            sinks={
+                "out": SinkSnapshot(1, (CommittableRecord(0, 0, payload_bytes(sink.encode(committable)), 1),))
+            },
         )
     )
     (root / "filejob.py").write_text(

@@ -12,6 +12,7 @@ from support.cli import rendered_columns
 from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.metrics import SinkCommitMetrics
+from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.integration.cli import checkpoints, flights, lingering, services
 from twophase.integration.cli.output import Column, FittedTable, table
@@ -80,7 +81,9 @@ def _meta(cid: int, kind: CheckpointKind, end: bool = False) -> CheckpointMetada
         kind=kind,
         timestamp_ms=1_700_000_000_000 + cid,
         sinks={
-            "events": SinkSnapshot(4, tuple(CommittableRecord(p, 0, payload, cid) for p in range(4))),
+            "events": SinkSnapshot(
+                4, tuple(CommittableRecord(p, 0, payload_bytes(payload), cid) for p in range(4))
+            ),
             "archive_parquet": SinkSnapshot(4, (), {0: {"x": 1}, 1: {"x": 2}}),
             "lake": SinkSnapshot(4),
         },
