@@ -104,7 +104,7 @@ def test_a_paused_fault_holds_the_process_until_resumed(tmp_path: Path) -> None:
         assert child.poll() is None, "the process went on instead of pausing"
         assert reached and paused_marker(tmp_path, "mid_commit", 1).exists()
         resume_marker(tmp_path, "mid_commit", 1).touch()
-        out, _ = child.communicate(timeout=30)
+        out, _ = child.communicate(timeout=120)
     finally:
         child.kill()
     assert child.returncode == 0
@@ -156,6 +156,6 @@ def test_a_timed_pause_really_sleeps_then_the_process_goes_on(tmp_path: Path) ->
     code = 'from twophase.coordinator.faults import fault_point\nfault_point("mid_write")\nprint("went on")'
     env = {**os.environ, ENV: "mid_write:1:pause=0.5", STATE_ENV: str(tmp_path)}
     started = time.monotonic()
-    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert child.returncode == 0 and child.stdout.strip() == "went on"
     assert time.monotonic() - started >= 0.5
