@@ -36,7 +36,7 @@ from twophase.integration.services.postgres import (
     endpoint_from_env,
     postgres_server,
 )
-from twophase.integration.services.process import pid_alive
+from twophase.integration.services.process import await_group_gone, pid_alive
 from twophase.integration.services.state import PROCESS_MARKERS, ServiceStatus, is_process, recorded_alive
 from twophase.sinks.errors import ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
@@ -189,6 +189,7 @@ def stop_recorded_postgres(entry: dict[str, Any], grace_s: float = 30.0) -> bool
     if waiting(pid_alive, pid):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+        await_group_gone(pid)  # its data folder is deleted next
     return True
 
 

@@ -109,19 +109,42 @@ def tcp_refusal(addresses: Sequence[tuple[str, int]], timeout_s: float) -> str |
     return reason
 
 
-def kill_group(pid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM the process group led by ``pid``, then SIGKILL it after ``grace_s`` seconds."""
+KILLED_GONE_S = 60.0
+"""Seconds :func:`kill_group` waits for a SIGKILLed group to vanish: the kernel ends (and init
+reaps) its processes in their own time, seconds on a loaded machine (issue #45 item 7)."""
+
+
+def kill_group(pid: int, grace_s: float = 10.0, gone_s: float = KILLED_GONE_S) -> None:
+    """SIGTERM the process group led by ``pid``, then SIGKILL it after ``grace_s`` seconds, and
+    return once it is gone (or after ``gone_s`` more seconds, with a warning): what the group's
+    processes held (ports, files in their data folder) is free when this returns."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
+    if _group_lingers(pid, grace_s):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        await_group_gone(pid, gone_s)
+
+
+def await_group_gone(pgid: int, timeout_s: float = KILLED_GONE_S) -> bool:
+    """Wait until no process of group ``pgid`` is left (tenacity polls); False, with a warning, if
+    one still is after ``timeout_s`` seconds."""
+    if _group_lingers(pgid, timeout_s):
+        log_event(log, logging.WARNING, "process group still alive", pgid=pgid, waited_s=timeout_s)
+        return False
+    return True
+
+
+def _group_lingers(pgid: int, timeout_s: float) -> bool:
+    """Whether group ``pgid`` still has a process after polling it for ``timeout_s`` seconds."""
     waiting = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(grace_s),
+        stop=tenacity.stop_after_delay(timeout_s),
         wait=tenacity.wait_fixed(0.1),
         retry=tenacity.retry_if_result(bool),
         retry_error_callback=lambda state: True,
     )
-    if waiting(_group_alive, pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
+    lingers: bool = waiting(_group_alive, pgid)
+    return lingers
 
 
 def _group_alive(pgid: int) -> bool:

@@ -170,7 +170,7 @@ def test_asynchronous_batches_mark_only_after_every_row_landed() -> None:
     c = operator(sink, CommitPolicy(async_commit=True))
     try:
         c.submit(txns, on_landed=lambda: landed.append(",".join(sorted(system.committed))))
-        c.drain(10)
+        c.drain(60)
     finally:
         c.shutdown()
     assert landed == ["t0,t1,t2"]

@@ -66,7 +66,7 @@ def test_an_executor_side_fault_kills_the_executor_when_asked(kill: str) -> None
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     if kill:
         assert executor.returncode == -9 and "survived" not in executor.stdout
@@ -81,7 +81,7 @@ def test_a_worker_kill_takes_the_worker_and_every_process_under_it() -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     assert worker.returncode == -9 and "survived" not in worker.stdout
     other = int(worker.stdout.split()[0])
@@ -96,15 +96,15 @@ def test_a_paused_fault_holds_the_process_until_resumed(tmp_path: Path) -> None:
     env = {**os.environ, ENV: "mid_commit:1", STATE_ENV: str(tmp_path), ACTION_ENV: "pause"}
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        for _ in range(600):
-            if paused_marker(tmp_path, "mid_commit", 1).exists():
-                break
-            assert child.poll() is None, "the process went on instead of pausing"
-            time.sleep(0.05)
-        assert paused_marker(tmp_path, "mid_commit", 1).exists()
-        assert child.poll() is None  # held at the point
+        # a child starting on a loaded machine takes its time to reach the point (#45 item 7)
+        reached = eventually(
+            lambda: paused_marker(tmp_path, "mid_commit", 1).exists() or child.poll() is not None,
+            timeout_s=120,
+        )
+        assert child.poll() is None, "the process went on instead of pausing"
+        assert reached and paused_marker(tmp_path, "mid_commit", 1).exists()
         resume_marker(tmp_path, "mid_commit", 1).touch()
-        out, _ = child.communicate(timeout=30)
+        out, _ = child.communicate(timeout=120)
     finally:
         child.kill()
     assert child.returncode == 0
@@ -156,6 +156,6 @@ def test_a_timed_pause_really_sleeps_then_the_process_goes_on(tmp_path: Path) ->
     code = 'from twophase.coordinator.faults import fault_point\nfault_point("mid_write")\nprint("went on")'
     env = {**os.environ, ENV: "mid_write:1:pause=0.5", STATE_ENV: str(tmp_path)}
     started = time.monotonic()
-    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert child.returncode == 0 and child.stdout.strip() == "went on"
     assert time.monotonic() - started >= 0.5

@@ -112,10 +112,10 @@ def test_cancel_issued_while_stop_hangs_takes_effect() -> None:
 
     t = threading.Thread(target=stop)
     t.start()
-    assert entered.wait(10)
+    assert entered.wait(60)
     assert h.runtime.state is JobState.STOPPING
     h.runtime.cancel()
-    t.join(10)
+    t.join(60)
     assert not t.is_alive()
     assert h.job_state() is JobState.CANCELED
     assert len(errors) == 1 and isinstance(errors[0], JobCanceledError)

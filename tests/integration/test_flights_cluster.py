@@ -104,7 +104,7 @@ def test_a_given_master_that_does_not_answer_is_reported(tmp_path: Path) -> None
     assert (spark["origin"], spark["ready"]) == ("environment", False)
     assert "not reachable" in spark["detail"]
     for args in (["--spark-cluster"], ["--master", env["TWOPHASE_SPARK_MASTER"]]):  # before any service
-        line = one_line_error(run_twophase(["demo", *args], tmp_path, env, timeout_s=60))
+        line = one_line_error(run_twophase(["demo", *args], tmp_path, env, timeout_s=180))
         assert f"Spark master spark://127.0.0.1:{port} is not reachable" in line
 
 

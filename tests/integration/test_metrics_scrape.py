@@ -21,6 +21,8 @@ from twophase.integration.services.process import wait_ready
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from twophase.coordinator.spark.handle import JobHandle
+
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.delta]
 
 
@@ -50,7 +52,7 @@ def test_a_scrape_mid_run_shows_per_sink_commits(
         df, spark_checkpoint_location=str(tmp_path / "spark"), trigger={"processingTime": "500 milliseconds"}
     )
     try:
-        wait_ready(lambda: None if sum(m.records for m in handle.metrics) >= 200 else "running", 180, 0.5)
+        assert wait_ready(lambda: _written(handle, 200), 180, 0.5) is None
         endpoint = handle.runtime.metrics_endpoint
         assert endpoint is not None
         with urllib.request.urlopen(endpoint.url, timeout=10) as response:  # the job still runs
@@ -73,3 +75,8 @@ def test_a_scrape_mid_run_shows_per_sink_commits(
         samples[("twophase_checkpoints_completed_total", (("job", job.job_id), ("kind", "checkpoint")))] >= 2
     )
     assert DeltaTable(str(tmp_path / "table")).to_pyarrow_table().num_rows == 200
+
+
+def _written(handle: JobHandle, records: int) -> str | None:
+    """``None`` once the job's epochs wrote ``records`` records (for ``wait_ready``)."""
+    return None if sum(m.records for m in handle.metrics) >= records else "running"

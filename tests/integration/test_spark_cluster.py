@@ -86,7 +86,7 @@ def test_an_executor_killed_mid_write_on_a_cluster_is_exactly_once(
     assert (tmp_path / "fault-state" / "mid_write_2" / "mid_write.2").exists()  # the kill fired
     assert_exactly_once(tmp_path, ["a", "b"], expected)
     # the workers stop the application's executors after it ends
-    wait_ready(lambda: f"executors {executor_pids()}" if executor_pids() else None, 60, 0.5)
+    wait_ready(lambda: f"executors {executor_pids()}" if executor_pids() else None, 180, 0.5)
     assert executor_pids() == []
     if work is not None:  # two executors, one killed mid-write (exit 137) and replaced
         assert executors_launched(work) == 3

@@ -120,7 +120,10 @@ def test_an_epoch_runs_while_the_pool_has_room_for_its_ids() -> None:
     """#26 item 5: with max_pending_checkpoints=1 and a pool of 4, epoch c+2 waited for the commit
     of checkpoint c although its ids (slot c+2) are two slots away from c's; the pool keeps one
     spare slot (naming.MIN_POOL_HEADROOM) and allows pool_size - 2 checkpoints awaiting commit."""
-    runtime = RuntimeConfig(commit=CommitPolicy(async_commit=True), commit_drain_timeout_s=0.5)
+    # a bound generous enough for a loaded machine (epoch 4 and finish wait for the commits once
+    # the gate opens): an epoch 3 that waited for checkpoint 1 would find the gate closed and the
+    # model's EndTxn would fail after its own 30 s (#45 item 7)
+    runtime = RuntimeConfig(commit=CommitPolicy(async_commit=True), commit_drain_timeout_s=120)
     h, model = setup(runtime, pool_size=4, max_pending_checkpoints=1)
     assert h.sink("out").max_pending_checkpoints == 2
     h.restore()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.polling import eventually
 
 from twophase.integration.chaos import runner
 from twophase.integration.chaos.cluster import spark_events
@@ -370,26 +371,30 @@ def test_the_publish_configuration_stalls_the_storage_first_and_is_not_a_default
 def test_a_storage_stall_stops_the_process_while_the_job_goes_on(tmp_path: Path) -> None:
     import signal
     import subprocess
-    import time
 
     from twophase.coordinator.faults import paused_marker, resume_marker
 
-    sleeper = subprocess.Popen(["sleep", "30"])
+    # every wait is a bounded poll: on a loaded machine the watcher thread and the signals take
+    # their time, so a stall as short as the old 0.5 s window could end before it was seen (#45 item 7)
+    sleeper = subprocess.Popen(["sleep", "300"])
     try:
         state = tmp_path / "fault-state"
         state.mkdir()
-        with runner.stall_storage_when_paused(sleeper.pid, state, "before_persist", 1, 0.5) as resumed:
+        # a stall longer than the block: the process stays stopped while the job goes on, until
+        # the block ends
+        with runner.stall_storage_when_paused(sleeper.pid, state, "before_persist", 1, 300) as resumed:
             paused_marker(state, "before_persist", 1).touch()  # the job holds at the point
-            deadline = time.monotonic() + 5
-            while not resume_marker(state, "before_persist", 1).exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            while state_of(sleeper.pid) != "T" and time.monotonic() < deadline:
-                time.sleep(0.01)  # SIGSTOP takes effect asynchronously
-            assert state_of(sleeper.pid) == "T"  # stopped while the job goes on
-            assert resumed.wait(5)
-        while state_of(sleeper.pid) == "T" and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert state_of(sleeper.pid) != "T"
+            assert eventually(lambda: resume_marker(state, "before_persist", 1).exists())  # goes on
+            assert eventually(lambda: state_of(sleeper.pid) == "T")  # SIGSTOP acts asynchronously
+            assert not resumed.is_set()
+        assert resumed.is_set()
+        assert eventually(lambda: state_of(sleeper.pid) != "T")
+        # a stall shorter than the block ends by itself
+        with runner.stall_storage_when_paused(sleeper.pid, state, "before_persist", 2, 0.5) as resumed:
+            paused_marker(state, "before_persist", 2).touch()
+            assert resumed.wait(60)
+            assert resume_marker(state, "before_persist", 2).exists()
+            assert eventually(lambda: state_of(sleeper.pid) != "T")
     finally:
         sleeper.send_signal(signal.SIGKILL)
         sleeper.wait()

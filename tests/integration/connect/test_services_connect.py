@@ -124,8 +124,8 @@ def test_services_up_spark_connect_status_client_down(
 
     assert json_output(down) == {"stopped": ["spark-connect"]}
     assert not pid_alive(entry["pid"])
-    gone = tenacity.Retrying(  # the worker daemon notices the closed stdin within a second
-        stop=tenacity.stop_after_delay(15),
+    gone = tenacity.Retrying(  # the worker daemon notices the closed stdin within a second (idle)
+        stop=tenacity.stop_after_delay(60),
         wait=tenacity.wait_fixed(0.2),
         retry=tenacity.retry_if_result(bool),
         retry_error_callback=lambda state: state.outcome.result() if state.outcome else [],

@@ -37,7 +37,7 @@ def test_writer_killed_mid_transaction_is_aborted(kafka_bootstrap: str) -> None:
         with writer_process("hang", kafka_bootstrap, topic, job, "out", "2", "1", "200") as proc:
             flushed = read_json_line(proc)["flushed"]
             proc.send_signal(signal.SIGKILL)  # crash mid-transaction: no abort, no commit
-            assert proc.wait(timeout=30) == -signal.SIGKILL
+            assert proc.wait(timeout=60) == -signal.SIGKILL
         assert ongoing_with_prefix(kafka_bootstrap, config.prefix(job)) == [flushed]
         assert not is_stable(kafka_bootstrap, topic)  # the lingering transaction holds the LSO back
 
@@ -65,7 +65,7 @@ def test_retried_attempt_leaves_no_open_transaction(kafka_bootstrap: str) -> Non
         with writer_process("hang", kafka_bootstrap, topic, job, "out", "1", "1", "100", "0") as proc:
             dead_id = read_json_line(proc)["flushed"]
             proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
+            proc.wait(timeout=60)
         # partition 0 in this process; partition 1 attempt 1 has its own id (#26 item 4): it
         # leaves attempt 0's transaction open, for the lingering cleanup
         p0 = write_one(sink, job, 1, 0, rows("c1-p0-a0", 40), num_partitions=2)

@@ -149,7 +149,7 @@ def writer_process(*args: str) -> Iterator[subprocess.Popen[str]]:
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()

@@ -51,7 +51,7 @@ def raw(bootstrap: str, topic: str, txn_id: str, n: int) -> None:
     producer.init_transactions(60)
     eos.clear()  # only statistics produced after init_transactions count
     waiting = tenacity.Retrying(
-        stop=tenacity.stop_after_delay(10),
+        stop=tenacity.stop_after_delay(60),
         retry=tenacity.retry_if_result(lambda assigned: not assigned),
         retry_error_callback=lambda state: False,
     )

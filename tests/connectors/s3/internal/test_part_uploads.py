@@ -16,15 +16,23 @@ from twophase.sinks.errors import TransactionLostError
 
 
 class StubOps:
-    """``upload_part`` only: records calls, tracks how many run at once, can fail or be slow."""
+    """``upload_part`` only: records calls, tracks how many run at once, can fail or be slow, or
+    finish only after another part did (``after``: part -> the part it waits for, 60 s at most)."""
 
-    def __init__(self, delays: dict[int, float] | None = None, fail: set[int] | None = None) -> None:
+    def __init__(
+        self,
+        delays: dict[int, float] | None = None,
+        fail: set[int] | None = None,
+        after: dict[int, int] | None = None,
+    ) -> None:
         self.delays = delays or {}
         self.fail = fail or set()
+        self.after = after or {}
         self.running = 0
         self.max_running = 0
         self.finished: list[int] = []
         self._lock = threading.Lock()
+        self._finishing = threading.Condition(self._lock)
 
     def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> UploadedPart:
         with self._lock:
@@ -32,13 +40,17 @@ class StubOps:
             self.max_running = max(self.max_running, self.running)
         try:
             time.sleep(self.delays.get(number, 0.0))
+            if number in self.after:  # an ordering made, not hoped for from a delay (#45 item 7)
+                with self._finishing:
+                    self._finishing.wait_for(lambda: self.after[number] in self.finished, timeout=60)
             if number in self.fail:
                 raise TransactionLostError(f"part {number} of {key} vanished")
             return UploadedPart(number=number, etag=f'"{number}"', size=len(data))
         finally:
-            with self._lock:
+            with self._finishing:
                 self.running -= 1
                 self.finished.append(number)
+                self._finishing.notify_all()
 
 
 def uploads(ops: StubOps, pool: ThreadPoolExecutor | None, in_flight: int = 2, **kw: object) -> PartUploads:
@@ -46,7 +58,7 @@ def uploads(ops: StubOps, pool: ThreadPoolExecutor | None, in_flight: int = 2, *
 
 
 def test_parts_are_numbered_in_writing_order_whatever_finishes_first() -> None:
-    ops = StubOps(delays={1: 0.2})  # part 1 finishes after part 2
+    ops = StubOps(after={1: 2})  # part 1 finishes after part 2
     with ThreadPoolExecutor(2) as pool:
         p = uploads(ops, pool)
         p.add(b"a" * 3)
