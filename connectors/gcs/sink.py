@@ -6,8 +6,8 @@ full chunks uploaded into the session, invisible to readers; pre-commit = every 
 uploaded at the checkpoint, the session left unfinalized, its URI, the file's tail (under 256 KiB),
 size, CRC32C and MD5 in the committable; commit = the driver's finalizing request, under the
 session's ``ifGenerationMatch=0`` so that an existing object is never replaced. Data becomes
-visible only on commit, and atomically per file. A repeated commit is decided from the session's
-status and the object at the name (see ``internal.committer``); abort cancels the sessions
+visible only on commit, and atomically per file. A repeated commit is decided from the object at
+the name, its size, CRC32C and MD5 (see ``internal.committer``); abort cancels the sessions
 (``DELETE`` on the session URI). Sessions cannot be listed: one whose URI died with its process
 is invisible and GCS drops it seven days after it was opened (``internal.lingering``). Every file
 rolls at every checkpoint, so a session waits at most one checkpoint interval for its commit.

@@ -1,30 +1,38 @@
 """Driver side of the GCS file sink: finalize (commit) or cancel the resumable upload sessions of
 a committable, deciding a repeated commit from the sink's own durable evidence.
 
-Commit of one file (GCS "Perform resumable uploads": "Check the status of a resumable upload",
-"Upload the data"): first the session's status query, then, if the session is still open, the
-finalizing ``PUT`` of the file's tail with its total size. The session was initiated with
-``ifGenerationMatch=0``, so finalizing creates the object once and never replaces one. The name is
-unique to the file (checkpoint, subtask, job token and a uuid) and the committable records the
-file's size, CRC32C and MD5, so the live object at that name with those digests is the evidence
-of a commit however long ago it happened:
+The name is unique to the file (checkpoint, subtask, job token and a uuid) and the committable
+records the file's size, CRC32C and MD5, so the live object at that name with those digests is
+the evidence of a commit however long ago it happened. Commit of one file:
 
-| status query answers        | then                                   | outcome               |
-|-----------------------------|----------------------------------------|-----------------------|
-| 308, persisted = recorded   | finalize 200/201 with the digests      | COMMITTED             |
-|                             | finalize 412 (an object is at the name)| decide from the object|
-|                             | finalize 404/410 (session ended)       | decide from the object|
-| 308, persisted ≠ recorded   |                                        | LOST (named)          |
-| 200/201 (finalized before)  | decide from the object                 |                       |
-| 404/410/499 (session gone)  | decide from the object                 |                       |
-| 408, 429, 5xx, no answer    |                                        | RETRY                 |
-| anything else (401, 403...) |                                        | FATAL                 |
+1. ``objects.get`` of the name: the file there means ALREADY_COMMITTED; another object there means
+   LOST (finalizing would answer 412 anyway: the session's ``ifGenerationMatch=0``).
+2. Otherwise the finalizing ``PUT`` of the tail with the total size (GCS "Perform resumable
+   uploads"), then, on 200/201, ``objects.get`` again: GCS answers a session finalized earlier with
+   that earlier object's metadata even after the object was deleted, so only a live object of the
+   answered generation is COMMITTED.
 
-Deciding from the object: a live object at the name with the recorded size, CRC32C and MD5 (and,
-when the session reported one, its generation) is ALREADY_COMMITTED; anything else is LOST,
-logged with the reason: the session was cancelled or expired (seven days after it was opened)
-before its commit, or the object was deleted or replaced after it. A committable's outcome is the
-worst of its files' (:func:`~twophase.sinks.internal.files.outcomes.combine_outcomes`).
+The session's status query (``Content-Range: bytes */*``) is not used: it would tell an open
+session from a finalized one with one request less on GCS, but fake-gcs-server finalizes the
+upload when asked its status (fsouza/fake-gcs-server#1362, #2354), and the object at the name
+decides every case without it.
+
+| objects.get of the name  | finalizing PUT answers                     | outcome                 |
+|--------------------------|--------------------------------------------|-------------------------|
+| the file                 | (not sent)                                 | ALREADY_COMMITTED       |
+| another object           | (not sent)                                 | LOST (named)            |
+| none                     | 200/201, the file, live at that generation | COMMITTED               |
+| none                     | 200/201, the file, no live object          | LOST (deleted since)    |
+| none                     | 200/201 with other digests                 | FATAL                   |
+| none                     | 412, 404, 410, 499                         | decided from the object |
+| none                     | 308 (the session holds fewer bytes)        | LOST (named)            |
+| 408, 429, 5xx, no answer | or the same from the PUT                   | RETRY                   |
+| 401, 403, anything else  |                                            | FATAL                   |
+
+*Decided from the object*: the file there is ALREADY_COMMITTED (a concurrent commit won), anything
+else is LOST, logged with the reason: the session was cancelled or expired (seven days after it
+was opened) before its commit, or the object was deleted or replaced after it. A committable's
+outcome is the worst of its files' (:func:`~twophase.sinks.internal.files.outcomes.combine_outcomes`).
 """
 
 from __future__ import annotations
@@ -53,11 +61,20 @@ def _matches(facts: ObjectFacts, f: PendingUpload, generation: int | None) -> bo
     )
 
 
+_UNREAD = ObjectFacts(-1, "", "", -1)
+
+
 def _decide_from_object(
-    ops: SessionOps, f: PendingUpload, answer: str, generation: int | None
+    ops: SessionOps,
+    f: PendingUpload,
+    answer: str,
+    generation: int | None,
+    facts: ObjectFacts | None = _UNREAD,
 ) -> CommitOutcome:
-    """ALREADY_COMMITTED iff the live object at the file's name is the file, else LOST (logged)."""
-    facts = ops.object_facts(f.name)
+    """ALREADY_COMMITTED iff the live object at the file's name is the file (of ``generation``,
+    when given), else LOST (logged). ``facts``: the object as just read (default: read it)."""
+    if facts is _UNREAD:
+        facts = ops.object_facts(f.name)
     if facts is not None and _matches(facts, f, generation):
         return CommitOutcome.ALREADY_COMMITTED
     what = (
@@ -86,44 +103,41 @@ def _check(status: int) -> None:
 
 
 def _commit_file(ops: SessionOps, f: PendingUpload) -> CommitOutcome:
-    state = ops.session_status(f.session_uri)
-    _check(state.status)
-    if state.status in (200, 201):
-        generation = state.facts.generation if state.facts else None
-        return _decide_from_object(ops, f, "session already finalized", generation)
-    if state.status in SESSION_GONE:
-        return _decide_from_object(ops, f, f"session gone, HTTP {state.status}", None)
-    if state.status != 308:
-        raise PermissionError(f"HTTP {state.status}")
-    if state.persisted != f.persisted_bytes:
-        log_event(
-            log,
-            logging.ERROR,
-            "commit lost: the session holds other bytes than the task uploaded",
-            exc_info=False,
-            object=f.name,
-            session=f.session,
-            persisted=state.persisted,
-            expected=f.persisted_bytes,
-        )
-        return CommitOutcome.LOST
+    found = ops.object_facts(f.name)
+    if found is not None:
+        return _decide_from_object(ops, f, "an object is at the name already", None, found)
     done = ops.finalize(f.session_uri, f.persisted_bytes, f.tail)
     _check(done.status)
     if done.status in (200, 201) and done.facts is not None:
-        if _matches(done.facts, f, None):
+        if not _matches(done.facts, f, None):
+            log_event(
+                log,
+                logging.ERROR,
+                "commit: the finalized object's digests differ from the file's",
+                exc_info=False,
+                object=f.name,
+                size=done.facts.size,
+                expected_size=f.byte_count,
+            )
+            return CommitOutcome.FATAL
+        live = ops.object_facts(f.name)
+        if live is not None and _matches(live, f, done.facts.generation):
             return CommitOutcome.COMMITTED
+        return _decide_from_object(ops, f, "session finalized earlier", done.facts.generation, live)
+    if done.status == 412 or done.status in SESSION_GONE:
+        return _decide_from_object(ops, f, f"finalize answered HTTP {done.status}", None)
+    if done.status == 308:
         log_event(
             log,
             logging.ERROR,
-            "commit: the finalized object's digests differ from the file's",
+            "commit lost: the session holds fewer bytes than the task uploaded",
             exc_info=False,
             object=f.name,
-            size=done.facts.size,
-            expected_size=f.byte_count,
+            session=f.session,
+            persisted=done.persisted,
+            expected=f.persisted_bytes,
         )
-        return CommitOutcome.FATAL
-    if done.status == 412 or done.status in SESSION_GONE:
-        return _decide_from_object(ops, f, f"finalize answered HTTP {done.status}", None)
+        return CommitOutcome.LOST
     raise PermissionError(f"HTTP {done.status}")
 
 

@@ -5,11 +5,10 @@ configuration (executors build their own; nothing here is pickled).
 - Initiate and chunk uploads: google-resumable-media's ``ResumableUpload`` (``initiate`` with
   ``stream_final=False``, ``transmit_next_chunk``), whose own retry strategy covers 429, 5xx and
   connection errors.
-- The driver's requests on a session it did not open (status query ``Content-Range: bytes */*``,
-  the finalizing ``PUT`` of the tail, the cancelling ``DELETE``) are single requests on the
-  session URI through the same authorized transport: ``ResumableUpload`` can only continue a
-  session it initiated itself. They are not retried here: the runtime retries a commit that
-  answers RETRY, and a cancel is best effort.
+- The driver's requests on a session it did not open (the finalizing ``PUT`` of the tail, the
+  cancelling ``DELETE``) are single requests on the session URI through the same authorized
+  transport: ``ResumableUpload`` can only continue a session it initiated itself. They are not
+  retried here: the runtime retries a commit that answers RETRY, and a cancel is best effort.
 - Object metadata: google-cloud-storage's ``Bucket.get_blob`` (``retry=None``).
 """
 
@@ -56,8 +55,8 @@ class ObjectFacts:
 
 @dataclass(frozen=True)
 class SessionAnswer:
-    """A session request's answer: the HTTP status, the persisted range's end + 1 (a 308) and the
-    object's facts (a 200/201)."""
+    """A session request's answer: the HTTP status, the bytes the session holds (a 308's
+    ``Range``) and the object's facts (a 200/201)."""
 
     status: int
     persisted: int = 0
@@ -221,7 +220,9 @@ class SessionOps:
             upload.initiate(
                 self.clients.transport,
                 stream,
-                {"name": name},
+                # the resource's contentType as well as the library's X-Upload-Content-Type:
+                # fake-gcs-server reads only the former
+                {"name": name, "contentType": content_type},
                 content_type,
                 stream_final=False,
                 timeout=self.timeout,
@@ -254,12 +255,6 @@ class SessionOps:
         if status in (200, 201):
             return SessionAnswer(status, facts=_facts(response.json()))
         return SessionAnswer(status)
-
-    def session_status(self, uri: str) -> SessionAnswer:
-        """The status query of a session (``PUT`` with ``Content-Range: bytes */*``): 308 with the
-        persisted bytes while open, 200/201 with the object once finalized, 404/410 when gone.
-        Request errors propagate."""
-        return self._put(uri, b"", "bytes */*")
 
     def finalize(self, uri: str, offset: int, tail: bytes) -> SessionAnswer:
         """Send ``tail`` as the last bytes of the session, from ``offset``, and with it the total

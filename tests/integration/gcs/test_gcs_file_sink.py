@@ -4,11 +4,22 @@ back by a reader that is not the writer (google-cloud-storage downloading the co
 pyarrow decoding them), repeated commits, LOST when the session is gone, abort and what lingering
 cleanup can and cannot do.
 
-GCS cannot list resumable upload sessions, so these tests find them the only way there is: a
-client factory that records the ``Location`` of every session the sink opens (in this process,
-where the kit also runs its "executors"), and each session's status query. Each test works under
-its own prefix of one bucket. Spark through the GCS connector is not used: its jar is not in the
-prepared Maven cache.
+GCS cannot list resumable upload sessions, so these tests see them the only way there is: a
+client factory whose transport records the ``Location`` of every session the sink opens and the
+answer to every cancel (in this process, where the kit also runs its "executors"). Three
+fake-gcs-server 1.56.1 divergences from GCS shape what can be checked, recorded here and known
+upstream; the sink is not bent to them:
+
+- the status query (``PUT`` with ``Content-Range: bytes */*``) finalizes the upload with what it
+  holds, even nothing, instead of answering 308 (fsouza/fake-gcs-server#1362, #2354): so no test
+  asks a session its status, except :func:`_expire`, which uses exactly that to end one;
+- a cancel (``DELETE`` on the session URI) answers 499 but leaves the session open: a later
+  finalize still creates the object (#1813, merged as a known trade-off): so an aborted session's
+  end is not checked, only that the sink cancelled it;
+- a finalized session answers 404 where GCS answers 200 with the object.
+
+Each test works under its own prefix of one bucket. Spark through the GCS connector is not used:
+its jar is not in the prepared Maven cache.
 """
 
 from __future__ import annotations
@@ -44,6 +55,8 @@ MiB = 1024 * KiB
 
 SESSIONS: dict[str, list[str]] = defaultdict(list)
 """Session URIs the sink opened, by the config's prefix (filled by :class:`RecordingClients`)."""
+CANCELS: dict[str, list[tuple[str, int]]] = defaultdict(list)
+"""(session URI, HTTP status) of every cancel the sink sent, by the config's prefix."""
 
 
 class RecordingClients:
@@ -54,10 +67,13 @@ class RecordingClients:
         clients = build_clients(config)
 
         def record(response: requests.Response, *args: Any, **kwargs: Any) -> None:
-            if response.request.method == "POST" and "uploadType=resumable" in (response.request.url or ""):
+            url = response.request.url or ""
+            if response.request.method == "POST" and "uploadType=resumable" in url:
                 location = response.headers.get("Location")
                 if location:
                     SESSIONS[config.prefix].append(location)
+            if response.request.method == "DELETE" and "upload_id=" in url:
+                CANCELS[config.prefix].append((url, response.status_code))
 
         clients.transport.hooks["response"].append(record)
         return clients
@@ -85,9 +101,13 @@ class Prefix:
         """Object names under the prefix (``objects.list``)."""
         return sorted(b.name for b in self.endpoint.client().list_blobs(BUCKET, prefix=self.prefix + "/"))
 
-    def open_sessions(self) -> list[str]:
-        """The recorded sessions still open (status query answers 308)."""
-        return [uri for uri in SESSIONS[self.prefix] if _status(uri) == 308]
+    def sessions(self) -> list[str]:
+        """Every session the sink opened under the prefix."""
+        return SESSIONS[self.prefix]
+
+    def cancels(self) -> list[tuple[str, int]]:
+        """Every cancel the sink sent under the prefix, with GCS's answer."""
+        return CANCELS[self.prefix]
 
     def read_table(self, name: str) -> pa.Table:
         """One committed object, downloaded with the SDK and decoded with pyarrow."""
@@ -102,13 +122,15 @@ class Prefix:
         return [k for name in self.committed() for k in self.read_table(name).column("key").to_pylist()]
 
 
-def _status(uri: str) -> int:
-    return requests.put(uri, headers={"Content-Range": "bytes */*"}, timeout=10).status_code
-
-
-def _expire(uri: str) -> None:
-    """End a session, as GCS does a week after it was opened."""
-    requests.delete(uri, timeout=10)
+def _expire(place: Prefix, uri: str) -> None:
+    """End a session, as GCS does a week after it was opened. fake-gcs-server ends a session only
+    by finalizing it, and its status query does that (#1362): so ask the status, and delete the
+    object that made, of exactly that generation. A session finalized before answers 404 and
+    nothing is deleted."""
+    answer = requests.put(uri, headers={"Content-Range": "bytes */*"}, timeout=10)
+    if answer.status_code in (200, 201):
+        generation = int(answer.json()["generation"])
+        place.bucket.blob(answer.json()["name"]).delete(if_generation_match=generation)
 
 
 @pytest.fixture(scope="module")
@@ -145,12 +167,16 @@ class TestGcsJsonLinesContract(SinkContract[Prefix]):
         return system.keys()
 
     def lingering(self, system: Prefix) -> list[str]:
-        return system.open_sessions()
+        """Nothing can be shown: GCS cannot list sessions, and fake-gcs-server's status query
+        would finalize the ones it asked about (#1362). Unfinalized sessions are invisible, hold
+        no object, and expire after seven days (docs/stores/gcs.md); no object but committed
+        files is ever under the prefix, which :meth:`read_committed` checks."""
+        return []
 
     def lose(self, system: Prefix, committables: Sequence[Any]) -> bool:
         for c in committables:
             for f in c.files:
-                _expire(f.session_uri)
+                _expire(system, f.session_uri)
         return True
 
 
@@ -191,7 +217,7 @@ def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk
     sink.validate(_batch(1).schema)
     committable = _write(sink, _ctx(1), _batch(6), _batch(4, start=6))
     assert place.committed() == []
-    assert len(place.open_sessions()) == 2  # one session per day, nothing visible
+    assert len(place.sessions()) == 2  # one session per day, nothing visible
     decoded = sink.decode(sink.encode(committable))
     assert sink.commit(decoded) is CommitOutcome.COMMITTED
     names = place.committed()
@@ -202,7 +228,6 @@ def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk
         f"k{i}" for i in range(10)
     )
     assert all(t.schema.names == ["key", "amount"] for t in tables)  # partition column not in files
-    assert place.open_sessions() == []
     for f in committable.files:  # what GCS computed of the object is what the task recorded
         blob = place.bucket.get_blob(f.name)
         assert (blob.size, blob.crc32c, blob.md5_hash) == (f.byte_count, f.crc32c, f.md5)
@@ -222,7 +247,7 @@ def test_lost_only_when_the_session_is_gone_and_no_object_is_there(place: Prefix
     sink = place.sink(format="jsonl")
     committable = _write(sink, _ctx(1), _batch(3))
     for f in committable.files:
-        _expire(f.session_uri)
+        _expire(place, f.session_uri)
     assert sink.commit(committable) is CommitOutcome.LOST
     assert place.committed() == []
 
@@ -257,13 +282,25 @@ def test_big_files_are_many_chunks_with_a_tail_and_roll_on_size(place: Prefix) -
         assert place.bucket.get_blob(f.name).md5_hash == f.md5
 
 
+def test_an_object_deleted_after_its_commit_is_lost(place: Prefix) -> None:
+    sink = place.sink(format="jsonl")
+    committable = _write(sink, _ctx(1), _batch(3))
+    assert sink.commit(committable) is CommitOutcome.COMMITTED
+    place.bucket.blob(committable.files[0].name).delete()
+    assert sink.commit(committable) is CommitOutcome.LOST
+    assert place.committed() == []
+
+
 def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
     aborted = _write(sink, _ctx(1), _batch(2))
     sink.abort(aborted)
     sink.abort(aborted)  # idempotent
-    assert place.open_sessions() == []
-    assert sink.commit(aborted) is CommitOutcome.LOST
+    uri = aborted.files[0].session_uri
+    # GCS answers a cancel 499, then 404/410; fake-gcs-server 499 both times (#1813)
+    assert [status for url, status in place.cancels()] == [499, 499]
+    assert all(url == uri for url, _ in place.cancels())
+    assert place.committed() == []
     committed = _write(sink, _ctx(2), _batch(2))
     assert sink.commit(committed) is CommitOutcome.COMMITTED
     sink.abort(committed)
@@ -276,10 +313,11 @@ def test_abort_open_cancels_the_task_s_sessions(place: Prefix) -> None:
     txn = sink.begin_transaction(_ctx(1))
     rows = pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(20_000)], "pad": ["x" * 100] * 20_000})
     sink.write(txn, rows)  # over a chunk: the session is open and holds data
-    assert len(place.open_sessions()) == 1
+    assert len(place.sessions()) == 1
     sink.abort_open(txn)
     sink.abort_open(txn)
-    assert place.open_sessions() == [] and place.committed() == []
+    assert [url for url, _ in place.cancels()] == place.sessions()
+    assert place.committed() == []
 
 
 def test_lingering_cleanup_cannot_list_sessions_and_says_so(place: Prefix) -> None:
@@ -288,7 +326,7 @@ def test_lingering_cleanup_cannot_list_sessions_and_says_so(place: Prefix) -> No
     orphan = _write(sink, _ctx(2, partition=1), _batch(2))  # its driver died: nobody knows its URI
     scope = LingeringScope("job", "out", held=(held,), held_in_progress=(), up_to_checkpoint=2)
     assert sink.abort_lingering(scope) == 0
-    assert len(place.open_sessions()) == 2  # invisible, no object; GCS drops them after 7 days
+    assert place.cancels() == []  # nothing can be listed, and the held session is kept
     listed = list_lingering(sink, scope)
     assert listed.kind == "gcs" and "cannot list" in listed.detail
     assert [(i.id, i.status.value) for i in listed.items] == [(f.name, "held") for f in held.files]
