@@ -82,7 +82,8 @@ def test_the_data_source_builds_a_connector_it_knows_only_by_its_declaration(
 def test_without_the_declaration_the_data_source_does_not_know_the_kind(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError,
-        match=r"""option "sink" must be one of \['azure', 'delta', 'gcs', 'iceberg', 'kafka', 'postgres', 's3'\]""",
+        match=r"""option "sink" must be one of """
+        r"""\['azure', 'delta', 'gcs', 'iceberg', 'kafka', 'postgres', 's3'\]""",
     ):
         sink_from_options({"sink": "toy", "root": str(tmp_path)})
 
