@@ -27,6 +27,8 @@ ALLOWED = {
     ("connectors/iceberg/", "s3"): "the s3:// scheme of an Iceberg data file's path",
     ("coordinator/storage/", "azure"): "the Azure checkpoint backend and its service name, not the file sink",
     ("connectors/iceberg/", "azure"): "the store of an Iceberg warehouse on Azure, not the Azure file sink",
+    ("coordinator/storage/", "gcs"): "the GCS checkpoint backend and its service name, not the file sink",
+    ("connectors/iceberg/", "gcs"): "the store of an Iceberg warehouse on GCS, not the GCS file sink",
 }
 """(path prefix, kind or ``*``) → why that mention is not a connector's name."""
 

@@ -33,6 +33,7 @@ PUBLIC_MODULES = {
     "twophase.connectors.postgres": {"__init__", "config", "sink", "metrics", "declaration", "listing"},
     "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.azure": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.gcs": {"__init__", "config", "sink", "declaration", "listing"},
 }
 """Package → its public modules. ``sinks.conformance`` is a public package of its own; Kafka's
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector

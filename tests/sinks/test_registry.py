@@ -56,7 +56,7 @@ def _pre_commit(sink: toy.ToySink, job_id: str, checkpoint_id: int) -> FileCommi
 
 def test_the_connectors_of_the_package_are_found_by_their_declarations() -> None:
     declared = ConnectorRegistry().all()  # a fresh registry: discovery alone
-    assert sorted(declared) == ["azure", "delta", "iceberg", "kafka", "postgres", "s3"]
+    assert sorted(declared) == ["azure", "delta", "gcs", "iceberg", "kafka", "postgres", "s3"]
     for kind, declaration in declared.items():
         assert declaration.package == f"twophase.connectors.{kind}"
         assert declaration.extra == kind and declaration.libraries
@@ -82,7 +82,8 @@ def test_the_data_source_builds_a_connector_it_knows_only_by_its_declaration(
 def test_without_the_declaration_the_data_source_does_not_know_the_kind(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError,
-        match=r"""option "sink" must be one of \['azure', 'delta', 'iceberg', 'kafka', 'postgres', 's3'\]""",
+        match=r"""option "sink" must be one of """
+        r"""\['azure', 'delta', 'gcs', 'iceberg', 'kafka', 'postgres', 's3'\]""",
     ):
         sink_from_options({"sink": "toy", "root": str(tmp_path)})
 

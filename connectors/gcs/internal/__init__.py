@@ -1,0 +1,1 @@
+"""Internals of the Google Cloud Storage file sink (not public API)."""
