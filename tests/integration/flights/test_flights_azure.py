@@ -38,7 +38,7 @@ def test_the_flights_demo_on_azure_verifies_every_sink_with_spark_through_hadoop
          "--json"],
         tmp_path,
         env,
-        timeout_s=600,
+        timeout_s=1200,  # a first run resolves hadoop-azure with Maven
     )  # fmt: skip
 
     assert azure_endpoint.account_key not in result.stdout + result.stderr
