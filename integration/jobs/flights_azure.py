@@ -18,6 +18,7 @@ The account key goes into the running session's Hadoop configuration only
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -35,20 +36,23 @@ HADOOP_AZURE_POM = JVM_DIR / "hadoop-azure" / "pom.xml"
 
 def hadoop_azure_jars() -> list[str]:
     """Absolute paths of hadoop-azure and its dependencies for the installed pyspark's Hadoop
-    (its ``hadoop-client-api`` jar's version), less the artifacts pyspark ships. Resolved by Maven
-    on the first call, then cached.
+    (its ``hadoop-client-api`` jar's version), less the artifacts pyspark ships and those of
+    :func:`~twophase.integration.spark.spark_jars`. Resolved by Maven on the first call, then cached.
 
     Raises:
         ServiceUnavailableError: Maven is missing or cannot resolve the POM.
         UnsupportedSparkError: pyspark ships no Hadoop client jar.
     """
-    from twophase.integration.spark import _artifact, _shipped_version, pyspark_jars_dir
+    from twophase.integration.spark import _artifact, _shipped_version, pyspark_jars_dir, spark_jars
 
     props = {"hadoop.version": _shipped_version("hadoop-client-api")}
     out_dir = cache_dir() / f"hadoop-azure-jars-{pom_digest(HADOOP_AZURE_POM, props)[:12]}"
-    shipped = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
+    # pyspark's own jars and the session's other extra jars (wildfly-openssl comes with hadoop-aws
+    # too): Spark refuses a jar name registered twice from two paths
+    present = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
+    present |= {_artifact(Path(jar)) for jar in spark_jars()}
     return [
-        str(jar) for jar in resolve_jars(HADOOP_AZURE_POM, out_dir, props) if _artifact(jar) not in shipped
+        str(jar) for jar in resolve_jars(HADOOP_AZURE_POM, out_dir, props) if _artifact(jar) not in present
     ]
 
 
