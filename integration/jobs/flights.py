@@ -351,6 +351,10 @@ def flights_spark_session(
             "spark.master": "local[2,4]",
             "spark.sql.session.timeZone": "UTC",
             "spark.speculation": "false",
+            # the executor copies the extra jars (the AWS SDK bundle: 690 MB) from the driver at
+            # start; on a machine loaded far past its cores that copy stalls past the 120 s default
+            # and the SparkContext fails to start (seen in the azure chaos trials, load 30 on 2 cores)
+            "spark.files.io.connectionTimeout": "600s",
             **one_file,
             **events,
             **(extra_conf or {}),
