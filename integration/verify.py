@@ -5,6 +5,8 @@ input (DESIGN.md §8):
 
 - Kafka: a ``read_committed`` consumer from the beginning to the end (the last stable offset);
 - S3: the Parquet files under the job's prefix, listed and read with pyarrow (Hive partitions);
+  on ``--store azure`` the Azure file sink's blobs, read with pyarrow's Azure file system and with
+  Spark through hadoop-azure (``abfss://``) when a session is given;
 - Delta: the table read with delta-spark (``spark.read.format("delta")``), or with deltalake for
   a fast path without Spark;
 - an optional sink of the run (``spec.sinks``): its own read-back, e.g. PostgreSQL's plain
@@ -44,9 +46,9 @@ import pyarrow.parquet as pq
 from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.storage import open_storage
 from twophase.integration.jobs import flights_data
-from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, S3_SINK, build_sinks
+from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, build_sinks
 from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
-from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.integration.jobs.flights_spec import FlightsJobSpec, s3a
 from twophase.integration.lingering import SinkLingering, list_lingering
 from twophase.integration.readback import NO_SECURITY, end_offsets, read_topic
 from twophase.sinks.context import LingeringScope
@@ -301,36 +303,102 @@ def s3_filesystem(endpoints: FlightsEndpoints) -> pafs.S3FileSystem:
     )
 
 
+def azure_filesystem(endpoints: FlightsEndpoints) -> pafs.AzureFileSystem:
+    """pyarrow's Azure file system on the run's account with its key, at the endpoint's Blob
+    authority (an emulator's ``127.0.0.1:<port>``, path style) — a reader that shares nothing with
+    the Azure sink's writer (the Azure SDK for Python).
+
+    Raises:
+        ConfigError: no Azure endpoint.
+    """
+    key, _, blob = endpoints.azure_options().key_sas_endpoint()
+    assert endpoints.azure is not None  # azure_options checked it
+    url = urlsplit(blob or endpoints.azure.blob_url)
+    custom = not url.netloc.endswith(".core.windows.net")
+    authority = (
+        {
+            "blob_storage_authority": url.netloc,
+            "blob_storage_scheme": url.scheme,
+            "dfs_storage_authority": url.netloc,
+            "dfs_storage_scheme": url.scheme,
+        }
+        if custom
+        else {}
+    )
+    return pafs.AzureFileSystem(account_name=endpoints.azure.account_name, account_key=key, **authority)
+
+
+def read_files(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[pa.Table, int]:
+    """The run's files (Hive partitions ``origin``/``month``) as :data:`CONTENT_COLUMNS` and their
+    number, read with pyarrow: S3 (Parquet or JSON lines) or Azure (Parquet)."""
+    if spec.store == "azure":
+        path, filesystem = f"{spec.bucket}/{spec.s3_prefix.strip('/')}", azure_filesystem(endpoints)
+    else:
+        path, filesystem = f"{spec.bucket}/{spec.s3_prefix.strip('/')}", s3_filesystem(endpoints)
+    dataset = ds.dataset(
+        path,
+        filesystem=filesystem,
+        format="json" if spec.s3_format == "jsonl" else "parquet",
+        partitioning="hive",
+    )
+    return dataset.to_table(columns=list(CONTENT_COLUMNS)), len(dataset.files)
+
+
+def read_files_with_spark(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints, spark: SparkSession
+) -> tuple[pa.Table, int]:
+    """The run's Parquet files on Azure read by Spark through hadoop-azure (ABFS; the session has
+    its jars: :func:`~twophase.integration.jobs.flights.flights_spark_session` with an Azure
+    endpoint), as :data:`CONTENT_COLUMNS`, and the number of files Spark read."""
+    from twophase.coordinator.spark.compat import collect_arrow
+    from twophase.integration.jobs.flights_azure import configure_abfs, spark_location
+
+    assert endpoints.azure is not None
+    configure_abfs(spark, endpoints.azure)
+    location = spark_location(spec.files_location, endpoints.azure)
+    df = spark.read.option("basePath", location).parquet(location)
+    return collect_arrow(df.select(*CONTENT_COLUMNS)), len(df.inputFiles())
+
+
 def verify_s3(
     spec: FlightsJobSpec,
     endpoints: FlightsEndpoints,
     expected: Expected,
     admin: FlightsEndpoints | None = None,
+    spark: SparkSession | None = None,
 ) -> SinkReport:
     """Read the job's files (Parquet or JSON lines, Hive partitions ``origin``/``month``) with
-    ``endpoints`` and list pending uploads and tails with ``admin`` (default ``endpoints``)."""
+    ``endpoints`` and list what the file sink left open (S3: pending uploads and tails; Azure:
+    staged blocks) with ``admin`` (default ``endpoints``). On Azure the files are read twice, with
+    pyarrow and, when ``spark`` is given, with Spark through hadoop-azure; both must match."""
     started = time.perf_counter()
-    location = f"s3://{spec.bucket}/{spec.s3_prefix}"
+    name, location = spec.file_sink, spec.files_location
+    what = "staged blocks" if spec.store == "azure" else "pending uploads and tails"
     try:
-        uploads = lingering_items(spec, admin or endpoints, S3_SINK)
-        dataset = ds.dataset(
-            f"{spec.bucket}/{spec.s3_prefix.strip('/')}",
-            filesystem=s3_filesystem(endpoints),
-            format="json" if spec.s3_format == "jsonl" else "parquet",
-            partitioning="hive",
-        )
-        table = dataset.to_table(columns=list(CONTENT_COLUMNS))
-        files = len(dataset.files)
+        uploads = lingering_items(spec, admin or endpoints, name)
+        table, files = read_files(spec, endpoints)
+        readers = "pyarrow"
+        if spark is not None and spec.store == "azure":
+            by_spark, spark_files = read_files_with_spark(spec, endpoints, spark)
+            mine = compare(name, location, by_spark.cast(_content_schema(by_spark)), expected)
+            if not mine.exactly_once or spark_files != files:
+                raise AssertionError(
+                    f"Spark (hadoop-azure) read {mine.records} records in {spark_files} files "
+                    f"({mine.duplicates} duplicated, {mine.missing} missing), "
+                    f"pyarrow {table.num_rows} in {files}"
+                )
+            readers = "pyarrow and Spark (hadoop-azure)"
     except Exception as e:
-        return SinkReport(S3_SINK, location, error=_one_line(e), seconds=time.perf_counter() - started)
+        return SinkReport(name, location, error=_one_line(e), seconds=time.perf_counter() - started)
     return compare(
-        S3_SINK,
+        name,
         location,
         table.cast(_content_schema(table)),
         expected,
         lingering=len(uploads.items),
-        lingering_detail=_lingering_detail("pending uploads and tails", uploads),
-        detail=f"{files} {'JSON-lines' if spec.s3_format == 'jsonl' else 'Parquet'} files",
+        lingering_detail=_lingering_detail(what, uploads),
+        detail=f"{files} {'JSON-lines' if spec.s3_format == 'jsonl' else 'Parquet'} files, "
+        f"read with {readers}",
         seconds=time.perf_counter() - started,
     )
 
@@ -354,9 +422,12 @@ def read_delta(
     from twophase.integration.spark import has_delta_jars
 
     if spark is not None and has_delta_jars():
-        uri = spec.delta_uri
-        if uri.startswith("s3://"):
-            uri = "s3a://" + uri[len("s3://") :]
+        uri = s3a(spec.delta_uri)
+        if spec.store == "azure" and endpoints.azure is not None:  # through hadoop-azure (ABFS)
+            from twophase.integration.jobs.flights_azure import configure_abfs, spark_location
+
+            configure_abfs(spark, endpoints.azure)
+            uri = spark_location(uri, endpoints.azure)
         df = spark.read.format("delta").load(uri).select(*CONTENT_COLUMNS)
         return collect_arrow(df), "delta-spark"
     from deltalake import DeltaTable
@@ -404,7 +475,10 @@ def checkpoint_state(spec: FlightsJobSpec, endpoints: FlightsEndpoints | None = 
     s3 = endpoints.s3 if endpoints is not None else None
     options = s3.s3_options() if s3 is not None else None
     try:
-        latest = open_storage(spec.checkpoint_dir, spec.job_id, s3_options=options).latest()
+        azure = endpoints.azure_options() if endpoints is not None and spec.store == "azure" else None
+        latest = open_storage(
+            spec.checkpoint_dir, spec.job_id, s3_options=options, azure_options=azure
+        ).latest()
     except Exception as e:
         return False, _one_line(e)
     if latest is None:

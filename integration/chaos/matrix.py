@@ -65,6 +65,12 @@ of them at every fault point and with kill -9. The three sinks run together in a
   kills the container (SIGKILL to its process group: launch script, JVM, the driver's Python)
   instead of the submitting process: YARN starts a second attempt, which restores from the
   ``s3://`` checkpoint, and spark-submit ends with the application's final status.
+- ``azure`` (issue #46 item 5, not in the default list): the main path with ``--store azure``:
+  twophase's checkpoints, the Azure file sink's Parquet files (staged blocks committed with
+  ``Put Block List``) and the Delta table on ``abfss://`` (Azurite), Kafka as before; the files are
+  read back with pyarrow and with Spark through hadoop-azure.
+- ``gcs`` (issue #46 item 5): the same on ``gs://``, refused by name until the GCS file sink exists
+  and fake-gcs-server serves Delta (:data:`~twophase.integration.jobs.flights_spec.GCS_REFUSED`).
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from twophase.integration.jobs.flights_sinks import BASE_SINKS
-from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.integration.jobs.flights_spec import GCS_REFUSED, FlightsJobSpec
 from twophase.sinks.errors import ConfigError
 
 PACKED_TASKS = 2
@@ -158,6 +164,9 @@ class ChaosConfig:
             seconds (one drawn per trial) after the first.
         yarn: submit the job to YARN in cluster deploy mode (everything on S3, input included);
             a kill trial kills the driver's container, and YARN starts the driver again.
+        store: where the checkpoints, the files and the Delta table live
+            (:data:`~twophase.integration.jobs.flights_spec.STORES`); ``s3`` keeps the other
+            fields' meaning, ``azure`` puts all three on Azurite.
     """
 
     name: str
@@ -180,6 +189,7 @@ class ChaosConfig:
     refuse_markers: bool = False
     second_driver_s: tuple[float, ...] = ()
     yarn: bool = False
+    store: str = "s3"
 
     @property
     def speculation(self) -> bool:
@@ -195,6 +205,16 @@ class ChaosConfig:
     def spec(self, job_id: str, work_dir: Path, days: int, files_per_trigger: int) -> FlightsJobSpec:
         """The flights run of one trial in this configuration (S3 locations under the job's bucket)."""
         bucket = FlightsJobSpec.bucket  # the job's default bucket holds the s3:// locations too
+        if self.store != "s3":
+            return FlightsJobSpec.on_store(
+                self.store,
+                job_id,
+                work_dir,
+                days=days,
+                files_per_trigger=files_per_trigger,
+                async_commit=self.async_commit,
+                partition_per_file=self.partition_per_file,
+            )
         if self.cluster or self.yarn:
             return FlightsJobSpec.on_s3_bucket(
                 job_id,
@@ -273,6 +293,8 @@ CONFIGS: dict[str, ChaosConfig] = {
         ),
         ChaosConfig("two-drivers", on_s3=True, second_driver_s=SECOND_DRIVER_AFTER_S),
         ChaosConfig("yarn", on_s3=True, yarn=True),
+        ChaosConfig("azure", store="azure"),
+        ChaosConfig("gcs", store="gcs"),
         ChaosConfig(
             "five",
             sinks=(*BASE_SINKS, "postgres", "iceberg"),
@@ -291,6 +313,7 @@ LOCAL = ",".join(
     and not c.storage_stalls
     and not c.second_driver_s
     and not c.yarn
+    and c.store == "s3"
 )
 """The default ``--configs``: every configuration on ``local[2,4]`` against the plain services with
 the three sinks (the cluster ones need a cluster, the secured one its own services, ``expiry`` its
@@ -302,12 +325,14 @@ def configs_named(names: str) -> list[ChaosConfig]:
     """The configurations of a comma-separated list (``all`` is one of them, not a wildcard).
 
     Raises:
-        ConfigError: an unknown name.
+        ConfigError: an unknown name, or ``gcs`` (refused until it can run, saying why).
     """
     out = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
         if name not in CONFIGS:
             raise ConfigError(f"unknown chaos configuration {name!r}; known: {', '.join(CONFIGS)}")
+        if CONFIGS[name].store == "gcs":
+            raise ConfigError(f"chaos configuration 'gcs': {GCS_REFUSED}")
         out.append(CONFIGS[name])
     if not out:
         raise ConfigError("no chaos configuration given")

@@ -18,6 +18,7 @@ configuration needs them. Exit status 1 when any trial found a violation.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -106,6 +107,10 @@ def main(
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
             endpoints = FlightsEndpoints(bootstrap, s3)
+        if endpoints is not None and any(c.store == "azure" for c in chosen):
+            from twophase.integration.services.azurite import azure_service
+
+            endpoints = dataclasses.replace(endpoints, azure=stack.enter_context(azure_service()))
         extra = {name for c in chosen for name in c.sinks if name not in BASE_SINKS}
         if endpoints is not None and extra:
             # a server of the run's own, always native, so that trials can restart it
@@ -247,6 +252,11 @@ def services_of(chosen: list[ChaosConfig]) -> str:
     extra = sorted({name for c in chosen for name in c.sinks if name not in BASE_SINKS})
     plain = "real Kafka KRaft broker and MinIO" if any(not c.secured for c in chosen) else ""
     plain += f" (+ {', '.join(extra)})" if plain and extra else ""
+    plain += (
+        "; Azurite (checkpoints, files and Delta on abfss://)"
+        if any(c.store == "azure" for c in chosen)
+        else ""
+    )
     plain += "; a native YARN (ResourceManager and NodeManager)" if any(c.yarn for c in chosen) else ""
     secured = "SASL_SSL Kafka with ACLs and MinIO over TLS" if any(c.secured for c in chosen) else ""
     return "; ".join(filter(None, (plain, secured + " (secured)" if plain and secured else secured)))

@@ -315,12 +315,16 @@ class TrialResult:
 def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
     """Environment variables that point a job process at ``endpoints`` (with secured services
     also its Kafka login, ``TWOPHASE_KAFKA_SECURITY``, and ``AWS_CA_BUNDLE``: secrets stay in the
-    job process's environment)."""
+    job process's environment; with Azurite, ``TWOPHASE_AZURE_CONNECTION_STRING``)."""
     env = given_env(endpoints.kafka_bootstrap, endpoints.s3)
     if endpoints.kafka_security:
         env[KAFKA_SECURITY_ENV] = json.dumps(dict(endpoints.kafka_security))
     if endpoints.ca_bundle:
         env["AWS_CA_BUNDLE"] = endpoints.ca_bundle
+    if endpoints.azure is not None:  # the connection string holds the account key: environment only
+        from twophase.integration.services.azurite import CONNECTION_STRING_ENV
+
+        env[CONNECTION_STRING_ENV] = endpoints.azure.connection_string()
     if "postgres" in endpoints.extra:
         from twophase.integration.services.postgres_service import DSN_ENV, postgres_dsn
 

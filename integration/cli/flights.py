@@ -259,6 +259,7 @@ def _new_spec(
     delta_uri: str | None,
     on_cluster: bool,
     sinks: tuple[str, ...] | None = None,
+    store: str = "s3",
 ) -> FlightsJobSpec:
     from twophase.integration.jobs.flights import FlightsJobSpec
 
@@ -275,10 +276,23 @@ def _new_spec(
                 f"flights run {spec.job_id} keeps state on local paths, which a cluster's executors "
                 "cannot rely on: start a new run on the cluster"
             )
+        if store != spec.store:
+            raise ConfigError(
+                f"flights run {spec.job_id} keeps its state on --store {spec.store}: a resumed run keeps "
+                f"its store (not {store})"
+            )
         return spec
     chosen: dict[str, Any] = {} if sinks is None else {"sinks": sinks}
     job_id = job_id or "flights_" + dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d_%H%M%S")
     work_dir = work_dir or runs_dir() / job_id
+    if store != "s3":
+        if on_cluster:
+            raise ConfigError(f"--store {store} runs on local[2,4] only: drop --master/--spark-cluster")
+        if delta_uri:
+            raise ConfigError(f"--store {store} keeps the Delta table in its own store: drop --delta-uri")
+        return FlightsJobSpec.on_store(
+            store, job_id, work_dir, days=days, files_per_trigger=files_per_trigger, **chosen
+        )
     if on_cluster:  # executors reach S3, not the driver's disk: every location on MinIO
         if delta_uri and not delta_uri.startswith("s3://"):
             raise ConfigError(f"on a Spark cluster the Delta table must be on s3://, not {delta_uri!r}")
@@ -305,6 +319,10 @@ def _services_are_temporary(spark_cluster: bool, spec: FlightsJobSpec) -> bool:
     s3 = env_s3_endpoint() is not None or recorded_alive("s3") is not None
     spark = not spark_cluster or spark_master_from_env() is not None or recorded_alive("spark") is not None
     optional = all(sink.running() is not None for sink in optional_sinks(spec))
+    if spec.store == "azure":
+        from twophase.integration.jobs.flights import running_azure
+
+        optional = optional and running_azure() is not None
     return not (kafka and s3 and spark and optional)
 
 
@@ -378,6 +396,16 @@ def _start_spark(
     "or a temporary one (2 workers).",
 )
 @click.option("--sinks", default=None, callback=_sinks_option, metavar="SINK,...", help=_sinks_help())
+@click.option(
+    "--store",
+    type=click.Choice(["s3", "azure", "gcs"]),
+    default="s3",
+    show_default=True,
+    help="Where the checkpoints, the files and the Delta table live: MinIO (s3), Azurite (azure: "
+    "abfss://, TWOPHASE_AZURE_CONNECTION_STRING, `services up --azure`'s, or a temporary one; the "
+    "files are read back with pyarrow and with Spark through hadoop-azure) or GCS (refused for now: "
+    "no GCS file sink, and fake-gcs-server cannot serve Delta). Kafka is the same on each.",
+)
 @delta_reader_option
 @json_option(DEMO_KEYS)
 def demo(
@@ -389,6 +417,7 @@ def demo(
     master: str | None,
     spark_cluster: bool,
     sinks: tuple[str, ...] | None,
+    store: str,
     delta_reader: str,
     as_json: bool,
 ) -> None:
@@ -405,6 +434,7 @@ def demo(
     from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
     from twophase.integration.jobs.flights_sinks import enter_services, optional_sinks, verify_run
     from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
+    from twophase.integration.services.azurite import azure_service
 
     if master is not None and spark_cluster:
         raise click.UsageError("give --master or --spark-cluster, not both")
@@ -414,10 +444,11 @@ def demo(
 
         check_spark_master(master, connect_timeout_s())
     on_cluster = master is not None or spark_cluster
-    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri, on_cluster, sinks)
+    spec = _new_spec(work_dir, job_id, days, files_per_trigger, delta_uri, on_cluster, sinks, store)
     temporary = _services_are_temporary(spark_cluster, spec)
     with contextlib.ExitStack() as stack:
         what = ["Kafka", "MinIO", *(s.service_name for s in optional_sinks(spec))]
+        what += ["Azurite"] if spec.store == "azure" else []
         what += ["a Spark cluster"] if spark_cluster else []
         with progress(
             f"starting {', '.join(what[:-1])} and {what[-1]} (or finding running ones) ...", as_json
@@ -427,7 +458,10 @@ def demo(
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
             extra = enter_services(stack, spec)
-        endpoints = FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster, extra=extra)
+            azure = stack.enter_context(azure_service()) if spec.store == "azure" else None
+        endpoints = FlightsEndpoints(
+            bootstrap, s3, keys_from_environment=on_cluster, extra=extra, azure=azure
+        )
         with progress("starting Spark and landing the input ...", as_json):
             spark, place = _start_spark(stack, master, endpoints)
             spark.sparkContext.setLogLevel("ERROR")
@@ -437,7 +471,7 @@ def demo(
         note(
             f"flights job [bold]{spec.job_id}[/bold] on {place.master}: {spec.days} days, "
             f"{spec.files_per_trigger} files per batch → kafka topic {spec.topic}, "
-            f"s3://{spec.bucket}/{spec.s3_prefix}, delta {spec.delta_uri}"
+            f"{spec.files_location}, delta {spec.delta_uri}"
             + "".join(f", {s.name}" for s in optional_sinks(spec))
         )
         for where, python in place.executors:
@@ -449,7 +483,9 @@ def demo(
             with Live(view, console=console, refresh_per_second=4):
                 run = run_flights(spark, spec, endpoints, on_progress=view.update)
         with progress("reading every sink back ...", as_json):
-            report = verify_run(spec, endpoints, spark if delta_reader == "spark" else None)
+            # on Azure Spark reads the files back too (hadoop-azure), whatever reads the Delta table
+            reader = spark if delta_reader == "spark" or spec.store == "azure" else None
+            report = verify_run(spec, endpoints, reader)
         spark.stop()
     if as_json:
         emit_json(run_json(run, report, place))
@@ -458,7 +494,8 @@ def demo(
     if temporary:
         note(
             "[yellow]the services were started for this demo and are stopped now; for `twophase verify` "
-            f"later, run `twophase services up{' --postgres' if 'postgres' in spec.sinks else ''}` "
+            f"later, run `twophase services up{' --postgres' if 'postgres' in spec.sinks else ''}"
+            f"{' --azure' if spec.store == 'azure' else ''}` "
             "first[/yellow]"
         )
     if not report.ok:

@@ -85,6 +85,8 @@ from twophase.sinks.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from twophase.integration.services.azurite import AzureBlobEndpoint
+
 log = logging.getLogger(__name__)
 
 DELAY_CLASSES = ("cancelled", "on_time", "minor", "moderate", "severe")
@@ -251,8 +253,13 @@ def run_flights(
         ServiceUnavailableError: a service cannot be reached.
         JobError: the restart strategy gave up; commit errors.
     """
+    endpoints.store_options(spec.store)  # no Azure endpoint for an Azure run: refused before writing
     spec.save()
-    endpoints.s3.ensure_bucket(spec.bucket)
+    if spec.store == "azure":
+        assert endpoints.azure is not None  # store_options checked it
+        endpoints.azure.ensure_container(spec.bucket)
+    else:
+        endpoints.s3.ensure_bucket(spec.bucket)
     if spec.input_uri:
         stage_input(spec, endpoints.s3)
     started = time.perf_counter()
@@ -295,7 +302,9 @@ def start_flights(
         spec.checkpoint_dir,
         job_id=spec.job_id,
         config=runtime_config(spec),
-        storage_options=endpoints.storage_options(),  # used when the checkpoints are on s3://
+        storage_options=endpoints.store_options(
+            spec.store
+        ),  # used when the checkpoints are on s3:// or abfss://
     )
     for s in run_sinks(spec, endpoints, (kafka, s3_sink, delta)):  # the sinks the run names
         job.sink(s)
@@ -321,6 +330,8 @@ def flights_spark_session(
     never packs two input files into one partition. With ``event_log_dir``, Spark's event log is
     written there (:func:`~twophase.integration.jobs.flights_cluster.event_log_conf`).
     ``extra_conf`` is applied last (benchmarks: the scheduler mode, the S3A committer's jar).
+    With an Azure endpoint (``--store azure``) the session also has hadoop-azure and ABFS reaches
+    the account (:mod:`~twophase.integration.jobs.flights_azure`).
     """
     one_file = {"spark.sql.files.openCostInBytes": "134217728"} if partition_per_file else {}
     events = event_log_conf(event_log_dir) if event_log_dir is not None else {}
@@ -328,18 +339,31 @@ def flights_spark_session(
 
     # Python workers must run this interpreter (pyarrow, the project); the conf alone is not enough
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return build_spark_session(
+    azure = endpoints.azure if endpoints is not None else None
+    if azure is not None:  # hadoop-azure beside the other jars: Spark reads the files on abfs:// back
+        from twophase.integration.jobs.flights_azure import configure_abfs, hadoop_azure_jars
+        from twophase.integration.spark import spark_jars
+
+        extra_conf = {"spark.jars": ",".join([*spark_jars(), *hadoop_azure_jars()]), **(extra_conf or {})}
+    spark = build_spark_session(
         "twophase-flights",
         extra_conf={
             "spark.master": "local[2,4]",
             "spark.sql.session.timeZone": "UTC",
             "spark.speculation": "false",
+            # the executor copies the extra jars (the AWS SDK bundle: 690 MB) from the driver at
+            # start; on a machine loaded far past its cores that copy stalls past the 120 s default
+            # and the SparkContext fails to start (seen in the azure chaos trials, load 30 on 2 cores)
+            "spark.files.io.connectionTimeout": "600s",
             **one_file,
             **events,
             **(extra_conf or {}),
         },
         s3=endpoints.s3 if endpoints is not None else None,
     )
+    if azure is not None:
+        configure_abfs(spark, azure)
+    return spark
 
 
 def endpoints_from_environment() -> FlightsEndpoints:
@@ -367,7 +391,11 @@ def endpoints_from_environment() -> FlightsEndpoints:
         if not isinstance(security, dict):
             raise ConfigError(f"{KAFKA_SECURITY_ENV} is not a JSON object of librdkafka settings")
         return FlightsEndpoints(
-            bootstrap, endpoint, kafka_security=security, ca_bundle=os.environ.get("AWS_CA_BUNDLE", "")
+            bootstrap,
+            endpoint,
+            kafka_security=security,
+            ca_bundle=os.environ.get("AWS_CA_BUNDLE", ""),
+            azure=running_azure(),
         )
     if (env_kafka_bootstrap() is None and recorded_alive("kafka") is None) or (
         env_s3_endpoint() is None and recorded_alive("s3") is None
@@ -379,7 +407,24 @@ def endpoints_from_environment() -> FlightsEndpoints:
     # both answer at once for services given in the environment or by `services up` (nothing starts)
     with kafka_service() as bootstrap, s3_service() as s3:
         pass
-    return FlightsEndpoints(bootstrap, s3)
+    return FlightsEndpoints(bootstrap, s3, azure=running_azure())
+
+
+def running_azure() -> AzureBlobEndpoint | None:
+    """The Azure Blob endpoint of ``TWOPHASE_AZURE_CONNECTION_STRING``, else of ``twophase services
+    up --azure``'s Azurite, else None (nothing is started: ``--store azure`` runs then refuse).
+
+    Raises:
+        ConfigError: the connection string is incomplete.
+    """
+    from twophase.integration.services.azurite import AZURITE, env_azure_endpoint
+    from twophase.integration.services.launcher import recorded_alive
+
+    given = env_azure_endpoint()
+    if given is not None:
+        return given
+    entry = recorded_alive(AZURITE.name)
+    return AZURITE.recorded(entry) if entry is not None else None
 
 
 @click.command()

@@ -1,13 +1,17 @@
-"""The flights job's three base sinks (Kafka, S3 Parquet or JSON lines, Delta) configured for a
-run, and the enriched record's columns they store."""
+"""The flights job's three base sinks (Kafka, S3 Parquet or JSON lines — or on ``--store azure``
+the Azure file sink —, Delta) configured for a run, and the enriched record's columns they store."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
 from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import ConfigError
 
 KAFKA_SINK = "kafka"
 S3_SINK = "s3"
@@ -49,8 +53,11 @@ KEY_COLUMN = "flight_id"
 VALUE_COLUMN = "value"
 
 
-def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[KafkaSink, S3Sink, DeltaSink]:
-    """The job's three sinks, configured for ``spec`` (driver side; nothing is contacted yet).
+def build_sinks(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints
+) -> tuple[KafkaSink, TwoPhaseCommitSink[Any, Any], DeltaSink]:
+    """The job's three sinks, configured for ``spec`` (driver side; nothing is contacted yet): Kafka,
+    the file sink of the run's store (:func:`build_file_sink`) and Delta.
 
     Each takes its own projection of the shared batch by configuration (DESIGN.md §6): the Kafka
     sink its key/value columns, the S3 and Delta sinks ``TYPED_COLUMNS`` (an Arrow select per
@@ -73,8 +80,47 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
             client_config={"linger.ms": 20, "compression.type": "lz4", **endpoints.kafka_security},
         ),
     )
+    delta = DeltaSink(
+        DELTA_SINK,
+        DeltaSinkConfig(
+            table_uri=spec.delta_uri,
+            columns=TYPED_COLUMNS,
+            storage_options=endpoints.store_options(spec.store),
+            table_name="flights",
+        ),
+    )
+    return kafka, build_file_sink(spec, endpoints), delta
+
+
+def build_file_sink(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> TwoPhaseCommitSink[Any, Any]:
+    """The run's file sink, named after its store (:attr:`FlightsJobSpec.file_sink`): Parquet
+    partitioned by ``origin`` and ``month`` under :attr:`FlightsJobSpec.files_location`. On S3
+    JSON lines roll at :data:`ROW_FILE_BYTES`; the Azure sink rolls every file per checkpoint.
+
+    Raises:
+        ConfigError: an invalid setting; JSON lines on Azure (files there never span checkpoints);
+            no Azure endpoint.
+    """
+    if spec.store == "azure":
+        from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig
+
+        if spec.s3_format != "parquet":
+            raise ConfigError(
+                f"--store azure writes Parquet only in the flights job, not {spec.s3_format!r}: "
+                "its file sink rolls every file per checkpoint"
+            )
+        return AzureBlobSink(
+            spec.file_sink,
+            AzureBlobSinkConfig(
+                location=spec.files_location,
+                format="parquet",
+                partition_by=("origin", "month"),
+                columns=TYPED_COLUMNS,
+                storage_options=endpoints.azure_options(),
+            ),
+        )
     options = endpoints.storage_options()
-    s3_sink = S3Sink(
+    return S3Sink(
         S3_SINK,
         S3SinkConfig(
             storage_options=options,
@@ -90,13 +136,3 @@ def build_sinks(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[Kafk
             columns=TYPED_COLUMNS,
         ),
     )
-    delta = DeltaSink(
-        DELTA_SINK,
-        DeltaSinkConfig(
-            table_uri=spec.delta_uri,
-            columns=TYPED_COLUMNS,
-            storage_options=options,
-            table_name="flights",
-        ),
-    )
-    return kafka, s3_sink, delta

@@ -7,7 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from twophase.coordinator.storage.azure_blob import AzureStorageOptions
 from twophase.integration.services import S3Endpoint
+from twophase.integration.services.azurite import AzureBlobEndpoint
+from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
 KAFKA_SECURITY_ENV = "TWOPHASE_KAFKA_SECURITY"
@@ -32,6 +35,8 @@ class FlightsEndpoints:
             (``AWS_CA_BUNDLE`` of every process), or ``""``.
         extra: optional sink name → its service's endpoint (``postgres``: a ``PostgresEndpoint``;
             :mod:`twophase.integration.jobs.flights_sinks`). May hold passwords: left out of ``repr``.
+        azure: the Azure Blob service and account of ``--store azure`` runs (Azurite), or None;
+            its key is never in ``repr``.
     """
 
     kafka_bootstrap: str
@@ -40,6 +45,31 @@ class FlightsEndpoints:
     kafka_security: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     ca_bundle: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    azure: AzureBlobEndpoint | None = None
+
+    def azure_options(self) -> AzureStorageOptions:
+        """How the sinks and checkpoints of a ``--store azure`` run reach the account: its
+        connection string (account key and Blob endpoint). Holds the key; its ``repr`` does not.
+
+        Raises:
+            ConfigError: no Azure endpoint (no ``TWOPHASE_AZURE_CONNECTION_STRING`` and no
+                ``services up --azure``).
+        """
+        if self.azure is None:
+            raise ConfigError(
+                "a --store azure run needs Azurite: run `twophase services up --azure` or set "
+                "TWOPHASE_AZURE_CONNECTION_STRING"
+            )
+        return AzureStorageOptions(connection_string=self.azure.connection_string())
+
+    def store_options(self, store: str) -> S3Options | AzureStorageOptions:
+        """The checkpoint storage's and the Delta table's options on ``store`` (``s3``: as
+        :meth:`storage_options`; ``azure``: :meth:`azure_options`).
+
+        Raises:
+            ConfigError: as :meth:`azure_options`.
+        """
+        return self.azure_options() if store == "azure" else self.storage_options()
 
     def storage_options(self) -> S3Options:
         """S3 settings of the sinks and checkpoints: the endpoint with its keys, or, with

@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, S3_SINK
+from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK
 from twophase.integration.jobs.flights_spec import BASE_SINKS as BASE_SINKS
 from twophase.integration.jobs.flights_spec import SINK_CHOICES as SINK_CHOICES
 from twophase.integration.jobs.flights_spec import FlightsJobSpec
@@ -177,8 +177,8 @@ def verify_run(
     reports: list[SinkReport] = []
     if KAFKA_SINK in sinks:
         reports.append(verify_kafka(spec, endpoints, expected, admin))
-    if S3_SINK in sinks:
-        reports.append(verify_s3(spec, endpoints, expected, admin))
+    if spec.file_sink in sinks:
+        reports.append(verify_s3(spec, endpoints, expected, admin, spark))
     if DELTA_SINK in sinks:
         reports.append(verify_delta(spec, endpoints, expected, spark, admin))
     reports += [r for r in verify_optional_sinks(spec, endpoints, expected) if r.sink in sinks]

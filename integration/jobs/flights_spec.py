@@ -30,8 +30,23 @@ BASE_SINKS = ("kafka", "s3", "delta")
 OPTIONAL_SINK_NAMES = ("postgres", "iceberg")
 """The optional sinks, each with a service of its own
 (:data:`~twophase.integration.jobs.flights_sinks.OPTIONAL_SINKS`)."""
-SINK_CHOICES = (*BASE_SINKS, *OPTIONAL_SINK_NAMES)
-"""Every name ``--sinks`` accepts."""
+STORES = ("s3", "azure", "gcs")
+"""Where a run keeps its checkpoints, its files and its Delta table (``--store``): MinIO, Azurite
+(``abfss://``) or fake-gcs-server (``gs://``). The file sink is named after its store."""
+STORE_FILE_SINKS = STORES[1:]
+"""The file sinks of the other stores (``azure``: :mod:`twophase.connectors.azure`; ``gcs``:
+``twophase.connectors.gcs``), each in place of ``s3`` on its store."""
+SINK_CHOICES = (*BASE_SINKS, *OPTIONAL_SINK_NAMES, *STORE_FILE_SINKS)
+"""Every name ``--sinks`` accepts, in the order sinks are attached."""
+AZURE_ACCOUNT = "twophase"
+"""The storage account of ``--store azure`` runs (Azurite's, :mod:`~twophase.integration.services.azurite`):
+its name is part of every ``abfss://`` location, its key comes from the environment only."""
+GCS_REFUSED = (
+    "--store gcs is refused: Delta on gs:// is not served by fake-gcs-server (delta-rs's XML-API "
+    "uploads; fsouza/fake-gcs-server#331, #1164) and the GCS file sink (kind gcs) is not in this "
+    "build: use --store s3 or --store azure"
+)
+"""Why ``--store gcs`` runs are refused for now (one line, before anything is written)."""
 
 
 def check_sinks(sinks: Iterable[str]) -> tuple[str, ...]:
@@ -87,7 +102,12 @@ class FlightsJobSpec:
             output another executor holds (a lost executor means a fetch failure and a stage retry).
         sinks: the sinks the run writes every record to, among
             :data:`~twophase.integration.jobs.flights_sinks.SINK_CHOICES` (Kafka, S3 and Delta by
-            default; ``postgres`` too with ``twophase demo --sinks kafka,s3,delta,postgres``).
+            default; ``postgres`` too with ``twophase demo --sinks kafka,s3,delta,postgres``). On
+            another store its file sink takes the place of ``s3`` (``kafka,azure,delta``).
+        store: where the checkpoints, the files and the Delta table live, one of :data:`STORES`
+            (build a run with :meth:`on_store`). ``azure``: ``abfss://`` locations in the
+            container ``bucket`` of account :data:`AZURE_ACCOUNT` (Azurite; the key and the Blob
+            endpoint come from ``TWOPHASE_AZURE_CONNECTION_STRING`` or ``services up --azure``).
     """
 
     job_id: str
@@ -108,14 +128,19 @@ class FlightsJobSpec:
     input_uri: str = ""
     shuffle_partitions: int = 0
     sinks: tuple[str, ...] = BASE_SINKS
+    store: str = "s3"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sinks", check_sinks(self.sinks))  # a list when loaded from JSON
+        if self.store not in STORES:
+            raise ConfigError(f"store must be one of {','.join(STORES)}, got {self.store!r}")
+        object.__setattr__(self, "sinks", self._store_sinks(check_sinks(self.sinks)))  # a list from JSON
         if self.s3_format not in S3_FORMATS:
             raise ConfigError(f"s3_format must be one of {S3_FORMATS}, got {self.s3_format!r}")
-        if self.checkpoint_uri and not self.checkpoint_uri.startswith("s3://"):
+        scheme = {"s3": "s3://", "azure": "abfss://", "gcs": "gs://"}[self.store]
+        if self.checkpoint_uri and not self.checkpoint_uri.startswith(scheme):
             raise ConfigError(
-                f"checkpoint_uri must be empty or s3://bucket/prefix, got {self.checkpoint_uri!r}"
+                f"checkpoint_uri of a --store {self.store} run must be empty or {scheme}..., "
+                f"got {self.checkpoint_uri!r}"
             )
         if self.spark_checkpoint_uri and not self.spark_checkpoint_uri.startswith(("s3a://", "s3://")):
             raise ConfigError(
@@ -139,6 +164,40 @@ class FlightsJobSpec:
             object.__setattr__(self, "s3_prefix", f"flights/{self.job_id}")
         if not self.delta_uri:
             object.__setattr__(self, "delta_uri", str(Path(self.work_dir) / "delta"))
+
+    def _store_sinks(self, sinks: tuple[str, ...]) -> tuple[str, ...]:
+        """``sinks`` on this run's store: ``s3`` stands for the store's file sink; a file sink
+        of another store, or an optional sink off S3, is refused."""
+        if self.store == "gcs":
+            raise ConfigError(GCS_REFUSED)
+        if self.store != "s3":
+            sinks = tuple(self.store if s == "s3" else s for s in sinks)
+            off_store = [s for s in sinks if s in OPTIONAL_SINK_NAMES]
+            if off_store:
+                raise ConfigError(
+                    f"sinks {','.join(off_store)} run on --store s3 only: on --store {self.store} "
+                    f"choose from kafka,{self.store},delta"
+                )
+        wrong = [s for s in sinks if s in (*STORE_FILE_SINKS, "s3") and s != self.store]
+        if wrong:
+            raise ConfigError(
+                f"file sink {','.join(wrong)} does not write to --store {self.store}: "
+                f"use {self.store} (or --store {wrong[0]})"
+            )
+        return tuple(s for s in SINK_CHOICES if s in sinks)
+
+    @property
+    def file_sink(self) -> str:
+        """The name of the run's file sink: its store's (``s3``, ``azure``)."""
+        return self.store
+
+    @property
+    def files_location(self) -> str:
+        """Where the file sink writes: ``s3://bucket/prefix`` or
+        ``abfss://bucket@<account>.dfs.core.windows.net/prefix``."""
+        if self.store == "azure":
+            return f"{azure_root(self.bucket)}/{self.s3_prefix.strip('/')}"
+        return f"s3://{self.bucket}/{self.s3_prefix.strip('/')}"
 
     @property
     def checkpoint_dir(self) -> str:
@@ -200,6 +259,27 @@ class FlightsJobSpec:
         )
 
     @classmethod
+    def on_store(cls, store: str, job_id: str, work_dir: str | Path, **fields: Any) -> FlightsJobSpec:
+        """A run whose checkpoints, files and Delta table live on ``store`` (:data:`STORES`): on
+        ``s3`` the local defaults (the files on MinIO), on ``azure`` ``checkpoints/<job_id>`` and
+        ``delta/<job_id>`` in the container ``bucket`` of :data:`AZURE_ACCOUNT` beside the files;
+        Spark's checkpoint and the input stay local. ``fields`` are the spec's other fields.
+
+        Raises:
+            ConfigError: an unknown store, ``gcs`` (:data:`GCS_REFUSED`), or as the constructor.
+        """
+        if store == "gcs":
+            raise ConfigError(GCS_REFUSED)
+        if store == "azure":
+            root = azure_root(fields.get("bucket", cls.bucket))
+            fields = {
+                "checkpoint_uri": f"{root}/checkpoints/{job_id}",
+                "delta_uri": f"{root}/delta/{job_id}",
+                **fields,
+            }
+        return cls(job_id=job_id, work_dir=str(work_dir), store=store, **fields)
+
+    @classmethod
     def load(cls, work_dir: str | Path) -> FlightsJobSpec:
         """Read the manifest of ``work_dir``.
 
@@ -217,6 +297,11 @@ class FlightsJobSpec:
             raise ConfigError(f"{path} is not a version-{MANIFEST_VERSION} flights job manifest")
         fields = {k: v for k, v in body.items() if k not in ("format", "version")}
         return cls(**fields)
+
+
+def azure_root(container: str) -> str:
+    """``abfss://<container>@<AZURE_ACCOUNT>.dfs.core.windows.net`` (no trailing ``/``)."""
+    return f"abfss://{container}@{AZURE_ACCOUNT}.dfs.core.windows.net"
 
 
 def s3a(uri: str) -> str:

@@ -153,7 +153,8 @@ class BlobOps:
         """Drop the blocks staged under ``blob`` if no blob is committed there: an empty Put Block
         List with ``If-None-Match: *`` (which discards every uncommitted block, Azure "Put Block
         List"), then Delete Blob of exactly that empty blob (``If-Match``). A committed blob is
-        never touched. Returns whether anything was discarded.
+        never touched, except the empty one an earlier discard cut short between its two requests
+        left behind (:meth:`delete_if_empty`). Returns whether anything was discarded.
 
         Raises:
             ServiceUnavailableError / ConfigError: see :func:`raise_typed`.
@@ -165,7 +166,7 @@ class BlobOps:
         try:
             answer = client.commit_block_list([], match_condition=MatchConditions.IfMissing)
         except (ResourceExistsError, ResourceModifiedError):
-            return False  # a committed blob: never discarded
+            return self.delete_if_empty(blob)  # a committed blob: only an interrupted discard's goes
         except Exception as e:
             raise_typed(e, f"discard the staged blocks of {blob}")
         try:
@@ -176,9 +177,38 @@ class BlobOps:
             raise_typed(e, f"delete the emptied blob {blob}")
         return True
 
+    def delete_if_empty(self, blob: str) -> bool:
+        """Delete the committed blob at ``blob`` iff it has no block and no byte (``If-Match`` its
+        ETag): what a discard cut short after its empty Put Block List leaves. The sink never commits
+        an empty file (a file opens with its first row), so such a blob is never a commit's.
+        Returns whether it was deleted.
+
+        Raises:
+            ServiceUnavailableError / ConfigError: see :func:`raise_typed`.
+        """
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceModifiedError, ResourceNotFoundError
+
+        client = self.client.get_blob_client(blob)
+        try:
+            props = client.get_blob_properties()
+            if props.size != 0:
+                return False
+            committed, _ = client.get_block_list("committed")
+            if committed:
+                return False
+            client.delete_blob(etag=str(props.etag), match_condition=MatchConditions.IfNotModified)
+        except (ResourceNotFoundError, ResourceModifiedError):
+            return False  # gone, or changed since it was read: not ours to delete
+        except Exception as e:
+            raise_typed(e, f"delete the empty blob {blob} an interrupted discard left")
+        return True
+
     def uncommitted_names(self, prefix: str) -> list[str]:
         """Blob names under ``prefix`` that hold staged blocks and no committed blob (List Blobs
-        with ``include=uncommittedblobs``, minus the committed listing).
+        with ``include=uncommittedblobs``, minus the committed listing), and committed empty blobs
+        (zero bytes: what a discard cut short between its two requests leaves; the sink never
+        commits an empty file).
 
         Raises:
             ServiceUnavailableError / ConfigError: see :func:`raise_typed`.
@@ -188,10 +218,11 @@ class BlobOps:
             every = set(
                 self._names(self.client.list_blobs(name_starts_with=start, include=["uncommittedblobs"]))
             )
-            committed = set(self.client.list_blob_names(name_starts_with=start))
+            committed = {b.name: b.size for b in self.client.list_blobs(name_starts_with=start)}
         except Exception as e:
             raise_typed(e, f"list the blobs under {prefix or 'the container root'!r}")
-        return sorted(every - committed)
+        empty = {name for name, size in committed.items() if size == 0}
+        return sorted((every - set(committed)) | empty)
 
     @staticmethod
     def _names(listing: Iterator[Any]) -> Iterator[str]:

@@ -243,6 +243,25 @@ def test_abort_and_lingering_cleanup_discard_only_what_no_checkpoint_holds(place
     assert sink.commit(orphan) is CommitOutcome.LOST
 
 
+def test_a_discard_cut_short_after_its_empty_commit_leaves_no_empty_file_for_readers(place: Prefix) -> None:
+    """Discarding is two requests: an empty Put Block List created only if no blob exists, then
+    Delete Blob of exactly that empty blob. A driver killed between them (kill -9 during a
+    restore's lingering cleanup) left a committed zero-byte blob at a data file's name, which the
+    listing of staged blocks does not show: every later reader of the prefix met a zero-byte
+    ``.parquet`` file (pyarrow and Spark refuse it). The lingering cleanup must find and delete it."""
+    sink = AzureBlobSink("out", place.config(format="parquet"))
+    orphan = _write(sink, _ctx(1), _batch(3))
+    (f,) = orphan.files
+    # the discard's first request, as the killed driver sent it; its Delete Blob never came
+    place.client.get_blob_client(f.blob).commit_block_list([], match_condition=MatchConditions.IfMissing)
+    assert place.committed() == [f.blob]
+    scope = LingeringScope[AzureCommittable]("job", "out", up_to_checkpoint=1)
+    assert [i.id for i in list_lingering(sink, scope).items] == [f.blob]
+    assert sink.abort_lingering(scope) == 1
+    assert place.committed() == [] and place.staged_only() == []
+    assert sink.commit(orphan) is CommitOutcome.LOST  # aborted means never visible
+
+
 def test_a_committed_blob_is_never_discarded(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
     committable = _write(sink, _ctx(1), _batch(2))

@@ -461,3 +461,36 @@ def test_yarn_attempts_are_counted_from_the_submissions_outcome_lines(tmp_path: 
     )
     assert yarn_attempts(log) == 2
     assert yarn_attempts(tmp_path / "missing.log") == 0
+
+
+def test_the_azure_configuration_keeps_checkpoints_files_and_delta_on_abfss(tmp_path: Path) -> None:
+    spec = CONFIGS["azure"].spec("j1", tmp_path / "w", 14, 7)
+    root = f"abfss://{spec.bucket}@twophase.dfs.core.windows.net"
+    assert (spec.store, spec.file_sink, spec.sinks) == ("azure", "azure", ("kafka", "delta", "azure"))
+    assert spec.checkpoint_dir == f"{root}/checkpoints/j1"
+    assert spec.delta_uri == f"{root}/delta/j1"
+    assert spec.files_location == f"{root}/flights/j1"
+    assert not spec.spark_checkpoint_uri and not spec.input_uri  # Spark's own state stays local
+    spec.save()
+    assert FlightsJobSpec.load(spec.work_dir) == spec
+    assert "azure" not in LOCAL.split(",") and "gcs" not in LOCAL.split(",")
+
+
+def test_the_gcs_configuration_and_store_are_refused_by_name_saying_why() -> None:
+    with pytest.raises(ConfigError, match=r"gcs.*fake-gcs-server.*GCS file sink"):
+        configs_named("azure,gcs")
+    with pytest.raises(ConfigError, match="--store gcs is refused"):
+        FlightsJobSpec.on_store("gcs", "j", "/tmp/x")
+
+
+def test_a_run_names_the_file_sink_of_its_store_and_refuses_the_others() -> None:
+    spec = FlightsJobSpec.on_store("azure", "j", "/tmp/x", sinks=("kafka", "s3"))
+    assert spec.sinks == ("kafka", "azure")
+    with pytest.raises(ConfigError, match="file sink azure does not write to --store s3"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", sinks=("kafka", "azure"))
+    with pytest.raises(ConfigError, match="postgres run on --store s3 only"):
+        FlightsJobSpec.on_store("azure", "j", "/tmp/x", sinks=("kafka", "postgres"))
+    with pytest.raises(ConfigError, match="checkpoint_uri of a --store azure run"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", store="azure", checkpoint_uri="s3://b/c")
+    with pytest.raises(ConfigError, match="store must be one of"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", store="hdfs")

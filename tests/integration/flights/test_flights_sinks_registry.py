@@ -7,13 +7,14 @@ from twophase.integration.jobs.flights_spec import (
     BASE_SINKS,
     OPTIONAL_SINK_NAMES,
     SINK_CHOICES,
+    STORE_FILE_SINKS,
     FlightsJobSpec,
 )
 
 
 def test_every_optional_name_has_a_registered_sink_and_no_other() -> None:
     assert tuple(OPTIONAL_SINKS) == OPTIONAL_SINK_NAMES
-    assert (*BASE_SINKS, *OPTIONAL_SINK_NAMES) == SINK_CHOICES
+    assert (*BASE_SINKS, *OPTIONAL_SINK_NAMES, *STORE_FILE_SINKS) == SINK_CHOICES
     for name, load in OPTIONAL_SINKS.items():
         assert load().name == name
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from twophase.connectors.s3 import S3Sink
 from twophase.integration.chaos.runner import service_env
 from twophase.integration.jobs.flights import (
     KAFKA_SECURITY_ENV,
@@ -38,6 +39,7 @@ def _endpoints() -> FlightsEndpoints:
 def test_no_repr_shows_the_password_or_the_secret_key(tmp_path: Path) -> None:
     endpoints = _endpoints()
     kafka, s3_sink, delta = build_sinks(FlightsJobSpec("j1", str(tmp_path)), endpoints)
+    assert isinstance(s3_sink, S3Sink)
     assert kafka.config.client_config["sasl.password"] == PASSWORD  # the sink logs in with it
     for shown in (repr(endpoints), repr(kafka.config), repr(s3_sink.config), repr(delta.config)):
         assert PASSWORD not in shown and SECRET not in shown, shown
