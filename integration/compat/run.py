@@ -93,13 +93,29 @@ def _pin(name: str) -> str:
     return name
 
 
-def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 900) -> int:
+#: How long one pip step of a cell may take: a platform's pyspark 3.5 is an sdist of ~317 MB that
+#: pip downloads and builds, which took past 15 minutes with the 2-core machine's load at 24.
+STEP_TIMEOUT_S = 2400.0
+#: The exit status :func:`_run` gives a step it stopped at its time limit (as coreutils' timeout).
+TIMED_OUT = 124
+
+
+def _run(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = STEP_TIMEOUT_S
+) -> int:
+    """Run one step of a cell with its output appended to ``log``; its exit status, or
+    :data:`TIMED_OUT` (and a line in ``log``) when it ran past ``timeout_s`` seconds, so that a
+    slow step fails its cell rather than the whole run."""
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        return subprocess.run(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False, cwd=REPO
-        ).returncode
+        try:
+            return subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False, cwd=REPO
+            ).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"timed out after {timeout_s:g} s\n")
+            return TIMED_OUT
 
 
 def _freeze(venv: Path, log: Path, to: Path) -> dict[str, str]:
@@ -258,9 +274,7 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
         }
         junit = folder / "junit.xml"
         pytest = [str(venv / "bin" / "pytest"), "-m", "compat", "-p", "no:cacheprovider", "-q"]
-        try:
-            _run([*pytest, f"--junitxml={junit}", *SUBSET], log, env, CELL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+        if _run([*pytest, f"--junitxml={junit}", *SUBSET], log, env, CELL_TIMEOUT_S) == TIMED_OUT:
             result.note = f"timed out after {CELL_TIMEOUT_S} s"
         if junit.is_file():
             result.passed, result.failed, result.skipped = _counts(junit)

@@ -3,8 +3,10 @@ run that keeps the rows of the cells it did not run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from twophase.integration.compat.cells import CELLS, floor_constraints
-from twophase.integration.compat.run import CellResult, existing_rows, markdown
+from twophase.integration.compat.run import CellResult, _run, existing_rows, markdown
 from twophase.integration.services.versions import SPARK_JARS, spark_jar_set
 from twophase.integration.spark_shipping import worker_requirements
 
@@ -61,3 +63,10 @@ def test_a_platform_pin_the_install_broke_is_named_in_the_row() -> None:
     result.broken = {"aiobotocore": line}
     row = existing_rows(markdown([result], 60.0, (1.0, 1.0)))[1]["glue5.0"]
     assert "breaks aiobotocore's pin (Glue 5.0's aiobotocore 2.13.1 (under s3fs) pins botocore" in row
+
+
+def test_a_step_past_its_time_is_the_cells_failure_not_the_runs(tmp_path: Path) -> None:
+    log = tmp_path / "cell.log"
+    code = _run(["sleep", "5"], log, timeout_s=0.5)
+    assert code != 0
+    assert "timed out after 0.5 s" in log.read_text()
