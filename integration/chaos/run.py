@@ -73,7 +73,11 @@ from twophase.integration.services.postgres import postgres_server
     show_default=True,
 )
 @click.option("--max-minutes", type=float, default=None, help="Stop starting new trials after this long.")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, resolve_path=True, path_type=Path),  # event-log URIs need absolute
+    default=None,
+)
 @click.option(
     "--first-trial",
     type=click.IntRange(min=0),

@@ -353,7 +353,8 @@ def run_job_process(
     further Spark settings of a cluster run (through
     :mod:`~twophase.integration.chaos.job_with_conf`); ``yarn``: submit it to YARN in cluster mode
     (:mod:`~twophase.integration.jobs.flights_yarn`, the cluster of ``TWOPHASE_YARN_CONF_DIR``),
-    where a kill moment kills the driver's container, not this process group, and the wait goes on.
+    where a kill moment kills the driver's container, not this process group, and the wait goes on
+    (for :data:`YARN_TIMEOUT_S` at least: a submission waits for every attempt of its application).
 
     Returns:
         (exit status — negative for a signal —, whether this call sent SIGKILL).
@@ -377,6 +378,7 @@ def run_job_process(
     command = [sys.executable, "-m", module, "--work-dir", str(work_dir), *on_cluster]
     if yarn:
         command = [sys.executable, "-m", YARN_JOB, "submit", "--work-dir", str(work_dir)]
+        timeout_s = max(timeout_s, YARN_TIMEOUT_S)
         command += ["--deploy-mode", "cluster", "--event-log-dir", str(work_dir / "spark-events")]
     with log_path.open("ab") as log:
         log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
@@ -406,6 +408,10 @@ def run_job_process(
 
 
 YARN_JOB = "twophase.integration.jobs.flights_yarn"
+#: How long a YARN trial's submission may run: two driver attempts, each localizing the ~210 MB
+#: environment and starting three JVMs, took up to 10 minutes on the loaded 2-core machine, so a
+#: run past the generic 600 s would be killed from outside as hung while YARN still runs it.
+YARN_TIMEOUT_S = 1800.0
 
 
 def kill_driver_container(proc: subprocess.Popen[bytes], work_dir: Path, after_s: float) -> bool:

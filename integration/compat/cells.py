@@ -37,6 +37,8 @@ class Platform:
         recipe_adds: what the platform's recipe (docs/deploy) installs beside twophase because the
             platform's Python lacks it (pandas, which Spark's ``mapInArrow`` needs, where the
             platform ships none).
+        may_break: a package of the platform whose own requirement ``pip check`` finds unmet after
+            the install (a pin on a package twophase had to move), with why and what to do.
     """
 
     title: str
@@ -44,6 +46,7 @@ class Platform:
     packages: tuple[str, ...]
     may_move: tuple[tuple[str, str], ...] = ()
     recipe_adds: tuple[str, ...] = ()
+    may_break: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,151 @@ DATAPROC_SERVERLESS_2_2 = Platform(
     (("python-dateutil", "botocore (boto3) requires python-dateutil<3; pandas takes the newest"),),
 )
 
+#: Databricks 16.4 LTS: Spark 3.5.2 on Python 3.12 (3.12.3 there; pyenv's 3.12 here), with the
+#: setuptools it ships (pyspark 3.5 imports distutils, gone from Python 3.12). Its library versions
+#: are the release notes' "Installed Python libraries" (the same as the runtime's constraints in
+#: pietern/databricks-environments, dbr/16.4.x-scala2.12). pandas 1.5.3 has no wheel for Python 3.12
+#: on PyPI (Databricks builds its own), so the cell installs one built from pandas' sdist here.
+DATABRICKS_16_4 = Platform(
+    "Databricks 16.4 LTS",
+    "https://docs.databricks.com/aws/en/release-notes/runtime/16.4lts",
+    (
+        "pyspark==3.5.2",
+        "setuptools==74.0.0",
+        "pandas==1.5.3",
+        "pyarrow==15.0.2",
+        "numpy==1.26.4",
+        "boto3==1.34.69",
+        "botocore==1.34.69",
+        "s3transfer==0.10.2",
+        "python-dateutil==2.9.0.post0",
+        "click==8.1.7",
+        "tenacity==8.2.2",
+        "packaging==24.1",
+        "typing_extensions==4.11.0",
+        "urllib3==1.26.16",
+        "requests==2.32.2",
+    ),
+    _BOTO3_MOVES,
+)
+
+_GLUE_MODULES = "https://docs.aws.amazon.com/glue/latest/dg/aws-glue-programming-python-libraries.html"
+
+#: AWS Glue 5.0: Spark 3.5.4 on Python 3.11 (AWS Glue versions, release-notes.html). The packages
+#: are "Python modules already provided in AWS Glue" for 5.0, without the plotting stack
+#: (matplotlib, seaborn, plotly, kaleido and their pillow, contourpy, cycler, fonttools, kiwisolver,
+#: pyparsing), which nothing of twophase's requires, and without the venv's own pip. Glue's s3fs
+#: reaches S3 through aiobotocore, which pins botocore below 1.34.132.
+GLUE_5_0 = Platform(
+    "AWS Glue 5.0",
+    _GLUE_MODULES,
+    (
+        "pyspark==3.5.4",
+        "aiobotocore==2.13.1",
+        "aiohappyeyeballs==2.3.5",
+        "aiohttp==3.10.1",
+        "aioitertools==0.11.0",
+        "aiosignal==1.3.1",
+        "appdirs==1.4.4",
+        "attrs==24.2.0",
+        "boto3==1.34.131",
+        "botocore==1.34.131",
+        "certifi==2024.7.4",
+        "charset-normalizer==3.3.2",
+        "frozenlist==1.4.1",
+        "fsspec==2024.6.1",
+        "idna==2.10",
+        "jmespath==0.10.0",
+        "multidict==6.0.5",
+        "numpy==1.26.4",
+        "packaging==24.1",
+        "pandas==2.2.2",
+        "pyarrow==17.0.0",
+        "python-dateutil==2.9.0.post0",
+        "pytz==2024.1",
+        "requests==2.32.2",
+        "s3fs==2024.6.1",
+        "s3transfer==0.10.2",
+        "setuptools==59.6.0",
+        "six==1.16.0",
+        "tenacity==9.0.0",
+        "tzdata==2024.1",
+        "urllib3==1.25.10",
+        "wrapt==1.16.0",
+        "yarl==1.9.4",
+    ),
+    _BOTO3_MOVES,
+    may_break=(
+        (
+            "aiobotocore",
+            "Glue 5.0's aiobotocore 2.13.1 (under s3fs) pins botocore<1.34.132, below the 1.35.2 the "
+            "S3 checkpoint storage needs: a job that also reads S3 through s3fs/pandas must add a "
+            "newer s3fs and aiobotocore to --additional-python-modules",
+        ),
+    ),
+)
+
+#: AWS Glue 5.1: Spark 3.5.6 on Python 3.11 (AWS Glue versions; Migrating to AWS Glue 5.1). The
+#: packages are the same page's list for 5.1, without the plotting stack (as for 5.0: matplotlib,
+#: seaborn, plotly, kaleido, choreographer, logistro, narwhals, orjson, simplejson, pillow,
+#: contourpy, cycler, fonttools, kiwisolver, pyparsing), the test tools (pytest, pytest-timeout,
+#: iniconfig, pluggy, Pygments) and the installers (pip, uv, virtualenv, distlib, filelock,
+#: platformdirs).
+GLUE_5_1 = Platform(
+    "AWS Glue 5.1",
+    _GLUE_MODULES,
+    (
+        "pyspark==3.5.6",
+        "aiobotocore==2.25.1",
+        "aiohappyeyeballs==2.6.1",
+        "aiohttp==3.13.2",
+        "aioitertools==0.12.0",
+        "aiosignal==1.4.0",
+        "appdirs==1.4.4",
+        "attrs==25.4.0",
+        "boto3==1.40.61",
+        "botocore==1.40.61",
+        "certifi==2025.10.5",
+        "charset-normalizer==3.4.4",
+        "frozenlist==1.8.0",
+        "fsspec==2025.10.0",
+        "idna==3.11",
+        "jmespath==1.0.1",
+        "multidict==6.7.0",
+        "numpy==2.3.4",
+        "packaging==25.0",
+        "pandas==2.3.3",
+        "propcache==0.4.1",
+        "pyarrow==22.0.0",
+        "python-dateutil==2.9.0.post0",
+        "pytz==2025.2",
+        "requests==2.32.5",
+        "s3fs==2025.10.0",
+        "s3transfer==0.14.0",
+        "setuptools==79.0.1",
+        "six==1.17.0",
+        "tenacity==9.1.2",
+        "typing_extensions==4.15.0",
+        "tzdata==2025.2",
+        "urllib3==2.5.0",
+        "wrapt==1.17.3",
+        "yarl==1.22.0",
+    ),
+)
+
+#: Dataproc on Compute Engine, image 2.2 (Debian 12): Spark 3.5 on Python 3.11 in the image's conda
+#: environment. The patch release of Spark moves with the sub-minor image (3.5.0 in the first 2.2
+#: images; 3.5.3 is taken here as a later one's: check the "2.2.x release versions" page for the
+#: image you create). As for Serverless, the image pages list no Python library versions, so the
+#: cell installs pandas and pyarrow as pip resolves them, below pandas 3 (pyspark 3.5's pandas API
+#: predates it).
+DATAPROC_2_2 = Platform(
+    "Dataproc 2.2 on Compute Engine",
+    "https://cloud.google.com/dataproc/docs/concepts/versioning/dataproc-version-clusters",
+    ("pyspark==3.5.3", "pandas<3", "pyarrow"),
+    (("python-dateutil", "botocore (boto3) requires python-dateutil<3; pandas takes the newest"),),
+)
+
 #: Spark 3.5.0 (the floor: Databricks 15.4 LTS, EMR 7.0) to 4.3; every Python a Spark supports at
 #: least once (Spark 3.5 cells stop at 3.11 unless the platform installs setuptools: its pandas
 #: helpers import distutils, gone in 3.12; Spark 4.3 needs Python 3.11 or later). Then the platform
@@ -139,6 +287,10 @@ CELLS: tuple[Cell, ...] = (
     Cell("3.5.0", "3.11", platform=EMR_7_0, label="emr7.0"),
     Cell("3.5.6", "3.11", platform=EMR_7_13, label="emr7.13"),
     Cell("3.5.1", "3.12", platform=DATAPROC_SERVERLESS_2_2, label="dataproc-serverless2.2"),
+    Cell("3.5.2", "3.12", platform=DATABRICKS_16_4, label="databricks16.4"),
+    Cell("3.5.4", "3.11", platform=GLUE_5_0, label="glue5.0"),
+    Cell("3.5.6", "3.11", platform=GLUE_5_1, label="glue5.1"),
+    Cell("3.5.3", "3.11", platform=DATAPROC_2_2, label="dataproc2.2"),
 )
 
 #: The development environment's cell: what `make test` runs.

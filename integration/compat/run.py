@@ -59,6 +59,8 @@ class CellResult:
     note: str = ""
     #: a platform cell's packages that plain twophase moved: name -> "before → after"
     moved: dict[str, str] = field(default_factory=dict)
+    #: a platform cell's packages whose own requirements the install left unmet: name -> pip check's line
+    broken: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -91,13 +93,29 @@ def _pin(name: str) -> str:
     return name
 
 
-def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = 900) -> int:
+#: How long one pip step of a cell may take: a platform's pyspark 3.5 is an sdist of ~317 MB that
+#: pip downloads and builds, which took past 15 minutes with the 2-core machine's load at 24.
+STEP_TIMEOUT_S = 2400.0
+#: The exit status :func:`_run` gives a step it stopped at its time limit (as coreutils' timeout).
+TIMED_OUT = 124
+
+
+def _run(
+    cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout_s: float = STEP_TIMEOUT_S
+) -> int:
+    """Run one step of a cell with its output appended to ``log``; its exit status, or
+    :data:`TIMED_OUT` (and a line in ``log``) when it ran past ``timeout_s`` seconds, so that a
+    slow step fails its cell rather than the whole run."""
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        return subprocess.run(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False, cwd=REPO
-        ).returncode
+        try:
+            return subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout_s, check=False, cwd=REPO
+            ).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"timed out after {timeout_s:g} s\n")
+            return TIMED_OUT
 
 
 def _freeze(venv: Path, log: Path, to: Path) -> dict[str, str]:
@@ -106,6 +124,21 @@ def _freeze(venv: Path, log: Path, to: Path) -> dict[str, str]:
     frozen = _versions(venv)
     to.write_text("".join(f"{name}=={v}\n" for name, v in sorted(frozen.items())))
     return frozen
+
+
+def _unmet(venv: Path, log: Path) -> dict[str, str]:
+    """``pip check``'s complaints in ``venv`` (also appended to ``log``), by the complaining package's
+    name: a requirement of an installed package that what is installed does not meet."""
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "check", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    with log.open("a") as f:
+        f.write(f"$ pip check\n{out}")
+    lines = [line.strip() for line in out.splitlines() if " requires " in line or " has requirement " in line]
+    return {line.split()[0].lower(): line for line in lines}
 
 
 def _declared_extras(wheel: Path) -> set[str]:
@@ -118,12 +151,15 @@ def _declared_extras(wheel: Path) -> set[str]:
 def install_on_platform(cell: Cell, venv: Path, wheel: Path, folder: Path, log: Path) -> dict[str, str] | str:
     """A platform cell's install: the platform's packages, then plain twophase (with the connector
     extras the wheel has) as a user installs it there; the platform's packages that moved (name ->
-    ``before → after``), or why the cell failed (a package moved that the platform does not allow)."""
+    ``before → after``), or why the cell failed (a package moved, or a platform package's own
+    requirement broke, that the platform does not name). The broken requirements (``pip check``
+    after the install, less those already unmet before it) are written to ``broken.json``."""
     assert cell.platform is not None
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     if _run([*pip, *cell.platform.packages], log) != 0:
         return "pip could not install the platform's packages (see its log)"
     before = _freeze(venv, log, folder / "freeze-platform.txt")
+    unmet_before = _unmet(venv, log)
     extras = sorted(_declared_extras(wheel) & {"kafka", "s3", "postgres"})
     twophase = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
     if _run([*pip, twophase, *cell.platform.recipe_adds], log) != 0:
@@ -134,6 +170,11 @@ def install_on_platform(cell: Cell, venv: Path, wheel: Path, folder: Path, log: 
     unexpected = sorted(set(moved) - set(allowed))
     if unexpected:
         return "twophase moved the platform's " + ", ".join(f"{n} {moved[n]}" for n in unexpected)
+    broken = {n: line for n, line in _unmet(venv, log).items() if unmet_before.get(n) != line}
+    (folder / "broken.json").write_text(json.dumps(broken))
+    unexpected = sorted(set(broken) - set(dict(cell.platform.may_break)))
+    if unexpected:
+        return "twophase broke the platform's " + "; ".join(broken[n] for n in unexpected)
     return moved
 
 
@@ -203,6 +244,7 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
     log = folder / "cell.log"
     log.write_text("")
     (folder / "moved.json").unlink(missing_ok=True)
+    (folder / "broken.json").unlink(missing_ok=True)
     python = find_python(cell.python)
     if python is None:
         result.note = f"no Python {cell.python} here (pyenv install {cell.python}): cell skipped"
@@ -215,6 +257,8 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
         result.versions = _versions(venv)
         if (folder / "moved.json").is_file():
             result.moved = json.loads((folder / "moved.json").read_text())
+        if (folder / "broken.json").is_file():
+            result.broken = json.loads((folder / "broken.json").read_text())
         result.python = subprocess.run(
             [str(venv / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
             capture_output=True,
@@ -230,9 +274,7 @@ def run_cell(cell: Cell, wheel: Path, services_env: dict[str, str], root: Path) 
         }
         junit = folder / "junit.xml"
         pytest = [str(venv / "bin" / "pytest"), "-m", "compat", "-p", "no:cacheprovider", "-q"]
-        try:
-            _run([*pytest, f"--junitxml={junit}", *SUBSET], log, env, CELL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+        if _run([*pytest, f"--junitxml={junit}", *SUBSET], log, env, CELL_TIMEOUT_S) == TIMED_OUT:
             result.note = f"timed out after {CELL_TIMEOUT_S} s"
         if junit.is_file():
             result.passed, result.failed, result.skipped = _counts(junit)
@@ -292,6 +334,9 @@ def _row(r: CellResult) -> str:
     why = dict(r.cell.platform.may_move)
     moved = "; ".join(f"{n} {v} ({why.get(n, 'not allowed')})" for n, v in sorted(r.moved.items()))
     moved = moved or "nothing"
+    breaks = dict(r.cell.platform.may_break)
+    for package in sorted(r.broken):
+        moved += f"; breaks {package}'s pin ({breaks.get(package, 'not allowed')})"
     if r.cell.platform.recipe_adds:
         moved += f"; the recipe adds {', '.join(r.cell.platform.recipe_adds)}"
     v = r.versions

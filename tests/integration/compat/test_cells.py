@@ -3,8 +3,10 @@ run that keeps the rows of the cells it did not run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from twophase.integration.compat.cells import CELLS, floor_constraints
-from twophase.integration.compat.run import CellResult, existing_rows, markdown
+from twophase.integration.compat.run import CellResult, _run, existing_rows, markdown
 from twophase.integration.services.versions import SPARK_JARS, spark_jar_set
 from twophase.integration.spark_shipping import worker_requirements
 
@@ -44,3 +46,27 @@ def test_a_partial_run_keeps_the_rows_of_the_cells_it_did_not_run() -> None:
     third = markdown([_result("spark4.2.0-py3.11", 9)], 60.0, (1.0, 1.0), existing_rows(second))
     assert list(existing_rows(third)[0]) == ["spark4.2.0-py3.11", "spark3.5.0-py3.11-floor"]
     assert "| 9 | 0 | 0 |" in existing_rows(third)[0]["spark4.2.0-py3.11"]
+
+
+def test_every_platform_cell_cites_its_documentation_and_ships_its_own_spark() -> None:
+    platforms = [c for c in CELLS if c.platform is not None]
+    assert {"databricks16.4", "glue5.0", "glue5.1", "dataproc2.2"} <= {c.name for c in platforms}
+    for cell in platforms:
+        assert cell.platform is not None
+        assert cell.platform.source.startswith("https://")
+        assert f"pyspark=={cell.spark}" in cell.platform.packages
+
+
+def test_a_platform_pin_the_install_broke_is_named_in_the_row() -> None:
+    result = _result("glue5.0", 14)
+    line = "aiobotocore 2.13.1 has requirement botocore<1.34.132,>=1.34.70, but you have botocore 1.44.8."
+    result.broken = {"aiobotocore": line}
+    row = existing_rows(markdown([result], 60.0, (1.0, 1.0)))[1]["glue5.0"]
+    assert "breaks aiobotocore's pin (Glue 5.0's aiobotocore 2.13.1 (under s3fs) pins botocore" in row
+
+
+def test_a_step_past_its_time_is_the_cells_failure_not_the_runs(tmp_path: Path) -> None:
+    log = tmp_path / "cell.log"
+    code = _run(["sleep", "5"], log, timeout_s=0.5)
+    assert code != 0
+    assert "timed out after 0.5 s" in log.read_text()
