@@ -19,7 +19,12 @@ Same input stream, same services, same ``local[2]`` session, side by side in one
   ``PathOutputCommitProtocol`` and ``BindingParquetOutputCommitter``, ``fs.s3a.committer.name=magic``:
   no rename, no copy); Delta written idempotently (``txnAppId`` = the run, ``txnVersion`` = the
   batch id: a replayed batch is skipped); the Kafka writer with the producer settings twophase's
-  sink uses, stated in :data:`KAFKA_TUNED`.
+  sink uses, stated in :data:`KAFKA_TUNED`. Tuned from Spark's own metrics of its first version
+  (BENCHMARKS.md): Delta's snapshot state, which every ``txnVersion`` check rebuilds, on one
+  partition per core (:data:`EXPERT_TUNED`), and the three writer threads kept for the run.
+- ``foreach_batch_expert_first`` (at the first sweep point only): the expert recipe as first
+  built (Delta's default of 50 snapshot partitions, three new threads per batch), for the
+  breakdown beside the tuned one.
 - ``foreach_batch_recompute`` (at the first sweep point only): the serial recipe without
   ``persist()``: each writer recomputes the batch's plan. A new user's first try.
 
@@ -38,9 +43,20 @@ checkpoint); each recipe's batches split per writer (``persist``, ``kafka``, ``p
 ``delta``; the expert recipe's ``writers`` is the three together). At the first point the one-pass
 job also runs with each sink alone (``twophase_kafka``, ``twophase_s3``, ``twophase_delta``).
 
+Spark's own metrics per writer and phase (``spark_jobs``): every job a recipe's writer submits
+carries the local property :data:`PHASE_PROPERTY` (``<point>/<writer>|<round>|<phase>``), Delta's
+internal jobs included (they run in the writer's thread); the session writes its event log and
+:func:`job_breakdown` sums each phase's jobs, tasks, executor CPU, task run time, GC and job wall
+time from it (medians over the rounds). Beside them: each phase's CPU on the driver JVM thread
+that ran it (``*_driver_cpu_ms``: planning, the committer's job commit, Delta's commit) and the
+JVM's own CPU per run (``jvm_cpu_s``: tasks, driver threads, GC and JIT together).
+
 ``python -m benchmarks.bench_fanout``; ``TWOPHASE_BENCH_RUNS`` sets the rounds,
 ``TWOPHASE_BENCH_FANOUT_SWEEP=28k,280k`` the points, ``TWOPHASE_BENCH_SCALE`` the share of each
-point's days (see :mod:`benchmarks.common`).
+point's days (see :mod:`benchmarks.common`), ``TWOPHASE_BENCH_FANOUT_WRITERS`` a subset of the
+recipes (twophase always runs), ``TWOPHASE_BENCH_FANOUT_WARM_UP=first`` warms up at the first
+point only, ``TWOPHASE_BENCH_FANOUT_EVENTS`` a folder that receives the event
+log and ``TWOPHASE_BENCH_FANOUT_PARTIAL`` a file that receives each point's figures as it ends.
 """
 
 from __future__ import annotations
@@ -297,8 +313,12 @@ class FanOut:
                 if magic is not writer.startswith("foreach_batch_expert"):
                     raise AssertionError(f"{writer}: Parquet committed by the magic committer: {magic}")
 
-        for warm_up in writers.values():  # every path once: JVM, Python workers, jars, connection pools
-            warm_up(-1)
+        # every path once: JVM, Python workers, jars, connection pools; with
+        # TWOPHASE_BENCH_FANOUT_WARM_UP=first only at the first point (the later points find every
+        # path warm: each writer ran 1 + rounds times in this JVM already)
+        if first or os.environ.get("TWOPHASE_BENCH_FANOUT_WARM_UP") != "first":
+            for warm_up in writers.values():
+                warm_up(-1)
         times = common.side_by_side(writers, common.runs(ROUNDS), check)
         recipes = sorted(
             (w for w in writers if w.startswith("foreach_batch")), key=lambda w: statistics.median(times[w])
