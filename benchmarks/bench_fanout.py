@@ -55,7 +55,8 @@ JVM's own CPU per run (``jvm_cpu_s``: tasks, driver threads, GC and JIT together
 ``TWOPHASE_BENCH_FANOUT_SWEEP=28k,280k`` the points, ``TWOPHASE_BENCH_SCALE`` the share of each
 point's days (see :mod:`benchmarks.common`), ``TWOPHASE_BENCH_FANOUT_WRITERS`` a subset of the
 recipes (twophase always runs), ``TWOPHASE_BENCH_FANOUT_WARM_UP=first`` warms up at the first
-point only, ``TWOPHASE_BENCH_FANOUT_EVENTS`` a folder that receives the event
+point only, ``TWOPHASE_BENCH_FANOUT_BATCHES=28k=4,280k=1`` fewer micro-batches per run at a point,
+``TWOPHASE_BENCH_FANOUT_EVENTS`` a folder that receives the event
 log and ``TWOPHASE_BENCH_FANOUT_PARTIAL`` a file that receives each point's figures as it ends.
 """
 
@@ -516,6 +517,16 @@ def run() -> dict[str, Any]:
     env = common.machine()
     scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-fanout-"))
     points = sweep_points()
+    # TWOPHASE_BENCH_FANOUT_BATCHES="28k=4,280k=1": micro-batches per run at a point (whole batches
+    # of FILES_PER_TRIGGER days), fewer than SWEEP's on a machine too loaded for the full input
+    batches = {
+        name.strip(): int(count)
+        for name, _, count in (
+            item.partition("=")
+            for item in os.environ.get("TWOPHASE_BENCH_FANOUT_BATCHES", "").split(",")
+            if item
+        )
+    }
     hadoop_cloud = common.hadoop_cloud_jar()
     results: dict[str, Any] = {}
     with kafka_service() as bootstrap, s3_service() as s3:
@@ -539,6 +550,8 @@ def run() -> dict[str, Any]:
                     FILES_PER_TRIGGER,
                     min(point_days, round(point_days * common.scaled(1_000_000) / 1_000_000)),
                 )
+                if point in batches:
+                    days = min(point_days, batches[point] * FILES_PER_TRIGGER)
                 results[point] = bench.point(point, copies, days, first=i == 0)
                 partial = os.environ.get("TWOPHASE_BENCH_FANOUT_PARTIAL")
                 if partial:  # each point as it completes (a long sweep may be cut short)
