@@ -56,6 +56,7 @@ JVM's own CPU per run (``jvm_cpu_s``: tasks, driver threads, GC and JIT together
 point's days (see :mod:`benchmarks.common`), ``TWOPHASE_BENCH_FANOUT_WRITERS`` a subset of the
 recipes (twophase always runs), ``TWOPHASE_BENCH_FANOUT_WARM_UP=first`` warms up at the first
 point only, ``TWOPHASE_BENCH_FANOUT_BATCHES=28k=4,280k=1`` fewer micro-batches per run at a point,
+``TWOPHASE_BENCH_FANOUT_RUNS`` a file that receives each run as a JSON line,
 ``TWOPHASE_BENCH_FANOUT_EVENTS`` a folder that receives the event
 log and ``TWOPHASE_BENCH_FANOUT_PARTIAL`` a file that receives each point's figures as it ends.
 """
@@ -277,6 +278,9 @@ class FanOut:
                     cpu.setdefault(name, []).append(tree_cpu_s([os.getpid()], exclude=self.services) - engine)
                     jvm_cpu.setdefault(name, []).append(tree_cpu_s(jvm) - in_jvm)
                     service_cpu.setdefault(name, []).append(tree_cpu_s(self.services) - svc)
+                    figures = {"cpu_s": cpu[name][-1], "jvm_cpu_s": jvm_cpu[name][-1]}
+                    figures["services_cpu_s"] = service_cpu[name][-1]
+                    self.log_run(point, name, r, start, figures, stages.get(name, [{}])[-1])
                 return out
 
             return measured
@@ -344,6 +348,33 @@ class FanOut:
                 for w, runs in stages.items()
             },
         }
+
+    def log_run(
+        self,
+        point: str,
+        writer: str,
+        r: int,
+        start_ms: float,
+        figures: dict[str, float],
+        breakdown: dict[str, float],
+    ) -> None:
+        """One timed run's figures (CPU-seconds) and breakdown (ms) as a JSON line appended to
+        ``TWOPHASE_BENCH_FANOUT_RUNS`` (if set): what a sweep cut short still reports (its wall
+        seconds include the run's own set-up, the topic's creation)."""
+        path = os.environ.get("TWOPHASE_BENCH_FANOUT_RUNS")
+        if not path:
+            return
+        line = {
+            "point": point,
+            "writer": writer,
+            "round": r,
+            "wall_s": round(time.time() - start_ms / 1000, 3),
+            **{k: round(v, 2) for k, v in figures.items()},
+            "breakdown_ms": {k: round(v, 1) for k, v in breakdown.items()},
+            "load": os.getloadavg(),
+        }
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
 
     def committed_by(self, prefix: str) -> str | None:
         """:func:`common.committed_by` in the benchmark's bucket."""
