@@ -49,7 +49,8 @@ internal jobs included (they run in the writer's thread); the session writes its
 :func:`job_breakdown` sums each phase's jobs, tasks, executor CPU, task run time, GC and job wall
 time from it (medians over the rounds). Beside them: each phase's CPU on the driver JVM thread
 that ran it (``*_driver_cpu_ms``: planning, the committer's job commit, Delta's commit) and the
-JVM's own CPU per run (``jvm_cpu_s``: tasks, driver threads, GC and JIT together).
+CPU of the JVM's process tree per run (``jvm_cpu_s``: tasks, driver threads, GC, JIT and the
+Python workers the JVM forks; the engine's ``cpu_s`` adds the driver's Python).
 
 ``python -m benchmarks.bench_fanout``; ``TWOPHASE_BENCH_RUNS`` sets the rounds,
 ``TWOPHASE_BENCH_FANOUT_SWEEP=28k,280k`` the points, ``TWOPHASE_BENCH_SCALE`` the share of each
