@@ -19,7 +19,12 @@ Same input stream, same services, same ``local[2]`` session, side by side in one
   ``PathOutputCommitProtocol`` and ``BindingParquetOutputCommitter``, ``fs.s3a.committer.name=magic``:
   no rename, no copy); Delta written idempotently (``txnAppId`` = the run, ``txnVersion`` = the
   batch id: a replayed batch is skipped); the Kafka writer with the producer settings twophase's
-  sink uses, stated in :data:`KAFKA_TUNED`.
+  sink uses, stated in :data:`KAFKA_TUNED`. Tuned from Spark's own metrics of its first version
+  (BENCHMARKS.md): Delta's snapshot state, which every ``txnVersion`` check rebuilds, on one
+  partition per core (:data:`EXPERT_TUNED`), and the three writer threads kept for the run.
+- ``foreach_batch_expert_first`` (at the first sweep point only): the expert recipe as first
+  built (Delta's default of 50 snapshot partitions, three new threads per batch), for the
+  breakdown beside the tuned one.
 - ``foreach_batch_recompute`` (at the first sweep point only): the serial recipe without
   ``persist()``: each writer recomputes the batch's plan. A new user's first try.
 
@@ -38,9 +43,23 @@ checkpoint); each recipe's batches split per writer (``persist``, ``kafka``, ``p
 ``delta``; the expert recipe's ``writers`` is the three together). At the first point the one-pass
 job also runs with each sink alone (``twophase_kafka``, ``twophase_s3``, ``twophase_delta``).
 
+Spark's own metrics per writer and phase (``spark_jobs``): every job a recipe's writer submits
+carries the local property :data:`PHASE_PROPERTY` (``<point>/<writer>|<round>|<phase>``), Delta's
+internal jobs included (they run in the writer's thread); the session writes its event log and
+:func:`job_breakdown` sums each phase's jobs, tasks, executor CPU, task run time, GC and job wall
+time from it (medians over the rounds). Beside them: each phase's CPU on the driver JVM thread
+that ran it (``*_driver_cpu_ms``: planning, the committer's job commit, Delta's commit) and the
+CPU of the JVM's process tree per run (``jvm_cpu_s``: tasks, driver threads, GC, JIT and the
+Python workers the JVM forks; the engine's ``cpu_s`` adds the driver's Python).
+
 ``python -m benchmarks.bench_fanout``; ``TWOPHASE_BENCH_RUNS`` sets the rounds,
 ``TWOPHASE_BENCH_FANOUT_SWEEP=28k,280k`` the points, ``TWOPHASE_BENCH_SCALE`` the share of each
-point's days (see :mod:`benchmarks.common`).
+point's days (see :mod:`benchmarks.common`), ``TWOPHASE_BENCH_FANOUT_WRITERS`` a subset of the
+recipes (twophase always runs), ``TWOPHASE_BENCH_FANOUT_WARM_UP=first`` warms up at the first
+point only, ``TWOPHASE_BENCH_FANOUT_BATCHES=28k=4,280k=1`` fewer micro-batches per run at a point,
+``TWOPHASE_BENCH_FANOUT_RUNS`` a file that receives each run as a JSON line,
+``TWOPHASE_BENCH_FANOUT_EVENTS`` a folder that receives the event
+log and ``TWOPHASE_BENCH_FANOUT_PARTIAL`` a file that receives each point's figures as it ends.
 """
 
 from __future__ import annotations
@@ -53,7 +72,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,6 +104,16 @@ KAFKA_TUNED = {
 ``acks=all`` and idempotence, which a transactional producer implies). The Java producer's own
 defaults are ``linger.ms`` 0 (5 from Kafka 4.0), ``batch.size`` 16,384 and no compression."""
 
+EXPERT_TUNED = {"spark.databricks.delta.snapshotPartitions": "2"}
+"""What the tuned expert recipe sets beyond the first one (issue #44 item 2), from Spark's own
+metrics of the first (see BENCHMARKS.md): each write with ``txnAppId``/``txnVersion`` reads the
+table's set transactions from the snapshot's full state (delta-spark 4.4's
+``Snapshot.transactions`` computes the state; the ``.crc`` file's copy is not used there), a Spark
+job of ``spark.databricks.delta.snapshotPartitions`` tasks, 50 by default: on 2 cores and a table
+of a few dozen files, 50 tasks a batch cost more CPU than the three writers together. Delta's own
+description of the setting: "Number of partitions to use when building a Delta Lake snapshot";
+one per core here."""
+
 KAFKA_FIRST_TRY = {"kafka.linger.ms": "20", "kafka.compression.type": "lz4"}
 """The serial recipes' producer settings, as earlier runs of this benchmark had them."""
 
@@ -94,6 +123,94 @@ def sweep_points() -> dict[str, tuple[int, int]]:
     wanted = os.environ.get("TWOPHASE_BENCH_FANOUT_SWEEP")
     names = [n.strip() for n in wanted.split(",")] if wanted else list(SWEEP)
     return {n: SWEEP[n] for n in names}
+
+
+PHASE_PROPERTY = "twophase.bench.phase"
+"""The Spark local property naming the run and phase (``<writer>|<round>|<phase>``) of the jobs a
+driver thread submits: Spark copies a thread's local properties into each job's
+``SparkListenerJobStart``, so the event log attributes every job (Delta's own included) to it."""
+
+
+JOB_FIELDS: dict[str, float] = {
+    "jobs": 0,
+    "tasks": 0,
+    "task_cpu_s": 0.0,
+    "task_run_s": 0.0,
+    "gc_s": 0.0,
+    "job_wall_s": 0.0,
+}
+"""What :func:`job_breakdown` sums per phase, each starting at 0."""
+
+
+def job_breakdown(
+    event_log: Path, windows: Sequence[tuple[str, float, float]] = ()
+) -> dict[str, dict[str, float]]:
+    """Spark's own task metrics per tagged phase (:data:`PHASE_PROPERTY`), from one event log.
+
+    Returns:
+        ``{"<writer>|<round>|<phase>": {"jobs", "tasks", "task_cpu_s" (executor CPU, from
+        ``Executor CPU Time`` + ``Executor Deserialize CPU Time``), "task_run_s" (``Executor Run
+        Time``), "gc_s", "job_wall_s" (submission to completion, summed)}}``; a Delta job (its
+        description starts with ``Delta``) under ``<phase>/delta-log`` too. Jobs without the
+        property go to ``"<label>|other"`` of the window ``(label, start_ms, end_ms)`` of
+        ``windows`` their submission falls in (a run whose query thread did not inherit the
+        property), else to ``"untagged"``.
+    """
+    stage_job: dict[int, str] = {}
+    submitted: dict[int, tuple[str, int]] = {}
+    out: dict[str, dict[str, float]] = {}
+
+    def add(key: str, field: str, value: float) -> None:
+        out.setdefault(key, dict(JOB_FIELDS))[field] += value
+
+    with event_log.open() as lines:
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:  # cut off at the end
+                continue
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                props = event.get("Properties") or {}
+                at = event.get("Submission Time", 0)
+                inside = [label for label, start, end in windows if start <= at <= end]
+                key = props.get(PHASE_PROPERTY) or (f"{inside[0]}|other" if inside else "untagged")
+                if str(props.get("spark.job.description", "")).startswith("Delta"):
+                    key += "/delta-log"
+                for stage in event.get("Stage IDs", ()):
+                    stage_job[stage] = key
+                submitted[event["Job ID"]] = (key, event.get("Submission Time", 0))
+                add(key, "jobs", 1)
+            elif kind == "SparkListenerJobEnd" and event.get("Job ID") in submitted:
+                key, at = submitted.pop(event["Job ID"])
+                add(key, "job_wall_s", (event.get("Completion Time", at) - at) / 1000)
+            elif kind == "SparkListenerTaskEnd":
+                key = stage_job.get(event.get("Stage ID", -1), "untagged")
+                m = event.get("Task Metrics") or {}
+                add(key, "tasks", 1)
+                cpu_ns = m.get("Executor CPU Time", 0) + m.get("Executor Deserialize CPU Time", 0)
+                add(key, "task_cpu_s", cpu_ns / 1e9)
+                add(key, "task_run_s", m.get("Executor Run Time", 0) / 1000)
+                add(key, "gc_s", m.get("JVM GC Time", 0) / 1000)
+    return {key: {field: round(value, 3) for field, value in row.items()} for key, row in out.items()}
+
+
+def phase_medians(jobs: dict[str, dict[str, float]], writer: str, rounds: int) -> dict[str, dict[str, float]]:
+    """``writer``'s phases from :func:`job_breakdown`, each field's median over ``rounds`` rounds
+    (a round without the phase counts 0)."""
+    phases = {key.split("|", 2)[2] for key in jobs if key.startswith(f"{writer}|") and key.count("|") == 2}
+    return {
+        phase: {
+            field: round(
+                statistics.median(
+                    jobs.get(f"{writer}|{r}|{phase}", JOB_FIELDS)[field] for r in range(rounds)
+                ),
+                2,
+            )
+            for field in JOB_FIELDS
+        }
+        for phase in sorted(phases)
+    }
 
 
 class FanOut:
@@ -110,6 +227,10 @@ class FanOut:
         self.run_id = run_id
         self.services = services
         """The services' processes (Kafka, MinIO): their CPU is reported apart from the engine's."""
+        self.windows: list[tuple[str, float, float]] = []
+        """Each run's ``(<point>/<writer>|<round>, start, end)``, epoch ms (:func:`job_breakdown`)."""
+        self.at = ""
+        """The sweep point being measured (tags the jobs, :data:`PHASE_PROPERTY`)."""
 
     def spec(self, point: str, tag: str, r: int, days: int) -> Any:
         """The job spec of ``tag``'s round ``r`` (-1: the warm-up) at ``point``."""
@@ -134,17 +255,33 @@ class FanOut:
         from twophase.integration.jobs import flights_data
 
         rows = flights_data.land(days).rows * copies
+        self.at = point
         stages: dict[str, list[dict[str, float]]] = {}
         cpu: dict[str, list[float]] = {}
         service_cpu: dict[str, list[float]] = {}
 
+        jvm_cpu: dict[str, list[float]] = {}
+        jvm = [int(self.spark._jvm.java.lang.ProcessHandle.current().pid())]  # type: ignore[union-attr]
+
         def metered(name: str, fn: Callable[[int], object]) -> Callable[[int], object]:
             def measured(r: int) -> object:
                 engine, svc = tree_cpu_s([os.getpid()], exclude=self.services), tree_cpu_s(self.services)
-                out = fn(r)
+                in_jvm = tree_cpu_s(jvm)
+                # the run's jobs not tagged by a phase of their own (the one-pass job's, the stream's)
+                self.spark.sparkContext.setLocalProperty(PHASE_PROPERTY, f"{point}/{name}|{r}|other")
+                start = time.time() * 1000
+                try:
+                    out = fn(r)
+                finally:
+                    self.spark.sparkContext.setLocalProperty(PHASE_PROPERTY, None)  # type: ignore[arg-type]
+                    self.windows.append((f"{point}/{name}|{r}", start, time.time() * 1000))
                 if r >= 0:
                     cpu.setdefault(name, []).append(tree_cpu_s([os.getpid()], exclude=self.services) - engine)
+                    jvm_cpu.setdefault(name, []).append(tree_cpu_s(jvm) - in_jvm)
                     service_cpu.setdefault(name, []).append(tree_cpu_s(self.services) - svc)
+                    figures = {"cpu_s": cpu[name][-1], "jvm_cpu_s": jvm_cpu[name][-1]}
+                    figures["services_cpu_s"] = service_cpu[name][-1]
+                    self.log_run(point, name, r, start, figures, stages.get(name, [{}])[-1])
                 return out
 
             return measured
@@ -158,6 +295,9 @@ class FanOut:
             "foreach_batch_expert": self.recipe(spec, "foreach_batch_expert", "expert", copies, stages),
         }
         if first:
+            writers["foreach_batch_expert_first"] = self.recipe(
+                spec, "foreach_batch_expert_first", "expert_first", copies, stages
+            )
             writers["foreach_batch_recompute"] = self.recipe(
                 spec, "foreach_batch_recompute", "recompute", copies, stages
             )
@@ -165,6 +305,10 @@ class FanOut:
                 writers[f"twophase_{sink}"] = self.one_pass(
                     spec, f"twophase_{sink}", (sink,), rows, copies, stages
                 )
+        wanted = os.environ.get("TWOPHASE_BENCH_FANOUT_WRITERS")
+        if wanted:  # a diagnostic run of some writers (twophase always: the ratios need it)
+            names = {"twophase", *(n.strip() for n in wanted.split(","))}
+            writers = {name: fn for name, fn in writers.items() if name in names}
         writers = {name: metered(name, fn) for name, fn in writers.items()}
 
         def check(writer: str, r: int, result: object) -> None:
@@ -172,11 +316,15 @@ class FanOut:
                 count = self.spark.read.format("delta").load(result.delta_uri).count()  # type: ignore[attr-defined]
                 assert count == rows, count
                 magic = self.committed_by(result.s3_prefix) == "magic"  # type: ignore[attr-defined]
-                if magic is not (writer == "foreach_batch_expert"):
+                if magic is not writer.startswith("foreach_batch_expert"):
                     raise AssertionError(f"{writer}: Parquet committed by the magic committer: {magic}")
 
-        for warm_up in writers.values():  # every path once: JVM, Python workers, jars, connection pools
-            warm_up(-1)
+        # every path once: JVM, Python workers, jars, connection pools; with
+        # TWOPHASE_BENCH_FANOUT_WARM_UP=first only at the first point (the later points find every
+        # path warm: each writer ran 1 + rounds times in this JVM already)
+        if first or os.environ.get("TWOPHASE_BENCH_FANOUT_WARM_UP") != "first":
+            for warm_up in writers.values():
+                warm_up(-1)
         times = common.side_by_side(writers, common.runs(ROUNDS), check)
         recipes = sorted(
             (w for w in writers if w.startswith("foreach_batch")), key=lambda w: statistics.median(times[w])
@@ -189,6 +337,7 @@ class FanOut:
                 w: {
                     **common.summary(t, rows),
                     "cpu_s": round(statistics.median(cpu[w]), 1),
+                    "jvm_cpu_s": round(statistics.median(jvm_cpu[w]), 1),
                     "services_cpu_s": round(statistics.median(service_cpu[w]), 1),
                 }
                 for w, t in times.items()
@@ -200,6 +349,33 @@ class FanOut:
                 for w, runs in stages.items()
             },
         }
+
+    def log_run(
+        self,
+        point: str,
+        writer: str,
+        r: int,
+        start_ms: float,
+        figures: dict[str, float],
+        breakdown: dict[str, float],
+    ) -> None:
+        """One timed run's figures (CPU-seconds) and breakdown (ms) as a JSON line appended to
+        ``TWOPHASE_BENCH_FANOUT_RUNS`` (if set): what a sweep cut short still reports (its wall
+        seconds include the run's own set-up, the topic's creation)."""
+        path = os.environ.get("TWOPHASE_BENCH_FANOUT_RUNS")
+        if not path:
+            return
+        line = {
+            "point": point,
+            "writer": writer,
+            "round": r,
+            "wall_s": round(time.time() - start_ms / 1000, 3),
+            **{k: round(v, 2) for k, v in figures.items()},
+            "breakdown_ms": {k: round(v, 1) for k, v in breakdown.items()},
+            "load": os.getloadavg(),
+        }
+        with open(path, "a") as out:
+            out.write(json.dumps(line) + "\n")
 
     def committed_by(self, prefix: str) -> str | None:
         """:func:`common.committed_by` in the benchmark's bucket."""
@@ -258,20 +434,38 @@ class FanOut:
 
         spark = self.spark
 
+        expert = how in ("expert", "expert_first")
+
         def run_recipe(r: int) -> object:
             s = spec(tag, r)
+            # the tuned recipe keeps its three writer threads for the whole run (each Python
+            # thread is pinned to a JVM thread of its own); the first one started three per batch
+            kept = ThreadPoolExecutor(3, thread_name_prefix="fan-out") if how == "expert" else None
             create_topic(self.bootstrap, s.topic, s.kafka_partitions)
             parquet = f"s3a://{BUCKET}/{s.s3_prefix}"
             spent: dict[str, float] = {}
 
+            threads = spark._jvm.java.lang.management.ManagementFactory.getThreadMXBean()  # type: ignore[union-attr]
+
             def timed(stage: str, step: Callable[[], object]) -> None:
-                start = time.perf_counter()
-                step()
-                spent[stage] = spent.get(stage, 0.0) + (time.perf_counter() - start) * 1000
+                """``step`` with its jobs tagged ``stage`` (:data:`PHASE_PROPERTY`); its wall time
+                and the CPU of the driver's JVM thread that runs it (planning, the committer's job
+                commit, Delta's log) into ``spent``."""
+                phase = stage.removesuffix("_ms")
+                before = spark.sparkContext.getLocalProperty(PHASE_PROPERTY)
+                spark.sparkContext.setLocalProperty(PHASE_PROPERTY, f"{self.at}/{tag}|{r}|{phase}")
+                cpu, start = threads.getCurrentThreadCpuTime(), time.perf_counter()
+                try:
+                    step()
+                finally:
+                    spent[stage] = spent.get(stage, 0.0) + (time.perf_counter() - start) * 1000
+                    driver_cpu = (threads.getCurrentThreadCpuTime() - cpu) / 1e6
+                    spent[f"{phase}_driver_cpu_ms"] = spent.get(f"{phase}_driver_cpu_ms", 0.0) + driver_cpu
+                    spark.sparkContext.setLocalProperty(PHASE_PROPERTY, before)  # type: ignore[arg-type]
 
             def to_kafka(batch: Any) -> None:
                 records = batch.selectExpr(f"CAST({KEY_COLUMN} AS STRING) AS key", VALUE_COLUMN)
-                tuned = KAFKA_TUNED if how == "expert" else KAFKA_FIRST_TRY
+                tuned = KAFKA_TUNED if expert else KAFKA_FIRST_TRY
                 writer = records.write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
                 writer.options(**tuned).option("topic", s.topic).save()
 
@@ -280,7 +474,7 @@ class FanOut:
 
             def to_delta(typed: Any, batch_id: int) -> None:
                 writer = typed.write.format("delta").mode("append")
-                if how == "expert":  # idempotent: a replayed batch is skipped
+                if expert:  # idempotent: a replayed batch is skipped
                     writer = writer.option("txnAppId", s.job_id).option("txnVersion", batch_id)
                 writer.save(s.delta_uri)
 
@@ -293,15 +487,19 @@ class FanOut:
 
             def fan_out(batch: Any, batch_id: int) -> None:
                 typed = batch.select(*TYPED_COLUMNS)
-                if how == "expert":
+                if expert:
                     timed("persist_ms", lambda: batch.persist().count())
                     steps = {
-                        "kafka": lambda: to_kafka(batch),
-                        "parquet": lambda: to_parquet(typed),
-                        "delta": lambda: to_delta(typed, batch_id),
+                        "kafka": lambda: timed("kafka_ms", lambda: to_kafka(batch)),
+                        "parquet": lambda: timed("parquet_ms", lambda: to_parquet(typed)),
+                        "delta": lambda: timed("delta_ms", lambda: to_delta(typed, batch_id)),
                     }
 
                     def all_three() -> None:
+                        if kept is not None:
+                            for done in [kept.submit(in_pool, name, step) for name, step in steps.items()]:
+                                done.result()
+                            return
                         with ThreadPoolExecutor(len(steps), thread_name_prefix="fan-out") as pool:
                             for done in [pool.submit(in_pool, name, step) for name, step in steps.items()]:
                                 done.result()
@@ -317,7 +515,10 @@ class FanOut:
                     timed("persist_ms", batch.unpersist)
 
             with common.session_conf(
-                spark, common.MAGIC_COMMITTER if how == "expert" else common.CLASSIC_COMMITTER
+                spark,
+                {**common.MAGIC_COMMITTER, **(EXPERT_TUNED if how == "expert" else {})}
+                if expert
+                else common.CLASSIC_COMMITTER,
             ):
                 query = (
                     flights_stream(spark, s, copies)
@@ -326,7 +527,11 @@ class FanOut:
                     .trigger(availableNow=True)
                     .start()
                 )
-                query.awaitTermination()
+                try:
+                    query.awaitTermination()
+                finally:
+                    if kept is not None:
+                        kept.shutdown()
             if r >= 0:
                 stages.setdefault(tag, []).append(spent)
             return s
@@ -344,14 +549,26 @@ def run() -> dict[str, Any]:
     env = common.machine()
     scratch = Path(tempfile.mkdtemp(prefix="twophase-bench-fanout-"))
     points = sweep_points()
+    # TWOPHASE_BENCH_FANOUT_BATCHES="28k=4,280k=1": micro-batches per run at a point (whole batches
+    # of FILES_PER_TRIGGER days), fewer than SWEEP's on a machine too loaded for the full input
+    batches = {
+        name.strip(): int(count)
+        for name, _, count in (
+            item.partition("=")
+            for item in os.environ.get("TWOPHASE_BENCH_FANOUT_BATCHES", "").split(",")
+            if item
+        )
+    }
     hadoop_cloud = common.hadoop_cloud_jar()
     results: dict[str, Any] = {}
     with kafka_service() as bootstrap, s3_service() as s3:
         services = children_of(os.getpid())  # started before Spark: every child now is a service
         endpoints = FlightsEndpoints(bootstrap, s3)
         s3.ensure_bucket(BUCKET)
+        events = scratch / "events"
         spark = flights_spark_session(
             endpoints,
+            event_log_dir=events,
             extra_conf={
                 "spark.scheduler.mode": "FAIR",
                 "spark.jars": ",".join([*spark_jars(), hadoop_cloud]),
@@ -365,9 +582,27 @@ def run() -> dict[str, Any]:
                     FILES_PER_TRIGGER,
                     min(point_days, round(point_days * common.scaled(1_000_000) / 1_000_000)),
                 )
+                if point in batches:
+                    days = min(point_days, batches[point] * FILES_PER_TRIGGER)
                 results[point] = bench.point(point, copies, days, first=i == 0)
+                partial = os.environ.get("TWOPHASE_BENCH_FANOUT_PARTIAL")
+                if partial:  # each point as it completes (a long sweep may be cut short)
+                    done = {"points": results, "windows": bench.windows, "load": os.getloadavg()}
+                    Path(partial).write_text(json.dumps(done, indent=2))
         finally:
             spark.stop()
+            # Spark's own metrics per writer and phase, read once the event log is complete
+            logs = sorted(p for p in events.iterdir() if p.is_file()) if events.is_dir() else []
+            jobs: dict[str, dict[str, float]] = {}
+            for event_log in logs:
+                jobs.update(job_breakdown(event_log, bench.windows))
+            for point, result in results.items():
+                result["spark_jobs"] = {
+                    w: phase_medians(jobs, f"{point}/{w}", common.runs(ROUNDS)) for w in result["writers"]
+                }
+            keep = os.environ.get("TWOPHASE_BENCH_FANOUT_EVENTS")
+            if keep and events.is_dir():  # the raw event log, for reading it further
+                shutil.copytree(events, keep, dirs_exist_ok=True)
             shutil.rmtree(scratch, ignore_errors=True)
     return {
         "files_per_trigger": FILES_PER_TRIGGER,
