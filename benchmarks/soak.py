@@ -142,11 +142,31 @@ def month_table(spec: FlightsJobSpec, scratch: Path) -> tuple[str, int]:
     return str(path), table.num_rows
 
 
-def rows_produced(fs: pafs.FileSystem, spark_checkpoint: str, rows_per_second: int) -> int:
-    """The rows the rate source produced up to Spark's last committed batch: the end offset of
-    that batch (``offsets/<n>``, whose last line is the rate source's offset, seconds since the
-    query was created) times ``rows_per_second`` (no ramp-up). ``spark_checkpoint`` is a path of
-    ``fs``.
+@dataclass(frozen=True)
+class Produced:
+    """The rows the rate source produced, from Spark's checkpoint (no ramp-up: a batch's end
+    offset, seconds since the query was created, times the rows per second).
+
+    Attributes:
+        committed: up to the last batch in Spark's commit log.
+        planned: up to the last batch in its offset log. A drain's final checkpoint commits the
+            last batch to the sinks before Spark records it in its commit log (a restart would
+            replay it and twophase would find it committed), so the sinks hold either.
+    """
+
+    committed: int
+    planned: int
+
+    def expected(self, highest: int | None) -> int:
+        """The rows every sink must hold, given the highest ``soak-<v>`` any sink holds: the
+        planned rows if a sink holds a row beyond the committed ones, else the committed rows."""
+        return self.planned if highest is not None and highest >= self.committed else self.committed
+
+
+def rows_produced(fs: pafs.FileSystem, spark_checkpoint: str, rows_per_second: int) -> Produced:
+    """The rows the rate source produced by Spark's last committed and last planned batches
+    (``commits/<n>``, ``offsets/<n>``, whose last line is the rate source's offset);
+    ``spark_checkpoint`` is a path of ``fs``.
 
     Raises:
         ValueError: no committed batch.
@@ -157,12 +177,14 @@ def rows_produced(fs: pafs.FileSystem, spark_checkpoint: str, rows_per_second: i
         infos = fs.get_file_info(pafs.FileSelector(f"{spark_checkpoint}/{folder}", allow_not_found=True))
         return [int(i.base_name) for i in infos if i.base_name.isdigit()]
 
+    def rows(batch: int) -> int:
+        with fs.open_input_stream(f"{spark_checkpoint}/offsets/{batch}") as f:
+            return int(f.read().decode().strip().splitlines()[-1]) * rows_per_second
+
     committed = batches("commits")
     if not committed:
         raise ValueError(f"{spark_checkpoint} has no committed batch")
-    with fs.open_input_stream(f"{spark_checkpoint}/offsets/{max(committed)}") as f:
-        seconds = int(f.read().decode().strip().splitlines()[-1])
-    return seconds * rows_per_second
+    return Produced(rows(max(committed)), rows(max(batches("offsets"))))
 
 
 def exact(name: str, ids: Sequence[str], total: int) -> dict[str, Any]:
@@ -179,9 +201,12 @@ def exact(name: str, ids: Sequence[str], total: int) -> dict[str, Any]:
     }
 
 
-def read_back(spec: FlightsJobSpec, endpoints: FlightsEndpoints, total: int) -> list[dict[str, Any]]:
+def read_back(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints, produced: Produced
+) -> tuple[int, list[dict[str, Any]]]:
     """Every sink's ``flight_id``s, each with a reader that is not its writer (a ``read_committed``
-    consumer, pyarrow's S3 dataset, deltalake), and what each left lingering."""
+    consumer, pyarrow's S3 dataset, deltalake), against the rows ``produced`` (the same total for
+    all three), and what each left lingering. Returns the total and the sinks' reports."""
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
@@ -198,14 +223,22 @@ def read_back(spec: FlightsJobSpec, endpoints: FlightsEndpoints, total: int) -> 
     ).to_table(columns=["flight_id"])
     options = build_sinks(spec, endpoints)[2].config.delta_storage_options()
     delta = DeltaTable(spec.delta_uri, storage_options=options).to_pyarrow_table(columns=["flight_id"])
-    reports = [
-        exact(KAFKA_SINK, kafka, total),
-        exact(S3_SINK, s3.column("flight_id").to_pylist(), total),
-        exact(DELTA_SINK, delta.column("flight_id").to_pylist(), total),
+    ids = {
+        KAFKA_SINK: kafka,
+        S3_SINK: s3.column("flight_id").to_pylist(),
+        DELTA_SINK: delta.column("flight_id").to_pylist(),
+    }
+    numbers = [
+        int(i.removeprefix("soak-"))
+        for found in ids.values()
+        for i in found
+        if i.removeprefix("soak-").isdigit()
     ]
+    total = produced.expected(max(numbers, default=None))
+    reports = [exact(sink, found, total) for sink, found in ids.items()]
     for report in reports:
         report["lingering"] = len(lingering_items(spec, endpoints, report["sink"]).items)
-    return reports
+    return total, reports
 
 
 def slopes(samples: Sequence[Sample], warm_up_min: float) -> list[soak_fit.Slope]:
@@ -434,8 +467,8 @@ def soak(out: Path, settings: Settings) -> dict[str, Any]:
         maintainer.shutdown(wait=True)
         rounds.close()
         fs = s3_filesystem(endpoints)
-        total = rows_produced(fs, s3_path(spec.spark_checkpoint), settings.rows_per_second)
-        reports = read_back(spec, endpoints, total)
+        produced = rows_produced(fs, s3_path(spec.spark_checkpoint), settings.rows_per_second)
+        total, reports = read_back(spec, endpoints, produced)
     samples = [loaded(line) for line in (out / "samples.jsonl").read_text().splitlines() if line]
     epochs = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines() if line]
     finished = json.loads((out / "segment-1.json").read_text())
@@ -446,6 +479,7 @@ def soak(out: Path, settings: Settings) -> dict[str, Any]:
         "killed_at_minute": killed_at,
         "epochs": {"driver 0 (killed)": killed.epochs if killed else 0, "driver 1": finished["epochs"]},
         "records": total,
+        "produced": dataclasses.asdict(produced),
         "rows_per_second": settings.rows_per_second,
         "partitions": settings.partitions,
         "trigger_ms": settings.trigger_ms,

@@ -40,7 +40,9 @@ def test_exact_counts_duplicates_missing_and_unexpected_ids() -> None:
     )
 
 
-def test_the_rows_produced_are_the_last_committed_batchs_offset_times_the_rate(tmp_path: Path) -> None:
+def test_the_rows_produced_are_the_last_committed_and_planned_batches_offsets_times_the_rate(
+    tmp_path: Path,
+) -> None:
     checkpoint = tmp_path / "spark"
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "commits").mkdir()
@@ -49,7 +51,12 @@ def test_the_rows_produced_are_the_last_committed_batchs_offset_times_the_rate(t
         (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{seconds}")
     for batch in (0, 1):  # batch 2 was planned, never committed: Spark replays it
         (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
-    assert soak.rows_produced(pafs.LocalFileSystem(), str(checkpoint), 200) == 9 * 200
+    produced = soak.rows_produced(pafs.LocalFileSystem(), str(checkpoint), 200)
+    assert (produced.committed, produced.planned) == (9 * 200, 14 * 200)
+    # a drained final batch is in the sinks before Spark's commit log: the planned rows are due
+    assert produced.expected(highest=9 * 200) == 14 * 200
+    assert produced.expected(highest=9 * 200 - 1) == 9 * 200
+    assert produced.expected(highest=None) == 9 * 200
 
 
 def test_a_sample_survives_its_json_line() -> None:
