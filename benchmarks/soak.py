@@ -543,7 +543,11 @@ def judge(
 @click.option("--trigger-ms", type=int, default=500, show_default=True, help="processingTime trigger")
 @click.option("--sample-s", type=float, default=60.0, show_default=True)
 @click.option(
-    "--warm-up-min", type=float, default=5.0, show_default=True, help="left out of each segment's fit"
+    "--warm-up-min",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="left out of each segment's fit: the JVM sizes its heap, Spark's checkpoint fills to 100 batches",
 )
 @click.option(
     "--maintain-every-min", type=float, default=None, help="OPTIMIZE and VACUUM the Delta table this often"
