@@ -106,9 +106,13 @@ def maintain(
     table's retention), and expire old log entries. Returns what it did: files compacted and
     added, files vacuumed, seconds."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     started = time.monotonic()
-    table = DeltaTable(table_uri, storage_options=storage_options)
+    try:
+        table = DeltaTable(table_uri, storage_options=storage_options)
+    except TableNotFoundError:  # the job has not committed its first epoch yet
+        return {"skipped": "no table yet"}
     if retention is not None:
         wanted = retention.properties()
         if any(table.metadata().configuration.get(k) != v for k, v in wanted.items()):
@@ -123,6 +127,18 @@ def maintain(
         "vacuumed": len(vacuumed),
         "seconds": round(time.monotonic() - started, 2),
     }
+
+
+def maintenance_round(
+    table_uri: str, retention: Retention | None, storage_options: dict[str, str] | None
+) -> dict[str, Any]:
+    """:func:`maintain` in the maintainer's process, a failure returned as ``{"error": ...}``:
+    delta-rs's exceptions do not pickle back to the soak, and a failed round is a finding to
+    report (the soak fails on it), not a reason to leave the job's driver running unattended."""
+    try:
+        return maintain(table_uri, retention, storage_options)
+    except Exception as e:  # any: reported whole to the parent process, which fails the soak
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def month_table(spec: FlightsJobSpec, scratch: Path) -> tuple[str, int]:
@@ -423,6 +439,7 @@ def soak(out: Path, settings: Settings) -> dict[str, Any]:
         maintainer = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         rounds = (out / "maintenance.jsonl").open("w")
         maintenance: Future[dict[str, Any]] | None = None
+        maintenance_errors: list[str] = []
         every = settings.maintain_every_min
         next_maintenance = time.monotonic() + (every or 0) * 60
 
@@ -430,40 +447,55 @@ def soak(out: Path, settings: Settings) -> dict[str, Any]:
             nonlocal maintenance, next_maintenance
             if maintenance is not None and maintenance.done():
                 done = {"minute": round((time.time() - started) / 60, 2), **maintenance.result()}
+                if "error" in done:
+                    maintenance_errors.append(
+                        f"Delta maintenance at minute {done['minute']}: {done['error']}"
+                    )
                 rounds.write(json.dumps(done) + "\n")
                 rounds.flush()
                 log.info("soak maintenance: %s", done)
                 maintenance = None
             if every and maintenance is None and time.monotonic() >= next_maintenance:
-                maintenance = maintainer.submit(maintain, spec.delta_uri, settings.retention, delta_options)
+                maintenance = maintainer.submit(
+                    maintenance_round, spec.delta_uri, settings.retention, delta_options
+                )
                 next_maintenance += every * 60
 
         first = drivers.start(0, end, settings.epochs)
-        restart_at = started + settings.minutes * 60 / 2
-        while True:  # the first driver until half the time or half the epochs, then kill -9
-            if first.poll() is not None:
-                raise click.ClickException(
-                    f"soak driver 0 ended by itself ({first.returncode}): see driver-0.log"
-                )
-            sample = last_sample(out, 0)
-            if time.time() >= restart_at or (sample is not None and sample.epochs >= settings.epochs / 2):
-                break
-            tend_table()
-            time.sleep(2.0)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-        killed = last_sample(out, 0)
-        killed_at = round((time.time() - started) / 60, 2)
-        log.info("soak: driver 0 killed at minute %.1f after %s epochs", killed_at, killed and killed.epochs)
-        second = drivers.start(1, end, max(1, settings.epochs - (killed.epochs if killed else 0)))
-        while second.poll() is None:
-            tend_table()
-            time.sleep(2.0)
-        if second.returncode != 0:
-            raise click.ClickException(f"soak driver 1 failed ({second.returncode}): see driver-1.log")
-        if maintenance is not None:
-            maintenance.result()
-            tend_table()
+        second: subprocess.Popen[bytes] | None = None
+        try:
+            restart_at = started + settings.minutes * 60 / 2
+            while True:  # the first driver until half the time or half the epochs, then kill -9
+                if first.poll() is not None:
+                    raise click.ClickException(
+                        f"soak driver 0 ended by itself ({first.returncode}): see driver-0.log"
+                    )
+                sample = last_sample(out, 0)
+                if time.time() >= restart_at or (sample is not None and sample.epochs >= settings.epochs / 2):
+                    break
+                tend_table()
+                time.sleep(2.0)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+            killed = last_sample(out, 0)
+            killed_at = round((time.time() - started) / 60, 2)
+            log.info(
+                "soak: driver 0 killed at minute %.1f after %s epochs", killed_at, killed and killed.epochs
+            )
+            second = drivers.start(1, end, max(1, settings.epochs - (killed.epochs if killed else 0)))
+            while second.poll() is None:
+                tend_table()
+                time.sleep(2.0)
+            if second.returncode != 0:
+                raise click.ClickException(f"soak driver 1 failed ({second.returncode}): see driver-1.log")
+            if maintenance is not None:
+                maintenance.result()
+                tend_table()
+        finally:  # the soak failed: no driver of it goes on running unattended
+            for proc in (first, second):
+                if proc is not None and proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         maintainer.shutdown(wait=True)
         rounds.close()
         fs = s3_filesystem(endpoints)
@@ -487,6 +519,7 @@ def soak(out: Path, settings: Settings) -> dict[str, Any]:
         "maintain_every_min": every,
         "retention_min": dataclasses.asdict(settings.retention) if settings.retention else "Delta's defaults",
         "read_back": reports,
+        "maintenance_errors": maintenance_errors,
     }
     return judge(out, samples, epochs, result, settings.warm_up_min)
 
@@ -507,6 +540,7 @@ def judge(
     old_gen = [s.jvm_old_gen_mb for s in samples]
     failures = [s.line() for s in soak_fit.growing(fitted)]
     failures += [f"sink {r['sink']} is not exact: {r}" for r in result.get("read_back", []) if not r["exact"]]
+    failures += list(result.get("maintenance_errors", []))
     failures += [
         f"sink {r['sink']} left {r['lingering']} lingering"
         for r in result.get("read_back", [])

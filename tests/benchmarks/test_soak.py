@@ -127,3 +127,13 @@ def test_the_verdict_names_a_leaking_figure_and_an_inexact_sink(tmp_path: Path) 
         "sink delta is not exact: {'sink': 'delta', 'exact': False, 'lingering': 2}",
         "sink delta left 2 lingering",
     ]
+
+
+def test_a_maintenance_round_before_the_first_commit_skips_and_a_failure_comes_back_as_text(
+    tmp_path: Path,
+) -> None:
+    assert soak.maintain(str(tmp_path / "none"), None) == {"skipped": "no table yet"}
+    (tmp_path / "broken" / "_delta_log").mkdir(parents=True)
+    (tmp_path / "broken" / "_delta_log" / f"{0:020d}.json").write_text("not json\n")
+    failed = soak.maintenance_round(str(tmp_path / "broken"), None, None)
+    assert list(failed) == ["error"] and failed["error"]
