@@ -182,10 +182,8 @@ class Produced:
 def rows_produced(fs: pafs.FileSystem, spark_checkpoint: str, rows_per_second: int) -> Produced:
     """The rows the rate source produced by Spark's last committed and last planned batches
     (``commits/<n>``, ``offsets/<n>``, whose last line is the rate source's offset);
-    ``spark_checkpoint`` is a path of ``fs``.
-
-    Raises:
-        ValueError: no committed batch.
+    ``spark_checkpoint`` is a path of ``fs``; no batch counts as 0 rows (a job killed and drained
+    before its first batch committed).
     """
     import pyarrow.fs as pafs
 
@@ -197,10 +195,8 @@ def rows_produced(fs: pafs.FileSystem, spark_checkpoint: str, rows_per_second: i
         with fs.open_input_stream(f"{spark_checkpoint}/offsets/{batch}") as f:
             return int(f.read().decode().strip().splitlines()[-1]) * rows_per_second
 
-    committed = batches("commits")
-    if not committed:
-        raise ValueError(f"{spark_checkpoint} has no committed batch")
-    return Produced(rows(max(committed)), rows(max(batches("offsets"))))
+    committed, planned = batches("commits"), batches("offsets")
+    return Produced(rows(max(committed)) if committed else 0, rows(max(planned)) if planned else 0)
 
 
 def exact(name: str, ids: Sequence[str], total: int) -> dict[str, Any]:
@@ -234,15 +230,25 @@ def read_back(
         json.loads(r.value or b"{}")["flight_id"]
         for r in read_topic(endpoints.kafka_bootstrap, spec.topic, "read_committed", 600.0)
     ]
-    s3 = ds.dataset(
-        f"{spec.bucket}/{spec.s3_prefix.strip('/')}", filesystem=s3_filesystem(endpoints), partitioning="hive"
-    ).to_table(columns=["flight_id"])
+    import pyarrow.fs as pafs
+    from deltalake.exceptions import TableNotFoundError
+
+    fs = s3_filesystem(endpoints)
+    prefix = f"{spec.bucket}/{spec.s3_prefix.strip('/')}"
+    s3: list[str] = []
+    if fs.get_file_info(prefix).type != pafs.FileType.NotFound:  # nothing committed: no prefix at all
+        files = ds.dataset(prefix, filesystem=fs, partitioning="hive").to_table(columns=["flight_id"])
+        s3 = files.column("flight_id").to_pylist()
     options = build_sinks(spec, endpoints)[2].config.delta_storage_options()
-    delta = DeltaTable(spec.delta_uri, storage_options=options).to_pyarrow_table(columns=["flight_id"])
+    try:
+        delta = DeltaTable(spec.delta_uri, storage_options=options).to_pyarrow_table(columns=["flight_id"])
+        in_delta = delta.column("flight_id").to_pylist()
+    except TableNotFoundError:  # nothing committed: no table
+        in_delta = []
     ids = {
         KAFKA_SINK: kafka,
-        S3_SINK: s3.column("flight_id").to_pylist(),
-        DELTA_SINK: delta.column("flight_id").to_pylist(),
+        S3_SINK: s3,
+        DELTA_SINK: in_delta,
     }
     numbers = [
         int(i.removeprefix("soak-"))

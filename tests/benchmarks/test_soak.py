@@ -57,6 +57,8 @@ def test_the_rows_produced_are_the_last_committed_and_planned_batches_offsets_ti
     assert produced.expected(highest=9 * 200) == 14 * 200
     assert produced.expected(highest=9 * 200 - 1) == 9 * 200
     assert produced.expected(highest=None) == 9 * 200
+    empty = soak.rows_produced(pafs.LocalFileSystem(), str(tmp_path / "none"), 200)
+    assert (empty.committed, empty.planned) == (0, 0)
 
 
 def test_a_sample_survives_its_json_line() -> None:
