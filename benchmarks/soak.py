@@ -1,29 +1,47 @@
-"""The soak: the flights job's three sinks on an endless stream for hours (issue #29 item 5).
+"""The soak: the flights job's three sinks on an endless stream for hours, with a driver restart
+in the middle, judged by the slope of every figure (issues #29 item 5 and #44 item 5).
 
-A streaming job runs for hours in production, so this measures how its cost grows with time.
-The stream is the flights job's (:func:`~twophase.integration.jobs.flights.enrich` on January
-2013's flights), fed continuously by Spark's ``rate`` source: row ``v`` is flight ``v mod n`` of
+A streaming job runs for weeks in production, so this measures how its cost grows with time, and
+fails when something grows. The stream is the flights job's
+(:func:`~twophase.integration.jobs.flights.enrich` on January 2013's flights), fed continuously by
+Spark's ``rate`` source in ``--partitions`` partitions (64 by default: 64 subtasks an epoch, each
+with its own Kafka transaction and its own S3 and Delta files): row ``v`` is flight ``v mod n`` of
 the month, with ``flight_id = soak-<v>``, so every id is unique and the read-back is exact. A
-``processingTime`` trigger runs it into the real Kafka, MinIO and Delta sinks (checkpoints on
-local storage, retention as configured by default) until ``--minutes`` have passed or
-``--epochs`` epochs are done, whichever comes first; then the job stops with a drain (the final
-checkpoint, FLIP-147), each sink is read back by a reader that is not its writer and lingering
-state is counted.
+``processingTime`` trigger runs it into the real Kafka, MinIO and Delta sinks, with twophase's
+checkpoints, Spark's checkpoint and the Delta table all on S3 (MinIO), the table at Delta's default
+retention.
 
-Every ``--sample-s`` seconds one :class:`Sample` is taken: the medians of the epochs completed
-since the last sample (write, persist, commit), the Python driver's and the JVM driver's RSS,
-threads and open file descriptors, the checkpoint storage's bytes, Spark's own checkpoint bytes,
-the Kafka transactional ids the broker knows for the job, and the Delta log's size.
+**The restart.** The job runs in a driver process of its own (``benchmarks/soak_driver.py``).
+Halfway (half of ``--minutes`` or of ``--epochs``, whichever comes first) the soak kills it —
+SIGKILL to its process group: Python, its JVM and the Python workers die at once, in whatever
+epoch they were — and starts a second driver, which restores the job from the ``s3://`` checkpoint
+(re-commit, abort lingering, Spark replays the open batch from its ``s3a://`` checkpoint) and runs
+until ``--minutes`` have passed or ``--epochs`` epochs are done in all; then it stops with a drain
+(the final checkpoint, FLIP-147).
+
+**The read-back.** Spark's last committed batch says how many rows the rate source produced
+(its offset is seconds since the query was created, times ``--rows-per-second``); every sink is
+read back by a reader that is not its writer (a ``read_committed`` consumer, pyarrow's S3 dataset,
+deltalake) and must hold exactly ``soak-0 … soak-<rows-1>``, each once; lingering state is counted.
+
+**The verdict.** Each driver samples itself every ``--sample-s`` seconds
+(:class:`~benchmarks.soak_driver.Sample`: latency medians, both processes' RSS, threads and open
+descriptors, the JVM's old generation after GC from its management beans, the checkpoints' and
+the Delta log's bytes on S3, the Kafka ids) and logs every epoch. Every figure gets a slope with a
+95 % confidence interval per segment (``benchmarks/soak_fit.py``, where each threshold and its
+reason is stated); the soak exits non-zero naming every figure whose slope's upper bound is above
+its threshold, and when a sink is not exact. p50, p99 and the maximum of epoch and commit times
+come from every epoch after warm-up.
 
 With ``--maintain-every-min``, the table is maintained as a production Delta table is, by a
-process of its own beside the job: OPTIMIZE (compaction), then VACUUM, with
-``delta.deletedFileRetentionDuration`` and ``delta.logRetentionDuration`` set once to
-``--retention-min`` and ``--log-retention-min`` (its log checkpoints then expire old commits).
-Each maintenance's figures go to ``maintenance.jsonl``.
+process of its own beside the job: OPTIMIZE (compaction), then VACUUM and log cleanup at the
+table's retention (Delta's defaults — 7 days of removed files, 30 days of log — unless
+``--retention-min`` and ``--log-retention-min`` set it). Each maintenance's figures go to
+``maintenance.jsonl``.
 
 ``make soak`` (services up first); ``python -m benchmarks.soak --help`` for the settings. Writes
-``samples.jsonl``, ``result.json``, the plot ``soak.png`` (matplotlib) and ``table.md`` (first
-window's medians against the last window's) to ``--out``.
+``samples.jsonl``, ``epochs.jsonl``, ``result.json`` (read-back, percentiles, slopes), the plot
+``soak.png`` (matplotlib) and ``table.md`` (the slopes) to ``--out``.
 """
 
 from __future__ import annotations
@@ -31,141 +49,38 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
 import os
-import statistics
+import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from benchmarks import common
+from benchmarks import common, soak_fit
+from benchmarks.soak_driver import FIGURES, Process, Sample, loaded, s3_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    import pyarrow.fs as pafs
 
-    from twophase.connectors.kafka.internal.admin import KafkaAdmin
-    from twophase.coordinator.spark.handle import JobHandle
     from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
     from twophase.integration.jobs.flights_spec import FlightsJobSpec
 
+__all__ = ["FIGURES", "Process", "Sample"]
+
 log = logging.getLogger(__name__)
 
+REPO = Path(__file__).resolve().parents[1]
 BUCKET = "twophase-soak"
 MONTH_GLOB = "flights-2013-01-*.parquet"
 """The month whose flights the rate source cycles through (27,004 flights)."""
-
-
-@dataclass(frozen=True)
-class Process:
-    """One process's footprint from ``/proc/<pid>``: resident memory (MB), threads, open fds."""
-
-    rss_mb: float
-    threads: int
-    fds: int
-
-    @classmethod
-    def of(cls, pid: int) -> Process:
-        """Read ``/proc/<pid>/status`` and ``/proc/<pid>/fd``.
-
-        Raises:
-            OSError: the process is gone.
-        """
-        fields = dict(
-            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
-        )
-        return cls(
-            rss_mb=round(int(fields["VmRSS"].split()[0]) / 1024, 1),
-            threads=int(fields["Threads"]),
-            fds=len(os.listdir(f"/proc/{pid}/fd")),
-        )
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The figures of one sampling minute.
-
-    Attributes:
-        minute: minutes since the job started.
-        epochs: epochs completed so far; ``epochs_in_window`` of them since the last sample.
-        records: records written so far (each sink received all of them).
-        write_ms / persist_ms / commit_ms / epoch_ms: medians over the window's epochs, ms.
-        python / jvm: the driver's Python process and its JVM.
-        checkpoint_bytes / checkpoint_files: twophase's checkpoint storage.
-        spark_checkpoint_bytes: Spark's own checkpoint (offsets and commit logs).
-        kafka_ids: transactional ids the brokers know for the job's Kafka sink (any state);
-            ``kafka_open``: of them, those with a transaction open.
-        delta_log_bytes / delta_log_files: the Delta table's ``_delta_log``;
-            ``delta_log_since_checkpoint``: JSON commits after its newest log checkpoint.
-    """
-
-    minute: float
-    epochs: int
-    epochs_in_window: int
-    records: int
-    write_ms: float
-    persist_ms: float
-    commit_ms: float
-    epoch_ms: float
-    python: Process
-    jvm: Process
-    checkpoint_bytes: int
-    checkpoint_files: int
-    spark_checkpoint_bytes: int
-    kafka_ids: int
-    kafka_open: int
-    delta_log_bytes: int
-    delta_log_files: int
-    delta_log_since_checkpoint: int
-    load_1m: float
-
-
-FIGURES: dict[str, Callable[[Sample], float]] = {
-    "write ms (median per epoch)": lambda s: s.write_ms,
-    "persist ms (median per epoch)": lambda s: s.persist_ms,
-    "commit ms (median per epoch)": lambda s: s.commit_ms,
-    "epoch ms (median per epoch)": lambda s: s.epoch_ms,
-    "Python driver RSS MB": lambda s: s.python.rss_mb,
-    "JVM driver RSS MB": lambda s: s.jvm.rss_mb,
-    "Python driver threads": lambda s: s.python.threads,
-    "JVM driver threads": lambda s: s.jvm.threads,
-    "Python driver open fds": lambda s: s.python.fds,
-    "JVM driver open fds": lambda s: s.jvm.fds,
-    "checkpoint storage bytes": lambda s: s.checkpoint_bytes,
-    "Spark checkpoint bytes": lambda s: s.spark_checkpoint_bytes,
-    "Kafka transactional ids": lambda s: s.kafka_ids,
-    "Delta log commits since its checkpoint": lambda s: s.delta_log_since_checkpoint,
-    "Delta log bytes": lambda s: s.delta_log_bytes,
-    "machine load (1 min)": lambda s: s.load_1m,
-}
-"""What the plot and the table show, by name."""
-
-
-def tree_size(path: str) -> tuple[int, int]:
-    """Bytes and files under a local ``path`` (0, 0 if it does not exist)."""
-    size = files = 0
-    for root, _, names in os.walk(path):
-        for name in names:
-            try:
-                size += os.stat(os.path.join(root, name)).st_size
-                files += 1
-            except FileNotFoundError:  # retention deleted it meanwhile
-                continue
-    return size, files
-
-
-def delta_log(table: str) -> tuple[int, int, int]:
-    """The Delta log's bytes, files and JSON commits after its newest log checkpoint (Delta
-    PROTOCOL.md: ``_last_checkpoint`` names it)."""
-    log_dir = Path(table) / "_delta_log"
-    size, files = tree_size(str(log_dir))
-    commits = [int(p.name.split(".")[0]) for p in log_dir.glob("*.json") if p.name.split(".")[0].isdigit()]
-    last = log_dir / "_last_checkpoint"
-    checkpoint = json.loads(last.read_text())["version"] if last.exists() else -1
-    return size, files, sum(1 for c in commits if c > checkpoint)
 
 
 @dataclass(frozen=True)
@@ -183,17 +98,25 @@ class Retention:
         }
 
 
-def maintain(table_uri: str, retention: Retention) -> dict[str, Any]:
-    """One round of table maintenance (run in its own process): set the retention if it is not
-    set, OPTIMIZE (compact), VACUUM (removed files older than the retention), and expire old
-    log entries. Returns what it did: files compacted and added, files vacuumed, seconds."""
+def maintain(
+    table_uri: str, retention: Retention | None, storage_options: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """One round of table maintenance (run in its own process): set ``retention`` if given and
+    not set (``None``: Delta's defaults), OPTIMIZE (compact), VACUUM (removed files older than the
+    table's retention), and expire old log entries. Returns what it did: files compacted and
+    added, files vacuumed, seconds."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
     started = time.monotonic()
-    table = DeltaTable(table_uri)
-    wanted = retention.properties()
-    if any(table.metadata().configuration.get(k) != v for k, v in wanted.items()):
-        table.alter.set_table_properties(wanted)
+    try:
+        table = DeltaTable(table_uri, storage_options=storage_options)
+    except TableNotFoundError:  # the job has not committed its first epoch yet
+        return {"skipped": "no table yet"}
+    if retention is not None:
+        wanted = retention.properties()
+        if any(table.metadata().configuration.get(k) != v for k, v in wanted.items()):
+            table.alter.set_table_properties(wanted)
     compacted = table.optimize.compact()
     vacuumed = table.vacuum(dry_run=False)  # the table's deletedFileRetentionDuration
     table.cleanup_metadata()
@@ -204,6 +127,18 @@ def maintain(table_uri: str, retention: Retention) -> dict[str, Any]:
         "vacuumed": len(vacuumed),
         "seconds": round(time.monotonic() - started, 2),
     }
+
+
+def maintenance_round(
+    table_uri: str, retention: Retention | None, storage_options: dict[str, str] | None
+) -> dict[str, Any]:
+    """:func:`maintain` in the maintainer's process, a failure returned as ``{"error": ...}``:
+    delta-rs's exceptions do not pickle back to the soak, and a failed round is a finding to
+    report (the soak fails on it), not a reason to leave the job's driver running unattended."""
+    try:
+        return maintain(table_uri, retention, storage_options)
+    except Exception as e:  # any: reported whole to the parent process, which fails the soak
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def month_table(spec: FlightsJobSpec, scratch: Path) -> tuple[str, int]:
@@ -223,82 +158,45 @@ def month_table(spec: FlightsJobSpec, scratch: Path) -> tuple[str, int]:
     return str(path), table.num_rows
 
 
-def soak_stream(
-    spark: SparkSession, spec: FlightsJobSpec, month: str, n: int, rows_per_second: int
-) -> DataFrame:
-    """The endless flights stream: ``rate`` rows joined to the month's flight ``value mod n``,
-    renamed ``soak-<value>``, then the flights job's enrichment (two partitions)."""
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class Produced:
+    """The rows the rate source produced, from Spark's checkpoint (no ramp-up: a batch's end
+    offset, seconds since the query was created, times the rows per second).
 
-    from twophase.integration.jobs.flights import enrich
-    from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
+    Attributes:
+        committed: up to the last batch in Spark's commit log.
+        planned: up to the last batch in its offset log. A drain's final checkpoint commits the
+            last batch to the sinks before Spark records it in its commit log (a restart would
+            replay it and twophase would find it committed), so the sinks hold either.
+    """
 
-    flights = spark.read.parquet(month)
-    stream = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", rows_per_second)
-        .option("numPartitions", 2)
-        .load()
-        .select(F.col("value"), (F.col("value") % n).alias("slot"))
-        .join(F.broadcast(flights), "slot")
-        .withColumn("flight_id", F.concat(F.lit("soak-"), F.col("value").cast("string")))
-        .select(*FLIGHT_SCHEMA.names)
-    )
-    return enrich(spark, stream, spec)
+    committed: int
+    planned: int
+
+    def expected(self, highest: int | None) -> int:
+        """The rows every sink must hold, given the highest ``soak-<v>`` any sink holds: the
+        planned rows if a sink holds a row beyond the committed ones, else the committed rows."""
+        return self.planned if highest is not None and highest >= self.committed else self.committed
 
 
-class Sampler:
-    """Takes one :class:`Sample` of a running soak; owns the window's start (the epochs seen)."""
+def rows_produced(fs: pafs.FileSystem, spark_checkpoint: str, rows_per_second: int) -> Produced:
+    """The rows the rate source produced by Spark's last committed and last planned batches
+    (``commits/<n>``, ``offsets/<n>``, whose last line is the rate source's offset);
+    ``spark_checkpoint`` is a path of ``fs``; no batch counts as 0 rows (a job killed and drained
+    before its first batch committed).
+    """
+    import pyarrow.fs as pafs
 
-    def __init__(
-        self, handle: JobHandle, spec: FlightsJobSpec, admin: KafkaAdmin, pattern: str, jvm_pid: int
-    ) -> None:
-        self._handle = handle
-        self._spec = spec
-        self._admin = admin
-        self._pattern = pattern
-        self._jvm_pid = jvm_pid
-        self._seen = 0
-        self._started = time.monotonic()
+    def batches(folder: str) -> list[int]:
+        infos = fs.get_file_info(pafs.FileSelector(f"{spark_checkpoint}/{folder}", allow_not_found=True))
+        return [int(i.base_name) for i in infos if i.base_name.isdigit()]
 
-    def take(self) -> Sample:
-        """The figures now; the latency medians are over the epochs since the previous call."""
-        from twophase.connectors.kafka.internal.lingering import OPEN_STATES
+    def rows(batch: int) -> int:
+        with fs.open_input_stream(f"{spark_checkpoint}/offsets/{batch}") as f:
+            return int(f.read().decode().strip().splitlines()[-1]) * rows_per_second
 
-        epochs = self._handle.metrics  # the newest RuntimeConfig.metrics_history epochs
-        totals = self._handle.totals
-        fresh = min(totals.epochs - self._seen, len(epochs))
-        new = epochs[len(epochs) - fresh :]
-        window = new or epochs[-1:]  # no epoch ended this minute: the latest one's figures
-        self._seen = totals.epochs
-        ids = self._admin.list_transactions([], self._pattern)
-        checkpoint_bytes, checkpoint_files = tree_size(self._spec.checkpoint_dir)
-        delta_bytes, delta_files, since = delta_log(self._spec.delta_uri)
-
-        def median(field: str) -> float:
-            return round(statistics.median(getattr(m, field) for m in window), 1) if window else 0.0
-
-        return Sample(
-            minute=round((time.monotonic() - self._started) / 60, 2),
-            epochs=totals.epochs,
-            epochs_in_window=len(new),
-            records=totals.records,
-            write_ms=median("write_ms"),
-            persist_ms=median("persist_ms"),
-            commit_ms=median("commit_ms"),
-            epoch_ms=median("epoch_ms"),
-            python=Process.of(os.getpid()),
-            jvm=Process.of(self._jvm_pid),
-            checkpoint_bytes=checkpoint_bytes,
-            checkpoint_files=checkpoint_files,
-            spark_checkpoint_bytes=tree_size(self._spec.spark_checkpoint)[0],
-            kafka_ids=len({txn_id for txn_id, _, _ in ids}),
-            kafka_open=len({txn_id for txn_id, _, state in ids if state in OPEN_STATES}),
-            delta_log_bytes=delta_bytes,
-            delta_log_files=delta_files,
-            delta_log_since_checkpoint=since,
-            load_1m=round(os.getloadavg()[0], 2),
-        )
+    committed, planned = batches("commits"), batches("offsets")
+    return Produced(rows(max(committed)) if committed else 0, rows(max(planned)) if planned else 0)
 
 
 def exact(name: str, ids: Sequence[str], total: int) -> dict[str, Any]:
@@ -315,13 +213,16 @@ def exact(name: str, ids: Sequence[str], total: int) -> dict[str, Any]:
     }
 
 
-def read_back(spec: FlightsJobSpec, endpoints: FlightsEndpoints, total: int) -> list[dict[str, Any]]:
+def read_back(
+    spec: FlightsJobSpec, endpoints: FlightsEndpoints, produced: Produced
+) -> tuple[int, list[dict[str, Any]]]:
     """Every sink's ``flight_id``s, each with a reader that is not its writer (a ``read_committed``
-    consumer, pyarrow's S3 dataset, deltalake), and what each left lingering."""
+    consumer, pyarrow's S3 dataset, deltalake), against the rows ``produced`` (the same total for
+    all three), and what each left lingering. Returns the total and the sinks' reports."""
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, S3_SINK
+    from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, S3_SINK, build_sinks
     from twophase.integration.readback import read_topic
     from twophase.integration.verify import lingering_items, s3_filesystem
 
@@ -329,48 +230,82 @@ def read_back(spec: FlightsJobSpec, endpoints: FlightsEndpoints, total: int) -> 
         json.loads(r.value or b"{}")["flight_id"]
         for r in read_topic(endpoints.kafka_bootstrap, spec.topic, "read_committed", 600.0)
     ]
-    s3 = ds.dataset(
-        f"{spec.bucket}/{spec.s3_prefix.strip('/')}", filesystem=s3_filesystem(endpoints), partitioning="hive"
-    ).to_table(columns=["flight_id"])
-    delta = DeltaTable(spec.delta_uri).to_pyarrow_table(columns=["flight_id"])
-    reports = [
-        exact(KAFKA_SINK, kafka, total),
-        exact(S3_SINK, s3.column("flight_id").to_pylist(), total),
-        exact(DELTA_SINK, delta.column("flight_id").to_pylist(), total),
+    import pyarrow.fs as pafs
+    from deltalake.exceptions import TableNotFoundError
+
+    fs = s3_filesystem(endpoints)
+    prefix = f"{spec.bucket}/{spec.s3_prefix.strip('/')}"
+    s3: list[str] = []
+    if fs.get_file_info(prefix).type != pafs.FileType.NotFound:  # nothing committed: no prefix at all
+        files = ds.dataset(prefix, filesystem=fs, partitioning="hive").to_table(columns=["flight_id"])
+        s3 = files.column("flight_id").to_pylist()
+    options = build_sinks(spec, endpoints)[2].config.delta_storage_options()
+    try:
+        delta = DeltaTable(spec.delta_uri, storage_options=options).to_pyarrow_table(columns=["flight_id"])
+        in_delta = delta.column("flight_id").to_pylist()
+    except TableNotFoundError:  # nothing committed: no table
+        in_delta = []
+    ids = {
+        KAFKA_SINK: kafka,
+        S3_SINK: s3,
+        DELTA_SINK: in_delta,
+    }
+    numbers = [
+        int(i.removeprefix("soak-"))
+        for found in ids.values()
+        for i in found
+        if i.removeprefix("soak-").isdigit()
     ]
+    total = produced.expected(max(numbers, default=None))
+    reports = [exact(sink, found, total) for sink, found in ids.items()]
     for report in reports:
         report["lingering"] = len(lingering_items(spec, endpoints, report["sink"]).items)
-    return reports
+    return total, reports
 
 
-def windows(samples: Sequence[Sample], warm_up_min: float) -> tuple[list[Sample], list[Sample], float]:
-    """The first and the last window after warm-up: an hour each, or half the run's rest if it
-    is shorter than two hours past the warm-up; returns both and the window's minutes."""
-    warm = [s for s in samples if s.minute >= warm_up_min]
-    if not warm:
-        return [], [], 0.0
-    span = min(60.0, (warm[-1].minute - warm[0].minute) / 2)
-    first = [s for s in warm if s.minute < warm[0].minute + span]
-    last = [s for s in warm if s.minute > warm[-1].minute - span]
-    return first, last, span
+def slopes(samples: Sequence[Sample], warm_up_min: float) -> list[soak_fit.Slope]:
+    """Every figure's slope per segment after each segment's warm-up (``soak_fit``)."""
+    series = {
+        name: [(s.segment, s.minute, float(figure(s))) for s in samples] for name, figure in FIGURES.items()
+    }
+    return soak_fit.fit_segments(series, warm_up_min)
 
 
-def table(samples: Sequence[Sample], warm_up_min: float) -> str:
-    """A Markdown table: each figure's median in the first and the last window, and their ratio."""
-    first, last, span = windows(samples, warm_up_min)
+def latencies(
+    epochs: Sequence[dict[str, Any]], samples: Sequence[Sample], warm_up_min: float
+) -> dict[str, Any]:
+    """p50, p99 and maximum of epoch and commit times, ms, over every epoch after its segment's
+    warm-up: per segment and in all."""
+    starts = {seg: min(s.minute for s in samples if s.segment == seg) for seg in {s.segment for s in samples}}
+    kept = [e for e in epochs if e["segment"] in starts and e["minute"] >= starts[e["segment"]] + warm_up_min]
+    out: dict[str, Any] = {}
+    for field in ("epoch_ms", "commit_ms"):
+        out[field] = {"all": soak_fit.percentiles([e[field] for e in kept])}
+        for seg in sorted(starts):
+            out[field][f"segment {seg}"] = soak_fit.percentiles(
+                [e[field] for e in kept if e["segment"] == seg]
+            )
+    return out
+
+
+def table(fitted: Sequence[soak_fit.Slope]) -> str:
+    """A Markdown table: each figure's slope an hour per segment, its interval, limit and verdict."""
     rows = [
-        f"| figure | first {span:.0f} min after warm-up | last {span:.0f} min | last ÷ first |",
-        "|---|---:|---:|---:|",
+        "| figure | segment | samples | mean | slope an hour | 95 % interval | limit an hour | verdict |",
+        "|---|---:|---:|---:|---:|---|---:|---|",
     ]
-    for name, figure in FIGURES.items():
-        a = statistics.median(figure(s) for s in first) if first else 0.0
-        b = statistics.median(figure(s) for s in last) if last else 0.0
-        rows.append(f"| {name} | {a:,.1f} | {b:,.1f} | {b / a if a else float('nan'):.2f} |")
+    for s in fitted:
+        limit = "—" if s.limit is None else f"{s.limit:,.3g}"
+        verdict = "reported" if s.limit is None else ("**grows**" if s.grows else "flat")
+        rows.append(
+            f"| {s.figure} | {s.segment} | {s.samples} | {s.mean:,.1f} | {s.per_hour:+,.3g} | "
+            f"[{s.low:+,.3g}, {s.high:+,.3g}] | {limit} | {verdict} |"
+        )
     return "\n".join(rows) + "\n"
 
 
 def plot(samples: Sequence[Sample], path: Path, title: str) -> None:
-    """Every figure against minutes, one panel each, as a PNG (matplotlib)."""
+    """Every figure against minutes, one panel each, a line per segment, as a PNG (matplotlib)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -379,9 +314,11 @@ def plot(samples: Sequence[Sample], path: Path, title: str) -> None:
     cols = 3
     rows = -(-len(FIGURES) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(15, 3 * rows), sharex=True)
-    minutes = [s.minute for s in samples]
+    segments = sorted({s.segment for s in samples})
     for ax, (name, figure) in zip(axes.flat, FIGURES.items(), strict=False):
-        ax.plot(minutes, [figure(s) for s in samples], linewidth=1)
+        for seg in segments:
+            mine = [s for s in samples if s.segment == seg]
+            ax.plot([s.minute for s in mine], [figure(s) for s in mine], linewidth=1, label=f"driver {seg}")
         ax.set_title(name, fontsize=9)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
@@ -389,15 +326,11 @@ def plot(samples: Sequence[Sample], path: Path, title: str) -> None:
         ax.axis("off")
     for ax in axes[-1]:
         ax.set_xlabel("minutes")
+    axes.flat[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def _loaded(line: str) -> Sample:
-    raw = json.loads(line)
-    return Sample(**{**raw, "python": Process(**raw["python"]), "jvm": Process(**raw["jvm"])})
 
 
 @dataclass(frozen=True)
@@ -405,125 +338,238 @@ class Settings:
     """A soak's settings (the command's options and their defaults; see the module docstring).
 
     Attributes:
-        minutes / epochs: it stops at whichever comes first.
+        minutes / epochs: it stops at whichever comes first; the restart is at half of either.
         rows_per_second: the rate source's rows per second.
+        partitions: the rate source's partitions (subtasks per epoch).
         trigger_ms: the ``processingTime`` trigger, ms.
         sample_s: seconds between samples.
+        warm_up_min: minutes of each segment left out of the slopes and percentiles.
         maintain_every_min: minutes between Delta table maintenances; ``None``: never.
-        retention: what a maintained table keeps.
+        retention: what a maintained table keeps; ``None``: Delta's defaults.
     """
 
     minutes: float
     epochs: int
     rows_per_second: int
+    partitions: int
     trigger_ms: int
     sample_s: float
+    warm_up_min: float
     maintain_every_min: float | None
-    retention: Retention
+    retention: Retention | None
+
+
+class Drivers:
+    """Starts the soak's driver processes (``benchmarks/soak_driver.py``), each in its own
+    process group, pointed at the services by ``TWOPHASE_*`` variables."""
+
+    def __init__(self, out: Path, work: Path, env: dict[str, str], common_args: list[str]) -> None:
+        self._out = out
+        self._work = work
+        self._env = env
+        self._args = common_args
+
+    def start(self, segment: int, until: float, epochs: int) -> subprocess.Popen[bytes]:
+        """Start driver ``segment``, to stop at ``until`` (Unix time) or after ``epochs`` epochs."""
+        command = [sys.executable, "-m", "benchmarks.soak_driver", "--segment", str(segment)]
+        command += ["--until", str(until), "--epochs", str(epochs), *self._args]
+        with (self._out / f"driver-{segment}.log").open("ab") as driver_log:
+            return subprocess.Popen(
+                command,
+                cwd=REPO,
+                env=self._env,
+                stdout=driver_log,
+                stderr=driver_log,
+                start_new_session=True,  # its own group: driver, JVM and workers die together
+            )
+
+
+def last_sample(out: Path, segment: int) -> Sample | None:
+    """The newest sample ``segment``'s driver wrote, if any."""
+    path = out / "samples.jsonl"
+    if not path.exists():
+        return None
+    mine = [
+        s for s in (loaded(line) for line in path.read_text().splitlines() if line) if s.segment == segment
+    ]
+    return mine[-1] if mine else None
 
 
 def soak(out: Path, settings: Settings) -> dict[str, Any]:
-    """Run the soak; see the module docstring. Returns the result written to ``result.json``."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    """Run the soak; see the module docstring. Returns the result written to ``result.json``.
 
-    from twophase.connectors.kafka.internal import naming
-    from twophase.connectors.kafka.internal.admin import KafkaAdmin
-    from twophase.coordinator.job_lifecycle import JobState
-    from twophase.integration.jobs.flights import (
-        FlightsEndpoints,
-        build_sinks,
-        flights_spark_session,
-        start_flights,
-    )
+    Raises:
+        click.ClickException: a driver ended before its time, or did not finish.
+    """
+    from twophase.integration.jobs.flights import FlightsEndpoints, build_sinks
     from twophase.integration.jobs.flights_spec import FlightsJobSpec
     from twophase.integration.services import kafka_service, s3_service
+    from twophase.integration.services.launcher import given_env
+    from twophase.integration.spark import SCRATCH_ENV
+    from twophase.integration.verify import s3_filesystem
 
     env = common.machine()
     run_id = f"soak_{uuid.uuid4().hex[:8]}"
     out.mkdir(parents=True, exist_ok=True)
+    for stale in ("samples.jsonl", "epochs.jsonl", "maintenance.jsonl", "segment-0.json", "segment-1.json"):
+        (out / stale).unlink(missing_ok=True)
     work = out / run_id
     work.mkdir()
     with kafka_service() as bootstrap, s3_service() as s3:
         endpoints = FlightsEndpoints(bootstrap, s3)
         s3.ensure_bucket(BUCKET)
-        spec = FlightsJobSpec(job_id=run_id, work_dir=str(work / "job"), bucket=BUCKET)
+        spec = FlightsJobSpec(
+            job_id=run_id,
+            work_dir=str(work / "job"),
+            bucket=BUCKET,
+            checkpoint_uri=f"s3://{BUCKET}/checkpoints/{run_id}",
+            spark_checkpoint_uri=f"s3a://{BUCKET}/spark-checkpoints/{run_id}",
+            delta_uri=f"s3://{BUCKET}/delta/{run_id}",
+        )
         spec.save()
         month, n = month_table(spec, work)
-        spark = flights_spark_session(endpoints)
-        spark.sparkContext.setLogLevel("ERROR")
-        jvm_pid = spark.sparkContext._gateway.proc.pid  # type: ignore[attr-defined]
-        kafka = build_sinks(spec, endpoints)[0]
-        admin = KafkaAdmin.connect(kafka.config, kafka.clients, kafka.name)
-        pattern = naming.id_pattern(kafka.config.prefix(spec.job_id), kafka.name)
-        handle = start_flights(
-            spark,
-            spec,
-            endpoints,
-            soak_stream(spark, spec, month, n, settings.rows_per_second),
-            {"processingTime": f"{settings.trigger_ms} milliseconds"},
-        )
-        sampler = Sampler(handle, spec, admin, pattern, jvm_pid)
-        samples: list[Sample] = []
-        deadline = time.monotonic() + settings.minutes * 60
+        delta_options = build_sinks(spec, endpoints)[2].config.delta_storage_options()
+        child_env = {
+            **os.environ,
+            **given_env(bootstrap, s3),
+            "PYSPARK_PYTHON": sys.executable,
+            SCRATCH_ENV: str(work / "spark-scratch"),  # what the killed driver leaves stays with the run
+        }
+        started = time.time()
+        end = started + settings.minutes * 60
+        args = ["--work-dir", spec.work_dir, "--out", str(out), "--started", str(started)]
+        args += ["--month", month, "--flights", str(n), "--rows-per-second", str(settings.rows_per_second)]
+        args += ["--partitions", str(settings.partitions), "--trigger-ms", str(settings.trigger_ms)]
+        args += ["--sample-s", str(settings.sample_s)]
+        drivers = Drivers(out, work, child_env, args)
         maintainer = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
-        maintenance = None
+        rounds = (out / "maintenance.jsonl").open("w")
+        maintenance: Future[dict[str, Any]] | None = None
+        maintenance_errors: list[str] = []
         every = settings.maintain_every_min
         next_maintenance = time.monotonic() + (every or 0) * 60
-        with (out / "samples.jsonl").open("w") as sink, (out / "maintenance.jsonl").open("w") as rounds:
-            while time.monotonic() < deadline and handle.totals.epochs < settings.epochs:
-                if handle.await_termination(settings.sample_s):
-                    raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
-                sample = sampler.take()
-                samples.append(sample)
-                sink.write(json.dumps(dataclasses.asdict(sample)) + "\n")
-                sink.flush()
-                log.info(
-                    "soak minute %.1f: %d epochs, %d records", sample.minute, sample.epochs, sample.records
+
+        def tend_table() -> None:
+            nonlocal maintenance, next_maintenance
+            if maintenance is not None and maintenance.done():
+                done = {"minute": round((time.time() - started) / 60, 2), **maintenance.result()}
+                if "error" in done:
+                    maintenance_errors.append(
+                        f"Delta maintenance at minute {done['minute']}: {done['error']}"
+                    )
+                rounds.write(json.dumps(done) + "\n")
+                rounds.flush()
+                log.info("soak maintenance: %s", done)
+                maintenance = None
+            if every and maintenance is None and time.monotonic() >= next_maintenance:
+                maintenance = maintainer.submit(
+                    maintenance_round, spec.delta_uri, settings.retention, delta_options
                 )
-                if maintenance is not None and maintenance.done():
-                    done = {"minute": sample.minute, **maintenance.result()}
-                    rounds.write(json.dumps(done) + "\n")
-                    rounds.flush()
-                    log.info("soak maintenance: %s", done)
-                    maintenance = None
-                if every and maintenance is None and time.monotonic() >= next_maintenance:
-                    maintenance = maintainer.submit(maintain, spec.delta_uri, settings.retention)
-                    next_maintenance += every * 60
+                next_maintenance += every * 60
+
+        first = drivers.start(0, end, settings.epochs)
+        second: subprocess.Popen[bytes] | None = None
+        try:
+            restart_at = started + settings.minutes * 60 / 2
+            while True:  # the first driver until half the time or half the epochs, then kill -9
+                if first.poll() is not None:
+                    raise click.ClickException(
+                        f"soak driver 0 ended by itself ({first.returncode}): see driver-0.log"
+                    )
+                sample = last_sample(out, 0)
+                if time.time() >= restart_at or (sample is not None and sample.epochs >= settings.epochs / 2):
+                    break
+                tend_table()
+                time.sleep(2.0)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+            killed = last_sample(out, 0)
+            killed_at = round((time.time() - started) / 60, 2)
+            log.info(
+                "soak: driver 0 killed at minute %.1f after %s epochs", killed_at, killed and killed.epochs
+            )
+            second = drivers.start(1, end, max(1, settings.epochs - (killed.epochs if killed else 0)))
+            while second.poll() is None:
+                tend_table()
+                time.sleep(2.0)
+            if second.returncode != 0:
+                raise click.ClickException(f"soak driver 1 failed ({second.returncode}): see driver-1.log")
+            if maintenance is not None:
+                maintenance.result()
+                tend_table()
+        finally:  # the soak failed: no driver of it goes on running unattended
+            for proc in (first, second):
+                if proc is not None and proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         maintainer.shutdown(wait=True)
-        stopped = time.monotonic()
-        handle.stop(savepoint=True, drain=True, timeout=600)
-        drain_s = time.monotonic() - stopped
-        assert handle.status is JobState.FINISHED, handle.status
-        total = handle.totals.records
-        reports = read_back(spec, endpoints, total)
-        spark.stop()
+        rounds.close()
+        fs = s3_filesystem(endpoints)
+        produced = rows_produced(fs, s3_path(spec.spark_checkpoint), settings.rows_per_second)
+        total, reports = read_back(spec, endpoints, produced)
+    samples = [loaded(line) for line in (out / "samples.jsonl").read_text().splitlines() if line]
+    epochs = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines() if line]
+    finished = json.loads((out / "segment-1.json").read_text())
     result = {
         **common.load_at_end(env),
         "job": run_id,
         "minutes": samples[-1].minute if samples else 0.0,
-        "epochs": handle.totals.epochs,
+        "killed_at_minute": killed_at,
+        "epochs": {"driver 0 (killed)": killed.epochs if killed else 0, "driver 1": finished["epochs"]},
         "records": total,
+        "produced": dataclasses.asdict(produced),
         "rows_per_second": settings.rows_per_second,
+        "partitions": settings.partitions,
         "trigger_ms": settings.trigger_ms,
-        "drain_s": round(drain_s, 1),
+        "drain_s": finished["drain_s"],
         "maintain_every_min": every,
-        "retention_min": dataclasses.asdict(settings.retention) if every else None,
+        "retention_min": dataclasses.asdict(settings.retention) if settings.retention else "Delta's defaults",
         "read_back": reports,
+        "maintenance_errors": maintenance_errors,
+    }
+    return judge(out, samples, epochs, result, settings.warm_up_min)
+
+
+def judge(
+    out: Path,
+    samples: Sequence[Sample],
+    epochs: Sequence[dict[str, Any]],
+    result: dict[str, Any],
+    warm_up_min: float,
+    draw: bool = True,
+) -> dict[str, Any]:
+    """Fit the slopes, take the percentiles, write ``result.json``, ``soak.png`` (unless not
+    ``draw``: matplotlib takes a minute on a busy machine) and ``table.md``; returns the result
+    with ``latency_ms``, ``old_generation_mb``, ``slopes`` and ``failures`` (one line per growing
+    figure or inexact sink)."""
+    fitted = slopes(samples, warm_up_min)
+    old_gen = [s.jvm_old_gen_mb for s in samples]
+    failures = [s.line() for s in soak_fit.growing(fitted)]
+    failures += [f"sink {r['sink']} is not exact: {r}" for r in result.get("read_back", []) if not r["exact"]]
+    failures += list(result.get("maintenance_errors", []))
+    failures += [
+        f"sink {r['sink']} left {r['lingering']} lingering"
+        for r in result.get("read_back", [])
+        if r["lingering"]
+    ]
+    result = {
+        **result,
+        "latency_ms": latencies(epochs, samples, warm_up_min),
+        "old_generation_mb": {"first": old_gen[0], "last": old_gen[-1], "max": max(old_gen)}
+        if old_gen
+        else {},
+        "slopes": [dataclasses.asdict(s) | {"grows": s.grows} for s in fitted],
+        "failures": failures,
     }
     (out / "result.json").write_text(json.dumps(result, indent=2))
-    report(out, samples, result)
-    return result
-
-
-def report(out: Path, samples: Sequence[Sample], result: dict[str, Any], warm_up_min: float = 5.0) -> None:
-    """Write ``soak.png`` and ``table.md`` from the samples."""
     title = (
-        f"soak {result['job']}: {result['minutes']:.0f} min, {result['epochs']:,} epochs, "
-        f"{result['records']:,} records, {result['rows_per_second']} rows/s"
+        f"soak {result['job']}: {result['minutes']:.0f} min, {result['records']:,} records, "
+        f"{result['partitions']} partitions, driver killed at minute {result['killed_at_minute']:.0f}"
     )
-    plot(samples, out / "soak.png", title)
-    (out / "table.md").write_text(table(samples, warm_up_min))
+    if draw:
+        plot(samples, out / "soak.png", title)
+    (out / "table.md").write_text(table(fitted))
+    return result
 
 
 @click.command()
@@ -531,25 +577,52 @@ def report(out: Path, samples: Sequence[Sample], result: dict[str, Any], warm_up
 @click.option("--minutes", type=float, default=120.0, show_default=True, help="stop after this long …")
 @click.option("--epochs", type=int, default=5000, show_default=True, help="… or after this many epochs")
 @click.option("--rows-per-second", type=int, default=200, show_default=True)
+@click.option(
+    "--partitions", type=click.IntRange(min=1), default=64, show_default=True, help="subtasks per epoch"
+)
 @click.option("--trigger-ms", type=int, default=500, show_default=True, help="processingTime trigger")
 @click.option("--sample-s", type=float, default=60.0, show_default=True)
 @click.option(
+    "--warm-up-min",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="left out of each segment's fit: the JVM sizes its heap, Spark's checkpoint fills to 100 batches",
+)
+@click.option(
     "--maintain-every-min", type=float, default=None, help="OPTIMIZE and VACUUM the Delta table this often"
 )
-@click.option("--retention-min", type=int, default=10, show_default=True, help="removed files kept")
-@click.option("--log-retention-min", type=int, default=30, show_default=True, help="log entries kept")
-@click.option("--replot", is_flag=True, help="only redraw the plot and table from --out's files")
-def main(out: Path, retention_min: int, log_retention_min: int, replot: bool, **options: Any) -> None:
-    """Run the soak (issue #29 item 5) and print its result."""
+@click.option("--retention-min", type=int, default=None, help="removed files kept (default: Delta's, 7 days)")
+@click.option(
+    "--log-retention-min", type=int, default=None, help="log entries kept (default: Delta's, 30 days)"
+)
+@click.option("--rejudge", is_flag=True, help="only fit, plot and tabulate --out's files again")
+def main(
+    out: Path, retention_min: int | None, log_retention_min: int | None, rejudge: bool, **options: Any
+) -> None:
+    """Run the soak (issue #44 item 5), print its result, and exit 1 naming what grows."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if replot:
-        samples = [_loaded(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-        result = json.loads((out / "result.json").read_text())
-        report(out, samples, result)
+    if (retention_min is None) != (log_retention_min is None):
+        raise click.UsageError(
+            "give both --retention-min and --log-retention-min, or neither (Delta's defaults)"
+        )
+    if rejudge:
+        samples = [loaded(line) for line in (out / "samples.jsonl").read_text().splitlines() if line]
+        epochs = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines() if line]
+        result = judge(
+            out, samples, epochs, json.loads((out / "result.json").read_text()), options["warm_up_min"]
+        )
     else:
-        result = soak(out, Settings(**options, retention=Retention(retention_min, log_retention_min)))
-    print(json.dumps(result, indent=2))
+        retention = (
+            Retention(retention_min, log_retention_min)
+            if retention_min is not None and log_retention_min is not None
+            else None
+        )
+        result = soak(out, Settings(**options, retention=retention))
+    print(json.dumps({k: v for k, v in result.items() if k != "slopes"}, indent=2))
     print((out / "table.md").read_text())
+    if result["failures"]:
+        raise click.ClickException("the soak fails:\n  " + "\n  ".join(result["failures"]))
 
 
 if __name__ == "__main__":

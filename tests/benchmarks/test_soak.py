@@ -1,5 +1,6 @@
-"""The soak's pure parts: the exact read-back, the first and last windows, the table, the
-samples' round trip and the Delta log's count since its checkpoint (no Spark, no services)."""
+"""The soak's pure parts: the exact read-back, the rows Spark's checkpoint says were produced, the
+samples' round trip, the Delta log's count since its checkpoint, a maintenance round, and the
+verdict on synthetic samples (no Spark, no services)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 from support.bench_modules import ROOT, load_benchmark
 
 soak = load_benchmark("soak", ROOT / "benchmarks" / "soak.py")
+driver = load_benchmark("soak_driver", ROOT / "benchmarks" / "soak_driver.py")
 
 
-def sample(minute: float, rss: float = 300.0, commit_ms: float = 100.0) -> Any:
-    """A soak.Sample (Any: the benchmark module is loaded from its file, untyped here)."""
+def sample(segment: int, minute: float, rss: float = 300.0, commit_ms: float = 100.0) -> Any:
+    """A Sample (Any: the benchmark module is loaded from its file, untyped here)."""
     process = soak.Process(rss_mb=rss, threads=10, fds=30)
     return soak.Sample(
-        minute=minute, epochs=int(minute * 30), epochs_in_window=30, records=int(minute * 6000),
+        segment=segment, minute=minute, epochs=int(minute * 30), epochs_in_window=30,
+        records=int(minute * 6000),
         write_ms=800.0, persist_ms=8.0, commit_ms=commit_ms, epoch_ms=1100.0, python=process, jvm=process,
-        checkpoint_bytes=12000, checkpoint_files=2, spark_checkpoint_bytes=100000, kafka_ids=8,
-        kafka_open=0, delta_log_bytes=1000, delta_log_files=10, delta_log_since_checkpoint=5, load_1m=1.0,
+        jvm_old_gen_mb=120.0, jvm_collections=int(minute), checkpoint_bytes=12000, checkpoint_files=2,
+        spark_checkpoint_bytes=100000, kafka_ids=64, kafka_open=0, delta_log_bytes=int(minute * 1000),
+        delta_log_files=10, delta_log_since_checkpoint=int(minute) % 100, load_1m=1.0,
     )  # fmt: skip
 
 
@@ -35,26 +40,30 @@ def test_exact_counts_duplicates_missing_and_unexpected_ids() -> None:
     )
 
 
-def test_windows_are_an_hour_each_or_half_of_a_shorter_run() -> None:
-    long_run = [sample(m) for m in range(1, 181)]
-    first, last, span = soak.windows(long_run, warm_up_min=5.0)
-    assert span == 60.0 and first[0].minute == 5 and first[-1].minute == 64 and last[0].minute == 121
-    short = [sample(m) for m in range(1, 26)]
-    first, last, span = soak.windows(short, warm_up_min=5.0)
-    assert span == 10.0 and [s.minute for s in first][-1] == 14 and last[0].minute == 16
-
-
-def test_the_table_puts_last_over_first() -> None:
-    samples = [sample(m, rss=300.0 if m < 30 else 330.0) for m in range(1, 61)]
-    row = next(
-        line for line in soak.table(samples, 5.0).splitlines() if line.startswith("| Python driver RSS")
-    )
-    assert row == "| Python driver RSS MB | 300.0 | 330.0 | 1.10 |"
+def test_the_rows_produced_are_the_last_committed_and_planned_batches_offsets_times_the_rate(
+    tmp_path: Path,
+) -> None:
+    checkpoint = tmp_path / "spark"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "commits").mkdir()
+    for batch, seconds in ((0, 3), (1, 9), (2, 14)):
+        meta = '{"batchWatermarkMs":0,"batchTimestampMs":1}'
+        (checkpoint / "offsets" / str(batch)).write_text(f"v1\n{meta}\n{seconds}")
+    for batch in (0, 1):  # batch 2 was planned, never committed: Spark replays it
+        (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    produced = soak.rows_produced(pafs.LocalFileSystem(), str(checkpoint), 200)
+    assert (produced.committed, produced.planned) == (9 * 200, 14 * 200)
+    # a drained final batch is in the sinks before Spark's commit log: the planned rows are due
+    assert produced.expected(highest=9 * 200) == 14 * 200
+    assert produced.expected(highest=9 * 200 - 1) == 9 * 200
+    assert produced.expected(highest=None) == 9 * 200
+    empty = soak.rows_produced(pafs.LocalFileSystem(), str(tmp_path / "none"), 200)
+    assert (empty.committed, empty.planned) == (0, 0)
 
 
 def test_a_sample_survives_its_json_line() -> None:
-    s = sample(3.0)
-    assert soak._loaded(json.dumps(dataclasses.asdict(s))) == s
+    s = sample(1, 3.0)
+    assert soak.loaded(json.dumps(dataclasses.asdict(s))) == s
 
 
 def test_the_delta_log_counts_commits_after_its_newest_checkpoint(tmp_path: Path) -> None:
@@ -64,25 +73,69 @@ def test_the_delta_log_counts_commits_after_its_newest_checkpoint(tmp_path: Path
         (log / f"{v:020d}.json").write_text("{}")
     (log / f"{10:020d}.checkpoint.parquet").write_bytes(b"x")
     (log / "_last_checkpoint").write_text(json.dumps({"version": 10}))
-    size, files, since = soak.delta_log(str(tmp_path))
+    size, files, since = driver.delta_log(pafs.LocalFileSystem(), str(tmp_path))
     assert (files, since) == (14, 1) and size > 0
 
 
-def test_a_maintenance_round_compacts_vacuums_and_sets_the_retention_once(tmp_path: Path) -> None:
+def test_a_maintenance_round_compacts_at_the_default_retention_or_sets_one(tmp_path: Path) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
     uri = str(tmp_path / "table")
     for i in range(5):
         write_deltalake(uri, pa.table({"id": [i]}), mode="append")
+    default = soak.maintain(uri, None)
+    assert (default["files_removed"], default["files_added"], default["vacuumed"]) == (5, 1, 0)
+    assert DeltaTable(uri).metadata().configuration == {}  # Delta's defaults: nothing vacuumed yet
+    for i in range(5, 7):
+        write_deltalake(uri, pa.table({"id": [i]}), mode="append")
     done = soak.maintain(uri, soak.Retention(files_min=0, log_min=30))
-    assert (done["files_removed"], done["files_added"], done["vacuumed"]) == (5, 1, 5)
+    assert (done["files_removed"], done["files_added"], done["vacuumed"]) == (3, 1, 8)
     table = DeltaTable(uri)
     assert table.metadata().configuration == {
         "delta.deletedFileRetentionDuration": "interval 0 minutes",
         "delta.logRetentionDuration": "interval 30 minutes",
     }
-    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    assert sorted(table.to_pyarrow_table().column("id").to_pylist()) == list(range(7))
     assert len(list((tmp_path / "table").glob("*.parquet"))) == 1
-    again = soak.maintain(uri, soak.Retention(files_min=0, log_min=30))
-    assert again["files_removed"] == 0 and len(list((tmp_path / "table").glob("*.parquet"))) == 1
+
+
+def test_the_verdict_names_a_leaking_figure_and_an_inexact_sink(tmp_path: Path) -> None:
+    flat = [sample(0, m) for m in range(0, 30)] + [sample(1, m) for m in range(31, 60)]
+    leaking = [sample(0, m) for m in range(0, 30)] + [sample(1, m, rss=300.0 + m) for m in range(31, 60)]
+    epochs = [
+        {"segment": s.segment, "minute": s.minute, "epoch_ms": 1000.0 + s.minute, "commit_ms": 100.0}
+        for s in flat
+    ]
+    read_back = [{"sink": "kafka", "exact": True, "lingering": 0}]
+    result = {
+        "job": "j",
+        "minutes": 59,
+        "records": 1,
+        "partitions": 64,
+        "killed_at_minute": 30,
+        "read_back": read_back,
+    }
+    passed = soak.judge(tmp_path, flat, epochs, result, warm_up_min=5.0, draw=False)
+    assert passed["failures"] == []
+    assert passed["latency_ms"]["commit_ms"]["all"]["p99"] == 100.0
+    assert passed["latency_ms"]["epoch_ms"]["segment 0"]["n"] == 25
+    assert "| Python driver RSS MB | 1 | 24 |" in (tmp_path / "table.md").read_text()
+    bad = {**result, "read_back": [{"sink": "delta", "exact": False, "lingering": 2}]}
+    failed = soak.judge(tmp_path, leaking, epochs, bad, warm_up_min=5.0, draw=False)
+    assert [f.split(" (")[0] for f in failed["failures"]] == [
+        "Python driver RSS MB",
+        "JVM driver RSS MB",
+        "sink delta is not exact: {'sink': 'delta', 'exact': False, 'lingering': 2}",
+        "sink delta left 2 lingering",
+    ]
+
+
+def test_a_maintenance_round_before_the_first_commit_skips_and_a_failure_comes_back_as_text(
+    tmp_path: Path,
+) -> None:
+    assert soak.maintain(str(tmp_path / "none"), None) == {"skipped": "no table yet"}
+    (tmp_path / "broken" / "_delta_log").mkdir(parents=True)
+    (tmp_path / "broken" / "_delta_log" / f"{0:020d}.json").write_text("not json\n")
+    failed = soak.maintenance_round(str(tmp_path / "broken"), None, None)
+    assert list(failed) == ["error"] and failed["error"]

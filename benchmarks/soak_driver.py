@@ -1,0 +1,378 @@
+"""One driver of the soak (``benchmarks/soak.py``): the flights job's sinks on the endless rate
+stream, in a process of its own so that the soak can kill it (SIGKILL to its process group:
+Python, its JVM and the Python workers die together) and start another that restores the job
+from its ``s3://`` checkpoint and Spark's ``s3a://`` checkpoint.
+
+The run's manifest (``flights-job.json`` in ``--work-dir``) says where everything lives; the
+services come from ``TWOPHASE_*`` in the environment (the soak sets them). Every ``--sample-s``
+seconds the driver appends one :class:`Sample` to ``<out>/samples.jsonl`` and the epochs completed
+since to ``<out>/epochs.jsonl``, each tagged with ``--segment``. It stops with a drain (the final
+checkpint, FLIP-147) when ``--until`` (a Unix time) has passed or ``--epochs`` epochs are done,
+and writes ``<out>/segment-<n>.json``; a killed driver writes nothing more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from pyspark.sql import DataFrame, SparkSession
+
+    from twophase.connectors.kafka.internal.admin import KafkaAdmin
+    from twophase.coordinator.spark.handle import JobHandle
+    from twophase.integration.jobs.flights_spec import FlightsJobSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Process:
+    """One process's footprint from ``/proc/<pid>``: resident memory (MB), threads, open fds."""
+
+    rss_mb: float
+    threads: int
+    fds: int
+
+    @classmethod
+    def of(cls, pid: int) -> Process:
+        """Read ``/proc/<pid>/status`` and ``/proc/<pid>/fd``.
+
+        Raises:
+            OSError: the process is gone.
+        """
+        fields = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
+        return cls(
+            rss_mb=round(int(fields["VmRSS"].split()[0]) / 1024, 1),
+            threads=int(fields["Threads"]),
+            fds=len(os.listdir(f"/proc/{pid}/fd")),
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The figures of one sampling interval.
+
+    Attributes:
+        segment: the driver: 0 before the restart, 1 after.
+        minute: minutes since the soak started (wall clock, across segments).
+        epochs: epochs this driver completed so far; ``epochs_in_window`` of them since the last
+            sample. ``records``: records this driver wrote (each sink received all of them).
+        write_ms / persist_ms / commit_ms / epoch_ms: medians over the window's epochs, ms.
+        python / jvm: the driver's Python process and its JVM.
+        jvm_old_gen_mb: the JVM's old generation after its latest collection, MB (the old pool's
+            ``MemoryPoolMXBean.getCollectionUsage``); ``jvm_collections``: collections so far.
+        checkpoint_bytes / checkpoint_files: twophase's checkpoint storage (S3).
+        spark_checkpoint_bytes: Spark's own checkpoint (offsets and commit logs, S3).
+        kafka_ids: transactional ids the brokers know for the job's Kafka sink (any state);
+            ``kafka_open``: of them, those with a transaction open.
+        delta_log_bytes / delta_log_files: the Delta table's ``_delta_log`` (S3);
+            ``delta_log_since_checkpoint``: JSON commits after its newest log checkpoint.
+        load_1m: the machine's load (``/proc/loadavg``).
+    """
+
+    segment: int
+    minute: float
+    epochs: int
+    epochs_in_window: int
+    records: int
+    write_ms: float
+    persist_ms: float
+    commit_ms: float
+    epoch_ms: float
+    python: Process
+    jvm: Process
+    jvm_old_gen_mb: float
+    jvm_collections: int
+    checkpoint_bytes: int
+    checkpoint_files: int
+    spark_checkpoint_bytes: int
+    kafka_ids: int
+    kafka_open: int
+    delta_log_bytes: int
+    delta_log_files: int
+    delta_log_since_checkpoint: int
+    load_1m: float
+
+
+FIGURES: dict[str, Callable[[Sample], float]] = {
+    "write ms (median per epoch)": lambda s: s.write_ms,
+    "persist ms (median per epoch)": lambda s: s.persist_ms,
+    "commit ms (median per epoch)": lambda s: s.commit_ms,
+    "epoch ms (median per epoch)": lambda s: s.epoch_ms,
+    "Python driver RSS MB": lambda s: s.python.rss_mb,
+    "JVM driver RSS MB": lambda s: s.jvm.rss_mb,
+    "JVM old generation after GC MB": lambda s: s.jvm_old_gen_mb,
+    "Python driver threads": lambda s: s.python.threads,
+    "JVM driver threads": lambda s: s.jvm.threads,
+    "Python driver open fds": lambda s: s.python.fds,
+    "JVM driver open fds": lambda s: s.jvm.fds,
+    "checkpoint storage bytes": lambda s: s.checkpoint_bytes,
+    "Spark checkpoint bytes": lambda s: s.spark_checkpoint_bytes,
+    "Kafka transactional ids": lambda s: s.kafka_ids,
+    "Delta log commits since its checkpoint": lambda s: s.delta_log_since_checkpoint,
+    "Delta log bytes": lambda s: s.delta_log_bytes,
+    "machine load (1 min)": lambda s: s.load_1m,
+}
+"""Every sampled figure by name: the plot's panels, the table's rows and the fitted slopes
+(each has its threshold in ``benchmarks/soak_fit.py``)."""
+
+
+def loaded(line: str) -> Sample:
+    """A :class:`Sample` from its JSON line in ``samples.jsonl``."""
+    raw = json.loads(line)
+    return Sample(**{**raw, "python": Process(**raw["python"]), "jvm": Process(**raw["jvm"])})
+
+
+def s3_path(uri: str) -> str:
+    """``s3://bucket/key`` or ``s3a://bucket/key`` as pyarrow's ``bucket/key``."""
+    return uri.split("://", 1)[1].rstrip("/")
+
+
+def tree_size(fs: pafs.FileSystem, path: str) -> tuple[int, int]:
+    """Bytes and files under ``path`` of ``fs`` (0, 0 if there is nothing)."""
+    import pyarrow.fs as pafs
+
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    files = [i for i in infos if i.type == pafs.FileType.File]
+    return sum(i.size or 0 for i in files), len(files)
+
+
+def delta_log(fs: pafs.FileSystem, table: str) -> tuple[int, int, int]:
+    """The Delta log's bytes, files and JSON commits after its newest log checkpoint (Delta
+    PROTOCOL.md: ``_last_checkpoint`` names it); ``table`` is a path of ``fs``."""
+    import pyarrow.fs as pafs
+
+    log_dir = f"{table}/_delta_log"
+    infos = fs.get_file_info(pafs.FileSelector(log_dir, recursive=False, allow_not_found=True))
+    files = [i for i in infos if i.type == pafs.FileType.File]
+    names = [i.base_name for i in files]
+    commits = [int(n.split(".")[0]) for n in names if n.endswith(".json") and n.split(".")[0].isdigit()]
+    checkpoint = -1
+    if "_last_checkpoint" in names:
+        with fs.open_input_stream(f"{log_dir}/_last_checkpoint") as f:
+            checkpoint = json.loads(f.read())["version"]
+    return sum(i.size or 0 for i in files), len(files), sum(1 for c in commits if c > checkpoint)
+
+
+def old_generation(spark: SparkSession) -> tuple[float, int]:
+    """The driver JVM's old generation after its latest collection, MB, and its collections so
+    far, from the JVM's own management beans (``java.lang.management``, through py4j)."""
+    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore[union-attr]
+    used = 0.0
+    for pool in management.getMemoryPoolMXBeans():
+        name = str(pool.getName())
+        if "Old Gen" in name or "Tenured" in name:  # G1 Old Gen, PS Old Gen, Tenured Gen
+            usage = pool.getCollectionUsage()
+            used = usage.getUsed() / 2**20 if usage is not None else 0.0
+    collections = sum(int(gc.getCollectionCount()) for gc in management.getGarbageCollectorMXBeans())
+    return round(used, 1), collections
+
+
+def soak_stream(
+    spark: SparkSession, spec: FlightsJobSpec, month: str, n: int, rows_per_second: int, partitions: int
+) -> DataFrame:
+    """The endless flights stream: ``rate`` rows (``partitions`` of them per micro-batch) joined
+    to the month's flight ``value mod n``, renamed ``soak-<value>``, then the flights job's
+    enrichment. The rate source's values are its offsets (seconds since the query was created,
+    kept in Spark's checkpoint, times ``rows_per_second``), so a restored query continues the
+    sequence and a replayed batch has the same rows."""
+    from pyspark.sql import functions as F
+
+    from twophase.integration.jobs.flights import enrich
+    from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
+
+    flights = spark.read.parquet(month)
+    stream = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", rows_per_second)
+        .option("numPartitions", partitions)
+        .load()
+        .select(F.col("value"), (F.col("value") % n).alias("slot"))
+        .join(F.broadcast(flights), "slot")
+        .withColumn("flight_id", F.concat(F.lit("soak-"), F.col("value").cast("string")))
+        .select(*FLIGHT_SCHEMA.names)
+    )
+    return enrich(spark, stream, spec)
+
+
+class Sampler:
+    """Takes one :class:`Sample` of the running driver; owns the window's start (the epochs seen)."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        handle: JobHandle,
+        spec: FlightsJobSpec,
+        fs: pafs.FileSystem,
+        admin: KafkaAdmin,
+        pattern: str,
+        segment: int,
+        started: float,
+    ) -> None:
+        self._spark = spark
+        self._handle = handle
+        self._spec = spec
+        self._fs = fs
+        self._admin = admin
+        self._pattern = pattern
+        self._segment = segment
+        self._started = started
+        self._jvm_pid: int = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        self._seen = 0
+
+    def take(self) -> tuple[Sample, list[dict[str, Any]]]:
+        """The figures now, and the epochs completed since the previous call (as JSON objects);
+        the latency medians are over those epochs."""
+        from twophase.connectors.kafka.internal.lingering import OPEN_STATES
+
+        epochs = self._handle.metrics  # the newest RuntimeConfig.metrics_history epochs
+        totals = self._handle.totals
+        fresh = min(totals.epochs - self._seen, len(epochs))
+        new = list(epochs[len(epochs) - fresh :]) if fresh else []
+        window = new or list(epochs[-1:])  # no epoch ended meanwhile: the latest one's figures
+        self._seen = totals.epochs
+        ids = self._admin.list_transactions([], self._pattern)
+        checkpoint_bytes, checkpoint_files = tree_size(self._fs, s3_path(self._spec.checkpoint_dir))
+        delta_bytes, delta_files, since = delta_log(self._fs, s3_path(self._spec.delta_uri))
+        old_gen, collections = old_generation(self._spark)
+        minute = round((time.time() - self._started) / 60, 2)
+
+        def median(field: str) -> float:
+            return round(statistics.median(getattr(m, field) for m in window), 1) if window else 0.0
+
+        sample = Sample(
+            segment=self._segment,
+            minute=minute,
+            epochs=totals.epochs,
+            epochs_in_window=len(new),
+            records=totals.records,
+            write_ms=median("write_ms"),
+            persist_ms=median("persist_ms"),
+            commit_ms=median("commit_ms"),
+            epoch_ms=median("epoch_ms"),
+            python=Process.of(os.getpid()),
+            jvm=Process.of(self._jvm_pid),
+            jvm_old_gen_mb=old_gen,
+            jvm_collections=collections,
+            checkpoint_bytes=checkpoint_bytes,
+            checkpoint_files=checkpoint_files,
+            spark_checkpoint_bytes=tree_size(self._fs, s3_path(self._spec.spark_checkpoint))[0],
+            kafka_ids=len({txn_id for txn_id, _, _ in ids}),
+            kafka_open=len({txn_id for txn_id, _, state in ids if state in OPEN_STATES}),
+            delta_log_bytes=delta_bytes,
+            delta_log_files=delta_files,
+            delta_log_since_checkpoint=since,
+            load_1m=round(os.getloadavg()[0], 2),
+        )
+        rows = [{"segment": self._segment, "minute": minute, **dataclasses.asdict(m)} for m in new]
+        return sample, rows
+
+
+@click.command()
+@click.option("--work-dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--segment", type=int, required=True, help="0 before the restart, 1 after")
+@click.option("--started", type=float, required=True, help="the soak's start, Unix seconds")
+@click.option("--until", type=float, required=True, help="stop with a drain after this Unix time …")
+@click.option("--epochs", type=int, required=True, help="… or after this many epochs of this driver")
+@click.option("--month", required=True, help="the month's flights with their slot (soak.month_table)")
+@click.option("--flights", type=int, required=True, help="rows of --month")
+@click.option("--rows-per-second", type=int, required=True)
+@click.option("--partitions", type=int, required=True, help="the rate source's partitions per batch")
+@click.option("--trigger-ms", type=int, required=True)
+@click.option("--sample-s", type=float, required=True)
+def main(
+    work_dir: Path,
+    out: Path,
+    segment: int,
+    started: float,
+    until: float,
+    epochs: int,
+    month: str,
+    flights: int,
+    rows_per_second: int,
+    partitions: int,
+    trigger_ms: int,
+    sample_s: float,
+) -> None:
+    """Run (or restore) the soak's job in WORK_DIR; see the module docstring."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from twophase.connectors.kafka.internal import naming
+    from twophase.connectors.kafka.internal.admin import KafkaAdmin
+    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.integration.jobs.flights import (
+        build_sinks,
+        endpoints_from_environment,
+        flights_spark_session,
+        start_flights,
+    )
+    from twophase.integration.jobs.flights_spec import FlightsJobSpec
+    from twophase.integration.verify import s3_filesystem
+
+    spec = FlightsJobSpec.load(work_dir)
+    endpoints = endpoints_from_environment()
+    fs = s3_filesystem(endpoints)
+    spark = flights_spark_session(endpoints)
+    spark.sparkContext.setLogLevel("ERROR")
+    kafka = build_sinks(spec, endpoints)[0]
+    admin = KafkaAdmin.connect(kafka.config, kafka.clients, kafka.name)
+    pattern = naming.id_pattern(kafka.config.prefix(spec.job_id), kafka.name)
+    restored = time.monotonic()
+    handle = start_flights(
+        spark,
+        spec,
+        endpoints,
+        soak_stream(spark, spec, month, flights, rows_per_second, partitions),
+        {"processingTime": f"{trigger_ms} milliseconds"},
+    )
+    log.info("soak segment %d: started in %.1f s", segment, time.monotonic() - restored)
+    sampler = Sampler(spark, handle, spec, fs, admin, pattern, segment, started)
+    with (out / "samples.jsonl").open("a") as samples, (out / "epochs.jsonl").open("a") as epoch_log:
+        while time.time() < until and handle.totals.epochs < epochs:
+            if handle.await_termination(sample_s):
+                raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
+            sample, rows = sampler.take()
+            samples.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+            samples.flush()
+            epoch_log.writelines(json.dumps(r) + "\n" for r in rows)
+            epoch_log.flush()
+            log.info(
+                "soak segment %d minute %.1f: %d epochs, %d records, old gen %.1f MB",
+                segment,
+                sample.minute,
+                sample.epochs,
+                sample.records,
+                sample.jvm_old_gen_mb,
+            )
+    stopped = time.monotonic()
+    handle.stop(savepoint=True, drain=True, timeout=600)
+    drain_s = time.monotonic() - stopped
+    outcome = {
+        "segment": segment,
+        "status": handle.status.value,
+        "epochs": handle.totals.epochs,
+        "records": handle.totals.records,
+        "drain_s": round(drain_s, 1),
+    }
+    (out / f"segment-{segment}.json").write_text(json.dumps(outcome, indent=2))
+    spark.stop()
+    if handle.status is not JobState.FINISHED:
+        raise click.ClickException(f"the soak's job did not finish: {handle.status.value}")
+
+
+if __name__ == "__main__":
+    main()

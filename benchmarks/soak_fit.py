@@ -1,0 +1,214 @@
+"""The soak's verdict (issue #44 item 5): a least-squares slope with a 95 % confidence interval
+for every sampled figure, each against the threshold stated here, and the epochs' p99.
+
+A figure *grows* when the upper bound of its slope's confidence interval is above its threshold:
+a pass then says that, with 95 % confidence, the figure grows by less than the threshold an hour.
+A noisy figure over a short run has a wide interval and can fail although it is flat; the remedy
+is a longer run, not a looser threshold.
+
+The driver restart cuts every run in two *segments* (``Sample.segment``), and each is fitted
+apart, after its own warm-up: the restart starts a new Python process and a new JVM, so every
+process figure (RSS, old generation, threads, descriptors) begins again from a fresh process's
+value, and one line through both segments would fit that saw-tooth, not the growth within a
+process. Storage figures do not restart, but fitting them by segment as well keeps one rule, and a
+growth that lasts shows in both segments.
+
+Pure functions over plain numbers (no Spark, no services): ``make test`` feeds them synthetic
+series (``tests/benchmarks/test_soak_fit.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+"""Two-sided confidence of every slope's interval."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """How fast a figure may grow, per hour, and why.
+
+    Attributes:
+        per_hour: the largest tolerated growth an hour, in the figure's unit, or — ``relative`` —
+            as a fraction of the segment's mean (0.10: 10 % of its mean an hour). ``None``: the
+            figure is fitted and reported, never gated.
+        relative: ``per_hour`` is a fraction of the mean, not an amount.
+        reason: why this threshold (or why none).
+    """
+
+    per_hour: float | None
+    relative: bool
+    reason: str
+
+    def limit(self, mean: float) -> float | None:
+        """The tolerated growth an hour, in the figure's unit, for a segment of this ``mean``."""
+        if self.per_hour is None:
+            return None
+        return self.per_hour * abs(mean) if self.relative else self.per_hour
+
+
+_LEAK = (
+    "a driver meant to run for weeks: 1 MB an hour is 24 MB a day, 170 MB a week (the issue's own "
+    "example); a leak per epoch (about a thousand an hour) or per sample shows far above it"
+)
+_POOL = (
+    "a leak per epoch, per task or per restart of a client shows as hundreds an hour; pools that "
+    "grow and shrink with the load (delta-rs's tokio runtime, py4j's callback threads) move by a few"
+)
+_TIME = (
+    "a cost that grows with what the job has done (a table, a log, a checkpoint that is read whole) "
+    "showed as +39 % in an hour in the first soak; 10 % an hour is 2.4× in a day. The machine's "
+    "load moves these too: run it on a quiet machine (the load is sampled)"
+)
+_STORAGE = (
+    "retained_checkpoints and Spark's minBatchesToRetain bound them: a flat series with the "
+    "epochs' own variation; growth means state kept for every epoch"
+)
+
+THRESHOLDS: Mapping[str, Threshold] = {
+    "Python driver RSS MB": Threshold(1.0, False, _LEAK),
+    "JVM driver RSS MB": Threshold(1.0, False, _LEAK),
+    "JVM old generation after GC MB": Threshold(
+        1.0,
+        False,
+        "the JVM's live heap after its latest collection (the old pool's collection usage): " + _LEAK,
+    ),
+    "epoch ms (median per epoch)": Threshold(0.10, True, _TIME),
+    "commit ms (median per epoch)": Threshold(0.10, True, _TIME),
+    "write ms (median per epoch)": Threshold(0.10, True, _TIME),
+    "persist ms (median per epoch)": Threshold(0.10, True, _TIME),
+    "Python driver threads": Threshold(2.0, False, _POOL),
+    "JVM driver threads": Threshold(2.0, False, _POOL),
+    "Python driver open fds": Threshold(5.0, False, _POOL + "; sockets to S3 and Kafka come and go"),
+    "JVM driver open fds": Threshold(5.0, False, _POOL + "; jars, sockets and shuffle files come and go"),
+    "checkpoint storage bytes": Threshold(0.05, True, _STORAGE),
+    "Spark checkpoint bytes": Threshold(0.05, True, _STORAGE),
+    "Kafka transactional ids": Threshold(
+        1.0, False, "one pool of ids per sink, reused every epoch: new ids an hour mean a leak of producers"
+    ),
+    "Delta log commits since its checkpoint": Threshold(
+        None, False, "a saw-tooth by design: delta-rs writes a log checkpoint every 100 commits"
+    ),
+    "Delta log bytes": Threshold(
+        None,
+        False,
+        "Delta's default retention keeps 30 days of log entries and 7 days of tombstones, so within "
+        "hours the log grows with every commit by design; what that costs the job is gated as "
+        "commit ms and epoch ms",
+    ),
+    "machine load (1 min)": Threshold(None, False, "the machine, not the job: reported beside the figures"),
+}
+"""Every sampled figure's threshold, in one place, with its reason (slopes per hour)."""
+
+
+@dataclass(frozen=True)
+class Slope:
+    """A least-squares line through one segment of one figure.
+
+    Attributes:
+        figure: the figure's name (a key of :data:`THRESHOLDS`).
+        segment: the driver's segment (0 before the restart, 1 after).
+        samples: points fitted; ``minutes``: their span.
+        mean: the points' mean, in the figure's unit.
+        per_hour / low / high: the slope an hour and its confidence interval (:data:`CONFIDENCE`).
+        limit: the tolerated growth an hour (``None``: reported only).
+    """
+
+    figure: str
+    segment: int
+    samples: int
+    minutes: float
+    mean: float
+    per_hour: float
+    low: float
+    high: float
+    limit: float | None
+
+    @property
+    def grows(self) -> bool:
+        """Whether the interval's upper bound is above the limit (too few points: it grows, since
+        nothing says it does not)."""
+        if self.limit is None:
+            return False
+        return not math.isfinite(self.high) or self.high > self.limit
+
+    def line(self) -> str:
+        """One line for the log and the exit message."""
+        limit = "reported only" if self.limit is None else f"limit {self.limit:.4g}/h"
+        return (
+            f"{self.figure} (segment {self.segment}): {self.per_hour:+.4g}/h "
+            f"[{self.low:+.4g}, {self.high:+.4g}] over {self.samples} samples, "
+            f"{self.minutes:.0f} min; {limit}"
+        )
+
+
+def fit(
+    figure: str, segment: int, minutes: Sequence[float], values: Sequence[float], threshold: Threshold
+) -> Slope:
+    """The slope an hour of ``values`` against ``minutes`` (scipy.stats.linregress) with its
+    two-sided :data:`CONFIDENCE` interval (Student's t, ``n - 2`` degrees of freedom).
+
+    Fewer than three points give an infinite interval (a line through two points has no error
+    estimate); a constant series gives slope 0 with a zero-width interval.
+
+    Raises:
+        ValueError: ``minutes`` and ``values`` differ in length.
+    """
+    if len(minutes) != len(values):
+        raise ValueError(f"{figure}: {len(minutes)} minutes for {len(values)} values")
+    mean = float(np.mean(values)) if len(values) else 0.0
+    span = (max(minutes) - min(minutes)) if minutes else 0.0
+    limit = threshold.limit(mean)
+    if len(values) < 3 or span <= 0:
+        return Slope(figure, segment, len(values), span, mean, math.nan, -math.inf, math.inf, limit)
+    if float(np.ptp(values)) == 0.0:  # constant: no growth, and linregress's error would be 0 / 0
+        return Slope(figure, segment, len(values), span, mean, 0.0, 0.0, 0.0, limit)
+    hours = np.asarray(minutes, dtype=float) / 60.0
+    result = stats.linregress(hours, np.asarray(values, dtype=float))
+    t = float(stats.t.ppf((1 + CONFIDENCE) / 2, len(values) - 2))
+    half = t * float(result.stderr)
+    slope = float(result.slope)
+    return Slope(figure, segment, len(values), span, mean, slope, slope - half, slope + half, limit)
+
+
+def fit_segments(series: Mapping[str, Sequence[tuple[int, float, float]]], warm_up_min: float) -> list[Slope]:
+    """Every figure's slope in every segment: ``series`` maps a figure to its
+    ``(segment, minute, value)`` points; each segment's first ``warm_up_min`` minutes (from its
+    own first point) are left out.
+
+    Raises:
+        KeyError: a figure without a threshold in :data:`THRESHOLDS`.
+    """
+    slopes = []
+    for figure, points in series.items():
+        threshold = THRESHOLDS[figure]
+        for segment in sorted({p[0] for p in points}):
+            mine = [(m, v) for s, m, v in points if s == segment]
+            start = min(m for m, _ in mine)
+            kept = [(m, v) for m, v in mine if m >= start + warm_up_min]
+            slopes.append(fit(figure, segment, [m for m, _ in kept], [v for _, v in kept], threshold))
+    return slopes
+
+
+def growing(slopes: Sequence[Slope]) -> list[Slope]:
+    """The slopes above their thresholds."""
+    return [s for s in slopes if s.grows]
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float]:
+    """Median, p99 and maximum of ``values`` (numpy's linear interpolation); zeros when empty."""
+    if not values:
+        return {"n": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    array = np.asarray(values, dtype=float)
+    return {
+        "n": len(values),
+        "p50": round(float(np.percentile(array, 50)), 1),
+        "p99": round(float(np.percentile(array, 99)), 1),
+        "max": round(float(array.max()), 1),
+    }
