@@ -69,8 +69,8 @@ of them at every fault point and with kill -9. The three sinks run together in a
   twophase's checkpoints, the Azure file sink's Parquet files (staged blocks committed with
   ``Put Block List``) and the Delta table on ``abfss://`` (Azurite), Kafka as before; the files are
   read back with pyarrow and with Spark through hadoop-azure.
-- ``gcs`` (issue #46 item 5): the same on ``gs://``, refused by name until the GCS file sink exists
-  and fake-gcs-server serves Delta (:data:`~twophase.integration.jobs.flights_spec.GCS_REFUSED`).
+- ``gcs`` (issue #46 item 5): the same on ``gs://``, refused by name until the demo is wired to the GCS
+  file sink and fake-gcs-server serves Delta (:data:`~twophase.integration.jobs.flights_spec.GCS_REFUSED`).
 """
 
 from __future__ import annotations

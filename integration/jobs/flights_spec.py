@@ -43,8 +43,8 @@ AZURE_ACCOUNT = "twophase"
 its name is part of every ``abfss://`` location, its key comes from the environment only."""
 GCS_REFUSED = (
     "--store gcs is refused: Delta on gs:// is not served by fake-gcs-server (delta-rs's XML-API "
-    "uploads; fsouza/fake-gcs-server#331, #1164) and the GCS file sink (kind gcs) is not in this "
-    "build: use --store s3 or --store azure"
+    "uploads; fsouza/fake-gcs-server#331, #1164), and the demo is not yet wired to the GCS file "
+    "sink (kind gcs): use --store s3 or --store azure"
 )
 """Why ``--store gcs`` runs are refused for now (one line, before anything is written)."""
 
