@@ -404,7 +404,8 @@ def _start_spark(
     help="Where the checkpoints, the files and the Delta table live: MinIO (s3), Azurite (azure: "
     "abfss://, TWOPHASE_AZURE_CONNECTION_STRING, `services up --azure`'s, or a temporary one; the "
     "files are read back with pyarrow and with Spark through hadoop-azure) or GCS (refused for now: "
-    "fake-gcs-server cannot serve Delta; the demo is not wired to the GCS file sink). Kafka is the same on each.",
+    "fake-gcs-server cannot serve Delta; the demo is not wired to the GCS file sink). Kafka is the "
+    "same on each.",
 )
 @delta_reader_option
 @json_option(DEMO_KEYS)
