@@ -17,20 +17,21 @@ never builds a ``Row`` of them (issue #42). Every row carries the executor's two
 from __future__ import annotations
 
 import json
+import importlib.metadata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from twophase import __version__
 from twophase.coordinator.payload import payload_bytes
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 
-RELEASE = __version__
+RELEASE = importlib.metadata.version("twophase")
 """The twophase release this process runs; an executor stamps it on each of its rows
-(:data:`ACK_SCHEMA`'s ``release``), read from the executor's own installation, so the driver can
+(:data:`ACK_SCHEMA`'s ``release``), read from the executor's own installation's metadata (not
+from the root package, which sits above this module in the import graph), so the driver can
 refuse the rows of another release before anything is written (their payloads may not decode)."""
 
 
