@@ -16,8 +16,8 @@ never builds a ``Row`` of them (issue #42). Every row carries the executor's two
 
 from __future__ import annotations
 
-import json
 import importlib.metadata
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
