@@ -165,6 +165,9 @@ class CheckpointCoordinator:
         committables would stay in memory for the run's life, a checkpoint's worth per epoch)."""
         self._completed_ids: set[int] = set()
         self._subtasks: dict[SubtaskKey, SubtaskLifecycle[Any]] = {}
+        self._by_sink: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
+        """The same lifecycles per sink (partition → lifecycle): a pass over one sink's subtasks
+        need not visit every sink's."""
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
         self.restored = restored
@@ -178,7 +181,8 @@ class CheckpointCoordinator:
                     continue
                 self.parallelism[name] = snap.num_partitions
                 for p, state in snap.in_progress.items():
-                    self._subtasks[(name, p)] = SubtaskLifecycle(name, p, state, restored.checkpoint_id)
+                    lc = SubtaskLifecycle[Any](name, p, state, restored.checkpoint_id)
+                    self._subtasks[(name, p)] = self._by_sink[name][p] = lc
 
     def _log(self, level: int, event: str, /, **fields: Any) -> None:
         log_event(log, level, event, job=self.job_id, **fields)
@@ -196,7 +200,7 @@ class CheckpointCoordinator:
         key = (sink, partition)
         lc = self._subtasks.get(key)
         if lc is None:
-            lc = self._subtasks[key] = SubtaskLifecycle(sink, partition)
+            lc = self._subtasks[key] = self._by_sink[sink][partition] = SubtaskLifecycle(sink, partition)
         return lc
 
     @property
@@ -704,6 +708,18 @@ class CheckpointCoordinator:
             t
             for t in self.uncommitted_transactions()
             if t.status.is_durable or (t.status is TxnStatus.IN_DOUBT and t.checkpoint_id in landed)
+        ]
+
+    def pending_of(self, sink: str) -> list[PendingTransaction[Any]]:
+        """Every transaction of ``sink`` not yet confirmed committed nor aborted (no order)."""
+        return [t for lc in self._by_sink.get(sink, {}).values() for t in lc.pending]
+
+    def live_in_progress_of(self, sink: str) -> list[JsonObject]:
+        """The newest in-progress state of each live subtask of ``sink`` that has one."""
+        return [
+            st
+            for lc in self._by_sink.get(sink, {}).values()
+            if lc.state.is_live and (st := lc.latest_in_progress) is not None
         ]
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
