@@ -168,6 +168,7 @@ class CheckpointCoordinator:
         self._by_sink: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
         """The same lifecycles per sink (partition → lifecycle): a pass over one sink's subtasks
         need not visit every sink's."""
+        self._expected_cache: tuple[dict[str, frozenset[int]], frozenset[SubtaskKey], pa.Table] | None = None
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
         self.restored = restored
@@ -269,21 +270,21 @@ class CheckpointCoordinator:
                 f"{len(self._pending)} pending (max {self.config.max_concurrent_checkpoints})",
                 "trigger",
             )
-        expected: set[SubtaskKey] = set()
-        for name, parts in participants.items():
-            parts = list(parts)
+        parts_of = {name: frozenset(parts) for name, parts in participants.items()}
+        for name, parts in parts_of.items():
             if name in self.fully_finished and parts:
                 raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
+            known = self._by_sink.get(name, {})
             for p in parts:
-                lc = self.subtask(name, p)
+                lc = known.get(p) or self.subtask(name, p)
                 if not lc.state.is_live:
                     raise IllegalTransitionError(str(lc), lc.state.value, "trigger")
-                expected.add((name, p))
+        expected, expected_keys = self._expected_of(parts_of)
         for name in self.sinks:
             if num_partitions and name in num_partitions:
                 self.parallelism[name] = num_partitions[name]
             elif name not in self.parallelism:
-                self.parallelism[name] = len({p for s, p in expected if s == name})
+                self.parallelism[name] = len(parts_of.get(name, ()))
         cid = self.next_checkpoint_id
         self.next_checkpoint_id += 1
         self.last_triggered_id = cid
@@ -295,12 +296,25 @@ class CheckpointCoordinator:
             num_partitions=dict(self.parallelism),
             source_position=dict(source_position) if source_position is not None else None,
             end_of_input=end_of_input,
+            expected_keys=expected_keys,
         )
         self._pending[cid] = pc
         self._log(
             logging.INFO, "checkpoint triggered", checkpoint=cid, kind=kind.value, expected_acks=len(expected)
         )
         return pc
+
+    def _expected_of(self, parts_of: Mapping[str, frozenset[int]]) -> tuple[frozenset[SubtaskKey], pa.Table]:
+        """The expected (sink, partition) set of ``parts_of`` and its table, kept for the next
+        trigger with the same participants (an epoch's are its predecessor's unless the
+        parallelism or the live sinks changed): built once, not per epoch (issue #42)."""
+        cached = self._expected_cache
+        if cached is not None and cached[0] == parts_of:
+            return cached[1], cached[2]
+        expected = frozenset((name, p) for name, parts in parts_of.items() for p in parts)
+        keys = ack_table.key_table(expected)
+        self._expected_cache = (dict(parts_of), expected, keys)
+        return expected, keys
 
     def acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
         """Record one subtask's acknowledgement of ``checkpoint_id`` (the one-by-one path: a
@@ -713,6 +727,16 @@ class CheckpointCoordinator:
     def pending_of(self, sink: str) -> list[PendingTransaction[Any]]:
         """Every transaction of ``sink`` not yet confirmed committed nor aborted (no order)."""
         return [t for lc in self._by_sink.get(sink, {}).values() for t in lc.pending]
+
+    def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
+        """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a
+        partition below ``below`` that have one, ascending by partition."""
+        found = {
+            p: st
+            for p, lc in self._by_sink.get(sink, {}).items()
+            if p < below and (st := lc.in_progress_for(checkpoint_id)) is not None
+        }
+        return dict(sorted(found.items()))
 
     def live_in_progress_of(self, sink: str) -> list[JsonObject]:
         """The newest in-progress state of each live subtask of ``sink`` that has one."""

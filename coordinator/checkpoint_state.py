@@ -89,6 +89,8 @@ class PendingCheckpoint:
         num_partitions: sink → the epoch's parallelism.
         source_position: the engine position it covers, stored in the metadata.
         end_of_input: the job reached end of input.
+        expected_keys: :attr:`expected` as a (sink, partition) table, if the trigger has it already
+            (the coordinator keeps it per set of participants: issue #42); else built on first use.
     """
 
     checkpoint_id: int
@@ -101,7 +103,7 @@ class PendingCheckpoint:
     status: CheckpointStatus = CheckpointStatus.PENDING
     acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
-    _expected_table: pa.Table | None = field(default=None, init=False, repr=False)
+    expected_keys: pa.Table | None = field(default=None, repr=False, compare=False)
     _txns: dict[SubtaskKey, tuple[PendingTransaction[Any], ...]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -111,9 +113,9 @@ class PendingCheckpoint:
     def expected_table(self) -> pa.Table:
         """:attr:`expected` as a (sink, partition) table (:func:`~twophase.coordinator.ack_table.key_table`),
         built once: what a table of acknowledgements is checked against."""
-        if self._expected_table is None:
-            self._expected_table = key_table(self.expected)
-        return self._expected_table
+        if self.expected_keys is None:
+            self.expected_keys = key_table(self.expected)
+        return self.expected_keys
 
     def record(
         self, key: SubtaskKey, ack: Acknowledgement, transactions: Sequence[PendingTransaction[Any]]
