@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -75,6 +76,10 @@ from twophase.sinks.internal.structured_log import log_event
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+_CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
+_CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
 
 
 def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
@@ -437,9 +442,11 @@ class CheckpointCoordinator:
                 ]
             )  # fmt: skip
             rows.append((ack, txns))
+        by_sink = self._by_sink
         for ack, txns in rows:
             key = (ack.sink, ack.partition)
-            self.subtask(*key).snapshot_transactions(checkpoint_id, txns, ack.in_progress)
+            lc = by_sink[ack.sink].get(ack.partition) or self.subtask(*key)
+            lc.snapshot_transactions(checkpoint_id, txns, ack.in_progress)
             pc.record(key, ack, txns)
         return TableIntake(len(rows), tuple(duplicates), ack_table.records_per_sink(first))
 
@@ -467,7 +474,7 @@ class CheckpointCoordinator:
                 self.job_id,
                 pc,
                 self.sinks,
-                self._subtasks,
+                self._by_sink,
                 self.fully_finished,
                 self.parallelism,
                 self.clock(),
@@ -601,15 +608,18 @@ class CheckpointCoordinator:
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
         with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
-            for _, lc in sorted(self._subtasks.items()):
-                if not lc.state.is_live:
-                    continue
-                actions = lc.notify_checkpoint_complete(checkpoint_id)
-                commits.extend(actions.commit)
-                aborts.extend(actions.abort)
-                finished += lc.state is SubtaskState.FINISHED
-            order = {name: i for i, name in enumerate(self.sinks)}
-            commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
+            # job order, then partitions: a stable sort by checkpoint id then gives commits in
+            # (checkpoint, job order, partition) order without a key tuple per transaction
+            for by_partition in self._by_sink.values():
+                for p in sorted(by_partition):
+                    lc = by_partition[p]
+                    if not lc.state.is_live:
+                        continue
+                    actions = lc.notify_checkpoint_complete(checkpoint_id)
+                    commits.extend(actions.commit)
+                    aborts.extend(actions.abort)
+                    finished += lc.state is SubtaskState.FINISHED
+            commits.sort(key=_CHECKPOINT_ID)
         for t in aborts:
             self.committer.abort(t)
         before = self.committer.metrics
@@ -635,8 +645,11 @@ class CheckpointCoordinator:
         marker = self.marker
         if marker is None:
             return None
-        held = [t for t in self.uncommitted_transactions() if t.checkpoint_id <= checkpoint_id]
-        if any(t.status is not TxnStatus.COMMITTING for t in held):
+        if any(
+            t.checkpoint_id <= checkpoint_id and t.status is not TxnStatus.COMMITTING
+            for lc in self._subtasks.values()
+            for t in lc.pending
+        ):
             return None
 
         def landed() -> None:
@@ -748,10 +761,7 @@ class CheckpointCoordinator:
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""
-        return sorted(
-            (t for lc in self._subtasks.values() for t in lc.pending),
-            key=lambda t: (t.checkpoint_id, t.partition),
-        )
+        return sorted((t for lc in self._subtasks.values() for t in lc.pending), key=_CHECKPOINT_PARTITION)
 
     @property
     def completed_ids(self) -> frozenset[int]:

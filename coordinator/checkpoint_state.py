@@ -9,6 +9,7 @@ checks each transition, and only it changes its status.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,7 +248,7 @@ def metadata_of(
     job_id: str,
     pc: PendingCheckpoint,
     sinks: Mapping[str, TwoPhaseCommitSink[Any, Any]],
-    subtasks: Mapping[SubtaskKey, SubtaskLifecycle[Any]],
+    subtasks: Mapping[str, Mapping[int, SubtaskLifecycle[Any]]],
     fully_finished: Set[str],
     parallelism: Mapping[str, int],
     now_ms: int,
@@ -255,7 +256,8 @@ def metadata_of(
     """What checkpoint ``pc`` publishes: per sink not fully finished, every transaction not yet
     confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
     latest checkpoint alone is enough to recover), payload bytes as received (nothing decoded or
-    encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state.
+    encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state
+    (``subtasks``: sink → partition → lifecycle).
 
     Returns:
         the metadata, and per sink the same transactions' committables (decoded on first access)
@@ -267,9 +269,11 @@ def metadata_of(
     for name, sink in sinks.items():
         if name in fully_finished:
             continue
-        lcs = sorted(((p, lc) for (s, p), lc in subtasks.items() if s == name), key=lambda x: x[0])
+        of_sink = subtasks.get(name, {})
+        lcs = [(p, of_sink[p]) for p in sorted(of_sink)]
+        # stable: partitions in order, so by checkpoint id is by (checkpoint id, partition)
         txns: list[PendingTransaction[Any]] = sorted(
-            (t for _, lc in lcs for t in lc.uncommitted(c)), key=lambda t: (t.checkpoint_id, t.partition)
+            (t for _, lc in lcs for t in lc.uncommitted(c)), key=operator.attrgetter("checkpoint_id")
         )
         in_progress = {
             p: st for p, lc in lcs if lc.state.is_live and (st := lc.in_progress_for(c)) is not None

@@ -162,7 +162,9 @@ class HeldCommittables(Sequence[COMM]):
 
     Args:
         parts: see above, in checkpoint order.
-        transactions: pending transactions, after the checkpoints' committables.
+        transactions: pending transactions, after the checkpoints' committables: a sequence, or
+            what gives it when the sequence is first read (within the sink's cleanup call: the
+            driver thread, which alone changes them, is in that call).
         encode: the sink's ``encode``, for a transaction without payload bytes (tests build such).
 
     Raises (on reading):
@@ -174,7 +176,7 @@ class HeldCommittables(Sequence[COMM]):
     def __init__(
         self,
         parts: Iterable[Part],
-        transactions: Sequence[PendingTransaction[COMM]],
+        transactions: Sequence[PendingTransaction[COMM]] | Callable[[], Sequence[PendingTransaction[COMM]]],
         encode: Callable[[COMM], JsonObject],
     ) -> None:
         self._parts: tuple[Part, ...] = tuple(parts)
@@ -186,7 +188,8 @@ class HeldCommittables(Sequence[COMM]):
         entries = self._entries
         if entries is None:
             seen: dict[bytes, tuple[bytes, Sequence[COMM], int]] = {}
-            txns = self._transactions
+            given = self._transactions
+            txns = given() if callable(given) else given
             pending: Part = (PayloadsOf(txns), CommittablesOf(txns))
             for payloads, committables in (*self._parts, pending):
                 for i, p in enumerate(payloads):
@@ -262,7 +265,7 @@ def held_of(
     checkpoints: Iterable[tuple[CheckpointMetadata, Sequence[COMM]]],
     *,
     holding: Sequence[bytes] = (),
-    pending: Sequence[PendingTransaction[COMM]] = (),
+    pending: Sequence[PendingTransaction[COMM]] | Callable[[], Sequence[PendingTransaction[COMM]]] = (),
     live_in_progress: Iterable[JsonObject] = (),
     live_parallelism: int = 0,
 ) -> HeldForCleanup[COMM]:
@@ -276,7 +279,8 @@ def held_of(
             :func:`held_by`).
         holding: payloads a caller still needs (a restore's: the facade writer's fresh
             acknowledgements), decoded on access.
-        pending: the running job's transactions of ``sink`` not yet confirmed committed.
+        pending: the running job's transactions of ``sink`` not yet confirmed committed, or what
+            gives them when ``held`` is first read (see :class:`HeldCommittables`).
         live_in_progress: in-progress states of the running job's live subtasks.
         live_parallelism: the running job's parallelism for the sink (0 if none).
 

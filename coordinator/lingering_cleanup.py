@@ -8,8 +8,9 @@ owns only that last part; the rest it reads from the completed checkpoints and t
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -79,11 +80,12 @@ class LingeringCleanup:
         checkpoints = [
             (meta, cache.committables(location, sink)) for location, meta in cache.retained_at(extra)
         ]
-        pending: list[Any] = []
+        pending: Callable[[], Sequence[Any]] | Sequence[Any] = ()
         live_in_progress: list[JsonObject] = []
         parallelism = 0
         if coord is not None:
-            pending = coord.pending_of(sink.name)
+            # read only if the sink reads scope.held (issue #42)
+            pending = functools.partial(coord.pending_of, sink.name)
             live_in_progress = coord.live_in_progress_of(sink.name)
             parallelism = coord.parallelism.get(sink.name, 0)
         return held_of(

@@ -199,3 +199,17 @@ def test_recovery_uses_committables_already_decoded() -> None:
     txns = recovery_transactions(m, sinks, 5, {"a": given})
     assert [t.committable for t in txns] == [given[1], given[0]]  # checkpoint order
     assert [t.payload for t in txns] == [comm("a2", 2), comm("a3", 3, 1)]
+
+
+def test_the_running_jobs_pending_transactions_are_gathered_only_if_the_sink_reads_held() -> None:
+    sink = FakeSink("a", FakeExternalSystem())
+    asked: list[int] = []
+    p3 = FakeCommittable("p3", 3, 0, 1)
+
+    def pending() -> list[PendingTransaction[FakeCommittable]]:
+        asked.append(1)
+        return [PendingTransaction("a", 0, 0, 3, p3, payload=comm("p3", 3))]
+
+    scope = held_of(sink, [], pending=pending).scope("job", "a", 7)
+    assert asked == []
+    assert tuple(scope.held) == (p3,) and tuple(scope.held) == (p3,) and asked == [1]
