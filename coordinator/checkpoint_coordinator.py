@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -75,6 +76,10 @@ from twophase.sinks.internal.structured_log import log_event
 log = logging.getLogger(__name__)
 
 AnySink = TwoPhaseCommitSink[Any, Any]
+
+
+_CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
+_CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
 
 
 def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
@@ -165,6 +170,10 @@ class CheckpointCoordinator:
         committables would stay in memory for the run's life, a checkpoint's worth per epoch)."""
         self._completed_ids: set[int] = set()
         self._subtasks: dict[SubtaskKey, SubtaskLifecycle[Any]] = {}
+        self._by_sink: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
+        """The same lifecycles per sink (partition → lifecycle): a pass over one sink's subtasks
+        need not visit every sink's."""
+        self._expected_cache: tuple[dict[str, frozenset[int]], frozenset[SubtaskKey], pa.Table] | None = None
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
         self.restored = restored
@@ -178,7 +187,8 @@ class CheckpointCoordinator:
                     continue
                 self.parallelism[name] = snap.num_partitions
                 for p, state in snap.in_progress.items():
-                    self._subtasks[(name, p)] = SubtaskLifecycle(name, p, state, restored.checkpoint_id)
+                    lc = SubtaskLifecycle[Any](name, p, state, restored.checkpoint_id)
+                    self._subtasks[(name, p)] = self._by_sink[name][p] = lc
 
     def _log(self, level: int, event: str, /, **fields: Any) -> None:
         log_event(log, level, event, job=self.job_id, **fields)
@@ -196,7 +206,7 @@ class CheckpointCoordinator:
         key = (sink, partition)
         lc = self._subtasks.get(key)
         if lc is None:
-            lc = self._subtasks[key] = SubtaskLifecycle(sink, partition)
+            lc = self._subtasks[key] = self._by_sink[sink][partition] = SubtaskLifecycle(sink, partition)
         return lc
 
     @property
@@ -265,21 +275,21 @@ class CheckpointCoordinator:
                 f"{len(self._pending)} pending (max {self.config.max_concurrent_checkpoints})",
                 "trigger",
             )
-        expected: set[SubtaskKey] = set()
-        for name, parts in participants.items():
-            parts = list(parts)
+        parts_of = {name: frozenset(parts) for name, parts in participants.items()}
+        for name, parts in parts_of.items():
             if name in self.fully_finished and parts:
                 raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
+            known = self._by_sink.get(name, {})
             for p in parts:
-                lc = self.subtask(name, p)
+                lc = known.get(p) or self.subtask(name, p)
                 if not lc.state.is_live:
                     raise IllegalTransitionError(str(lc), lc.state.value, "trigger")
-                expected.add((name, p))
+        expected, expected_keys = self._expected_of(parts_of)
         for name in self.sinks:
             if num_partitions and name in num_partitions:
                 self.parallelism[name] = num_partitions[name]
             elif name not in self.parallelism:
-                self.parallelism[name] = len({p for s, p in expected if s == name})
+                self.parallelism[name] = len(parts_of.get(name, ()))
         cid = self.next_checkpoint_id
         self.next_checkpoint_id += 1
         self.last_triggered_id = cid
@@ -291,12 +301,25 @@ class CheckpointCoordinator:
             num_partitions=dict(self.parallelism),
             source_position=dict(source_position) if source_position is not None else None,
             end_of_input=end_of_input,
+            expected_keys=expected_keys,
         )
         self._pending[cid] = pc
         self._log(
             logging.INFO, "checkpoint triggered", checkpoint=cid, kind=kind.value, expected_acks=len(expected)
         )
         return pc
+
+    def _expected_of(self, parts_of: Mapping[str, frozenset[int]]) -> tuple[frozenset[SubtaskKey], pa.Table]:
+        """The expected (sink, partition) set of ``parts_of`` and its table, kept for the next
+        trigger with the same participants (an epoch's are its predecessor's unless the
+        parallelism or the live sinks changed): built once, not per epoch (issue #42)."""
+        cached = self._expected_cache
+        if cached is not None and cached[0] == parts_of:
+            return cached[1], cached[2]
+        expected = frozenset((name, p) for name, parts in parts_of.items() for p in parts)
+        keys = ack_table.key_table(expected)
+        self._expected_cache = (dict(parts_of), expected, keys)
+        return expected, keys
 
     def acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
         """Record one subtask's acknowledgement of ``checkpoint_id`` (the one-by-one path: a
@@ -419,9 +442,11 @@ class CheckpointCoordinator:
                 ]
             )  # fmt: skip
             rows.append((ack, txns))
+        by_sink = self._by_sink
         for ack, txns in rows:
             key = (ack.sink, ack.partition)
-            self.subtask(*key).snapshot_transactions(checkpoint_id, txns, ack.in_progress)
+            lc = by_sink[ack.sink].get(ack.partition) or self.subtask(*key)
+            lc.snapshot_transactions(checkpoint_id, txns, ack.in_progress)
             pc.record(key, ack, txns)
         return TableIntake(len(rows), tuple(duplicates), ack_table.records_per_sink(first))
 
@@ -449,7 +474,7 @@ class CheckpointCoordinator:
                 self.job_id,
                 pc,
                 self.sinks,
-                self._subtasks,
+                self._by_sink,
                 self.fully_finished,
                 self.parallelism,
                 self.clock(),
@@ -583,15 +608,18 @@ class CheckpointCoordinator:
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
         with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
-            for _, lc in sorted(self._subtasks.items()):
-                if not lc.state.is_live:
-                    continue
-                actions = lc.notify_checkpoint_complete(checkpoint_id)
-                commits.extend(actions.commit)
-                aborts.extend(actions.abort)
-                finished += lc.state is SubtaskState.FINISHED
-            order = {name: i for i, name in enumerate(self.sinks)}
-            commits.sort(key=lambda t: (t.checkpoint_id, order[t.sink_name], t.partition))
+            # job order, then partitions: a stable sort by checkpoint id then gives commits in
+            # (checkpoint, job order, partition) order without a key tuple per transaction
+            for by_partition in self._by_sink.values():
+                for p in sorted(by_partition):
+                    lc = by_partition[p]
+                    if not lc.state.is_live:
+                        continue
+                    actions = lc.notify_checkpoint_complete(checkpoint_id)
+                    commits.extend(actions.commit)
+                    aborts.extend(actions.abort)
+                    finished += lc.state is SubtaskState.FINISHED
+            commits.sort(key=_CHECKPOINT_ID)
         for t in aborts:
             self.committer.abort(t)
         before = self.committer.metrics
@@ -617,8 +645,11 @@ class CheckpointCoordinator:
         marker = self.marker
         if marker is None:
             return None
-        held = [t for t in self.uncommitted_transactions() if t.checkpoint_id <= checkpoint_id]
-        if any(t.status is not TxnStatus.COMMITTING for t in held):
+        if any(
+            t.checkpoint_id <= checkpoint_id and t.status is not TxnStatus.COMMITTING
+            for lc in self._subtasks.values()
+            for t in lc.pending
+        ):
             return None
 
         def landed() -> None:
@@ -706,12 +737,31 @@ class CheckpointCoordinator:
             if t.status.is_durable or (t.status is TxnStatus.IN_DOUBT and t.checkpoint_id in landed)
         ]
 
+    def pending_of(self, sink: str) -> list[PendingTransaction[Any]]:
+        """Every transaction of ``sink`` not yet confirmed committed nor aborted (no order)."""
+        return [t for lc in self._by_sink.get(sink, {}).values() for t in lc.pending]
+
+    def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
+        """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a
+        partition below ``below`` that have one, ascending by partition."""
+        found = {
+            p: st
+            for p, lc in self._by_sink.get(sink, {}).items()
+            if p < below and (st := lc.in_progress_for(checkpoint_id)) is not None
+        }
+        return dict(sorted(found.items()))
+
+    def live_in_progress_of(self, sink: str) -> list[JsonObject]:
+        """The newest in-progress state of each live subtask of ``sink`` that has one."""
+        return [
+            st
+            for lc in self._by_sink.get(sink, {}).values()
+            if lc.state.is_live and (st := lc.latest_in_progress) is not None
+        ]
+
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""
-        return sorted(
-            (t for lc in self._subtasks.values() for t in lc.pending),
-            key=lambda t: (t.checkpoint_id, t.partition),
-        )
+        return sorted((t for lc in self._subtasks.values() for t in lc.pending), key=_CHECKPOINT_PARTITION)
 
     @property
     def completed_ids(self) -> frozenset[int]:

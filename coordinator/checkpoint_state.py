@@ -9,6 +9,7 @@ checks each transition, and only it changes its status.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,8 @@ class PendingCheckpoint:
         num_partitions: sink → the epoch's parallelism.
         source_position: the engine position it covers, stored in the metadata.
         end_of_input: the job reached end of input.
+        expected_keys: :attr:`expected` as a (sink, partition) table, if the trigger has it already
+            (the coordinator keeps it per set of participants: issue #42); else built on first use.
     """
 
     checkpoint_id: int
@@ -101,7 +104,7 @@ class PendingCheckpoint:
     status: CheckpointStatus = CheckpointStatus.PENDING
     acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
-    _expected_table: pa.Table | None = field(default=None, init=False, repr=False)
+    expected_keys: pa.Table | None = field(default=None, repr=False, compare=False)
     _txns: dict[SubtaskKey, tuple[PendingTransaction[Any], ...]] = field(
         default_factory=dict, init=False, repr=False
     )
@@ -111,9 +114,9 @@ class PendingCheckpoint:
     def expected_table(self) -> pa.Table:
         """:attr:`expected` as a (sink, partition) table (:func:`~twophase.coordinator.ack_table.key_table`),
         built once: what a table of acknowledgements is checked against."""
-        if self._expected_table is None:
-            self._expected_table = key_table(self.expected)
-        return self._expected_table
+        if self.expected_keys is None:
+            self.expected_keys = key_table(self.expected)
+        return self.expected_keys
 
     def record(
         self, key: SubtaskKey, ack: Acknowledgement, transactions: Sequence[PendingTransaction[Any]]
@@ -245,7 +248,7 @@ def metadata_of(
     job_id: str,
     pc: PendingCheckpoint,
     sinks: Mapping[str, TwoPhaseCommitSink[Any, Any]],
-    subtasks: Mapping[SubtaskKey, SubtaskLifecycle[Any]],
+    subtasks: Mapping[str, Mapping[int, SubtaskLifecycle[Any]]],
     fully_finished: Set[str],
     parallelism: Mapping[str, int],
     now_ms: int,
@@ -253,7 +256,8 @@ def metadata_of(
     """What checkpoint ``pc`` publishes: per sink not fully finished, every transaction not yet
     confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
     latest checkpoint alone is enough to recover), payload bytes as received (nothing decoded or
-    encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state.
+    encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state
+    (``subtasks``: sink → partition → lifecycle).
 
     Returns:
         the metadata, and per sink the same transactions' committables (decoded on first access)
@@ -265,9 +269,11 @@ def metadata_of(
     for name, sink in sinks.items():
         if name in fully_finished:
             continue
-        lcs = sorted(((p, lc) for (s, p), lc in subtasks.items() if s == name), key=lambda x: x[0])
+        of_sink = subtasks.get(name, {})
+        lcs = [(p, of_sink[p]) for p in sorted(of_sink)]
+        # stable: partitions in order, so by checkpoint id is by (checkpoint id, partition)
         txns: list[PendingTransaction[Any]] = sorted(
-            (t for _, lc in lcs for t in lc.uncommitted(c)), key=lambda t: (t.checkpoint_id, t.partition)
+            (t for _, lc in lcs for t in lc.uncommitted(c)), key=operator.attrgetter("checkpoint_id")
         )
         in_progress = {
             p: st for p, lc in lcs if lc.state.is_live and (st := lc.in_progress_for(c)) is not None

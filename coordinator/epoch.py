@@ -477,10 +477,11 @@ class EpochOpener:
         progress.epoch_started()
         restored: dict[str, dict[int, JsonObject]] = {}
         with collector.paused():
-            for sink, p in sorted(pc.expected):
-                state = coord.subtask(sink, p).in_progress_for(pc.checkpoint_id - 1)
-                if p < num_partitions and state is not None:
-                    restored.setdefault(sink, {})[p] = state
+            for sink in sorted(participants):
+                # every partition below num_partitions of a participant is expected
+                states = coord.in_progress_as_of(sink, pc.checkpoint_id - 1, num_partitions)
+                if states:
+                    restored[sink] = states
         live = [s for n, s in self._sinks.items() if n in participants]
         return Epoch(
             self._job_id, pc, num_partitions, live, restored, self._coordinator, self._committer, self._lock

@@ -1,4 +1,4 @@
-"""What lingering cleanup may abort (DESIGN.md §5, §6), as pure functions.
+"""What lingering cleanup may abort (DESIGN.md §5, §6).
 
 ``abort_lingering`` may touch a transaction of this job and sink only if nothing can still need
 it: no retained checkpoint or savepoint references it (as a committable or as in-progress state),
@@ -6,25 +6,31 @@ the running job does not hold it in memory (pending commit, or in progress in a 
 no acknowledgement about to be recorded carries it. Aborting anything else would lose data a
 checkpoint promised.
 
-Two forms of the same rule:
+Held committables are told apart by their payload bytes (every payload is canonical JSON,
+:mod:`~twophase.coordinator.payload`: equal bytes, the same transaction) and handed to the sink
+as a :class:`HeldCommittables` sequence, which makes each one's object only when the sink reads
+it, and then from wherever it is already made (a pending transaction's, the metadata cache's):
+a sink whose cleanup does not look at ``scope.held`` decodes nothing (issue #42), and one that
+does decodes each held transaction at most once, sharing the object with the committer. Two
+ways in:
 
-- :func:`held_decoded` (the runtime's): every committable is given decoded, as the runtime already
-  holds it (decoded once, at acknowledgement or when a checkpoint is first read), and nothing is
-  decoded or encoded again; :meth:`HeldCommittables.scope` hands it to the sink;
+- :func:`held_of` (the runtime's, :class:`~twophase.coordinator.lingering_cleanup.LingeringCleanup`):
+  checkpoints with their committables as the metadata cache holds them, and the running job's
+  pending transactions;
 - :func:`held_by` (for callers that hold only checkpoint metadata: cancel, the operator
-  commands): payload bytes, told apart as bytes (every payload is canonical JSON,
-  :mod:`~twophase.coordinator.payload`); :func:`lingering_scope` decodes them.
+  commands): payload bytes; :func:`lingering_scope` hands them to the sink, decoded on access.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, overload
 
 from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.payload import decode_payload
+from twophase.coordinator.payload import DecodedOnAccess, payload_bytes
+from twophase.coordinator.subtask_lifecycle import CommittablesOf, PendingTransaction
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject, LingeringScope
 
@@ -98,30 +104,143 @@ def held_by(
 
 
 def lingering_scope(job_id: str, sink: AnySink, held: Held, up_to_checkpoint: int) -> LingeringScope[Any]:
-    """The :class:`~twophase.sinks.context.LingeringScope` handed to ``sink.abort_lingering``
-    (each held payload decoded here).
-
-    Raises:
-        CommittableDecodeError: a held payload does not decode with the sink's codec.
-    """
-    decoded = tuple(decode_payload(sink, p) for p in held.committables.values())
-    return HeldCommittables(decoded, held.in_progress, held.max_partitions).scope(
+    """The :class:`~twophase.sinks.context.LingeringScope` handed to ``sink.abort_lingering``; each
+    held payload is decoded when the sink reads it (a payload that does not decode raises
+    ``CommittableDecodeError`` there)."""
+    payloads = tuple(held.committables)
+    committables = HeldCommittables[Any]([(payloads, DecodedOnAccess(sink, payloads))], (), sink.encode)
+    return HeldForCleanup(committables, held.in_progress, held.max_partitions).scope(
         job_id, sink.name, up_to_checkpoint
     )
 
 
+class _HasPayload(Protocol):
+    @property
+    def payload(self) -> bytes | None: ...
+
+
+class PayloadsOf(Sequence[bytes | None]):
+    """The ``payload`` of each of ``items`` (checkpoint records, pending transactions), read on
+    access: a view, nothing copied."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Sequence[_HasPayload]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes | None: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes | None]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes | None] | None:
+        if isinstance(index, slice):
+            return tuple(x.payload for x in self._items[index])
+        return self._items[index].payload
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        return (x.payload for x in self._items)
+
+
+Part = tuple[Sequence[bytes | None], Sequence[Any]]
+"""Payload bytes (``None``: a transaction a test built from its object) and, at the same index,
+the committable (made on access)."""
+
+
+class HeldCommittables(Sequence[COMM]):
+    """Every held committable once, told apart by payload bytes, each made only when read.
+
+    Built from ``parts`` (per checkpoint: its payload bytes and, index for index, its committables
+    as the metadata cache holds them) and ``transactions`` (the running job's pending ones); the
+    first part holding a payload gives its object. Nothing is looked at until the sequence is
+    first read (``len``, an index, iteration): a sink that never reads ``scope.held`` costs the
+    driver nothing per transaction. Read on the driver thread only (the sink's cleanup).
+
+    Args:
+        parts: see above, in checkpoint order.
+        transactions: pending transactions, after the checkpoints' committables: a sequence, or
+            what gives it when the sequence is first read (within the sink's cleanup call: the
+            driver thread, which alone changes them, is in that call).
+        encode: the sink's ``encode``, for a transaction without payload bytes (tests build such).
+
+    Raises (on reading):
+        CommittableDecodeError: a held payload does not decode.
+    """
+
+    __slots__ = ("_encode", "_entries", "_parts", "_transactions")
+
+    def __init__(
+        self,
+        parts: Iterable[Part],
+        transactions: Sequence[PendingTransaction[COMM]] | Callable[[], Sequence[PendingTransaction[COMM]]],
+        encode: Callable[[COMM], JsonObject],
+    ) -> None:
+        self._parts: tuple[Part, ...] = tuple(parts)
+        self._transactions = transactions
+        self._encode = encode
+        self._entries: list[tuple[bytes, Sequence[COMM], int]] | None = None
+
+    def _index(self) -> list[tuple[bytes, Sequence[COMM], int]]:
+        entries = self._entries
+        if entries is None:
+            seen: dict[bytes, tuple[bytes, Sequence[COMM], int]] = {}
+            given = self._transactions
+            txns = given() if callable(given) else given
+            pending: Part = (PayloadsOf(txns), CommittablesOf(txns))
+            for payloads, committables in (*self._parts, pending):
+                for i, p in enumerate(payloads):
+                    key = p if p is not None else payload_bytes(self._encode(committables[i]))
+                    if key not in seen:
+                        seen[key] = (key, committables, i)
+            entries = self._entries = list(seen.values())
+            self._parts, self._transactions = (), ()
+        return entries
+
+    @property
+    def payloads(self) -> tuple[bytes, ...]:
+        """The held payload bytes, in order (what tells them apart; nothing is decoded)."""
+        return tuple(key for key, _, _ in self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
+
+    @overload
+    def __getitem__(self, index: int) -> COMM: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[COMM]: ...
+
+    def __getitem__(self, index: int | slice) -> COMM | Sequence[COMM]:
+        entries = self._index()
+        if isinstance(index, slice):
+            return tuple(c[i] for _, c, i in entries[index])
+        _, committables, i = entries[index]
+        return committables[i]
+
+    def __iter__(self) -> Iterator[COMM]:
+        for _, committables, i in self._index():
+            yield committables[i]
+
+    def __repr__(self) -> str:
+        n = "unread" if self._entries is None else f"{len(self._entries)} held"
+        return f"HeldCommittables({n})"
+
+
 @dataclass(frozen=True)
-class HeldCommittables(Generic[COMM]):
-    """What ``abort_lingering`` must never touch for one sink, committables decoded (see
-    :func:`held_decoded`).
+class HeldForCleanup(Generic[COMM]):
+    """What ``abort_lingering`` must never touch for one sink (see :func:`held_of`).
 
     Attributes:
-        committables: every held committable once (equal ones once), decoded.
+        committables: every held committable once, made on reading.
         in_progress: canonical JSON → in-progress state.
         max_partitions: the largest parallelism the sink ran with in any of them.
     """
 
-    committables: tuple[COMM, ...]
+    committables: HeldCommittables[COMM]
     in_progress: Mapping[str, JsonObject]
     max_partitions: int
 
@@ -141,57 +260,46 @@ class HeldCommittables(Generic[COMM]):
         )
 
 
-def held_decoded(
+def held_of(
     sink: TwoPhaseCommitSink[Any, COMM],
     checkpoints: Iterable[tuple[CheckpointMetadata, Sequence[COMM]]],
     *,
-    pending: Iterable[COMM] = (),
+    holding: Sequence[bytes] = (),
+    pending: Sequence[PendingTransaction[COMM]] | Callable[[], Sequence[PendingTransaction[COMM]]] = (),
     live_in_progress: Iterable[JsonObject] = (),
     live_parallelism: int = 0,
-) -> HeldCommittables[COMM]:
-    """:func:`held_by`'s rule over committables already decoded: nothing is decoded or encoded.
+) -> HeldForCleanup[COMM]:
+    """:func:`held_by`'s rule over what the runtime holds, nothing decoded or looked at per
+    transaction until the sink reads ``scope.held``.
 
     Args:
-        sink: the sink (its codec encodes only a committable that cannot be hashed, to tell equal
-            ones apart; see :func:`distinct`).
+        sink: the sink.
         checkpoints: the checkpoints whose promises stand, each with ``sink``'s committables in it
-            decoded, in metadata order (see :func:`held_by`).
-        pending: committables the running job holds, decoded.
+            in metadata order, as the metadata cache holds them (made on access; see
+            :func:`held_by`).
+        holding: payloads a caller still needs (a restore's: the facade writer's fresh
+            acknowledgements), decoded on access.
+        pending: the running job's transactions of ``sink`` not yet confirmed committed, or what
+            gives them when ``held`` is first read (see :class:`HeldCommittables`).
         live_in_progress: in-progress states of the running job's live subtasks.
         live_parallelism: the running job's parallelism for the sink (0 if none).
 
     Returns:
         Everything held, as :func:`held_by` says.
     """
-    committables: list[COMM] = []
+    parts: list[Part] = []
     in_progress: dict[str, JsonObject] = {}
     max_partitions = live_parallelism
-    for meta, decoded in checkpoints:
+    for meta, committables in checkpoints:
         snap = meta.sinks.get(sink.name)
         if snap is None:
             continue
         max_partitions = max(max_partitions, snap.num_partitions)
-        committables.extend(decoded)
+        parts.append((PayloadsOf(snap.committables), committables))
         for state in snap.in_progress.values():
             in_progress.setdefault(canonical(state), state)
-    committables.extend(pending)
+    if holding:
+        parts.append((holding, DecodedOnAccess(sink, holding)))
     for state in live_in_progress:
         in_progress.setdefault(canonical(state), state)
-    return HeldCommittables(distinct(committables, sink.encode), in_progress, max_partitions)
-
-
-_BY_ENCODING = object()
-"""Marks the key of a committable told apart by its canonical encoding (it cannot be hashed)."""
-
-
-def distinct(committables: Iterable[COMM], encode: Callable[[COMM], JsonObject]) -> tuple[COMM, ...]:
-    """Each committable once, in order of first appearance. Committables are frozen dataclasses,
-    equal when their fields are (as equal payloads decode to equal objects); one that cannot be
-    hashed (a mapping field) is told apart by its canonical encoding instead."""
-    seen: dict[object, COMM] = {}
-    for c in committables:
-        try:
-            seen.setdefault(c, c)
-        except TypeError:
-            seen.setdefault((_BY_ENCODING, canonical(encode(c))), c)
-    return tuple(seen.values())
+    return HeldForCleanup(HeldCommittables(parts, pending, sink.encode), in_progress, max_partitions)

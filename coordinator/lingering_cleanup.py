@@ -8,17 +8,17 @@ owns only that last part; the rest it reads from the completed checkpoints and t
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.driver_fence import DriverFence
-from twophase.coordinator.lingering import ALL_CHECKPOINTS, HeldCommittables, held_decoded
+from twophase.coordinator.lingering import ALL_CHECKPOINTS, HeldForCleanup, held_of
 from twophase.coordinator.metrics import SinkMetricsRecorder
-from twophase.coordinator.payload import decode_payload
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.internal.structured_log import log_event
@@ -65,38 +65,33 @@ class LingeringCleanup:
 
     def held(
         self, sink: AnySink, coord: CheckpointCoordinator | None, extra: str | None = None
-    ) -> HeldCommittables[Any]:
+    ) -> HeldForCleanup[Any]:
         """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus the one
         remembered at location ``extra``, e.g. a savepoint restored from elsewhere), what the run's
         coordinator ``coord`` holds in memory, and what a restore's caller still needs
-        (:func:`~twophase.coordinator.lingering.held_decoded`). Committables come decoded from
-        where they were first decoded: the metadata cache for checkpoints, the coordinator's
-        pending transactions for this run's; only those the restore's caller holds are decoded here.
+        (:func:`~twophase.coordinator.lingering.held_of`). Committables are told apart by payload
+        bytes and each is made only when the sink reads it, from where it is already made: the
+        metadata cache for checkpoints, the coordinator's pending transactions for this run's.
 
         Raises:
             CorruptCheckpointError: a retained checkpoint is unreadable.
-            CommittableDecodeError: a held payload does not decode.
         """
         cache = self._checkpoints.cache
         checkpoints = [
             (meta, cache.committables(location, sink)) for location, meta in cache.retained_at(extra)
         ]
-        pending: list[Any] = [decode_payload(sink, p) for p in self._restore_held.get(sink.name, ())]
+        pending: Callable[[], Sequence[Any]] | Sequence[Any] = ()
         live_in_progress: list[JsonObject] = []
         parallelism = 0
         if coord is not None:
-            pending.extend(
-                t.committable for t in coord.uncommitted_transactions() if t.sink_name == sink.name
-            )
-            live_in_progress = [
-                st
-                for (s, _), lc in coord.subtasks.items()
-                if s == sink.name and lc.state.is_live and (st := lc.latest_in_progress) is not None
-            ]
+            # read only if the sink reads scope.held (issue #42)
+            pending = functools.partial(coord.pending_of, sink.name)
+            live_in_progress = coord.live_in_progress_of(sink.name)
             parallelism = coord.parallelism.get(sink.name, 0)
-        return held_decoded(
+        return held_of(
             sink,
             checkpoints,
+            holding=self._restore_held.get(sink.name, ()),
             pending=pending,
             live_in_progress=live_in_progress,
             live_parallelism=parallelism,

@@ -1,8 +1,10 @@
 """Checkpoint metadata read once per runtime: retained checkpoints never change.
 
-The cache also keeps each checkpoint's committables decoded, per sink, so that no payload is
-decoded twice: a checkpoint this runtime published comes with the committables the coordinator
-decoded at acknowledgement; a loaded one is decoded on first use (restore, lingering cleanup).
+The cache also keeps each checkpoint's committables, per sink, so that no payload is decoded
+twice: a checkpoint this runtime published comes with its pending transactions' committables
+(each decoded on first use, by whoever uses it first: the committer, verification, a lingering
+cleanup that reads ``scope.held``); a loaded one's are decoded one by one on first access
+(restore, lingering cleanup).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
-from twophase.coordinator.payload import decode_payload
+from twophase.coordinator.payload import DecodedOnAccess
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 
@@ -83,13 +85,13 @@ class MetadataCache:
         return out
 
     def committables(self, location: str, sink: TwoPhaseCommitSink[Any, Any]) -> Sequence[Any]:
-        """The committables ``sink``'s part of the checkpoint at ``location`` holds, decoded with
-        the sink's codec the first time they are asked for (or as :meth:`remember` was given them),
-        in metadata order.
+        """The committables ``sink``'s part of the checkpoint at ``location`` holds, in metadata
+        order: as :meth:`remember` was given them, or each decoded with the sink's codec on first
+        access (:class:`~twophase.coordinator.payload.DecodedOnAccess`, kept for later asks).
 
         Raises:
             KeyError: nothing was loaded or remembered at ``location``.
-            CommittableDecodeError: a payload does not decode.
+            CommittableDecodeError (on access): a payload does not decode.
         """
         meta = self._by_location[location]
         per_sink = self._decoded.setdefault(location, {})
@@ -97,7 +99,7 @@ class MetadataCache:
         if decoded is None:
             snap = meta.sinks.get(sink.name)
             decoded = (
-                () if snap is None else tuple(decode_payload(sink, rec.payload) for rec in snap.committables)
+                () if snap is None else DecodedOnAccess(sink, tuple(rec.payload for rec in snap.committables))
             )
             per_sink[sink.name] = decoded
         return decoded

@@ -14,8 +14,8 @@ lingering cleanup — by :func:`decode_payload`, once per transaction
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import CommittableDecodeError
@@ -56,3 +56,39 @@ def decode_payload(sink: TwoPhaseCommitSink[Any, COMM], payload: bytes) -> COMM:
             version, missing or mistyped fields).
     """
     return sink.decode(payload_object(payload))
+
+
+class DecodedOnAccess(Sequence[COMM]):
+    """``sink``'s committables of ``payloads``, each decoded on first access and kept.
+
+    Raises (on access):
+        CommittableDecodeError: that payload does not decode (every access raises it again).
+    """
+
+    __slots__ = ("_made", "_payloads", "_sink")
+
+    def __init__(self, sink: TwoPhaseCommitSink[Any, COMM], payloads: Sequence[bytes]) -> None:
+        self._sink = sink
+        self._payloads = payloads
+        self._made: dict[int, COMM] = {}
+
+    def __len__(self) -> int:
+        return len(self._payloads)
+
+    @overload
+    def __getitem__(self, index: int) -> COMM: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[COMM]: ...
+
+    def __getitem__(self, index: int | slice) -> COMM | Sequence[COMM]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        i = index + len(self) if index < 0 else index
+        made = self._made.get(i)
+        if made is None:
+            made = self._made[i] = decode_payload(self._sink, self._payloads[i])
+        return made
+
+    def __repr__(self) -> str:
+        return f"DecodedOnAccess({len(self._payloads)} payloads)"

@@ -53,6 +53,10 @@ COMM = TypeVar("COMM")
 class SubtaskState(enum.Enum):
     """Where one subtask is in the FLIP-147 lifecycle."""
 
+    # members are singletons compared by identity: hash them so too (Enum's hash is a Python call,
+    # made per subtask at every step of an epoch; issue #42)
+    __hash__ = object.__hash__
+
     RUNNING = "RUNNING"
     WAITING_FOR_FINAL_CHECKPOINT = "WAITING_FOR_FINAL_CHECKPOINT"
     FINISHED = "FINISHED"
@@ -61,11 +65,15 @@ class SubtaskState(enum.Enum):
     @property
     def is_live(self) -> bool:
         """True while the subtask takes part in checkpoints (RUNNING or WAITING_FOR_FINAL_CHECKPOINT)."""
-        return self in (SubtaskState.RUNNING, SubtaskState.WAITING_FOR_FINAL_CHECKPOINT)
+        return self is SubtaskState.RUNNING or self is SubtaskState.WAITING_FOR_FINAL_CHECKPOINT
 
 
 class SubtaskTransition(enum.Enum):
     """The named transitions of :class:`SubtaskState`."""
+
+    # members are singletons compared by identity: hash them so too (Enum's hash is a Python call,
+    # made per subtask at every step of an epoch; issue #42)
+    __hash__ = object.__hash__
 
     SNAPSHOT = "snapshot"
     FINISH = "finish"
@@ -95,6 +103,10 @@ TRANSITIONS: dict[tuple[SubtaskState, SubtaskTransition], SubtaskState] = {
 
 class TxnStatus(enum.Enum):
     """Where one pending transaction is (see the module docstring)."""
+
+    # members are singletons compared by identity: hash them so too (Enum's hash is a Python call,
+    # made per subtask at every step of an epoch; issue #42)
+    __hash__ = object.__hash__
 
     PRE_COMMITTED = "pre_committed"
     PERSISTED = "persisted"

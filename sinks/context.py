@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -65,8 +65,10 @@ class LingeringScope(Generic[COMM]):
     Attributes:
         job_id: the job whose transactions are considered; never touch another job's.
         sink_name: the sink whose transactions are considered.
-        held: committables referenced by retained checkpoints and savepoints, decoded. These must
-            never be aborted: they are committed (or re-committed on recovery) by the runtime.
+        held: committables referenced by retained checkpoints and savepoints (and those the running
+            job holds), each once. These must never be aborted: they are committed (or re-committed
+            on recovery) by the runtime. A sequence whose items are decoded as they are read
+            (issue #42): a cleanup that needs none (one it puts off) should not read it.
         held_in_progress: in-progress states referenced by retained checkpoints and savepoints
             (e.g. open multipart uploads of files that span checkpoints). Never aborted either.
         up_to_checkpoint: only transactions opened for checkpoints ``<= up_to_checkpoint`` are
@@ -86,7 +88,7 @@ class LingeringScope(Generic[COMM]):
 
     job_id: str
     sink_name: str
-    held: tuple[COMM, ...] = ()
+    held: Sequence[COMM] = ()
     held_in_progress: tuple[JsonObject, ...] = ()
     up_to_checkpoint: int = 2**62
     max_partitions: int = 0

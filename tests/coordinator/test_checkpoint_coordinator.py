@@ -73,6 +73,24 @@ def test_ids_increase_and_expected_acks_one_per_sink_and_partition() -> None:
     assert p2.checkpoint_id == 2
 
 
+def test_the_expected_set_is_built_once_per_set_of_participants() -> None:
+    """#42: an epoch expects what its predecessor did unless the parallelism changed; the set and
+    its table are kept, not built again per trigger; a closed subtask is still refused."""
+    coord, *_ = make(2, max_concurrent=10)
+    p1 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1], "s1": [0, 1]})
+    p2 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": range(2), "s1": {1, 0}})
+    assert p2.expected is p1.expected and p2.expected_table() is p1.expected_table()
+    assert p1.expected_table().num_rows == 4
+    p3 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2], "s1": [0, 1, 2]})
+    assert p3.expected == {(s, p) for s in ("s0", "s1") for p in range(3)}
+    assert p3.expected_table().num_rows == 6
+    p4 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1], "s1": [0, 1]})
+    assert p4.expected == p1.expected and p4.expected_table().num_rows == 4
+    coord.subtask("s0", 1).close()
+    with pytest.raises(IllegalTransitionError):
+        coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1], "s1": [0, 1]})
+
+
 def test_subsumed_notification_notify_2_then_1() -> None:
     coord, system, *_ = make()
     for c in (1, 2):

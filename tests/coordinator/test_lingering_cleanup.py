@@ -30,9 +30,9 @@ def test_what_a_restore_holds_is_kept_only_during_the_restore() -> None:
     kept = FakeCommittable("job-s-c1-p0-a0", 1, 0, 1)
     c = cleanup()
     with pytest.raises(RuntimeError), c.holding_for_restore({"s": [payload_bytes(sink.encode(kept))]}):
-        assert c.held(sink, None).scope("job", "s", ALL_CHECKPOINTS).held == (kept,)
+        assert tuple(c.held(sink, None).scope("job", "s", ALL_CHECKPOINTS).held) == (kept,)
         raise RuntimeError("the restore failed")
-    assert c.held(sink, None).scope("job", "s", ALL_CHECKPOINTS).held == ()
+    assert tuple(c.held(sink, None).scope("job", "s", ALL_CHECKPOINTS).held) == ()
 
 
 def test_an_abort_with_nothing_held_aborts_what_the_sink_left_open() -> None:

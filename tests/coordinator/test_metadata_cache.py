@@ -42,14 +42,17 @@ def checkpoint(c: int, *txns: str) -> CheckpointMetadata:
     return CheckpointMetadata("job", c, CheckpointKind.CHECKPOINT, 0, {"a": SinkSnapshot(1, records)})
 
 
-def test_a_loaded_checkpoint_is_read_once_and_decoded_once_per_sink() -> None:
+def test_a_loaded_checkpoint_is_read_once_and_each_payload_decoded_once_on_access() -> None:
     storage = CountingStorage("job")
     ref = storage.publish(checkpoint(1, "t1", "t2"))
     cache, sink, other = MetadataCache(storage), CountingSink("a"), CountingSink("b")
     assert cache.retained() == cache.retained() == [checkpoint(1, "t1", "t2")]
     assert storage.loads == Counter({1: 1})
     first = cache.committables(ref.location, sink)
-    assert first == (FakeCommittable("t1", 1, 0, 1), FakeCommittable("t2", 1, 0, 1))
+    assert len(first) == 2 and sink.decodes == 0  # nothing decoded until read (#42)
+    assert first[1] == FakeCommittable("t2", 1, 0, 1) and sink.decodes == 1
+    assert tuple(first) == (FakeCommittable("t1", 1, 0, 1), FakeCommittable("t2", 1, 0, 1))
+    assert tuple(first) == tuple(first) and sink.decodes == 2
     assert cache.committables(ref.location, sink) is first and sink.decodes == 2
     assert cache.committables(ref.location, other) == () and other.decodes == 0  # not in it
 

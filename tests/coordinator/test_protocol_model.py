@@ -106,6 +106,7 @@ from support.model_checkpoint_files import (
     stale_driver_publishes,
     unreadable_retained,
 )
+from support.model_lingering import HeldGuard
 from support.model_payloads import (
     UNDECODABLE_SINKS,
     ModelDecodeFailure,
@@ -217,6 +218,8 @@ class ProtocolModel(RuleBasedStateMachine):
             self.postgres_sink(),
             self.iceberg_sink(),
         ]
+        self.guard = HeldGuard(lambda: self.storage, lambda: self.h.runtime, self.open_handles())
+        self.guard.watch(self.sinks)
         self.config = RuntimeConfig(
             checkpoint=CheckpointConfig(retained_checkpoints=retained),
             # None: the default, synchronous until a checkpoint commits more than MODEL_ASYNC_ABOVE
@@ -227,6 +230,27 @@ class ProtocolModel(RuleBasedStateMachine):
         )
         self.h = self.harness(MemoryStore())
         self.restart(fresh=True)
+
+    def open_handles(self) -> dict[str, Callable[[Any], set[object]]]:
+        """How the Kafka, PostgreSQL and S3 models show a committable's transaction open (for
+        :class:`~support.model_lingering.HeldGuard`)."""
+        world = self.world
+
+        def kafka(c: Any) -> set[object]:
+            m = world.kafka.current(c.transactional_id, c.producer_id, c.producer_epoch)
+            return (
+                {(c.transactional_id, c.producer_id, c.producer_epoch)}
+                if m and m.state == "Ongoing"
+                else set()
+            )
+
+        def postgres(c: Any) -> set[object]:
+            return {c.gid} if c.gid in world.postgres.prepared_gids() else set()
+
+        def s3(c: Any) -> set[object]:
+            return {f.upload_id for f in c.files if f.upload_id and f.upload_id in world.s3.uploads}
+
+        return {"k": kafka, "p": postgres, "s": s3}
 
     def postgres_sink(self) -> PostgresSink:
         """The real PostgreSQL sink on the server model; the write plan a ``validate`` against the
@@ -296,6 +320,15 @@ class ProtocolModel(RuleBasedStateMachine):
         for sink, got in self.readback().items():
             extra = got - self.expected[sink]
             self.check(not extra, f"sink {sink}: landed without a promise or twice: {sorted(extra)[:10]}")
+
+    @invariant()
+    def lingering_cleanup_never_ends_a_held_transaction(self) -> None:
+        """Every ``abort_lingering`` of the Kafka, PostgreSQL and S3 sinks was handed every
+        committable a retained checkpoint, savepoint or the running job holds, and ended none
+        that was open (``support.model_lingering``; #42: the held set by payload bytes)."""
+        if not hasattr(self, "guard"):
+            return
+        self.check(not self.guard.violations, "lingering cleanup: " + "; ".join(self.guard.violations))
 
     @invariant()
     def a_committed_marker_follows_every_transaction_of_its_checkpoint(self) -> None:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
+import pytest
 from support.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
 
-from twophase.coordinator.lingering import ALL_CHECKPOINTS, distinct, held_by, held_decoded, lingering_scope
+from twophase.coordinator.lingering import ALL_CHECKPOINTS, held_by, held_of, lingering_scope
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes, payload_object
+from twophase.coordinator.payload import DecodedOnAccess, payload_bytes, payload_object
 from twophase.coordinator.recovery import recovery_transactions
-from twophase.sinks.codec import CommittableCodec
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
 from twophase.sinks.context import JsonObject
+from twophase.sinks.errors import CommittableDecodeError
 
 
 def comm(txn: str, checkpoint: int, partition: int = 0) -> bytes:
@@ -75,7 +77,7 @@ def test_the_scope_decodes_held_committables_and_bounds_checkpoints() -> None:
     sink = FakeSink("a", FakeExternalSystem())
     held = held_by("a", [meta(1, {"a": snap((0, 1, comm("a1", 1)))})])
     scope = lingering_scope("job", sink, held, ALL_CHECKPOINTS)
-    assert scope.held == (FakeCommittable("a1", 1, 0, 1),)
+    assert tuple(scope.held) == (FakeCommittable("a1", 1, 0, 1),)
     assert (scope.job_id, scope.sink_name, scope.up_to_checkpoint) == ("job", "a", ALL_CHECKPOINTS)
 
 
@@ -98,8 +100,25 @@ def test_recovery_commits_in_checkpoint_order_and_skips_fully_finished_sinks() -
     assert all(t.payload is not None and t.pre_committed_ms == 5 for t in txns)
 
 
-def test_held_decoded_is_held_by_over_decoded_committables() -> None:
-    sink = FakeSink("a", FakeExternalSystem())
+class CountingSink(FakeSink):
+    def __init__(self, name: str) -> None:
+        super().__init__(name, FakeExternalSystem())
+        self.decodes = 0
+
+    def decode(self, payload: JsonObject) -> FakeCommittable:
+        self.decodes += 1
+        return super().decode(payload)
+
+
+def transaction(payload: bytes, sink: FakeSink) -> PendingTransaction[FakeCommittable]:
+    c = sink.decode(payload_object(payload))
+    return PendingTransaction("a", c.partition, 0, c.checkpoint_id, payload=payload, decode=lambda _: c)
+
+
+def test_held_of_is_held_by_over_what_the_runtime_holds_and_decodes_nothing_unread() -> None:
+    """#42: the routine cleanup's held set is told apart by payload bytes; a committable is made
+    only when the sink reads it, from where it is already made, each at most once."""
+    sink = CountingSink("a")
     a1, a2, p3 = (
         FakeCommittable("a1", 1, 0, 1),
         FakeCommittable("a2", 2, 1, 1),
@@ -113,28 +132,60 @@ def test_held_decoded_is_held_by_over_decoded_committables() -> None:
             2, {"a": snap((0, 1, comm("a1", 1)), (1, 2, comm("a2", 2, 1)), in_progress={1: ip}, partitions=5)}
         ),
     ]
-    decoded = [(checkpoints[0], [a1]), (checkpoints[1], [FakeCommittable("a1", 1, 0, 1), a2])]
-    held = held_decoded(sink, decoded, pending=[p3, a2], live_in_progress=[live], live_parallelism=4)
-    assert held.committables == (a1, a2, p3)  # equal committables once, in order of first appearance
+    first = DecodedOnAccess(sink, [comm("a1", 1)])
+    second = DecodedOnAccess(sink, [comm("a1", 1), comm("a2", 2, 1)])
+    pending = [transaction(comm("p3", 3), sink), transaction(comm("a2", 2, 1), sink)]
+    sink.decodes = 0
+    held = held_of(
+        sink,
+        [(checkpoints[0], first), (checkpoints[1], second)],
+        holding=[comm("r4", 4), comm("a1", 1)],
+        pending=pending,
+        live_in_progress=[live],
+        live_parallelism=4,
+    )
     assert list(held.in_progress.values()) == [ip, live]
     assert held.max_partitions == 5
     scope = held.scope("job", "a", 7)
-    assert (scope.held, scope.held_in_progress, scope.up_to_checkpoint) == ((a1, a2, p3), (ip, live), 7)
+    assert (scope.held_in_progress, scope.up_to_checkpoint) == ((ip, live), 7)
+    assert sink.decodes == 0 and repr(scope.held) == "HeldCommittables(unread)"
+    # equal payloads once, in order of first appearance: checkpoints, what a restore holds, pending
+    r4 = FakeCommittable("r4", 4, 0, 1)
+    assert tuple(scope.held) == (a1, a2, r4, p3)
+    assert sink.decodes == 3  # a1 and a2 once each (from the first checkpoint holding them), r4
+    assert held.committables.payloads == (comm("a1", 1), comm("a2", 2, 1), comm("r4", 4), comm("p3", 3))
+    assert pending[0].committable is scope.held[3]  # the pending transaction's own object
+    assert len(scope.held) == 4 and scope.held[-1] == p3 and tuple(scope.held[1:3]) == (a2, r4)
     # the same rule as held_by over payloads
-    by_payload = held_by("a", checkpoints, pending=[comm("p3", 3), comm("a2", 2, 1)], live_in_progress=[live])
-    assert lingering_scope("job", sink, by_payload, 7).held == held.committables
+    by_payload = held_by(
+        "a",
+        checkpoints,
+        pending=[comm("r4", 4), comm("a1", 1), comm("p3", 3), comm("a2", 2, 1)],
+        live_in_progress=[live],
+    )
+    assert tuple(lingering_scope("job", sink, by_payload, 7).held) == tuple(scope.held)
 
 
-@dataclass(frozen=True)
-class Tagged:
-    name: str
-    tags: dict[str, str]  # a mapping field: the dataclass cannot be hashed
+def test_a_held_transaction_without_payload_bytes_is_told_apart_by_its_encoding() -> None:
+    """Tests build transactions from objects (no payload bytes): encoded to tell them apart."""
+    sink = FakeSink("a", FakeExternalSystem())
+    c = FakeCommittable("a1", 1, 0, 1)
+    c2 = replace(c, checkpoint_id=2)
+    held = held_of(
+        sink,
+        [(meta(1, {"a": snap((0, 1, comm("a1", 1)))}), [c])],
+        pending=[PendingTransaction("a", 0, 0, 1, c), PendingTransaction("a", 0, 0, 2, c2)],
+    )
+    assert tuple(held.committables) == (c, c2)
 
 
-def test_committables_that_cannot_be_hashed_are_told_apart_by_their_encoding() -> None:
-    codec = CommittableCodec(Tagged, "test.tagged")
-    one, same, other = Tagged("t", {"a": "1", "b": "2"}), Tagged("t", {"b": "2", "a": "1"}), Tagged("u", {})
-    assert distinct([one, same, other], codec.to_json) == (one, other)
+def test_a_held_payload_that_does_not_decode_fails_only_the_cleanup_that_reads_it() -> None:
+    sink = FakeSink("a", FakeExternalSystem())
+    held = held_by("a", [], pending=[b'{"body":{},"kind":"nope","version":1}'])
+    scope = lingering_scope("job", sink, held, ALL_CHECKPOINTS)
+    assert len(scope.held) == 1  # told apart by bytes, not decoded
+    with pytest.raises(CommittableDecodeError):
+        tuple(scope.held)
 
 
 def test_recovery_uses_committables_already_decoded() -> None:
@@ -148,3 +199,17 @@ def test_recovery_uses_committables_already_decoded() -> None:
     txns = recovery_transactions(m, sinks, 5, {"a": given})
     assert [t.committable for t in txns] == [given[1], given[0]]  # checkpoint order
     assert [t.payload for t in txns] == [comm("a2", 2), comm("a3", 3, 1)]
+
+
+def test_the_running_jobs_pending_transactions_are_gathered_only_if_the_sink_reads_held() -> None:
+    sink = FakeSink("a", FakeExternalSystem())
+    asked: list[int] = []
+    p3 = FakeCommittable("p3", 3, 0, 1)
+
+    def pending() -> list[PendingTransaction[FakeCommittable]]:
+        asked.append(1)
+        return [PendingTransaction("a", 0, 0, 3, p3, payload=comm("p3", 3))]
+
+    scope = held_of(sink, [], pending=pending).scope("job", "a", 7)
+    assert asked == []
+    assert tuple(scope.held) == (p3,) and tuple(scope.held) == (p3,) and asked == [1]

@@ -24,7 +24,7 @@ correctness matter.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -71,7 +71,7 @@ def select_lingering(
 
 
 def not_the_held_transactions(
-    snapshots: dict[str, TransactionSnapshot], held: tuple[KafkaCommittable, ...]
+    snapshots: dict[str, TransactionSnapshot], held: Sequence[KafkaCommittable]
 ) -> list[str]:
     """Ids whose ongoing transaction (``snapshots``, from DescribeTransactions) is not the held
     committable's: another producer id or epoch. Ids no longer ongoing are left alone.
