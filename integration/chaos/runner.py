@@ -604,18 +604,23 @@ def run_trials(
     secured: SecuredFlights | None = None,
     postgres: PostgresServer | None = None,
     own_kafka: Mapping[str, str] | None = None,
+    run_lengths: Mapping[str, float] | None = None,
 ) -> list[TrialResult]:
     """Run trials in order (stopping early at ``deadline``, a ``time.monotonic()`` value); the
     plain services' trials against ``endpoints``, the secured ones' against ``secured``, those
     with broker settings against their broker in ``own_kafka``.
 
+    Kill moments are fractions of each configuration's measured run length: its shortest
+    uncrashed run so far, starting from ``run_lengths`` (configuration → seconds, as an earlier
+    run of the same plan measured them: a run continued with ``--first-trial`` then kills where
+    the whole run would have; a configuration with none assumes 30 s until it is measured).
     A kill trial whose job finished before its kill moment sent no kill: it is reported as the
     plain run it was, its length becomes the configuration's measured length, and the kill trial
     runs again (at most ``max_reruns`` times, with fresh names) so that every kill lands.
     """
     run_id = uuid.uuid4().hex[:8]
     results: list[TrialResult] = []
-    measured: dict[str, float] = {}  # each configuration's run length, from its plain run
+    measured: dict[str, float] = dict(run_lengths or {})  # each configuration's run length
     for planned in plans:
         plan = planned
         for _ in range(max_reruns + 1):

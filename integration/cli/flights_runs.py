@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from twophase.coordinator.storage import AzureStorageOptions
 from twophase.integration.cli.target import AnySink, JobTarget
 from twophase.sinks.errors import ConfigError
 
@@ -52,14 +53,16 @@ work_dir_option = click.option(
 
 def flights_run_target(work_dir: Path | None) -> JobTarget:
     """The flights run in ``work_dir`` (default: the latest) as the job a command acts on, with
-    every sink the run names, optional ones (PostgreSQL, Iceberg) included.
+    every sink the run names, optional ones (PostgreSQL, Iceberg) included. A ``--store azure``
+    run's checkpoints are read with the account the demo uses (:func:`run_azure_options`).
 
     Raises:
-        ConfigError: no such run, or no demo has run yet.
+        ConfigError: no such run, no demo has run yet, or a ``--store azure`` run and no Azurite.
     """
     from twophase.integration.jobs.flights import FlightsJobSpec
 
     spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
+    azure = run_azure_options(spec.store, spec.checkpoint_dir)
 
     def sinks() -> list[AnySink]:
         from twophase.integration.jobs.flights import endpoints_from_environment
@@ -67,4 +70,25 @@ def flights_run_target(work_dir: Path | None) -> JobTarget:
 
         return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
 
-    return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks)
+    return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks, azure=azure)
+
+
+def run_azure_options(store: str, checkpoint_dir: str) -> AzureStorageOptions | None:
+    """How a flights run on ``store`` reaches its checkpoints on Azure: the connection string of
+    ``TWOPHASE_AZURE_CONNECTION_STRING``, else of ``services up --azure``'s Azurite (as the demo);
+    None for the other stores. Holds the account key; its ``repr`` does not.
+
+    Raises:
+        ConfigError: a ``--store azure`` run and neither (nothing is read).
+    """
+    if store != "azure":
+        return None
+    from twophase.integration.jobs.flights import running_azure
+
+    endpoint = running_azure()
+    if endpoint is None:
+        raise ConfigError(
+            f"the run's checkpoints are on {checkpoint_dir}: run `twophase services up --azure` "
+            "or set TWOPHASE_AZURE_CONNECTION_STRING"
+        )
+    return AzureStorageOptions(connection_string=endpoint.connection_string())

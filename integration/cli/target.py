@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import click
 
-from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage import AzureStorageOptions, open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError, TwoPhaseError
@@ -63,11 +63,14 @@ class JobTarget:
 
     Attributes:
         job_id: the job's id (names its checkpoints and transactions).
-        checkpoint_dir: its checkpoint directory (a local path or ``s3://``).
+        checkpoint_dir: its checkpoint directory (a local path, ``s3://``, ``abfss://``, ...).
         origin: how it was given, for messages (``--sinks mod:fn``, ``flights run DIR``, ...).
         load_sinks: builds the job's sinks, or ``None`` when they were not given.
         s3: how to reach checkpoints on ``s3://`` (the query's ``s3.*`` options), or ``None``: the
             standard AWS chain.
+        azure: how to reach checkpoints on ``abfss://``/``wasbs://`` (a flights run's account), or
+            ``None``: ``AZURE_STORAGE_*``, else ``DefaultAzureCredential``. Holds secrets; its
+            ``repr`` does not show them.
     """
 
     job_id: str
@@ -75,6 +78,7 @@ class JobTarget:
     origin: str
     load_sinks: Callable[[], list[AnySink]] | None = None
     s3: S3Options | None = None
+    azure: AzureStorageOptions | None = None
 
     def storage(self) -> CheckpointStorage:
         """The job's checkpoint storage (writes nothing).
@@ -82,7 +86,7 @@ class JobTarget:
         Raises:
             ConfigError: a bad location or job id.
         """
-        return open_storage(self.checkpoint_dir, self.job_id, s3_options=self.s3)
+        return open_storage(self.checkpoint_dir, self.job_id, s3_options=self.s3, azure_options=self.azure)
 
     def sinks(self, command: str) -> list[AnySink]:
         """The job's sinks.

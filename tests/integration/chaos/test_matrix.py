@@ -292,6 +292,25 @@ def test_a_kill_that_missed_the_run_counts_as_a_plain_run_and_is_tried_again(
     assert results[1].kills == 1
 
 
+def test_a_continued_run_kills_at_the_fractions_of_the_length_an_earlier_run_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The azure trials continued with --first-trial 3 would have killed at 77 % of an assumed
+    30 s (during the session's start) instead of 77 % of trial 0's 218 s."""
+    ran: list[TrialPlan] = []
+
+    def fake_run_trial(plan: TrialPlan, *_: object, **__: object) -> TrialResult:
+        ran.append(plan)
+        result = TrialResult(plan, f"job{plan.index}", first_run_s=150.0)
+        result.exit_codes, result.kills = [-9, 0], 1
+        return result
+
+    monkeypatch.setattr(runner, "run_trial", fake_run_trial)
+    plans = [TrialPlan(4, "kill", kill_at=(0.77,), config="azure")]
+    run_trials(plans, tmp_path, None, None, 4, 2, run_lengths={"azure": 218.0})
+    assert ran[0].kill_after_s == (167.9,)
+
+
 def test_the_five_sink_configuration_restarts_postgres_first_then_walks_the_matrix() -> None:
     five = CONFIGS["five"]
     assert "five" not in LOCAL.split(",") and five.sinks[-2:] == ("postgres", "iceberg")

@@ -1,4 +1,5 @@
-"""``twophase checkpoints list|show`` and the job options, on checkpoints published here (no service)."""
+"""``twophase checkpoints list|show`` and the job options, on checkpoints published here (no
+service; a flights run's on Azurite)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support.azure_container import fresh_container
 from support.cli import json_output, one_line_error, rendered_columns, run_twophase
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.payload import payload_bytes
-from twophase.coordinator.storage import open_storage
+from twophase.coordinator.storage import AzureStorageOptions, open_storage
 from twophase.integration.cli import main
 from twophase.integration.cli.checkpoints import checkpoints
+from twophase.integration.jobs.flights import FlightsJobSpec
+from twophase.integration.services.azurite import CONNECTION_STRING_ENV, AzureBlobEndpoint
 
 KAFKA_PAYLOAD = {"kind": "kafka", "version": 1, "body": {"transactional_id": "twophase-cli_job-kafka-0-1"}}
 
 
-def _publish(root: Path, job: str = "cli_job") -> None:
-    storage = open_storage(str(root), job)
+def _publish(root: Path | str, job: str = "cli_job", azure: AzureStorageOptions | None = None) -> None:
+    storage = open_storage(str(root), job, azure_options=azure, env={})
     storage.publish(
         CheckpointMetadata(
             job_id=job,
@@ -203,3 +207,49 @@ def test_a_mistyped_directory_or_job_is_refused_in_one_line(tmp_path: Path) -> N
     assert other.output.strip() == (
         f"Error: no job 'cli_jb' in {tmp_path} (jobs there: cli_job); check --job or --job-id"
     )
+
+
+@pytest.mark.slow
+def test_a_flights_run_on_azure_is_read_with_the_account_the_demo_uses(
+    tmp_path: Path, azure_endpoint: AzureBlobEndpoint
+) -> None:
+    """A ``--store azure`` run's checkpoints on ``abfss://`` are opened with the demo's account
+    (``TWOPHASE_AZURE_CONNECTION_STRING`` here), not the ``AZURE_STORAGE_*`` chain; without one,
+    one line says how to give it."""
+    assert azure_endpoint.account_name == "twophase"  # the account of the flights run's abfss:// URLs
+    not_azure_cli = {f"AZURE_STORAGE_{name}": "" for name in ("CONNECTION_STRING", "KEY", "SAS_TOKEN")}
+    with fresh_container(azure_endpoint, "cli-checkpoints") as c:
+        container = c.root.removeprefix("abfss://").split("@", 1)[0]
+        spec = FlightsJobSpec.on_store("azure", "cli_job", tmp_path / "w", bucket=container)
+        spec.save()
+        _publish(spec.checkpoint_dir, azure=c.options)
+        args = ["checkpoints", "list", "--json", "--work-dir", spec.work_dir]
+
+        listed = run_twophase(
+            args,
+            tmp_path,
+            {CONNECTION_STRING_ENV: azure_endpoint.connection_string(), **not_azure_cli},
+            timeout_s=120,
+        )
+        body = json_output(listed)
+        assert body["checkpoint_dir"] == f"{c.root}/checkpoints/cli_job"
+        assert [(e["id"], e["kind"], e["end_of_input"]) for e in body["checkpoints"]] == [
+            (1, "checkpoint", False),
+            (2, "final", True),
+        ]
+        assert azure_endpoint.account_key not in listed.stdout + listed.stderr
+
+        shown = run_twophase(
+            ["checkpoints", "show", "--work-dir", spec.work_dir],
+            tmp_path,
+            {CONNECTION_STRING_ENV: azure_endpoint.connection_string(), **not_azure_cli},
+            timeout_s=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["kind"] == "final"
+
+        no_account = run_twophase(args, tmp_path, not_azure_cli, timeout_s=120)
+        assert one_line_error(no_account) == (
+            f"Error: the run's checkpoints are on {spec.checkpoint_dir}: run `twophase services up "
+            "--azure` or set TWOPHASE_AZURE_CONNECTION_STRING"
+        )
