@@ -127,7 +127,8 @@ DATAPROC_SERVERLESS_2_2 = Platform(
 #: setuptools it ships (pyspark 3.5 imports distutils, gone from Python 3.12). Its library versions
 #: are the release notes' "Installed Python libraries" (the same as the runtime's constraints in
 #: pietern/databricks-environments, dbr/16.4.x-scala2.12). pandas 1.5.3 has no wheel for Python 3.12
-#: on PyPI (Databricks builds its own), so the cell installs one built from pandas' sdist here.
+#: on PyPI (Databricks builds its own), so the cell needs one built from pandas' sdist here, handed
+#: to it by PIP_FIND_LINKS (COMPAT.md has the build: setuptools<72, numpy 1.26.4, no isolation).
 DATABRICKS_16_4 = Platform(
     "Databricks 16.4 LTS",
     "https://docs.databricks.com/aws/en/release-notes/runtime/16.4lts",
