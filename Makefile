@@ -140,7 +140,7 @@ CHAOS_PUBLISH_TRIALS ?= 20
 CHAOS_UNMARKED_TRIALS ?= 100
 CHAOS_TWO_DRIVERS_TRIALS ?= 50
 chaos: prepare
-	$(BIN)/pytest -m long tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest -m long tests $(PYTEST_ARGS)
 	$(BIN)/python -m twophase.integration.chaos.run --trials $(CHAOS_TRIALS) --report build/chaos-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs cluster --trials $(CHAOS_CLUSTER_TRIALS) \
 		--report build/chaos-cluster-report.md

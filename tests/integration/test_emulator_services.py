@@ -18,6 +18,7 @@ from twophase.integration.services.process import pid_alive
 from twophase.sinks.errors import ConfigError
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 @pytest.mark.kafka
 @pytest.mark.s3
 @pytest.mark.slow

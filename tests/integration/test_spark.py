@@ -83,6 +83,7 @@ print("FP", input_fingerprint(spark.read.parquet(sys.argv[1])))
 """
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_a_batch_input_fingerprint_is_the_same_in_another_jvm(spark: SparkSession, tmp_path: Path) -> None:
     # a resumed batch write runs in a new driver; semanticHash() differed there (found by CI)
     import subprocess

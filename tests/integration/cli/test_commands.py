@@ -88,6 +88,7 @@ def test_demo_runs_the_flights_job_against_given_endpoints(
     }  # fmt: skip
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 @pytest.mark.slow
 @pytest.mark.kafka
 @pytest.mark.s3

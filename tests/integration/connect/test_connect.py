@@ -62,6 +62,7 @@ def run(writer: DataStreamWriter) -> None:
     assert query.exception() is None
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 @pytest.mark.compat
 def test_delta_through_spark_connect(remote: SparkSession, tmp_path: Path) -> None:
     from deltalake import DeltaTable
@@ -91,6 +92,7 @@ def test_kafka_through_spark_connect(remote: SparkSession, tmp_path: Path, kafka
     assert Counter(json.loads(r.value or b"{}")["id"] for r in records) == Counter(expected)
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_s3_through_spark_connect(remote: SparkSession, tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
     expected = make_input(tmp_path, files=3, rows_per_file=100)
     bucket = "connect-test"

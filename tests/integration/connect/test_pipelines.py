@@ -55,6 +55,7 @@ def run_pipeline(spec: Path, connect_url: str) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_a_declarative_pipeline_writes_through_a_twophase_sink(connect_url: str, tmp_path: Path) -> None:
     from deltalake import DeltaTable
 

@@ -59,6 +59,7 @@ def test_connect_urls_are_parsed_and_bad_ones_refused() -> None:
             connect_address(bad)
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 @pytest.mark.kafka
 @pytest.mark.s3
 def test_services_up_spark_connect_status_client_down(

@@ -43,6 +43,7 @@ query.awaitTermination()
 """
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_the_wheel_registers_the_format_in_a_classic_session(tmp_path: Path) -> None:
     from deltalake import DeltaTable
 

@@ -28,6 +28,7 @@ def _row(rows: dict[str, Any], name: str) -> dict[str, Any]:
     return dict(row)
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_up_status_down_runs_a_postgres_with_prepared_transactions(
     tmp_path: Path, kafka_bootstrap: str, s3_endpoint: S3Endpoint
 ) -> None:

@@ -228,6 +228,7 @@ class ShortBatchSink(PooledRenameSink):
         )
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 @pytest.mark.parametrize("broken", [UnorderedBatchSink, ShortBatchSink])
 def test_a_batch_whose_outcomes_do_not_match_its_committables_fails(
     tmp_path: Path, broken: type[PooledRenameSink]
@@ -265,6 +266,7 @@ class NoFloorSinkContract(TestLocalFilesSink):
         return NoFloorSink("files", str(system))
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_a_sink_without_its_checkpoint_floor_fails_naming_last_committed_checkpoint(tmp_path: Path) -> None:
     contract = NoFloorSinkContract()
     contract.root, contract.lives = tmp_path, 0
@@ -297,6 +299,7 @@ class AttemptNamedSinkContract(TestLocalFilesSink):
         return AttemptNamedSink("files", str(system))
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_staging_names_unique_by_attempt_number_alone_fail(tmp_path: Path) -> None:
     contract = AttemptNamedSinkContract()
     contract.root, contract.lives = tmp_path, 0

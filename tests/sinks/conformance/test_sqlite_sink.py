@@ -185,6 +185,7 @@ class NoFloorSqliteContract(TestSqliteSink):
         return NoFloorSqliteSink("rows", str(system))
 
 
+@pytest.mark.long  # minutes of CI time: runs in `make chaos` (#45 item 7: CI under 25 minutes)
 def test_a_commit_record_without_its_floor_drops_data_and_fails_the_kit(tmp_path: Path) -> None:
     contract = NoFloorSqliteContract()
     contract.root, contract.lives = tmp_path, 0
