@@ -57,6 +57,7 @@ def test_port_taken_fails_in_one_line(tmp_path: Path, variable: str) -> None:
     assert not (tmp_path / "run" / "services.json").exists()
 
 
+@pytest.mark.long  # CI under 25 minutes (stop 54): runs in `make chaos`
 @pytest.mark.kafka
 @pytest.mark.s3
 @pytest.mark.spark

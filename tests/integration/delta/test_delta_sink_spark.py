@@ -148,6 +148,7 @@ def test_s3_table_on_minio(spark_s3: SparkSession, s3_endpoint: S3Endpoint) -> N
     assert len(keys) == len(spark_s3.read.format("delta").load(uri).inputFiles())
 
 
+@pytest.mark.long  # CI under 25 minutes (stop 54): runs in `make chaos`
 @pytest.mark.s3
 def test_s3_cleanup_decides_from_the_checkpoints_commit_in_the_log(
     spark_s3: SparkSession, s3_endpoint: S3Endpoint

@@ -36,6 +36,7 @@ def _gcs(endpoint: GcsEndpoint) -> tuple[str, dict[str, str], list[str]]:
     return f"gs://{bucket}/jobs", endpoint.gcs_env(), []
 
 
+@pytest.mark.long  # CI under 25 minutes (stop 54): runs in `make chaos`
 @pytest.mark.parametrize("store", ["azure", "gcs"])
 def test_a_job_killed_after_a_checkpoint_restores_from_the_store_exactly_once(
     tmp_path: Path, store: str, request: pytest.FixtureRequest

@@ -25,6 +25,7 @@ from twophase.integration.services.launcher import given_env
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.delta, pytest.mark.slow]
 
 
+@pytest.mark.long  # CI under 25 minutes (stop 54): runs in `make chaos`
 def test_the_flights_demo_on_azure_verifies_every_sink_with_spark_through_hadoop_azure(
     tmp_path: Path, kafka_bootstrap: str, s3_endpoint: S3Endpoint, azure_endpoint: AzureBlobEndpoint
 ) -> None:
