@@ -26,6 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
+from twophase.connectors.objectstore.internal.formats import (
+    CONTENT_TYPES,
+    FileEncoder,
+    OutputBuffer,
+    open_encoder,
+)
+from twophase.connectors.objectstore.internal.partitioning import file_batches
+from twophase.connectors.objectstore.internal.rolling import Clock as Clock
+from twophase.connectors.objectstore.internal.rolling import wall_clock_ms as wall_clock_ms
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.connectors.s3.internal import naming
 from twophase.connectors.s3.internal.committable import (
@@ -48,15 +57,6 @@ from twophase.connectors.s3.internal.rolling import (
 from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, TransactionLostError
-from twophase.sinks.internal.files.formats import (
-    CONTENT_TYPES,
-    FileEncoder,
-    OutputBuffer,
-    open_encoder,
-)
-from twophase.sinks.internal.files.partitioning import file_batches
-from twophase.sinks.internal.files.rolling import Clock as Clock
-from twophase.sinks.internal.files.rolling import wall_clock_ms as wall_clock_ms
 
 log = logging.getLogger(__name__)
 

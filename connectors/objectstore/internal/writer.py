@@ -1,0 +1,268 @@
+"""Executor side of the part-file sinks (Azure staged blocks, GCS resumable uploads): one subtask's
+transaction, routing rows to one file per Hive partition path and rolling files.
+
+A transaction owns the files one subtask writes in one epoch. Each file is one transfer to the
+store at the file's final, unique name (the shared data file name, :mod:`.naming`), made of parts
+sent as the encoder fills them; nothing is visible until the driver commits it. A file rolls on
+size, age or the store's limit of parts within the epoch, on ``max_open_files`` (the least
+recently written one), and always at the checkpoint (``pre_commit``): files never span
+checkpoints, so there is no in-progress state to snapshot.
+
+State machine (every transition checked; illegal ones raise ``IllegalTransitionError``)::
+
+    OPEN ──write──► OPEN ──pre_commit──► PRE_COMMITTED
+    any ──abort_open──► ABORTED          (task failure; idempotent)
+
+What a part is, how it is sent, what a rolled file records and how ``abort_open`` undoes a file
+are the store's (:class:`PartFile`, :class:`PartFileTransaction`'s abstract methods).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Generic, TypeVar
+
+import pyarrow as pa
+
+from twophase.connectors.objectstore.internal import naming
+from twophase.connectors.objectstore.internal.config import PartFileSinkConfig
+from twophase.connectors.objectstore.internal.formats import (
+    CONTENT_TYPES,
+    FileEncoder,
+    OutputBuffer,
+    open_encoder,
+)
+from twophase.connectors.objectstore.internal.partitioning import file_batches
+from twophase.connectors.objectstore.internal.rolling import (
+    Clock,
+    FileStats,
+    roll_after_write,
+    wall_clock_ms,
+)
+from twophase.sinks.context import WriterContext
+from twophase.sinks.errors import IllegalTransitionError
+
+log = logging.getLogger(__name__)
+
+P = TypeVar("P")
+"""A rolled file, as the committable records it."""
+C = TypeVar("C")
+"""The committable of a subtask's rolled files."""
+
+
+class TxnState(enum.Enum):
+    """States of a :class:`PartFileTransaction`."""
+
+    OPEN = "open"
+    PRE_COMMITTED = "pre_committed"
+    ABORTED = "aborted"
+
+
+class PartFile(ABC, Generic[P]):
+    """One file being written: its name, encoder and buffered bytes; the store's subclass sends
+    the parts and says what a rolled file records.
+
+    Args:
+        ops: the store's requests (its clients).
+        config: the sink's configuration.
+        partition_path: the Hive partition path the file's rows belong to (``""``: none).
+        name: the file's final name in the store (unique to this file).
+        schema: the schema of the rows written into the file (partition columns dropped).
+        now: wall clock in ms (the rolling policy's open time).
+    """
+
+    def __init__(
+        self,
+        ops: Any,
+        config: PartFileSinkConfig,
+        partition_path: str,
+        name: str,
+        schema: pa.Schema,
+        now: int,
+    ) -> None:
+        self.ops = ops
+        self.config = config
+        self.partition_path = partition_path
+        self.name = name
+        self.content_type = CONTENT_TYPES[config.file_format]
+        self.record_count = 0
+        self.opened_at_ms = now
+        self.last_write_ms = now
+        self.buffer = OutputBuffer()
+        self.encoder: FileEncoder = open_encoder(config, schema, self.buffer, resumed=False)
+
+    @property
+    @abstractmethod
+    def parts_sent(self) -> int:
+        """How many parts the store holds for this file (its limit of parts rolls the file)."""
+
+    @abstractmethod
+    def send_full_parts(self) -> None:
+        """Send every full part the buffer holds.
+
+        Raises:
+            ServiceUnavailableError / ConfigError: the store failed or refused.
+        """
+
+    @abstractmethod
+    def finish(self) -> P:
+        """After the encoder closed: send what is left as the store wants it; return the rolled file.
+
+        Raises:
+            ServiceUnavailableError / ConfigError: the store failed or refused.
+        """
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Undo what the store holds of this file (``abort_open``; best effort, may raise)."""
+
+    def stats(self) -> FileStats:
+        """The rolling policy's view of this file."""
+        return FileStats(self.buffer.tell(), self.parts_sent, self.opened_at_ms, self.last_write_ms)
+
+    def write(self, batch: pa.RecordBatch, now_ms: int) -> None:
+        """Encode ``batch`` and send every full part.
+
+        Raises:
+            SchemaError / RecordError: the batch cannot be encoded.
+            ServiceUnavailableError / ConfigError: the store failed or refused.
+        """
+        self.encoder.write(batch)
+        self.record_count += batch.num_rows
+        self.last_write_ms = now_ms
+        self.send_full_parts()
+
+    def close(self) -> P:
+        """End the file (Parquet footer), send the rest; return the file waiting for its commit."""
+        self.encoder.close()
+        return self.finish()
+
+
+F = TypeVar("F", bound=PartFile[Any])
+"""A store's open file."""
+
+
+class PartFileTransaction(ABC, Generic[F, P, C]):
+    """One subtask's open transaction (never serialized; lives in the Spark task).
+
+    Args:
+        ctx: the subtask's writer context.
+        config: the sink configuration.
+        ops: the store's requests (its clients), handed to the files it opens.
+        clock: wall clock in ms.
+    """
+
+    LEFT_BEHIND: ClassVar[str] = "abort_open: could not undo %s"
+    """The WARNING logged (``%s``: the file's name) when ``abort_open`` cannot undo a file."""
+
+    def __init__(
+        self, ctx: WriterContext, config: PartFileSinkConfig, ops: Any, clock: Clock = wall_clock_ms
+    ) -> None:
+        self.ctx = ctx
+        self.config = config
+        self.ops = ops
+        self.clock = clock
+        self.token = naming.job_token(ctx.job_id, ctx.sink_name)
+        self.prefix = config.prefix
+        self.state = TxnState.OPEN
+        self.files: dict[str, F] = {}
+        self.rolled: list[P] = []
+        self.opened: list[F] = []
+        """Every file this transaction opened (``abort_open`` undoes them)."""
+        self.file_schema: pa.Schema | None = None
+
+    @abstractmethod
+    def open_file(self, partition_path: str, name: str, schema: pa.Schema, now: int) -> F:
+        """The store's open file at ``name`` (no request needs to be sent yet)."""
+
+    @abstractmethod
+    def max_parts(self) -> int:
+        """The store's limit of parts in one file: a file that reaches it rolls."""
+
+    @abstractmethod
+    def committable(self, files: tuple[P, ...]) -> C:
+        """The committable of ``files`` (never empty)."""
+
+    @abstractmethod
+    def log_rolled(self, pending: P) -> None:
+        """Log (DEBUG) a rolled file, without secrets."""
+
+    def _expect(self, name: str) -> None:
+        if self.state is not TxnState.OPEN:
+            raise IllegalTransitionError(type(self).__name__, self.state.name, name)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Write one batch: project it to ``config.columns``, split it by partition path, append to
+        each path's file, roll on limits.
+
+        Raises:
+            IllegalTransitionError: the transaction is not open.
+            SchemaError: the batch lacks a column of the projection or does not fit the configuration.
+            ServiceUnavailableError / ConfigError: a part could not be sent.
+        """
+        self._expect("write")
+        if batch.num_rows == 0:
+            return
+        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
+        now = self.clock()
+        for path, rows in by_file:
+            f = self._file_for(path, now)
+            f.write(rows, now)
+            if roll_after_write(f.stats(), self.config.rolling, now, self.max_parts()):
+                self._roll(path)
+
+    def _file_for(self, path: str, now: int) -> F:
+        f = self.files.get(path)
+        if f is not None:
+            return f
+        if len(self.files) >= self.config.max_open_files:
+            lru = min(self.files.values(), key=lambda o: o.last_write_ms)
+            self._roll(lru.partition_path)
+        assert self.file_schema is not None
+        name = naming.data_key(
+            self.prefix,
+            path,
+            self.ctx.partition,
+            self.ctx.checkpoint_id,
+            self.token,
+            uuid.uuid4().hex,
+            self.config.file_format.extension,
+        )
+        f = self.open_file(path, name, self.file_schema, now)
+        self.files[path] = f
+        self.opened.append(f)
+        return f
+
+    def _roll(self, path: str) -> None:
+        pending = self.files.pop(path).close()
+        self.rolled.append(pending)
+        self.log_rolled(pending)
+
+    def pre_commit(self) -> C | None:
+        """Roll every open file (the checkpoint); return every file rolled in the epoch, or None.
+
+        Raises:
+            IllegalTransitionError: the transaction is not open.
+            ServiceUnavailableError / ConfigError: a part could not be sent.
+        """
+        self._expect("pre_commit")
+        for path in list(self.files):
+            self._roll(path)
+        self.state = TxnState.PRE_COMMITTED
+        return self.committable(tuple(self.rolled)) if self.rolled else None
+
+    def abort_open(self) -> None:
+        """Best effort: undo every file this transaction opened (:meth:`PartFile.discard`). Idempotent."""
+        if self.state is TxnState.ABORTED:
+            return
+        self.state = TxnState.ABORTED
+        self.files.clear()
+        self.rolled.clear()
+        for f in self.opened:
+            try:
+                f.discard()
+            except Exception:  # what is left is the store's lingering (see the connector)
+                log.warning(self.LEFT_BEHIND, f.name, exc_info=True)
