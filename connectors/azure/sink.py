@@ -18,7 +18,7 @@ from twophase.connectors.azure.config import AzureBlobSinkConfig
 from twophase.connectors.azure.internal import committer, lingering
 from twophase.connectors.azure.internal.blobs import BlobOps, ClientFactory, cached_client
 from twophase.connectors.azure.internal.committable import COMMITTABLE_CODEC, AzureCommittable, StagedFile
-from twophase.connectors.azure.internal.writer import AzureTransaction
+from twophase.connectors.azure.internal.writer import AzureTransaction, OpenFile
 from twophase.connectors.objectstore.internal.rolling import Clock
 from twophase.connectors.objectstore.internal.sink import PartFileSink
 from twophase.sinks.context import LingeringScope, WriterContext
@@ -69,7 +69,7 @@ class AzureBlobSink(PartFileSink[AzureTransaction, AzureCommittable]):
 
     def begin_transaction(self, ctx: WriterContext) -> AzureTransaction:
         """Open the subtask's transaction (no request is sent before the first block)."""
-        return AzureTransaction(ctx, self.config, self._ops(), self._clock)
+        return AzureTransaction(ctx, self.config, self._ops(), OpenFile, AzureCommittable, self._clock)
 
     def commit_file(self, ops: BlobOps, file: StagedFile) -> CommitOutcome:
         """Put Block List of the file's blocks, created only if absent; a repeated commit is

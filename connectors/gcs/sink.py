@@ -21,7 +21,7 @@ from twophase.connectors.gcs.config import GcsFileSinkConfig
 from twophase.connectors.gcs.internal import committer, lingering
 from twophase.connectors.gcs.internal.committable import COMMITTABLE_CODEC, GcsCommittable, PendingUpload
 from twophase.connectors.gcs.internal.sessions import ClientFactory, SessionOps, cached_clients
-from twophase.connectors.gcs.internal.writer import GcsTransaction
+from twophase.connectors.gcs.internal.writer import GcsTransaction, OpenFile
 from twophase.connectors.objectstore.internal.rolling import Clock
 from twophase.connectors.objectstore.internal.sink import PartFileSink
 from twophase.sinks.context import LingeringScope, WriterContext
@@ -72,7 +72,7 @@ class GcsFileSink(PartFileSink[GcsTransaction, GcsCommittable]):
 
     def begin_transaction(self, ctx: WriterContext) -> GcsTransaction:
         """Open the subtask's transaction (no request is sent before a file's first chunk)."""
-        return GcsTransaction(ctx, self.config, self._ops(), self._clock)
+        return GcsTransaction(ctx, self.config, self._ops(), OpenFile, GcsCommittable, self._clock)
 
     def commit_file(self, ops: SessionOps, file: PendingUpload) -> CommitOutcome:
         """Finalize the file's session unless the object is there already; decided from the object

@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pyarrow as pa
-
 from twophase.connectors.azure.config import MAX_BLOCKS, AzureBlobSinkConfig
 from twophase.connectors.azure.internal import naming
 from twophase.connectors.azure.internal.blobs import BlobOps
@@ -30,6 +28,7 @@ class OpenFile(PartFile[StagedFile]):
     """A file being written as blocks staged under its blob name (arguments: those of
     :class:`~twophase.connectors.objectstore.internal.writer.PartFile`)."""
 
+    LEFT_BEHIND = "abort_open: could not discard %s (left for abort_lingering)"
     ops: BlobOps
     config: AzureBlobSinkConfig
 
@@ -43,6 +42,11 @@ class OpenFile(PartFile[StagedFile]):
     def parts_sent(self) -> int:
         """Blocks staged so far."""
         return len(self.block_ids)
+
+    @property
+    def max_parts(self) -> int:
+        """Azure's 50,000 blocks per blob."""
+        return MAX_BLOCKS
 
     def send_full_parts(self) -> None:
         """Stage every full block of ``block_size_bytes``."""
@@ -75,30 +79,12 @@ class OpenFile(PartFile[StagedFile]):
         """Discard the blocks staged under the blob name (never a committed blob)."""
         self.ops.discard_staged(self.name)
 
-
-class AzureTransaction(PartFileTransaction[OpenFile, StagedFile, AzureCommittable]):
-    """One subtask's transaction whose files are blobs of staged blocks (arguments: those of
-    :class:`~twophase.connectors.objectstore.internal.writer.PartFileTransaction`, ``ops`` the
-    container's requests)."""
-
-    LEFT_BEHIND = "abort_open: could not discard %s (left for abort_lingering)"
-    config: AzureBlobSinkConfig
-    ops: BlobOps
-
-    def open_file(self, partition_path: str, name: str, schema: pa.Schema, now: int) -> OpenFile:
-        """A file at blob ``name`` (no request before its first block)."""
-        return OpenFile(self.ops, self.config, partition_path, name, schema, now)
-
-    def max_parts(self) -> int:
-        """Azure's 50,000 blocks per blob."""
-        return MAX_BLOCKS
-
-    def committable(self, files: tuple[StagedFile, ...]) -> AzureCommittable:
-        """The committable of ``files``."""
-        return AzureCommittable(files=files)
-
     def log_rolled(self, pending: StagedFile) -> None:
         """DEBUG: the blob, its size and records."""
         log.debug(
             "rolled file blob=%s bytes=%d records=%d", pending.blob, pending.byte_count, pending.record_count
         )
+
+
+AzureTransaction = PartFileTransaction[OpenFile, StagedFile, AzureCommittable]
+"""One subtask's transaction whose files are blobs of staged blocks (:class:`OpenFile`)."""

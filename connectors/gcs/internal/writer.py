@@ -18,8 +18,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pyarrow as pa
-
 from twophase.connectors.gcs.config import CHUNK_QUANTUM, MAX_OBJECT_BYTES, GcsFileSinkConfig
 from twophase.connectors.gcs.internal.committable import GcsCommittable, PendingUpload
 from twophase.connectors.gcs.internal.naming import Digests
@@ -80,6 +78,7 @@ class OpenFile(PartFile[PendingUpload]):
     """A file being written into a resumable upload session, opened at its first full chunk
     (arguments: those of :class:`~twophase.connectors.objectstore.internal.writer.PartFile`)."""
 
+    LEFT_BEHIND = "abort_open: could not cancel the session of %s (it expires within 7 days)"
     ops: SessionOps
     config: GcsFileSinkConfig
 
@@ -100,6 +99,11 @@ class OpenFile(PartFile[PendingUpload]):
     def parts_sent(self) -> int:
         """Chunks uploaded so far."""
         return self.chunks
+
+    @property
+    def max_parts(self) -> int:
+        """Chunks of ``chunk_size_bytes`` in GCS's largest object (5 TiB)."""
+        return MAX_OBJECT_BYTES // self.config.chunk_size_bytes
 
     def send_full_parts(self) -> None:
         """Upload every full chunk of ``chunk_size_bytes``."""
@@ -163,28 +167,6 @@ class OpenFile(PartFile[PendingUpload]):
         if uri is not None:
             self.ops.cancel(uri)
 
-
-class GcsTransaction(PartFileTransaction[OpenFile, PendingUpload, GcsCommittable]):
-    """One subtask's transaction whose files are resumable upload sessions (arguments: those of
-    :class:`~twophase.connectors.objectstore.internal.writer.PartFileTransaction`, ``ops`` the
-    bucket's requests)."""
-
-    LEFT_BEHIND = "abort_open: could not cancel the session of %s (it expires within 7 days)"
-    config: GcsFileSinkConfig
-    ops: SessionOps
-
-    def open_file(self, partition_path: str, name: str, schema: pa.Schema, now: int) -> OpenFile:
-        """A file at object ``name`` (its session opens at its first full chunk)."""
-        return OpenFile(self.ops, self.config, partition_path, name, schema, now)
-
-    def max_parts(self) -> int:
-        """Chunks of ``chunk_size_bytes`` in GCS's largest object (5 TiB)."""
-        return MAX_OBJECT_BYTES // self.config.chunk_size_bytes
-
-    def committable(self, files: tuple[PendingUpload, ...]) -> GcsCommittable:
-        """The committable of ``files``."""
-        return GcsCommittable(files=files)
-
     def log_rolled(self, pending: PendingUpload) -> None:
         """DEBUG: the object, its masked session, size, tail and records."""
         log.debug(
@@ -195,3 +177,7 @@ class GcsTransaction(PartFileTransaction[OpenFile, PendingUpload, GcsCommittable
             len(pending.tail),
             pending.record_count,
         )
+
+
+GcsTransaction = PartFileTransaction[OpenFile, PendingUpload, GcsCommittable]
+"""One subtask's transaction whose files are resumable upload sessions (:class:`OpenFile`)."""

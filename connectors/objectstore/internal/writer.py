@@ -14,7 +14,7 @@ State machine (every transition checked; illegal ones raise ``IllegalTransitionE
     any ──abort_open──► ABORTED          (task failure; idempotent)
 
 What a part is, how it is sent, what a rolled file records and how ``abort_open`` undoes a file
-are the store's (:class:`PartFile`, :class:`PartFileTransaction`'s abstract methods).
+are the store's: its :class:`PartFile`, which the transaction is given with the committable's class.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import enum
 import logging
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 import pyarrow as pa
@@ -35,13 +36,13 @@ from twophase.connectors.objectstore.internal.formats import (
     OutputBuffer,
     open_encoder,
 )
-from twophase.connectors.objectstore.internal.partitioning import file_batches
 from twophase.connectors.objectstore.internal.rolling import (
     Clock,
     FileStats,
     roll_after_write,
     wall_clock_ms,
 )
+from twophase.connectors.objectstore.internal.routing import FileRouter
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import IllegalTransitionError
 
@@ -74,6 +75,9 @@ class PartFile(ABC, Generic[P]):
         now: wall clock in ms (the rolling policy's open time).
     """
 
+    LEFT_BEHIND: ClassVar[str] = "abort_open: could not undo %s"
+    """The WARNING logged (``%s``: the file's name) when ``abort_open`` cannot undo a file."""
+
     def __init__(
         self,
         ops: Any,
@@ -97,7 +101,12 @@ class PartFile(ABC, Generic[P]):
     @property
     @abstractmethod
     def parts_sent(self) -> int:
-        """How many parts the store holds for this file (its limit of parts rolls the file)."""
+        """How many parts the store holds for this file."""
+
+    @property
+    @abstractmethod
+    def max_parts(self) -> int:
+        """The store's limit of parts in one file: a file that reaches it rolls."""
 
     @abstractmethod
     def send_full_parts(self) -> None:
@@ -119,6 +128,10 @@ class PartFile(ABC, Generic[P]):
     def discard(self) -> None:
         """Undo what the store holds of this file (``abort_open``; best effort, may raise)."""
 
+    @abstractmethod
+    def log_rolled(self, pending: P) -> None:
+        """Log (DEBUG) the rolled file, without secrets."""
+
     def stats(self) -> FileStats:
         """The rolling policy's view of this file."""
         return FileStats(self.buffer.tell(), self.parts_sent, self.opened_at_ms, self.last_write_ms)
@@ -138,32 +151,44 @@ class PartFile(ABC, Generic[P]):
     def close(self) -> P:
         """End the file (Parquet footer), send the rest; return the file waiting for its commit."""
         self.encoder.close()
-        return self.finish()
+        pending = self.finish()
+        self.log_rolled(pending)
+        return pending
 
 
 F = TypeVar("F", bound=PartFile[Any])
 """A store's open file."""
 
 
-class PartFileTransaction(ABC, Generic[F, P, C]):
+class PartFileTransaction(FileRouter[F], Generic[F, P, C]):
     """One subtask's open transaction (never serialized; lives in the Spark task).
 
     Args:
         ctx: the subtask's writer context.
         config: the sink configuration.
         ops: the store's requests (its clients), handed to the files it opens.
+        file_class: the store's open file, made with ``ops``, ``config``, the partition path, the
+            file's name, its schema and the time.
+        committable_class: makes the committable of the rolled files (never empty).
         clock: wall clock in ms.
     """
 
-    LEFT_BEHIND: ClassVar[str] = "abort_open: could not undo %s"
-    """The WARNING logged (``%s``: the file's name) when ``abort_open`` cannot undo a file."""
+    config: PartFileSinkConfig
 
     def __init__(
-        self, ctx: WriterContext, config: PartFileSinkConfig, ops: Any, clock: Clock = wall_clock_ms
+        self,
+        ctx: WriterContext,
+        config: PartFileSinkConfig,
+        ops: Any,
+        file_class: type[F],
+        committable_class: Callable[[tuple[P, ...]], C],
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self.ctx = ctx
         self.config = config
         self.ops = ops
+        self.file_class = file_class
+        self.committable_class = committable_class
         self.clock = clock
         self.token = naming.job_token(ctx.job_id, ctx.sink_name)
         self.prefix = config.prefix
@@ -174,29 +199,13 @@ class PartFileTransaction(ABC, Generic[F, P, C]):
         """Every file this transaction opened (``abort_open`` undoes them)."""
         self.file_schema: pa.Schema | None = None
 
-    @abstractmethod
-    def open_file(self, partition_path: str, name: str, schema: pa.Schema, now: int) -> F:
-        """The store's open file at ``name`` (no request needs to be sent yet)."""
-
-    @abstractmethod
-    def max_parts(self) -> int:
-        """The store's limit of parts in one file: a file that reaches it rolls."""
-
-    @abstractmethod
-    def committable(self, files: tuple[P, ...]) -> C:
-        """The committable of ``files`` (never empty)."""
-
-    @abstractmethod
-    def log_rolled(self, pending: P) -> None:
-        """Log (DEBUG) a rolled file, without secrets."""
-
     def _expect(self, name: str) -> None:
         if self.state is not TxnState.OPEN:
             raise IllegalTransitionError(type(self).__name__, self.state.name, name)
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Write one batch: project it to ``config.columns``, split it by partition path, append to
-        each path's file, roll on limits.
+        each path's file, roll on limits (:meth:`~.routing.FileRouter.route`).
 
         Raises:
             IllegalTransitionError: the transaction is not open.
@@ -204,23 +213,10 @@ class PartFileTransaction(ABC, Generic[F, P, C]):
             ServiceUnavailableError / ConfigError: a part could not be sent.
         """
         self._expect("write")
-        if batch.num_rows == 0:
-            return
-        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
-        now = self.clock()
-        for path, rows in by_file:
-            f = self._file_for(path, now)
-            f.write(rows, now)
-            if roll_after_write(f.stats(), self.config.rolling, now, self.max_parts()):
-                self._roll(path)
+        self.route(batch)
 
-    def _file_for(self, path: str, now: int) -> F:
-        f = self.files.get(path)
-        if f is not None:
-            return f
-        if len(self.files) >= self.config.max_open_files:
-            lru = min(self.files.values(), key=lambda o: o.last_write_ms)
-            self._roll(lru.partition_path)
+    def open_path(self, path: str, now: int) -> F:
+        """A new file of ``path`` at a fresh data file name (no request needs to be sent yet)."""
         assert self.file_schema is not None
         name = naming.data_key(
             self.prefix,
@@ -231,15 +227,17 @@ class PartFileTransaction(ABC, Generic[F, P, C]):
             uuid.uuid4().hex,
             self.config.file_format.extension,
         )
-        f = self.open_file(path, name, self.file_schema, now)
-        self.files[path] = f
+        f = self.file_class(self.ops, self.config, path, name, self.file_schema, now)
         self.opened.append(f)
         return f
 
+    def after_write(self, path: str, f: F, rows: pa.RecordBatch, now: int) -> None:
+        """Roll ``f`` on size, age or the store's limit of parts."""
+        if roll_after_write(f.stats(), self.config.rolling, now, f.max_parts):
+            self._roll(path)
+
     def _roll(self, path: str) -> None:
-        pending = self.files.pop(path).close()
-        self.rolled.append(pending)
-        self.log_rolled(pending)
+        self.rolled.append(self.files.pop(path).close())
 
     def pre_commit(self) -> C | None:
         """Roll every open file (the checkpoint); return every file rolled in the epoch, or None.
@@ -252,7 +250,7 @@ class PartFileTransaction(ABC, Generic[F, P, C]):
         for path in list(self.files):
             self._roll(path)
         self.state = TxnState.PRE_COMMITTED
-        return self.committable(tuple(self.rolled)) if self.rolled else None
+        return self.committable_class(tuple(self.rolled)) if self.rolled else None
 
     def abort_open(self) -> None:
         """Best effort: undo every file this transaction opened (:meth:`PartFile.discard`). Idempotent."""
@@ -265,4 +263,4 @@ class PartFileTransaction(ABC, Generic[F, P, C]):
             try:
                 f.discard()
             except Exception:  # what is left is the store's lingering (see the connector)
-                log.warning(self.LEFT_BEHIND, f.name, exc_info=True)
+                log.warning(f.LEFT_BEHIND, f.name, exc_info=True)

@@ -114,6 +114,8 @@ class Rolled:
 
 
 class MemoryFile(PartFile[Rolled]):
+    config: MemoryConfig
+
     def __init__(self, store: dict[str, list[bytes]], config: MemoryConfig, *args: Any) -> None:
         super().__init__(store, config, *args)
         self.store = store
@@ -122,6 +124,10 @@ class MemoryFile(PartFile[Rolled]):
     @property
     def parts_sent(self) -> int:
         return len(self.store.get(self.name, []))
+
+    @property
+    def max_parts(self) -> int:
+        return self.config.max_parts
 
     def send_full_parts(self) -> None:
         while len(self.buffer) >= self.part_bytes:
@@ -138,23 +144,6 @@ class MemoryFile(PartFile[Rolled]):
             raise OSError("the store refused")
         self.store.pop(self.name, None)
 
-
-class MemoryTransaction(PartFileTransaction[MemoryFile, Rolled, tuple[Rolled, ...]]):
-    config: MemoryConfig
-
-    def __init__(self, ctx: WriterContext, config: MemoryConfig) -> None:
-        super().__init__(ctx, config, None, clock=lambda: 1000)
-        self.store: dict[str, list[bytes]] = {}
-
-    def open_file(self, partition_path: str, name: str, schema: pa.Schema, now: int) -> MemoryFile:
-        return MemoryFile(self.store, self.config, partition_path, name, schema, now)
-
-    def max_parts(self) -> int:
-        return self.config.max_parts
-
-    def committable(self, files: tuple[Rolled, ...]) -> tuple[Rolled, ...]:
-        return files
-
     def log_rolled(self, pending: Rolled) -> None:
         pass
 
@@ -163,9 +152,13 @@ def _rows(days: list[str]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(len(days))], "day": days})
 
 
+MemoryTransaction = PartFileTransaction[MemoryFile, Rolled, tuple[Rolled, ...]]
+
+
 def _txn(**fields: Any) -> MemoryTransaction:
     config = MemoryConfig(location="mem://out", format="jsonl", partition_by=("day",), **fields)
-    return MemoryTransaction(WriterContext("job", "s", 3, 1, 0, 2), config)
+    ctx = WriterContext("job", "s", 3, 1, 0, 2)
+    return MemoryTransaction(ctx, config, {}, MemoryFile, lambda files: files, clock=lambda: 1000)
 
 
 def _keys(rolled: Rolled) -> list[str]:
@@ -182,7 +175,7 @@ def test_rows_go_to_one_file_per_partition_path_and_every_file_rolls_at_the_chec
     assert all(f.name.startswith("out/day=") and "/part-00001-3-" in f.name for f in files)
     assert [_keys(f) for f in files] == [["k0", "k2"], ["k1", "k0"]]
     assert [f.record_count for f in files] == [2, 2]
-    with pytest.raises(IllegalTransitionError, match="MemoryTransaction"):
+    with pytest.raises(IllegalTransitionError, match="PartFileTransaction"):
         txn.write(_rows(["a"]))
 
 
@@ -208,9 +201,9 @@ def test_abort_open_undoes_every_file_opened_and_logs_what_it_cannot(
     txn = _txn(max_open_files=1)
     txn.write(_rows(["a", "a", "a"]))
     txn.write(_rows(["b", "b", "b"]))
-    assert len(txn.store) == 2
+    assert len(txn.ops) == 2
     with caplog.at_level(logging.WARNING):
         txn.abort_open()
         txn.abort_open()  # idempotent
-    assert [n.split("/")[1] for n in txn.store] == ["day=b"]  # the store refused that one
+    assert [n.split("/")[1] for n in txn.ops] == ["day=b"]  # the store refused that one
     assert [r.getMessage().split("/day=")[0] for r in caplog.records] == ["abort_open: could not undo out"]

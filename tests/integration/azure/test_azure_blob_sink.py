@@ -18,15 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from azure.core import MatchConditions
-from support.part_file_sinks import (
-    PartFileContract,
-    check_partitioned_read_back,
-    decode_file,
-    padded_rows,
-    pre_committed,
-    rows,
-    writer_ctx,
-)
+from support import part_file_sinks as kit
 
 from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig, AzureCommittable
 from twophase.connectors.azure.listing import list_lingering
@@ -73,7 +65,7 @@ class Prefix:
 
     def read_table(self, name: str) -> pa.Table:
         """One committed blob, downloaded with the SDK and decoded with pyarrow."""
-        return decode_file(name, self.client.download_blob(name).readall())
+        return kit.decode_file(name, self.client.download_blob(name).readall())
 
     def keys(self) -> list[str]:
         """Every committed record's ``key``."""
@@ -100,7 +92,7 @@ def place(home: Prefix) -> Prefix:
 # --- the conformance kit ---------------------------------------------------------------------------
 
 
-class TestAzureJsonLinesContract(PartFileContract[Prefix]):
+class TestAzureJsonLinesContract(kit.PartFileContract[Prefix]):
     """JSON lines files of at most 60 bytes: several roll within one epoch, each its own blob."""
 
     def lingering(self, system: Prefix) -> list[str]:
@@ -124,20 +116,20 @@ class TestAzureParquetContract(TestAzureJsonLinesContract):
 
 def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="parquet", partition_by=("day",)))
-    sink.validate(rows(1).schema)
-    committable = pre_committed(sink, writer_ctx(1), rows(6), rows(4, start=6))
+    sink.validate(kit.rows(1).schema)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(6), kit.rows(4, start=6))
     assert place.committed() == []
     assert len(place.staged_only()) == 2  # one file per day, blocks staged, nothing visible
     decoded = sink.decode(sink.encode(committable))
     assert sink.commit(decoded) is CommitOutcome.COMMITTED
     names = place.committed()
-    check_partitioned_read_back(place.prefix, names, [place.read_table(n) for n in names])
+    kit.check_partitioned_read_back(place.prefix, names, [place.read_table(n) for n in names])
     assert place.staged_only() == []
 
 
 def test_a_repeated_commit_answers_already_committed_from_the_blob(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     again = AzureBlobSink("out", place.config(format="jsonl"))  # another driver process
     assert again.commit_batch([committable, committable]) == [CommitOutcome.ALREADY_COMMITTED] * 2
@@ -146,7 +138,7 @@ def test_a_repeated_commit_answers_already_committed_from_the_blob(place: Prefix
 
 def test_lost_only_when_the_staged_blocks_are_gone(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     for f in committable.files:
         place.discard(f.blob)
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -155,7 +147,7 @@ def test_lost_only_when_the_staged_blocks_are_gone(place: Prefix) -> None:
 
 def test_a_blob_of_other_blocks_at_the_name_is_lost_not_already_committed(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     (f,) = committable.files
     place.client.upload_blob(f.blob, b'{"key": "other"}\n', overwrite=True)
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -170,8 +162,8 @@ def test_big_files_are_many_blocks_and_roll_on_size(place: Prefix) -> None:
         "out",
         place.config(format="jsonl", block_size_bytes=mib, rolling=RollingPolicy(max_file_bytes=3 * mib)),
     )
-    rows = padded_rows(40_000)
-    committable = pre_committed(sink, writer_ctx(1), rows, rows)
+    many = kit.padded_rows(40_000)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), many, many)
     assert len(committable.files) >= 2 and max(len(f.block_ids) for f in committable.files) >= 3
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     assert len(place.keys()) == 80_000
@@ -179,13 +171,13 @@ def test_big_files_are_many_blocks_and_roll_on_size(place: Prefix) -> None:
 
 def test_abort_and_lingering_cleanup_discard_only_what_no_checkpoint_holds(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    aborted = pre_committed(sink, writer_ctx(1), rows(2))
+    aborted = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     sink.abort(aborted)
     sink.abort(aborted)  # idempotent
-    held = pre_committed(sink, writer_ctx(2), rows(2))
-    orphan = pre_committed(sink, writer_ctx(2, partition=1), rows(2))
-    later = pre_committed(sink, writer_ctx(3), rows(2))
-    other_job = pre_committed(sink, writer_ctx(2, job="other"), rows(2))
+    held = kit.pre_committed(sink, kit.writer_ctx(2), kit.rows(2))
+    orphan = kit.pre_committed(sink, kit.writer_ctx(2, partition=1), kit.rows(2))
+    later = kit.pre_committed(sink, kit.writer_ctx(3), kit.rows(2))
+    other_job = kit.pre_committed(sink, kit.writer_ctx(2, job="other"), kit.rows(2))
     assert len(place.staged_only()) == 4
     scope = LingeringScope("job", "out", held=(held,), held_in_progress=(), up_to_checkpoint=2)
     assert sink.abort_lingering(scope) == 1
@@ -207,7 +199,7 @@ def test_a_discard_cut_short_after_its_empty_commit_leaves_no_empty_file_for_rea
     listing of staged blocks does not show: every later reader of the prefix met a zero-byte
     ``.parquet`` file (pyarrow and Spark refuse it). The lingering cleanup must find and delete it."""
     sink = AzureBlobSink("out", place.config(format="parquet"))
-    orphan = pre_committed(sink, writer_ctx(1), rows(3))
+    orphan = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     (f,) = orphan.files
     # the discard's first request, as the killed driver sent it; its Delete Blob never came
     place.client.get_blob_client(f.blob).commit_block_list([], match_condition=MatchConditions.IfMissing)
@@ -221,7 +213,7 @@ def test_a_discard_cut_short_after_its_empty_commit_leaves_no_empty_file_for_rea
 
 def test_a_committed_blob_is_never_discarded(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = pre_committed(sink, writer_ctx(1), rows(2))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     sink.abort(committable)
     assert sorted(place.keys()) == ["k0", "k1"]
@@ -237,7 +229,7 @@ def test_a_missing_container_is_a_config_error_before_anything_is_written(home: 
         storage_options=options,
     )
     with pytest.raises(ConfigError, match="does not exist"):
-        AzureBlobSink("out", config).validate(rows(1).schema)
+        AzureBlobSink("out", config).validate(kit.rows(1).schema)
 
 
 def test_the_sink_pickles_without_its_secrets_in_repr(place: Prefix) -> None:

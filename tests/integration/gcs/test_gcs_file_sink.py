@@ -33,15 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import requests
-from support.part_file_sinks import (
-    PartFileContract,
-    check_partitioned_read_back,
-    decode_file,
-    padded_rows,
-    pre_committed,
-    rows,
-    writer_ctx,
-)
+from support import part_file_sinks as kit
 
 from twophase.connectors.gcs import GcsFileSink, GcsFileSinkConfig
 from twophase.connectors.gcs.internal.sessions import GcsClients, build_clients
@@ -117,7 +109,7 @@ class Prefix:
 
     def read_table(self, name: str) -> pa.Table:
         """One committed object, downloaded with the SDK and decoded with pyarrow."""
-        return decode_file(name, self.bucket.blob(name).download_as_bytes())
+        return kit.decode_file(name, self.bucket.blob(name).download_as_bytes())
 
     def keys(self) -> list[str]:
         """Every committed record's ``key``."""
@@ -149,7 +141,7 @@ def place(home: Prefix) -> Prefix:
 # --- the conformance kit ---------------------------------------------------------------------------
 
 
-class TestGcsJsonLinesContract(PartFileContract[Prefix]):
+class TestGcsJsonLinesContract(kit.PartFileContract[Prefix]):
     """JSON lines files of at most 60 bytes: several roll within one epoch, each its own object."""
 
     def lingering(self, system: Prefix) -> list[str]:
@@ -177,14 +169,14 @@ class TestGcsParquetContract(TestGcsJsonLinesContract):
 
 def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk(place: Prefix) -> None:
     sink = place.sink(format="parquet", partition_by=("day",))
-    sink.validate(rows(1).schema)
-    committable = pre_committed(sink, writer_ctx(1), rows(6), rows(4, start=6))
+    sink.validate(kit.rows(1).schema)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(6), kit.rows(4, start=6))
     assert place.committed() == []
     assert len(place.sessions()) == 2  # one session per day, nothing visible
     decoded = sink.decode(sink.encode(committable))
     assert sink.commit(decoded) is CommitOutcome.COMMITTED
     names = place.committed()
-    check_partitioned_read_back(place.prefix, names, [place.read_table(n) for n in names])
+    kit.check_partitioned_read_back(place.prefix, names, [place.read_table(n) for n in names])
     for f in committable.files:  # what GCS computed of the object is what the task recorded
         blob = place.bucket.get_blob(f.name)
         assert (blob.size, blob.crc32c, blob.md5_hash) == (f.byte_count, f.crc32c, f.md5)
@@ -193,7 +185,7 @@ def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk
 
 def test_a_repeated_commit_answers_already_committed_from_the_object(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     again = place.sink(format="jsonl")  # another driver process
     assert again.commit_batch([committable, committable]) == [CommitOutcome.ALREADY_COMMITTED] * 2
@@ -202,7 +194,7 @@ def test_a_repeated_commit_answers_already_committed_from_the_object(place: Pref
 
 def test_lost_only_when_the_session_is_gone_and_no_object_is_there(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     for f in committable.files:
         _expire(place, f.session_uri)
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -211,7 +203,7 @@ def test_lost_only_when_the_session_is_gone_and_no_object_is_there(place: Prefix
 
 def test_an_object_put_at_the_name_first_is_never_replaced_and_the_commit_is_lost(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     (f,) = committable.files
     place.bucket.blob(f.name).upload_from_string(b'{"key": "other"}\n')
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -220,7 +212,7 @@ def test_an_object_put_at_the_name_first_is_never_replaced_and_the_commit_is_los
 
 def test_an_object_replaced_after_its_commit_is_lost_not_already_committed(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     (f,) = committable.files
     place.bucket.blob(f.name).upload_from_string(b'{"key": "other"}\n')
@@ -229,8 +221,8 @@ def test_an_object_replaced_after_its_commit_is_lost_not_already_committed(place
 
 def test_big_files_are_many_chunks_with_a_tail_and_roll_on_size(place: Prefix) -> None:
     sink = place.sink(format="jsonl", chunk_size_bytes=MiB, rolling=RollingPolicy(max_file_bytes=3 * MiB))
-    rows = padded_rows(40_000)
-    committable = pre_committed(sink, writer_ctx(1), rows, rows)
+    many = kit.padded_rows(40_000)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), many, many)
     assert len(committable.files) >= 2
     assert all(f.persisted_bytes >= 2 * MiB and 0 < len(f.tail) < 256 * KiB for f in committable.files)
     assert sink.commit(committable) is CommitOutcome.COMMITTED
@@ -241,7 +233,7 @@ def test_big_files_are_many_chunks_with_a_tail_and_roll_on_size(place: Prefix) -
 
 def test_an_object_deleted_after_its_commit_is_lost(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = pre_committed(sink, writer_ctx(1), rows(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     place.bucket.blob(committable.files[0].name).delete()
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -250,7 +242,7 @@ def test_an_object_deleted_after_its_commit_is_lost(place: Prefix) -> None:
 
 def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    aborted = pre_committed(sink, writer_ctx(1), rows(2))
+    aborted = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     sink.abort(aborted)
     sink.abort(aborted)  # idempotent
     uri = aborted.files[0].session_uri
@@ -258,7 +250,7 @@ def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: 
     assert [status for url, status in place.cancels()] == [499, 499]
     assert all(url == uri for url, _ in place.cancels())
     assert place.committed() == []
-    committed = pre_committed(sink, writer_ctx(2), rows(2))
+    committed = kit.pre_committed(sink, kit.writer_ctx(2), kit.rows(2))
     assert sink.commit(committed) is CommitOutcome.COMMITTED
     sink.abort(committed)
     assert sorted(place.keys()) == ["k0", "k1"]
@@ -267,9 +259,9 @@ def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: 
 
 def test_abort_open_cancels_the_task_s_sessions(place: Prefix) -> None:
     sink = place.sink(format="jsonl", chunk_size_bytes=MiB)
-    txn = sink.begin_transaction(writer_ctx(1))
-    rows = padded_rows(20_000)
-    sink.write(txn, rows)  # over a chunk: the session is open and holds data
+    txn = sink.begin_transaction(kit.writer_ctx(1))
+    many = kit.padded_rows(20_000)
+    sink.write(txn, many)  # over a chunk: the session is open and holds data
     assert len(place.sessions()) == 1
     sink.abort_open(txn)
     sink.abort_open(txn)
@@ -279,8 +271,10 @@ def test_abort_open_cancels_the_task_s_sessions(place: Prefix) -> None:
 
 def test_lingering_cleanup_cannot_list_sessions_and_says_so(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    held = pre_committed(sink, writer_ctx(2), rows(2))
-    orphan = pre_committed(sink, writer_ctx(2, partition=1), rows(2))  # its driver died: nobody knows its URI
+    held = kit.pre_committed(sink, kit.writer_ctx(2), kit.rows(2))
+    orphan = kit.pre_committed(
+        sink, kit.writer_ctx(2, partition=1), kit.rows(2)
+    )  # its driver died: nobody knows its URI
     scope = LingeringScope("job", "out", held=(held,), held_in_progress=(), up_to_checkpoint=2)
     assert sink.abort_lingering(scope) == 0
     assert place.cancels() == []  # nothing can be listed, and the held session is kept
@@ -302,7 +296,7 @@ def test_a_missing_bucket_is_a_config_error_before_anything_is_written(home: Pre
         storage_options=GcsStorageOptions(emulator_host=bucket.url),
     )
     with pytest.raises(ConfigError, match="does not exist"):
-        GcsFileSink("out", config).validate(rows(1).schema)
+        GcsFileSink("out", config).validate(kit.rows(1).schema)
 
 
 def test_the_sink_pickles_and_its_committable_never_shows_a_session(place: Prefix) -> None:
@@ -310,7 +304,7 @@ def test_the_sink_pickles_and_its_committable_never_shows_a_session(place: Prefi
 
     sink = place.sink(format="jsonl")
     assert pickle.loads(pickle.dumps(sink)).config == sink.config
-    committable = pre_committed(sink, writer_ctx(1), rows(2))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     uri = committable.files[0].session_uri
     assert uri not in repr(committable) and uri not in repr(sink)
     sink.abort(committable)
