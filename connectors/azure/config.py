@@ -94,11 +94,7 @@ class AzureBlobSinkConfig(PartFileSinkConfig):
             )
 
     def check_storage(self) -> None:
-        """``storage_options`` an ``AzureStorageOptions``, ``max_attempts`` ≥ 1.
-
-        Raises:
-            ConfigError: either is wrong, naming it.
-        """
+        """``storage_options`` an ``AzureStorageOptions``, ``max_attempts`` ≥ 1 (``ConfigError``)."""
         if not isinstance(self.storage_options, AzureStorageOptions):
             raise ConfigError("storage_options must be an AzureStorageOptions (twophase.AzureStorageOptions)")
         if self.max_attempts < 1:

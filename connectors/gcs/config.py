@@ -95,11 +95,7 @@ class GcsFileSinkConfig(PartFileSinkConfig):
             )
 
     def check_storage(self) -> None:
-        """``storage_options`` a ``GcsStorageOptions`` with a positive ``timeout_s``.
-
-        Raises:
-            ConfigError: either is wrong, naming it.
-        """
+        """``storage_options`` a ``GcsStorageOptions``, ``timeout_s`` > 0 (``ConfigError``)."""
         if not isinstance(self.storage_options, GcsStorageOptions):
             raise ConfigError("storage_options must be a GcsStorageOptions (twophase.GcsStorageOptions)")
         if self.storage_options.timeout_s <= 0:

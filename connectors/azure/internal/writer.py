@@ -29,6 +29,7 @@ class OpenFile(PartFile[StagedFile]):
     :class:`~twophase.connectors.objectstore.internal.writer.PartFile`)."""
 
     LEFT_BEHIND = "abort_open: could not discard %s (left for abort_lingering)"
+    TRANSACTION = "AzureTransaction"
     ops: BlobOps
     config: AzureBlobSinkConfig
 

@@ -79,6 +79,7 @@ class OpenFile(PartFile[PendingUpload]):
     (arguments: those of :class:`~twophase.connectors.objectstore.internal.writer.PartFile`)."""
 
     LEFT_BEHIND = "abort_open: could not cancel the session of %s (it expires within 7 days)"
+    TRANSACTION = "GcsTransaction"
     ops: SessionOps
     config: GcsFileSinkConfig
 

@@ -66,10 +66,10 @@ class PartFileSink(TwoPhaseCommitSink[T, C]):
             wanted = self.CONFIG.__name__
             article = "an" if wanted[0] in "AEIOU" else "a"
             raise ConfigError(f"config must be {article} {wanted}, got {type(config).__name__}")
-        self.name = name
-        self.config = config
         self._client_factory = client_factory
         self._clock = clock or wall_clock_ms
+        self.name = name
+        self.config = config
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, config={self.config!r})"

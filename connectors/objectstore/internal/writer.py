@@ -77,6 +77,8 @@ class PartFile(ABC, Generic[P]):
 
     LEFT_BEHIND: ClassVar[str] = "abort_open: could not undo %s"
     """The WARNING logged (``%s``: the file's name) when ``abort_open`` cannot undo a file."""
+    TRANSACTION: ClassVar[str] = "PartFileTransaction"
+    """The transaction's name in ``IllegalTransitionError`` (``"GcsTransaction"``)."""
 
     def __init__(
         self,
@@ -87,11 +89,11 @@ class PartFile(ABC, Generic[P]):
         schema: pa.Schema,
         now: int,
     ) -> None:
+        self.content_type = CONTENT_TYPES[config.file_format]
         self.ops = ops
         self.config = config
         self.partition_path = partition_path
         self.name = name
-        self.content_type = CONTENT_TYPES[config.file_format]
         self.record_count = 0
         self.opened_at_ms = now
         self.last_write_ms = now
@@ -185,13 +187,13 @@ class PartFileTransaction(FileRouter[F], Generic[F, P, C]):
         clock: Clock = wall_clock_ms,
     ) -> None:
         self.ctx = ctx
+        self.token = naming.job_token(ctx.job_id, ctx.sink_name)
         self.config = config
+        self.prefix = config.prefix
         self.ops = ops
         self.file_class = file_class
         self.committable_class = committable_class
         self.clock = clock
-        self.token = naming.job_token(ctx.job_id, ctx.sink_name)
-        self.prefix = config.prefix
         self.state = TxnState.OPEN
         self.files: dict[str, F] = {}
         self.rolled: list[P] = []
@@ -201,7 +203,7 @@ class PartFileTransaction(FileRouter[F], Generic[F, P, C]):
 
     def _expect(self, name: str) -> None:
         if self.state is not TxnState.OPEN:
-            raise IllegalTransitionError(type(self).__name__, self.state.name, name)
+            raise IllegalTransitionError(self.file_class.TRANSACTION, self.state.name, name)
 
     def write(self, batch: pa.RecordBatch) -> None:
         """Write one batch: project it to ``config.columns``, split it by partition path, append to

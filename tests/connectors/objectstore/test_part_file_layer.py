@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
-from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig
+from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig, AzureCommittable
 from twophase.connectors.azure.internal.committable import COMMITTABLE_CODEC as AZURE_CODEC
-from twophase.connectors.gcs import GcsFileSink, GcsFileSinkConfig
+from twophase.connectors.gcs import GcsCommittable, GcsFileSink, GcsFileSinkConfig
 from twophase.connectors.gcs.internal.committable import COMMITTABLE_CODEC as GCS_CODEC
 from twophase.connectors.objectstore.internal.config import PartFileSinkConfig
 from twophase.connectors.objectstore.internal.layout import RollingPolicy
@@ -207,3 +207,18 @@ def test_abort_open_undoes_every_file_opened_and_logs_what_it_cannot(
         txn.abort_open()  # idempotent
     assert [n.split("/")[1] for n in txn.ops] == ["day=b"]  # the store refused that one
     assert [r.getMessage().split("/day=")[0] for r in caplog.records] == ["abort_open: could not undo out"]
+
+
+def test_each_store_s_transaction_keeps_its_name_in_transition_errors() -> None:
+    from twophase.connectors.azure.internal import writer as azure_writer
+    from twophase.connectors.gcs.internal import writer as gcs_writer
+
+    ctx = WriterContext("job", "s", 3, 1, 0, 2)
+    azure = AzureBlobSinkConfig(location="wasbs://data@acct.blob.core.windows.net/p")
+    gcs = GcsFileSinkConfig(location="gs://bucket/p")
+    azure_txn = azure_writer.AzureTransaction(ctx, azure, None, azure_writer.OpenFile, AzureCommittable)
+    gcs_txn = gcs_writer.GcsTransaction(ctx, gcs, None, gcs_writer.OpenFile, GcsCommittable)
+    for txn, name in ((azure_txn, "AzureTransaction"), (gcs_txn, "GcsTransaction")):
+        assert txn.pre_commit() is None  # nothing written: no request
+        with pytest.raises(IllegalTransitionError, match=name):
+            txn.write(_rows(["a"]))
