@@ -28,10 +28,10 @@ class OpenFile(PartFile[StagedFile]):
     """A file being written as blocks staged under its blob name (arguments: those of
     :class:`~twophase.connectors.objectstore.internal.writer.PartFile`)."""
 
-    LEFT_BEHIND = "abort_open: could not discard %s (left for abort_lingering)"
-    TRANSACTION = "AzureTransaction"
     ops: BlobOps
     config: AzureBlobSinkConfig
+    LEFT_BEHIND = "abort_open: could not discard %s (left for abort_lingering)"
+    TRANSACTION = "AzureTransaction"
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
