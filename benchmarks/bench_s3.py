@@ -17,9 +17,10 @@ Same data, same MinIO, same ``local[2]`` Spark session, measured side by side in
   final checkpoint; the job is FINISHED when it returns. ``f0``: every part uploaded by the task
   itself, synchronously;
 - ``arrow_encode_only``: ``mapInArrow`` where each task encodes its batches with the sink's own
-  Parquet encoder (:func:`~twophase.sinks.internal.files.formats.open_encoder`, the default config:
-  snappy, 32 MiB row groups) into an :class:`~twophase.sinks.internal.files.formats.OutputBuffer` that is
-  drained and dropped: the floor plus encoding, no S3;
+  Parquet encoder (:func:`~twophase.connectors.objectstore.internal.formats.open_encoder`, the
+  default config: snappy, 32 MiB row groups) into an
+  :class:`~twophase.connectors.objectstore.internal.formats.OutputBuffer` that is drained and
+  dropped: the floor plus encoding, no S3;
 - ``arrow_to_python``: ``mapInArrow`` with a function that only counts the rows — no sink: what
   handing the data from the JVM to a Python worker as Arrow costs, the floor under any Python sink;
 - ``spark_noop``: ``df.write.format("noop")``: Spark computes the rows and drops them, the part of
@@ -150,8 +151,8 @@ def _encode_only(batches: Iterator[Any]) -> Iterator[Any]:
     encoder and default settings, drops the bytes and yields (rows, encoded bytes): floor + encoding."""
     import pyarrow as pa
 
+    from twophase.connectors.objectstore.internal.formats import OutputBuffer, open_encoder, validate_schema
     from twophase.connectors.s3 import S3SinkConfig
-    from twophase.sinks.internal.files.formats import OutputBuffer, open_encoder, validate_schema
 
     config = S3SinkConfig(bucket=BUCKET, prefix="encode-only", format="parquet")
     out = OutputBuffer()

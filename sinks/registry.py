@@ -5,7 +5,8 @@ Each connector package holds a ``declaration`` module whose ``DECLARATION`` is a
 the pip extra that brings its client libraries, the names ``twophase`` re-exports, the function
 that lists what it left behind (``twophase lingering``) and the options the data source maps onto
 its fields. :data:`CONNECTORS` finds the declarations of the packages under
-``twophase.connectors`` and of the ``twophase.connectors`` entry-point group (a connector shipped
+``twophase.connectors`` (a package there without one, such as the object-store file layer the
+file sinks share, is no connector) and of the ``twophase.connectors`` entry-point group (a connector shipped
 in its own distribution), and takes more by :meth:`ConnectorRegistry.register`. Nothing outside a
 connector's folder names it: adding one touches its folder (and the docs).
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import pkgutil
 import re
 import sys
@@ -266,7 +268,8 @@ class ConnectorRegistry:
         self._discovered = True
         package = importlib.import_module(self._package)
         for info in pkgutil.iter_modules(package.__path__, f"{self._package}."):
-            if info.ispkg:
+            # a package without a declaration is a layer connectors share, not a connector
+            if info.ispkg and importlib.util.find_spec(f"{info.name}.{DECLARATION_MODULE}") is not None:
                 self._add(importlib.import_module(f"{info.name}.{DECLARATION_MODULE}").DECLARATION)
         for point in importlib.metadata.entry_points(group=self._group):
             self._add(point.load())

@@ -34,10 +34,12 @@ PUBLIC_MODULES = {
     "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.azure": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.gcs": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.objectstore": {"__init__"},
 }
 """Package → its public modules. ``sinks.conformance`` is a public package of its own; Kafka's
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector
-users register; every connector's ``declaration`` is what the registry reads
+users register; the object-store file layer the file sinks share (``objectstore``) is no
+connector and all internal; every connector's ``declaration`` is what the registry reads
 (:mod:`twophase.sinks.registry`) and its ``listing`` what ``twophase lingering`` shows."""
 
 CONFIGS = (

@@ -14,13 +14,14 @@ logged nor written to checkpoints.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from twophase.connectors.objectstore.internal.config import PartFileSinkConfig
+from twophase.connectors.objectstore.internal.layout import FileFormat as FileFormat
+from twophase.connectors.objectstore.internal.layout import MiB
+from twophase.connectors.objectstore.internal.layout import RollingPolicy as RollingPolicy
 from twophase.coordinator.storage.azure_blob import AzureLocation, AzureStorageOptions, parse_location
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.layout import FileFormat as FileFormat
-from twophase.sinks.internal.files.layout import MiB, check_encoding, check_layout
-from twophase.sinks.internal.files.layout import RollingPolicy as RollingPolicy
-from twophase.sinks.internal.files.naming import normalize_prefix
 
 MIN_BLOCK_BYTES = 1 * MiB
 """Our lower bound of ``block_size_bytes`` (Azure takes any size ≥ 1 byte; tiny blocks waste requests)."""
@@ -35,33 +36,24 @@ _CONTAINER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
 @dataclass(frozen=True)
-class AzureBlobSinkConfig:
+class AzureBlobSinkConfig(PartFileSinkConfig):
     """Where and how the Azure Blob Storage file sink writes. Validated on construction.
 
     Every file rolls at every checkpoint (Flink's OnCheckpointRollingPolicy): a file never spans
     checkpoints, so a staged block waits at most one checkpoint interval for its Put Block List,
-    far within the seven days Azure keeps uncommitted blocks.
+    far within the seven days Azure keeps uncommitted blocks. The layout fields (``format``,
+    ``partition_by``, ``columns``, ``rolling``, ``max_open_files``, ``parquet_compression``,
+    ``parquet_row_group_bytes``, ``csv_header``, ``json_column``, ``non_finite_floats``) are the
+    object-store file sinks' own (see ``PartFileSinkConfig`` in
+    ``twophase.connectors.objectstore.internal.config``).
 
     Attributes:
         location: ``abfss://<container>@<account>.dfs.core.windows.net/<prefix>`` or
             ``wasbs://<container>@<account>.blob.core.windows.net/<prefix>``; the container must
             exist (checked by ``AzureBlobSink.validate``). The prefix allows letters, digits and
             ``! - _ . * ' ( ) / =``.
-        format: ``FileFormat`` or its value (``"parquet"``, ``"jsonl"``, ``"csv"``).
-        partition_by: Hive-style partition columns, in path order. They are not written into files.
-        columns: the sink's projection of each batch (only these columns, in this order); ``None``
-            = every column.
         block_size_bytes: size of the staged blocks (bytes, 1 MiB..4000 MiB); also the memory
             buffered per open file.
-        rolling: ``max_file_bytes`` and ``rollover_interval_ms`` roll a file within an epoch;
-            every file rolls at the checkpoint anyway.
-        max_open_files: per subtask; opening one more rolls the least recently written file.
-        parquet_compression: Parquet codec (``none``, ``snappy``, ``gzip``, ``brotli``, ``lz4``, ``zstd``).
-        parquet_row_group_bytes: Arrow bytes buffered per open Parquet file before a row group is written.
-        csv_header: write a header line at the start of each CSV file.
-        json_column: JSON lines only: a string column already holding one JSON document per row.
-        non_finite_floats: JSON lines encoded here: NaN and ±Infinity become ``null`` (``"null"``)
-            or fail the row (``"error"``).
         storage_options: how to reach the account (connection string, account key, SAS token,
             a ``TokenCredential``, the Blob endpoint of an emulator, timeouts).
         max_attempts: attempts per Azure request for transient errors (408, 429, 5xx, resets),
@@ -71,35 +63,38 @@ class AzureBlobSinkConfig:
         ConfigError: any invalid field, naming it.
     """
 
-    location: str
-    format: FileFormat | str = FileFormat.PARQUET
-    partition_by: tuple[str, ...] = ()
-    columns: tuple[str, ...] | None = None
+    STORE: ClassVar[str] = "Azure"
+
     block_size_bytes: int = 8 * MiB
-    rolling: RollingPolicy = field(default_factory=RollingPolicy)
-    max_open_files: int = 64
-    parquet_compression: str = "snappy"
-    parquet_row_group_bytes: int = 32 * MiB
-    csv_header: bool = True
-    json_column: str | None = None
-    non_finite_floats: str = "null"
     storage_options: AzureStorageOptions = field(default_factory=AzureStorageOptions)
     max_attempts: int = 5
 
-    def __post_init__(self) -> None:
-        parsed = self.parsed_location
-        if not set(parsed.container) <= _CONTAINER_CHARS or not 3 <= len(parsed.container) <= 63:
+    def check_place(self) -> None:
+        """The location parses, and its container name is Azure's (3-63 of ``a-z 0-9 -``).
+
+        Raises:
+            ConfigError: either is wrong, naming it.
+        """
+        container = self.parsed_location.container
+        if not set(container) <= _CONTAINER_CHARS or not 3 <= len(container) <= 63:
             raise ConfigError(
-                f"invalid Azure container name {parsed.container!r}: 3-63 lower-case letters, digits and '-'"
+                f"invalid Azure container name {container!r}: 3-63 lower-case letters, digits and '-'"
             )
-        normalize_prefix(parsed.path, "Azure")
-        check_layout(self, "Azure")
+
+    def check_transfer(self) -> None:
+        """``block_size_bytes`` within ``MIN_BLOCK_BYTES..MAX_BLOCK_BYTES``.
+
+        Raises:
+            ConfigError: out of range.
+        """
         if not MIN_BLOCK_BYTES <= self.block_size_bytes <= MAX_BLOCK_BYTES:
             raise ConfigError(
                 f"block_size_bytes must be within {MIN_BLOCK_BYTES}..{MAX_BLOCK_BYTES}, "
                 f"got {self.block_size_bytes}"
             )
-        check_encoding(self)
+
+    def check_storage(self) -> None:
+        """``storage_options`` an ``AzureStorageOptions``, ``max_attempts`` ≥ 1 (``ConfigError``)."""
         if not isinstance(self.storage_options, AzureStorageOptions):
             raise ConfigError("storage_options must be an AzureStorageOptions (twophase.AzureStorageOptions)")
         if self.max_attempts < 1:
@@ -115,16 +110,11 @@ class AzureBlobSinkConfig:
         return parse_location(self.location)
 
     @property
+    def location_path(self) -> str:
+        """The blob name prefix as ``location`` spells it."""
+        return self.parsed_location.path
+
+    @property
     def container(self) -> str:
         """The container (an ADLS Gen2 file system)."""
         return self.parsed_location.container
-
-    @property
-    def prefix(self) -> str:
-        """The blob name prefix, without leading or trailing '/' (``""`` = the container's root)."""
-        return normalize_prefix(self.parsed_location.path, "Azure")
-
-    @property
-    def file_format(self) -> FileFormat:
-        """``format`` as a :class:`FileFormat` (normalized on construction)."""
-        return FileFormat(self.format)

@@ -11,13 +11,14 @@ client, executors included. Credentials are never in ``repr``, logs or checkpoin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from twophase.connectors.objectstore.internal.config import PartFileSinkConfig
+from twophase.connectors.objectstore.internal.layout import FileFormat as FileFormat
+from twophase.connectors.objectstore.internal.layout import MiB
+from twophase.connectors.objectstore.internal.layout import RollingPolicy as RollingPolicy
 from twophase.coordinator.storage.gcs import GcsStorageOptions, parse_location
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.layout import FileFormat as FileFormat
-from twophase.sinks.internal.files.layout import MiB, check_encoding, check_layout
-from twophase.sinks.internal.files.layout import RollingPolicy as RollingPolicy
-from twophase.sinks.internal.files.naming import normalize_prefix
 
 CHUNK_QUANTUM = 256 * 1024
 """GCS persists the chunks of a resumable upload in multiples of 256 KiB (all but the last)."""
@@ -38,60 +39,52 @@ _BUCKET_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
 @dataclass(frozen=True)
-class GcsFileSinkConfig:
+class GcsFileSinkConfig(PartFileSinkConfig):
     """Where and how the GCS file sink writes. Validated on construction.
 
     Every file rolls at every checkpoint: a file never spans checkpoints, so its resumable upload
     session waits at most one checkpoint interval for the driver to finalize it, far within the
-    seven days GCS keeps a session.
+    seven days GCS keeps a session. The layout fields (``format``, ``partition_by``, ``columns``,
+    ``rolling``, ``max_open_files``, ``parquet_compression``, ``parquet_row_group_bytes``,
+    ``csv_header``, ``json_column``, ``non_finite_floats``) are the object-store file sinks' own
+    (see ``PartFileSinkConfig`` in ``twophase.connectors.objectstore.internal.config``).
 
     Attributes:
         location: ``gs://<bucket>/<prefix>``; the bucket must exist (checked by
             ``GcsFileSink.validate``). The prefix allows letters, digits and ``! - _ . * ' ( ) / =``.
-        format: ``FileFormat`` or its value (``"parquet"``, ``"jsonl"``, ``"csv"``).
-        partition_by: Hive-style partition columns, in path order. They are not written into files.
-        columns: the sink's projection of each batch (only these columns, in this order); ``None``
-            = every column.
         chunk_size_bytes: size of the chunks uploaded into a session by the task (bytes, a multiple
             of 256 KiB within 1 MiB..1 GiB); also the memory buffered per open file.
-        rolling: ``max_file_bytes`` and ``rollover_interval_ms`` roll a file within an epoch;
-            every file rolls at the checkpoint anyway.
-        max_open_files: per subtask; opening one more rolls the least recently written file.
-        parquet_compression: Parquet codec (``none``, ``snappy``, ``gzip``, ``brotli``, ``lz4``, ``zstd``).
-        parquet_row_group_bytes: Arrow bytes buffered per open Parquet file before a row group is written.
-        csv_header: write a header line at the start of each CSV file.
-        json_column: JSON lines only: a string column already holding one JSON document per row.
-        non_finite_floats: JSON lines encoded here: NaN and ±Infinity become ``null`` (``"null"``)
-            or fail the row (``"error"``).
         storage_options: how to reach GCS (project, credentials, an emulator's URL, timeout).
 
     Raises:
         ConfigError: any invalid field, naming it.
     """
 
-    location: str
-    format: FileFormat | str = FileFormat.PARQUET
-    partition_by: tuple[str, ...] = ()
-    columns: tuple[str, ...] | None = None
+    STORE: ClassVar[str] = "GCS"
+
     chunk_size_bytes: int = 8 * MiB
-    rolling: RollingPolicy = field(default_factory=RollingPolicy)
-    max_open_files: int = 64
-    parquet_compression: str = "snappy"
-    parquet_row_group_bytes: int = 32 * MiB
-    csv_header: bool = True
-    json_column: str | None = None
-    non_finite_floats: str = "null"
     storage_options: GcsStorageOptions = field(default_factory=GcsStorageOptions)
 
-    def __post_init__(self) -> None:
-        bucket, path = parse_location(self.location)
+    def check_place(self) -> None:
+        """The location parses, and its bucket name is GCS's (``a-z 0-9 - _ .``, 3-63 characters,
+        222 with dots).
+
+        Raises:
+            ConfigError: either is wrong, naming it.
+        """
+        bucket = self.bucket
         if not set(bucket) <= _BUCKET_CHARS or not 3 <= len(bucket) <= 222:
             raise ConfigError(
                 f"invalid GCS bucket name {bucket!r}: lower-case letters, digits, '-', '_' and '.' "
                 "(3-63 characters, 222 with dots)"
             )
-        normalize_prefix(path, "GCS")
-        check_layout(self, "GCS")
+
+    def check_transfer(self) -> None:
+        """``chunk_size_bytes`` a multiple of 256 KiB within ``MIN_CHUNK_BYTES..MAX_CHUNK_BYTES``.
+
+        Raises:
+            ConfigError: out of range.
+        """
         if (
             not MIN_CHUNK_BYTES <= self.chunk_size_bytes <= MAX_CHUNK_BYTES
             or self.chunk_size_bytes % CHUNK_QUANTUM
@@ -100,7 +93,9 @@ class GcsFileSinkConfig:
                 f"chunk_size_bytes must be a multiple of 256 KiB within "
                 f"{MIN_CHUNK_BYTES}..{MAX_CHUNK_BYTES}, got {self.chunk_size_bytes}"
             )
-        check_encoding(self)
+
+    def check_storage(self) -> None:
+        """``storage_options`` a ``GcsStorageOptions``, ``timeout_s`` > 0 (``ConfigError``)."""
         if not isinstance(self.storage_options, GcsStorageOptions):
             raise ConfigError("storage_options must be a GcsStorageOptions (twophase.GcsStorageOptions)")
         if self.storage_options.timeout_s <= 0:
@@ -108,15 +103,14 @@ class GcsFileSinkConfig:
 
     @property
     def bucket(self) -> str:
-        """The bucket."""
+        """The bucket.
+
+        Raises:
+            ConfigError: ``location`` is not a ``gs://<bucket>/...`` URL.
+        """
         return parse_location(self.location)[0]
 
     @property
-    def prefix(self) -> str:
-        """The object name prefix, without leading or trailing '/' (``""`` = the bucket's root)."""
-        return normalize_prefix(parse_location(self.location)[1], "GCS")
-
-    @property
-    def file_format(self) -> FileFormat:
-        """``format`` as a :class:`FileFormat` (normalized on construction)."""
-        return FileFormat(self.format)
+    def location_path(self) -> str:
+        """The object name prefix as ``location`` spells it."""
+        return parse_location(self.location)[1]

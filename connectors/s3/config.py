@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from twophase.connectors.objectstore.internal.layout import FileFormat as FileFormat
+from twophase.connectors.objectstore.internal.layout import MiB as MiB
+from twophase.connectors.objectstore.internal.layout import RollingPolicy as RollingPolicy
+from twophase.connectors.objectstore.internal.layout import check_encoding, check_layout
+from twophase.connectors.objectstore.internal.layout import validate_columns as validate_columns
 from twophase.connectors.s3.internal.naming import normalize_prefix, validate_bucket
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.layout import FileFormat as FileFormat
-from twophase.sinks.internal.files.layout import MiB as MiB
-from twophase.sinks.internal.files.layout import RollingPolicy as RollingPolicy
-from twophase.sinks.internal.files.layout import check_encoding, check_layout
-from twophase.sinks.internal.files.layout import validate_columns as validate_columns
 from twophase.sinks.s3_options import S3Options
 
 MIN_PART_BYTES = 5 * MiB

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
+from twophase.connectors.objectstore.internal.formats import validate_schema
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.connectors.s3.internal import committer, lingering
 from twophase.connectors.s3.internal.committable import (
@@ -36,7 +37,6 @@ from twophase.connectors.s3.internal.writer import Clock, S3Transaction, wall_cl
 from twophase.sinks.api import InProgressSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError
-from twophase.sinks.internal.files.formats import validate_schema
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
 
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from twophase.connectors.kafka.internal.serializers import payloads
+from twophase.connectors.objectstore.internal.formats import OutputBuffer, open_encoder
 from twophase.connectors.s3 import S3SinkConfig
-from twophase.sinks.internal.files.formats import OutputBuffer, open_encoder
 from twophase.sinks.json_codec import NonFiniteFloatError, encode_json
 
 UTC = dt.timezone.utc

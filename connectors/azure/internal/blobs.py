@@ -103,6 +103,8 @@ class BlobOps:
         self.client = client
         self.config = config
         self.container = config.container
+        self.place = ("container", self.container)
+        """The log field and value of the place files go."""
 
     def check_container(self) -> None:
         """Get Container Properties: the container exists and the identity may read it.

@@ -20,7 +20,7 @@ long ago it happened and whatever became of the checkpoint's ``_committed`` mark
 
 Block ids carry a nonce of the attempt that staged them, so a blob committed from another
 attempt's blocks never matches. A committable's outcome is the worst of its files'
-(:func:`~twophase.sinks.internal.files.outcomes.combine_outcomes`); re-committing after RETRY
+(:func:`~twophase.connectors.objectstore.internal.outcomes.combine_outcomes`); re-committing after RETRY
 answers ALREADY_COMMITTED for the files already done.
 """
 
@@ -29,9 +29,8 @@ from __future__ import annotations
 import logging
 
 from twophase.connectors.azure.internal.blobs import BlobOps, classify, error_code, status_of
-from twophase.connectors.azure.internal.committable import AzureCommittable, StagedFile
+from twophase.connectors.azure.internal.committable import StagedFile
 from twophase.coordinator.storage.object_store import TransientStoreError
-from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
 
@@ -86,30 +85,3 @@ def commit_file(ops: BlobOps, f: StagedFile) -> CommitOutcome:
             return CommitOutcome.RETRY
         log_event(log, logging.ERROR, "commit failed", exc_info=False, blob=f.blob, error=str(kind))
         return CommitOutcome.FATAL
-
-
-def commit(ops: BlobOps, committable: AzureCommittable, sink: str = "") -> CommitOutcome:
-    """Commit every file of ``committable``; the worst of the files' outcomes."""
-    result = combine_outcomes(commit_file(ops, f) for f in committable.files)
-    log_event(
-        log,
-        logging.INFO,
-        "commit done",
-        sink=sink,
-        container=ops.container,
-        files=len(committable.files),
-        outcome=result.name,
-        records=sum(f.record_count for f in committable.files),
-        bytes=sum(f.byte_count for f in committable.files),
-    )
-    return result
-
-
-def abort(ops: BlobOps, committable: AzureCommittable) -> None:
-    """Discard the staged blocks of every file (never a committed blob). Idempotent.
-
-    Raises:
-        ServiceUnavailableError / ConfigError: Azure keeps failing or access is denied.
-    """
-    for f in committable.files:
-        ops.discard_staged(f.blob)

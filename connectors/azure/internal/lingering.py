@@ -3,7 +3,7 @@
 Staged blocks that are never committed stay on the service for seven days (Azure "Put Block"),
 invisible to readers but billed; List Blobs with ``include=uncommittedblobs`` names the blobs that
 hold them. What this job and sink staged is recognised by its name
-(:func:`~twophase.sinks.internal.files.naming.parse_data_key`: the job token and the checkpoint
+(:func:`~twophase.connectors.objectstore.internal.naming.parse_data_key`: the job token and the checkpoint
 that opened the file); other jobs' and sinks' blobs are never touched.
 
 A blob's staged blocks are discarded iff its name is one of ours, the checkpoint that opened it is
@@ -19,9 +19,9 @@ import logging
 
 from twophase.connectors.azure.internal.blobs import BlobOps
 from twophase.connectors.azure.internal.committable import AzureCommittable
+from twophase.connectors.objectstore.internal import naming
 from twophase.sinks.context import LingeringScope
 from twophase.sinks.errors import LingeringCleanupError
-from twophase.sinks.internal.files import naming
 from twophase.sinks.internal.structured_log import log_event
 
 log = logging.getLogger(__name__)

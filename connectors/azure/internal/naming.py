@@ -1,6 +1,6 @@
 """Blob names and block ids of the Azure file sink, as pure functions (no I/O).
 
-Blob names are the shared data file names (:mod:`twophase.sinks.internal.files.naming`)::
+Blob names are the shared data file names (:mod:`twophase.connectors.objectstore.internal.naming`)::
 
     <prefix>/<partition path>/part-<partition>-<checkpoint>-<token>-<uuid>.<ext>
 

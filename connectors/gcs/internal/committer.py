@@ -32,16 +32,16 @@ decides every case without it.
 *Decided from the object*: the file there is ALREADY_COMMITTED (a concurrent commit won), anything
 else is LOST, logged with the reason: the session was cancelled or expired (seven days after it
 was opened) before its commit, or the object was deleted or replaced after it. A committable's
-outcome is the worst of its files' (:func:`~twophase.sinks.internal.files.outcomes.combine_outcomes`).
+outcome is the worst of its files'
+(:func:`~twophase.connectors.objectstore.internal.outcomes.combine_outcomes`).
 """
 
 from __future__ import annotations
 
 import logging
 
-from twophase.connectors.gcs.internal.committable import GcsCommittable, PendingUpload
+from twophase.connectors.gcs.internal.committable import PendingUpload
 from twophase.connectors.gcs.internal.sessions import SESSION_GONE, TRANSIENT_STATUS, ObjectFacts, SessionOps
-from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
 
@@ -169,30 +169,3 @@ def commit_file(ops: SessionOps, f: PendingUpload) -> CommitOutcome:
             error=str(e),
         )
         return CommitOutcome.FATAL
-
-
-def commit(ops: SessionOps, committable: GcsCommittable, sink: str = "") -> CommitOutcome:
-    """Commit every file of ``committable``; the worst of the files' outcomes."""
-    result = combine_outcomes(commit_file(ops, f) for f in committable.files)
-    log_event(
-        log,
-        logging.INFO,
-        "commit done",
-        sink=sink,
-        bucket=ops.bucket,
-        files=len(committable.files),
-        outcome=result.name,
-        records=sum(f.record_count for f in committable.files),
-        bytes=sum(f.byte_count for f in committable.files),
-    )
-    return result
-
-
-def abort(ops: SessionOps, committable: GcsCommittable) -> None:
-    """Cancel the session of every file (a finalized session's object is never touched). Idempotent.
-
-    Raises:
-        ServiceUnavailableError / ConfigError: GCS keeps failing or refuses.
-    """
-    for f in committable.files:
-        ops.cancel(f.session_uri)

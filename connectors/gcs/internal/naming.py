@@ -1,6 +1,6 @@
 """Object names, session URLs and digests of the GCS file sink, as pure functions (no I/O).
 
-Object names are the shared data file names (:mod:`twophase.sinks.internal.files.naming`)::
+Object names are the shared data file names (:mod:`twophase.connectors.objectstore.internal.naming`)::
 
     <prefix>/<partition path>/part-<partition>-<checkpoint>-<token>-<uuid>.<ext>
 

@@ -190,6 +190,8 @@ class SessionOps:
         self.clients = clients
         self.config = config
         self.bucket = config.bucket
+        self.place = ("bucket", self.bucket)
+        """The log field and value of the place files go."""
         self.timeout = config.storage_options.timeout_s
 
     def check_bucket(self) -> None:

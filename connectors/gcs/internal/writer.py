@@ -1,17 +1,12 @@
 """Executor side of the GCS file sink: one subtask's transaction (open files, their sessions).
 
-A transaction owns the files one subtask writes in one epoch, one per Hive partition path. Each
+The routing of rows to one file per Hive partition path, rolling and the state machine are the
+object-store file layer's (:mod:`twophase.connectors.objectstore.internal.writer`). Here, each
 file is a resumable upload session, opened at the file's first full chunk (or at the checkpoint),
 into which full chunks of ``chunk_size_bytes`` are uploaded as data arrives; nothing is visible
 until the driver finalizes the session. At the checkpoint (``pre_commit``) every whole 256 KiB of
 what is left is uploaded too, and the rest (under 256 KiB) is the file's tail, carried in the
-committable for the finalizing request. A file rolls on size or age within the epoch, on
-``max_open_files``, and always at the checkpoint: files never span checkpoints.
-
-State machine (every transition checked; illegal ones raise ``IllegalTransitionError``)::
-
-    OPEN ──write──► OPEN ──pre_commit──► PRE_COMMITTED
-    any ──abort_open──► ABORTED          (task failure; idempotent)
+committable for the finalizing request. GCS's 5 TiB per object rolls a file too.
 
 ``abort_open`` cancels the sessions this attempt opened (best effort). A session nobody cancels
 cannot be listed (GCS has no listing of resumable uploads): it holds no object, is invisible to
@@ -20,33 +15,16 @@ readers, and GCS drops it a week after it was opened.
 
 from __future__ import annotations
 
-import enum
 import logging
-import uuid
 from typing import Any
-
-import pyarrow as pa
 
 from twophase.connectors.gcs.config import CHUNK_QUANTUM, MAX_OBJECT_BYTES, GcsFileSinkConfig
 from twophase.connectors.gcs.internal.committable import GcsCommittable, PendingUpload
 from twophase.connectors.gcs.internal.naming import Digests
 from twophase.connectors.gcs.internal.sessions import SessionOps
-from twophase.sinks.context import WriterContext
-from twophase.sinks.errors import IllegalTransitionError
-from twophase.sinks.internal.files import naming as files_naming
-from twophase.sinks.internal.files.formats import CONTENT_TYPES, FileEncoder, OutputBuffer, open_encoder
-from twophase.sinks.internal.files.partitioning import file_batches
-from twophase.sinks.internal.files.rolling import Clock, FileStats, roll_after_write, wall_clock_ms
+from twophase.connectors.objectstore.internal.writer import PartFile, PartFileTransaction
 
 log = logging.getLogger(__name__)
-
-
-class TxnState(enum.Enum):
-    """States of :class:`GcsTransaction`."""
-
-    OPEN = "open"
-    PRE_COMMITTED = "pre_committed"
-    ABORTED = "aborted"
 
 
 class ChunkStream:
@@ -96,48 +74,40 @@ class ChunkStream:
         return bytes(self._data)
 
 
-class OpenFile:
-    """One file being written: its object name, session and buffered bytes."""
+class OpenFile(PartFile[PendingUpload]):
+    """A file being written into a resumable upload session, opened at its first full chunk
+    (arguments: those of :class:`~twophase.connectors.objectstore.internal.writer.PartFile`)."""
 
-    def __init__(
-        self,
-        ops: SessionOps,
-        config: GcsFileSinkConfig,
-        partition_path: str,
-        name: str,
-        schema: pa.Schema,
-        now: int,
-    ) -> None:
-        self.ops = ops
-        self.config = config
-        self.partition_path = partition_path
-        self.name = name
-        self.content_type = CONTENT_TYPES[config.file_format]
+    LEFT_BEHIND = "abort_open: could not cancel the session of %s (it expires within 7 days)"
+    TRANSACTION = "GcsTransaction"
+    ops: SessionOps
+    config: GcsFileSinkConfig
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
         self.upload: Any = None
         self.stream = ChunkStream()
         self.digests = Digests()
         self.byte_count = 0
-        self.record_count = 0
         self.chunks = 0
-        self.opened_at_ms = now
-        self.last_write_ms = now
-        self.buffer = OutputBuffer()
-        self.encoder: FileEncoder = open_encoder(config, schema, self.buffer, resumed=False)
 
     @property
     def session_uri(self) -> str | None:
         """The session's URI, once opened."""
         return None if self.upload is None else str(self.upload.resumable_url)
 
-    def stats(self) -> FileStats:
-        """The rolling policy's view of this file."""
-        return FileStats(self.buffer.tell(), self.chunks, self.opened_at_ms, self.last_write_ms)
+    @property
+    def parts_sent(self) -> int:
+        """Chunks uploaded so far."""
+        return self.chunks
 
-    def write(self, batch: pa.RecordBatch, now_ms: int) -> None:
-        """Encode ``batch`` and upload every full chunk."""
-        self.encoder.write(batch)
-        self.record_count += batch.num_rows
-        self.last_write_ms = now_ms
+    @property
+    def max_parts(self) -> int:
+        """Chunks of ``chunk_size_bytes`` in GCS's largest object (5 TiB)."""
+        return MAX_OBJECT_BYTES // self.config.chunk_size_bytes
+
+    def send_full_parts(self) -> None:
+        """Upload every full chunk of ``chunk_size_bytes``."""
         self._take(self.buffer.drain_all())
         self._upload(self.config.chunk_size_bytes)
 
@@ -170,12 +140,9 @@ class OpenFile:
             self.stream.forget(int(self.upload.bytes_uploaded))
             self.chunks += 1
 
-    def close(self) -> PendingUpload:
-        """End the file (Parquet footer), upload every whole 256 KiB, keep the tail; return the
-        file waiting for its commit."""
-        self.encoder.close()
-        self._take(self.buffer.drain_all())
-        self._upload(self.config.chunk_size_bytes)
+    def finish(self) -> PendingUpload:
+        """Upload every whole 256 KiB, keep the tail; return the file waiting for its commit."""
+        self.send_full_parts()
         whole = self.stream.unread() // CHUNK_QUANTUM * CHUNK_QUANTUM
         if whole:
             self._upload(whole)
@@ -195,82 +162,14 @@ class OpenFile:
             content_type=self.content_type,
         )
 
+    def discard(self) -> None:
+        """Cancel the file's session, if one was opened."""
+        uri = self.session_uri
+        if uri is not None:
+            self.ops.cancel(uri)
 
-class GcsTransaction:
-    """One subtask's open transaction (never serialized; lives in the Spark task).
-
-    Args:
-        ctx: the subtask's writer context.
-        config: the sink configuration.
-        ops: the bucket's requests.
-        clock: wall clock in ms.
-    """
-
-    def __init__(
-        self, ctx: WriterContext, config: GcsFileSinkConfig, ops: SessionOps, clock: Clock = wall_clock_ms
-    ) -> None:
-        self.ctx = ctx
-        self.config = config
-        self.ops = ops
-        self.clock = clock
-        self.token = files_naming.job_token(ctx.job_id, ctx.sink_name)
-        self.prefix = config.prefix
-        self.state = TxnState.OPEN
-        self.files: dict[str, OpenFile] = {}
-        self.rolled: list[PendingUpload] = []
-        self.opened: list[OpenFile] = []
-        """Every file this transaction opened (``abort_open`` cancels their sessions)."""
-        self.file_schema: pa.Schema | None = None
-
-    def _expect(self, name: str) -> None:
-        if self.state is not TxnState.OPEN:
-            raise IllegalTransitionError("GcsTransaction", self.state.name, name)
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        """Write one batch: project it to ``config.columns``, split it by partition path, append to
-        each path's file, roll on limits.
-
-        Raises:
-            SchemaError: the batch lacks a column of the projection or does not fit the configuration.
-            ServiceUnavailableError / ConfigError: a session could not be opened or a chunk uploaded.
-        """
-        self._expect("write")
-        if batch.num_rows == 0:
-            return
-        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
-        now = self.clock()
-        for path, rows in by_file:
-            f = self._file_for(path, now)
-            f.write(rows, now)
-            max_chunks = MAX_OBJECT_BYTES // self.config.chunk_size_bytes
-            if roll_after_write(f.stats(), self.config.rolling, now, max_chunks):
-                self._roll(path)
-
-    def _file_for(self, path: str, now: int) -> OpenFile:
-        f = self.files.get(path)
-        if f is not None:
-            return f
-        if len(self.files) >= self.config.max_open_files:
-            lru = min(self.files.values(), key=lambda o: o.last_write_ms)
-            self._roll(lru.partition_path)
-        assert self.file_schema is not None
-        name = files_naming.data_key(
-            self.prefix,
-            path,
-            self.ctx.partition,
-            self.ctx.checkpoint_id,
-            self.token,
-            uuid.uuid4().hex,
-            self.config.file_format.extension,
-        )
-        f = OpenFile(self.ops, self.config, path, name, self.file_schema, now)
-        self.files[path] = f
-        self.opened.append(f)
-        return f
-
-    def _roll(self, path: str) -> None:
-        pending = self.files.pop(path).close()
-        self.rolled.append(pending)
+    def log_rolled(self, pending: PendingUpload) -> None:
+        """DEBUG: the object, its masked session, size, tail and records."""
         log.debug(
             "rolled file object=%s session=%s bytes=%d tail=%d records=%d",
             pending.name,
@@ -280,30 +179,6 @@ class GcsTransaction:
             pending.record_count,
         )
 
-    def pre_commit(self) -> GcsCommittable | None:
-        """Roll every open file (the checkpoint); return every file rolled in the epoch, or None."""
-        self._expect("pre_commit")
-        for path in list(self.files):
-            self._roll(path)
-        self.state = TxnState.PRE_COMMITTED
-        return GcsCommittable(files=tuple(self.rolled)) if self.rolled else None
 
-    def abort_open(self) -> None:
-        """Best effort: cancel the session of every file this transaction opened. Idempotent."""
-        if self.state is TxnState.ABORTED:
-            return
-        self.state = TxnState.ABORTED
-        self.files.clear()
-        self.rolled.clear()
-        for f in self.opened:
-            uri = f.session_uri
-            if uri is None:
-                continue
-            try:
-                self.ops.cancel(uri)
-            except Exception:  # left to expire: GCS drops a session a week after it was opened
-                log.warning(
-                    "abort_open: could not cancel the session of %s (it expires within 7 days)",
-                    f.name,
-                    exc_info=True,
-                )
+GcsTransaction = PartFileTransaction[OpenFile, PendingUpload, GcsCommittable]
+"""One subtask's transaction whose files are resumable upload sessions (:class:`OpenFile`)."""

@@ -36,10 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from twophase.connectors.objectstore.internal.outcomes import combine_outcomes
 from twophase.connectors.s3.internal.committable import PendingFile, S3Committable
 from twophase.connectors.s3.internal.uploads import S3Ops, error_code, is_transient
 from twophase.sinks.errors import S3AccessDeniedError
-from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.internal.s3_access import access_denied
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome

@@ -1,7 +1,7 @@
 """Object keys of the S3 sink, as pure functions (no I/O).
 
 Data files are named as every object-store file sink names them
-(:mod:`twophase.sinks.internal.files.naming`)::
+(:mod:`twophase.connectors.objectstore.internal.naming`)::
 
     <prefix>/<partition path>/part-<partition>-<checkpoint>-<token>-<uuid>.<ext>   data files
     <prefix>/_twophase/<token>/tails/<uuid>/<checkpoint>-<attempt>-<nonce>.tail      temporary tails
@@ -16,15 +16,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from twophase.connectors.objectstore.internal import naming as files_naming
+from twophase.connectors.objectstore.internal.naming import TEMP_DIR as TEMP_DIR
+from twophase.connectors.objectstore.internal.naming import DataKey as DataKey
+from twophase.connectors.objectstore.internal.naming import data_key as data_key
+from twophase.connectors.objectstore.internal.naming import format_partition_value as format_partition_value
+from twophase.connectors.objectstore.internal.naming import hive_partition_path as hive_partition_path
+from twophase.connectors.objectstore.internal.naming import job_token as job_token
+from twophase.connectors.objectstore.internal.naming import parse_data_key as parse_data_key
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files import naming as files_naming
-from twophase.sinks.internal.files.naming import TEMP_DIR as TEMP_DIR
-from twophase.sinks.internal.files.naming import DataKey as DataKey
-from twophase.sinks.internal.files.naming import data_key as data_key
-from twophase.sinks.internal.files.naming import format_partition_value as format_partition_value
-from twophase.sinks.internal.files.naming import hive_partition_path as hive_partition_path
-from twophase.sinks.internal.files.naming import job_token as job_token
-from twophase.sinks.internal.files.naming import parse_data_key as parse_data_key
 
 _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _IPV4_RE = re.compile(r"\d+\.\d+\.\d+\.\d+")
@@ -46,7 +46,8 @@ def validate_bucket(bucket: str) -> str:
 
 
 def normalize_prefix(prefix: str) -> str:
-    """An S3 key prefix checked and stripped (:func:`~twophase.sinks.internal.files.naming.normalize_prefix`).
+    """An S3 key prefix checked and stripped
+    (:func:`~twophase.connectors.objectstore.internal.naming.normalize_prefix`).
 
     Raises:
         ConfigError: the prefix has an illegal character or segment, naming it.

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import enum
 
+from twophase.connectors.objectstore.internal.rolling import FileStats as FileStats
+from twophase.connectors.objectstore.internal.rolling import (
+    piece_limit_reached,
+    roll_after_write,
+    roll_on_checkpoint,
+)
 from twophase.connectors.s3.config import MAX_PARTS, MIN_PART_BYTES, FileFormat, RollingPolicy
-from twophase.sinks.internal.files.rolling import FileStats as FileStats
-from twophase.sinks.internal.files.rolling import piece_limit_reached, roll_after_write, roll_on_checkpoint
 
 
 def part_limit_reached(parts_used: int, pending_full_parts: int = 0) -> bool:

@@ -26,6 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
+from twophase.connectors.objectstore.internal.formats import (
+    CONTENT_TYPES,
+    FileEncoder,
+    OutputBuffer,
+    open_encoder,
+)
+from twophase.connectors.objectstore.internal.rolling import Clock as Clock
+from twophase.connectors.objectstore.internal.rolling import wall_clock_ms as wall_clock_ms
+from twophase.connectors.objectstore.internal.routing import FileRouter
 from twophase.connectors.s3.config import S3SinkConfig
 from twophase.connectors.s3.internal import naming
 from twophase.connectors.s3.internal.committable import (
@@ -48,15 +57,6 @@ from twophase.connectors.s3.internal.rolling import (
 from twophase.connectors.s3.internal.uploads import S3Ops
 from twophase.sinks.context import JsonObject, WriterContext
 from twophase.sinks.errors import ConfigError, IllegalTransitionError, TransactionLostError
-from twophase.sinks.internal.files.formats import (
-    CONTENT_TYPES,
-    FileEncoder,
-    OutputBuffer,
-    open_encoder,
-)
-from twophase.sinks.internal.files.partitioning import file_batches
-from twophase.sinks.internal.files.rolling import Clock as Clock
-from twophase.sinks.internal.files.rolling import wall_clock_ms as wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def _restored_stats(f: InProgressFile) -> FileStats:
     )
 
 
-class S3Transaction:
+class S3Transaction(FileRouter[OpenFile]):
     """One subtask's open transaction (never serialized; lives in the Spark task).
 
     Args:
@@ -225,6 +225,8 @@ class S3Transaction:
         CommittableDecodeError: ``ctx.restored_state`` is not an S3 in-progress state.
         ConfigError: the restored state belongs to another bucket, prefix, job or sink.
     """
+
+    config: S3SinkConfig
 
     def __init__(
         self, ctx: WriterContext, config: S3SinkConfig, ops: S3Ops, clock: Clock = wall_clock_ms
@@ -306,29 +308,20 @@ class S3Transaction:
             SchemaError: the batch lacks a column of the projection or does not fit the configuration.
         """
         self._transition("write")
-        if batch.num_rows == 0:
-            return
-        self.file_schema, by_file = file_batches(self.config, batch, self.file_schema)
-        now = self.clock()
-        for path, rows in by_file:
-            f = self._file_for(path, now)
-            f.write(rows, now)
-            self.records += rows.num_rows
-            if should_roll_after_write(f.stats(), self.config.rolling, now):
-                self._roll(path)
+        self.route(batch)
 
-    def _file_for(self, path: str, now: int) -> OpenFile:
-        f = self.files.get(path)
-        if f is not None:
-            return f
-        if len(self.files) >= self.config.max_open_files:
-            lru = min(self.files.values(), key=lambda o: o.last_write_ms)
-            self._roll(lru.partition_path)
+    def after_write(self, path: str, f: OpenFile, rows: pa.RecordBatch, now: int) -> None:
+        """Count the rows; roll ``f`` on size, age or S3's 10,000 parts."""
+        self.records += rows.num_rows
+        if should_roll_after_write(f.stats(), self.config.rolling, now):
+            self._roll(path)
+
+    def open_path(self, path: str, now: int) -> OpenFile:
+        """The restored file of ``path`` resumed, unless a later checkpoint completed it; else a
+        new multipart upload."""
         restored = self.restored.pop(path, None)
         f = self._resume(restored, now) if restored is not None else None
-        f = f if f is not None else self._open(path, now)
-        self.files[path] = f
-        return f
+        return f if f is not None else self._open(path, now)
 
     def _open(self, path: str, now: int) -> OpenFile:
         assert self.file_schema is not None

@@ -12,9 +12,9 @@ from twophase.connectors.azure.internal.committable import (
     AzureCommittable,
     StagedFile,
 )
+from twophase.connectors.objectstore.internal.layout import FileFormat
 from twophase.coordinator.storage import AzureStorageOptions
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.layout import FileFormat
 from twophase.sinks.registry import CONNECTORS
 
 LOCATION = "abfss://data@acct.dfs.core.windows.net/warehouse/events"

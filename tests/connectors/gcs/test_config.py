@@ -14,9 +14,9 @@ from twophase.connectors.gcs import GcsFileSinkConfig
 from twophase.connectors.gcs.internal import naming
 from twophase.connectors.gcs.internal.committable import COMMITTABLE_CODEC, GcsCommittable, PendingUpload
 from twophase.connectors.gcs.internal.writer import ChunkStream
+from twophase.connectors.objectstore.internal.layout import FileFormat
 from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.layout import FileFormat
 from twophase.sinks.registry import CONNECTORS
 
 LOCATION = "gs://data-bucket/warehouse/events"

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from twophase.connectors.objectstore.internal.outcomes import combine_outcomes
 from twophase.connectors.s3 import PendingFile, RollingPolicy, S3Committable, S3Sink, S3SinkConfig
 from twophase.connectors.s3.config import MIN_PART_BYTES, MiB
 from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
@@ -28,7 +29,6 @@ from twophase.sinks.errors import (
     SchemaError,
     TransactionLostError,
 )
-from twophase.sinks.internal.files.outcomes import combine_outcomes
 from twophase.sinks.outcome import CommitOutcome
 from twophase.sinks.s3_options import S3Options
 

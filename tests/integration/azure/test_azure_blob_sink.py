@@ -10,27 +10,21 @@ its jars are not in the prepared Maven cache.
 
 from __future__ import annotations
 
-import io
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from azure.core import MatchConditions
+from support import part_file_sinks as kit
 
 from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig, AzureCommittable
 from twophase.connectors.azure.listing import list_lingering
 from twophase.coordinator.storage import AzureStorageOptions
 from twophase.integration.services.azurite import AzureBlobEndpoint
-from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.conformance import SinkContract
-from twophase.sinks.context import LingeringScope, WriterContext
-from twophase.sinks.internal.files.layout import RollingPolicy
-from twophase.sinks.internal.files.naming import parse_data_key
+from twophase.sinks.context import LingeringScope
 from twophase.sinks.outcome import CommitOutcome
 
 CONTAINER = "files46"
@@ -54,6 +48,12 @@ class Prefix:
         options = AzureStorageOptions(connection_string=self.endpoint.connection_string())
         return AzureBlobSinkConfig(location=self.location(), storage_options=options, **fields)
 
+    def sink(self, **fields: Any) -> AzureBlobSink:
+        return AzureBlobSink("out", self.config(**fields))
+
+    def moved(self, prefix: str) -> Prefix:
+        return Prefix(self.endpoint, prefix)
+
     def committed(self) -> list[str]:
         """Committed blob names under the prefix (List Blobs)."""
         return sorted(self.client.list_blob_names(name_starts_with=self.prefix + "/"))
@@ -65,11 +65,7 @@ class Prefix:
 
     def read_table(self, name: str) -> pa.Table:
         """One committed blob, downloaded with the SDK and decoded with pyarrow."""
-        data = self.client.download_blob(name).readall()
-        if name.endswith(".parquet"):
-            return pq.read_table(io.BytesIO(data))
-        rows = [json.loads(line) for line in data.decode().splitlines()]
-        return pa.Table.from_pylist(rows)
+        return kit.decode_file(name, self.client.download_blob(name).readall())
 
     def keys(self) -> list[str]:
         """Every committed record's ``key``."""
@@ -83,39 +79,21 @@ class Prefix:
 
 
 @pytest.fixture(scope="module")
-def container(azure_endpoint: AzureBlobEndpoint) -> AzureBlobEndpoint:
+def home(azure_endpoint: AzureBlobEndpoint) -> Prefix:
     azure_endpoint.ensure_container(CONTAINER)
-    return azure_endpoint
+    return Prefix(azure_endpoint, "t")
 
 
 @pytest.fixture
-def place(container: AzureBlobEndpoint) -> Prefix:
-    return Prefix(container, f"t/{uuid.uuid4().hex[:12]}")
+def place(home: Prefix) -> Prefix:
+    return home.moved(f"t/{uuid.uuid4().hex[:12]}")
 
 
 # --- the conformance kit ---------------------------------------------------------------------------
 
 
-class TestAzureJsonLinesContract(SinkContract[Prefix]):
+class TestAzureJsonLinesContract(kit.PartFileContract[Prefix]):
     """JSON lines files of at most 60 bytes: several roll within one epoch, each its own blob."""
-
-    max_examples = 8
-    file_format: ClassVar[str] = "jsonl"
-
-    @pytest.fixture(autouse=True)
-    def _endpoint(self, container: AzureBlobEndpoint) -> None:
-        self.endpoint = container
-
-    def new_system(self) -> Prefix:
-        return Prefix(self.endpoint, f"kit/{uuid.uuid4().hex[:12]}")
-
-    def make_sink(self, system: Prefix) -> TwoPhaseCommitSink[Any, Any]:
-        return AzureBlobSink(
-            "s", system.config(format=self.file_format, rolling=RollingPolicy(max_file_bytes=60))
-        )
-
-    def read_committed(self, system: Prefix) -> list[str]:
-        return system.keys()
 
     def lingering(self, system: Prefix) -> list[str]:
         return system.staged_only()
@@ -136,51 +114,22 @@ class TestAzureParquetContract(TestAzureJsonLinesContract):
 # --- read back, repeated commits, LOST, lingering --------------------------------------------------
 
 
-def _ctx(checkpoint: int, partition: int = 0, attempt: int = 0, job: str = "job") -> WriterContext:
-    return WriterContext(job, "out", checkpoint, partition, attempt, 2)
-
-
-def _batch(n: int, start: int = 0) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(
-        {
-            "key": [f"k{i}" for i in range(start, start + n)],
-            "day": [f"2026-12-0{1 + i % 2}" for i in range(start, start + n)],
-            "amount": [i * 1.5 for i in range(start, start + n)],
-        }
-    )
-
-
-def _write(sink: AzureBlobSink, ctx: WriterContext, *batches: pa.RecordBatch) -> AzureCommittable:
-    txn = sink.begin_transaction(ctx)
-    for b in batches:
-        sink.write(txn, b)
-    committable = sink.pre_commit(txn)
-    assert committable is not None
-    return committable
-
-
 def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="parquet", partition_by=("day",)))
-    sink.validate(_batch(1).schema)
-    committable = _write(sink, _ctx(1), _batch(6), _batch(4, start=6))
+    sink.validate(kit.rows(1).schema)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(6), kit.rows(4, start=6))
     assert place.committed() == []
     assert len(place.staged_only()) == 2  # one file per day, blocks staged, nothing visible
     decoded = sink.decode(sink.encode(committable))
     assert sink.commit(decoded) is CommitOutcome.COMMITTED
     names = place.committed()
-    assert [n.split("/")[2] for n in names] == ["day=2026-12-01", "day=2026-12-02"]
-    assert all(parse_data_key(place.prefix, n) is not None for n in names)
-    tables = [place.read_table(n) for n in names]
-    assert sorted(k for t in tables for k in t.column("key").to_pylist()) == sorted(
-        f"k{i}" for i in range(10)
-    )
-    assert all(t.schema.names == ["key", "amount"] for t in tables)  # partition column not in files
+    kit.check_partitioned_read_back(place.prefix, names, [place.read_table(n) for n in names])
     assert place.staged_only() == []
 
 
 def test_a_repeated_commit_answers_already_committed_from_the_blob(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     again = AzureBlobSink("out", place.config(format="jsonl"))  # another driver process
     assert again.commit_batch([committable, committable]) == [CommitOutcome.ALREADY_COMMITTED] * 2
@@ -189,7 +138,7 @@ def test_a_repeated_commit_answers_already_committed_from_the_blob(place: Prefix
 
 def test_lost_only_when_the_staged_blocks_are_gone(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     for f in committable.files:
         place.discard(f.blob)
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -198,7 +147,7 @@ def test_lost_only_when_the_staged_blocks_are_gone(place: Prefix) -> None:
 
 def test_a_blob_of_other_blocks_at_the_name_is_lost_not_already_committed(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     (f,) = committable.files
     place.client.upload_blob(f.blob, b'{"key": "other"}\n', overwrite=True)
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -213,8 +162,8 @@ def test_big_files_are_many_blocks_and_roll_on_size(place: Prefix) -> None:
         "out",
         place.config(format="jsonl", block_size_bytes=mib, rolling=RollingPolicy(max_file_bytes=3 * mib)),
     )
-    rows = pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(40_000)], "pad": ["x" * 100] * 40_000})
-    committable = _write(sink, _ctx(1), rows, rows)
+    many = kit.padded_rows(40_000)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), many, many)
     assert len(committable.files) >= 2 and max(len(f.block_ids) for f in committable.files) >= 3
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     assert len(place.keys()) == 80_000
@@ -222,13 +171,13 @@ def test_big_files_are_many_blocks_and_roll_on_size(place: Prefix) -> None:
 
 def test_abort_and_lingering_cleanup_discard_only_what_no_checkpoint_holds(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    aborted = _write(sink, _ctx(1), _batch(2))
+    aborted = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     sink.abort(aborted)
     sink.abort(aborted)  # idempotent
-    held = _write(sink, _ctx(2), _batch(2))
-    orphan = _write(sink, _ctx(2, partition=1), _batch(2))
-    later = _write(sink, _ctx(3), _batch(2))
-    other_job = _write(sink, _ctx(2, job="other"), _batch(2))
+    held = kit.pre_committed(sink, kit.writer_ctx(2), kit.rows(2))
+    orphan = kit.pre_committed(sink, kit.writer_ctx(2, partition=1), kit.rows(2))
+    later = kit.pre_committed(sink, kit.writer_ctx(3), kit.rows(2))
+    other_job = kit.pre_committed(sink, kit.writer_ctx(2, job="other"), kit.rows(2))
     assert len(place.staged_only()) == 4
     scope = LingeringScope("job", "out", held=(held,), held_in_progress=(), up_to_checkpoint=2)
     assert sink.abort_lingering(scope) == 1
@@ -250,7 +199,7 @@ def test_a_discard_cut_short_after_its_empty_commit_leaves_no_empty_file_for_rea
     listing of staged blocks does not show: every later reader of the prefix met a zero-byte
     ``.parquet`` file (pyarrow and Spark refuse it). The lingering cleanup must find and delete it."""
     sink = AzureBlobSink("out", place.config(format="parquet"))
-    orphan = _write(sink, _ctx(1), _batch(3))
+    orphan = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     (f,) = orphan.files
     # the discard's first request, as the killed driver sent it; its Delete Blob never came
     place.client.get_blob_client(f.blob).commit_block_list([], match_condition=MatchConditions.IfMissing)
@@ -264,15 +213,14 @@ def test_a_discard_cut_short_after_its_empty_commit_leaves_no_empty_file_for_rea
 
 def test_a_committed_blob_is_never_discarded(place: Prefix) -> None:
     sink = AzureBlobSink("out", place.config(format="jsonl"))
-    committable = _write(sink, _ctx(1), _batch(2))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     sink.abort(committable)
     assert sorted(place.keys()) == ["k0", "k1"]
 
 
-def test_a_missing_container_is_a_config_error_before_anything_is_written(
-    container: AzureBlobEndpoint,
-) -> None:
+def test_a_missing_container_is_a_config_error_before_anything_is_written(home: Prefix) -> None:
+    container = home.endpoint
     from twophase.sinks.errors import ConfigError
 
     options = AzureStorageOptions(connection_string=container.connection_string())
@@ -281,7 +229,7 @@ def test_a_missing_container_is_a_config_error_before_anything_is_written(
         storage_options=options,
     )
     with pytest.raises(ConfigError, match="does not exist"):
-        AzureBlobSink("out", config).validate(_batch(1).schema)
+        AzureBlobSink("out", config).validate(kit.rows(1).schema)
 
 
 def test_the_sink_pickles_without_its_secrets_in_repr(place: Prefix) -> None:

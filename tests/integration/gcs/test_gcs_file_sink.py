@@ -24,29 +24,24 @@ its jar is not in the prepared Maven cache.
 
 from __future__ import annotations
 
-import io
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import requests
+from support import part_file_sinks as kit
 
-from twophase.connectors.gcs import GcsCommittable, GcsFileSink, GcsFileSinkConfig
+from twophase.connectors.gcs import GcsFileSink, GcsFileSinkConfig
 from twophase.connectors.gcs.internal.sessions import GcsClients, build_clients
 from twophase.connectors.gcs.listing import list_lingering
+from twophase.connectors.objectstore.internal.layout import RollingPolicy
 from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.integration.services.gcs_server import GcsEndpoint
-from twophase.sinks.api import TwoPhaseCommitSink
-from twophase.sinks.conformance import SinkContract
-from twophase.sinks.context import LingeringScope, WriterContext
-from twophase.sinks.internal.files.layout import RollingPolicy
-from twophase.sinks.internal.files.naming import parse_data_key
+from twophase.sinks.context import LingeringScope
 from twophase.sinks.outcome import CommitOutcome
 
 BUCKET = "gcs46-files"
@@ -97,6 +92,9 @@ class Prefix:
     def sink(self, **fields: Any) -> GcsFileSink:
         return GcsFileSink("out", self.config(**fields), client_factory=RecordingClients())
 
+    def moved(self, prefix: str) -> Prefix:
+        return Prefix(self.endpoint, prefix)
+
     def committed(self) -> list[str]:
         """Object names under the prefix (``objects.list``)."""
         return sorted(b.name for b in self.endpoint.client().list_blobs(BUCKET, prefix=self.prefix + "/"))
@@ -111,11 +109,7 @@ class Prefix:
 
     def read_table(self, name: str) -> pa.Table:
         """One committed object, downloaded with the SDK and decoded with pyarrow."""
-        data = self.bucket.blob(name).download_as_bytes()
-        if name.endswith(".parquet"):
-            return pq.read_table(io.BytesIO(data))
-        rows = [json.loads(line) for line in data.decode().splitlines()]
-        return pa.Table.from_pylist(rows)
+        return kit.decode_file(name, self.bucket.blob(name).download_as_bytes())
 
     def keys(self) -> list[str]:
         """Every committed record's ``key``."""
@@ -134,37 +128,21 @@ def _expire(place: Prefix, uri: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def bucket(gcs_endpoint: GcsEndpoint) -> GcsEndpoint:
+def home(gcs_endpoint: GcsEndpoint) -> Prefix:
     gcs_endpoint.ensure_bucket(BUCKET)
-    return gcs_endpoint
+    return Prefix(gcs_endpoint, "t")
 
 
 @pytest.fixture
-def place(bucket: GcsEndpoint) -> Prefix:
-    return Prefix(bucket, f"t/{uuid.uuid4().hex[:12]}")
+def place(home: Prefix) -> Prefix:
+    return home.moved(f"t/{uuid.uuid4().hex[:12]}")
 
 
 # --- the conformance kit ---------------------------------------------------------------------------
 
 
-class TestGcsJsonLinesContract(SinkContract[Prefix]):
+class TestGcsJsonLinesContract(kit.PartFileContract[Prefix]):
     """JSON lines files of at most 60 bytes: several roll within one epoch, each its own object."""
-
-    max_examples = 8
-    file_format: ClassVar[str] = "jsonl"
-
-    @pytest.fixture(autouse=True)
-    def _endpoint(self, bucket: GcsEndpoint) -> None:
-        self.endpoint = bucket
-
-    def new_system(self) -> Prefix:
-        return Prefix(self.endpoint, f"kit/{uuid.uuid4().hex[:12]}")
-
-    def make_sink(self, system: Prefix) -> TwoPhaseCommitSink[Any, Any]:
-        return system.sink(format=self.file_format, rolling=RollingPolicy(max_file_bytes=60))
-
-    def read_committed(self, system: Prefix) -> list[str]:
-        return system.keys()
 
     def lingering(self, system: Prefix) -> list[str]:
         """Nothing can be shown: GCS cannot list sessions, and fake-gcs-server's status query
@@ -189,45 +167,16 @@ class TestGcsParquetContract(TestGcsJsonLinesContract):
 # --- read back, repeated commits, LOST, abort, lingering ------------------------------------------
 
 
-def _ctx(checkpoint: int, partition: int = 0, attempt: int = 0, job: str = "job") -> WriterContext:
-    return WriterContext(job, "out", checkpoint, partition, attempt, 2)
-
-
-def _batch(n: int, start: int = 0) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict(
-        {
-            "key": [f"k{i}" for i in range(start, start + n)],
-            "day": [f"2026-12-0{1 + i % 2}" for i in range(start, start + n)],
-            "amount": [i * 1.5 for i in range(start, start + n)],
-        }
-    )
-
-
-def _write(sink: GcsFileSink, ctx: WriterContext, *batches: pa.RecordBatch) -> GcsCommittable:
-    txn = sink.begin_transaction(ctx)
-    for b in batches:
-        sink.write(txn, b)
-    committable = sink.pre_commit(txn)
-    assert committable is not None
-    return committable
-
-
 def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk(place: Prefix) -> None:
     sink = place.sink(format="parquet", partition_by=("day",))
-    sink.validate(_batch(1).schema)
-    committable = _write(sink, _ctx(1), _batch(6), _batch(4, start=6))
+    sink.validate(kit.rows(1).schema)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(6), kit.rows(4, start=6))
     assert place.committed() == []
     assert len(place.sessions()) == 2  # one session per day, nothing visible
     decoded = sink.decode(sink.encode(committable))
     assert sink.commit(decoded) is CommitOutcome.COMMITTED
     names = place.committed()
-    assert [n.split("/")[2] for n in names] == ["day=2026-12-01", "day=2026-12-02"]
-    assert all(parse_data_key(place.prefix, n) is not None for n in names)
-    tables = [place.read_table(n) for n in names]
-    assert sorted(k for t in tables for k in t.column("key").to_pylist()) == sorted(
-        f"k{i}" for i in range(10)
-    )
-    assert all(t.schema.names == ["key", "amount"] for t in tables)  # partition column not in files
+    kit.check_partitioned_read_back(place.prefix, names, [place.read_table(n) for n in names])
     for f in committable.files:  # what GCS computed of the object is what the task recorded
         blob = place.bucket.get_blob(f.name)
         assert (blob.size, blob.crc32c, blob.md5_hash) == (f.byte_count, f.crc32c, f.md5)
@@ -236,7 +185,7 @@ def test_partitioned_parquet_is_invisible_until_commit_then_read_back_by_the_sdk
 
 def test_a_repeated_commit_answers_already_committed_from_the_object(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     again = place.sink(format="jsonl")  # another driver process
     assert again.commit_batch([committable, committable]) == [CommitOutcome.ALREADY_COMMITTED] * 2
@@ -245,7 +194,7 @@ def test_a_repeated_commit_answers_already_committed_from_the_object(place: Pref
 
 def test_lost_only_when_the_session_is_gone_and_no_object_is_there(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     for f in committable.files:
         _expire(place, f.session_uri)
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -254,7 +203,7 @@ def test_lost_only_when_the_session_is_gone_and_no_object_is_there(place: Prefix
 
 def test_an_object_put_at_the_name_first_is_never_replaced_and_the_commit_is_lost(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     (f,) = committable.files
     place.bucket.blob(f.name).upload_from_string(b'{"key": "other"}\n')
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -263,7 +212,7 @@ def test_an_object_put_at_the_name_first_is_never_replaced_and_the_commit_is_los
 
 def test_an_object_replaced_after_its_commit_is_lost_not_already_committed(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     (f,) = committable.files
     place.bucket.blob(f.name).upload_from_string(b'{"key": "other"}\n')
@@ -272,8 +221,8 @@ def test_an_object_replaced_after_its_commit_is_lost_not_already_committed(place
 
 def test_big_files_are_many_chunks_with_a_tail_and_roll_on_size(place: Prefix) -> None:
     sink = place.sink(format="jsonl", chunk_size_bytes=MiB, rolling=RollingPolicy(max_file_bytes=3 * MiB))
-    rows = pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(40_000)], "pad": ["x" * 100] * 40_000})
-    committable = _write(sink, _ctx(1), rows, rows)
+    many = kit.padded_rows(40_000)
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), many, many)
     assert len(committable.files) >= 2
     assert all(f.persisted_bytes >= 2 * MiB and 0 < len(f.tail) < 256 * KiB for f in committable.files)
     assert sink.commit(committable) is CommitOutcome.COMMITTED
@@ -284,7 +233,7 @@ def test_big_files_are_many_chunks_with_a_tail_and_roll_on_size(place: Prefix) -
 
 def test_an_object_deleted_after_its_commit_is_lost(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    committable = _write(sink, _ctx(1), _batch(3))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(3))
     assert sink.commit(committable) is CommitOutcome.COMMITTED
     place.bucket.blob(committable.files[0].name).delete()
     assert sink.commit(committable) is CommitOutcome.LOST
@@ -293,7 +242,7 @@ def test_an_object_deleted_after_its_commit_is_lost(place: Prefix) -> None:
 
 def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    aborted = _write(sink, _ctx(1), _batch(2))
+    aborted = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     sink.abort(aborted)
     sink.abort(aborted)  # idempotent
     uri = aborted.files[0].session_uri
@@ -301,7 +250,7 @@ def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: 
     assert [status for url, status in place.cancels()] == [499, 499]
     assert all(url == uri for url, _ in place.cancels())
     assert place.committed() == []
-    committed = _write(sink, _ctx(2), _batch(2))
+    committed = kit.pre_committed(sink, kit.writer_ctx(2), kit.rows(2))
     assert sink.commit(committed) is CommitOutcome.COMMITTED
     sink.abort(committed)
     assert sorted(place.keys()) == ["k0", "k1"]
@@ -310,9 +259,9 @@ def test_abort_cancels_the_sessions_and_never_touches_a_committed_object(place: 
 
 def test_abort_open_cancels_the_task_s_sessions(place: Prefix) -> None:
     sink = place.sink(format="jsonl", chunk_size_bytes=MiB)
-    txn = sink.begin_transaction(_ctx(1))
-    rows = pa.RecordBatch.from_pydict({"key": [f"k{i}" for i in range(20_000)], "pad": ["x" * 100] * 20_000})
-    sink.write(txn, rows)  # over a chunk: the session is open and holds data
+    txn = sink.begin_transaction(kit.writer_ctx(1))
+    many = kit.padded_rows(20_000)
+    sink.write(txn, many)  # over a chunk: the session is open and holds data
     assert len(place.sessions()) == 1
     sink.abort_open(txn)
     sink.abort_open(txn)
@@ -322,8 +271,10 @@ def test_abort_open_cancels_the_task_s_sessions(place: Prefix) -> None:
 
 def test_lingering_cleanup_cannot_list_sessions_and_says_so(place: Prefix) -> None:
     sink = place.sink(format="jsonl")
-    held = _write(sink, _ctx(2), _batch(2))
-    orphan = _write(sink, _ctx(2, partition=1), _batch(2))  # its driver died: nobody knows its URI
+    held = kit.pre_committed(sink, kit.writer_ctx(2), kit.rows(2))
+    orphan = kit.pre_committed(
+        sink, kit.writer_ctx(2, partition=1), kit.rows(2)
+    )  # its driver died: nobody knows its URI
     scope = LingeringScope("job", "out", held=(held,), held_in_progress=(), up_to_checkpoint=2)
     assert sink.abort_lingering(scope) == 0
     assert place.cancels() == []  # nothing can be listed, and the held session is kept
@@ -336,7 +287,8 @@ def test_lingering_cleanup_cannot_list_sessions_and_says_so(place: Prefix) -> No
     assert sink.commit(orphan) is CommitOutcome.COMMITTED  # still within its week
 
 
-def test_a_missing_bucket_is_a_config_error_before_anything_is_written(bucket: GcsEndpoint) -> None:
+def test_a_missing_bucket_is_a_config_error_before_anything_is_written(home: Prefix) -> None:
+    bucket = home.endpoint
     from twophase.sinks.errors import ConfigError
 
     config = GcsFileSinkConfig(
@@ -344,7 +296,7 @@ def test_a_missing_bucket_is_a_config_error_before_anything_is_written(bucket: G
         storage_options=GcsStorageOptions(emulator_host=bucket.url),
     )
     with pytest.raises(ConfigError, match="does not exist"):
-        GcsFileSink("out", config).validate(_batch(1).schema)
+        GcsFileSink("out", config).validate(kit.rows(1).schema)
 
 
 def test_the_sink_pickles_and_its_committable_never_shows_a_session(place: Prefix) -> None:
@@ -352,7 +304,7 @@ def test_the_sink_pickles_and_its_committable_never_shows_a_session(place: Prefi
 
     sink = place.sink(format="jsonl")
     assert pickle.loads(pickle.dumps(sink)).config == sink.config
-    committable = _write(sink, _ctx(1), _batch(2))
+    committable = kit.pre_committed(sink, kit.writer_ctx(1), kit.rows(2))
     uri = committable.files[0].session_uri
     assert uri not in repr(committable) and uri not in repr(sink)
     sink.abort(committable)

@@ -14,10 +14,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
+from twophase.connectors.objectstore.internal.formats import OutputBuffer, open_encoder, validate_schema
+from twophase.connectors.objectstore.internal.partitioning import split_by_partition
 from twophase.connectors.s3 import S3SinkConfig
 from twophase.sinks.errors import RecordError, SchemaError
-from twophase.sinks.internal.files.formats import OutputBuffer, open_encoder, validate_schema
-from twophase.sinks.internal.files.partitioning import split_by_partition
 
 
 def cfg(**fields: Any) -> S3SinkConfig:

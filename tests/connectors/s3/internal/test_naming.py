@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from twophase.connectors.objectstore.internal.naming import TOKEN_HEX
 from twophase.connectors.s3.internal import naming
 from twophase.sinks.errors import ConfigError
-from twophase.sinks.internal.files.naming import TOKEN_HEX
 
 TOKEN = naming.job_token("job-1", "out")
 FILE_ID = "0123456789abcdef0123456789abcdef"

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from twophase.sinks.internal.files.layout import FileFormat, RollingPolicy
+from twophase.connectors.objectstore.internal.layout import FileFormat, RollingPolicy
 
 Clock = Callable[[], int]
 """Wall clock in ms since the epoch (injectable for tests)."""

@@ -11,7 +11,7 @@
 
 Encoders write into an :class:`OutputBuffer`, from which a sink's writer drains upload parts
 (S3) or blocks (Azure). Every function reads the layout fields of a sink's config
-(:class:`~twophase.sinks.internal.files.layout.FileLayout`).
+(:class:`~twophase.connectors.objectstore.internal.layout.FileLayout`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from twophase.connectors.objectstore.internal.layout import FileFormat, FileLayout
 from twophase.sinks.errors import RecordError, SchemaError
-from twophase.sinks.internal.files.layout import FileFormat, FileLayout
 from twophase.sinks.json_codec import encode_json
 
 CONTENT_TYPES = {

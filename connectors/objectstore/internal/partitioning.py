@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twophase.connectors.objectstore.internal import naming
+from twophase.connectors.objectstore.internal.formats import project_batch, validate_schema
+from twophase.connectors.objectstore.internal.layout import FileLayout
 from twophase.sinks.errors import RecordError
-from twophase.sinks.internal.files import naming
-from twophase.sinks.internal.files.formats import project_batch, validate_schema
-from twophase.sinks.internal.files.layout import FileLayout
 
 
 def split_by_partition(batch: pa.RecordBatch, columns: tuple[str, ...]) -> list[tuple[str, pa.RecordBatch]]:
@@ -57,7 +57,8 @@ def file_batches(
         config: the sink's layout.
         batch: the incoming rows.
         file_schema: the files' schema from an earlier batch, or ``None`` for the first one (then
-            checked and derived with :func:`~twophase.sinks.internal.files.formats.validate_schema`).
+            checked and derived with
+            :func:`~twophase.connectors.objectstore.internal.formats.validate_schema`).
 
     Returns:
         The files' schema and ``[(hive partition path, rows)]`` in order of first appearance.
