@@ -1200,3 +1200,34 @@ def test_a_restore_after_iceberg_snapshot_expiry_commits_once(monkeypatch: pytes
     m.nothing_lands_that_no_durable_checkpoint_promised()
     m.teardown()
     assert "snapshots expired but the current one" in m.world.iceberg.events
+
+
+def test_a_cancel_whose_abort_fails_part_way_leaves_only_unpromised_transactions_to_the_cleanup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by ``TWOPHASE_MODEL_EXAMPLES=200``, seed 42 (2026-12-03), a false alarm of the rule
+    ``lingering_cleanup_never_ends_a_held_transaction``: a job fails after its checkpoint's publish
+    was refused, and the user cancels it with ``CleanupMode.DELETE``; closing the subtasks aborts
+    their transactions until one fails (a payload that does not decode this once), so the rest
+    stay pre-committed in the coordinator. No checkpoint promised them (none landed), so the
+    cancel's lingering cleanup must abort them (``cancel.commit_durable``); the rule counted them
+    as held because the coordinator still listed them."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(pool_size=5, retained=1, async_commit=False, rolling="parquet", cleanup=CleanupMode.DELETE)
+    m.transaction_coordinators_move()
+    m.epoch(
+        arrival="as_run", down_ms=0, driver="before_persist", notify=True, on_failure="fail_over", parts=1,
+        point="before_write", publish="landed_reported_failed", size=4,
+        tasks=["ok", "ok", "ok", "ok", "zombie_silent", "zombie_silent"],
+    )  # fmt: skip
+    m.payload_does_not_decode_at_commit(sink="d")
+    m.payload_does_not_decode_at_commit(sink="i")
+    m.epoch(
+        arrival="as_run", down_ms=700_000, driver="after_commit", notify=True,
+        on_failure="cancel_refusing_an_abort", parts=6, point="after_pre_commit", publish="refused", size=3,
+        tasks=["ok", "ok", "ok", "zombie_after_publish", "zombie_reports", "fails"],
+    )  # fmt: skip
+    m.lingering_cleanup_never_ends_a_held_transaction()
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.teardown()

@@ -7,7 +7,8 @@ savepoint, or the running job, still holds.
 transaction directly — Kafka (Ongoing, with the committable's producer id and epoch), PostgreSQL
 (prepared gids) and S3 (pending multipart uploads) — and checks each call against what it works
 out itself, from the checkpoint storage (read from the storage, not the runtime's cache) and the
-running coordinator's uncommitted transactions:
+running coordinator's uncommitted transactions (while the job is cancelling, only those a
+published checkpoint promised: the cancel aborts the others, ``coordinator/cancel.py``):
 
 - the scope's ``held`` holds every such committable (compared as canonical payload bytes): a held
   set matched wrongly (a payload dropped, two told apart wrongly as one, the wrong object made
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.payload import decode_payload, payload_bytes
 from twophase.coordinator.runtime import JobRuntime
 from twophase.coordinator.storage.base import CheckpointStorage
@@ -64,17 +66,23 @@ class HeldGuard:
         committable file damaged on purpose, is skipped: the runtime fails on it itself)."""
         out: dict[bytes, Any] = {}
         storage = self._storage()
-        for ref in storage.list_checkpoints():
+        refs = storage.list_checkpoints()
+        for ref in refs:
             try:
                 snap = storage.load(ref).sinks.get(sink.name)
             except Exception:  # see the docstring
                 continue
             for rec in snap.committables if snap is not None else ():
                 out.setdefault(rec.payload, None)
-        run = self._runtime().run
+        runtime = self._runtime()
+        run = runtime.run
         coord = run.coord if run is not None else None
         if coord is not None:
-            for t in coord.uncommitted_transactions():
+            # a cancel aborts what no published checkpoint promised (cancel.py): a pre-committed
+            # transaction a failed close left in the coordinator, of a checkpoint that never landed
+            landed = {ref.checkpoint_id for ref in refs}
+            cancelling = runtime.state is JobState.CANCELLING
+            for t in coord.durable_transactions(landed) if cancelling else coord.uncommitted_transactions():
                 if t.sink_name == sink.name:
                     p = t.payload if t.payload is not None else payload_bytes(sink.encode(t.committable))
                     out.setdefault(p, None)
