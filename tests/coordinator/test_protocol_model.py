@@ -331,6 +331,49 @@ class ProtocolModel(RuleBasedStateMachine):
         self.check(not self.guard.violations, "lingering cleanup: " + "; ".join(self.guard.violations))
 
     @invariant()
+    def the_coordinators_columns_agree_with_its_subtasks(self) -> None:
+        """#42's ledger: a pending checkpoint's acknowledgements are rows of distinct expected
+        subtasks (its completeness is their count), and every subtask holding in-progress state
+        is in the coordinator's index of them (the only ones a pass over state visits: one left
+        out would lose its state from the checkpoint, or its handover on a rescale)."""
+        if not hasattr(self, "h"):
+            return
+        if self.last_acks is not None:  # what the checkpoint published holds every state acknowledged
+            cid, acks = self.last_acks
+            firsts: dict[tuple[str, int], Acknowledgement] = {}
+            for ack in acks:
+                firsts.setdefault((ack.sink, ack.partition), ack)
+            for meta in (m for m in self.storage.landed if m.checkpoint_id == cid and m.job_id == JOB):
+                lost = sorted(
+                    k
+                    for k, ack in firsts.items()
+                    if ack.in_progress is not None
+                    and k[0] in meta.sinks
+                    and meta.sinks[k[0]].in_progress.get(k[1]) != ack.in_progress
+                )
+                self.check(not lost, f"checkpoint {cid} lacks the in-progress state acknowledged by {lost}")
+        run = self.h.runtime.run
+        if run is None:
+            return
+        try:
+            coord = run.coordinator()
+        except (JobError, IllegalTransitionError):  # abandoned (a simulated crash), or not restored yet
+            return
+        for pc in coord.pending_checkpoints:
+            keys = pc.ledger.keys()
+            self.check(
+                len(keys) == pc.ledger.rows and keys <= pc.expected,
+                f"checkpoint {pc.checkpoint_id}: {pc.ledger.rows} rows for {len(keys)} subtasks, "
+                f"unexpected {sorted(keys - pc.expected)[:5]}",
+            )
+        for (sink, p), lc in coord.subtasks.items():
+            if any(st is not None for st in lc._in_progress.values()):
+                self.check(
+                    p in coord.stateful_subtasks(sink),
+                    f"subtask {sink}[{p}] holds in-progress state outside the coordinator's index",
+                )
+
+    @invariant()
     def a_committed_marker_follows_every_transaction_of_its_checkpoint(self) -> None:
         """A ``_committed`` marker is written only once every transaction of its checkpoint is
         confirmed (#42 item 3: a batch's rows, all of them): none of a marked checkpoint's
