@@ -670,11 +670,7 @@ class CheckpointCoordinator:
         marker = self.marker
         if marker is None:
             return None
-        if any(
-            t.checkpoint_id <= checkpoint_id and t.status is not TxnStatus.COMMITTING
-            for lc in self._subtasks.values()
-            for t in lc.pending
-        ):
+        if not all(lc.all_committing(checkpoint_id) for lc in self._subtasks.values()):
             return None
 
         def landed() -> None:
