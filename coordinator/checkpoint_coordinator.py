@@ -30,7 +30,7 @@ import json
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -476,7 +476,7 @@ class CheckpointCoordinator:
     # -- complete / notify / abort ----------------------------------------------------------------
 
     def _is_fully_finished(self, sink: str) -> bool:
-        lcs = [lc for (s, _), lc in self._subtasks.items() if s == sink]
+        lcs = self._by_sink.get(sink, {}).values()
         return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
 
     def build_metadata(self, pc: PendingCheckpoint) -> tuple[CheckpointMetadata, dict[str, Sequence[Any]]]:
@@ -784,6 +784,11 @@ class CheckpointCoordinator:
         """Partition → lifecycle of ``sink``'s subtasks that ever held in-progress state (a
         superset of those holding one now; no order): every other subtask holds none."""
         return self._stateful.get(sink, {})
+
+    def uncommitted_unordered(self) -> Iterator[PendingTransaction[Any]]:
+        """Every transaction not yet confirmed committed, in no order, walked only as far as the
+        caller reads (a check that stops at the first, or reads nothing)."""
+        return (t for lc in self._subtasks.values() for t in lc.pending)
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""
