@@ -24,7 +24,9 @@ over the step, user and system, all threads; memory as the driver's RSS):
   read ``scope.held``, as the Delta and Iceberg sinks put most routine cleanups off);
 - ``retention``: ``apply_retention`` (retention as configured: 1 checkpoint, the default);
 - ``epoch``: the whole epoch, trigger to retention, less the meter's own garbage collections
-  (the goal: < 1 s at 10⁵ × 3);
+  (the goal: < 1 s at 10⁵ × 3); its ``cpu_ms`` counts every thread (the committer's, when it
+  commits meanwhile), ``epoch driver thread`` the driver thread's alone (``time.thread_time``):
+  the critical path issue #42 bounds;
 - ``restore``: a new runtime's ``restore()`` of the newest checkpoint (list, load, decode,
   re-commit, lingering cleanup); ``load`` is each read and parse of a ``_metadata`` inside it
   (once per retained checkpoint; twice for the newest before issue #29 item 3's "restore once").
@@ -400,7 +402,7 @@ def bench_size(
     for r in range(rounds):
         acks = executors.table(rt.coordinator.next_checkpoint_id)
         position = {"engine": "spark", "query_id": "6a1f0c9e-5d2b-4f7a-9e61-0b3c2d1e4f50", "batch_id": r}
-        started, cpu_started = time.perf_counter(), time.process_time()
+        started, cpu_started, thread_started = time.perf_counter(), time.process_time(), time.thread_time()
         overhead, overhead_cpu = meter.overhead_s, meter.overhead_cpu_s
         with meter.step("trigger"):
             epoch = rt.begin_epoch(n, position)
@@ -410,11 +412,13 @@ def bench_size(
         # the meter's own gc left out: its wall time from the wall, its CPU time from the CPU
         wall_s = time.perf_counter() - started - (meter.overhead_s - overhead)
         cpu_s = time.process_time() - cpu_started - (meter.overhead_cpu_s - overhead_cpu)
+        driver_s = time.thread_time() - thread_started - (meter.overhead_cpu_s - overhead_cpu)
         with meter.step("drain"):  # what the committer thread still had to do (asynchronous commit)
             rt.await_commits()
         all_cpu_s = time.process_time() - cpu_started - (meter.overhead_cpu_s - overhead_cpu)
         samples.add("epoch+drain", float("nan"), float("nan"), rss_mb(), all_cpu_s * 1000.0)
         samples.add("epoch", wall_s * 1000.0, float("nan"), rss_mb(), cpu_s * 1000.0)
+        samples.add("epoch driver thread", float("nan"), float("nan"), rss_mb(), driver_s * 1000.0)
         del acks, epoch
     rt.close()
     del rt
@@ -427,7 +431,7 @@ def bench_size(
         restored.close()
         del restored
     out: dict[str, dict[str, Any]] = {}
-    for step in (*STEPS, "epoch", "drain", "epoch+drain", "load", "restore"):
+    for step in (*STEPS, "epoch", "epoch driver thread", "drain", "epoch+drain", "load", "restore"):
         ms = samples.ms.get(step)
         if not ms:
             continue

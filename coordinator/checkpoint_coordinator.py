@@ -30,11 +30,12 @@ import json
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pac
 
 from twophase.coordinator import ack_table, collector
 from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgements_in
@@ -80,6 +81,17 @@ AnySink = TwoPhaseCommitSink[Any, Any]
 
 _CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
 _CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
+
+
+def _in_progress_by_row(table: pa.Table) -> dict[int, JsonObject]:
+    """Row → the in-progress state it carries, parsed, for the rows that carry one (the exceptions:
+    most subtasks carry none)."""
+    column = table["in_progress"]
+    if column.null_count == table.num_rows:
+        return {}
+    rows = pac.indices_nonzero(pac.is_valid(column)).to_pylist()
+    texts = column.take(pa.array(rows, pa.int64())).to_pylist()
+    return {i: json.loads(raw) for i, raw in zip(rows, texts, strict=True)}
 
 
 def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
@@ -173,6 +185,10 @@ class CheckpointCoordinator:
         self._by_sink: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
         """The same lifecycles per sink (partition → lifecycle): a pass over one sink's subtasks
         need not visit every sink's."""
+        self._stateful: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
+        """Per sink, the subtasks that ever held in-progress state (restored with one, or an
+        acknowledgement carried one): the only ones a pass over in-progress state visits, since
+        a lifecycle gets a state only so. Most subtasks of most sinks never hold one (issue #42)."""
         self._expected_cache: tuple[dict[str, frozenset[int]], frozenset[SubtaskKey], pa.Table] | None = None
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
@@ -189,6 +205,8 @@ class CheckpointCoordinator:
                 for p, state in snap.in_progress.items():
                     lc = SubtaskLifecycle[Any](name, p, state, restored.checkpoint_id)
                     self._subtasks[(name, p)] = self._by_sink[name][p] = lc
+                    if state is not None:
+                        self._stateful[name][p] = lc
 
     def _log(self, level: int, event: str, /, **fields: Any) -> None:
         log_event(log, level, event, job=self.job_id, **fields)
@@ -360,13 +378,16 @@ class CheckpointCoordinator:
             raise IllegalTransitionError(
                 f"checkpoint {checkpoint_id}", pc.status.value, f"acknowledge unexpected {sink}[{partition}]"
             )
-        if key in pc.acks:
+        if pc.is_acknowledged(key):
             raise DuplicateAcknowledgementError(
                 f"checkpoint {checkpoint_id}",
                 pc.status.value,
                 f"acknowledge {sink}[{partition}] twice (attempts {pc.acks[key].attempt} and {attempt})",
             )
-        self.subtask(sink, partition).snapshot_transactions(checkpoint_id, txns, ack.in_progress)
+        lc = self.subtask(sink, partition)
+        lc.snapshot_transactions(checkpoint_id, txns, ack.in_progress)
+        if ack.in_progress is not None:
+            self._stateful[sink][partition] = lc
         pc.record(key, ack, txns)
         return True
 
@@ -411,26 +432,23 @@ class CheckpointCoordinator:
                 f"checkpoint {checkpoint_id}", pc.status.value, f"acknowledge unexpected {sink}[{partition}]"
             )
         duplicates = acknowledgements_in(split.later)
-        columns = [
-            first[n].to_pylist() for n in ("sink", "partition", "attempt", "committable", "in_progress")
-        ]
-        records, write_ms = first["records"].to_pylist(), first["write_ms"].to_pylist()
+        before = pc.ledger.recorded_in(first)  # acknowledged before this table (a driver handover)
+        if pc.ledger.rows and pac.any(before).as_py():
+            duplicates.extend(acknowledgements_in(first.filter(before)))
+            first = first.filter(pac.invert(before))
+        # the ledger keeps the rows as columns; a Python value per row only for the lifecycles'
+        # transactions, and a parsed in-progress state only where a row carries one (issue #42)
+        sinks, partitions, attempts, payloads = (
+            first[n].to_pylist() for n in ("sink", "partition", "attempt", "committable")
+        )
+        states = _in_progress_by_row(first)
         now = self.clock()
         decoders = self._decoders
-        rows: list[tuple[Acknowledgement, list[PendingTransaction[Any]]]] = []
-        for i, (sink, partition, attempt, payload, state) in enumerate(zip(*columns, strict=True)):
-            ack = Acknowledgement(
-                sink,
-                partition,
-                attempt,
-                payload,
-                None if state is None else json.loads(state),
-                records[i],
-                write_ms[i],
-            )
-            if (sink, partition) in pc.acks:  # acknowledged before this table (a driver handover)
-                duplicates.append(ack)
-                continue
+        by_sink = self._by_sink
+        made: dict[str, dict[int, list[PendingTransaction[Any]]]] = {name: {} for name in self.sinks}
+        for i, (sink, partition, attempt, payload) in enumerate(
+            zip(sinks, partitions, attempts, payloads, strict=True)
+        ):
             txns = (
                 []
                 if payload is None
@@ -441,14 +459,14 @@ class CheckpointCoordinator:
                     )
                 ]
             )  # fmt: skip
-            rows.append((ack, txns))
-        by_sink = self._by_sink
-        for ack, txns in rows:
-            key = (ack.sink, ack.partition)
-            lc = by_sink[ack.sink].get(ack.partition) or self.subtask(*key)
-            lc.snapshot_transactions(checkpoint_id, txns, ack.in_progress)
-            pc.record(key, ack, txns)
-        return TableIntake(len(rows), tuple(duplicates), ack_table.records_per_sink(first))
+            lc = by_sink[sink].get(partition) or self.subtask(sink, partition)
+            state = states.get(i) if states else None
+            lc.snapshot_transactions(checkpoint_id, txns, state)
+            if state is not None:
+                self._stateful[sink][partition] = lc
+            made[sink][partition] = txns
+        pc.record_table(first, made)
+        return TableIntake(first.num_rows, tuple(duplicates), ack_table.records_per_sink(first))
 
     def _decode(self, ack: Acknowledgement) -> list[Any]:
         if ack.sink not in self.sinks:
@@ -458,7 +476,7 @@ class CheckpointCoordinator:
     # -- complete / notify / abort ----------------------------------------------------------------
 
     def _is_fully_finished(self, sink: str) -> bool:
-        lcs = [lc for (s, _), lc in self._subtasks.items() if s == sink]
+        lcs = self._by_sink.get(sink, {}).values()
         return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
 
     def build_metadata(self, pc: PendingCheckpoint) -> tuple[CheckpointMetadata, dict[str, Sequence[Any]]]:
@@ -475,6 +493,7 @@ class CheckpointCoordinator:
                 pc,
                 self.sinks,
                 self._by_sink,
+                self._stateful,
                 self.fully_finished,
                 self.parallelism,
                 self.clock(),
@@ -544,7 +563,13 @@ class CheckpointCoordinator:
         except Exception as e:  # old checkpoints are only garbage; never fail a completed checkpoint
             log.warning("checkpoint retention failed job=%s: %r", self.job_id, e, extra={"job": self.job_id})
         done = CompletedCheckpoint(
-            metadata, ref, persist_ms, pc.records, len(pc.acks), committables=decoded, retired=tuple(retired)
+            metadata,
+            ref,
+            persist_ms,
+            pc.records,
+            pc.acknowledgements,
+            committables=decoded,
+            retired=tuple(retired),
         )
         self.completed[:] = [done]
         self._fault("after_persist")
@@ -645,11 +670,7 @@ class CheckpointCoordinator:
         marker = self.marker
         if marker is None:
             return None
-        if any(
-            t.checkpoint_id <= checkpoint_id and t.status is not TxnStatus.COMMITTING
-            for lc in self._subtasks.values()
-            for t in lc.pending
-        ):
+        if not all(lc.all_committing(checkpoint_id) for lc in self._subtasks.values()):
             return None
 
         def landed() -> None:
@@ -746,7 +767,7 @@ class CheckpointCoordinator:
         partition below ``below`` that have one, ascending by partition."""
         found = {
             p: st
-            for p, lc in self._by_sink.get(sink, {}).items()
+            for p, lc in self._stateful.get(sink, {}).items()
             if p < below and (st := lc.in_progress_for(checkpoint_id)) is not None
         }
         return dict(sorted(found.items()))
@@ -755,9 +776,19 @@ class CheckpointCoordinator:
         """The newest in-progress state of each live subtask of ``sink`` that has one."""
         return [
             st
-            for lc in self._by_sink.get(sink, {}).values()
+            for lc in self._stateful.get(sink, {}).values()
             if lc.state.is_live and (st := lc.latest_in_progress) is not None
         ]
+
+    def stateful_subtasks(self, sink: str) -> Mapping[int, SubtaskLifecycle[Any]]:
+        """Partition → lifecycle of ``sink``'s subtasks that ever held in-progress state (a
+        superset of those holding one now; no order): every other subtask holds none."""
+        return self._stateful.get(sink, {})
+
+    def uncommitted_unordered(self) -> Iterator[PendingTransaction[Any]]:
+        """Every transaction not yet confirmed committed, in no order, walked only as far as the
+        caller reads (a check that stops at the first, or reads nothing)."""
+        return (t for lc in self._subtasks.values() for t in lc.pending)
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""

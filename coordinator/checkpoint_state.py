@@ -9,15 +9,22 @@ checks each transition, and only it changes its status.
 from __future__ import annotations
 
 import enum
+import json
 import operator
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from twophase.coordinator.ack_table import key_table
-from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.ack_table import KEY, key_table, records_per_sink
+from twophase.coordinator.acknowledgement import (
+    ACK_SCHEMA,
+    Acknowledgement,
+    acknowledgement_table,
+    acknowledgements_in,
+)
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
@@ -78,6 +85,84 @@ class CheckpointStatus(enum.Enum):
     """Publishing failed with an unknown outcome: it may be durable; the restore decides."""
 
 
+class AckLedger:
+    """A pending checkpoint's acknowledgements as Arrow columns (issue #42): one table of
+    :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA` rows per intake (a whole epoch's
+    first attempts, or one driver-side acknowledgement), never a Python object per row. Every row
+    names a distinct expected (sink, partition) (the coordinator checks before it appends), so the
+    checkpoint is fully acknowledged when the rows number the expected subtasks; the keys, the
+    records and the objects are read from the columns only where a rare path needs them (a missing
+    subtask's name, a duplicate's, a test).
+    """
+
+    __slots__ = ("_chunks", "rows")
+
+    def __init__(self) -> None:
+        self._chunks: list[pa.Table] = []
+        self.rows = 0
+        """Acknowledgements recorded."""
+
+    def append(self, table: pa.Table) -> None:
+        """Keep ``table``'s rows (of distinct expected subtasks not yet in the ledger)."""
+        if table.num_rows:
+            self._chunks.append(table)
+            self.rows += table.num_rows
+
+    def table(self) -> pa.Table:
+        """Every recorded row, in the order recorded."""
+        if len(self._chunks) == 1:
+            return self._chunks[0]
+        if not self._chunks:
+            return ACK_SCHEMA.empty_table()
+        return pa.concat_tables(self._chunks)
+
+    def keys(self) -> set[SubtaskKey]:
+        """The recorded (sink, partition) pairs (a Python pass: for the rare paths only)."""
+        t = self.table()
+        return set(zip(t["sink"].to_pylist(), t["partition"].to_pylist(), strict=True))
+
+    def recorded_in(self, keys: pa.Table) -> pa.Array:
+        """Per row of ``keys`` (``sink``, ``partition`` columns): whether the ledger holds it."""
+        if not self.rows:
+            return pa.array([False] * keys.num_rows, pa.bool_())
+        mine = self.table().select(KEY)
+        return pc.is_in(_key_strings(keys), value_set=_key_strings(mine))
+
+    def objects(self) -> dict[SubtaskKey, Acknowledgement]:
+        """(sink, partition) → its acknowledgement as an object (tests, error messages)."""
+        return {(a.sink, a.partition): a for a in acknowledgements_in(self.table())}
+
+    def records(self) -> int | None:
+        """Records of the epoch if every row says: the largest per-sink sum (every sink of an
+        epoch takes the same input), else ``None``."""
+        t = self.table()
+        if t.num_rows == 0:
+            return 0
+        if t["records"].null_count:
+            return None
+        return max(records_per_sink(t).values())
+
+    def in_progress(self, sink: str) -> list[JsonObject]:
+        """The in-progress states ``sink``'s rows carry, in partition order (parsed here: the rows
+        that carry one are the exceptions)."""
+        t = self.table()
+        if t.num_rows == 0 or t["in_progress"].null_count == t.num_rows:
+            return []
+        mine = t.filter(
+            pc.and_(pc.equal(t["sink"], pa.scalar(sink, pa.string())), pc.is_valid(t["in_progress"]))
+        )
+        mine = mine.sort_by("partition")
+        return [json.loads(raw) for raw in mine["in_progress"].to_pylist()]
+
+
+def _key_strings(keys: pa.Table) -> pa.Array:
+    """``sink`` and ``partition`` joined into one string per row (a key Arrow's set lookups take)."""
+    joined = pc.binary_join_element_wise(
+        keys["sink"], pc.cast(keys["partition"], pa.string()), pa.scalar("\x00", pa.string())
+    )
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
 @dataclass
 class PendingCheckpoint:
     """A triggered checkpoint and its acknowledgements (see the module docstring).
@@ -92,6 +177,7 @@ class PendingCheckpoint:
         end_of_input: the job reached end of input.
         expected_keys: :attr:`expected` as a (sink, partition) table, if the trigger has it already
             (the coordinator keeps it per set of participants: issue #42); else built on first use.
+        ledger: the acknowledgements recorded, as columns (:class:`AckLedger`).
     """
 
     checkpoint_id: int
@@ -102,13 +188,13 @@ class PendingCheckpoint:
     source_position: JsonObject | None = None
     end_of_input: bool = False
     status: CheckpointStatus = CheckpointStatus.PENDING
-    acks: dict[SubtaskKey, Acknowledgement] = field(default_factory=dict)
     abort_reason: str | None = None
     expected_keys: pa.Table | None = field(default=None, repr=False, compare=False)
-    _txns: dict[SubtaskKey, tuple[PendingTransaction[Any], ...]] = field(
+    ledger: AckLedger = field(default_factory=AckLedger, repr=False, compare=False)
+    _txns: dict[str, dict[int, tuple[PendingTransaction[Any], ...]]] = field(
         default_factory=dict, init=False, repr=False
     )
-    """(sink, partition) → the pending transactions its acknowledgement made (the same objects
+    """sink → partition → the pending transactions its acknowledgement made (the same objects
     its lifecycle holds): verification decodes each at most once, and the committer reuses it."""
 
     def expected_table(self) -> pa.Table:
@@ -118,29 +204,59 @@ class PendingCheckpoint:
             self.expected_keys = key_table(self.expected)
         return self.expected_keys
 
-    def record(
-        self, key: SubtaskKey, ack: Acknowledgement, transactions: Sequence[PendingTransaction[Any]]
+    @property
+    def acks(self) -> dict[SubtaskKey, Acknowledgement]:
+        """(sink, partition) → its acknowledgement, made from the ledger's columns on each read
+        (tests and messages; the coordinator reads :attr:`ledger`)."""
+        return self.ledger.objects()
+
+    def record_table(
+        self, table: pa.Table, transactions: Mapping[str, Mapping[int, Sequence[PendingTransaction[Any]]]]
     ) -> None:
-        """Keep ``ack`` as subtask ``key``'s acknowledgement, with the pending ``transactions`` it
-        made (the coordinator checked both first).
+        """Keep ``table``'s rows (:data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`, each
+        of a distinct expected subtask not acknowledged yet: the coordinator checked) as those
+        subtasks' acknowledgements, with the pending ``transactions`` they made (sink → partition →
+        transactions).
 
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
         """
-        self._require_pending(f"acknowledge {key[0]}[{key[1]}]")
-        self.acks[key] = ack
-        self._txns[key] = tuple(transactions)
+        self._require_pending(f"acknowledge {table.num_rows} subtasks")
+        self.ledger.append(table)
+        for sink, by_partition in transactions.items():
+            mine = self._txns.setdefault(sink, {})
+            for p, txns in by_partition.items():
+                mine[p] = tuple(txns)
+
+    def record(
+        self, key: SubtaskKey, ack: Acknowledgement, transactions: Sequence[PendingTransaction[Any]]
+    ) -> None:
+        """Keep ``ack`` as subtask ``key``'s acknowledgement, with the pending ``transactions`` it
+        made (the coordinator checked both first): :meth:`record_table` of one row.
+
+        Raises:
+            IllegalTransitionError: the checkpoint is no longer pending.
+        """
+        self.record_table(acknowledgement_table([ack]), {key[0]: {key[1]: transactions}})
+
+    def is_acknowledged(self, key: SubtaskKey) -> bool:
+        """Whether subtask ``key`` acknowledged already (a column lookup: the one-by-one path)."""
+        if not self.ledger.rows:
+            return False
+        probe = pa.table(
+            {"sink": pa.array([key[0]], pa.string()), "partition": pa.array([key[1]], pa.int32())}
+        )
+        return bool(self.ledger.recorded_in(probe)[0].as_py())
 
     def acknowledged(self, sink: str) -> tuple[Sequence[Any], list[JsonObject]] | None:
         """What ``sink``'s subtasks acknowledged, in partition order: their committables (each
         decoded on first access, once: :class:`~twophase.coordinator.subtask_lifecycle.CommittablesOf`)
         and their in-progress states; ``None`` if none acknowledged."""
-        keys = sorted(k for k in self.acks if k[0] == sink)
-        if not keys:
+        mine = self._txns.get(sink)
+        if not mine:
             return None
-        committables = CommittablesOf([t for k in keys for t in self._txns[k]])
-        states = [st for k in keys if (st := self.acks[k].in_progress) is not None]
-        return committables, states
+        committables = CommittablesOf([t for p in sorted(mine) for t in mine[p]])
+        return committables, self.ledger.in_progress(sink)
 
     def complete(self) -> None:
         """PENDING → COMPLETED: its metadata is published.
@@ -176,24 +292,27 @@ class PendingCheckpoint:
 
     @property
     def missing(self) -> frozenset[SubtaskKey]:
-        """Expected acknowledgements not yet received."""
-        return self.expected - self.acks.keys()
+        """Expected acknowledgements not yet received (read from the ledger's columns)."""
+        if self.ledger.rows == len(self.expected):
+            return frozenset()
+        return self.expected - self.ledger.keys()
 
     @property
     def is_fully_acknowledged(self) -> bool:
-        """True once every expected acknowledgement arrived."""
-        return not self.missing
+        """True once every expected acknowledgement arrived: the ledger holds a row per expected
+        subtask (each row names a distinct expected one)."""
+        return self.ledger.rows == len(self.expected)
+
+    @property
+    def acknowledgements(self) -> int:
+        """Acknowledgements recorded."""
+        return self.ledger.rows
 
     @property
     def records(self) -> int | None:
         """Records written in the epoch, if every acknowledgement said: the largest per-sink sum
         (every sink of an epoch takes the same input, so this is the epoch's record count)."""
-        per_sink: dict[str, int] = {}
-        for a in self.acks.values():
-            if a.records is None:
-                return None
-            per_sink[a.sink] = per_sink.get(a.sink, 0) + a.records
-        return max(per_sink.values(), default=0)
+        return self.ledger.records()
 
 
 @dataclass(frozen=True)
@@ -249,6 +368,7 @@ def metadata_of(
     pc: PendingCheckpoint,
     sinks: Mapping[str, TwoPhaseCommitSink[Any, Any]],
     subtasks: Mapping[str, Mapping[int, SubtaskLifecycle[Any]]],
+    stateful: Mapping[str, Mapping[int, SubtaskLifecycle[Any]]],
     fully_finished: Set[str],
     parallelism: Mapping[str, int],
     now_ms: int,
@@ -257,7 +377,8 @@ def metadata_of(
     confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
     latest checkpoint alone is enough to recover), payload bytes as received (nothing decoded or
     encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state
-    (``subtasks``: sink → partition → lifecycle).
+    (``subtasks``: sink → partition → lifecycle; ``stateful``: the same for the subtasks that ever
+    held in-progress state, the only ones whose state is read).
 
     Returns:
         the metadata, and per sink the same transactions' committables (decoded on first access)
@@ -275,8 +396,11 @@ def metadata_of(
         txns: list[PendingTransaction[Any]] = sorted(
             (t for _, lc in lcs for t in lc.uncommitted(c)), key=operator.attrgetter("checkpoint_id")
         )
+        with_state = stateful.get(name, {})
         in_progress = {
-            p: st for p, lc in lcs if lc.state.is_live and (st := lc.in_progress_for(c)) is not None
+            p: st
+            for p in sorted(with_state)
+            if (lc := with_state[p]).state.is_live and (st := lc.in_progress_for(c)) is not None
         }
         snaps[name] = SinkSnapshot(
             num_partitions=pc.num_partitions.get(name, parallelism.get(name, 0)),

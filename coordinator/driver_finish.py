@@ -47,8 +47,10 @@ def epoch_participants(
         if not isinstance(sinks[name], InProgressSink):
             continue
         old = coord.parallelism.get(name, 0)
-        for (s, p), lc in sorted(coord.subtasks.items()):
-            if s == name and p >= num_partitions and lc.state.is_live and lc.latest_in_progress:
+        with_state = coord.stateful_subtasks(name)  # no other subtask holds state to hand over
+        for p in sorted(with_state):
+            lc = with_state[p]
+            if p >= num_partitions and lc.state.is_live and lc.latest_in_progress:
                 participants[name].add(p)
                 handover.append((name, p, max(old, p + 1)))
     return participants, handover

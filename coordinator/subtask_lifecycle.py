@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import operator
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
@@ -258,6 +259,11 @@ class LifecycleActions(Generic[COMM]):
     abort: tuple[PendingTransaction[COMM], ...] = ()
 
 
+_NOTHING: LifecycleActions[Any] = LifecycleActions()
+"""Nothing to commit or abort (immutable: shared by every call that asks for nothing)."""
+_CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
+
+
 @dataclass
 class SubtaskLifecycle(Generic[COMM]):
     """The lifecycle and pending transactions of one (sink, partition); see the module docstring.
@@ -432,12 +438,16 @@ class SubtaskLifecycle(Generic[COMM]):
             self._pending = [t for t in self._pending if t not in abort]
             self._apply(SubtaskTransition.FINAL_CHECKPOINT_COMPLETE)
             self._in_progress = {checkpoint_id: None}
-        commit.sort(key=lambda t: t.checkpoint_id)
+        if len(commit) > 1:
+            commit.sort(key=_CHECKPOINT_ID)
         for t in commit:
             t.status = TxnStatus.COMMITTING
         # completed checkpoints are no longer pending: the coordinator refuses their
         # acknowledgements, so their ids need not be kept (they grew for the life of the job)
-        self._snapshotted = {c for c in self._snapshotted if c > checkpoint_id}
+        if self._snapshotted:
+            self._snapshotted = {c for c in self._snapshotted if c > checkpoint_id}
+        if not commit and not abort:
+            return _NOTHING
         return LifecycleActions(tuple(commit), tuple(abort))
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> LifecycleActions[COMM]:
@@ -484,6 +494,13 @@ class SubtaskLifecycle(Generic[COMM]):
         self._pending = [t for t in self._pending if t is not txn]
 
     # -- queries ----------------------------------------------------------------------------------
+
+    def all_committing(self, up_to_checkpoint: int) -> bool:
+        """Whether every pending transaction of a checkpoint ≤ ``up_to_checkpoint`` is COMMITTING
+        (handed to the committer; none in doubt or still pre-committed)."""
+        return all(
+            t.status is TxnStatus.COMMITTING for t in self._pending if t.checkpoint_id <= up_to_checkpoint
+        )
 
     def uncommitted(self, up_to_checkpoint: int) -> list[PendingTransaction[COMM]]:
         """Transactions pre-committed for checkpoints ≤ ``up_to_checkpoint`` whose commit is not

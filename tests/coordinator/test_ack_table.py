@@ -266,3 +266,32 @@ def test_a_payload_that_decodes_only_at_commit_fails_the_commit_and_counts_nothi
     assert system.committed == {}
     assert coord.confirm_commits() == 0
     assert sorted(t.partition for t in coord.uncommitted_transactions()) == [0, 1]
+
+
+# -- the pending checkpoint's acknowledgements as columns (issue #42: no object per row)
+
+
+def test_the_ledger_keeps_rows_as_columns_and_answers_from_them() -> None:
+    """A driver-side acknowledgement first, then a table with one in-progress state and that same
+    subtask again: the table's repeat is a duplicate, the checkpoint is fully acknowledged by its
+    row count, and the in-progress states come back per sink in partition order."""
+    coord, _ = coordinator()
+    pc = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2], "s1": [0]})
+    coord.acknowledge(pc.checkpoint_id, Acknowledgement("s0", 2, 0, None, {"at": 2}, 4))
+    assert not pc.is_fully_acknowledged and pc.missing == {("s0", 0), ("s0", 1), ("s1", 0)}
+    rows = [
+        Acknowledgement("s0", 1, 0, None, {"at": 1}, 3),
+        Acknowledgement("s0", 2, 1, None, None, 9),  # acknowledged before the table
+        Acknowledgement("s1", 0, 0, None, None, 7),
+        Acknowledgement("s0", 0, 0, None, None, 5),
+    ]
+    taken = coord.acknowledge_table(pc.checkpoint_id, acknowledgement_table(rows))
+    assert [(a.sink, a.partition, a.attempt) for a in taken.duplicates] == [("s0", 2, 1)]
+    assert taken.recorded == 3 and pc.acknowledgements == 4
+    assert pc.is_fully_acknowledged and pc.missing == frozenset()
+    assert pc.records == 12  # s0: 4 + 3 + 5; s1: 7
+    acknowledged = pc.acknowledged("s0")
+    assert acknowledged is not None and acknowledged[1] == [{"at": 1}, {"at": 2}]
+    assert pc.acks[("s0", 2)] == Acknowledgement("s0", 2, 0, None, {"at": 2}, 4)
+    assert coord.subtask("s0", 1).latest_in_progress == {"at": 1}
+    assert coord.subtask("s0", 0).latest_in_progress is None

@@ -331,6 +331,35 @@ class ProtocolModel(RuleBasedStateMachine):
         self.check(not self.guard.violations, "lingering cleanup: " + "; ".join(self.guard.violations))
 
     @invariant()
+    def the_coordinators_columns_agree_with_its_subtasks(self) -> None:
+        """#42's ledger: a pending checkpoint's acknowledgements are rows of distinct expected
+        subtasks (its completeness is their count), and every subtask holding in-progress state
+        is in the coordinator's index of them (the only ones a pass over state visits: one left
+        out would lose its state from the checkpoint, or its handover on a rescale)."""
+        if not hasattr(self, "h"):
+            return
+        run = self.h.runtime.run
+        if run is None:
+            return
+        try:
+            coord = run.coordinator()
+        except (JobError, IllegalTransitionError):  # abandoned (a simulated crash), or not restored yet
+            return
+        for pc in coord.pending_checkpoints:
+            keys = pc.ledger.keys()
+            self.check(
+                len(keys) == pc.ledger.rows and keys <= pc.expected,
+                f"checkpoint {pc.checkpoint_id}: {pc.ledger.rows} rows for {len(keys)} subtasks, "
+                f"unexpected {sorted(keys - pc.expected)[:5]}",
+            )
+        for (sink, p), lc in coord.subtasks.items():
+            if any(st is not None for st in lc._in_progress.values()):
+                self.check(
+                    p in coord.stateful_subtasks(sink),
+                    f"subtask {sink}[{p}] holds in-progress state outside the coordinator's index",
+                )
+
+    @invariant()
     def a_committed_marker_follows_every_transaction_of_its_checkpoint(self) -> None:
         """A ``_committed`` marker is written only once every transaction of its checkpoint is
         confirmed (#42 item 3: a batch's rows, all of them): none of a marked checkpoint's

@@ -1,0 +1,121 @@
+"""One committable traced on the driver, from the acknowledgement table's intake to the sink's
+commit being entered (issue #42's done-when: at most 12 calls and 4 forms).
+
+The trace is the interpreter's own (``sys.setprofile``): every call of product code between
+``CheckpointCoordinator.acknowledge_table`` and the sink's ``commit`` whose arguments or locals
+carry the committable — its payload bytes, an Arrow table holding them, a ``PendingTransaction``
+or ``CommittableRecord`` of them, the sink's object, or a short list of those — counts as one call,
+and the type it is carried in as its form. The path today is far longer: 38 calls in 4 forms when
+this test was written (2026-12-03), most of them one Arrow table or one ``PendingTransaction``
+handed down the helpers of intake, metadata and commit. The test is an expected failure until the
+columnar path of issue #42 lands, and fails (strict) once it passes, so that the marker goes then.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from support.clock import ManualClock
+from support.fakes import FakeExternalSystem, FakeSink
+from support.harness import batch
+from support.memory_storage import InMemoryCheckpointStorage
+
+from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.checkpoint_state import CheckpointConfig
+from twophase.coordinator.committer_operator import CommitterOperator
+from twophase.coordinator.metadata import CheckpointKind, CommittableRecord
+from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.sinks.context import WriterContext
+
+JOB = "job"
+PRODUCT = Path(__file__).resolve().parents[2]
+MAX_CALLS = 12
+MAX_FORMS = 4
+
+
+class Trace:
+    """The calls that carry one committable (payload ``payload``, sink object ``committable``),
+    in order, until the sink's commit is entered."""
+
+    def __init__(self, payload: bytes, committable: Any) -> None:
+        self.payload = payload
+        self.committable = committable
+        self.calls: list[tuple[str, str]] = []
+        self.entered_commit = False
+
+    def form(self, value: Any, nested: bool = False) -> str | None:
+        """The form ``value`` carries the committable in, or ``None``."""
+        if isinstance(value, bytes):
+            return "bytes" if value == self.payload else None
+        if isinstance(value, (PendingTransaction, CommittableRecord)):
+            return type(value).__name__ if getattr(value, "payload", None) == self.payload else None
+        if isinstance(value, Acknowledgement):
+            return "Acknowledgement" if value.committable == self.payload else None
+        if isinstance(value, (pa.Table, pa.RecordBatch)) and value.num_rows <= 4:
+            for column in ("committable", "payload"):
+                if column in value.column_names and self.payload in value[column].to_pylist():
+                    return "Arrow table"
+            return None
+        if type(value) is type(self.committable):
+            return "the sink's committable" if value == self.committable else None
+        if not nested and isinstance(value, (list, tuple)) and len(value) <= 4:
+            return next((f for f in (self.form(x, True) for x in value) if f), None)
+        return None
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if self.entered_commit or event != "call":
+            return
+        code = frame.f_code
+        if code.co_name in ("commit", "commit_batch") and isinstance(frame.f_locals.get("self"), FakeSink):
+            self.entered_commit = True
+            return
+        name = code.co_filename
+        if not name.startswith(str(PRODUCT)) or "/tests/" in name or "/.venv/" in name:
+            return
+        for value in list(frame.f_locals.values()):
+            form = self.form(value)
+            if form is not None:
+                where = Path(code.co_filename).relative_to(PRODUCT)
+                self.calls.append((f"{where}:{getattr(code, 'co_qualname', code.co_name)}", form))
+                return
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue #42: 38 calls in 4 forms on 2026-12-03 (the columnar path is owed)"
+)
+def test_one_committable_reaches_the_sinks_commit_in_at_most_12_calls_and_4_forms() -> None:
+    system = FakeExternalSystem()
+    sink = FakeSink("s0", system)
+    clock = ManualClock()
+    committer = CommitterOperator(JOB, {"s0": sink}, clock=clock, sleep=clock.sleep)
+    storage = InMemoryCheckpointStorage(JOB)
+    coord = CheckpointCoordinator(
+        JOB, [sink], storage, committer, CheckpointConfig(), clock=clock, fault=lambda p: None
+    )
+    pc = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]})
+    txn = sink.begin_transaction(WriterContext(JOB, "s0", pc.checkpoint_id, 0, 0, 1))
+    sink.write(txn, batch(["r"]))
+    committable = sink.pre_commit(txn)
+    ack = Acknowledgement.of(sink, 0, 0, committable)
+    assert ack.committable is not None
+    table = acknowledgement_table([ack])
+    trace = Trace(ack.committable, committable)
+    sys.setprofile(trace)
+    try:
+        coord.acknowledge_table(pc.checkpoint_id, table)
+        coord.complete(pc.checkpoint_id)
+        coord.notify_checkpoint_complete(pc.checkpoint_id)
+    finally:
+        sys.setprofile(None)
+    assert trace.entered_commit, "the sink's commit was never entered"
+    forms = {form for _, form in trace.calls}
+    walk = "\n".join(f"{i + 1:2}. {where} ({form})" for i, (where, form) in enumerate(trace.calls))
+    assert len(trace.calls) <= MAX_CALLS and len(forms) <= MAX_FORMS, (
+        f"{len(trace.calls)} calls in {len(forms)} forms {sorted(forms)}:\n{walk}"
+    )
