@@ -24,6 +24,24 @@ from packaging.requirements import Requirement
 
 
 @dataclass(frozen=True)
+class SourceBuild:
+    """A package a platform ships for which PyPI has no wheel for the platform's Python, so the
+    cell builds one from the release's sdist (the platform builds its own; its flags are not
+    published, so the same source release on the same build dependencies stands in for it).
+
+    Attributes:
+        requirement: ``name==version`` to build, e.g. ``"pandas==1.5.3"``.
+        build_requires: what its build needs installed beside it (it builds without isolation,
+            e.g. because its ``setup.py`` imports ``pkg_resources``, gone from new setuptools).
+        why: why PyPI's wheels do not serve, for the log and COMPAT.md.
+    """
+
+    requirement: str
+    build_requires: tuple[str, ...]
+    why: str
+
+
+@dataclass(frozen=True)
 class Platform:
     """A managed platform's Python environment, as its release notes document it.
 
@@ -39,6 +57,8 @@ class Platform:
             platform ships none).
         may_break: a package of the platform whose own requirement ``pip check`` finds unmet after
             the install (a pin on a package twophase had to move), with why and what to do.
+        source_builds: packages of ``packages`` the cell builds from source first (cached), where
+            PyPI has no wheel for the platform's Python.
     """
 
     title: str
@@ -47,6 +67,7 @@ class Platform:
     may_move: tuple[tuple[str, str], ...] = ()
     recipe_adds: tuple[str, ...] = ()
     may_break: tuple[tuple[str, str], ...] = ()
+    source_builds: tuple[SourceBuild, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,8 +148,8 @@ DATAPROC_SERVERLESS_2_2 = Platform(
 #: setuptools it ships (pyspark 3.5 imports distutils, gone from Python 3.12). Its library versions
 #: are the release notes' "Installed Python libraries" (the same as the runtime's constraints in
 #: pietern/databricks-environments, dbr/16.4.x-scala2.12). pandas 1.5.3 has no wheel for Python 3.12
-#: on PyPI (Databricks builds its own), so the cell needs one built from pandas' sdist here, handed
-#: to it by PIP_FIND_LINKS (COMPAT.md has the build: setuptools<72, numpy 1.26.4, no isolation).
+#: on PyPI (Databricks builds its own), so the cell builds one from pandas' sdist on the runtime's
+#: numpy, once per machine (cached; about an hour on 2 cores), and installs it from there.
 DATABRICKS_16_4 = Platform(
     "Databricks 16.4 LTS",
     "https://docs.databricks.com/aws/en/release-notes/runtime/16.4lts",
@@ -150,6 +171,15 @@ DATABRICKS_16_4 = Platform(
         "requests==2.32.2",
     ),
     _BOTO3_MOVES,
+    source_builds=(
+        SourceBuild(
+            "pandas==1.5.3",
+            # pandas 1.5.3's setup.py imports pkg_resources (setuptools before 72) and its Cython
+            # sources need Cython 0.29 (3.0 changed the semantics they rely on)
+            ("setuptools<72", "wheel", "Cython>=0.29.32,<3", "numpy==1.26.4"),
+            "PyPI has no pandas 1.5.3 wheel for CPython 3.12 (its first is 2.1.1)",
+        ),
+    ),
 )
 
 _GLUE_MODULES = "https://docs.aws.amazon.com/glue/latest/dg/aws-glue-programming-python-libraries.html"

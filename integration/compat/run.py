@@ -23,11 +23,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import click
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from rich.console import Console
 from rich.table import Table
 
-from twophase.integration.compat.cells import CELLS, Cell, find_python, floor_constraints
+from twophase.integration.compat.cells import CELLS, Cell, SourceBuild, find_python, floor_constraints
 from twophase.integration.services import kafka_service, s3_service
+from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.launcher import given_env
 from twophase.integration.spark_shipping import REPO, build_wheel, worker_requirements
 
@@ -141,6 +144,68 @@ def _unmet(venv: Path, log: Path) -> dict[str, str]:
     return {line.split()[0].lower(): line for line in lines}
 
 
+#: How long building one platform package from source may take: pandas 1.5.3 took 57 minutes on the
+#: 2-core machine at load 4 to 8.
+BUILD_TIMEOUT_S = 7200.0
+
+
+def _built_wheel(folder: Path, requirement: Requirement, python: str) -> Path | None:
+    """A wheel of ``requirement`` (``name==version``) for CPython ``python`` (``"3.12"``) in ``folder``:
+    built for that CPython, or pure Python."""
+    digits = python.replace(".", "")
+    interpreters = {"cp" + digits, "py" + digits, "py3"}
+    for path in sorted(folder.glob("*.whl")):
+        name, version, _build, tags = parse_wheel_filename(path.name)
+        if (
+            canonicalize_name(name) == canonicalize_name(requirement.name)
+            and requirement.specifier.contains(version, prereleases=True)
+            and any(t.interpreter in interpreters for t in tags)
+        ):
+            return path
+    return None
+
+
+def source_wheels(
+    builds: tuple[SourceBuild, ...], python: Path, version: str, scratch: Path, log: Path
+) -> Path | str:
+    """The folder of wheels built from source for a platform cell (``--find-links`` for its pip):
+    each of ``builds`` built once per machine with the cell's ``python`` (CPython ``version``, e.g.
+    ``"3.12"``) and kept in ``$TWOPHASE_CACHE/source-wheels/py<version>``; or why a build failed.
+
+    A build runs in its own venv under ``scratch`` (deleted afterwards) holding the build's
+    requirements, without build isolation and from the sdist only (``--no-binary``), and its
+    wheel is moved into the cache only once complete, so an interrupted build leaves nothing that
+    a later cell would take for a wheel.
+    """
+    wheels = cache_dir() / "source-wheels" / f"py{version}"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for build in builds:
+        requirement = Requirement(build.requirement)
+        if _built_wheel(wheels, requirement, version) is not None:
+            continue
+        with log.open("a") as out:
+            out.write(f"building {build.requirement} from source: {build.why}\n")
+        venv = scratch / "build-venv"
+        shutil.rmtree(scratch, ignore_errors=True)
+        try:
+            if _run([str(python), "-m", "venv", "--upgrade-deps", str(venv)], log) != 0:
+                return f"python{version} could not make a venv to build {build.requirement}"
+            pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+            if _run([*pip, "install", "--quiet", *build.build_requires], log) != 0:
+                return f"pip could not install what {build.requirement}'s build needs (see its log)"
+            out_dir = scratch / "out"
+            wheel = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-binary", requirement.name]
+            if _run([*wheel, "-w", str(out_dir), build.requirement], log, timeout_s=BUILD_TIMEOUT_S) != 0:
+                return f"{build.requirement} did not build from source (see its log)"
+            built = _built_wheel(out_dir, requirement, version)
+            if built is None:
+                return f"building {build.requirement} made no wheel for CPython {version}"
+            os.replace(built, wheels / built.name)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return wheels
+
+
 def _declared_extras(wheel: Path) -> set[str]:
     with zipfile.ZipFile(wheel) as zf:
         (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
@@ -148,14 +213,22 @@ def _declared_extras(wheel: Path) -> set[str]:
     return {line.split(":", 1)[1].strip() for line in lines if line.startswith("Provides-Extra:")}
 
 
-def install_on_platform(cell: Cell, venv: Path, wheel: Path, folder: Path, log: Path) -> dict[str, str] | str:
-    """A platform cell's install: the platform's packages, then plain twophase (with the connector
-    extras the wheel has) as a user installs it there; the platform's packages that moved (name ->
-    ``before → after``), or why the cell failed (a package moved, or a platform package's own
-    requirement broke, that the platform does not name). The broken requirements (``pip check``
-    after the install, less those already unmet before it) are written to ``broken.json``."""
+def install_on_platform(
+    cell: Cell, venv: Path, wheel: Path, folder: Path, log: Path, python: Path
+) -> dict[str, str] | str:
+    """A platform cell's install: the platform's packages (those PyPI has no wheel of built from
+    source first, :func:`source_wheels`), then plain twophase (with the connector extras the wheel
+    has) as a user installs it there; the platform's packages that moved (name -> ``before →
+    after``), or why the cell failed (a package moved, or a platform package's own requirement
+    broke, that the platform does not name). The broken requirements (``pip check`` after the
+    install, less those already unmet before it) are written to ``broken.json``."""
     assert cell.platform is not None
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    if cell.platform.source_builds:
+        wheels = source_wheels(cell.platform.source_builds, python, cell.python, folder / "source-build", log)
+        if isinstance(wheels, str):
+            return wheels
+        pip += ["--find-links", str(wheels)]
     if _run([*pip, *cell.platform.packages], log) != 0:
         return "pip could not install the platform's packages (see its log)"
     before = _freeze(venv, log, folder / "freeze-platform.txt")
@@ -191,7 +264,7 @@ def make_venv(cell: Cell, python: Path, wheel: Path, folder: Path, log: Path) ->
         return f"python{cell.python} could not make a venv"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     if cell.platform is not None:
-        moved = install_on_platform(cell, venv, wheel, folder, log)
+        moved = install_on_platform(cell, venv, wheel, folder, log, python)
         if isinstance(moved, str):
             return moved
         (folder / "moved.json").write_text(json.dumps(moved))

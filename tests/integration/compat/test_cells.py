@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from twophase.integration.compat.cells import CELLS, floor_constraints
-from twophase.integration.compat.run import CellResult, _run, existing_rows, markdown
+import pytest
+
+from twophase.integration.compat.cells import CELLS, SourceBuild, find_python, floor_constraints
+from twophase.integration.compat.run import CellResult, _run, existing_rows, markdown, source_wheels
 from twophase.integration.services.versions import SPARK_JARS, spark_jar_set
 from twophase.integration.spark_shipping import worker_requirements
 
@@ -70,3 +72,42 @@ def test_a_step_past_its_time_is_the_cells_failure_not_the_runs(tmp_path: Path) 
     code = _run(["sleep", "5"], log, timeout_s=0.5)
     assert code != 0
     assert "timed out after 0.5 s" in log.read_text()
+
+
+def test_a_package_pypi_has_no_wheel_of_is_built_from_its_sdist_once_and_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the databricks16.4 cell's pandas 1.5.3 on CPython 3.12 takes an hour; the same steps on a
+    # small sdist show the build, the cache and its reuse for real
+    monkeypatch.setenv("TWOPHASE_CACHE", str(tmp_path / "cache"))
+    python = find_python("3.11")
+    assert python is not None
+    build = SourceBuild("six==1.16.0", ("setuptools<72", "wheel"), "a stand-in for a package without a wheel")
+    log = tmp_path / "cell.log"
+    wheels = source_wheels((build,), python, "3.11", tmp_path / "scratch", log)
+    assert isinstance(wheels, Path), wheels
+    (built,) = wheels.glob("*.whl")
+    assert built.name.startswith("six-1.16.0-") and wheels == tmp_path / "cache" / "source-wheels" / "py3.11"
+    assert "--no-binary six" in log.read_text() and not (tmp_path / "scratch").exists()
+    log.write_text("")
+    assert source_wheels((build,), python, "3.11", tmp_path / "scratch", log) == wheels
+    assert log.read_text() == ""  # the cached wheel serves: nothing built again
+
+
+def test_a_source_build_that_fails_names_the_package_and_caches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TWOPHASE_CACHE", str(tmp_path / "cache"))
+    python = find_python("3.11")
+    assert python is not None
+    build = SourceBuild("six==0.0.1", ("setuptools<72", "wheel"), "no such release")
+    why = source_wheels((build,), python, "3.11", tmp_path / "scratch", tmp_path / "cell.log")
+    assert why == "six==0.0.1 did not build from source (see its log)"
+    assert not list((tmp_path / "cache" / "source-wheels" / "py3.11").glob("*.whl"))
+
+
+def test_the_databricks_16_4_cell_builds_its_own_pandas_for_python_3_12() -> None:
+    (cell,) = [c for c in CELLS if c.name == "databricks16.4"]
+    assert cell.platform is not None and cell.python == "3.12"
+    (build,) = cell.platform.source_builds
+    assert build.requirement in cell.platform.packages and "numpy==1.26.4" in build.build_requires
