@@ -58,10 +58,13 @@ from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.coordinator.subtask_lifecycle import (
+    LedgerBlock,
     PendingTransaction,
+    SinkLedger,
     SubtaskLifecycle,
     SubtaskState,
     TxnStatus,
+    confirm_rows,
 )
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.codec import CommittableCodec
@@ -81,6 +84,7 @@ AnySink = TwoPhaseCommitSink[Any, Any]
 
 _CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
 _CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
+_PARTITION_ATTEMPT = operator.attrgetter("partition", "attempt")
 
 
 def _in_progress_by_row(table: pa.Table) -> dict[int, JsonObject]:
@@ -189,6 +193,9 @@ class CheckpointCoordinator:
         """Per sink, the subtasks that ever held in-progress state (restored with one, or an
         acknowledgement carried one): the only ones a pass over in-progress state visits, since
         a lifecycle gets a state only so. Most subtasks of most sinks never hold one (issue #42)."""
+        self._ledgers: dict[str, SinkLedger] = {name: SinkLedger(name) for name in self.sinks}
+        """Per sink, the pending transactions of its RUNNING subtasks as columns (issue #42): the
+        common path's transitions are one step per sink there, not a call per subtask."""
         self._expected_cache: tuple[dict[str, frozenset[int]], frozenset[SubtaskKey], pa.Table] | None = None
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
@@ -203,7 +210,9 @@ class CheckpointCoordinator:
                     continue
                 self.parallelism[name] = snap.num_partitions
                 for p, state in snap.in_progress.items():
-                    lc = SubtaskLifecycle[Any](name, p, state, restored.checkpoint_id)
+                    lc = SubtaskLifecycle[Any](
+                        name, p, state, restored.checkpoint_id, ledger=self._ledgers[name]
+                    )
                     self._subtasks[(name, p)] = self._by_sink[name][p] = lc
                     if state is not None:
                         self._stateful[name][p] = lc
@@ -224,8 +233,18 @@ class CheckpointCoordinator:
         key = (sink, partition)
         lc = self._subtasks.get(key)
         if lc is None:
-            lc = self._subtasks[key] = self._by_sink[sink][partition] = SubtaskLifecycle(sink, partition)
+            lc = SubtaskLifecycle(sink, partition, ledger=self._ledgers[sink])
+            self._subtasks[key] = self._by_sink[sink][partition] = lc
         return lc
+
+    def _visited(self, sink: str) -> list[SubtaskLifecycle[Any]]:
+        """``sink``'s lifecycles a transition calls one by one, ascending by partition: the
+        exceptions (their transactions left the ledger) and those holding in-progress state (their
+        states are kept per checkpoint there). Every other subtask is RUNNING, holds no state, and
+        its transactions are ledger rows, moved by the ledger's columnar transitions."""
+        ledger = self._ledgers[sink]
+        both = {**self._stateful.get(sink, {}), **ledger.exceptional}
+        return [both[p] for p in sorted(both)]
 
     @property
     def subtasks(self) -> Mapping[SubtaskKey, SubtaskLifecycle[Any]]:
@@ -298,8 +317,12 @@ class CheckpointCoordinator:
             if name in self.fully_finished and parts:
                 raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
             known = self._by_sink.get(name, {})
-            for p in parts:
-                lc = known.get(p) or self.subtask(name, p)
+            for p in parts - known.keys() if len(known) else parts:
+                self.subtask(name, p)
+            # a subtask on the ledger is RUNNING: only the exceptions can be FINISHED or CLOSED
+            exceptional = self._ledgers[name].exceptional if name in self._ledgers else {}
+            for p in parts & exceptional.keys():
+                lc = exceptional[p]
                 if not lc.state.is_live:
                     raise IllegalTransitionError(str(lc), lc.state.value, "trigger")
         expected, expected_keys = self._expected_of(parts_of)
@@ -385,6 +408,7 @@ class CheckpointCoordinator:
                 f"acknowledge {sink}[{partition}] twice (attempts {pc.acks[key].attempt} and {attempt})",
             )
         lc = self.subtask(sink, partition)
+        self._ledgers[sink].evict(lc)  # acknowledged one by one: an exception from now on
         lc.snapshot_transactions(checkpoint_id, txns, ack.in_progress)
         if ack.in_progress is not None:
             self._stateful[sink][partition] = lc
@@ -436,8 +460,10 @@ class CheckpointCoordinator:
         if pc.ledger.rows and pac.any(before).as_py():
             duplicates.extend(acknowledgements_in(first.filter(before)))
             first = first.filter(pac.invert(before))
-        # the ledger keeps the rows as columns; a Python value per row only for the lifecycles'
-        # transactions, and a parsed in-progress state only where a row carries one (issue #42)
+        # the ledger keeps the rows as columns; a Python value per row only for the transactions
+        # (appended to each sink's ledger as one block, ascending by partition), and a parsed
+        # in-progress state only where a row carries one (issue #42)
+        first = first.sort_by([("sink", "ascending"), ("partition", "ascending")])
         sinks, partitions, attempts, payloads = (
             first[n].to_pylist() for n in ("sink", "partition", "attempt", "committable")
         )
@@ -446,25 +472,53 @@ class CheckpointCoordinator:
         decoders = self._decoders
         by_sink = self._by_sink
         made: dict[str, dict[int, list[PendingTransaction[Any]]]] = {name: {} for name in self.sinks}
-        for i, (sink, partition, attempt, payload) in enumerate(
-            zip(sinks, partitions, attempts, payloads, strict=True)
-        ):
-            txns = (
-                []
-                if payload is None
-                else [
-                    PendingTransaction(
-                        sink, partition, attempt, checkpoint_id, pre_committed_ms=now, payload=payload,
-                        decode=decoders[sink],
-                    )
-                ]
-            )  # fmt: skip
+        # the exceptions first, each through its lifecycle (which checks the snapshot): a subtask
+        # no longer on the ledger (it left RUNNING, or was acknowledged one by one)
+        common: list[int] = []
+        for i, (sink, partition) in enumerate(zip(sinks, partitions, strict=True)):
+            if partition not in self._ledgers[sink].exceptional:
+                common.append(i)
+                continue
+            payload = payloads[i]
+            txns = [] if payload is None else [
+                PendingTransaction(
+                    sink, partition, attempts[i], checkpoint_id, pre_committed_ms=now, payload=payload,
+                    decode=decoders[sink],
+                )
+            ]  # fmt: skip
             lc = by_sink[sink].get(partition) or self.subtask(sink, partition)
             state = states.get(i) if states else None
             lc.snapshot_transactions(checkpoint_id, txns, state)
             if state is not None:
                 self._stateful[sink][partition] = lc
             made[sink][partition] = txns
+        # the common path: RUNNING subtasks (every one was checked live at trigger and left the
+        # ledger if it left RUNNING since), each acknowledging this checkpoint once (the pending
+        # checkpoint's ledger refused duplicates above)
+        blocks: dict[str, tuple[list[PendingTransaction[Any]], list[int]]] = {}
+        for i in common:
+            sink, partition, payload = sinks[i], partitions[i], payloads[i]
+            state = states.get(i) if states else None
+            stateful = self._stateful[sink]
+            if state is not None or partition in stateful:  # a state, or the end of one
+                lc = by_sink[sink].get(partition) or self.subtask(sink, partition)
+                lc.record_in_progress(checkpoint_id, state)
+                stateful[partition] = lc
+            if payload is None:
+                made[sink][partition] = []
+                continue
+            t = PendingTransaction(
+                sink, partition, attempts[i], checkpoint_id, pre_committed_ms=now, payload=payload,
+                decode=decoders[sink],
+            )  # fmt: skip
+            made[sink][partition] = [t]
+            rows = blocks.get(sink)
+            if rows is None:
+                rows = blocks[sink] = ([], [])
+            rows[0].append(t)
+            rows[1].append(partition)
+        for sink, (txns, parts) in blocks.items():
+            self._ledgers[sink].append(LedgerBlock(checkpoint_id, txns, parts))
         pc.record_table(first, made)
         return TableIntake(first.num_rows, tuple(duplicates), ack_table.records_per_sink(first))
 
@@ -492,7 +546,7 @@ class CheckpointCoordinator:
                 self.job_id,
                 pc,
                 self.sinks,
-                self._by_sink,
+                self._ledgers,
                 self._stateful,
                 self.fully_finished,
                 self.parallelism,
@@ -545,8 +599,10 @@ class CheckpointCoordinator:
         pc.complete()
         del self._pending[checkpoint_id]
         self._completed_ids.add(checkpoint_id)
-        for lc in self._subtasks.values():
-            lc.checkpoint_persisted(checkpoint_id)
+        for name, ledger in self._ledgers.items():
+            ledger.checkpoint_persisted(checkpoint_id)
+            for lc in self._visited(name):
+                lc.checkpoint_persisted(checkpoint_id)
         if self.marker is not None:  # before retention: an older checkpoint's marker is not written now
             self.marker.published(checkpoint_id, ref.location)
         self._log(
@@ -606,8 +662,10 @@ class CheckpointCoordinator:
         del self._pending[c]
         pc.mark_in_doubt()
         self._aborted.add(c)
-        for lc in self._subtasks.values():
-            lc.checkpoint_in_doubt(c)
+        for name, ledger in self._ledgers.items():
+            ledger.checkpoint_in_doubt(c)
+            for lc in self._visited(name):
+                lc.checkpoint_in_doubt(c)
         self._log(logging.ERROR, "checkpoint publish outcome unknown", checkpoint=c, error=repr(error))
         newer = [n for n in self._pending if n > c]
         if newer:
@@ -629,34 +687,50 @@ class CheckpointCoordinator:
         if self._fence is not None:  # the newer driver's restore commits it
             self._fence.check(f"committing checkpoint {checkpoint_id}")
         started = time.perf_counter()
-        commits: list[PendingTransaction[Any]] = []
+        # commit calls: (checkpoint, sink in job order) → its transactions; the ledger hands a
+        # block's rows ascending by partition, a call as it is (issue #42)
+        calls: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
+        merged: set[tuple[int, int]] = set()
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
         with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
-            # job order, then partitions: a stable sort by checkpoint id then gives commits in
-            # (checkpoint, job order, partition) order without a key tuple per transaction
-            for by_partition in self._by_sink.values():
-                for p in sorted(by_partition):
-                    lc = by_partition[p]
+            for order, ledger in enumerate(self._ledgers.values()):
+                for cid, txns in ledger.notify_checkpoint_complete(checkpoint_id):
+                    key = (cid, order)
+                    if key in calls:
+                        calls[key].extend(txns)
+                        merged.add(key)
+                    else:
+                        calls[key] = txns
+                for lc in ledger.exceptional.values():
                     if not lc.state.is_live:
                         continue
                     actions = lc.notify_checkpoint_complete(checkpoint_id)
-                    commits.extend(actions.commit)
+                    for t in actions.commit:
+                        key = (t.checkpoint_id, order)
+                        if key in calls:
+                            calls[key].append(t)
+                            merged.add(key)
+                        else:
+                            calls[key] = [t]
                     aborts.extend(actions.abort)
                     finished += lc.state is SubtaskState.FINISHED
-            commits.sort(key=_CHECKPOINT_ID)
-        for t in aborts:
+            for key in merged:
+                calls[key].sort(key=_PARTITION_ATTEMPT)
+        ordered = [tuple(calls[key]) for key in sorted(calls)]
+        commits = sum(map(len, ordered))
+        for t in sorted(aborts, key=_CHECKPOINT_PARTITION):
             self.committer.abort(t)
         before = self.committer.metrics
-        self.committer.submit(commits, on_landed=self._marker_for(checkpoint_id))
+        self.committer.submit_calls(ordered, on_landed=self._marker_for(checkpoint_id))
         after = self.committer.metrics
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0
         if commits or aborts or finished:
-            counts = {"committed": len(commits), "aborted": len(aborts), "finished": finished}
+            counts = {"committed": commits, "aborted": len(aborts), "finished": finished}
             self._log(logging.INFO, "checkpoint notified", checkpoint=checkpoint_id, **counts)
         if self.committer.asynchronous:
-            return NotifyResult(checkpoint_id, len(commits), len(aborts), finished, ms)
+            return NotifyResult(checkpoint_id, commits, len(aborts), finished, ms)
         already = after.already_committed - before.already_committed
         return NotifyResult(
             checkpoint_id, after.committed - before.committed, len(aborts), finished, ms, already
@@ -670,8 +744,11 @@ class CheckpointCoordinator:
         marker = self.marker
         if marker is None:
             return None
-        if not all(lc.all_committing(checkpoint_id) for lc in self._subtasks.values()):
-            return None
+        for ledger in self._ledgers.values():
+            if not ledger.all_committing(checkpoint_id):
+                return None
+            if not all(lc.all_committing(checkpoint_id) for lc in ledger.exceptional.values()):
+                return None
 
         def landed() -> None:
             marker.mark(checkpoint_id)
@@ -682,8 +759,11 @@ class CheckpointCoordinator:
         """Forget the transactions the committer confirmed since the last call; return how many."""
         confirmed = self.committer.poll_completed()
         with collector.paused():
-            for t in confirmed:
+            for t in confirm_rows(confirmed):  # ledger rows leave at once; the rest, one by one
                 self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+            if confirmed:
+                for ledger in self._ledgers.values():
+                    ledger.compact()
         return len(confirmed)
 
     def abort_checkpoint(self, checkpoint_id: int, reason: str) -> list[int]:
@@ -705,11 +785,15 @@ class CheckpointCoordinator:
             pc.abort(reason)
             self._aborted.add(c)
             aborted = 0
-            for _, lc in sorted(self._subtasks.items()):
-                if lc.state.is_live:
-                    for t in lc.notify_checkpoint_aborted(c).abort:
-                        self.committer.abort(t)
-                        aborted += 1
+            for name, ledger in self._ledgers.items():
+                for t in ledger.notify_checkpoint_aborted(c):
+                    self.committer.abort(t)
+                    aborted += 1
+                for lc in self._visited(name):
+                    if lc.state.is_live:
+                        for t in lc.notify_checkpoint_aborted(c).abort:
+                            self.committer.abort(t)
+                            aborted += 1
             self._log(
                 logging.WARNING,
                 "checkpoint aborted",
@@ -746,7 +830,9 @@ class CheckpointCoordinator:
         """Forget the IN_DOUBT transactions of checkpoints storage does not show (``landed``: the
         ids it lists): their publish did not land, nothing holds them, so they must be aborted
         (lingering cleanup no longer holds them either). Returns them in checkpoint order."""
-        gone = [t for _, lc in sorted(self._subtasks.items()) for t in lc.release_in_doubt(landed)]
+        gone = [t for ledger in self._ledgers.values() for t in ledger.release_in_doubt(landed)]
+        for name in self._ledgers:
+            gone += [t for lc in self._visited(name) for t in lc.release_in_doubt(landed)]
         return sorted(gone, key=lambda t: (t.checkpoint_id, t.sink_name, t.partition))
 
     def durable_transactions(self, landed: Set[int] = frozenset()) -> list[PendingTransaction[Any]]:
@@ -760,7 +846,10 @@ class CheckpointCoordinator:
 
     def pending_of(self, sink: str) -> list[PendingTransaction[Any]]:
         """Every transaction of ``sink`` not yet confirmed committed nor aborted (no order)."""
-        return [t for lc in self._by_sink.get(sink, {}).values() for t in lc.pending]
+        ledger = self._ledgers.get(sink)
+        if ledger is None:
+            return []
+        return [*ledger.rows(), *(t for lc in ledger.exceptional.values() for t in lc.own_pending)]
 
     def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
         """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a
@@ -788,11 +877,16 @@ class CheckpointCoordinator:
     def uncommitted_unordered(self) -> Iterator[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in no order, walked only as far as the
         caller reads (a check that stops at the first, or reads nothing)."""
-        return (t for lc in self._subtasks.values() for t in lc.pending)
+        return (t for name in self._ledgers for t in self.pending_of(name))
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""
-        return sorted((t for lc in self._subtasks.values() for t in lc.pending), key=_CHECKPOINT_PARTITION)
+        return sorted(self.uncommitted_unordered(), key=_CHECKPOINT_PARTITION)
+
+    @property
+    def ledgers(self) -> Mapping[str, SinkLedger]:
+        """Per sink, the ledger of its RUNNING subtasks' transactions (issue #42)."""
+        return self._ledgers
 
     @property
     def completed_ids(self) -> frozenset[int]:

@@ -28,7 +28,12 @@ from twophase.coordinator.acknowledgement import (
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
-from twophase.coordinator.subtask_lifecycle import CommittablesOf, PendingTransaction, SubtaskLifecycle
+from twophase.coordinator.subtask_lifecycle import (
+    CommittablesOf,
+    PendingTransaction,
+    SinkLedger,
+    SubtaskLifecycle,
+)
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, IllegalTransitionError
@@ -367,7 +372,7 @@ def metadata_of(
     job_id: str,
     pc: PendingCheckpoint,
     sinks: Mapping[str, TwoPhaseCommitSink[Any, Any]],
-    subtasks: Mapping[str, Mapping[int, SubtaskLifecycle[Any]]],
+    ledgers: Mapping[str, SinkLedger],
     stateful: Mapping[str, Mapping[int, SubtaskLifecycle[Any]]],
     fully_finished: Set[str],
     parallelism: Mapping[str, int],
@@ -377,8 +382,9 @@ def metadata_of(
     confirmed committed with a checkpoint id ≤ ``pc``'s (its own and older pending ones, so the
     latest checkpoint alone is enough to recover), payload bytes as received (nothing decoded or
     encoded), and the in-progress state of live subtasks. A pure function of the coordinator's state
-    (``subtasks``: sink → partition → lifecycle; ``stateful``: the same for the subtasks that ever
-    held in-progress state, the only ones whose state is read).
+    (``ledgers``: sink → its ledger, whose rows and exceptional lifecycles hold every pending
+    transaction; ``stateful``: sink → partition → lifecycle of the subtasks that ever held
+    in-progress state, the only ones whose state is read).
 
     Returns:
         the metadata, and per sink the same transactions' committables (decoded on first access)
@@ -390,12 +396,11 @@ def metadata_of(
     for name, sink in sinks.items():
         if name in fully_finished:
             continue
-        of_sink = subtasks.get(name, {})
-        lcs = [(p, of_sink[p]) for p in sorted(of_sink)]
-        # stable: partitions in order, so by checkpoint id is by (checkpoint id, partition)
-        txns: list[PendingTransaction[Any]] = sorted(
-            (t for _, lc in lcs for t in lc.uncommitted(c)), key=operator.attrgetter("checkpoint_id")
-        )
+        ledger = ledgers.get(name)
+        txns: list[PendingTransaction[Any]] = [] if ledger is None else ledger.rows(c)
+        if ledger is not None and ledger.exceptional:
+            txns += [t for lc in ledger.exceptional.values() for t in lc.uncommitted(c)]
+            txns.sort(key=operator.attrgetter("checkpoint_id", "partition"))
         with_state = stateful.get(name, {})
         in_progress = {
             p: st

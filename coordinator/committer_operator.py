@@ -440,8 +440,25 @@ class CommitterOperator:
         self.raise_if_failed()
         if not txns and on_landed is None:
             return
-        calls = commit_calls(self._sinks, txns)
-        if not self.asynchronous and not self.policy.commits_async(len(txns)):
+        self.submit_calls(commit_calls(self._sinks, txns), on_landed=on_landed)
+
+    def submit_calls(
+        self, calls: Sequence[CommitCall], *, on_landed: Callable[[], None] | None = None
+    ) -> None:
+        """:meth:`submit` of a batch already grouped into commit calls, in commit order (each
+        call every transaction of one sink and one checkpoint, ascending by partition, as
+        :func:`~twophase.coordinator.commit_calls.commit_calls` makes them): the coordinator's
+        ledger hands its blocks so (issue #42), with no pass over the transactions here.
+
+        Raises:
+            As :meth:`submit`.
+        """
+        self.raise_if_failed()
+        calls = [call for call in calls if call]
+        if not calls and on_landed is None:
+            return
+        n = sum(map(len, calls))
+        if not self.asynchronous and not self.policy.commits_async(n):
             self._run(calls, on_landed)
             return
         with self._lock:

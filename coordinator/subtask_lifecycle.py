@@ -36,10 +36,11 @@ either: its checkpoint may be durable; the job fails and the restore reads stora
 
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
 import operator
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
@@ -120,6 +121,27 @@ class TxnStatus(enum.Enum):
         return self in (TxnStatus.PERSISTED, TxnStatus.COMMITTING)
 
 
+_GONE, _PRE, _PERSISTED, _COMMITTING, _IN_DOUBT = range(5)
+"""A ledger row's status byte (:class:`LedgerBlock`): GONE is a row whose transaction left the
+ledger (confirmed, aborted, or moved to its lifecycle)."""
+_STATUS_OF: list[Any] = [
+    None, TxnStatus.PRE_COMMITTED, TxnStatus.PERSISTED, TxnStatus.COMMITTING, TxnStatus.IN_DOUBT
+]  # fmt: skip
+_CODE_OF: dict[TxnStatus, int] = {st: code for code, st in enumerate(_STATUS_OF) if st is not None}
+
+
+def _recode(frm: int, to: int) -> bytes:
+    """A ``bytes.translate`` table turning status ``frm`` into ``to`` and keeping every other."""
+    table = bytearray(range(256))
+    table[frm] = to
+    return bytes(table)
+
+
+_PERSIST = _recode(_PRE, _PERSISTED)
+_DOUBT = _recode(_PRE, _IN_DOUBT)
+_COMMIT = _recode(_PERSISTED, _COMMITTING)
+_COMMITTING_OR_GONE = bytes((_GONE, _COMMITTING))
+
 _UNDECODED: Any = object()
 """A pending transaction whose committable is not decoded yet."""
 
@@ -155,15 +177,17 @@ class PendingTransaction(Generic[COMM]):
 
     __slots__ = (
         "__weakref__",  # the transaction age monitor keeps weak references
+        "_block",
         "_committable",
         "_decode",
+        "_row",
+        "_status",
         "attempt",
         "checkpoint_id",
         "partition",
         "payload",
         "pre_committed_ms",
         "sink_name",
-        "status",
     )
 
     def __init__(
@@ -186,10 +210,41 @@ class PendingTransaction(Generic[COMM]):
         self.attempt = attempt
         self.checkpoint_id = checkpoint_id
         self.pre_committed_ms = pre_committed_ms
-        self.status = status
+        self._status = status
+        self._block: LedgerBlock | None = None
+        self._row = 0
         self.payload = payload
         self._committable = committable
         self._decode = decode
+
+    @property
+    def status(self) -> TxnStatus:
+        """Where the transaction is: its row's status in its sink's ledger while it is a row
+        there (:class:`LedgerBlock`), else its own."""
+        block = self._block
+        return self._status if block is None else _STATUS_OF[block.status[self._row]]
+
+    @status.setter
+    def status(self, status: TxnStatus) -> None:
+        block = self._block
+        if block is None:
+            self._status = status
+        else:
+            block.recode_row(self._row, _CODE_OF[status])
+
+    def attach(self, block: LedgerBlock, row: int) -> None:
+        """Become row ``row`` of ``block`` (its status is the row's from now on)."""
+        self._block = block
+        self._row = row
+
+    def detach(self) -> None:
+        """Leave the ledger (its row is GONE): the status becomes the transaction's own."""
+        block = self._block
+        if block is not None:
+            code = block.leave(self._row)
+            if code != _GONE:
+                self._status = _STATUS_OF[code]
+            self._block = None
 
     @property
     def committable(self) -> COMM:
@@ -205,6 +260,11 @@ class PendingTransaction(Generic[COMM]):
         return c
 
     @property
+    def in_ledger(self) -> bool:
+        """Whether it is a row of its sink's ledger (:class:`LedgerBlock`)."""
+        return self._block is not None
+
+    @property
     def decoded(self) -> bool:
         """Whether :attr:`committable` was made already."""
         return self._committable is not _UNDECODED
@@ -215,6 +275,233 @@ class PendingTransaction(Generic[COMM]):
             f"PendingTransaction({self.sink_name}[{self.partition}] attempt {self.attempt} "
             f"checkpoint {self.checkpoint_id} {self.status.value} {what})"
         )
+
+
+class LedgerBlock:
+    """The transactions one table intake recorded for one sink and one checkpoint (issue #42):
+    their objects ascending by partition, and their statuses as a column of one byte per row,
+    so that a transition of every row (persisted, committing, in doubt) is one C-level
+    ``bytes.translate`` of the column, not a Python call per transaction.
+
+    Attributes:
+        checkpoint_id: the checkpoint every row was pre-committed for.
+        txns: the transactions, ascending by partition (one per partition).
+        partitions: their partitions, in the same order.
+        status: one status byte per row (``_PRE`` … ``_IN_DOUBT``, ``_GONE`` once it left).
+    """
+
+    __slots__ = ("checkpoint_id", "partitions", "status", "txns")
+
+    def __init__(
+        self, checkpoint_id: int, txns: Sequence[PendingTransaction[Any]], partitions: list[int]
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.txns = tuple(txns)
+        self.partitions = partitions
+        self.status = bytearray((_PRE,)) * len(self.txns)
+        for i, t in enumerate(self.txns):
+            t.attach(self, i)
+
+    def recode(self, table: bytes) -> None:
+        """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
+        self.status = bytearray(self.status.translate(table))
+
+    def recode_row(self, row: int, code: int) -> None:
+        """Row ``row``'s status is ``code``."""
+        self.status[row] = code
+
+    def leave(self, row: int) -> int:
+        """Row ``row`` leaves (GONE); returns the status it had."""
+        code = self.status[row]
+        self.status[row] = _GONE
+        return code
+
+    @property
+    def empty(self) -> bool:
+        """Whether every row left the ledger."""
+        return self.status.count(_GONE) == len(self.status)
+
+    def live(self) -> list[PendingTransaction[Any]]:
+        """The transactions still rows here, ascending by partition."""
+        if _GONE not in self.status:
+            return list(self.txns)
+        return [t for t, code in zip(self.txns, self.status, strict=True) if code != _GONE]
+
+    def with_status(self, code: int) -> list[PendingTransaction[Any]]:
+        """The transactions whose row has status ``code``, ascending by partition."""
+        n = self.status.count(code)
+        if n == len(self.status):
+            return list(self.txns)
+        if n == 0:
+            return []
+        return [t for t, c in zip(self.txns, self.status, strict=True) if c == code]
+
+    def row_of(self, partition: int) -> int | None:
+        """The live row of ``partition``, if any."""
+        i = bisect.bisect_left(self.partitions, partition)
+        if i < len(self.partitions) and self.partitions[i] == partition and self.status[i] != _GONE:
+            return i
+        return None
+
+
+class SinkLedger:
+    """The pending transactions of one sink's RUNNING subtasks on the common path, as
+    :class:`LedgerBlock` s ascending by checkpoint id (issue #42): the transitions every subtask
+    makes every epoch are columnar steps here, checked and named as
+    :class:`SubtaskLifecycle`'s (``checkpoint_persisted``, ``notify_checkpoint_complete``, …).
+
+    A subtask leaves the ledger for good (its rows move to its lifecycle, which then holds and
+    decides them itself) when it leaves RUNNING (finish, close) or is acknowledged one by one
+    (:meth:`evict`): :attr:`exceptional` lists those, and only those get a Python call per
+    transition. Not thread-safe: the checkpoint coordinator's thread only (the committer
+    thread reads a row's status, never writes it).
+    """
+
+    def __init__(self, sink_name: str) -> None:
+        self.sink_name = sink_name
+        self._blocks: list[LedgerBlock] = []
+        self.exceptional: dict[int, SubtaskLifecycle[Any]] = {}
+        """Partition → the lifecycle of a subtask whose transactions its lifecycle holds."""
+
+    def __repr__(self) -> str:
+        blocks, exceptional = len(self._blocks), len(self.exceptional)
+        return f"SinkLedger({self.sink_name!r}, {blocks} blocks, {exceptional} exceptional)"
+
+    @property
+    def blocks(self) -> tuple[LedgerBlock, ...]:
+        """The blocks, ascending by checkpoint id."""
+        return tuple(self._blocks)
+
+    def append(self, block: LedgerBlock) -> None:
+        """Record an intake's block (its subtasks RUNNING, not exceptional, each acknowledging its
+        checkpoint once: the caller checked)."""
+        blocks = self._blocks
+        i = len(blocks)
+        while i and blocks[i - 1].checkpoint_id > block.checkpoint_id:
+            i -= 1
+        blocks.insert(i, block)
+
+    def _up_to(self, checkpoint_id: int) -> list[LedgerBlock]:
+        return [b for b in self._blocks if b.checkpoint_id <= checkpoint_id]
+
+    def compact(self) -> None:
+        """Forget the blocks every row of which left."""
+        if any(b.empty for b in self._blocks):
+            self._blocks = [b for b in self._blocks if not b.empty]
+
+    # -- the columnar transitions -----------------------------------------------------------------
+
+    def checkpoint_persisted(self, checkpoint_id: int) -> None:
+        """Every PRE_COMMITTED row ≤ ``checkpoint_id`` is PERSISTED."""
+        for b in self._up_to(checkpoint_id):
+            b.recode(_PERSIST)
+
+    def checkpoint_in_doubt(self, checkpoint_id: int) -> None:
+        """Every PRE_COMMITTED row ≤ ``checkpoint_id`` is IN_DOUBT (kept for the restore)."""
+        for b in self._up_to(checkpoint_id):
+            b.recode(_DOUBT)
+
+    def notify_checkpoint_complete(
+        self, checkpoint_id: int
+    ) -> list[tuple[int, list[PendingTransaction[Any]]]]:
+        """Every PERSISTED row ≤ ``checkpoint_id`` becomes COMMITTING; returns them per block
+        (checkpoint id, transactions ascending by partition), ascending by checkpoint id.
+
+        Raises:
+            IllegalTransitionError: a row ≤ ``checkpoint_id`` is PRE_COMMITTED (its checkpoint is
+                not durable); nothing changed.
+        """
+        blocks = self._up_to(checkpoint_id)
+        for b in blocks:
+            if _PRE in b.status:
+                t = b.txns[b.status.index(_PRE)]
+                raise IllegalTransitionError(
+                    f"subtask {self.sink_name}[{t.partition}]",
+                    SubtaskState.RUNNING.value,
+                    f"notify_checkpoint_complete #{checkpoint_id} (not durable)",
+                )
+        out: list[tuple[int, list[PendingTransaction[Any]]]] = []
+        for b in blocks:
+            commit = b.with_status(_PERSISTED)
+            if commit:
+                b.recode(_COMMIT)
+                out.append((b.checkpoint_id, commit))
+        return out
+
+    def all_committing(self, up_to_checkpoint: int) -> bool:
+        """Whether every row ≤ ``up_to_checkpoint`` is COMMITTING (or gone)."""
+        return all(not b.status.translate(None, _COMMITTING_OR_GONE) for b in self._up_to(up_to_checkpoint))
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> list[PendingTransaction[Any]]:
+        """Checkpoint ``checkpoint_id`` will never complete: its rows leave, to be aborted.
+
+        Raises:
+            IllegalTransitionError: a row of it is not PRE_COMMITTED (already durable or in
+                doubt); nothing changed.
+        """
+        blocks = [b for b in self._blocks if b.checkpoint_id == checkpoint_id]
+        for b in blocks:
+            if b.status.translate(None, bytes((_GONE, _PRE))):
+                t = next(t for t, c in zip(b.txns, b.status, strict=True) if c not in (_GONE, _PRE))
+                raise IllegalTransitionError(
+                    f"subtask {self.sink_name}[{t.partition}]",
+                    SubtaskState.RUNNING.value,
+                    f"notify_checkpoint_aborted #{checkpoint_id} (already durable)",
+                )
+        out = [t for b in blocks for t in b.live()]
+        for t in out:
+            t.detach()
+        self._blocks = [b for b in self._blocks if b.checkpoint_id != checkpoint_id]
+        return out
+
+    def release_in_doubt(self, landed: Set[int]) -> list[PendingTransaction[Any]]:
+        """The IN_DOUBT rows of checkpoints not in ``landed`` leave; returns them, to be aborted."""
+        out = [t for b in self._blocks if b.checkpoint_id not in landed for t in b.with_status(_IN_DOUBT)]
+        for t in out:
+            t.detach()
+        self.compact()
+        return out
+
+    # -- queries and the way out ------------------------------------------------------------------
+
+    def rows(self, up_to_checkpoint: int | None = None) -> list[PendingTransaction[Any]]:
+        """The transactions still rows here (≤ ``up_to_checkpoint`` if given), ascending by
+        (checkpoint id, partition)."""
+        blocks = self._blocks if up_to_checkpoint is None else self._up_to(up_to_checkpoint)
+        out = [t for b in blocks for t in b.live()]
+        ids = [b.checkpoint_id for b in blocks]
+        if len(set(ids)) != len(ids):  # two intakes of one checkpoint (a driver handover)
+            out.sort(key=_CHECKPOINT_PARTITION)
+        return out
+
+    def rows_of(self, partition: int) -> list[PendingTransaction[Any]]:
+        """The transactions of subtask ``partition`` still rows here, ascending by checkpoint id."""
+        return [b.txns[i] for b in self._blocks if (i := b.row_of(partition)) is not None]
+
+    def evict(self, lc: SubtaskLifecycle[Any]) -> None:
+        """Move subtask ``lc``'s rows into its lifecycle, for good: from now on it holds and
+        decides its transactions itself (an exception: finish, close, a one-by-one acknowledgement)."""
+        if lc.ledger is not self:
+            return
+        rows = self.rows_of(lc.partition)
+        for t in rows:
+            t.detach()
+        lc.take_over(rows)
+        self.exceptional[lc.partition] = lc
+        self.compact()
+
+
+def confirm_rows(confirmed: Iterable[PendingTransaction[Any]]) -> list[PendingTransaction[Any]]:
+    """The committer confirmed ``confirmed``: each that is a ledger row leaves its ledger (its row
+    GONE; the ledger forgets emptied blocks on ``compact``). Returns the others, which their
+    lifecycles hold (:meth:`SubtaskLifecycle.commit_confirmed`)."""
+    rest: list[PendingTransaction[Any]] = []
+    for t in confirmed:
+        if t.in_ledger:
+            t.detach()
+        else:
+            rest.append(t)
+    return rest
 
 
 class CommittablesOf(Sequence[COMM]):
@@ -262,6 +549,7 @@ class LifecycleActions(Generic[COMM]):
 _NOTHING: LifecycleActions[Any] = LifecycleActions()
 """Nothing to commit or abort (immutable: shared by every call that asks for nothing)."""
 _CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
+_CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
 
 
 @dataclass
@@ -285,6 +573,11 @@ class SubtaskLifecycle(Generic[COMM]):
     finished_after: int | None = None
     """Set by :meth:`finish`: the last checkpoint id triggered before finish(); checkpoints with a
     greater id were triggered after it (FLIP-147)."""
+    ledger: SinkLedger | None = field(default=None, repr=False, compare=False)
+    """The sink's ledger while it holds this subtask's transactions (a RUNNING subtask on the
+    common path, issue #42): the coordinator makes its common transitions there, columnar, and
+    this lifecycle's queries read its rows. ``None`` once the subtask is an exception (its rows
+    moved here on leaving RUNNING) or for a lifecycle without a coordinator."""
     _pending: list[PendingTransaction[COMM]] = field(default_factory=list)
     _in_progress: dict[int, JsonObject | None] = field(default_factory=dict)
     _snapshotted: set[int] = field(default_factory=set)
@@ -301,6 +594,8 @@ class SubtaskLifecycle(Generic[COMM]):
         target = TRANSITIONS.get((self.state, transition))
         if target is None:
             raise IllegalTransitionError(str(self), self.state.value, transition.value)
+        if target is not self.state and self.ledger is not None:
+            self.ledger.evict(self)  # leaving RUNNING: an exception from now on, decided here
         if target is not self.state:
             log.info(
                 "subtask transition sink=%s partition=%d %s -[%s]-> %s",
@@ -362,6 +657,17 @@ class SubtaskLifecycle(Generic[COMM]):
         self._snapshotted.add(checkpoint_id)
         self._pending.extend(transactions)
         self._in_progress[checkpoint_id] = in_progress
+
+    def record_in_progress(self, checkpoint_id: int, in_progress: JsonObject | None) -> None:
+        """The in-progress state a common-path acknowledgement of ``checkpoint_id`` carried (its
+        transactions are rows of the sink's ledger; the coordinator checked the snapshot)."""
+        self._in_progress[checkpoint_id] = in_progress
+
+    def take_over(self, rows: Sequence[PendingTransaction[COMM]]) -> None:
+        """The sink's ledger hands over this subtask's ``rows`` (already left the ledger): from
+        now on this lifecycle holds and decides its transactions itself (an exception)."""
+        self.ledger = None
+        self._pending = sorted([*self._pending, *rows], key=_CHECKPOINT_ID)
 
     def finish(self, last_triggered_checkpoint: int) -> None:
         """End of input: the subtask flushed into its current transaction and opens no new one.
@@ -499,19 +805,27 @@ class SubtaskLifecycle(Generic[COMM]):
         """Whether every pending transaction of a checkpoint ≤ ``up_to_checkpoint`` is COMMITTING
         (handed to the committer; none in doubt or still pre-committed)."""
         return all(
-            t.status is TxnStatus.COMMITTING for t in self._pending if t.checkpoint_id <= up_to_checkpoint
+            t.status is TxnStatus.COMMITTING for t in self.pending if t.checkpoint_id <= up_to_checkpoint
         )
 
     def uncommitted(self, up_to_checkpoint: int) -> list[PendingTransaction[COMM]]:
         """Transactions pre-committed for checkpoints ≤ ``up_to_checkpoint`` whose commit is not
         confirmed, ascending by checkpoint id: what checkpoint ``up_to_checkpoint`` must hold."""
         return sorted(
-            (t for t in self._pending if t.checkpoint_id <= up_to_checkpoint), key=lambda t: t.checkpoint_id
+            (t for t in self.pending if t.checkpoint_id <= up_to_checkpoint), key=lambda t: t.checkpoint_id
         )
 
     @property
     def pending(self) -> tuple[PendingTransaction[COMM], ...]:
-        """Every transaction not yet confirmed committed nor aborted."""
+        """Every transaction not yet confirmed committed nor aborted (its own, then its rows in
+        the sink's ledger)."""
+        if self.ledger is None:
+            return tuple(self._pending)
+        return (*self._pending, *self.ledger.rows_of(self.partition))
+
+    @property
+    def own_pending(self) -> tuple[PendingTransaction[COMM], ...]:
+        """The transactions this lifecycle holds itself (none of its ledger rows)."""
         return tuple(self._pending)
 
     def in_progress_for(self, checkpoint_id: int) -> JsonObject | None:

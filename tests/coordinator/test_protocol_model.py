@@ -106,6 +106,7 @@ from support.model_checkpoint_files import (
     stale_driver_publishes,
     unreadable_retained,
 )
+from support.model_ledger import LedgerWatch
 from support.model_lingering import HeldGuard
 from support.model_payloads import (
     UNDECODABLE_SINKS,
@@ -358,6 +359,12 @@ class ProtocolModel(RuleBasedStateMachine):
                     p in coord.stateful_subtasks(sink),
                     f"subtask {sink}[{p}] holds in-progress state outside the coordinator's index",
                 )
+        # the transactions' ledger (support.model_ledger): columns and lifecycles agree, and no
+        # row's status goes back (a COMMITTING row never returns to PERSISTED)
+        if not hasattr(self, "ledger_watch"):
+            self.ledger_watch = LedgerWatch()
+        problems = self.ledger_watch.problems(coord)
+        self.check(not problems, "the ledger: " + "; ".join(problems[:5]))
 
     @invariant()
     def a_committed_marker_follows_every_transaction_of_its_checkpoint(self) -> None:
