@@ -74,14 +74,20 @@ def test_a_step_past_its_time_is_the_cells_failure_not_the_runs(tmp_path: Path) 
     assert "timed out after 0.5 s" in log.read_text()
 
 
+@pytest.fixture
+def python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Python 3.11, with the cache of built wheels under ``tmp_path / "cache"``."""
+    monkeypatch.setenv("TWOPHASE_CACHE", str(tmp_path / "cache"))
+    found = find_python("3.11")
+    assert found is not None
+    return found
+
+
 def test_a_package_pypi_has_no_wheel_of_is_built_from_its_sdist_once_and_cached(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, python: Path
 ) -> None:
     # the databricks16.4 cell's pandas 1.5.3 on CPython 3.12 takes an hour; the same steps on a
     # small sdist show the build, the cache and its reuse for real
-    monkeypatch.setenv("TWOPHASE_CACHE", str(tmp_path / "cache"))
-    python = find_python("3.11")
-    assert python is not None
     build = SourceBuild("six==1.16.0", ("setuptools<72", "wheel"), "a stand-in for a package without a wheel")
     log = tmp_path / "cell.log"
     wheels = source_wheels((build,), python, "3.11", tmp_path / "scratch", log)
@@ -94,12 +100,7 @@ def test_a_package_pypi_has_no_wheel_of_is_built_from_its_sdist_once_and_cached(
     assert log.read_text() == ""  # the cached wheel serves: nothing built again
 
 
-def test_a_source_build_that_fails_names_the_package_and_caches_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TWOPHASE_CACHE", str(tmp_path / "cache"))
-    python = find_python("3.11")
-    assert python is not None
+def test_a_source_build_that_fails_names_the_package_and_caches_nothing(tmp_path: Path, python: Path) -> None:
     build = SourceBuild("six==0.0.1", ("setuptools<72", "wheel"), "no such release")
     why = source_wheels((build,), python, "3.11", tmp_path / "scratch", tmp_path / "cell.log")
     assert why == "six==0.0.1 did not build from source (see its log)"
