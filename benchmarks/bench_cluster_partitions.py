@@ -33,7 +33,8 @@ writers over twophase's (> 1: twophase is faster), and the same of the whole run
 
 Environment: ``TWOPHASE_BENCH_PARTITIONS`` (default ``1000,10000``: the points, in order),
 ``TWOPHASE_BENCH_EPOCHS`` micro-batches per run (default 3, 31 days each, about 28.6k flights),
-``TWOPHASE_BENCH_RUNS`` rounds (default 1), ``TWOPHASE_BENCH_PARTIAL`` a file that receives each
+``TWOPHASE_BENCH_RUNS`` rounds (default 1), ``TWOPHASE_BENCH_EVENTS`` a folder that receives
+Spark's event log, ``TWOPHASE_BENCH_PARTIAL`` a file that receives each
 run as a JSON line as it ends (a point cut short still reports), ``TWOPHASE_BENCH_WORK_DIR`` where
 the scratch folder goes.
 
@@ -47,6 +48,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -80,6 +82,8 @@ Kafka's default), since an epoch may take minutes and the first subtask's transa
 until the checkpoint commits; ``max_epoch_ms + max_commit_delay_ms`` must fit in it."""
 PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
 SIDES = ("twophase", "spark_expert")
+WARM_UP_PARTITIONS = 4
+"""Each side runs once first, untimed, at this many partitions and one micro-batch."""
 
 
 def partitions() -> list[int]:
@@ -266,7 +270,8 @@ class Partitions:
 
     def spec(self, n: int, side: str, r: int) -> Any:
         """Round ``r``'s run of ``side`` at ``n`` partitions: everything on S3 in the fan-out
-        benchmark's bucket, ``epochs()`` micro-batches of :data:`FILES_PER_TRIGGER` days."""
+        benchmark's bucket, ``epochs()`` micro-batches of :data:`FILES_PER_TRIGGER` days (the
+        warm-up, round -1: one)."""
         from benchmarks.bench_fanout import BUCKET
         from twophase.integration.jobs.flights_spec import FlightsJobSpec
 
@@ -275,7 +280,7 @@ class Partitions:
             job,
             self.scratch / job,
             bucket=BUCKET,
-            days=epochs() * FILES_PER_TRIGGER,
+            days=(epochs() if r >= 0 else 1) * FILES_PER_TRIGGER,
             files_per_trigger=FILES_PER_TRIGGER,
             shuffle_partitions=n,
             kafka_partitions=KAFKA_TOPIC_PARTITIONS,
@@ -323,7 +328,8 @@ class Partitions:
         self.fanout.at = f"N{n}"
         run = self.fanout.recipe(lambda side, rr: self.spec(n, side, rr), "spark_expert", "expert", 1, stages)
         spec = run(r)
-        return {"spec": spec, "writers_ms": {k: round(v, 1) for k, v in stages["spark_expert"][0].items()}}
+        spent = stages.get("spark_expert", [{}])[0]  # none for the warm-up
+        return {"spec": spec, "writers_ms": {k: round(v, 1) for k, v in spent.items()}}
 
     def read_back(self, side: str, spec: Any) -> dict[str, Any]:
         """Every sink of ``spec`` read back with readers that are not the writers.
@@ -443,11 +449,16 @@ def run() -> dict[str, Any]:
             "cluster": lambda: tree_cpu_s(workers),
             "services": lambda: tree_cpu_s(services),
         }
+        for side in SIDES:  # untimed: executors' Python workers, imports, jars, the first table and topic
+            bench.read_back(side, getattr(bench, side)(WARM_UP_PARTITIONS, -1)["spec"])
         for n in partitions():
             writers = {side: bench.measured(n, side, cpu) for side in SIDES}
             common.side_by_side(writers, rounds)
         stack.close()  # the event log is complete once the session stops
         logs = sorted(p for p in events.iterdir() if p.is_file()) if events.is_dir() else []
+        keep = os.environ.get("TWOPHASE_BENCH_EVENTS")
+        if keep and events.is_dir():  # the raw event log, for reading it further
+            shutil.copytree(events, keep, dirs_exist_ok=True)
         per_batch: dict[str, list[dict[str, Any]]] = {}
         for log in logs:
             per_batch.update(batches(log, bench.windows))
