@@ -22,7 +22,7 @@ def progress(batch: int, at_ms: int, trigger_ms: int, rows: int) -> dict[str, ob
         "progress": {
             "batchId": batch,
             "timestamp": stamp,
-            "numInputRows": rows,
+            "sources": [{"numInputRows": rows}],
             "durationMs": {"triggerExecution": trigger_ms, "addBatch": trigger_ms - 100},
         },
     }
