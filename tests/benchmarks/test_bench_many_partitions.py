@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from support.bench_modules import ROOT, load_benchmark
 
-bench = load_benchmark("bench_cluster_partitions", ROOT / "benchmarks" / "bench_cluster_partitions.py")
+bench = load_benchmark("bench_many_partitions", ROOT / "benchmarks" / "bench_many_partitions.py")
 
 T0 = 1_764_752_400_000  # 2025-12-03T09:00:00Z, ms
 

@@ -38,8 +38,8 @@ Environment: ``TWOPHASE_BENCH_PARTITIONS`` (default ``1000,10000``: the points, 
 file that receives each run (and each twophase epoch) as a JSON line as it ends (a point cut short
 still reports), ``TWOPHASE_BENCH_WORK_DIR`` where the scratch folder goes.
 
-``python -m benchmarks.bench_cluster_partitions`` (or ``python -m benchmarks.run -k
-cluster_partitions``).
+``python -m benchmarks.bench_many_partitions`` (or ``python -m benchmarks.run -k
+many_partitions``).
 """
 
 from __future__ import annotations
