@@ -163,35 +163,30 @@ def job_breakdown(
     def add(key: str, field: str, value: float) -> None:
         out.setdefault(key, dict(JOB_FIELDS))[field] += value
 
-    with event_log.open() as lines:
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:  # cut off at the end
-                continue
-            kind = event.get("Event")
-            if kind == "SparkListenerJobStart":
-                props = event.get("Properties") or {}
-                at = event.get("Submission Time", 0)
-                inside = [label for label, start, end in windows if start <= at <= end]
-                key = props.get(PHASE_PROPERTY) or (f"{inside[0]}|other" if inside else "untagged")
-                if str(props.get("spark.job.description", "")).startswith("Delta"):
-                    key += "/delta-log"
-                for stage in event.get("Stage IDs", ()):
-                    stage_job[stage] = key
-                submitted[event["Job ID"]] = (key, event.get("Submission Time", 0))
-                add(key, "jobs", 1)
-            elif kind == "SparkListenerJobEnd" and event.get("Job ID") in submitted:
-                key, at = submitted.pop(event["Job ID"])
-                add(key, "job_wall_s", (event.get("Completion Time", at) - at) / 1000)
-            elif kind == "SparkListenerTaskEnd":
-                key = stage_job.get(event.get("Stage ID", -1), "untagged")
-                m = event.get("Task Metrics") or {}
-                add(key, "tasks", 1)
-                cpu_ns = m.get("Executor CPU Time", 0) + m.get("Executor Deserialize CPU Time", 0)
-                add(key, "task_cpu_s", cpu_ns / 1e9)
-                add(key, "task_run_s", m.get("Executor Run Time", 0) / 1000)
-                add(key, "gc_s", m.get("JVM GC Time", 0) / 1000)
+    for event in common.spark_events(event_log):
+        kind = event.get("Event")
+        if kind == "SparkListenerJobStart":
+            props = event.get("Properties") or {}
+            at = event.get("Submission Time", 0)
+            inside = [label for label, start, end in windows if start <= at <= end]
+            key = props.get(PHASE_PROPERTY) or (f"{inside[0]}|other" if inside else "untagged")
+            if str(props.get("spark.job.description", "")).startswith("Delta"):
+                key += "/delta-log"
+            for stage in event.get("Stage IDs", ()):
+                stage_job[stage] = key
+            submitted[event["Job ID"]] = (key, event.get("Submission Time", 0))
+            add(key, "jobs", 1)
+        elif kind == "SparkListenerJobEnd" and event.get("Job ID") in submitted:
+            key, at = submitted.pop(event["Job ID"])
+            add(key, "job_wall_s", (event.get("Completion Time", at) - at) / 1000)
+        elif kind == "SparkListenerTaskEnd":
+            key = stage_job.get(event.get("Stage ID", -1), "untagged")
+            m = event.get("Task Metrics") or {}
+            add(key, "tasks", 1)
+            cpu_ns = m.get("Executor CPU Time", 0) + m.get("Executor Deserialize CPU Time", 0)
+            add(key, "task_cpu_s", cpu_ns / 1e9)
+            add(key, "task_run_s", m.get("Executor Run Time", 0) / 1000)
+            add(key, "gc_s", m.get("JVM GC Time", 0) / 1000)
     return {key: {field: round(value, 3) for field, value in row.items()} for key, row in out.items()}
 
 

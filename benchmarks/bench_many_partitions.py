@@ -134,28 +134,23 @@ def batches(event_log: Path, windows: Sequence[tuple[str, float, float]]) -> dic
     job_at: dict[int, float] = {}
     stage_job: dict[int, int] = {}
     job_tasks: dict[int, list[float]] = {}
-    with event_log.open(encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:  # cut off at the end
+    for event in common.spark_events(event_log):
+        kind = event.get("Event")
+        if kind == PROGRESS_EVENT:
+            progress.append(event.get("progress") or {})
+        elif kind == "SparkListenerJobStart":
+            job_at[event["Job ID"]] = float(event.get("Submission Time", 0))
+            for stage in event.get("Stage IDs", ()):
+                stage_job[stage] = event["Job ID"]
+        elif kind == "SparkListenerTaskEnd":
+            job = stage_job.get(event.get("Stage ID", -1))
+            if job is None:
                 continue
-            kind = event.get("Event")
-            if kind == PROGRESS_EVENT:
-                progress.append(event.get("progress") or {})
-            elif kind == "SparkListenerJobStart":
-                job_at[event["Job ID"]] = float(event.get("Submission Time", 0))
-                for stage in event.get("Stage IDs", ()):
-                    stage_job[stage] = event["Job ID"]
-            elif kind == "SparkListenerTaskEnd":
-                job = stage_job.get(event.get("Stage ID", -1))
-                if job is None:
-                    continue
-                m = event.get("Task Metrics") or {}
-                totals = job_tasks.setdefault(job, [0.0, 0.0, 0.0])
-                totals[0] += 1
-                totals[1] += m.get("Executor Run Time", 0) / 1000
-                totals[2] += (m.get("Executor CPU Time", 0) + m.get("Executor Deserialize CPU Time", 0)) / 1e9
+            m = event.get("Task Metrics") or {}
+            totals = job_tasks.setdefault(job, [0.0, 0.0, 0.0])
+            totals[0] += 1
+            totals[1] += m.get("Executor Run Time", 0) / 1000
+            totals[2] += (m.get("Executor CPU Time", 0) + m.get("Executor Deserialize CPU Time", 0)) / 1e9
     out: dict[str, list[dict[str, Any]]] = {}
     for p in progress:
         start = _iso_ms(p["timestamp"])

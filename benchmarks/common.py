@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import statistics
@@ -330,3 +331,14 @@ def count_rows(batches: Iterator[Any]) -> Iterator[Any]:
     import pyarrow as pa
 
     yield pa.record_batch({"rows": [sum(b.num_rows for b in batches)]})
+
+
+def spark_events(event_log: Path) -> Iterator[dict[str, Any]]:
+    """The events of Spark's event log ``event_log`` (one JSON object a line), in order; a line cut
+    off at the end (a log still being written) is skipped."""
+    with event_log.open(encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:  # cut off at the end
+                continue
