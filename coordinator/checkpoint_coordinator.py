@@ -691,28 +691,27 @@ class CheckpointCoordinator:
         # block's rows ascending by partition, a call as it is (issue #42)
         calls: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
         merged: set[tuple[int, int]] = set()
+
+        def add(key: tuple[int, int], txns: list[PendingTransaction[Any]]) -> None:
+            call = calls.get(key)
+            if call is None:
+                calls[key] = txns
+            else:  # a call from two sources (ledger blocks, exceptions): sorted once below
+                call.extend(txns)
+                merged.add(key)
+
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
         with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
             for order, ledger in enumerate(self._ledgers.values()):
                 for cid, txns in ledger.notify_checkpoint_complete(checkpoint_id):
-                    key = (cid, order)
-                    if key in calls:
-                        calls[key].extend(txns)
-                        merged.add(key)
-                    else:
-                        calls[key] = txns
+                    add((cid, order), txns)
                 for lc in ledger.exceptional.values():
                     if not lc.state.is_live:
                         continue
                     actions = lc.notify_checkpoint_complete(checkpoint_id)
                     for t in actions.commit:
-                        key = (t.checkpoint_id, order)
-                        if key in calls:
-                            calls[key].append(t)
-                            merged.add(key)
-                        else:
-                            calls[key] = [t]
+                        add((t.checkpoint_id, order), [t])
                     aborts.extend(actions.abort)
                     finished += lc.state is SubtaskState.FINISHED
             for key in merged:

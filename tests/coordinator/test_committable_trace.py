@@ -6,9 +6,10 @@ The trace is the interpreter's own (``sys.setprofile``): every call of product c
 carry the committable — its payload bytes, an Arrow table holding them, a ``PendingTransaction``
 or ``CommittableRecord`` of them, the sink's object, or a short list of those — counts as one call,
 and the type it is carried in as its form. The path today is far longer: 38 calls in 4 forms when
-this test was written (2026-12-03), most of them one Arrow table or one ``PendingTransaction``
-handed down the helpers of intake, metadata and commit. The test is an expected failure until the
-columnar path of issue #42 lands, and fails (strict) once it passes, so that the marker goes then.
+this test was written (2026-12-03), 33 since the ledger of columns, most of them one Arrow table
+or one ``PendingTransaction`` handed down the helpers of intake, metadata and commit. The test is
+an expected failure until the columnar path of issue #42 lands, and fails (strict) once it
+passes, so that the marker goes then.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Trace:
 
 
 @pytest.mark.xfail(
-    strict=True, reason="issue #42: 38 calls in 4 forms on 2026-12-03 (the columnar path is owed)"
+    strict=True, reason="issue #42: 33 calls in 4 forms since the ledger of columns (columnar path owed)"
 )
 def test_one_committable_reaches_the_sinks_commit_in_at_most_12_calls_and_4_forms() -> None:
     system = FakeExternalSystem()
