@@ -76,6 +76,35 @@ def test_large_var_types_from_spark_are_taken() -> None:
     assert ack_table.normalized(large).equals(table)
 
 
+def per_task(table: pa.Table) -> pa.Table:
+    """``table`` as Spark's collection hands it: one chunk per task (here one row each)."""
+    return pa.Table.from_batches(
+        [b for i in range(table.num_rows) for b in table.slice(i, 1).to_batches()], schema=table.schema
+    )
+
+
+@pytest.mark.parametrize("state", [None, {"o": 1}])
+def test_a_table_in_chunks_keeps_its_rows_and_joins_the_columns_read_per_row(
+    state: dict[str, int] | None,
+) -> None:
+    """Joining every chunk of every column costs per chunk (issue #42): the columns the intake
+    sorts, groups or reads per row come in one chunk; a column null on every row becomes one null
+    array; the rest may stay as received. Whatever the chunks, the rows and their order are kept."""
+    acks = [
+        Acknowledgement(f"s{i % 2}", i, 0, _fake(f"t{i}", i), state if i == 3 else None, 1) for i in range(7)
+    ]
+    table = acknowledgement_table(acks)
+    chunked = per_task(table)
+    assert chunked["sink"].num_chunks == 7
+    got = ack_table.normalized(chunked)
+    assert got.schema.equals(ACK_SCHEMA)
+    assert got.to_pylist() == table.to_pylist()
+    assert acknowledgements_in(got) == acks
+    for name in ack_table._ONE_CHUNK:
+        assert got[name].num_chunks == 1, name
+    assert ack_table.normalized(table).equals(table)  # one chunk already: as it is
+
+
 def test_a_table_of_another_release_is_refused_by_name() -> None:
     old = pa.table({"sink": ["s0"], "partition": pa.array([0], pa.int32())})
     with pytest.raises(JobError, match="another twophase release"):
@@ -135,10 +164,11 @@ subtasks = st.tuples(st.sampled_from(["s0", "s1"]), st.integers(0, 2), st.intege
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=st.lists(subtasks, max_size=12))
-def test_a_table_records_what_one_by_one_records(rows: list[tuple[str, int, int]]) -> None:
+@given(rows=st.lists(subtasks, max_size=12), in_chunks=st.booleans())
+def test_a_table_records_what_one_by_one_records(rows: list[tuple[str, int, int]], in_chunks: bool) -> None:
     """The reference is the per-acknowledgement path: the first of each (sink, partition) is
-    recorded, every later one refused as a duplicate, the same records counted."""
+    recorded, every later one refused as a duplicate, the same records counted; in one chunk or
+    one per task (:func:`per_task`)."""
     by_table, _ = coordinator()
     one_by_one, _ = coordinator()
     participants = {"s0": [0, 1, 2], "s1": [0, 1, 2]}
@@ -151,7 +181,8 @@ def test_a_table_records_what_one_by_one_records(rows: list[tuple[str, int, int]
             one_by_one.acknowledge(ref_pc.checkpoint_id, ack)
         except DuplicateAcknowledgementError:
             duplicates.append(ack)
-    taken = by_table.acknowledge_table(table_pc.checkpoint_id, acknowledgement_table(acks))
+    table = acknowledgement_table(acks)
+    taken = by_table.acknowledge_table(table_pc.checkpoint_id, per_task(table) if in_chunks else table)
     assert table_pc.acks == ref_pc.acks
     assert list(taken.duplicates) == duplicates
     assert taken.recorded == len(ref_pc.acks)
@@ -207,13 +238,20 @@ def test_rows_of_another_release_are_refused_naming_what_to_install() -> None:
         (b'{"body":{},"version":1}', "kind None"),
     ],
 )
-def test_a_payload_the_driver_cannot_decode_records_nothing(payload: bytes, match: str) -> None:
+@pytest.mark.parametrize("in_chunks", [False, True])
+def test_a_payload_the_driver_cannot_decode_records_nothing(
+    payload: bytes, match: str, in_chunks: bool
+) -> None:
     coord, _ = coordinator()
-    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2]})
     table = acknowledgement_table(
-        [Acknowledgement("s0", 0, 0, _fake("a")), Acknowledgement("s0", 1, 0, payload)]
+        [
+            Acknowledgement("s0", 0, 0, _fake("a")),
+            Acknowledgement("s0", 2, 0),
+            Acknowledgement("s0", 1, 0, payload),
+        ]
     )
-    _refused(coord, table, CommittableDecodeError, match)
+    _refused(coord, per_task(table) if in_chunks else table, CommittableDecodeError, match)
 
 
 def test_json_only_python_reads_is_taken_and_a_newline_inside_is_no_second_row() -> None:
