@@ -222,6 +222,10 @@ class ReferenceIndex:
     _current: set[str] | None = field(default=None, init=False)
     _history: OwnCommits | None = field(default=None, init=False)
     _by_version: dict[int, set[str] | None] = field(default_factory=dict, init=False)
+    # the appId's txn version in this table state, asked once: delta-rs replays the log for each
+    # ask, and a table maintained with OPTIMIZE has thousands of removed files to decide
+    _txn: int | None = field(default=None, init=False)
+    _txn_read: bool = field(default=False, init=False)
 
     def is_referenced(self, relative_path: str, checkpoint_id: int) -> bool | None:
         """True / False, or ``None`` when it cannot be decided (then keep the file)."""
@@ -231,7 +235,9 @@ class ReferenceIndex:
             self._current = snapshot_paths(self.table)
         if relative_path in self._current or relative_path in self.removed:
             return True
-        txn = self.table.transaction_version(self.app_id)
+        if not self._txn_read:
+            self._txn, self._txn_read = self.table.transaction_version(self.app_id), True
+        txn = self._txn
         if txn is not None and checkpoint_id > txn:
             return False
         if self._history is None:

@@ -431,6 +431,38 @@ def test_abort_lingering_deletes_only_our_unreferenced_files(
     assert sink.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 2
 
 
+def test_a_restored_drivers_cleanup_asks_the_tables_txn_once_however_many_files_optimize_removed(
+    make_sink: Sink,
+    write_checkpoint: Any,
+    table_path: str,
+    files_under: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The soak of 2026-12-03 (issue #44): after an hour of OPTIMIZE at Delta's default retention, a
+    restored driver's cleanup took minutes per thousand files, asking delta-rs for the appId's txn
+    version (a replay of the log each time) once per removed file. One table state has one txn."""
+    sink = make_sink()
+    for c in (1, 2, 3):
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])], [batch([10 * c])]])) is (
+            CommitOutcome.COMMITTED
+        )
+    DeltaTable(table_path).optimize.compact()
+    before = files_under(table_path)
+    asked: list[str] = []
+    real = DeltaTable.transaction_version
+
+    def counted(self: DeltaTable, app_id: str) -> int | None:
+        asked.append(app_id)
+        return real(self, app_id)
+
+    monkeypatch.setattr(DeltaTable, "transaction_version", counted)
+    restored = make_sink()  # a new driver: nothing remembered of earlier cleanups
+    assert restored.abort_lingering(LingeringScope[DeltaCommittable](JOB, "delta")) == 0
+    assert files_under(table_path) == before
+    assert len(asked) == 1
+    assert sorted(r["id"] for r in read_rows(table_path)) == [1, 2, 3, 10, 20, 30]
+
+
 def test_abort_lingering_before_the_table_exists(
     make_sink: Sink, write_checkpoint: Any, table_path: str, files_under: Any
 ) -> None:
