@@ -239,6 +239,16 @@ def key_table(keys: Iterable[tuple[str, int]]) -> pa.Table:
     return pa.table({"sink": pa.array(sinks, pa.string()), "partition": pa.array(partitions, pa.int32())})
 
 
+def key_table_of(parts_of: Mapping[str, Collection[int]]) -> pa.Table:
+    """sink → its partitions as the two-column table of :func:`key_table` (rows grouped by sink):
+    one array per sink, without a Python tuple per (sink, partition) (issue #42)."""
+    sinks = [pa.repeat(pa.scalar(s, pa.string()), len(parts)) for s, parts in parts_of.items()]
+    partitions = [pa.array(list(parts), pa.int32()) for parts in parts_of.values()]
+    if not sinks:
+        return key_table(())
+    return pa.table({"sink": pa.concat_arrays(sinks), "partition": pa.concat_arrays(partitions)})
+
+
 def unexpected(first: pa.Table, expected: pa.Table) -> list[tuple[str, int]]:
     """The (sink, partition) pairs of ``first`` that ``expected`` (a :func:`key_table`) lacks, sorted."""
     extra = first.select(KEY).join(expected, keys=KEY, join_type="left anti", use_threads=False)

@@ -312,7 +312,7 @@ class CheckpointCoordinator:
                 f"{len(self._pending)} pending (max {self.config.max_concurrent_checkpoints})",
                 "trigger",
             )
-        parts_of = {name: frozenset(parts) for name, parts in participants.items()}
+        parts_of = self._participants_of(participants)
         for name, parts in parts_of.items():
             if name in self.fully_finished and parts:
                 raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
@@ -358,9 +358,24 @@ class CheckpointCoordinator:
         if cached is not None and cached[0] == parts_of:
             return cached[1], cached[2]
         expected = frozenset((name, p) for name, parts in parts_of.items() for p in parts)
-        keys = ack_table.key_table(expected)
+        keys = ack_table.key_table_of(parts_of)  # per sink, not a Python pass per subtask
         self._expected_cache = (dict(parts_of), expected, keys)
         return expected, keys
+
+    def _participants_of(self, participants: Mapping[str, Iterable[int]]) -> dict[str, frozenset[int]]:
+        """``participants`` with frozen partition sets: the previous trigger's own (no copy of a
+        set per sink) when they hold the same sets, as an epoch's usually do (issue #42)."""
+        cached = self._expected_cache
+        if (
+            cached is not None
+            and participants.keys() == cached[0].keys()
+            and all(
+                isinstance(parts, (set, frozenset)) and parts == cached[0][name]
+                for name, parts in participants.items()
+            )
+        ):
+            return cached[0]
+        return {name: frozenset(parts) for name, parts in participants.items()}
 
     def acknowledge(self, checkpoint_id: int, ack: Acknowledgement) -> bool:
         """Record one subtask's acknowledgement of ``checkpoint_id`` (the one-by-one path: a

@@ -105,6 +105,19 @@ def test_a_table_in_chunks_keeps_its_rows_and_joins_the_columns_read_per_row(
     assert ack_table.normalized(table).equals(table)  # one chunk already: as it is
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.frozensets(st.integers(0, 2**31 - 1), max_size=8))
+)
+def test_the_key_table_of_partitions_per_sink_holds_their_pairs(parts_of: dict[str, frozenset[int]]) -> None:
+    """#42: built per sink, the expected table holds exactly the (sink, partition) pairs, typed as
+    the table of pairs is."""
+    t = ack_table.key_table_of(parts_of)
+    want = {(s, p) for s, parts in parts_of.items() for p in parts}
+    assert t.schema.equals(ack_table.key_table(want).schema)
+    assert sorted(zip(t["sink"].to_pylist(), t["partition"].to_pylist(), strict=True)) == sorted(want)
+
+
 def test_a_table_of_another_release_is_refused_by_name() -> None:
     old = pa.table({"sink": ["s0"], "partition": pa.array([0], pa.int32())})
     with pytest.raises(JobError, match="another twophase release"):

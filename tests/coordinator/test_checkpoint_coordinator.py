@@ -91,6 +91,26 @@ def test_the_expected_set_is_built_once_per_set_of_participants() -> None:
         coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1], "s1": [0, 1]})
 
 
+def test_participants_as_the_previous_sets_are_not_copied_and_still_checked() -> None:
+    """#42: an epoch's participants (a set per sink, as epoch_participants gives) equal to the
+    previous trigger's are taken as those frozen sets, without a copy per sink; a set that differs,
+    or was changed in place after the trigger, gives its own; a closed subtask is still refused."""
+    coord, *_ = make(2, max_concurrent=10)
+    parts = {"s0": {0, 1}, "s1": {0, 1}}
+    p1 = coord.trigger(CheckpointKind.CHECKPOINT, parts)
+    p2 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": {1, 0}, "s1": frozenset({0, 1})})
+    assert p2.expected is p1.expected and p2.expected_table() is p1.expected_table()
+    parts["s1"].add(2)  # the caller's set, changed after the trigger: not what was expected
+    p3 = coord.trigger(CheckpointKind.CHECKPOINT, parts)
+    assert p1.expected == {(s, p) for s in ("s0", "s1") for p in range(2)}
+    assert p3.expected == p1.expected | {("s1", 2)} and p3.expected_table().num_rows == 5
+    p4 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": {0, 1}})
+    assert p4.expected == {("s0", 0), ("s0", 1)}
+    coord.subtask("s0", 1).close()
+    with pytest.raises(IllegalTransitionError):
+        coord.trigger(CheckpointKind.CHECKPOINT, {"s0": {0, 1}})
+
+
 def test_subsumed_notification_notify_2_then_1() -> None:
     coord, system, *_ = make()
     for c in (1, 2):
