@@ -233,23 +233,31 @@ class ProtocolModel(RuleBasedStateMachine):
         self.restart(fresh=True)
 
     def open_handles(self) -> dict[str, Callable[[Any], set[object]]]:
-        """How the Kafka, PostgreSQL and S3 models show a committable's transaction open (for
-        :class:`~support.model_lingering.HeldGuard`)."""
+        """How the Kafka, PostgreSQL and S3 models show a committable's transaction open or ended
+        by its commit (for :class:`~support.model_lingering.HeldGuard`): the committer thread may
+        commit a held transaction while a cleanup runs on the driver thread, and only an abort
+        is the cleanup's doing."""
         world = self.world
 
         def kafka(c: Any) -> set[object]:
             m = world.kafka.current(c.transactional_id, c.producer_id, c.producer_epoch)
             return (
                 {(c.transactional_id, c.producer_id, c.producer_epoch)}
-                if m and m.state == "Ongoing"
+                if m and m.state in ("Ongoing", "CompleteCommit")
                 else set()
             )
 
         def postgres(c: Any) -> set[object]:
-            return {c.gid} if c.gid in world.postgres.prepared_gids() else set()
+            pg = world.postgres
+            return {c.gid} if c.gid in pg.prepared_gids() or c.gid in pg.committed_gids else set()
 
         def s3(c: Any) -> set[object]:
-            return {f.upload_id for f in c.files if f.upload_id and f.upload_id in world.s3.uploads}
+            s3 = world.s3
+            return {
+                f.upload_id
+                for f in c.files
+                if f.upload_id and (f.upload_id in s3.uploads or f.upload_id in s3.completed_uploads)
+            }
 
         return {"k": kafka, "p": postgres, "s": s3}
 

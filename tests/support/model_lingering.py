@@ -13,7 +13,9 @@ published checkpoint promised: the cancel aborts the others, ``coordinator/cance
 - the scope's ``held`` holds every such committable (compared as canonical payload bytes): a held
   set matched wrongly (a payload dropped, two told apart wrongly as one, the wrong object made
   for one) fails here even where the sink would have aborted nothing this time;
-- every held transaction open at its service before the call is still open after it.
+- every held transaction open at its service before the call is still open after it, or was
+  committed meanwhile (by the committer thread, which runs beside a routine cleanup when commit is
+  asynchronous): the cleanup never aborts one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from twophase.sinks.context import LingeringScope
 
 AnySink = TwoPhaseCommitSink[Any, Any]
 OpenHandles = Callable[[Any], set[object]]
-"""A committable → the handles of it its service shows open (empty: ended, or never opened)."""
+"""A committable → the handles of it its service shows open or committed (empty: aborted, or never
+opened)."""
 
 
 class HeldGuard:

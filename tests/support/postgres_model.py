@@ -111,6 +111,7 @@ class PostgresModel:
         self.refuse_connects = 0
         self.busy = 0
         self.events: list[str] = []
+        self.committed_gids: set[str] = set()  # gids ended by COMMIT PREPARED
 
     # --- the server's life ------------------------------------------------------------------------
 
@@ -167,6 +168,7 @@ class PostgresModel:
             )
         self.table += txn.rows
         self.commit_records.update((r.gid, r) for r in txn.records)
+        self.committed_gids.add(gid)
         self.events.append(f"committed {gid}")
 
     def _rollback_prepared(self, gid: str) -> None:

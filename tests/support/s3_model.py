@@ -48,6 +48,7 @@ class S3Model:
     def __init__(self, buckets: tuple[str, ...] = ("bucket",)) -> None:
         self.objects: dict[tuple[str, str], bytes] = {}
         self.uploads: dict[str, FakeUpload] = {}
+        self.completed_uploads: set[str] = set()  # upload ids completed (not aborted)
         self.buckets = set(buckets)
         self.calls: list[str] = []
         self.failures: dict[str, list[BaseException]] = {}
@@ -123,6 +124,7 @@ class S3Model:
                 raise client_error("EntityTooSmall", 400, "CompleteMultipartUpload")
             data.write(stored[0])
         del self.uploads[UploadId]
+        self.completed_uploads.add(UploadId)
         self.objects[(Bucket, Key)] = data.getvalue()
         return {"ETag": '"complete"', "Key": Key}
 
