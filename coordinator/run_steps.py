@@ -131,7 +131,9 @@ class RunCommits:
         self._coord.confirm_commits()
         self.mark_committed_if_done()
         self._coord.check_timeouts()
-        self._committer.ages.check(self._coord.uncommitted_transactions())
+        ages = self._committer.ages
+        if ages.timeout_ms is not None or ages.sink_timeouts:  # else nothing to warn of: walk none
+            ages.check(self._coord.uncommitted_transactions())
 
     def mark_committed_if_done(self) -> None:
         """Write the latest checkpoint's committed marker once the run confirmed every commit it
