@@ -150,9 +150,13 @@ def test_a_commit_call_of_a_blocks_rows_is_confirmed_by_one_recode() -> None:
     assert cid == 1 and isinstance(call, BlockRows) and len(call) == 3 and len(b.made) == 0
     assert ledger.all_committing(1)
     committed = list(call)  # the committer makes them (its own thread when asynchronous)
-    lcs[1].finish(1)  # subtask 1 leaves RUNNING meanwhile: its row, that very object, goes with it
-    assert lcs[1].own_pending == (committed[1],) and not committed[1].in_ledger
-    assert confirm_calls([call]) == [committed[1]]  # its lifecycle forgets it; the rest by range
+    assert [b.txn(i) for i in range(3)] == committed and all(
+        x is y for x, y in zip(call, committed, strict=True)
+    )
+    for p in (0, 1):  # they leave RUNNING meanwhile: each row's very object goes with it
+        lcs[p].finish(1)
+        assert lcs[p].own_pending == (committed[p],) and not committed[p].in_ledger
+    assert confirm_calls([call]) == committed[:2]  # their lifecycles forget them; the rest by range
     assert [t.status for t in committed] == [TxnStatus.COMMITTING] * 3
     assert not any(t.in_ledger for t in committed)
     assert ledger.rows() == [] and ledger.all_committing(1)

@@ -16,9 +16,9 @@ no row's status goes back:
 - a block's columns (partition, attempt, payload) and its status bytes agree in length, and a
   transaction made lazily for a row (:meth:`LedgerBlock.txn`) is that row's (its partition,
   attempt, payload and checkpoint; attached to that very row while it is in the ledger), asking
-  again gives the same object, and a row that left into its lifecycle left as that object: the
-  lifecycle does not hold another transaction of the same row (which the committer's
-  confirmation, of the made one, would never remove).
+  again gives the same object, a row that left (GONE) left as its made object, and one that left
+  into its lifecycle left as that object: the lifecycle does not hold another transaction of the
+  same row (which the committer's confirmation, of the made one, would never remove).
 """
 
 from __future__ import annotations
@@ -95,6 +95,10 @@ def _block_problems(name: str, block: LedgerBlock, coord: CheckpointCoordinator)
     lengths = {len(block.status), len(block.partition), len(block.attempt), len(block.payload)}
     if len(lengths) != 1:
         return [f"{where}: status and columns differ in length {sorted(lengths)}"]
+    made = block.made
+    lost = [row for row, code in enumerate(block.status) if code == _GONE and row not in made]
+    if lost:  # every way out as GONE (evict, abort, release) goes through the row's object
+        out.append(f"{where} rows {lost[:5]}: left the ledger as no transaction the block knows")
     partitions, attempts, payloads = (
         block.partition.to_pylist(),
         block.attempt.to_pylist(),
