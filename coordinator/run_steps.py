@@ -132,8 +132,10 @@ class RunCommits:
         self.mark_committed_if_done()
         self._coord.check_timeouts()
         ages = self._committer.ages
-        if ages.timeout_ms is not None or ages.sink_timeouts:  # else nothing to warn of: walk none
-            ages.check(self._coord.uncommitted_transactions())
+        timeouts = [t for t in (ages.timeout_ms, *ages.sink_timeouts.values()) if t is not None]
+        if timeouts:  # only what is old enough to warn of (none without a timeout): issue #42
+            cutoff = ages.clock() - int(ages.ratio * min(timeouts))
+            ages.check(self._coord.uncommitted_before(cutoff))
 
     def mark_committed_if_done(self) -> None:
         """Write the latest checkpoint's committed marker once the run confirmed every commit it
