@@ -64,7 +64,7 @@ from twophase.coordinator.subtask_lifecycle import (
     SubtaskLifecycle,
     SubtaskState,
     TxnStatus,
-    confirm_rows,
+    confirm_calls,
 )
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.codec import CommittableCodec
@@ -85,17 +85,6 @@ AnySink = TwoPhaseCommitSink[Any, Any]
 _CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
 _CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
 _PARTITION_ATTEMPT = operator.attrgetter("partition", "attempt")
-
-
-def _in_progress_by_row(table: pa.Table) -> dict[int, JsonObject]:
-    """Row → the in-progress state it carries, parsed, for the rows that carry one (the exceptions:
-    most subtasks carry none)."""
-    column = table["in_progress"]
-    if column.null_count == table.num_rows:
-        return {}
-    rows = pac.indices_nonzero(pac.is_valid(column)).to_pylist()
-    texts = column.take(pa.array(rows, pa.int64())).to_pylist()
-    return {i: json.loads(raw) for i, raw in zip(rows, texts, strict=True)}
 
 
 def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
@@ -471,77 +460,105 @@ class CheckpointCoordinator:
                 f"checkpoint {checkpoint_id}", pc.status.value, f"acknowledge unexpected {sink}[{partition}]"
             )
         duplicates = acknowledgements_in(split.later)
-        before = pc.ledger.recorded_in(first)  # acknowledged before this table (a driver handover)
-        if pc.ledger.rows and pac.any(before).as_py():
-            duplicates.extend(acknowledgements_in(first.filter(before)))
-            first = first.filter(pac.invert(before))
-        # the ledger keeps the rows as columns; a Python value per row only for the transactions
-        # (appended to each sink's ledger as one block, ascending by partition), and a parsed
-        # in-progress state only where a row carries one (issue #42)
-        # sorted: only the columns read per row, by the key columns only (a table sort or take
-        # over a column still in one chunk per task, as ``normalized`` leaves ``release`` and
-        # ``write_ms``, costs per chunk)
+        if pc.ledger.rows:  # some acknowledged before this table (a driver handover)
+            before = pc.ledger.recorded_in(first)
+            if pac.any(before).as_py():
+                duplicates.extend(acknowledgements_in(first.filter(before)))
+                first = first.filter(pac.invert(before))
+        # sorted by (sink, partition), by the key columns only (a table sort or take over a column
+        # still in one chunk per task, as ``normalized`` leaves ``release`` and ``write_ms``, costs
+        # per chunk); then per sink its run of rows: the common path's rows become one ledger
+        # block as the columns they are (no object per row), the exceptions go through their
+        # lifecycles one by one (issue #42)
         order = pac.sort_indices(
             first.select(["sink", "partition"]), sort_keys=[("sink", "ascending"), ("partition", "ascending")]
         )
         by_key = first.select(["sink", "partition", "attempt", "committable", "in_progress"]).take(order)
-        sinks, partitions, attempts, payloads = (
-            by_key[n].to_pylist() for n in ("sink", "partition", "attempt", "committable")
-        )
-        states = _in_progress_by_row(by_key)
         now = self.clock()
-        decoders = self._decoders
-        by_sink = self._by_sink
-        made: dict[str, dict[int, list[PendingTransaction[Any]]]] = {name: {} for name in self.sinks}
-        # the exceptions first, each through its lifecycle (which checks the snapshot): a subtask
-        # no longer on the ledger (it left RUNNING, or was acknowledged one by one)
-        common: list[int] = []
-        for i, (sink, partition) in enumerate(zip(sinks, partitions, strict=True)):
-            if partition not in self._ledgers[sink].exceptional:
-                common.append(i)
-                continue
-            payload = payloads[i]
-            txns = [] if payload is None else [
-                PendingTransaction(
-                    sink, partition, attempts[i], checkpoint_id, pre_committed_ms=now, payload=payload,
-                    decode=decoders[sink],
+        made: dict[str, dict[int, list[PendingTransaction[Any]]]] = {}
+        blocks: dict[str, LedgerBlock] = {}
+        runs = pac.value_counts(by_key["sink"])  # in order of appearance: ascending by sink
+        start = 0
+        for sink, count in zip(
+            runs.field("values").to_pylist(), runs.field("counts").to_pylist(), strict=True
+        ):
+            rows = by_key.slice(start, count)
+            start += count
+            special, evicted = self._exceptions_in(sink, rows["partition"], rows["in_progress"])
+            common = rows
+            if special is not None:
+                made[sink] = self._intake_exceptions(checkpoint_id, sink, rows.filter(special), now)
+                if evicted is not None:
+                    common = rows.filter(pac.invert(evicted))
+            common = common.filter(pac.is_valid(common["committable"]))
+            if common.num_rows:
+                block = LedgerBlock.of_columns(
+                    sink,
+                    checkpoint_id,
+                    common["partition"],
+                    common["attempt"],
+                    common["committable"],
+                    now,
+                    self._decoders[sink],
                 )
-            ]  # fmt: skip
-            lc = by_sink[sink].get(partition) or self.subtask(sink, partition)
-            state = states.get(i) if states else None
-            lc.snapshot_transactions(checkpoint_id, txns, state)
-            if state is not None:
-                self._stateful[sink][partition] = lc
-            made[sink][partition] = txns
-        # the common path: RUNNING subtasks (every one was checked live at trigger and left the
-        # ledger if it left RUNNING since), each acknowledging this checkpoint once (the pending
-        # checkpoint's ledger refused duplicates above)
-        blocks: dict[str, tuple[list[PendingTransaction[Any]], list[int]]] = {}
-        for i in common:
-            sink, partition, payload = sinks[i], partitions[i], payloads[i]
-            state = states.get(i) if states else None
-            stateful = self._stateful[sink]
-            if state is not None or partition in stateful:  # a state, or the end of one
-                lc = by_sink[sink].get(partition) or self.subtask(sink, partition)
-                lc.record_in_progress(checkpoint_id, state)
-                stateful[partition] = lc
-            if payload is None:
-                made[sink][partition] = []
-                continue
-            t = PendingTransaction(
-                sink, partition, attempts[i], checkpoint_id, pre_committed_ms=now, payload=payload,
-                decode=decoders[sink],
-            )  # fmt: skip
-            made[sink][partition] = [t]
-            rows = blocks.get(sink)
-            if rows is None:
-                rows = blocks[sink] = ([], [])
-            rows[0].append(t)
-            rows[1].append(partition)
-        for sink, (txns, parts) in blocks.items():
-            self._ledgers[sink].append(LedgerBlock(checkpoint_id, txns, parts))
-        pc.record_table(first, made)
+                self._ledgers[sink].append(block)
+                blocks[sink] = block
+        pc.record_table(first, made, blocks)
         return TableIntake(first.num_rows, tuple(duplicates), ack_table.records_per_sink(first))
+
+    def _exceptions_in(
+        self, sink: str, partition: pa.ChunkedArray, in_progress: pa.ChunkedArray
+    ) -> tuple[pa.ChunkedArray | None, pa.ChunkedArray | None]:
+        """Of one sink's run of an intake's rows (its ``partition`` and ``in_progress``
+        columns), which are not the common path, in Arrow compute: ``(special, evicted)`` masks,
+        ``special`` ``None`` when none is. Evicted: a subtask no longer on the ledger (it left
+        RUNNING, or was acknowledged one by one), whose lifecycle decides its transactions.
+        Special: those, and a subtask carrying in-progress state or having carried one."""
+        ledger = self._ledgers[sink]
+        stateful = self._stateful[sink]
+        off = ledger.exceptional
+        special = pac.is_valid(in_progress)
+        evicted = pac.is_in(partition, value_set=pa.array(list(off), pa.int32())) if off else None
+        if stateful:
+            special = pac.or_(special, pac.is_in(partition, value_set=pa.array(list(stateful), pa.int32())))
+        if evicted is not None:
+            special = pac.or_(special, evicted)
+        if not pac.any(special).as_py():
+            return None, None
+        return special, evicted
+
+    def _intake_exceptions(
+        self, checkpoint_id: int, sink: str, picked: pa.Table, now: int
+    ) -> dict[int, list[PendingTransaction[Any]]]:
+        """Record one sink's ``picked`` rows of an intake, the exceptions (:meth:`_exceptions_in`):
+        an evicted subtask through its lifecycle (which checks the snapshot and takes the
+        transaction itself), and a subtask with in-progress state (or ending one) has it recorded
+        (its transaction stays a ledger row). Returns the evicted ones' transactions by partition."""
+        stateful = self._stateful[sink]
+        off = self._ledgers[sink].exceptional
+        parts, attempts, payloads, states = (
+            picked[n].to_pylist() for n in ("partition", "attempt", "committable", "in_progress")
+        )
+        by_sink = self._by_sink[sink]
+        decode = self._decoders[sink]
+        made: dict[int, list[PendingTransaction[Any]]] = {}
+        for partition, attempt, payload, raw in zip(parts, attempts, payloads, states, strict=True):
+            state = None if raw is None else json.loads(raw)
+            lc = by_sink.get(partition) or self.subtask(sink, partition)
+            if partition in off:  # its lifecycle decides: it takes the transaction itself
+                txns = [] if payload is None else [
+                    PendingTransaction(
+                        sink, partition, attempt, checkpoint_id, pre_committed_ms=now, payload=payload,
+                        decode=decode,
+                    )
+                ]  # fmt: skip
+                lc.snapshot_transactions(checkpoint_id, txns, state)
+                made[partition] = txns
+            else:  # on the ledger: a state, or the end of one, is recorded; its row is the ledger's
+                lc.record_in_progress(checkpoint_id, state)
+            if state is not None or partition in stateful:
+                stateful[partition] = lc
+        return made
 
     def _decode(self, ack: Acknowledgement) -> list[Any]:
         if ack.sink not in self.sinks:
@@ -710,16 +727,15 @@ class CheckpointCoordinator:
         started = time.perf_counter()
         # commit calls: (checkpoint, sink in job order) → its transactions; the ledger hands a
         # block's rows ascending by partition, a call as it is (issue #42)
-        calls: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
-        merged: set[tuple[int, int]] = set()
+        calls: dict[tuple[int, int], Sequence[PendingTransaction[Any]]] = {}
+        merged: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
 
-        def add(key: tuple[int, int], txns: list[PendingTransaction[Any]]) -> None:
+        def add(key: tuple[int, int], txns: Sequence[PendingTransaction[Any]]) -> None:
             call = calls.get(key)
             if call is None:
                 calls[key] = txns
             else:  # a call from two sources (ledger blocks, exceptions): sorted once below
-                call.extend(txns)
-                merged.add(key)
+                calls[key] = merged[key] = [*call, *txns]
 
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
@@ -735,9 +751,11 @@ class CheckpointCoordinator:
                         add((t.checkpoint_id, order), [t])
                     aborts.extend(actions.abort)
                     finished += lc.state is SubtaskState.FINISHED
-            for key in merged:
-                calls[key].sort(key=_PARTITION_ATTEMPT)
-        ordered = [tuple(calls[key]) for key in sorted(calls)]
+            for call in merged.values():
+                call.sort(key=_PARTITION_ATTEMPT)
+        # a block's rows go as they are (BlockRows): their transactions are made where the call
+        # runs, on the committer thread when commit is asynchronous (issue #42)
+        ordered = [calls[key] for key in sorted(calls)]
         commits = sum(map(len, ordered))
         for t in sorted(aborts, key=_CHECKPOINT_PARTITION):
             self.committer.abort(t)
@@ -777,14 +795,15 @@ class CheckpointCoordinator:
 
     def confirm_commits(self) -> int:
         """Forget the transactions the committer confirmed since the last call; return how many."""
-        confirmed = self.committer.poll_completed()
+        confirmed = self.committer.poll_completed_calls()
         with collector.paused():
-            for t in confirm_rows(confirmed):  # ledger rows leave at once; the rest, one by one
+            # a block's rows leave by range (one status recode per call); the rest, one by one
+            for t in confirm_calls(confirmed):
                 self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
             if confirmed:
                 for ledger in self._ledgers.values():
                     ledger.compact()
-        return len(confirmed)
+        return sum(map(len, confirmed))
 
     def abort_checkpoint(self, checkpoint_id: int, reason: str) -> list[int]:
         """Abort pending checkpoint ``checkpoint_id`` and every newer pending one, and abort the
@@ -897,7 +916,25 @@ class CheckpointCoordinator:
     def uncommitted_unordered(self) -> Iterator[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in no order, walked only as far as the
         caller reads (a check that stops at the first, or reads nothing)."""
-        return (t for name in self._ledgers for t in self.pending_of(name))
+        for ledger in self._ledgers.values():
+            for b in ledger.blocks:  # a row's transaction made only as the caller reaches it
+                yield from (b.txn(r) for r in b.live_rows())
+            for lc in ledger.exceptional.values():
+                yield from lc.own_pending
+
+    def uncommitted_before(self, pre_committed_ms: int) -> list[PendingTransaction[Any]]:
+        """The transactions not yet confirmed committed that were pre-committed at or before
+        ``pre_committed_ms`` (ms since the epoch), in checkpoint order: what may be near its
+        timeout. A ledger block's rows share their intake's time, so a younger block is skipped
+        whole and no transaction of it is made (issue #42)."""
+        out: list[PendingTransaction[Any]] = []
+        for ledger in self._ledgers.values():
+            for b in ledger.blocks:
+                if b.pre_committed_ms <= pre_committed_ms:
+                    out += (t for t in b.live() if t.pre_committed_ms <= pre_committed_ms)
+            for lc in ledger.exceptional.values():
+                out += (t for t in lc.own_pending if t.pre_committed_ms <= pre_committed_ms)
+        return sorted(out, key=_CHECKPOINT_PARTITION)
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import json
-import operator
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,14 +24,22 @@ from twophase.coordinator.acknowledgement import (
     acknowledgement_table,
     acknowledgements_in,
 )
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.metadata import (
+    COMMITTABLE_COLUMNS,
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRows,
+    SinkSnapshot,
+)
 from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.subtask_lifecycle import (
     CommittablesOf,
+    LedgerBlock,
     PendingTransaction,
     SinkLedger,
     SubtaskLifecycle,
+    TxnRows,
 )
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
@@ -199,8 +206,14 @@ class PendingCheckpoint:
     _txns: dict[str, dict[int, tuple[PendingTransaction[Any], ...]]] = field(
         default_factory=dict, init=False, repr=False
     )
-    """sink → partition → the pending transactions its acknowledgement made (the same objects
-    its lifecycle holds): verification decodes each at most once, and the committer reuses it."""
+    """sink → partition → the pending transactions its acknowledgement made, for the subtasks
+    acknowledged through their lifecycles (the exceptions, the one-by-one path): the same objects
+    its lifecycle holds, so verification decodes each at most once, and the committer reuses it."""
+    _blocks: dict[str, list[LedgerBlock]] = field(default_factory=dict, init=False, repr=False)
+    """sink → the ledger blocks its common-path acknowledgements made (their rows' transactions,
+    made on first read, are the ledger's: issue #42)."""
+    _acked: set[str] = field(default_factory=set, init=False, repr=False)
+    """The sinks some subtask of which acknowledged."""
 
     def expected_table(self) -> pa.Table:
         """:attr:`expected` as a (sink, partition) table (:func:`~twophase.coordinator.ack_table.key_table`),
@@ -216,22 +229,31 @@ class PendingCheckpoint:
         return self.ledger.objects()
 
     def record_table(
-        self, table: pa.Table, transactions: Mapping[str, Mapping[int, Sequence[PendingTransaction[Any]]]]
+        self,
+        table: pa.Table,
+        transactions: Mapping[str, Mapping[int, Sequence[PendingTransaction[Any]]]],
+        blocks: Mapping[str, LedgerBlock] | None = None,
     ) -> None:
         """Keep ``table``'s rows (:data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`, each
         of a distinct expected subtask not acknowledged yet: the coordinator checked) as those
-        subtasks' acknowledgements, with the pending ``transactions`` they made (sink → partition →
-        transactions).
+        subtasks' acknowledgements, with the pending ``transactions`` the exceptions among them
+        made (sink → partition → transactions) and the ledger ``blocks`` the others' rows make
+        (sink → its block).
 
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
         """
         self._require_pending(f"acknowledge {table.num_rows} subtasks")
         self.ledger.append(table)
+        if table.num_rows:
+            self._acked.update(table["sink"].unique().to_pylist())
         for sink, by_partition in transactions.items():
-            mine = self._txns.setdefault(sink, {})
-            for p, txns in by_partition.items():
-                mine[p] = tuple(txns)
+            if by_partition:
+                mine = self._txns.setdefault(sink, {})
+                for p, txns in by_partition.items():
+                    mine[p] = tuple(txns)
+        for sink, block in (blocks or {}).items():
+            self._blocks.setdefault(sink, []).append(block)
 
     def record(
         self, key: SubtaskKey, ack: Acknowledgement, transactions: Sequence[PendingTransaction[Any]]
@@ -257,10 +279,15 @@ class PendingCheckpoint:
         """What ``sink``'s subtasks acknowledged, in partition order: their committables (each
         decoded on first access, once: :class:`~twophase.coordinator.subtask_lifecycle.CommittablesOf`)
         and their in-progress states; ``None`` if none acknowledged."""
-        mine = self._txns.get(sink)
-        if not mine:
+        if sink not in self._acked:
             return None
-        committables = CommittablesOf([t for p in sorted(mine) for t in mine[p]])
+        mine = self._txns.get(sink, {})
+        own = [t for p in sorted(mine) for t in mine[p]]
+        blocks = self._blocks.get(sink, [])
+        if not blocks:
+            committables: Sequence[Any] = CommittablesOf(own)
+        else:
+            committables = CommittablesOf(_by_partition(blocks, own))
         return committables, self.ledger.in_progress(sink)
 
     def complete(self) -> None:
@@ -368,6 +395,79 @@ class NotifyResult:
     already_committed: int = 0
 
 
+def _by_partition(blocks: Sequence[LedgerBlock], own: Sequence[PendingTransaction[Any]]) -> TxnRows:
+    """The rows of ``blocks`` (all of them, as acknowledged) and ``own``, ascending by partition
+    (stable), as transactions made on access."""
+    parts: list[pa.Array | pa.ChunkedArray] = []
+    source_cols: list[pa.Array] = []
+    row_cols: list[pa.Array] = []
+    for i, b in enumerate(blocks):
+        parts.append(b.partition)
+        source_cols.append(pa.repeat(pa.scalar(i, pa.int32()), len(b)))
+        row_cols.append(pa.array(range(len(b)), pa.int32()))
+    sources: list[Any] = [b.txn for b in blocks]
+    if own:
+        parts.append(pa.array([t.partition for t in own], pa.int32()))
+        sources.append(own.__getitem__)
+        source_cols.append(pa.repeat(pa.scalar(len(blocks), pa.int32()), len(own)))
+        row_cols.append(pa.array(range(len(own)), pa.int32()))
+    chunks = [c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
+    partition = pa.chunked_array(chunks, pa.int32())
+    source = pa.chunked_array(source_cols, pa.int32())
+    row = pa.chunked_array(row_cols, pa.int32())
+    if len(parts) > 1:
+        order = pc.sort_indices(partition)
+        source, row = source.take(order), row.take(order)
+    return TxnRows(sources, source, row)
+
+
+def pending_columns(
+    blocks: Sequence[LedgerBlock], own: Sequence[PendingTransaction[Any]]
+) -> tuple[pa.Table, TxnRows]:
+    """The live rows of ``blocks`` and the transactions ``own`` (exceptions, held by their
+    lifecycles) as one table of a committable file's columns
+    (:data:`~twophase.coordinator.metadata.COMMITTABLE_COLUMNS`), ascending by (checkpoint id,
+    partition), and the same rows' transactions in the same order, made on access: the blocks'
+    rows go through Arrow only (concatenated, and sorted only when ``own`` or two blocks of one
+    checkpoint need it, issue #42); ``own`` through Python (the exceptions are few)."""
+    tables: list[pa.Table] = []
+    sources: list[Any] = []
+    source_cols: list[pa.Array] = []
+    row_cols: list[pa.Array] = []
+    for i, b in enumerate(blocks):
+        t, rows = b.columns()
+        tables.append(t)
+        sources.append(b.txn)
+        source_cols.append(pa.repeat(pa.scalar(i, pa.int32()), len(rows)))
+        row_cols.append(pa.array(rows, pa.int32()))
+    if own:
+        tables.append(
+            pa.table(
+                [
+                    pa.array([t.partition for t in own], pa.int32()),
+                    pa.array([t.attempt for t in own], pa.int32()),
+                    pa.array([t.checkpoint_id for t in own], pa.int64()),
+                    pa.array([t.payload for t in own], pa.binary()),
+                ],
+                names=COMMITTABLE_COLUMNS.names,
+            )
+        )
+        sources.append(own.__getitem__)
+        source_cols.append(pa.repeat(pa.scalar(len(blocks), pa.int32()), len(own)))
+        row_cols.append(pa.array(range(len(own)), pa.int32()))
+    if not tables:
+        empty = pa.array([], pa.int32())
+        return COMMITTABLE_COLUMNS.empty_table(), TxnRows([], empty, empty)
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    source = pa.chunked_array(source_cols, pa.int32())
+    row = pa.chunked_array(row_cols, pa.int32())
+    ids = [b.checkpoint_id for b in blocks]
+    if own or ids != sorted(set(ids)):  # else ascending already: blocks by id, rows by partition
+        order = pc.sort_indices(table, sort_keys=[("checkpoint_id", "ascending"), ("partition", "ascending")])
+        table, source, row = table.take(order), source.take(order), row.take(order)
+    return table, TxnRows(sources, source, row)
+
+
 def metadata_of(
     job_id: str,
     pc: PendingCheckpoint,
@@ -397,10 +497,17 @@ def metadata_of(
         if name in fully_finished:
             continue
         ledger = ledgers.get(name)
-        txns: list[PendingTransaction[Any]] = [] if ledger is None else ledger.rows(c)
+        blocks = [] if ledger is None else [b for b in ledger.blocks if b.checkpoint_id <= c]
+        own: list[PendingTransaction[Any]] = []
         if ledger is not None and ledger.exceptional:
-            txns += [t for lc in ledger.exceptional.values() for t in lc.uncommitted(c)]
-            txns.sort(key=operator.attrgetter("checkpoint_id", "partition"))
+            own = [t for lc in ledger.exceptional.values() for t in lc.uncommitted(c)]
+        table, txns = pending_columns(blocks, own)
+        if table["payload"].null_count:  # transactions a test made from objects: encode them
+            payloads = table["payload"].to_pylist()
+            for i, raw in enumerate(payloads):
+                if raw is None:
+                    payloads[i] = payload_bytes(sink.encode(txns[i].committable))
+            table = table.set_column(3, "payload", pa.array(payloads, pa.binary()))
         with_state = stateful.get(name, {})
         in_progress = {
             p: st
@@ -409,15 +516,7 @@ def metadata_of(
         }
         snaps[name] = SinkSnapshot(
             num_partitions=pc.num_partitions.get(name, parallelism.get(name, 0)),
-            committables=tuple(
-                CommittableRecord(
-                    t.partition,
-                    t.attempt,
-                    t.payload if t.payload is not None else payload_bytes(sink.encode(t.committable)),
-                    t.checkpoint_id,
-                )
-                for t in txns
-            ),
+            committables=CommittableRows(table),
             in_progress=in_progress,
         )
         decoded[name] = CommittablesOf(txns)

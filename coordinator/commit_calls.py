@@ -17,14 +17,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from twophase.coordinator.lanes import Lane, group_lanes
-from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.subtask_lifecycle import BlockRows, PendingTransaction
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 
 AnySink = TwoPhaseCommitSink[Any, Any]
-CommitCall = tuple[PendingTransaction[Any], ...]
+CommitCall = Sequence[PendingTransaction[Any]]
 """The transactions one commit call covers: every one of one sink and one checkpoint, ascending by
-partition."""
+partition (a tuple, or a ledger block's rows,
+:class:`~twophase.coordinator.subtask_lifecycle.BlockRows`, whose transactions are made as the
+committer reads them: issue #42)."""
 
 
 def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
@@ -83,7 +85,10 @@ def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> l
             sink_concurrency(sink)  # refused before anything commits, as before batches
         return 1
 
-    return group_lanes(calls, lambda call: call[0].sink_name, parallelism)
+    def sink_of(call: CommitCall) -> str:
+        return call.sink_name if isinstance(call, BlockRows) else call[0].sink_name
+
+    return group_lanes(calls, sink_of, parallelism)
 
 
 def sink_concurrency(sink: AnySink) -> int:

@@ -72,7 +72,7 @@ from twophase.coordinator.commit_calls import CommitCall, check_call, commit_cal
 from twophase.coordinator.commit_policy import LOST_WAY_FORWARD, CommitPolicy, CommitterMetrics
 from twophase.coordinator.lanes import run_lanes
 from twophase.coordinator.metrics import SinkMetricsRecorder
-from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.subtask_lifecycle import BlockRows, PendingTransaction
 from twophase.coordinator.transaction_ages import TransactionAgeMonitor
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import (
@@ -262,7 +262,8 @@ class CommitterOperator:
         if not txns:
             raise ValueError("an empty commit call")
         sink = self._sinks[txns[0].sink_name]
-        check_call(sink, txns)
+        if not isinstance(call, BlockRows):  # a block's rows are one sink's and one checkpoint's
+            check_call(sink, txns)
         t = txns[0]
         partitions = [x.partition for x in txns]
         fields: dict[str, Any] = {
@@ -348,7 +349,10 @@ class CommitterOperator:
             if rows.already:
                 log.info("already committed %s", _what(sink, rows.already), extra=fields)
             if on_confirmed is not None:
-                on_confirmed(rows.confirmed)
+                # a ledger block's rows confirmed whole go back as they came: the driver lets
+                # them leave by range, one status recode, not one call per row (issue #42)
+                whole = isinstance(call, BlockRows) and len(rows.confirmed) == len(txns)
+                on_confirmed(call if whole else rows.confirmed)
         if raised is not None:
             raise CommitFailedError(
                 f"commit of sink {sink.name!r} checkpoint {t.checkpoint_id} "
@@ -559,10 +563,16 @@ class CommitterOperator:
 
     def poll_completed(self) -> list[PendingTransaction[Any]]:
         """Transactions committed since the last poll, in commit order."""
-        out: list[PendingTransaction[Any]] = []
+        return [t for call in self.poll_completed_calls() for t in call]
+
+    def poll_completed_calls(self) -> list[CommitCall]:
+        """What was committed since the last poll, in commit order, as the calls (or the parts of
+        calls) confirmed: a ledger block's rows confirmed whole are the
+        :class:`~twophase.coordinator.subtask_lifecycle.BlockRows` handed in."""
+        out: list[CommitCall] = []
         while True:
             try:
-                out.extend(self._done.get_nowait())
+                out.append(self._done.get_nowait())
             except queue.Empty:
                 return out
 

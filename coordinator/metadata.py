@@ -31,9 +31,11 @@ from __future__ import annotations
 import enum
 import json
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
+
+import pyarrow as pa
 
 from twophase.coordinator import collector
 from twophase.coordinator.payload import payload_bytes
@@ -82,18 +84,92 @@ class CommittableRecord:
     checkpoint_id: int | None = None
 
 
+COMMITTABLE_COLUMNS = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("attempt", pa.int32(), nullable=False),
+        pa.field("checkpoint_id", pa.int64()),
+        pa.field("payload", pa.binary(), nullable=False),
+    ]
+)
+"""One sink's committables as columns, one row per :class:`CommittableRecord` (a committable
+file's columns, :mod:`~twophase.coordinator.storage.committable_files`)."""
+
+
+class CommittableRows(Sequence[CommittableRecord]):
+    """One sink's committables held as an Arrow table of :data:`COMMITTABLE_COLUMNS` (issue #42):
+    what the coordinator's metadata carries, built from its ledger's columns without a Python
+    object per row. Readers get the sequence of :class:`CommittableRecord` they always did, each
+    made on access; the committable file is written from :attr:`table` as it is. Equal to any
+    sequence of the same records (a tuple of them included).
+
+    Args:
+        table: the rows, in the checkpoint's order (any chunking; columns by name).
+
+    Raises:
+        ValueError: ``table``'s columns are not :data:`COMMITTABLE_COLUMNS`' names and types.
+    """
+
+    __slots__ = ("_records", "table")
+
+    def __init__(self, table: pa.Table) -> None:
+        if table.schema.names != COMMITTABLE_COLUMNS.names or table.schema.types != COMMITTABLE_COLUMNS.types:
+            raise ValueError(f"committable columns {table.schema} are not {COMMITTABLE_COLUMNS}")
+        self.table = table
+        self._records: tuple[CommittableRecord, ...] | None = None
+
+    def records(self) -> tuple[CommittableRecord, ...]:
+        """Every row as a record (made once, on first call: a reader's pass)."""
+        if self._records is None:
+            cols = [self.table[n].to_pylist() for n in COMMITTABLE_COLUMNS.names]
+            with collector.paused():
+                self._records = tuple(
+                    CommittableRecord(p, a, payload, c) for p, a, c, payload in zip(*cols, strict=True)
+                )
+        return self._records
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    @overload
+    def __getitem__(self, index: int) -> CommittableRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[CommittableRecord, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> CommittableRecord | tuple[CommittableRecord, ...]:
+        return self.records()[index]
+
+    def __iter__(self) -> Iterator[CommittableRecord]:
+        return iter(self.records())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CommittableRows):
+            return self is other or self.records() == other.records()
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return self.records() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.records())
+
+    def __repr__(self) -> str:
+        return f"CommittableRows({len(self)} rows)"
+
+
 @dataclass(frozen=True)
 class SinkSnapshot:
     """One sink's part of a checkpoint.
 
     Attributes:
         num_partitions: the parallelism the sink ran with in this checkpoint's epoch.
-        committables: pre-committed transactions to commit once this checkpoint completes.
+        committables: pre-committed transactions to commit once this checkpoint completes (a
+            tuple of records, or :class:`CommittableRows`: the same records as columns).
         in_progress: partition → in-progress state of transactions that span checkpoints.
     """
 
     num_partitions: int
-    committables: tuple[CommittableRecord, ...] = ()
+    committables: Sequence[CommittableRecord] = ()
     in_progress: Mapping[int, JsonObject] = field(default_factory=dict)
 
 

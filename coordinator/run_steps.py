@@ -131,7 +131,11 @@ class RunCommits:
         self._coord.confirm_commits()
         self.mark_committed_if_done()
         self._coord.check_timeouts()
-        self._committer.ages.check(self._coord.uncommitted_transactions())
+        ages = self._committer.ages
+        timeouts = [t for t in (ages.timeout_ms, *ages.sink_timeouts.values()) if t is not None]
+        if timeouts:  # only what is old enough to warn of (none without a timeout): issue #42
+            cutoff = ages.clock() - int(ages.ratio * min(timeouts))
+            ages.check(self._coord.uncommitted_before(cutoff))
 
     def mark_committed_if_done(self) -> None:
         """Write the latest checkpoint's committed marker once the run confirmed every commit it

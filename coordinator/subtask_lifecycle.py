@@ -40,9 +40,12 @@ import bisect
 import enum
 import logging
 import operator
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import IllegalTransitionError
@@ -121,13 +124,15 @@ class TxnStatus(enum.Enum):
         return self in (TxnStatus.PERSISTED, TxnStatus.COMMITTING)
 
 
-_GONE, _PRE, _PERSISTED, _COMMITTING, _IN_DOUBT = range(5)
+_GONE, _PRE, _PERSISTED, _COMMITTING, _IN_DOUBT, _CONFIRMED = range(6)
 """A ledger row's status byte (:class:`LedgerBlock`): GONE is a row whose transaction left the
-ledger (confirmed, aborted, or moved to its lifecycle)."""
+ledger (aborted, or moved to its lifecycle); CONFIRMED one whose commit the committer confirmed
+(it left the ledger COMMITTING, by a range of rows at once: issue #42)."""
 _STATUS_OF: list[Any] = [
-    None, TxnStatus.PRE_COMMITTED, TxnStatus.PERSISTED, TxnStatus.COMMITTING, TxnStatus.IN_DOUBT
+    None, TxnStatus.PRE_COMMITTED, TxnStatus.PERSISTED, TxnStatus.COMMITTING, TxnStatus.IN_DOUBT,
+    TxnStatus.COMMITTING,
 ]  # fmt: skip
-_CODE_OF: dict[TxnStatus, int] = {st: code for code, st in enumerate(_STATUS_OF) if st is not None}
+_CODE_OF: dict[TxnStatus, int] = {st: code for code, st in enumerate(_STATUS_OF[:5]) if st is not None}
 
 
 def _recode(frm: int, to: int) -> bytes:
@@ -140,7 +145,10 @@ def _recode(frm: int, to: int) -> bytes:
 _PERSIST = _recode(_PRE, _PERSISTED)
 _DOUBT = _recode(_PRE, _IN_DOUBT)
 _COMMIT = _recode(_PERSISTED, _COMMITTING)
-_COMMITTING_OR_GONE = bytes((_GONE, _COMMITTING))
+_CONFIRM = _recode(_COMMITTING, _CONFIRMED)
+_LEFT = bytes((_GONE, _CONFIRMED))
+"""The codes of rows no longer in the ledger."""
+_COMMITTING_OR_GONE = bytes((_GONE, _COMMITTING, _CONFIRMED))
 
 _UNDECODED: Any = object()
 """A pending transaction whose committable is not decoded yet."""
@@ -169,6 +177,7 @@ class PendingTransaction(Generic[COMM]):
         committable: the sink's committable, if already made; else ``decode`` makes it from
             ``payload`` on first use.
         decode: payload bytes → the sink's committable (raises ``CommittableDecodeError``).
+        block, row: the ledger block and row it is made for (:meth:`LedgerBlock.txn`), if any.
 
     Identity is the object (two transactions are never equal): the lifecycle forgets the very one
     the committer confirmed. Decoding is not locked: two threads decoding at once make equal
@@ -202,6 +211,8 @@ class PendingTransaction(Generic[COMM]):
         payload: bytes | None = None,
         *,
         decode: Callable[[bytes], COMM] | None = None,
+        block: LedgerBlock | None = None,
+        row: int = 0,
     ) -> None:
         if committable is _UNDECODED and (payload is None or decode is None):
             raise ValueError("a pending transaction needs its committable, or its payload and a decoder")
@@ -211,8 +222,8 @@ class PendingTransaction(Generic[COMM]):
         self.checkpoint_id = checkpoint_id
         self.pre_committed_ms = pre_committed_ms
         self._status = status
-        self._block: LedgerBlock | None = None
-        self._row = 0
+        self._block = block  # a row of ``block`` (its status is the row's) if given
+        self._row = row
         self.payload = payload
         self._committable = committable
         self._decode = decode
@@ -261,8 +272,11 @@ class PendingTransaction(Generic[COMM]):
 
     @property
     def in_ledger(self) -> bool:
-        """Whether it is a row of its sink's ledger (:class:`LedgerBlock`)."""
-        return self._block is not None
+        """Whether it is a row of its sink's ledger (:class:`LedgerBlock`): attached to a block
+        whose row for it has not left (a row confirmed by range keeps its transaction attached,
+        COMMITTING, until it is forgotten with its block)."""
+        block = self._block
+        return block is not None and block.status[self._row] not in _LEFT
 
     @property
     def decoded(self) -> bool:
@@ -278,29 +292,160 @@ class PendingTransaction(Generic[COMM]):
 
 
 class LedgerBlock:
-    """The transactions one table intake recorded for one sink and one checkpoint (issue #42):
-    their objects ascending by partition, and their statuses as a column of one byte per row,
-    so that a transition of every row (persisted, committing, in doubt) is one C-level
-    ``bytes.translate`` of the column, not a Python call per transaction.
+    """The transactions one table intake recorded for one sink and one checkpoint (issue #42), as
+    columns: ``partition``, ``attempt`` and ``payload`` Arrow arrays (rows ascending by distinct
+    partition; the checkpoint id, the sink and the intake's time are the block's), and their
+    statuses as a column of one byte per row, so that a transition of every row (persisted,
+    committing, in doubt, confirmed) is one C-level ``bytes.translate`` of the column, not a
+    Python call per transaction.
+
+    A row's :class:`PendingTransaction` is made only when something asks for it (:meth:`txn`:
+    an exception such as an eviction into a lifecycle or an abort, a one-by-one path, or the
+    committer, on its own thread when commit is asynchronous), once: every later ask gets the
+    same object (made under the GIL with ``dict.setdefault``, so two threads asking at once get
+    one object).
 
     Attributes:
         checkpoint_id: the checkpoint every row was pre-committed for.
-        txns: the transactions, ascending by partition (one per partition).
-        partitions: their partitions, in the same order.
-        status: one status byte per row (``_PRE`` … ``_IN_DOUBT``, ``_GONE`` once it left).
+        sink_name: the sink.
+        partition: int32, ascending, distinct.
+        attempt: int32, the task attempt of each row.
+        payload: binary, each row's committable as the executor encoded it (null only in a block
+            made from transactions that have no payload: tests).
+        pre_committed_ms: when the intake received them (ms since the epoch).
+        status: one status byte per row (``_PRE`` … ``_IN_DOUBT``; ``_GONE`` or ``_CONFIRMED``
+            once it left).
     """
 
-    __slots__ = ("checkpoint_id", "partitions", "status", "txns")
+    __slots__ = (
+        "_decode",
+        "_made",
+        "_partitions",
+        "attempt",
+        "checkpoint_id",
+        "partition",
+        "payload",
+        "pre_committed_ms",
+        "sink_name",
+        "status",
+    )
+    _partitions: list[int] | None
 
     def __init__(
         self, checkpoint_id: int, txns: Sequence[PendingTransaction[Any]], partitions: list[int]
     ) -> None:
-        self.checkpoint_id = checkpoint_id
-        self.txns = tuple(txns)
-        self.partitions = partitions
-        self.status = bytearray((_PRE,)) * len(self.txns)
-        for i, t in enumerate(self.txns):
+        """A block of transactions already made (the one-by-one path's callers, tests): their
+        columns are read from them, and each is its row's transaction.
+
+        Raises:
+            ValueError: ``txns`` and ``partitions`` differ in length.
+        """
+        txns = tuple(txns)
+        if len(txns) != len(partitions):
+            raise ValueError(f"{len(txns)} transactions but {len(partitions)} partitions")
+        self._setup(
+            txns[0].sink_name if txns else "",
+            checkpoint_id,
+            pa.array(partitions, pa.int32()),
+            pa.array([t.attempt for t in txns], pa.int32()),
+            pa.array([t.payload for t in txns], pa.binary()),
+            txns[0].pre_committed_ms if txns else 0,
+            None,
+        )
+        self._partitions = list(partitions)
+        for i, t in enumerate(txns):
             t.attach(self, i)
+            self._made[i] = t
+
+    def _setup(
+        self,
+        sink_name: str,
+        checkpoint_id: int,
+        partition: pa.Array | pa.ChunkedArray,
+        attempt: pa.Array | pa.ChunkedArray,
+        payload: pa.Array | pa.ChunkedArray,
+        pre_committed_ms: int,
+        decode: Callable[[bytes], Any] | None,
+    ) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.sink_name = sink_name
+        self.partition = partition
+        self.attempt = attempt
+        self.payload = payload
+        self.pre_committed_ms = pre_committed_ms
+        self._decode = decode
+        self._partitions = None
+        self.status = bytearray((_PRE,)) * len(partition)
+        self._made: dict[int, PendingTransaction[Any]] = {}
+
+    @classmethod
+    def of_columns(
+        cls,
+        sink_name: str,
+        checkpoint_id: int,
+        partition: pa.Array | pa.ChunkedArray,
+        attempt: pa.Array | pa.ChunkedArray,
+        payload: pa.Array | pa.ChunkedArray,
+        pre_committed_ms: int,
+        decode: Callable[[bytes], Any],
+    ) -> LedgerBlock:
+        """A block of an intake's rows, kept as the columns they came in (no object per row):
+        ``partition`` int32 ascending distinct, ``attempt`` int32, ``payload`` binary without
+        nulls; ``decode``: payload bytes → the sink's committable, for the transactions made later.
+
+        Raises:
+            ValueError: the columns differ in length, or a payload is null.
+        """
+        n = len(partition)
+        if len(attempt) != n or len(payload) != n:
+            raise ValueError(f"ledger block columns of {n}, {len(attempt)} and {len(payload)} rows")
+        if payload.null_count:
+            raise ValueError("a ledger block row without a payload")
+        block = cls.__new__(cls)
+        block._setup(sink_name, checkpoint_id, partition, attempt, payload, pre_committed_ms, decode)
+        return block
+
+    def __len__(self) -> int:
+        return len(self.status)
+
+    def __repr__(self) -> str:
+        return f"LedgerBlock({self.sink_name!r} checkpoint {self.checkpoint_id}, {len(self)} rows)"
+
+    def txn(self, row: int) -> PendingTransaction[Any]:
+        """Row ``row``'s transaction, made on first ask (any thread) and the same object after."""
+        t = self._made.get(row)
+        if t is None:
+            assert self._decode is not None  # a block made from transactions holds every one
+            t = PendingTransaction(
+                self.sink_name,
+                self.partition[row].as_py(),
+                self.attempt[row].as_py(),
+                self.checkpoint_id,
+                pre_committed_ms=self.pre_committed_ms,
+                payload=self.payload[row].as_py(),
+                decode=self._decode,
+                block=self,
+                row=row,
+            )
+            t = self._made.setdefault(row, t)  # atomic: a racing thread's object is dropped
+        return t
+
+    @property
+    def made(self) -> Mapping[int, PendingTransaction[Any]]:
+        """Row → its transaction, for the rows whose transaction was made (:meth:`txn`)."""
+        return self._made
+
+    @property
+    def txns(self) -> tuple[PendingTransaction[Any], ...]:
+        """Every row's transaction (made now where not yet: a rare path, or tests)."""
+        return tuple(self.txn(i) for i in range(len(self.status)))
+
+    @property
+    def partitions(self) -> list[int]:
+        """The rows' partitions, ascending (a Python list made once, for lookups by partition)."""
+        if self._partitions is None:
+            self._partitions = self.partition.to_pylist()
+        return self._partitions
 
     def recode(self, table: bytes) -> None:
         """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
@@ -319,29 +464,184 @@ class LedgerBlock:
     @property
     def empty(self) -> bool:
         """Whether every row left the ledger."""
-        return self.status.count(_GONE) == len(self.status)
+        return not self.status.translate(None, _LEFT)
+
+    def live_rows(self) -> range | list[int]:
+        """The rows still in the ledger, ascending."""
+        status = self.status
+        if not any(code in status for code in _LEFT):
+            return range(len(status))
+        return [i for i, code in enumerate(status) if code not in _LEFT]
 
     def live(self) -> list[PendingTransaction[Any]]:
-        """The transactions still rows here, ascending by partition."""
-        if _GONE not in self.status:
-            return list(self.txns)
-        return [t for t, code in zip(self.txns, self.status, strict=True) if code != _GONE]
+        """The transactions still rows here, ascending by partition (each made if not yet)."""
+        return [self.txn(i) for i in self.live_rows()]
+
+    def rows_with(self, code: int) -> range | list[int]:
+        """The rows whose status is ``code``, ascending."""
+        n = self.status.count(code)
+        if n == len(self.status):
+            return range(n)
+        if n == 0:
+            return range(0)
+        return [i for i, c in enumerate(self.status) if c == code]
 
     def with_status(self, code: int) -> list[PendingTransaction[Any]]:
         """The transactions whose row has status ``code``, ascending by partition."""
-        n = self.status.count(code)
-        if n == len(self.status):
-            return list(self.txns)
-        if n == 0:
-            return []
-        return [t for t, c in zip(self.txns, self.status, strict=True) if c == code]
+        return [self.txn(i) for i in self.rows_with(code)]
 
     def row_of(self, partition: int) -> int | None:
         """The live row of ``partition``, if any."""
-        i = bisect.bisect_left(self.partitions, partition)
-        if i < len(self.partitions) and self.partitions[i] == partition and self.status[i] != _GONE:
+        parts = self.partitions
+        i = bisect.bisect_left(parts, partition)
+        if i < len(parts) and parts[i] == partition and self.status[i] not in _LEFT:
             return i
         return None
+
+    def confirm(self, rows: range | Sequence[int]) -> list[PendingTransaction[Any]]:
+        """The committer confirmed the commit of ``rows`` (COMMITTING when handed over): they
+        leave the ledger CONFIRMED, one status recode for the range. Returns the transactions of
+        those rows that had left already (evicted into their lifecycle meanwhile, which holds and
+        now forgets them: :meth:`SubtaskLifecycle.commit_confirmed`)."""
+        if isinstance(rows, range) and rows.step == 1:
+            lo, hi = rows.start, rows.stop
+            seg = self.status[lo:hi]
+            self.status[lo:hi] = seg.translate(_CONFIRM)
+            if _GONE not in seg:
+                return []
+            return [self._made[lo + i] for i, c in enumerate(seg) if c == _GONE and lo + i in self._made]
+        left: list[PendingTransaction[Any]] = []
+        for r in rows:
+            if self.status[r] == _GONE:
+                if r in self._made:
+                    left.append(self._made[r])
+            elif self.status[r] == _COMMITTING:
+                self.status[r] = _CONFIRMED
+        return left
+
+    def columns(self) -> tuple[pa.Table, range | list[int]]:
+        """The live rows as a table (``partition``, ``attempt``, ``checkpoint_id``, ``payload``:
+        a committable file's columns, :data:`~twophase.coordinator.metadata.COMMITTABLE_COLUMNS`)
+        and which rows they are: a filter by the status column in Arrow, no object per row."""
+        rows = self.live_rows()
+        n = len(self.status)
+        cols = [self.partition, self.attempt, self.payload]
+        if len(rows) != n:
+            mask = pc.invert(
+                pc.is_in(
+                    pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(bytes(self.status))]),
+                    value_set=pa.array(list(_LEFT), pa.uint8()),
+                )
+            )
+            cols = [c.filter(mask) for c in cols]
+        partition, attempt, payload = cols
+        ids = pa.repeat(pa.scalar(self.checkpoint_id, pa.int64()), len(rows))
+        table = pa.table(
+            [partition, attempt, ids, payload], names=["partition", "attempt", "checkpoint_id", "payload"]
+        )
+        return table, rows
+
+
+class BlockRows(Sequence["PendingTransaction[Any]"]):
+    """Rows of one :class:`LedgerBlock` as a sequence of their transactions, each made on access
+    (:meth:`LedgerBlock.txn`): what the ledger hands the committer as one commit call (issue #42),
+    so that the objects are made where the call runs (the committer thread when asynchronous),
+    and what the committer hands back when it confirmed the whole call (one status recode).
+
+    Attributes:
+        block: the block.
+        rows: its rows, ascending.
+    """
+
+    __slots__ = ("block", "rows")
+
+    def __init__(self, block: LedgerBlock, rows: range | Sequence[int]) -> None:
+        self.block = block
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> PendingTransaction[Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> BlockRows: ...
+
+    def __getitem__(self, index: int | slice) -> PendingTransaction[Any] | BlockRows:
+        if isinstance(index, slice):
+            return BlockRows(self.block, self.rows[index])
+        return self.block.txn(self.rows[index])
+
+    def __iter__(self) -> Iterator[PendingTransaction[Any]]:
+        txn = self.block.txn
+        return (txn(r) for r in self.rows)
+
+    @property
+    def sink_name(self) -> str:
+        """The block's sink."""
+        return self.block.sink_name
+
+    def confirm(self) -> list[PendingTransaction[Any]]:
+        """:meth:`LedgerBlock.confirm` of these rows."""
+        return self.block.confirm(self.rows)
+
+    def __repr__(self) -> str:
+        return f"BlockRows({self.block!r}, {len(self.rows)} rows)"
+
+
+class TxnRows(Sequence["PendingTransaction[Any]"]):
+    """Transactions named by (source, row) columns, each made on access: ``sources[s](r)`` for
+    row ``i`` with ``s = source[i]``, ``r = row[i]`` (a block's :meth:`LedgerBlock.txn`, or a
+    list's ``__getitem__``). What the metadata's and verification's per-sink committables are
+    read through, without a Python object per row until one is read (issue #42)."""
+
+    __slots__ = ("_row", "_rows", "_source", "_sources")
+
+    def __init__(
+        self,
+        sources: Sequence[Callable[[int], PendingTransaction[Any]]],
+        source: pa.Array | pa.ChunkedArray,
+        row: pa.Array | pa.ChunkedArray,
+    ) -> None:
+        self._sources = sources
+        self._source = source
+        self._row = row
+        self._rows: list[tuple[int, int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+    def _pairs(self) -> list[tuple[int, int]]:
+        if self._rows is None:
+            self._rows = list(zip(self._source.to_pylist(), self._row.to_pylist(), strict=True))
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> PendingTransaction[Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[PendingTransaction[Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> PendingTransaction[Any] | list[PendingTransaction[Any]]:
+        if isinstance(index, slice):
+            return [self._sources[s](r) for s, r in self._pairs()[index]]
+        if self._rows is not None:
+            s, r = self._rows[index]
+        else:
+            if index < 0:
+                index += len(self)
+            if not 0 <= index < len(self):
+                raise IndexError(index)
+            s, r = self._source[index].as_py(), self._row[index].as_py()
+        return self._sources[s](r)
+
+    def __iter__(self) -> Iterator[PendingTransaction[Any]]:
+        sources = self._sources
+        return (sources[s](r) for s, r in self._pairs())
+
+    def __repr__(self) -> str:
+        return f"TxnRows({len(self)} transactions)"
 
 
 class SinkLedger:
@@ -401,11 +701,10 @@ class SinkLedger:
         for b in self._up_to(checkpoint_id):
             b.recode(_DOUBT)
 
-    def notify_checkpoint_complete(
-        self, checkpoint_id: int
-    ) -> list[tuple[int, list[PendingTransaction[Any]]]]:
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> list[tuple[int, BlockRows]]:
         """Every PERSISTED row ≤ ``checkpoint_id`` becomes COMMITTING; returns them per block
-        (checkpoint id, transactions ascending by partition), ascending by checkpoint id.
+        (checkpoint id, its rows ascending by partition, as :class:`BlockRows`: no transaction is
+        made here), ascending by checkpoint id.
 
         Raises:
             IllegalTransitionError: a row ≤ ``checkpoint_id`` is PRE_COMMITTED (its checkpoint is
@@ -414,18 +713,18 @@ class SinkLedger:
         blocks = self._up_to(checkpoint_id)
         for b in blocks:
             if _PRE in b.status:
-                t = b.txns[b.status.index(_PRE)]
+                p = b.partition[b.status.index(_PRE)].as_py()
                 raise IllegalTransitionError(
-                    f"subtask {self.sink_name}[{t.partition}]",
+                    f"subtask {self.sink_name}[{p}]",
                     SubtaskState.RUNNING.value,
                     f"notify_checkpoint_complete #{checkpoint_id} (not durable)",
                 )
-        out: list[tuple[int, list[PendingTransaction[Any]]]] = []
+        out: list[tuple[int, BlockRows]] = []
         for b in blocks:
-            commit = b.with_status(_PERSISTED)
-            if commit:
+            rows = b.rows_with(_PERSISTED)
+            if rows:
                 b.recode(_COMMIT)
-                out.append((b.checkpoint_id, commit))
+                out.append((b.checkpoint_id, BlockRows(b, rows)))
         return out
 
     def all_committing(self, up_to_checkpoint: int) -> bool:
@@ -441,10 +740,10 @@ class SinkLedger:
         """
         blocks = [b for b in self._blocks if b.checkpoint_id == checkpoint_id]
         for b in blocks:
-            if b.status.translate(None, bytes((_GONE, _PRE))):
-                t = next(t for t, c in zip(b.txns, b.status, strict=True) if c not in (_GONE, _PRE))
+            if b.status.translate(None, bytes((*_LEFT, _PRE))):
+                row = next(i for i, c in enumerate(b.status) if c not in (*_LEFT, _PRE))
                 raise IllegalTransitionError(
-                    f"subtask {self.sink_name}[{t.partition}]",
+                    f"subtask {self.sink_name}[{b.partition[row].as_py()}]",
                     SubtaskState.RUNNING.value,
                     f"notify_checkpoint_aborted #{checkpoint_id} (already durable)",
                 )
@@ -476,7 +775,7 @@ class SinkLedger:
 
     def rows_of(self, partition: int) -> list[PendingTransaction[Any]]:
         """The transactions of subtask ``partition`` still rows here, ascending by checkpoint id."""
-        return [b.txns[i] for b in self._blocks if (i := b.row_of(partition)) is not None]
+        return [b.txn(i) for b in self._blocks if (i := b.row_of(partition)) is not None]
 
     def evict(self, lc: SubtaskLifecycle[Any]) -> None:
         """Move subtask ``lc``'s rows into its lifecycle, for good: from now on it holds and
@@ -504,6 +803,20 @@ def confirm_rows(confirmed: Iterable[PendingTransaction[Any]]) -> list[PendingTr
     return rest
 
 
+def confirm_calls(calls: Iterable[Sequence[PendingTransaction[Any]]]) -> list[PendingTransaction[Any]]:
+    """The committer confirmed every transaction of ``calls``: a call that is a ledger block's
+    rows (:class:`BlockRows`) leaves at once (one recode of its status column); each other
+    transaction as :func:`confirm_rows`. Returns the transactions their lifecycles hold
+    (:meth:`SubtaskLifecycle.commit_confirmed`)."""
+    rest: list[PendingTransaction[Any]] = []
+    for call in calls:
+        if isinstance(call, BlockRows):
+            rest += call.confirm()
+        else:
+            rest += confirm_rows(call)
+    return rest
+
+
 class CommittablesOf(Sequence[COMM]):
     """The committables of ``transactions``, in their order, each made on first access
     (:attr:`PendingTransaction.committable`): what verification and lingering cleanup are handed,
@@ -512,7 +825,8 @@ class CommittablesOf(Sequence[COMM]):
     __slots__ = ("_txns",)
 
     def __init__(self, transactions: Sequence[PendingTransaction[COMM]]) -> None:
-        self._txns = tuple(transactions)
+        # a lazy sequence stays lazy: its transactions are made as their committables are read
+        self._txns = transactions if isinstance(transactions, (TxnRows, BlockRows)) else tuple(transactions)
 
     def __len__(self) -> int:
         return len(self._txns)
@@ -525,7 +839,7 @@ class CommittablesOf(Sequence[COMM]):
 
     def __getitem__(self, index: int | slice) -> COMM | CommittablesOf[COMM]:
         if isinstance(index, slice):
-            return CommittablesOf(self._txns[index])
+            return CommittablesOf(list(self._txns[index]))
         return self._txns[index].committable
 
     def __repr__(self) -> str:

@@ -40,9 +40,11 @@ import pyarrow as pa
 
 from twophase.coordinator import collector
 from twophase.coordinator.metadata import (
+    COMMITTABLE_COLUMNS,
     MANIFEST_VERSION,
     CheckpointMetadata,
     CommittableRecord,
+    CommittableRows,
     document_version,
     parse_document,
 )
@@ -55,14 +57,7 @@ FILE_MEDIA_TYPE = "application/vnd.apache.arrow.file"
 """The IANA media type of the Arrow IPC file format (an object's ``Content-Type``)."""
 FILE_FORMAT = "twophase.committables"
 FILE_VERSION = "1"
-SCHEMA = pa.schema(
-    [
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("attempt", pa.int32(), nullable=False),
-        pa.field("checkpoint_id", pa.int64()),
-        pa.field("payload", pa.binary(), nullable=False),
-    ]
-)
+SCHEMA = COMMITTABLE_COLUMNS
 """The columns of a committable file, one row per committable, in the checkpoint's order."""
 
 _NAME_RE = re.compile(r"committables-([0-9]+)-([0-9a-z]+)-([0-9]+)\.arrow")
@@ -172,15 +167,21 @@ def encode(metadata: CheckpointMetadata, run: str, attempt: int) -> EncodedCheck
 
 def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id: int, sink: str) -> bytes:
     """One sink's committables as an Arrow IPC file (zstd), the checkpoint named in its schema; the
-    ``payload`` column is each record's bytes as they are (the executor's), nothing encoded."""
-    payloads = [r.payload for r in records]
-    table = pa.table(
-        [
+    ``payload`` column is each record's bytes as they are (the executor's), nothing encoded.
+    :class:`~twophase.coordinator.metadata.CommittableRows` are written from their columns, with
+    no Python pass over the rows (issue #42): one record batch either way, so the bytes are the
+    same as for the same records as a tuple."""
+    if isinstance(records, CommittableRows):
+        columns = [_one_chunk(records.table[n]) for n in SCHEMA.names]
+    else:
+        columns = [
             pa.array([r.partition for r in records], pa.int32()),
             pa.array([r.attempt for r in records], pa.int32()),
             pa.array([r.checkpoint_id for r in records], pa.int64()),
-            pa.array(payloads, pa.binary()),
-        ],
+            pa.array([r.payload for r in records], pa.binary()),
+        ]
+    table = pa.table(
+        columns,
         schema=SCHEMA.with_metadata(
             {
                 "format": FILE_FORMAT,
@@ -195,6 +196,11 @@ def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id
     with pa.ipc.new_file(out, table.schema, options=pa.ipc.IpcWriteOptions(compression=COMPRESSION)) as w:
         w.write_table(table)
     return bytes(out.getvalue().to_pybytes())
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """``column`` as one array (one record batch in the file, as from records)."""
+    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
 
 
 class MissingFile(Exception):

@@ -9,7 +9,7 @@ from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
 from support.harness import batch
 from support.memory_storage import InMemoryCheckpointStorage
 
-from twophase.coordinator.acknowledgement import Acknowledgement
+from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint_state import (
     CheckpointConfig,
@@ -318,3 +318,21 @@ def test_illegal_checkpoint_transitions() -> None:
         coord.complete(1)
     with pytest.raises(IllegalTransitionError, match="COMPLETED"):
         coord.acknowledge(1, Acknowledgement("s0", 0, 0))
+
+
+def test_the_transactions_old_enough_to_warn_of_make_no_younger_rows_objects() -> None:
+    coord, _, _, clock = make(max_concurrent=3)
+    for c in (1, 2):
+        coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+        acks = [
+            Acknowledgement.of(coord.sinks["s0"], p, 0, write(coord, c, "s0", p, [f"k{c}{p}"]))
+            for p in (0, 1)
+        ]
+        coord.acknowledge_table(c, acknowledgement_table(acks))
+        clock.advance(1_000)
+    old, young = coord.ledgers["s0"].blocks
+    cutoff = old.pre_committed_ms
+    assert [(t.checkpoint_id, t.partition) for t in coord.uncommitted_before(cutoff)] == [(1, 0), (1, 1)]
+    assert len(young.made) == 0  # a younger block is skipped whole
+    assert coord.uncommitted_before(cutoff - 1) == []
+    assert len(coord.uncommitted_before(young.pre_committed_ms)) == 4

@@ -3,15 +3,21 @@ transitions per block, and a subtask leaving it for its FLIP-147 lifecycle."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
 import pytest
 
 from twophase.coordinator.subtask_lifecycle import (
+    BlockRows,
     LedgerBlock,
     PendingTransaction,
     SinkLedger,
     SubtaskLifecycle,
     SubtaskState,
     TxnStatus,
+    confirm_calls,
     confirm_rows,
 )
 from twophase.sinks.errors import IllegalTransitionError
@@ -25,7 +31,7 @@ def block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) -> list
     return txns
 
 
-def names(txns: list[PendingTransaction[str]]) -> list[str]:
+def names(txns: Sequence[PendingTransaction[str]]) -> list[str]:
     return [t.committable for t in txns]
 
 
@@ -85,3 +91,84 @@ def test_a_subtask_leaving_running_takes_its_rows_into_its_lifecycle() -> None:
     assert lcs[1].state is SubtaskState.CLOSED
     assert names(list(actions.abort)) == ["t2p1"] and names(list(lcs[1].pending)) == ["t1p1"]
     assert ledger.rows() == []
+
+
+def column_block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) -> LedgerBlock:
+    """A block as an intake makes it: columns only, no transaction made."""
+    decoded: list[bytes] = []
+
+    def decode(raw: bytes) -> Any:
+        decoded.append(raw)
+        return raw.decode()
+
+    b = LedgerBlock.of_columns(
+        ledger.sink_name,
+        checkpoint_id,
+        pa.array(partitions, pa.int32()),
+        pa.array([0] * len(partitions), pa.int32()),
+        pa.array([f"t{checkpoint_id}p{p}".encode() for p in partitions], pa.binary()),
+        7,
+        decode,
+    )
+    ledger.append(b)
+    return b
+
+
+def test_a_column_block_makes_a_rows_transaction_once_and_only_when_asked() -> None:
+    ledger = SinkLedger("s")
+    b = column_block(ledger, 1, [0, 3, 5])
+    assert len(b.made) == 0 and b.partitions == [0, 3, 5]
+    t = b.txn(1)
+    assert b.txn(1) is t and dict(b.made) == {1: t}
+    assert (t.sink_name, t.partition, t.attempt, t.checkpoint_id, t.payload) == ("s", 3, 0, 1, b"t1p3")
+    assert t.pre_committed_ms == 7 and t.in_ledger and t.status is TxnStatus.PRE_COMMITTED
+    assert not t.decoded and t.committable == "t1p3"
+    table, rows = b.columns()
+    assert rows == range(3) and table["payload"].to_pylist() == [b"t1p0", b"t1p3", b"t1p5"]
+    assert table["checkpoint_id"].to_pylist() == [1, 1, 1] and len(b.made) == 1  # read in Arrow
+
+
+def test_mismatched_columns_are_refused() -> None:
+    with pytest.raises(ValueError, match="columns of 2, 1 and 2 rows"):
+        LedgerBlock.of_columns(
+            "s", 1, pa.array([0, 1], pa.int32()), pa.array([0], pa.int32()),
+            pa.array([b"a", b"b"]), 0, bytes.decode,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="without a payload"):
+        LedgerBlock.of_columns(
+            "s", 1, pa.array([0], pa.int32()), pa.array([0], pa.int32()), pa.array([None], pa.binary()),
+            0, bytes.decode,
+        )  # fmt: skip
+
+
+def test_a_commit_call_of_a_blocks_rows_is_confirmed_by_one_recode() -> None:
+    ledger = SinkLedger("s")
+    lcs = {p: SubtaskLifecycle[str]("s", p, ledger=ledger) for p in (0, 1, 2)}
+    b = column_block(ledger, 1, [0, 1, 2])
+    ledger.checkpoint_persisted(1)
+    ((cid, call),) = ledger.notify_checkpoint_complete(1)
+    assert cid == 1 and isinstance(call, BlockRows) and len(call) == 3 and len(b.made) == 0
+    assert ledger.all_committing(1)
+    committed = list(call)  # the committer makes them (its own thread when asynchronous)
+    assert [b.txn(i) for i in range(3)] == committed and all(
+        x is y for x, y in zip(call, committed, strict=True)
+    )
+    for p in (0, 1):  # they leave RUNNING meanwhile: each row's very object goes with it
+        lcs[p].finish(1)
+        assert lcs[p].own_pending == (committed[p],) and not committed[p].in_ledger
+    assert confirm_calls([call]) == committed[:2]  # their lifecycles forget them; the rest by range
+    assert [t.status for t in committed] == [TxnStatus.COMMITTING] * 3
+    assert not any(t.in_ledger for t in committed)
+    assert ledger.rows() == [] and ledger.all_committing(1)
+    ledger.compact()
+    assert ledger.blocks == ()
+
+
+def test_the_metadata_columns_leave_out_rows_that_left() -> None:
+    ledger = SinkLedger("s")
+    lc = SubtaskLifecycle[str]("s", 1, ledger=ledger)
+    b = column_block(ledger, 4, [0, 1, 2])
+    lc.finish(3)  # its row leaves the block
+    table, rows = b.columns()
+    assert rows == [0, 2] and table["partition"].to_pylist() == [0, 2]
+    assert table["payload"].to_pylist() == [b"t4p0", b"t4p2"]

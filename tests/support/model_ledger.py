@@ -12,7 +12,13 @@ no row's status goes back:
   common path), and a block's rows are its checkpoint's, ascending by distinct partition;
 - a row's status only moves forward: PRE_COMMITTED → PERSISTED → COMMITTING, or
   PRE_COMMITTED → IN_DOUBT (a COMMITTING row never returns to PERSISTED, a durable one never to
-  PRE_COMMITTED), watched across steps within one coordinator.
+  PRE_COMMITTED), watched across steps within one coordinator;
+- a block's columns (partition, attempt, payload) and its status bytes agree in length, and a
+  transaction made lazily for a row (:meth:`LedgerBlock.txn`) is that row's (its partition,
+  attempt, payload and checkpoint; attached to that very row while it is in the ledger), asking
+  again gives the same object, a row that left (GONE) left as its made object, and one that left
+  into its lifecycle left as that object: the lifecycle does not hold another transaction of the
+  same row (which the committer's confirmation, of the made one, would never remove).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.subtask_lifecycle import SubtaskState, TxnStatus
+from twophase.coordinator.subtask_lifecycle import _GONE, LedgerBlock, SubtaskState, TxnStatus
 
 _NEXT: dict[TxnStatus, frozenset[TxnStatus]] = {
     TxnStatus.PRE_COMMITTED: frozenset(TxnStatus),
@@ -48,6 +54,7 @@ class LedgerWatch:
         seen: dict[int, Any] = {}
         for name, ledger in coord.ledgers.items():
             for block in ledger.blocks:
+                out += _block_problems(name, block, coord)
                 if block.partitions != sorted(set(block.partitions)):
                     out.append(
                         f"sink {name} checkpoint {block.checkpoint_id}: partitions not distinct ascending"
@@ -79,3 +86,46 @@ class LedgerWatch:
         for key in [k for k in self._last if k not in seen]:  # rows gone: forget them
             del self._last[key]
         return out
+
+
+def _block_problems(name: str, block: LedgerBlock, coord: CheckpointCoordinator) -> list[str]:
+    """What is wrong with one block's columns and its lazily made transactions."""
+    out: list[str] = []
+    where = f"sink {name} checkpoint {block.checkpoint_id}"
+    lengths = {len(block.status), len(block.partition), len(block.attempt), len(block.payload)}
+    if len(lengths) != 1:
+        return [f"{where}: status and columns differ in length {sorted(lengths)}"]
+    made = block.made
+    lost = [row for row, code in enumerate(block.status) if code == _GONE and row not in made]
+    if lost:  # every way out as GONE (evict, abort, release) goes through the row's object
+        out.append(f"{where} rows {lost[:5]}: left the ledger as no transaction the block knows")
+    partitions, attempts, payloads = (
+        block.partition.to_pylist(),
+        block.attempt.to_pylist(),
+        block.payload.to_pylist(),
+    )
+    for row, t in list(block.made.items()):
+        if (t.partition, t.attempt, t.checkpoint_id, t.sink_name) != (
+            partitions[row],
+            attempts[row],
+            block.checkpoint_id,
+            name,
+        ) or (payloads[row] is not None and t.payload != payloads[row]):
+            out.append(f"{where} row {row}: its transaction is another row's ({t!r})")
+        if block.txn(row) is not t:
+            out.append(f"{where} row {row}: asked again, another transaction")
+        code = block.status[row]
+        if code == _GONE:
+            lc = coord.subtasks.get((name, partitions[row]))
+            if lc is not None:
+                same = (t.checkpoint_id, t.attempt, t.payload)
+                twins = [
+                    x
+                    for x in lc.own_pending
+                    if x is not t and (x.checkpoint_id, x.attempt, x.payload) == same
+                ]
+                if twins:
+                    out.append(f"{where} row {row}: its lifecycle holds another transaction of the row")
+        elif t.in_ledger and (t._row != row or t._block is not block):
+            out.append(f"{where} row {row}: its transaction is attached elsewhere")
+    return out
