@@ -468,10 +468,9 @@ def demo(
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
             extra = enter_services(stack, spec)
-            store = stack.enter_context(store_service(spec.store)) if spec.store != "s3" else None
-        endpoints = with_store(
-            FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster, extra=extra), spec.store, store
-        )
+            emulator = stack.enter_context(store_service(spec.store)) if spec.store != "s3" else None
+        plain = FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster, extra=extra)
+        endpoints = with_store(plain, spec.store, emulator)
         with progress("starting Spark and landing the input ...", as_json):
             spark, place = _start_spark(stack, master, endpoints)
             spark.sparkContext.setLogLevel("ERROR")
