@@ -50,9 +50,25 @@ def gcs_conf(endpoint: GcsEndpoint) -> dict[str, str]:
     }
 
 
+SIZE_KEYS = (
+    "fs.gs.block.size",
+    "fs.gs.rewrite.max.chunk.size",
+    "fs.gs.outputstream.buffer.size",
+    "fs.gs.inputstream.inplace.seek.limit",
+    "fs.gs.inputstream.min.range.request.size",
+)
+"""Sizes Hadoop 3.5's ``core-default.xml`` gives with a suffix (``fs.gs.block.size=64m``, for its
+own ``hadoop-gcp`` file system), which Google's connector reads as plain numbers
+(``Configuration.getLong``: ``NumberFormatException: For input string: "64m"`` when the file
+system starts)."""
+
+
 def configure_gcs(spark: SparkSession, endpoint: GcsEndpoint) -> None:
     """Set :func:`gcs_conf` in ``spark``'s Hadoop configuration (used by the next ``gs://`` file
-    system the session creates)."""
+    system the session creates), and :data:`SIZE_KEYS` as plain numbers of bytes (the same values)."""
     hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()
     for key, value in gcs_conf(endpoint).items():
         hadoop_conf.set(key, value)
+    for key in SIZE_KEYS:
+        if hadoop_conf.get(key) is not None:
+            hadoop_conf.setLong(key, hadoop_conf.getLongBytes(key, 0))
