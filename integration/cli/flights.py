@@ -369,6 +369,13 @@ def _start_spark(
     return spark, SparkPlace(master, tuple(executor_imports(spark)))
 
 
+GCS_DELTA_NOTE = (
+    " (not on GCS: delta-rs writes gs:// through the XML API, which fake-gcs-server does not serve, "
+    "fsouza/fake-gcs-server#331, #1164)"
+)
+"""Why a ``--store gcs`` run's Delta table is the one part of it not on GCS, in the demo's header."""
+
+
 @click.command("demo")
 @click.option("--days", type=click.IntRange(1, 365), default=365, show_default=True, help="Days of 2013.")
 @click.option(
@@ -481,6 +488,7 @@ def demo(
             f"flights job [bold]{spec.job_id}[/bold] on {place.master}: {spec.days} days, "
             f"{spec.files_per_trigger} files per batch → kafka topic {spec.topic}, "
             f"{spec.files_location}, delta {spec.delta_uri}"
+            + (GCS_DELTA_NOTE if spec.store == "gcs" else "")
             + "".join(f", {s.name}" for s in optional_sinks(spec))
         )
         for where, python in place.executors:
