@@ -163,6 +163,8 @@ chaos: prepare
 	$(BIN)/python -m twophase.integration.chaos.run --configs yarn --trials 30 --report build/chaos-yarn-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs azure --trials 30 --days 4 --files-per-trigger 2 \
 		--seed 46 --report build/chaos-azure-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs gcs --trials 30 --days 4 --files-per-trigger 2 \
+		--seed 46 --report build/chaos-gcs-report.md
 	$(MAKE) faults
 
 # every service-fault case (issue #16) against a native three-broker Kafka cluster and MinIO;

@@ -6,7 +6,9 @@ input (DESIGN.md §8):
 - Kafka: a ``read_committed`` consumer from the beginning to the end (the last stable offset);
 - S3: the Parquet files under the job's prefix, listed and read with pyarrow (Hive partitions);
   on ``--store azure`` the Azure file sink's blobs, read with pyarrow's Azure file system and with
-  Spark through hadoop-azure (``abfss://``) when a session is given;
+  Spark through hadoop-azure (``abfss://``) when a session is given; on ``--store gcs`` the GCS
+  file sink's objects, read with pyarrow's GCS file system and with Spark through Google's GCS
+  connector (``gs://``);
 - Delta: the table read with delta-spark (``spark.read.format("delta")``), or with deltalake for
   a fast path without Spark;
 - an optional sink of the run (``spec.sinks``): its own read-back, e.g. PostgreSQL's plain
@@ -328,13 +330,26 @@ def azure_filesystem(endpoints: FlightsEndpoints) -> pafs.AzureFileSystem:
     return pafs.AzureFileSystem(account_name=endpoints.azure.account_name, account_key=key, **authority)
 
 
+def gcs_filesystem(endpoints: FlightsEndpoints) -> pafs.GcsFileSystem:
+    """pyarrow's GCS file system on the run's emulator, anonymous, over its scheme and authority —
+    a reader that shares nothing with the GCS sink's writer (google-resumable-media).
+
+    Raises:
+        ConfigError: no GCS endpoint.
+    """
+    url = urlsplit(endpoints.gcs_options().emulator_host or "")
+    return pafs.GcsFileSystem(anonymous=True, scheme=url.scheme, endpoint_override=url.netloc)
+
+
+_FILESYSTEMS = {"azure": azure_filesystem, "gcs": gcs_filesystem}
+_SPARK_READERS = {"azure": "Spark (hadoop-azure)", "gcs": "Spark (GCS connector)"}
+
+
 def read_files(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[pa.Table, int]:
     """The run's files (Hive partitions ``origin``/``month``) as :data:`CONTENT_COLUMNS` and their
-    number, read with pyarrow: S3 (Parquet or JSON lines) or Azure (Parquet)."""
-    if spec.store == "azure":
-        path, filesystem = f"{spec.bucket}/{spec.s3_prefix.strip('/')}", azure_filesystem(endpoints)
-    else:
-        path, filesystem = f"{spec.bucket}/{spec.s3_prefix.strip('/')}", s3_filesystem(endpoints)
+    number, read with pyarrow: S3 (Parquet or JSON lines), Azure or GCS (Parquet)."""
+    path = f"{spec.bucket}/{spec.s3_prefix.strip('/')}"
+    filesystem = _FILESYSTEMS.get(spec.store, s3_filesystem)(endpoints)
     dataset = ds.dataset(
         path,
         filesystem=filesystem,
@@ -347,15 +362,15 @@ def read_files(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> tuple[pa.Ta
 def read_files_with_spark(
     spec: FlightsJobSpec, endpoints: FlightsEndpoints, spark: SparkSession
 ) -> tuple[pa.Table, int]:
-    """The run's Parquet files on Azure read by Spark through hadoop-azure (ABFS; the session has
-    its jars: :func:`~twophase.integration.jobs.flights.flights_spark_session` with an Azure
-    endpoint), as :data:`CONTENT_COLUMNS`, and the number of files Spark read."""
+    """The run's Parquet files on Azure or GCS read by Spark through that store's Hadoop connector
+    (hadoop-azure, the GCS connector; the session has its jars:
+    :func:`~twophase.integration.jobs.flights.flights_spark_session` with the store's endpoint), as
+    :data:`CONTENT_COLUMNS`, and the number of files Spark read."""
     from twophase.coordinator.spark.compat import collect_arrow
-    from twophase.integration.jobs.flights_azure import configure_abfs, spark_location
+    from twophase.integration.jobs.flights_stores import configure_readers, spark_location
 
-    assert endpoints.azure is not None
-    configure_abfs(spark, endpoints.azure)
-    location = spark_location(spec.files_location, endpoints.azure)
+    configure_readers(spark, endpoints)
+    location = spark_location(spec.files_location, endpoints)
     df = spark.read.option("basePath", location).parquet(location)
     return collect_arrow(df.select(*CONTENT_COLUMNS)), len(df.inputFiles())
 
@@ -369,25 +384,26 @@ def verify_s3(
 ) -> SinkReport:
     """Read the job's files (Parquet or JSON lines, Hive partitions ``origin``/``month``) with
     ``endpoints`` and list what the file sink left open (S3: pending uploads and tails; Azure:
-    staged blocks) with ``admin`` (default ``endpoints``). On Azure the files are read twice, with
-    pyarrow and, when ``spark`` is given, with Spark through hadoop-azure; both must match."""
+    staged blocks; GCS: nothing can be listed) with ``admin`` (default ``endpoints``). On Azure and
+    GCS the files are read twice, with pyarrow and, when ``spark`` is given, with Spark through the
+    store's Hadoop connector; both must match."""
     started = time.perf_counter()
     name, location = spec.file_sink, spec.files_location
-    what = "staged blocks" if spec.store == "azure" else "pending uploads and tails"
+    what = {"azure": "staged blocks", "gcs": "upload sessions"}.get(spec.store, "pending uploads and tails")
     try:
         uploads = lingering_items(spec, admin or endpoints, name)
         table, files = read_files(spec, endpoints)
         readers = "pyarrow"
-        if spark is not None and spec.store == "azure":
+        if spark is not None and spec.store in _SPARK_READERS:
             by_spark, spark_files = read_files_with_spark(spec, endpoints, spark)
             mine = compare(name, location, by_spark.cast(_content_schema(by_spark)), expected)
             if not mine.exactly_once or spark_files != files:
                 raise AssertionError(
-                    f"Spark (hadoop-azure) read {mine.records} records in {spark_files} files "
+                    f"{_SPARK_READERS[spec.store]} read {mine.records} records in {spark_files} files "
                     f"({mine.duplicates} duplicated, {mine.missing} missing), "
                     f"pyarrow {table.num_rows} in {files}"
                 )
-            readers = "pyarrow and Spark (hadoop-azure)"
+            readers = f"pyarrow and {_SPARK_READERS[spec.store]}"
     except Exception as e:
         return SinkReport(name, location, error=_one_line(e), seconds=time.perf_counter() - started)
     return compare(
@@ -396,7 +412,8 @@ def verify_s3(
         table.cast(_content_schema(table)),
         expected,
         lingering=len(uploads.items),
-        lingering_detail=_lingering_detail(what, uploads),
+        # GCS cannot list upload sessions: its listing says so, and the report with it
+        lingering_detail=_lingering_detail(what, uploads) + (f" ({uploads.detail})" * (spec.store == "gcs")),
         detail=f"{files} {'JSON-lines' if spec.s3_format == 'jsonl' else 'Parquet'} files, "
         f"read with {readers}",
         seconds=time.perf_counter() - started,
@@ -423,11 +440,11 @@ def read_delta(
 
     if spark is not None and has_delta_jars():
         uri = s3a(spec.delta_uri)
-        if spec.store == "azure" and endpoints.azure is not None:  # through hadoop-azure (ABFS)
-            from twophase.integration.jobs.flights_azure import configure_abfs, spark_location
+        if spec.delta_uri.startswith("abfss://"):  # through hadoop-azure (ABFS)
+            from twophase.integration.jobs.flights_stores import configure_readers, spark_location
 
-            configure_abfs(spark, endpoints.azure)
-            uri = spark_location(uri, endpoints.azure)
+            configure_readers(spark, endpoints)
+            uri = spark_location(uri, endpoints)
         df = spark.read.format("delta").load(uri).select(*CONTENT_COLUMNS)
         return collect_arrow(df), "delta-spark"
     from deltalake import DeltaTable
@@ -471,13 +488,15 @@ def verify_delta(
 
 def checkpoint_state(spec: FlightsJobSpec, endpoints: FlightsEndpoints | None = None) -> tuple[bool, str]:
     """Whether the job's latest checkpoint is final (end of input); and a description. Checkpoints
-    on ``s3://`` are read with ``endpoints``' credentials (else the standard AWS chain)."""
+    on ``s3://`` are read with ``endpoints``' credentials (else the standard AWS chain), on
+    ``abfss://`` and ``gs://`` with its store's endpoint."""
     s3 = endpoints.s3 if endpoints is not None else None
     options = s3.s3_options() if s3 is not None else None
     try:
         azure = endpoints.azure_options() if endpoints is not None and spec.store == "azure" else None
+        gcs = endpoints.gcs_options() if endpoints is not None and spec.store == "gcs" else None
         latest = open_storage(
-            spec.checkpoint_dir, spec.job_id, s3_options=options, azure_options=azure
+            spec.checkpoint_dir, spec.job_id, s3_options=options, azure_options=azure, gcs_options=gcs
         ).latest()
     except Exception as e:
         return False, _one_line(e)

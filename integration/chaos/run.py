@@ -19,7 +19,6 @@ configuration needs them. Exit status 1 when any trial found a violation.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import logging
 import math
@@ -121,10 +120,12 @@ def main(
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
             endpoints = FlightsEndpoints(bootstrap, s3)
-        if endpoints is not None and any(c.store == "azure" for c in chosen):
-            from twophase.integration.services.azurite import azure_service
+        stores = sorted({c.store for c in chosen} - {"s3"})  # their emulators: Azurite, fake-gcs-server
+        if endpoints is not None and stores:
+            from twophase.integration.jobs.flights_stores import store_service, with_store
 
-            endpoints = dataclasses.replace(endpoints, azure=stack.enter_context(azure_service()))
+            for store in stores:
+                endpoints = with_store(endpoints, store, stack.enter_context(store_service(store)))
         extra = {name for c in chosen for name in c.sinks if name not in BASE_SINKS}
         if endpoints is not None and extra:
             # a server of the run's own, always native, so that trials can restart it
@@ -273,6 +274,11 @@ def services_of(chosen: list[ChaosConfig]) -> str:
     plain += (
         "; Azurite (checkpoints, files and Delta on abfss://)"
         if any(c.store == "azure" for c in chosen)
+        else ""
+    )
+    plain += (
+        "; fake-gcs-server (checkpoints and files on gs://, Delta in the work directory)"
+        if any(c.store == "gcs" for c in chosen)
         else ""
     )
     plain += "; a native YARN (ResourceManager and NodeManager)" if any(c.yarn for c in chosen) else ""

@@ -59,6 +59,7 @@ from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, S3_STALL, STO
 from twophase.integration.chaos.unmarked import refusing_markers
 from twophase.integration.jobs.flights import KAFKA_SECURITY_ENV, FlightsEndpoints
 from twophase.integration.jobs.flights_sinks import verify_run
+from twophase.integration.jobs.flights_stores import store_env
 from twophase.integration.services.launcher import given_env
 from twophase.integration.spark import SCRATCH_ENV
 from twophase.integration.verify import VerifyReport
@@ -315,16 +316,15 @@ class TrialResult:
 def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
     """Environment variables that point a job process at ``endpoints`` (with secured services
     also its Kafka login, ``TWOPHASE_KAFKA_SECURITY``, and ``AWS_CA_BUNDLE``: secrets stay in the
-    job process's environment; with Azurite, ``TWOPHASE_AZURE_CONNECTION_STRING``)."""
+    job process's environment; with Azurite, ``TWOPHASE_AZURE_CONNECTION_STRING``; with
+    fake-gcs-server, ``TWOPHASE_GCS_ENDPOINT``)."""
     env = given_env(endpoints.kafka_bootstrap, endpoints.s3)
     if endpoints.kafka_security:
         env[KAFKA_SECURITY_ENV] = json.dumps(dict(endpoints.kafka_security))
     if endpoints.ca_bundle:
         env["AWS_CA_BUNDLE"] = endpoints.ca_bundle
-    if endpoints.azure is not None:  # the connection string holds the account key: environment only
-        from twophase.integration.services.azurite import CONNECTION_STRING_ENV
-
-        env[CONNECTION_STRING_ENV] = endpoints.azure.connection_string()
+    # the stores' emulators (the Azure connection string holds the account key: environment only)
+    env |= store_env(endpoints)
     if "postgres" in endpoints.extra:
         from twophase.integration.services.postgres_service import DSN_ENV, postgres_dsn
 

@@ -288,8 +288,10 @@ def _new_spec(
     if store != "s3":
         if on_cluster:
             raise ConfigError(f"--store {store} runs on local[2,4] only: drop --master/--spark-cluster")
-        if delta_uri:
+        if delta_uri and store == "azure":
             raise ConfigError(f"--store {store} keeps the Delta table in its own store: drop --delta-uri")
+        if delta_uri:  # gcs: a local path or s3:// (never gs://: FlightsJobSpec refuses it, saying why)
+            chosen["delta_uri"] = delta_uri
         return FlightsJobSpec.on_store(
             store, job_id, work_dir, days=days, files_per_trigger=files_per_trigger, **chosen
         )
@@ -319,10 +321,10 @@ def _services_are_temporary(spark_cluster: bool, spec: FlightsJobSpec) -> bool:
     s3 = env_s3_endpoint() is not None or recorded_alive("s3") is not None
     spark = not spark_cluster or spark_master_from_env() is not None or recorded_alive("spark") is not None
     optional = all(sink.running() is not None for sink in optional_sinks(spec))
-    if spec.store == "azure":
-        from twophase.integration.jobs.flights import running_azure
+    if spec.store != "s3":
+        from twophase.integration.jobs.flights_stores import running_store
 
-        optional = optional and running_azure() is not None
+        optional = optional and running_store(spec.store) is not None
     return not (kafka and s3 and spark and optional)
 
 
@@ -367,6 +369,13 @@ def _start_spark(
     return spark, SparkPlace(master, tuple(executor_imports(spark)))
 
 
+GCS_DELTA_NOTE = (
+    " (not on GCS: delta-rs writes gs:// through the XML API, which fake-gcs-server does not serve, "
+    "fsouza/fake-gcs-server#331, #1164)"
+)
+"""Why a ``--store gcs`` run's Delta table is the one part of it not on GCS, in the demo's header."""
+
+
 @click.command("demo")
 @click.option("--days", type=click.IntRange(1, 365), default=365, show_default=True, help="Days of 2013.")
 @click.option(
@@ -383,7 +392,12 @@ def _start_spark(
     help="Work directory; an existing run there is resumed (default: <cache>/flights-runs/<job id>).",
 )
 @click.option("--job-id", default=None, help="Job id of a new run (default: flights_<UTC time>).")
-@click.option("--delta-uri", default=None, help="Delta table: a local path or s3://bucket/prefix.")
+@click.option(
+    "--delta-uri",
+    default=None,
+    help="Delta table: a local path or s3://bucket/prefix (--store gcs: not gs://, which "
+    "fake-gcs-server cannot serve to delta-rs; --store azure: always on abfss://).",
+)
 @click.option(
     "--master",
     default=None,
@@ -403,9 +417,11 @@ def _start_spark(
     show_default=True,
     help="Where the checkpoints, the files and the Delta table live: MinIO (s3), Azurite (azure: "
     "abfss://, TWOPHASE_AZURE_CONNECTION_STRING, `services up --azure`'s, or a temporary one; the "
-    "files are read back with pyarrow and with Spark through hadoop-azure) or GCS (refused for now: "
-    "fake-gcs-server cannot serve Delta; the demo is not wired to the GCS file sink). Kafka is the "
-    "same on each.",
+    "files are read back with pyarrow and with Spark through hadoop-azure) or fake-gcs-server "
+    "(gcs: checkpoints and the GCS file sink's Parquet on gs://, TWOPHASE_GCS_ENDPOINT, `services "
+    "up --gcs`'s, or a temporary one; the files are read back with pyarrow and with Spark through "
+    "the GCS connector; the Delta table stays in the work directory or --delta-uri s3://, as "
+    "delta-rs cannot write gs:// to fake-gcs-server). Kafka is the same on each.",
 )
 @delta_reader_option
 @json_option(DEMO_KEYS)
@@ -434,8 +450,8 @@ def demo(
     """
     from twophase.integration.jobs.flights import FlightsEndpoints, run_flights
     from twophase.integration.jobs.flights_sinks import enter_services, optional_sinks, verify_run
+    from twophase.integration.jobs.flights_stores import service_name, store_service, with_store
     from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
-    from twophase.integration.services.azurite import azure_service
 
     if master is not None and spark_cluster:
         raise click.UsageError("give --master or --spark-cluster, not both")
@@ -449,7 +465,7 @@ def demo(
     temporary = _services_are_temporary(spark_cluster, spec)
     with contextlib.ExitStack() as stack:
         what = ["Kafka", "MinIO", *(s.service_name for s in optional_sinks(spec))]
-        what += ["Azurite"] if spec.store == "azure" else []
+        what += [service_name(spec.store)] if spec.store != "s3" else []
         what += ["a Spark cluster"] if spark_cluster else []
         with progress(
             f"starting {', '.join(what[:-1])} and {what[-1]} (or finding running ones) ...", as_json
@@ -459,10 +475,9 @@ def demo(
             bootstrap = stack.enter_context(kafka_service())
             s3 = stack.enter_context(s3_service())
             extra = enter_services(stack, spec)
-            azure = stack.enter_context(azure_service()) if spec.store == "azure" else None
-        endpoints = FlightsEndpoints(
-            bootstrap, s3, keys_from_environment=on_cluster, extra=extra, azure=azure
-        )
+            emulator = stack.enter_context(store_service(spec.store)) if spec.store != "s3" else None
+        plain = FlightsEndpoints(bootstrap, s3, keys_from_environment=on_cluster, extra=extra)
+        endpoints = with_store(plain, spec.store, emulator)
         with progress("starting Spark and landing the input ...", as_json):
             spark, place = _start_spark(stack, master, endpoints)
             spark.sparkContext.setLogLevel("ERROR")
@@ -473,6 +488,7 @@ def demo(
             f"flights job [bold]{spec.job_id}[/bold] on {place.master}: {spec.days} days, "
             f"{spec.files_per_trigger} files per batch → kafka topic {spec.topic}, "
             f"{spec.files_location}, delta {spec.delta_uri}"
+            + (GCS_DELTA_NOTE if spec.store == "gcs" else "")
             + "".join(f", {s.name}" for s in optional_sinks(spec))
         )
         for where, python in place.executors:
@@ -484,8 +500,9 @@ def demo(
             with Live(view, console=console, refresh_per_second=4):
                 run = run_flights(spark, spec, endpoints, on_progress=view.update)
         with progress("reading every sink back ...", as_json):
-            # on Azure Spark reads the files back too (hadoop-azure), whatever reads the Delta table
-            reader = spark if delta_reader == "spark" or spec.store == "azure" else None
+            # on Azure and GCS Spark reads the files back too (the store's Hadoop connector),
+            # whatever reads the Delta table
+            reader = spark if delta_reader == "spark" or spec.store != "s3" else None
             report = verify_run(spec, endpoints, reader)
         spark.stop()
     if as_json:
@@ -496,7 +513,7 @@ def demo(
         note(
             "[yellow]the services were started for this demo and are stopped now; for `twophase verify` "
             f"later, run `twophase services up{' --postgres' if 'postgres' in spec.sinks else ''}"
-            f"{' --azure' if spec.store == 'azure' else ''}` "
+            f"{'' if spec.store == 's3' else ' --' + spec.store}` "
             "first[/yellow]"
         )
     if not report.ok:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from twophase.coordinator.storage import AzureStorageOptions
+from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions
 from twophase.integration.cli.target import AnySink, JobTarget
 from twophase.sinks.errors import ConfigError
 
@@ -53,16 +53,18 @@ work_dir_option = click.option(
 
 def flights_run_target(work_dir: Path | None) -> JobTarget:
     """The flights run in ``work_dir`` (default: the latest) as the job a command acts on, with
-    every sink the run names, optional ones (PostgreSQL, Iceberg) included. A ``--store azure``
-    run's checkpoints are read with the account the demo uses (:func:`run_azure_options`).
+    every sink the run names, optional ones (PostgreSQL, Iceberg) included. A ``--store azure`` or
+    ``--store gcs`` run's checkpoints are read with the emulator the demo uses
+    (:func:`run_store_options`).
 
     Raises:
-        ConfigError: no such run, no demo has run yet, or a ``--store azure`` run and no Azurite.
+        ConfigError: no such run, no demo has run yet, or a ``--store azure|gcs`` run and no
+            emulator of that store.
     """
     from twophase.integration.jobs.flights import FlightsJobSpec
 
     spec = FlightsJobSpec.load(resolve_work_dir(work_dir))
-    azure = run_azure_options(spec.store, spec.checkpoint_dir)
+    options = run_store_options(spec.store, spec.checkpoint_dir)
 
     def sinks() -> list[AnySink]:
         from twophase.integration.jobs.flights import endpoints_from_environment
@@ -70,25 +72,36 @@ def flights_run_target(work_dir: Path | None) -> JobTarget:
 
         return operator_sinks(spec, with_services(endpoints_from_environment(), running_services(spec)))
 
-    return JobTarget(spec.job_id, spec.checkpoint_dir, f"flights run {spec.work_dir}", sinks, azure=azure)
+    return JobTarget(
+        spec.job_id,
+        spec.checkpoint_dir,
+        f"flights run {spec.work_dir}",
+        sinks,
+        azure=options if isinstance(options, AzureStorageOptions) else None,
+        gcs=options if isinstance(options, GcsStorageOptions) else None,
+    )
 
 
-def run_azure_options(store: str, checkpoint_dir: str) -> AzureStorageOptions | None:
-    """How a flights run on ``store`` reaches its checkpoints on Azure: the connection string of
-    ``TWOPHASE_AZURE_CONNECTION_STRING``, else of ``services up --azure``'s Azurite (as the demo);
-    None for the other stores. Holds the account key; its ``repr`` does not.
+def run_store_options(store: str, checkpoint_dir: str) -> AzureStorageOptions | GcsStorageOptions | None:
+    """How a flights run on ``store`` reaches its checkpoints: on ``azure`` the connection string of
+    ``TWOPHASE_AZURE_CONNECTION_STRING``, else of ``services up --azure``'s Azurite; on ``gcs`` the
+    emulator of ``TWOPHASE_GCS_ENDPOINT``, else of ``services up --gcs`` (as the demo); None on
+    ``s3``. The Azure options hold the account key; their ``repr`` does not.
 
     Raises:
-        ConfigError: a ``--store azure`` run and neither (nothing is read).
+        ConfigError: a ``--store azure|gcs`` run and no emulator of that store (nothing is read).
     """
-    if store != "azure":
+    if store == "s3":
         return None
-    from twophase.integration.jobs.flights import running_azure
+    from twophase.integration.jobs.flights_stores import SERVICES, running_store
+    from twophase.integration.services.gcs_server import PROJECT
 
-    endpoint = running_azure()
+    endpoint = running_store(store)
     if endpoint is None:
         raise ConfigError(
-            f"the run's checkpoints are on {checkpoint_dir}: run `twophase services up --azure` "
-            "or set TWOPHASE_AZURE_CONNECTION_STRING"
+            f"the run's checkpoints are on {checkpoint_dir}: run `twophase services up --{store}` "
+            f"or set {SERVICES[store].env_var}"
         )
+    if store == "gcs":
+        return GcsStorageOptions(project=PROJECT, emulator_host=endpoint.url)
     return AzureStorageOptions(connection_string=endpoint.connection_string())

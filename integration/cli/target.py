@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 import click
 
-from twophase.coordinator.storage import AzureStorageOptions, open_storage
+from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError, TwoPhaseError
@@ -71,6 +71,8 @@ class JobTarget:
         azure: how to reach checkpoints on ``abfss://``/``wasbs://`` (a flights run's account), or
             ``None``: ``AZURE_STORAGE_*``, else ``DefaultAzureCredential``. Holds secrets; its
             ``repr`` does not show them.
+        gcs: how to reach checkpoints on ``gs://`` (a flights run's emulator), or ``None``:
+            ``STORAGE_EMULATOR_HOST``, else Application Default Credentials.
     """
 
     job_id: str
@@ -79,6 +81,7 @@ class JobTarget:
     load_sinks: Callable[[], list[AnySink]] | None = None
     s3: S3Options | None = None
     azure: AzureStorageOptions | None = None
+    gcs: GcsStorageOptions | None = None
 
     def storage(self) -> CheckpointStorage:
         """The job's checkpoint storage (writes nothing).
@@ -86,7 +89,13 @@ class JobTarget:
         Raises:
             ConfigError: a bad location or job id.
         """
-        return open_storage(self.checkpoint_dir, self.job_id, s3_options=self.s3, azure_options=self.azure)
+        return open_storage(
+            self.checkpoint_dir,
+            self.job_id,
+            s3_options=self.s3,
+            azure_options=self.azure,
+            gcs_options=self.gcs,
+        )
 
     def sinks(self, command: str) -> list[AnySink]:
         """The job's sinks.

@@ -80,6 +80,7 @@ from twophase.integration.jobs.flights_sinks import run_sinks, running_services,
 from twophase.integration.jobs.flights_spec import MANIFEST as MANIFEST
 from twophase.integration.jobs.flights_spec import MANIFEST_VERSION as MANIFEST_VERSION
 from twophase.integration.jobs.flights_spec import FlightsJobSpec as FlightsJobSpec
+from twophase.integration.jobs.flights_stores import configure_readers, reader_jars, running_store
 from twophase.sinks.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -253,12 +254,15 @@ def run_flights(
         ServiceUnavailableError: a service cannot be reached.
         JobError: the restart strategy gave up; commit errors.
     """
-    endpoints.store_options(spec.store)  # no Azure endpoint for an Azure run: refused before writing
+    endpoints.store_options(spec.store)  # no endpoint of the run's store: refused before writing
     spec.save()
     if spec.store == "azure":
         assert endpoints.azure is not None  # store_options checked it
         endpoints.azure.ensure_container(spec.bucket)
-    else:
+    elif spec.store == "gcs":
+        assert endpoints.gcs is not None  # store_options checked it
+        endpoints.gcs.ensure_bucket(spec.bucket)
+    if spec.store == "s3" or spec.delta_uri.startswith("s3://"):  # on gcs: Delta on MinIO, if asked
         endpoints.s3.ensure_bucket(spec.bucket)
     if spec.input_uri:
         stage_input(spec, endpoints.s3)
@@ -302,9 +306,7 @@ def start_flights(
         spec.checkpoint_dir,
         job_id=spec.job_id,
         config=runtime_config(spec),
-        storage_options=endpoints.store_options(
-            spec.store
-        ),  # used when the checkpoints are on s3:// or abfss://
+        storage_options=endpoints.store_options(spec.store),  # checkpoints on s3://, abfss://, gs://
     )
     for s in run_sinks(spec, endpoints, (kafka, s3_sink, delta)):  # the sinks the run names
         job.sink(s)
@@ -330,8 +332,9 @@ def flights_spark_session(
     never packs two input files into one partition. With ``event_log_dir``, Spark's event log is
     written there (:func:`~twophase.integration.jobs.flights_cluster.event_log_conf`).
     ``extra_conf`` is applied last (benchmarks: the scheduler mode, the S3A committer's jar).
-    With an Azure endpoint (``--store azure``) the session also has hadoop-azure and ABFS reaches
-    the account (:mod:`~twophase.integration.jobs.flights_azure`).
+    With an Azure or GCS endpoint (``--store azure``, ``--store gcs``) the session also has
+    hadoop-azure or the GCS connector, pointed at the emulator
+    (:mod:`~twophase.integration.jobs.flights_stores`).
     """
     one_file = {"spark.sql.files.openCostInBytes": "134217728"} if partition_per_file else {}
     events = event_log_conf(event_log_dir) if event_log_dir is not None else {}
@@ -339,12 +342,11 @@ def flights_spark_session(
 
     # Python workers must run this interpreter (pyarrow, the project); the conf alone is not enough
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    azure = endpoints.azure if endpoints is not None else None
-    if azure is not None:  # hadoop-azure beside the other jars: Spark reads the files on abfs:// back
-        from twophase.integration.jobs.flights_azure import configure_abfs, hadoop_azure_jars
+    readers = reader_jars(endpoints) if endpoints is not None else []
+    if readers:  # the stores' Hadoop connectors beside the other jars: Spark reads their files back
         from twophase.integration.spark import spark_jars
 
-        extra_conf = {"spark.jars": ",".join([*spark_jars(), *hadoop_azure_jars()]), **(extra_conf or {})}
+        extra_conf = {"spark.jars": ",".join([*spark_jars(), *readers]), **(extra_conf or {})}
     spark = build_spark_session(
         "twophase-flights",
         extra_conf={
@@ -361,8 +363,8 @@ def flights_spark_session(
         },
         s3=endpoints.s3 if endpoints is not None else None,
     )
-    if azure is not None:
-        configure_abfs(spark, azure)
+    if endpoints is not None:
+        configure_readers(spark, endpoints)
     return spark
 
 
@@ -396,6 +398,7 @@ def endpoints_from_environment() -> FlightsEndpoints:
             kafka_security=security,
             ca_bundle=os.environ.get("AWS_CA_BUNDLE", ""),
             azure=running_azure(),
+            gcs=running_store("gcs"),
         )
     if (env_kafka_bootstrap() is None and recorded_alive("kafka") is None) or (
         env_s3_endpoint() is None and recorded_alive("s3") is None
@@ -407,7 +410,7 @@ def endpoints_from_environment() -> FlightsEndpoints:
     # both answer at once for services given in the environment or by `services up` (nothing starts)
     with kafka_service() as bootstrap, s3_service() as s3:
         pass
-    return FlightsEndpoints(bootstrap, s3, azure=running_azure())
+    return FlightsEndpoints(bootstrap, s3, azure=running_azure(), gcs=running_store("gcs"))
 
 
 def running_azure() -> AzureBlobEndpoint | None:
@@ -417,14 +420,8 @@ def running_azure() -> AzureBlobEndpoint | None:
     Raises:
         ConfigError: the connection string is incomplete.
     """
-    from twophase.integration.services.azurite import AZURITE, env_azure_endpoint
-    from twophase.integration.services.launcher import recorded_alive
-
-    given = env_azure_endpoint()
-    if given is not None:
-        return given
-    entry = recorded_alive(AZURITE.name)
-    return AZURITE.recorded(entry) if entry is not None else None
+    endpoint: AzureBlobEndpoint | None = running_store("azure")
+    return endpoint
 
 
 @click.command()

@@ -18,12 +18,10 @@ The account key goes into the running session's Hadoop configuration only
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from twophase.integration.services.cache import cache_dir
-from twophase.integration.services.maven import JVM_DIR, pom_digest, resolve_jars
+from twophase.integration.services.maven import JVM_DIR
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,17 +41,11 @@ def hadoop_azure_jars() -> list[str]:
         ServiceUnavailableError: Maven is missing or cannot resolve the POM.
         UnsupportedSparkError: pyspark ships no Hadoop client jar.
     """
-    from twophase.integration.spark import _artifact, _shipped_version, pyspark_jars_dir, spark_jars
+    from twophase.integration.jobs.flights_stores import extra_jars
+    from twophase.integration.spark import _shipped_version
 
     props = {"hadoop.version": _shipped_version("hadoop-client-api")}
-    out_dir = cache_dir() / f"hadoop-azure-jars-{pom_digest(HADOOP_AZURE_POM, props)[:12]}"
-    # pyspark's own jars and the session's other extra jars (wildfly-openssl comes with hadoop-aws
-    # too): Spark refuses a jar name registered twice from two paths
-    present = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
-    present |= {_artifact(Path(jar)) for jar in spark_jars()}
-    return [
-        str(jar) for jar in resolve_jars(HADOOP_AZURE_POM, out_dir, props) if _artifact(jar) not in present
-    ]
+    return extra_jars(HADOOP_AZURE_POM, "hadoop-azure-jars", props)
 
 
 def _emulated(endpoint: AzureBlobEndpoint) -> bool:

@@ -1,5 +1,6 @@
 """The flights job's three base sinks (Kafka, S3 Parquet or JSON lines — or on ``--store azure``
-the Azure file sink —, Delta) configured for a run, and the enriched record's columns they store."""
+and ``--store gcs`` that store's file sink —, Delta) configured for a run, and the enriched
+record's columns they store."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.s3 import FileFormat, RollingPolicy, S3Sink, S3SinkConfig
 from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
-from twophase.integration.jobs.flights_spec import FlightsJobSpec
+from twophase.integration.jobs.flights_spec import STORE_FILE_SINKS, FlightsJobSpec
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 
@@ -85,7 +86,7 @@ def build_sinks(
         DeltaSinkConfig(
             table_uri=spec.delta_uri,
             columns=TYPED_COLUMNS,
-            storage_options=endpoints.store_options(spec.store),
+            storage_options=endpoints.delta_options(spec.delta_uri),
             table_name="flights",
         ),
     )
@@ -95,29 +96,35 @@ def build_sinks(
 def build_file_sink(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> TwoPhaseCommitSink[Any, Any]:
     """The run's file sink, named after its store (:attr:`FlightsJobSpec.file_sink`): Parquet
     partitioned by ``origin`` and ``month`` under :attr:`FlightsJobSpec.files_location`. On S3
-    JSON lines roll at :data:`ROW_FILE_BYTES`; the Azure sink rolls every file per checkpoint.
+    JSON lines roll at :data:`ROW_FILE_BYTES`; the Azure and GCS sinks roll every file per
+    checkpoint, with the same layout (their configurations share it).
 
     Raises:
-        ConfigError: an invalid setting; JSON lines on Azure (files there never span checkpoints);
-            no Azure endpoint.
+        ConfigError: an invalid setting; JSON lines on Azure or GCS (files there never span
+            checkpoints); no endpoint of the run's store.
     """
-    if spec.store == "azure":
-        from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig
-
+    if spec.store in STORE_FILE_SINKS:
         if spec.s3_format != "parquet":
             raise ConfigError(
-                f"--store azure writes Parquet only in the flights job, not {spec.s3_format!r}: "
+                f"--store {spec.store} writes Parquet only in the flights job, not {spec.s3_format!r}: "
                 "its file sink rolls every file per checkpoint"
             )
+        layout: dict[str, Any] = {
+            "location": spec.files_location,
+            "format": "parquet",
+            "partition_by": ("origin", "month"),
+            "columns": TYPED_COLUMNS,
+        }
+        if spec.store == "gcs":
+            from twophase.connectors.gcs import GcsFileSink, GcsFileSinkConfig
+
+            return GcsFileSink(
+                spec.file_sink, GcsFileSinkConfig(storage_options=endpoints.gcs_options(), **layout)
+            )
+        from twophase.connectors.azure import AzureBlobSink, AzureBlobSinkConfig
+
         return AzureBlobSink(
-            spec.file_sink,
-            AzureBlobSinkConfig(
-                location=spec.files_location,
-                format="parquet",
-                partition_by=("origin", "month"),
-                columns=TYPED_COLUMNS,
-                storage_options=endpoints.azure_options(),
-            ),
+            spec.file_sink, AzureBlobSinkConfig(storage_options=endpoints.azure_options(), **layout)
         )
     options = endpoints.storage_options()
     return S3Sink(

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twophase.coordinator.storage.azure_blob import AzureStorageOptions
+from twophase.coordinator.storage.gcs import GcsStorageOptions
 from twophase.integration.services import S3Endpoint
 from twophase.integration.services.azurite import AzureBlobEndpoint
+from twophase.integration.services.gcs_server import PROJECT, GcsEndpoint
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.s3_options import S3Options
 
@@ -37,6 +39,8 @@ class FlightsEndpoints:
             :mod:`twophase.integration.jobs.flights_sinks`). May hold passwords: left out of ``repr``.
         azure: the Azure Blob service and account of ``--store azure`` runs (Azurite), or None;
             its key is never in ``repr``.
+        gcs: the GCS emulator of ``--store gcs`` runs (fake-gcs-server, reached without
+            credentials), or None.
     """
 
     kafka_bootstrap: str
@@ -46,6 +50,7 @@ class FlightsEndpoints:
     ca_bundle: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     azure: AzureBlobEndpoint | None = None
+    gcs: GcsEndpoint | None = None
 
     def azure_options(self) -> AzureStorageOptions:
         """How the sinks and checkpoints of a ``--store azure`` run reach the account: its
@@ -62,14 +67,40 @@ class FlightsEndpoints:
             )
         return AzureStorageOptions(connection_string=self.azure.connection_string())
 
-    def store_options(self, store: str) -> S3Options | AzureStorageOptions:
-        """The checkpoint storage's and the Delta table's options on ``store`` (``s3``: as
-        :meth:`storage_options`; ``azure``: :meth:`azure_options`).
+    def gcs_options(self) -> GcsStorageOptions:
+        """How the GCS file sink and the checkpoints of a ``--store gcs`` run reach the emulator:
+        its URL and a project id (no credentials are sent to an emulator).
+
+        Raises:
+            ConfigError: no GCS endpoint (no ``TWOPHASE_GCS_ENDPOINT`` and no ``services up --gcs``).
+        """
+        if self.gcs is None:
+            raise ConfigError(
+                "a --store gcs run needs fake-gcs-server: run `twophase services up --gcs` or set "
+                "TWOPHASE_GCS_ENDPOINT"
+            )
+        return GcsStorageOptions(project=PROJECT, emulator_host=self.gcs.url)
+
+    def store_options(self, store: str) -> S3Options | AzureStorageOptions | GcsStorageOptions:
+        """The checkpoint storage's and the file sink's options on ``store`` (``s3``: as
+        :meth:`storage_options`; ``azure``: :meth:`azure_options`; ``gcs``: :meth:`gcs_options`).
+
+        Raises:
+            ConfigError: as :meth:`azure_options` or :meth:`gcs_options`.
+        """
+        if store == "azure":
+            return self.azure_options()
+        return self.gcs_options() if store == "gcs" else self.storage_options()
+
+    def delta_options(self, table_uri: str) -> S3Options | AzureStorageOptions:
+        """The Delta table's options, by where it is: on ``abfss://`` :meth:`azure_options`, else
+        (a local path, ``s3://``) :meth:`storage_options`. A ``--store gcs`` run keeps its table
+        off ``gs://`` (:data:`~twophase.integration.jobs.flights_spec.GCS_DELTA_REFUSED`).
 
         Raises:
             ConfigError: as :meth:`azure_options`.
         """
-        return self.azure_options() if store == "azure" else self.storage_options()
+        return self.azure_options() if table_uri.startswith("abfss://") else self.storage_options()
 
     def storage_options(self) -> S3Options:
         """S3 settings of the sinks and checkpoints: the endpoint with its keys, or, with

@@ -41,12 +41,13 @@ SINK_CHOICES = (*BASE_SINKS, *OPTIONAL_SINK_NAMES, *STORE_FILE_SINKS)
 AZURE_ACCOUNT = "twophase"
 """The storage account of ``--store azure`` runs (Azurite's, :mod:`~twophase.integration.services.azurite`):
 its name is part of every ``abfss://`` location, its key comes from the environment only."""
-GCS_REFUSED = (
-    "--store gcs is refused: Delta on gs:// is not served by fake-gcs-server (delta-rs's XML-API "
-    "uploads; fsouza/fake-gcs-server#331, #1164), and the demo is not yet wired to the GCS file "
-    "sink (kind gcs): use --store s3 or --store azure"
+GCS_DELTA_REFUSED = (
+    "Delta on gs:// is refused: delta-rs writes and lists gs:// tables through GCS's XML API, which "
+    "fake-gcs-server does not serve (fsouza/fake-gcs-server#331, #1164): on --store gcs keep the "
+    "Delta table in the run's work directory (the default) or give --delta-uri a local path or s3://"
 )
-"""Why ``--store gcs`` runs are refused for now (one line, before anything is written)."""
+"""Why a ``--store gcs`` run's Delta table may not be on ``gs://`` (one line, before anything is
+written). The rest of the run (checkpoints, the GCS file sink) is on ``gs://``."""
 
 
 def check_sinks(sinks: Iterable[str]) -> tuple[str, ...]:
@@ -63,6 +64,8 @@ def check_sinks(sinks: Iterable[str]) -> tuple[str, ...]:
         raise ConfigError(f"no sink given: choose from {','.join(SINK_CHOICES)}")
     return tuple(s for s in SINK_CHOICES if s in names)
 
+
+_SCHEMES = {"s3": "s3://", "azure": "abfss://", "gcs": "gs://"}
 
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.]*")
 
@@ -85,7 +88,8 @@ class FlightsJobSpec:
         kafka_replication: replication factor of a topic the job creates (-1: the brokers' default).
         bucket: the S3 bucket (created if missing).
         s3_prefix: key prefix of the S3 Parquet output.
-        delta_uri: the Delta table: a local path or ``s3://bucket/prefix``.
+        delta_uri: the Delta table: a local path, ``s3://bucket/prefix`` or (``--store azure``)
+            ``abfss://``; never ``gs://`` (:data:`GCS_DELTA_REFUSED`).
         s3_format: the S3 sink's format, one of :data:`S3_FORMATS`.
         async_commit: commit on the ordered committer thread (the next epoch may run meanwhile).
         checkpoint_uri: twophase's checkpoint storage: ``""`` for ``<work_dir>/checkpoints``, or
@@ -108,6 +112,9 @@ class FlightsJobSpec:
             (build a run with :meth:`on_store`). ``azure``: ``abfss://`` locations in the
             container ``bucket`` of account :data:`AZURE_ACCOUNT` (Azurite; the key and the Blob
             endpoint come from ``TWOPHASE_AZURE_CONNECTION_STRING`` or ``services up --azure``).
+            ``gcs``: ``gs://`` checkpoints and files in the bucket ``bucket`` (fake-gcs-server:
+            ``TWOPHASE_GCS_ENDPOINT`` or ``services up --gcs``); the Delta table never on ``gs://``
+            (:data:`GCS_DELTA_REFUSED`).
     """
 
     job_id: str
@@ -136,12 +143,14 @@ class FlightsJobSpec:
         object.__setattr__(self, "sinks", self._store_sinks(check_sinks(self.sinks)))  # a list from JSON
         if self.s3_format not in S3_FORMATS:
             raise ConfigError(f"s3_format must be one of {S3_FORMATS}, got {self.s3_format!r}")
-        scheme = {"s3": "s3://", "azure": "abfss://", "gcs": "gs://"}[self.store]
+        scheme = _SCHEMES[self.store]
         if self.checkpoint_uri and not self.checkpoint_uri.startswith(scheme):
             raise ConfigError(
                 f"checkpoint_uri of a --store {self.store} run must be empty or {scheme}..., "
                 f"got {self.checkpoint_uri!r}"
             )
+        if self.delta_uri.startswith("gs://"):
+            raise ConfigError(GCS_DELTA_REFUSED)
         if self.spark_checkpoint_uri and not self.spark_checkpoint_uri.startswith(("s3a://", "s3://")):
             raise ConfigError(
                 "spark_checkpoint_uri must be empty or s3a://bucket/prefix, "
@@ -168,8 +177,6 @@ class FlightsJobSpec:
     def _store_sinks(self, sinks: tuple[str, ...]) -> tuple[str, ...]:
         """``sinks`` on this run's store: ``s3`` stands for the store's file sink; a file sink
         of another store, or an optional sink off S3, is refused."""
-        if self.store == "gcs":
-            raise ConfigError(GCS_REFUSED)
         if self.store != "s3":
             sinks = tuple(self.store if s == "s3" else s for s in sinks)
             off_store = [s for s in sinks if s in OPTIONAL_SINK_NAMES]
@@ -188,16 +195,14 @@ class FlightsJobSpec:
 
     @property
     def file_sink(self) -> str:
-        """The name of the run's file sink: its store's (``s3``, ``azure``)."""
+        """The name of the run's file sink: its store's (``s3``, ``azure``, ``gcs``)."""
         return self.store
 
     @property
     def files_location(self) -> str:
-        """Where the file sink writes: ``s3://bucket/prefix`` or
-        ``abfss://bucket@<account>.dfs.core.windows.net/prefix``."""
-        if self.store == "azure":
-            return f"{azure_root(self.bucket)}/{self.s3_prefix.strip('/')}"
-        return f"s3://{self.bucket}/{self.s3_prefix.strip('/')}"
+        """Where the file sink writes: ``s3://bucket/prefix``,
+        ``abfss://bucket@<account>.dfs.core.windows.net/prefix`` or ``gs://bucket/prefix``."""
+        return f"{store_root(self.store, self.bucket)}/{self.s3_prefix.strip('/')}"
 
     @property
     def checkpoint_dir(self) -> str:
@@ -261,22 +266,20 @@ class FlightsJobSpec:
     @classmethod
     def on_store(cls, store: str, job_id: str, work_dir: str | Path, **fields: Any) -> FlightsJobSpec:
         """A run whose checkpoints, files and Delta table live on ``store`` (:data:`STORES`): on
-        ``s3`` the local defaults (the files on MinIO), on ``azure`` ``checkpoints/<job_id>`` and
+        ``s3`` the local defaults (the files on MinIO); on ``azure`` ``checkpoints/<job_id>`` and
         ``delta/<job_id>`` in the container ``bucket`` of :data:`AZURE_ACCOUNT` beside the files;
-        Spark's checkpoint and the input stay local. ``fields`` are the spec's other fields.
+        on ``gcs`` ``checkpoints/<job_id>`` in the bucket ``bucket`` beside the files, and the
+        Delta table in the work directory (:data:`GCS_DELTA_REFUSED` says why). Spark's checkpoint
+        and the input stay local. ``fields`` are the spec's other fields.
 
         Raises:
-            ConfigError: an unknown store, ``gcs`` (:data:`GCS_REFUSED`), or as the constructor.
+            ConfigError: an unknown store, a Delta table on ``gs://`` (:data:`GCS_DELTA_REFUSED`),
+                or as the constructor.
         """
-        if store == "gcs":
-            raise ConfigError(GCS_REFUSED)
-        if store == "azure":
-            root = azure_root(fields.get("bucket", cls.bucket))
-            fields = {
-                "checkpoint_uri": f"{root}/checkpoints/{job_id}",
-                "delta_uri": f"{root}/delta/{job_id}",
-                **fields,
-            }
+        if store in STORE_FILE_SINKS:
+            root = store_root(store, fields.get("bucket", cls.bucket))
+            on_store = {"delta_uri": f"{root}/delta/{job_id}"} if store == "azure" else {}
+            fields = {"checkpoint_uri": f"{root}/checkpoints/{job_id}", **on_store, **fields}
         return cls(job_id=job_id, work_dir=str(work_dir), store=store, **fields)
 
     @classmethod
@@ -302,6 +305,12 @@ class FlightsJobSpec:
 def azure_root(container: str) -> str:
     """``abfss://<container>@<AZURE_ACCOUNT>.dfs.core.windows.net`` (no trailing ``/``)."""
     return f"abfss://{container}@{AZURE_ACCOUNT}.dfs.core.windows.net"
+
+
+def store_root(store: str, bucket: str) -> str:
+    """The root of ``bucket`` on ``store`` (:data:`STORES`), no trailing ``/``: ``s3://bucket``,
+    :func:`azure_root` or ``gs://bucket``."""
+    return azure_root(bucket) if store == "azure" else f"{_SCHEMES[store]}{bucket}"
 
 
 def s3a(uri: str) -> str:

@@ -495,11 +495,33 @@ def test_the_azure_configuration_keeps_checkpoints_files_and_delta_on_abfss(tmp_
     assert "azure" not in LOCAL.split(",") and "gcs" not in LOCAL.split(",")
 
 
-def test_the_gcs_configuration_and_store_are_refused_by_name_saying_why() -> None:
-    with pytest.raises(ConfigError, match=r"gcs.*fake-gcs-server.*GCS file sink"):
-        configs_named("azure,gcs")
-    with pytest.raises(ConfigError, match="--store gcs is refused"):
-        FlightsJobSpec.on_store("gcs", "j", "/tmp/x")
+def test_the_gcs_configuration_keeps_checkpoints_and_files_on_gs_and_delta_in_the_work_dir(
+    tmp_path: Path,
+) -> None:
+    assert [c.name for c in configs_named("azure,gcs")] == ["azure", "gcs"]
+    spec = CONFIGS["gcs"].spec("j1", tmp_path / "w", 14, 7)
+    assert (spec.store, spec.file_sink, spec.sinks) == ("gcs", "gcs", ("kafka", "delta", "gcs"))
+    assert spec.checkpoint_dir == f"gs://{spec.bucket}/checkpoints/j1"
+    assert spec.files_location == f"gs://{spec.bucket}/flights/j1"
+    # delta-rs cannot write gs:// to fake-gcs-server: the table is the one part not on GCS
+    assert spec.delta_uri == str(tmp_path / "w" / "delta")
+    assert not spec.spark_checkpoint_uri and not spec.input_uri
+    spec.save()
+    assert FlightsJobSpec.load(spec.work_dir) == spec
+
+
+def test_a_delta_table_on_gs_is_refused_by_name_saying_why(tmp_path: Path) -> None:
+    why = r"Delta on gs:// is refused: delta-rs .* XML API.*fake-gcs-server#331"
+    with pytest.raises(ConfigError, match=why):
+        FlightsJobSpec.on_store("gcs", "j", tmp_path, delta_uri="gs://twophase-flights/delta/j")
+    with pytest.raises(ConfigError, match=why):
+        FlightsJobSpec(job_id="j", work_dir=str(tmp_path), delta_uri="gs://b/t")
+    assert not (tmp_path / "flights-job.json").exists()
+    # the places delta-rs can write stay open to a gcs run
+    on_minio = FlightsJobSpec.on_store("gcs", "j", tmp_path, delta_uri="s3://twophase-flights/delta/j")
+    assert on_minio.delta_uri == "s3://twophase-flights/delta/j" and on_minio.checkpoint_dir.startswith(
+        "gs://"
+    )
 
 
 def test_a_run_names_the_file_sink_of_its_store_and_refuses_the_others() -> None:
@@ -513,3 +535,8 @@ def test_a_run_names_the_file_sink_of_its_store_and_refuses_the_others() -> None
         FlightsJobSpec(job_id="j", work_dir="/tmp/x", store="azure", checkpoint_uri="s3://b/c")
     with pytest.raises(ConfigError, match="store must be one of"):
         FlightsJobSpec(job_id="j", work_dir="/tmp/x", store="hdfs")
+    assert FlightsJobSpec.on_store("gcs", "j", "/tmp/x", sinks=("kafka", "s3")).sinks == ("kafka", "gcs")
+    with pytest.raises(ConfigError, match="file sink azure does not write to --store gcs"):
+        FlightsJobSpec.on_store("gcs", "j", "/tmp/x", sinks=("kafka", "azure"))
+    with pytest.raises(ConfigError, match="checkpoint_uri of a --store gcs run"):
+        FlightsJobSpec(job_id="j", work_dir="/tmp/x", store="gcs", checkpoint_uri="s3://b/c")

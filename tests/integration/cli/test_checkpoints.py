@@ -1,5 +1,5 @@
 """``twophase checkpoints list|show`` and the job options, on checkpoints published here (no
-service; a flights run's on Azurite)."""
+service; a flights run's on Azurite and on fake-gcs-server)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,23 @@ from support.cli import json_output, one_line_error, rendered_columns, run_twoph
 
 from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
 from twophase.coordinator.payload import payload_bytes
-from twophase.coordinator.storage import AzureStorageOptions, open_storage
+from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
 from twophase.integration.cli import main
 from twophase.integration.cli.checkpoints import checkpoints
 from twophase.integration.jobs.flights import FlightsJobSpec
 from twophase.integration.services.azurite import CONNECTION_STRING_ENV, AzureBlobEndpoint
+from twophase.integration.services.gcs_server import ENDPOINT_ENV, PROJECT, GcsEndpoint
 
 KAFKA_PAYLOAD = {"kind": "kafka", "version": 1, "body": {"transactional_id": "twophase-cli_job-kafka-0-1"}}
 
 
-def _publish(root: Path | str, job: str = "cli_job", azure: AzureStorageOptions | None = None) -> None:
-    storage = open_storage(str(root), job, azure_options=azure, env={})
+def _publish(
+    root: Path | str,
+    job: str = "cli_job",
+    azure: AzureStorageOptions | None = None,
+    gcs: GcsStorageOptions | None = None,
+) -> None:
+    storage = open_storage(str(root), job, azure_options=azure, gcs_options=gcs, env={})
     storage.publish(
         CheckpointMetadata(
             job_id=job,
@@ -253,3 +259,33 @@ def test_a_flights_run_on_azure_is_read_with_the_account_the_demo_uses(
             f"Error: the run's checkpoints are on {spec.checkpoint_dir}: run `twophase services up "
             "--azure` or set TWOPHASE_AZURE_CONNECTION_STRING"
         )
+
+
+@pytest.mark.slow
+def test_a_flights_run_on_gcs_is_read_from_the_emulator_the_demo_uses(
+    tmp_path: Path, gcs_endpoint: GcsEndpoint
+) -> None:
+    """A ``--store gcs`` run's checkpoints on ``gs://`` are opened at the demo's emulator
+    (``TWOPHASE_GCS_ENDPOINT`` here), not Application Default Credentials; without one, one line
+    says how to give it."""
+    bucket = "cli-checkpoints-gcs"
+    gcs_endpoint.ensure_bucket(bucket)
+    spec = FlightsJobSpec.on_store("gcs", "cli_job", tmp_path / "w", bucket=bucket)
+    spec.save()
+    _publish(spec.checkpoint_dir, gcs=GcsStorageOptions(project=PROJECT, emulator_host=gcs_endpoint.url))
+    not_google = {"STORAGE_EMULATOR_HOST": "", "GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent"}
+    args = ["checkpoints", "list", "--json", "--work-dir", spec.work_dir]
+
+    listed = run_twophase(args, tmp_path, {ENDPOINT_ENV: gcs_endpoint.url, **not_google}, timeout_s=120)
+    body = json_output(listed)
+    assert body["checkpoint_dir"] == f"gs://{bucket}/checkpoints/cli_job"
+    assert [(e["id"], e["kind"], e["end_of_input"]) for e in body["checkpoints"]] == [
+        (1, "checkpoint", False),
+        (2, "final", True),
+    ]
+
+    no_emulator = run_twophase(args, tmp_path, {ENDPOINT_ENV: "", **not_google}, timeout_s=120)
+    assert one_line_error(no_emulator) == (
+        f"Error: the run's checkpoints are on {spec.checkpoint_dir}: run `twophase services up "
+        "--gcs` or set TWOPHASE_GCS_ENDPOINT"
+    )
