@@ -41,7 +41,7 @@ def hadoop_azure_jars() -> list[str]:
         ServiceUnavailableError: Maven is missing or cannot resolve the POM.
         UnsupportedSparkError: pyspark ships no Hadoop client jar.
     """
-    from twophase.integration.jobs.flights_stores import extra_jars
+    from twophase.integration.jobs.connector_jars import extra_jars
     from twophase.integration.spark import _shipped_version
 
     props = {"hadoop.version": _shipped_version("hadoop-client-api")}

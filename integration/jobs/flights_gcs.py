@@ -33,7 +33,7 @@ def gcs_connector_jars() -> list[str]:
     Raises:
         ServiceUnavailableError: Maven is missing or cannot resolve the POM.
     """
-    from twophase.integration.jobs.flights_stores import extra_jars
+    from twophase.integration.jobs.connector_jars import extra_jars
 
     return extra_jars(GCS_CONNECTOR_POM, "gcs-connector-jars", {})
 

@@ -5,8 +5,8 @@ Each store has a native emulator (:class:`~twophase.integration.services.native_
 Azurite, fake-gcs-server), found like Kafka and S3: an endpoint given in the environment, else
 the one ``twophase services up --azure``/``--gcs`` records, else (the demo, the chaos runner) a
 temporary one. Spark reads a store back through a Hadoop connector whose jars are resolved with
-Maven once per POM (:func:`extra_jars`) and configured in the running session's Hadoop
-configuration only (:func:`configure_readers`): hadoop-azure
+Maven once per POM (:mod:`~twophase.integration.jobs.connector_jars`) and configured in the
+running session's Hadoop configuration only (:func:`configure_readers`): hadoop-azure
 (:mod:`~twophase.integration.jobs.flights_azure`), Google's GCS connector
 (:mod:`~twophase.integration.jobs.flights_gcs`).
 """
@@ -16,14 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
 from twophase.integration.services.azurite import AZURITE, CONNECTION_STRING_ENV
-from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.gcs_server import ENDPOINT_ENV, GCS
-from twophase.integration.services.maven import pom_digest, resolve_jars
 from twophase.integration.services.state import recorded_alive
 
 if TYPE_CHECKING:
@@ -89,28 +86,11 @@ def store_env(endpoints: FlightsEndpoints) -> dict[str, str]:
     return env
 
 
-def extra_jars(pom: Path, stem: str, properties: Mapping[str, str]) -> list[str]:
-    """Absolute paths of ``pom``'s runtime jars resolved with ``properties`` into
-    ``<cache>/<stem>-<digest>``, less the artifacts pyspark ships and those of
-    :func:`~twophase.integration.spark.spark_jars` (Spark refuses a jar name registered twice from
-    two paths). Resolved by Maven on the first call, then cached.
-
-    Raises:
-        ServiceUnavailableError: Maven is missing or cannot resolve the POM.
-    """
-    from twophase.integration.spark import _artifact, pyspark_jars_dir, spark_jars
-
-    out_dir = cache_dir() / f"{stem}-{pom_digest(pom, properties)[:12]}"
-    present = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
-    present |= {_artifact(Path(jar)) for jar in spark_jars()}
-    return [str(jar) for jar in resolve_jars(pom, out_dir, properties) if _artifact(jar) not in present]
-
-
 def reader_jars(endpoints: FlightsEndpoints) -> list[str]:
     """The Hadoop connectors' jars of the stores ``endpoints`` has (hadoop-azure, the GCS connector).
 
     Raises:
-        ServiceUnavailableError: as :func:`extra_jars`.
+        ServiceUnavailableError: as :func:`~twophase.integration.jobs.connector_jars.extra_jars`.
         UnsupportedSparkError: pyspark ships no Hadoop client jar.
     """
     jars = []
