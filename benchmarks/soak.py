@@ -49,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -263,12 +264,32 @@ def read_back(
     return total, reports
 
 
-def slopes(samples: Sequence[Sample], warm_up_min: float) -> list[soak_fit.Slope]:
-    """Every figure's slope per segment after each segment's warm-up (``soak_fit``)."""
+SPARK_RETAINED_BATCHES = 100
+"""``spark.sql.streaming.minBatchesToRetain`` (Spark's default; the soak does not set it): until
+the job's batch of this id, Spark's checkpoint keeps every batch's offsets and commits."""
+
+
+def spark_checkpoint_settled(
+    epochs: Sequence[dict[str, Any]], retained: int = SPARK_RETAINED_BATCHES
+) -> float:
+    """The minute the first epoch of Spark batch ``retained`` or later was logged: from then on
+    Spark's checkpoint holds a bounded window of batches; ``math.inf`` if the run never got there."""
+    return min(
+        (float(e["minute"]) for e in epochs if e.get("batch_id") is not None and e["batch_id"] >= retained),
+        default=math.inf,
+    )
+
+
+def slopes(
+    samples: Sequence[Sample], warm_up_min: float, epochs: Sequence[dict[str, Any]] = ()
+) -> list[soak_fit.Slope]:
+    """Every figure's slope per segment after each segment's warm-up (``soak_fit``); Spark's
+    checkpoint bytes only once it holds its retained batches (:func:`spark_checkpoint_settled`)."""
     series = {
         name: [(s.segment, s.minute, float(figure(s))) for s in samples] for name, figure in FIGURES.items()
     }
-    return soak_fit.fit_segments(series, warm_up_min)
+    settled = {"Spark checkpoint bytes": spark_checkpoint_settled(epochs)}
+    return soak_fit.fit_segments(series, warm_up_min, settled)
 
 
 def latencies(
@@ -542,7 +563,7 @@ def judge(
     ``draw``: matplotlib takes a minute on a busy machine) and ``table.md``; returns the result
     with ``latency_ms``, ``old_generation_mb``, ``slopes`` and ``failures`` (one line per growing
     figure or inexact sink)."""
-    fitted = slopes(samples, warm_up_min)
+    fitted = slopes(samples, warm_up_min, epochs)
     old_gen = [s.jvm_old_gen_mb for s in samples]
     failures = [s.line() for s in soak_fit.growing(fitted)]
     failures += [f"sink {r['sink']} is not exact: {r}" for r in result.get("read_back", []) if not r["exact"]]
@@ -587,7 +608,7 @@ def judge(
     type=float,
     default=10.0,
     show_default=True,
-    help="left out of each segment's fit: the JVM sizes its heap, Spark's checkpoint fills to 100 batches",
+    help="left out of each segment's fit (Spark's checkpoint also until its 100th batch)",
 )
 @click.option(
     "--maintain-every-min", type=float, default=None, help="OPTIMIZE and VACUUM the Delta table this often"

@@ -88,7 +88,13 @@ THRESHOLDS: Mapping[str, Threshold] = {
     "Python driver open fds": Threshold(5.0, False, _POOL + "; sockets to S3 and Kafka come and go"),
     "JVM driver open fds": Threshold(5.0, False, _POOL + "; jars, sockets and shuffle files come and go"),
     "checkpoint storage bytes": Threshold(0.05, True, _STORAGE),
-    "Spark checkpoint bytes": Threshold(0.05, True, _STORAGE),
+    "Spark checkpoint bytes": Threshold(
+        0.05,
+        True,
+        _STORAGE + "; fitted only from the job's batch ``spark.sql.streaming.minBatchesToRetain`` on "
+        "(100 by default: until then Spark keeps every batch's offsets and commits by design, which "
+        "took 30 minutes in the first soak, longer than its warm-up)",
+    ),
     "Kafka transactional ids": Threshold(
         1.0, False, "one pool of ids per sink, reused every epoch: new ids an hour mean a leak of producers"
     ),
@@ -177,10 +183,17 @@ def fit(
     return Slope(figure, segment, len(values), span, mean, slope, slope - half, slope + half, limit)
 
 
-def fit_segments(series: Mapping[str, Sequence[tuple[int, float, float]]], warm_up_min: float) -> list[Slope]:
+def fit_segments(
+    series: Mapping[str, Sequence[tuple[int, float, float]]],
+    warm_up_min: float,
+    settled_at: Mapping[str, float] | None = None,
+) -> list[Slope]:
     """Every figure's slope in every segment: ``series`` maps a figure to its
     ``(segment, minute, value)`` points; each segment's first ``warm_up_min`` minutes (from its
-    own first point) are left out.
+    own first point) are left out, and so is every point of a figure before its minute in
+    ``settled_at`` (a figure that fills up to a bound the job reaches only later, such as Spark's
+    checkpoint before its retained batches: ``math.inf`` when the run never got there, so nothing
+    of it is fitted and it counts as growing).
 
     Raises:
         KeyError: a figure without a threshold in :data:`THRESHOLDS`.
@@ -188,10 +201,11 @@ def fit_segments(series: Mapping[str, Sequence[tuple[int, float, float]]], warm_
     slopes = []
     for figure, points in series.items():
         threshold = THRESHOLDS[figure]
+        settled = (settled_at or {}).get(figure, -math.inf)
         for segment in sorted({p[0] for p in points}):
             mine = [(m, v) for s, m, v in points if s == segment]
             start = min(m for m, _ in mine)
-            kept = [(m, v) for m, v in mine if m >= start + warm_up_min]
+            kept = [(m, v) for m, v in mine if m >= max(start + warm_up_min, settled)]
             slopes.append(fit(figure, segment, [m for m, _ in kept], [v for _, v in kept], threshold))
     return slopes
 

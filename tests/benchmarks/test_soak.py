@@ -104,7 +104,13 @@ def test_the_verdict_names_a_leaking_figure_and_an_inexact_sink(tmp_path: Path) 
     flat = [sample(0, m) for m in range(0, 30)] + [sample(1, m) for m in range(31, 60)]
     leaking = [sample(0, m) for m in range(0, 30)] + [sample(1, m, rss=300.0 + m) for m in range(31, 60)]
     epochs = [
-        {"segment": s.segment, "minute": s.minute, "epoch_ms": 1000.0 + s.minute, "commit_ms": 100.0}
+        {
+            "segment": s.segment,
+            "minute": s.minute,
+            "batch_id": int(s.minute * 30),
+            "epoch_ms": 1000.0 + s.minute,
+            "commit_ms": 100.0,
+        }
         for s in flat
     ]
     read_back = [{"sink": "kafka", "exact": True, "lingering": 0}]
@@ -139,3 +145,20 @@ def test_a_maintenance_round_before_the_first_commit_skips_and_a_failure_comes_b
     (tmp_path / "broken" / "_delta_log" / f"{0:020d}.json").write_text("not json\n")
     failed = soak.maintenance_round(str(tmp_path / "broken"), None, None)
     assert list(failed) == ["error"] and failed["error"]
+
+
+def test_spark_checkpoint_bytes_are_fitted_only_once_spark_retains_a_bounded_window() -> None:
+    # Spark keeps every batch's offsets and commits until batch minBatchesToRetain (100), then a
+    # window: the first soak's 10-minute warm-up ended long before, so a bounded figure "grew"
+    epochs = [{"segment": 0, "minute": m, "batch_id": 3 * m} for m in range(60)]
+    assert soak.spark_checkpoint_settled(epochs) == 34.0
+    assert soak.spark_checkpoint_settled(epochs[:30]) == float("inf")
+    filling = [
+        dataclasses.replace(sample(0, m), spark_checkpoint_bytes=1000 * min(3 * m, 100)) for m in range(60)
+    ]
+    fitted = {s.figure: s for s in soak.slopes(filling, 10.0, epochs)}
+    settled = fitted["Spark checkpoint bytes"]
+    assert (settled.samples, settled.grows) == (26, False)
+    unsettled = {s.figure: s for s in soak.slopes(filling, 10.0, epochs[:30])}["Spark checkpoint bytes"]
+    assert (unsettled.samples, unsettled.grows) == (0, True)
+    assert {s.figure: s for s in soak.slopes(filling, 10.0)}["Spark checkpoint bytes"].grows

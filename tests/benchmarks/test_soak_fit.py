@@ -76,6 +76,15 @@ def test_segments_are_fitted_apart_after_their_own_warm_up() -> None:
                    fit.THRESHOLDS[RSS]).grows  # fmt: skip
 
 
+def test_a_figure_is_fitted_only_from_its_settled_minute_and_never_if_it_never_settles() -> None:
+    filling = [(0, m, 1000.0 * min(m, 40.0)) for m in minutes(60)]
+    assert fit.fit_segments({RSS: filling}, warm_up_min=5.0)[0].grows
+    settled = fit.fit_segments({RSS: filling}, warm_up_min=5.0, settled_at={RSS: 40.0})[0]
+    assert (settled.samples, settled.grows) == (20, False)
+    never = fit.fit_segments({RSS: filling}, warm_up_min=5.0, settled_at={RSS: math.inf})[0]
+    assert (never.samples, never.grows) == (0, True)
+
+
 def test_every_figure_the_soak_samples_has_a_threshold_with_a_reason() -> None:
     driver = load_benchmark("soak_driver", ROOT / "benchmarks" / "soak_driver.py")
     assert set(driver.FIGURES) == set(fit.THRESHOLDS)
