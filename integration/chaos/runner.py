@@ -332,6 +332,15 @@ def service_env(endpoints: FlightsEndpoints) -> dict[str, str]:
     return env
 
 
+#: How long one run of a trial may take before it is killed from outside as hung (exit ``-999``,
+#: the trial fails). Slow but live runs took over 600 s on the loaded 2-core machine: a YARN
+#: submission's two driver attempts, each localizing the ~210 MB environment and starting three
+#: JVMs (up to 10 minutes), and a ``--store gcs`` restart whose SparkContext took 7 minutes to
+#: start at load 10 (gcs trial 2, stop 56: killed as hung at 600 s, its sinks exact). A hung run
+#: still fails, later.
+RUN_TIMEOUT_S = 1800.0
+
+
 def run_job_process(
     work_dir: Path,
     endpoints: FlightsEndpoints,
@@ -339,7 +348,7 @@ def run_job_process(
     fault: str | None = None,
     fault_state: Path | None = None,
     kill_after_s: float | None = None,
-    timeout_s: float = 600.0,
+    timeout_s: float | None = None,
     master: str | None = None,
     fault_kill: str = "",
     fault_action: str = "",
@@ -354,7 +363,8 @@ def run_job_process(
     :mod:`~twophase.integration.chaos.job_with_conf`); ``yarn``: submit it to YARN in cluster mode
     (:mod:`~twophase.integration.jobs.flights_yarn`, the cluster of ``TWOPHASE_YARN_CONF_DIR``),
     where a kill moment kills the driver's container, not this process group, and the wait goes on
-    (for :data:`YARN_TIMEOUT_S` at least: a submission waits for every attempt of its application).
+    (a submission waits for every attempt of its application). A run still going after
+    ``timeout_s`` (:data:`RUN_TIMEOUT_S` unless given) is killed as hung and returns ``-999``.
 
     Returns:
         (exit status — negative for a signal —, whether this call sent SIGKILL).
@@ -378,8 +388,8 @@ def run_job_process(
     command = [sys.executable, "-m", module, "--work-dir", str(work_dir), *on_cluster]
     if yarn:
         command = [sys.executable, "-m", YARN_JOB, "submit", "--work-dir", str(work_dir)]
-        timeout_s = max(timeout_s, YARN_TIMEOUT_S)
         command += ["--deploy-mode", "cluster", "--event-log-dir", str(work_dir / "spark-events")]
+    timeout_s = RUN_TIMEOUT_S if timeout_s is None else timeout_s
     with log_path.open("ab") as log:
         log.write(f"\n=== run fault={fault} kill_after_s={kill_after_s} ===\n".encode())
         log.flush()
@@ -408,10 +418,6 @@ def run_job_process(
 
 
 YARN_JOB = "twophase.integration.jobs.flights_yarn"
-#: How long a YARN trial's submission may run: two driver attempts, each localizing the ~210 MB
-#: environment and starting three JVMs, took up to 10 minutes on the loaded 2-core machine, so a
-#: run past the generic 600 s would be killed from outside as hung while YARN still runs it.
-YARN_TIMEOUT_S = 1800.0
 
 
 def kill_driver_container(proc: subprocess.Popen[bytes], work_dir: Path, after_s: float) -> bool:
