@@ -95,6 +95,12 @@ lint: venv
 	# (tests/ mirrors the code's folders); the autoload folder holds the module Spark's lookup imports
 	MYPYPATH=tests:coordinator/spark/autoload $(BIN)/mypy --cache-dir $(MYPY_CACHE)/tests --explicit-package-bases tests
 
+# DESIGN.md's walk of one committable, generated from the trace of one committable on the driver
+# (tests/coordinator/test_committable_trace.py, which fails when DESIGN.md's differs)
+.PHONY: design-walk
+design-walk: venv
+	TWOPHASE_WRITE_WALK=1 $(BIN)/pytest -q -p no:cacheprovider tests/coordinator/test_committable_trace.py -k design_md
+
 # the documentation site (mkdocs.yml, docs/) into build/site; strict: a warning, such as a broken link
 # or cross-reference, fails the build. mkdocstrings reads the sources of `twophase` (the repository
 # root, setup.cfg package_dir) without importing them, through build/docs/twophase: one link per

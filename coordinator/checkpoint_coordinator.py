@@ -504,7 +504,8 @@ class CheckpointCoordinator:
                 self._ledgers[sink].append(block)
                 blocks[sink] = block
         pc.record_table(first, made, blocks)
-        return TableIntake(first.num_rows, tuple(duplicates), ack_table.records_per_sink(first))
+        records = ack_table.records_per_sink(first.select(["sink", "records"]))  # all it reads
+        return TableIntake(first.num_rows, tuple(duplicates), records)
 
     def _exceptions_in(
         self, sink: str, partition: pa.ChunkedArray, in_progress: pa.ChunkedArray
@@ -729,38 +730,39 @@ class CheckpointCoordinator:
         # block's rows ascending by partition, a call as it is (issue #42)
         calls: dict[tuple[int, int], Sequence[PendingTransaction[Any]]] = {}
         merged: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
-
-        def add(key: tuple[int, int], txns: Sequence[PendingTransaction[Any]]) -> None:
-            call = calls.get(key)
-            if call is None:
-                calls[key] = txns
-            else:  # a call from two sources (ledger blocks, exceptions): sorted once below
-                calls[key] = merged[key] = [*call, *txns]
-
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
         with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
             for order, ledger in enumerate(self._ledgers.values()):
-                for cid, txns in ledger.notify_checkpoint_complete(checkpoint_id):
-                    add((cid, order), txns)
+                for cid, rows in ledger.notify_checkpoint_complete(checkpoint_id):
+                    if (cid, order) in calls:  # two intakes of one checkpoint (a driver handover)
+                        merged.setdefault((cid, order), []).extend(rows)
+                    else:
+                        calls[(cid, order)] = rows
                 for lc in ledger.exceptional.values():
                     if not lc.state.is_live:
                         continue
                     actions = lc.notify_checkpoint_complete(checkpoint_id)
                     for t in actions.commit:
-                        add((t.checkpoint_id, order), [t])
+                        key = (t.checkpoint_id, order)
+                        merged.setdefault(key, []).append(t)
                     aborts.extend(actions.abort)
                     finished += lc.state is SubtaskState.FINISHED
-            for call in merged.values():
-                call.sort(key=_PARTITION_ATTEMPT)
+            # a call from two sources (ledger blocks, exceptions): one list, sorted once
+            for key, txns in merged.items():
+                call = calls.get(key)
+                if call is not None:
+                    txns[:0] = call
+                if len(txns) > 1:
+                    txns.sort(key=_PARTITION_ATTEMPT)
+                calls[key] = txns
         # a block's rows go as they are (BlockRows): their transactions are made where the call
         # runs, on the committer thread when commit is asynchronous (issue #42)
         ordered = [calls[key] for key in sorted(calls)]
-        commits = sum(map(len, ordered))
         for t in sorted(aborts, key=_CHECKPOINT_PARTITION):
             self.committer.abort(t)
         before = self.committer.metrics
-        self.committer.submit_calls(ordered, on_landed=self._marker_for(checkpoint_id))
+        commits = self.committer.submit_calls(ordered, on_landed=self._marker_for(checkpoint_id))
         after = self.committer.metrics
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0

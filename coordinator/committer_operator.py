@@ -49,6 +49,7 @@ in a row.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -229,6 +230,7 @@ class CommitterOperator:
         recovery: bool = False,
         cancellable: bool = True,
         on_confirmed: Callable[[CommitCall], None] | None = None,
+        lost: list[str] | None = None,
     ) -> CommitOutcome:
         """Make one commit call synchronously: ONE ``commit_batch`` / ``recover_and_commit_batch``
         call with every committable of ``call`` for a per-committable sink, which answers per
@@ -244,11 +246,15 @@ class CommitterOperator:
             on_confirmed: called once, before this returns or raises, with the transactions the
                 sink confirmed (``COMMITTED`` / ``ALREADY_COMMITTED``), if any: a call that fails
                 may still have committed some of them.
+            lost: where a recovery commit of a per-transaction sink puts one line per transaction
+                the external system lost, instead of raising (the caller names every lost one
+                at the end); ``None``: raised here.
 
         Returns:
             ``COMMITTED`` when at least one transaction committed now and every other one was
             already committed; ``ALREADY_COMMITTED`` when all were; ``LOST`` only when recovering
-            with ``ignore_lost_on_recovery`` and some were lost (logged as an ERROR).
+            with ``ignore_lost_on_recovery`` and some were lost (logged as an ERROR), or when
+            ``lost`` took them.
 
         Raises:
             TransactionLostError: the external system lost transaction(s) (names sink and transactions).
@@ -258,7 +264,9 @@ class CommitterOperator:
             ValueError: ``call`` is not one commit call of one sink
                 (:func:`~twophase.coordinator.commit_calls.check_call`).
         """
-        txns = tuple(call)
+        # a ledger block's rows are made into transactions at once, here, where the call runs
+        # (the committer thread when asynchronous): the block's columns read once (issue #42)
+        txns = call.block.transactions(call.rows) if isinstance(call, BlockRows) else tuple(call)
         if not txns:
             raise ValueError("an empty commit call")
         sink = self._sinks[txns[0].sink_name]
@@ -271,18 +279,6 @@ class CommitterOperator:
             "partition": t.partition if len(txns) == 1 else partitions[:_SHOWN], "attempt": t.attempt,
             "transactions": len(txns),
         }  # fmt: skip
-        invoke: Callable[[CommitCall], list[CommitOutcome]]
-        if isinstance(sink, CheckpointCommitSink):
-            commit_checkpoint = sink.recover_and_commit_checkpoint if recovery else sink.commit_checkpoint
-
-            def invoke(batch: CommitCall) -> list[CommitOutcome]:
-                return [commit_checkpoint(t.checkpoint_id, [x.committable for x in batch])] * len(batch)
-        else:
-            commit_batch = sink.recover_and_commit_batch if recovery else sink.commit_batch
-
-            def invoke(batch: CommitCall) -> list[CommitOutcome]:
-                return checked_outcomes(commit_batch([x.committable for x in batch]), len(batch))
-
         pol = self.policy
         rows = _Rows(txns)
         # LOST while recovering does not stop the others (the error at the end names every lost
@@ -290,8 +286,17 @@ class CommitterOperator:
         tolerate_lost = recovery
 
         def attempt() -> CommitOutcome:
+            """One call of the sink with the pending transactions' committables (each decoded on
+            its first read, here: the committer's thread when asynchronous)."""
+            pending = rows.pending
             try:
-                outcomes = invoke(rows.pending)
+                committables = [x.committable for x in pending]
+                if isinstance(sink, CheckpointCommitSink):
+                    commit = sink.recover_and_commit_checkpoint if recovery else sink.commit_checkpoint
+                    outcomes = [commit(t.checkpoint_id, committables)] * len(pending)
+                else:
+                    commit_batch = sink.recover_and_commit_batch if recovery else sink.commit_batch
+                    outcomes = checked_outcomes(commit_batch(committables), len(pending))
             except ServiceUnavailableError as e:
                 log.warning("commit: service unavailable, will retry: %s", e, extra=fields)
                 return CommitOutcome.RETRY
@@ -365,7 +370,11 @@ class CommitterOperator:
             # a checkpoint commit lost its checkpoint as a whole; a batch lost each row on its own
             groups = [rows.lost] if isinstance(sink, CheckpointCommitSink) else [[x] for x in rows.lost]
             lines = [f"transaction lost by the external system: {_what(sink, g)}" for g in groups]
-            raise _LostRows(lines)
+            error = _LostRows(lines)
+            if lost is None or isinstance(sink, CheckpointCommitSink):  # checkpoint commits keep their order
+                raise error
+            lost.extend(error.lines)  # one C-level extend: lanes on other threads may add theirs
+            return CommitOutcome.LOST
         if rows.pending:
             what = _what(sink, rows.pending)
             if self._cancel.is_set():
@@ -448,30 +457,38 @@ class CommitterOperator:
 
     def submit_calls(
         self, calls: Sequence[CommitCall], *, on_landed: Callable[[], None] | None = None
-    ) -> None:
+    ) -> int:
         """:meth:`submit` of a batch already grouped into commit calls, in commit order (each
         call every transaction of one sink and one checkpoint, ascending by partition, as
         :func:`~twophase.coordinator.commit_calls.commit_calls` makes them): the coordinator's
         ledger hands its blocks so (issue #42), with no pass over the transactions here.
 
+        Returns:
+            how many transactions the calls hold (each call's length is asked once, here).
+
         Raises:
             As :meth:`submit`.
         """
         self.raise_if_failed()
-        calls = [call for call in calls if call]
+        sizes = list(map(len, calls))
+        if 0 in sizes:
+            calls = [call for call, size in zip(calls, sizes, strict=True) if size]
+        n = sum(sizes)
         if not calls and on_landed is None:
-            return
-        n = sum(map(len, calls))
+            return 0
         if not self.asynchronous and not self.policy.commits_async(n):
-            self._run(calls, on_landed)
-            return
+            self._commit_calls(
+                calls, recovery=False, cancellable=True, on_done=self._reporter(n), on_landed=on_landed
+            )
+            return n
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix=f"committer-{self.job_id}"
                 )
             self._inflight += 1
-        self._executor.submit(self._run_async, calls, on_landed)
+        self._executor.submit(self._run_async, calls, n, on_landed)
+        return n
 
     @property
     def asynchronous(self) -> bool:
@@ -479,22 +496,22 @@ class CommitterOperator:
         they commit in submission order behind it."""
         return self._executor is not None
 
-    def _run(self, calls: Sequence[CommitCall], on_landed: Callable[[], None] | None = None) -> None:
-        fired = [sum(map(len, calls)) < 2]  # mid_commit only applies to several transactions
+    def _reporter(self, n: int) -> Callable[[CommitCall], None]:
+        """What a submitted batch of ``n`` transactions does with each confirmed call: queue it
+        for :meth:`poll_completed_calls`, and fire fault point ``mid_commit`` once the first of
+        several transactions committed (a whole call, or its confirmed part), whatever else is
+        in flight."""
+        fired = [n < 2]  # mid_commit only applies to several transactions
         fire_lock = threading.Lock()
 
         def done(call: CommitCall) -> None:
             self._done.put(call)
-            # mid_commit: once the first of several transactions committed (a whole batch, or its
-            # confirmed part), whatever else is in flight
             with fire_lock:
                 if not fired[0]:
                     fired[0] = True
                     self._fault("mid_commit")
 
-        self._commit_calls(calls, recovery=False, cancellable=True, on_done=done)
-        if on_landed is not None:
-            on_landed()
+        return done
 
     def commit_all(
         self,
@@ -529,28 +546,31 @@ class CommitterOperator:
         recovery: bool,
         cancellable: bool,
         on_done: Callable[[CommitCall], None],
+        on_landed: Callable[[], None] | None = None,
     ) -> None:
+        """Make ``calls`` in their lanes (:func:`~twophase.coordinator.commit_calls.commit_lanes`),
+        then call ``on_landed`` if every one committed. A recovery names every lost transaction
+        of a per-transaction sink at the end, not only the first (:meth:`commit`'s ``lost``)."""
         lost: list[str] = []
-        lost_lock = threading.Lock()
-
-        def one(call: CommitCall) -> None:
-            try:
-                self.commit(call, recovery=recovery, cancellable=cancellable, on_confirmed=on_done)
-            except TransactionLostError as e:
-                if not recovery or isinstance(self._sinks[call[0].sink_name], CheckpointCommitSink):
-                    raise  # checkpoint commits keep their order
-                with lost_lock:  # recovery names every lost transaction, not only the first
-                    lines = e.lines if isinstance(e, _LostRows) else [str(e).removesuffix(LOST_WAY_FORWARD)]
-                    lost.extend(lines)
-
+        one = functools.partial(
+            self.commit,
+            recovery=recovery,
+            cancellable=cancellable,
+            on_confirmed=on_done,
+            lost=lost if recovery else None,
+        )
         run_lanes(commit_lanes(self._sinks, calls), one, thread_prefix=f"commit-{self.job_id}")
         if lost:
             raise _LostRows(lost)
+        if on_landed is not None:
+            on_landed()
 
-    def _run_async(self, calls: list[CommitCall], on_landed: Callable[[], None] | None) -> None:
+    def _run_async(self, calls: Sequence[CommitCall], n: int, on_landed: Callable[[], None] | None) -> None:
         try:
             if self._error is None:  # after an error, later commits are skipped: order is kept
-                self._run(calls, on_landed)
+                self._commit_calls(
+                    calls, recovery=False, cancellable=True, on_done=self._reporter(n), on_landed=on_landed
+                )
         except BaseException as e:
             with self._lock:
                 if self._error is None:

@@ -42,7 +42,7 @@ def group_lanes(
     return [Lane(name, tuple(group), min(parallelism_of(name), len(group))) for name, group in groups.items()]
 
 
-def run_lanes(lanes: Sequence[Lane[T]], fn: Callable[[T], None], *, thread_prefix: str) -> None:
+def run_lanes(lanes: Sequence[Lane[T]], fn: Callable[[T], object], *, thread_prefix: str) -> None:
     """Call ``fn`` on every item of every lane: lanes concurrently, within a lane in order or up to
     its parallelism at once. A single sequential lane runs in the calling thread.
 

@@ -430,6 +430,28 @@ class LedgerBlock:
             t = self._made.setdefault(row, t)  # atomic: a racing thread's object is dropped
         return t
 
+    def transactions(self, rows: range | Sequence[int]) -> tuple[PendingTransaction[Any], ...]:
+        """The transactions of ``rows`` (ascending), as :meth:`txn` makes them one by one but the
+        columns read once for all of them (one ``to_pylist`` each, not a scalar per row and
+        column): what the committer asks of a commit call of this block's rows (issue #42)."""
+        made = self._made
+        todo = [r for r in rows if r not in made] if made else rows
+        if todo:
+            assert self._decode is not None  # a block made from transactions holds every one
+            whole = isinstance(todo, range) and len(todo) == len(self.status)
+            take = None if whole else pa.array(todo, pa.int64())
+            parts, attempts, payloads = (
+                (c if take is None else c.take(take)).to_pylist()
+                for c in (self.partition, self.attempt, self.payload)
+            )
+            sink, cid, ms, decode = self.sink_name, self.checkpoint_id, self.pre_committed_ms, self._decode
+            for r, p, a, payload in zip(todo, parts, attempts, payloads, strict=True):
+                t = PendingTransaction(
+                    sink, p, a, cid, pre_committed_ms=ms, payload=payload, decode=decode, block=self, row=r
+                )
+                made.setdefault(r, t)  # atomic: a racing thread's object is dropped
+        return tuple(made[r] for r in rows)
+
     @property
     def made(self) -> Mapping[int, PendingTransaction[Any]]:
         """Row → its transaction, for the rows whose transaction was made (:meth:`txn`)."""
@@ -450,6 +472,17 @@ class LedgerBlock:
     def recode(self, table: bytes) -> None:
         """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
         self.status = bytearray(self.status.translate(table))
+
+    def commit_persisted(self) -> range | list[int]:
+        """Every PERSISTED row becomes COMMITTING; returns those rows, ascending (one count and
+        one translate of the status column: the notification's step of a block, issue #42)."""
+        status = self.status
+        n = status.count(_PERSISTED)
+        if not n:
+            return range(0)
+        rows = range(n) if n == len(status) else [i for i, c in enumerate(status) if c == _PERSISTED]
+        self.status = bytearray(status.translate(_COMMIT))
+        return rows
 
     def recode_row(self, row: int, code: int) -> None:
         """Row ``row``'s status is ``code``."""
@@ -523,8 +556,10 @@ class LedgerBlock:
         """The live rows as a table (``partition``, ``attempt``, ``checkpoint_id``, ``payload``:
         a committable file's columns, :data:`~twophase.coordinator.metadata.COMMITTABLE_COLUMNS`)
         and which rows they are: a filter by the status column in Arrow, no object per row."""
-        rows = self.live_rows()
-        n = len(self.status)
+        status = self.status
+        n = len(status)
+        # every row live (the common path: no row left before the checkpoint completes): all of it
+        rows = range(n) if len(status.translate(None, _LEFT)) == n else self.live_rows()
         cols = [self.partition, self.attempt, self.payload]
         if len(rows) != n:
             mask = pc.invert(
@@ -551,13 +586,17 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
     Attributes:
         block: the block.
         rows: its rows, ascending.
+        sink_name, checkpoint_id: the block's (plain attributes: what the committer groups and
+            logs the call by, read without a call).
     """
 
-    __slots__ = ("block", "rows")
+    __slots__ = ("block", "checkpoint_id", "rows", "sink_name")
 
     def __init__(self, block: LedgerBlock, rows: range | Sequence[int]) -> None:
         self.block = block
         self.rows = rows
+        self.sink_name = block.sink_name
+        self.checkpoint_id = block.checkpoint_id
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -577,10 +616,9 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
         txn = self.block.txn
         return (txn(r) for r in self.rows)
 
-    @property
-    def sink_name(self) -> str:
-        """The block's sink."""
-        return self.block.sink_name
+    def transactions(self) -> tuple[PendingTransaction[Any], ...]:
+        """Every row's transaction, made at once (:meth:`LedgerBlock.transactions`)."""
+        return self.block.transactions(self.rows)
 
     def confirm(self) -> list[PendingTransaction[Any]]:
         """:meth:`LedgerBlock.confirm` of these rows."""
@@ -721,9 +759,8 @@ class SinkLedger:
                 )
         out: list[tuple[int, BlockRows]] = []
         for b in blocks:
-            rows = b.rows_with(_PERSISTED)
+            rows = b.commit_persisted()
             if rows:
-                b.recode(_COMMIT)
                 out.append((b.checkpoint_id, BlockRows(b, rows)))
         return out
 

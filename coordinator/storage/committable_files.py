@@ -154,12 +154,13 @@ def encode(metadata: CheckpointMetadata, run: str, attempt: int) -> EncodedCheck
     files: list[tuple[str, bytes]] = []
     for index, name in enumerate(sorted(metadata.sinks)):
         records = metadata.sinks[name].committables
+        rows = len(records)
         ref: dict[str, Any] | None = None
-        if records:
+        if rows:
             data = encode_file(records, metadata.job_id, metadata.checkpoint_id, name)
             fname = file_name(index, run, attempt)
             files.append((fname, data))
-            ref = FileRef(fname, len(records), len(data), hashlib.sha256(data).hexdigest()).to_json()
+            ref = FileRef(fname, rows, len(data), hashlib.sha256(data).hexdigest()).to_json()
         obj["sinks"][name]["committables"] = ref
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return EncodedCheckpoint(tuple(files), zlib.compress(text.encode("utf-8"), ZLIB_LEVEL))
@@ -171,8 +172,8 @@ def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id
     :class:`~twophase.coordinator.metadata.CommittableRows` are written from their columns, with
     no Python pass over the rows (issue #42): one record batch either way, so the bytes are the
     same as for the same records as a tuple."""
-    if isinstance(records, CommittableRows):
-        columns = [_one_chunk(records.table[n]) for n in SCHEMA.names]
+    if isinstance(records, CommittableRows):  # its columns are SCHEMA's, in order (checked)
+        columns = list(map(_one_chunk, records.table.columns))
     else:
         columns = [
             pa.array([r.partition for r in records], pa.int32()),
