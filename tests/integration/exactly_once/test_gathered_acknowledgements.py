@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.exactly_once.support import assert_exactly_once, make_input
+from support.file_sink import JsonLinesFileSink
 
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka.config import KafkaSinkConfig
@@ -25,7 +27,7 @@ from twophase.coordinator.spark.job import Job
 from twophase.integration.readback import read_topic
 from twophase.integration.services import S3Endpoint
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.s3]
+pytestmark = [pytest.mark.spark]
 
 PARTITIONS = 12
 ROWS = 240
@@ -81,6 +83,8 @@ def _s3_ids(s3_endpoint: S3Endpoint, bucket: str) -> list[int]:
     return ids
 
 
+@pytest.mark.kafka
+@pytest.mark.s3
 @pytest.mark.parametrize(("gather_above", "gathered"), [(4, True), (None, False)])
 def test_a_gathered_epoch_writes_kafka_and_s3_exactly_once_in_fewer_chunks(
     spark: Any,
@@ -117,3 +121,29 @@ def test_a_gathered_epoch_writes_kafka_and_s3_exactly_once_in_fewer_chunks(
         assert chunks < PARTITIONS, f"{chunks} chunks for {PARTITIONS} tasks: not gathered"
     else:
         assert chunks == PARTITIONS  # one batch per task, as Spark hands a result stage's
+
+
+def test_a_streaming_job_gathers_each_micro_batch_and_finishes_exactly_once(
+    spark: Any, tmp_path: Path, collected: list[pa.Table]
+) -> None:
+    """The foreachBatch path (``JobHandle``) runs the same epoch: each micro-batch of 6 partitions
+    is gathered above a threshold of 2 and its records land once in a sink read back by file."""
+    expected = make_input(tmp_path, files=3)
+    stream = (
+        spark.readStream.schema("id long")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(tmp_path / "input"))
+        .repartition(6)
+    )
+    config = RuntimeConfig(gather_acknowledgements_above=2)
+    job = Job(spark, "eo", str(tmp_path / "chk"), config=config).sink(
+        JsonLinesFileSink("a", tmp_path / "out")
+    )
+    handle = job.start(
+        stream, spark_checkpoint_location=str(tmp_path / "spark"), trigger={"availableNow": True}
+    )
+    assert handle.await_termination(300)
+    assert handle.status is JobState.FINISHED
+    assert [m.partitions for m in handle.metrics] == [6, 6, 6]
+    assert [max(c.num_chunks for c in t.columns) for t in collected] == [1, 1, 1]
+    assert_exactly_once(tmp_path, ["a"], expected)
