@@ -42,7 +42,8 @@ Before the coordinator's steps, Spark's own part of the real path (issue #42,
 :func:`bench_collection`): a ``local[2]`` job of ``n`` tasks whose ``mapInArrow`` yields each
 task's 3 acknowledgement rows, collected as Arrow ``direct`` (one batch per task) or ``gathered``
 into one partition first, then taken in by a real runtime's intake, side by side in one run
-(``TWOPHASE_BENCH_NO_COLLECT=1`` skips it). An epoch's real path is that plus ``epoch`` less
+(``TWOPHASE_BENCH_NO_COLLECT=1`` skips it; sizes up to 10⁴ unless ``TWOPHASE_BENCH_COLLECT_SIZES``
+says otherwise). An epoch's real path is that plus ``epoch`` less
 ``acknowledge``.
 
 ``python -m benchmarks.bench_coordinator_scale`` prints it (``TWOPHASE_BENCH_RUNS`` overrides the
@@ -487,6 +488,9 @@ def history(
 
 # -- Spark's collection ---------------------------------------------------------------------------
 
+COLLECT_ROUNDS = {100: 5, 1_000: 3, 10_000: 1}
+"""Rounds of :func:`bench_collection` per size (each round runs the size's tasks once per plan)."""
+
 COLLECT_PLANS = ("direct", "gathered")
 """The two collected plans of :func:`bench_collection`: the write's tasks' rows collected as they
 are (one Arrow batch per task), and gathered into one partition by a shuffle first
@@ -712,6 +716,18 @@ def _sizes() -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",")) if text else SIZES
 
 
+def _collect_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The sizes of :func:`bench_collection`: ``TWOPHASE_BENCH_COLLECT_SIZES``, else ``sizes`` up to
+    10⁴ (one round of 10⁴ real tasks per plan took ~22 min on 2 loaded cores; 10⁵ would take hours)."""
+    text = os.environ.get("TWOPHASE_BENCH_COLLECT_SIZES")
+    return tuple(int(x) for x in text.split(",")) if text else tuple(n for n in sizes if n <= 10_000)
+
+
+def _collect_rounds(n: int) -> int:
+    forced = os.environ.get("TWOPHASE_BENCH_RUNS")
+    return int(forced) if forced else COLLECT_ROUNDS.get(n, 1)
+
+
 def _rounds(n: int) -> int:
     forced = os.environ.get("TWOPHASE_BENCH_RUNS")
     return int(forced) if forced else ROUNDS.get(n, 3)
@@ -744,8 +760,8 @@ def run() -> dict[str, object]:
     hist: dict[str, dict[str, Any]] = {}
     sizes = _sizes()
     if os.environ.get("TWOPHASE_BENCH_NO_COLLECT") != "1":
-        for n in sizes:
-            for step, row in bench_collection(n, _rounds(n)).items():
+        for n in _collect_sizes(sizes):
+            for step, row in bench_collection(n, _collect_rounds(n)).items():
                 rows[f"spark {n:,}: {step}"] = row
                 print(f"spark {n:,}: {step} {json.dumps(row)}", file=sys.stderr, flush=True)
     with backends() as stores:
