@@ -38,11 +38,13 @@ directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``)
 the default retention: what is stored at the end, and the metadata bytes of the 1st and the 100th
 checkpoint (``TWOPHASE_BENCH_NO_HISTORY=1`` skips it). Each size's rows go to stderr as it ends.
 
-Before the coordinator's steps, Spark's own part of the real path (issue #42): ``collect before``
-and ``collect after`` are a ``local[2]`` Spark job's ``3n`` acknowledgement rows reaching the
-driver, as ``Row`` objects parsed into acknowledgements (before) and as one Arrow table (after),
-side by side in one run (``TWOPHASE_BENCH_NO_COLLECT=1`` skips it). An epoch's real path is
-``collect`` plus ``epoch``.
+Before the coordinator's steps, Spark's own part of the real path (issue #42,
+:func:`bench_collection`): a ``local[2]`` job of ``n`` tasks whose ``mapInArrow`` yields each
+task's 3 acknowledgement rows, collected as Arrow ``direct`` (one batch per task) or ``gathered``
+into one partition first, then taken in by a real runtime's intake, side by side in one run
+(``TWOPHASE_BENCH_NO_COLLECT=1`` skips it; sizes up to 10⁴ unless ``TWOPHASE_BENCH_COLLECT_SIZES``
+says otherwise). An epoch's real path is that plus ``epoch`` less
+``acknowledge``.
 
 ``python -m benchmarks.bench_coordinator_scale`` prints it (``TWOPHASE_BENCH_RUNS`` overrides the
 rounds; ``TWOPHASE_BENCH_SIZES=100,1000`` the sizes).
@@ -486,93 +488,165 @@ def history(
 
 # -- Spark's collection ---------------------------------------------------------------------------
 
-COLLECT_TASKS = 8
-"""Tasks of the collection step: the rows are what the driver pays for, not the task count; their
-output is cached first, so that what is timed is the rows' way to the driver, not the tasks."""
+COLLECT_ROUNDS = {100: 5, 1_000: 3, 10_000: 1}
+"""Rounds of :func:`bench_collection` per size (each round runs the size's tasks once per plan)."""
 
-OLD_ACK_SCHEMA = pa.schema([f.with_type(pa.string()) if f.type == pa.binary() else f for f in ACK_SCHEMA])
-"""The acknowledgement rows before issue #42: JSON as ``string`` columns, collected as ``Row`` objects."""
+COLLECT_PLANS = ("direct", "gathered")
+"""The two collected plans of :func:`bench_collection`: the write's tasks' rows collected as they
+are (one Arrow batch per task), and gathered into one partition by a shuffle first
+(:func:`~twophase.coordinator.spark.tasks.acknowledgements_of`, issue #42)."""
 
 
-def ack_rows_task(n: int, tasks: int, payloads: dict[str, bytes], schema: pa.Schema) -> Callable[..., Any]:
-    """``mapInArrow`` function: task ``t`` yields the acknowledgement rows of partitions
-    ``t, t + tasks, ...`` below ``n`` for every sink (each sink's payload of the size its codec
-    encodes), as one batch of ``schema`` — what the epoch's tasks hand Spark."""
+def ack_rows_task(payloads: dict[str, bytes], schema: pa.Schema) -> Callable[..., Any]:
+    """``mapInArrow`` function: the task of partition ``p`` reads its input and yields one batch of
+    ``schema`` with ``p``'s acknowledgement row for every sink (each sink's payload of the size its
+    codec encodes): what an epoch's task hands Spark
+    (:func:`~twophase.coordinator.spark.tasks.epoch_task`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for t in b.column(0).to_pylist():
-                parts = range(t, n, tasks)
-                cols: dict[str, list[Any]] = {name: [] for name in schema.names}
-                for p in parts:
-                    for sink, payload in payloads.items():
-                        cols["sink"].append(sink)
-                        cols["partition"].append(p)
-                        cols["attempt"].append(0)
-                        cols["committable"].append(payload if schema is ACK_SCHEMA else payload.decode())
-                        cols["in_progress"].append(None)
-                        cols["records"].append(40_960)
-                        cols["write_ms"].append(1.0)
-                        cols["release"].append(RELEASE)
-                yield pa.RecordBatch.from_pydict(cols, schema=schema)
+        from pyspark import TaskContext
+
+        for _ in batches:
+            pass
+        tc = TaskContext.get()
+        p = tc.partitionId() if tc is not None else 0
+        rows = [
+            {
+                "sink": sink,
+                "partition": p,
+                "attempt": 0,
+                "committable": payload,
+                "in_progress": None,
+                "records": 40_960,
+                "write_ms": 1.0,
+                "release": RELEASE,
+            }
+            for sink, payload in payloads.items()
+        ]
+        yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
     return run
 
 
+def _jvm_cpu_s(spark: Any) -> float:
+    """CPU seconds (user and system) of the Spark driver's JVM so far (``local[2]``: the executors
+    run in it too); NaN when its process id is not known (a cluster, Spark Connect)."""
+    proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    try:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (AttributeError, OSError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
-    """Spark's collection of an epoch's ``3n`` acknowledgement rows on the driver, before issue #42
-    (``collect()``: a ``Row`` each, then ``Acknowledgement.from_row``, which parses both JSON
-    columns) and after (``DataFrame.toArrow`` into one table, normalized as the intake takes it),
-    side by side in one run on one ``local[2]`` session, alternating which goes first.
+    """An epoch's write and its acknowledgements' way into the coordinator with Spark at ``n``
+    tasks: a ``local[2]`` job of ``n`` partitions whose ``mapInArrow`` yields each partition's
+    acknowledgement for the 3 sinks, collected as Arrow either ``direct`` (one batch per task) or
+    ``gathered`` into one partition first (:func:`~twophase.coordinator.spark.tasks.acknowledgements_of`),
+    then handed to the real intake (``Epoch.acknowledge_table`` of a :class:`JobRuntime`: normalize,
+    every Arrow check, the ledger). Side by side in one session, alternating which goes first. The
+    job is not cached: its tasks, the gather's shuffle and the collection are all in it.
 
     Returns:
-        ``{"collect before", "collect after"}`` → the same row shape as :func:`bench_size`.
+        ``"<plan> job"`` (wall ms of the Spark job and the intake; ``cpu_ms`` the Python driver
+        process's), ``"<plan> jvm"`` (the driver JVM's CPU over it, executors included in
+        ``local[2]``), ``"<plan> driver thread"`` (the Python driver thread's CPU over collection
+        and intake, ``time.thread_time``), ``"<plan> collect thread"`` / ``"<plan> intake thread"``
+        (its two parts), ``"<plan> normalized"``, ``"<plan> check_release"``,
+        ``"<plan> split_first"`` (thread CPU of each on the collected table, called again after the
+        intake), ``"<plan> chunks"`` (the collected table's chunks per column, in ``median_ms``'s
+        place) → the same row shape as :func:`bench_size`.
     """
     from benchmarks.common import side_by_side, spark_session
-    from twophase.coordinator.ack_table import normalized
+    from twophase.coordinator import ack_table
     from twophase.coordinator.spark.compat import collect_arrow
-    from twophase.coordinator.spark.tasks import ack_struct_type
+    from twophase.coordinator.spark.tasks import ack_struct_type, acknowledgements_of
+    from twophase.coordinator.storage.local import LocalCheckpointStorage
 
     spark = spark_session("bench-coordinator-collect")
     sinks = make_sinks()
     payloads = {s.name: payload_bytes(s.encode(s.make(n - 1, 1))) for s in sinks}
-    tasks = min(n, COLLECT_TASKS)
-    seeds = spark.range(tasks).repartition(tasks)
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    old_df = seeds.mapInArrow(
-        ack_rows_task(n, tasks, payloads, OLD_ACK_SCHEMA), from_arrow_schema(OLD_ACK_SCHEMA)
-    )
-    new_df = seeds.mapInArrow(ack_rows_task(n, tasks, payloads, ACK_SCHEMA), ack_struct_type())
-    for df in (old_df, new_df):
-        df.cache().count()
+    def written(tasks: int) -> Any:
+        # a new DataFrame each time: collecting one gathered DataFrame again would reuse its
+        # shuffle's map outputs and skip the write
+        return spark.range(0, tasks, 1, tasks).mapInArrow(
+            ack_rows_task(payloads, ACK_SCHEMA), ack_struct_type()
+        )
 
-    def before(_: int) -> int:
+    for gather in (None, 0):  # warm-up (the JVM's first jobs of each plan), not counted
+        collect_arrow(acknowledgements_of(written(min(n, 100)), min(n, 100), gather))
+    samples: dict[str, list[float]] = {}
+
+    def add(key: str, value: float) -> None:
+        samples.setdefault(key, []).append(value)
+
+    with tempfile.TemporaryDirectory(
+        prefix="twophase-collect-", dir=os.environ.get("TWOPHASE_BENCH_DIR")
+    ) as tmp:
+        rt = JobRuntime(JOB_ID, sinks, LocalCheckpointStorage(Path(tmp), JOB_ID), RuntimeConfig())
+        rt.restore()
+
+        def plan(name: str) -> Callable[[int], int]:
+            # the gather at threshold 0 (always) against never: only the plan differs
+            def one(r: int) -> int:
+                df = acknowledgements_of(written(n), n, 0 if name == "gathered" else None)
+                position = {"engine": "spark", "query_id": "bench", "batch_id": r}
+                epoch = rt.begin_epoch(n, position)
+                jvm, proc, thread = _jvm_cpu_s(spark), time.process_time(), time.thread_time()
+                started = time.perf_counter()
+                table = collect_arrow(df)
+                collected = time.thread_time()
+                epoch.acknowledge_table(table)
+                wall, done = time.perf_counter() - started, time.thread_time()
+                add(f"{name} job", wall * 1000.0)
+                add(f"{name} job cpu", (time.process_time() - proc) * 1000.0)
+                add(f"{name} jvm", (_jvm_cpu_s(spark) - jvm) * 1000.0)
+                add(f"{name} driver thread", (done - thread) * 1000.0)
+                add(f"{name} collect thread", (collected - thread) * 1000.0)
+                add(f"{name} intake thread", (done - collected) * 1000.0)
+                add(f"{name} chunks", float(max(c.num_chunks for c in table.columns)))
+                rt.complete_epoch(epoch)
+                rt.await_commits()
+                before = time.thread_time()
+                joined = ack_table.normalized(table)
+                add(f"{name} normalized", (time.thread_time() - before) * 1000.0)
+                for step, fn in (
+                    ("check_release", ack_table.check_release),
+                    ("split_first", ack_table.split_first),
+                ):
+                    before = time.thread_time()
+                    fn(joined)
+                    add(f"{name} {step}", (time.thread_time() - before) * 1000.0)
+                return table.num_rows
+
+            return one
+
+        def check(name: str, _: int, rows: object) -> None:
+            if rows != 3 * n:
+                raise AssertionError(f"{name} collected {rows} rows, not {3 * n}")
+
         with collector_paused():
-            acks = [Acknowledgement.from_row(row.asDict()) for row in old_df.collect()]
-        return len(acks)
-
-    def after(_: int) -> int:
-        return normalized(collect_arrow(new_df)).num_rows
-
-    def check(name: str, _: int, rows: object) -> None:
-        if rows != 3 * n:
-            raise AssertionError(f"{name} collected {rows} rows, not {3 * n}")
-
-    times = side_by_side({"collect before": before, "collect after": after}, rounds, check)
-    for df in (old_df, new_df):
-        df.unpersist()
-    return {
-        name: {
-            "median_ms": round(statistics.median(ts) * 1000, 2),
-            "min_ms": round(min(ts) * 1000, 2),
-            "max_ms": round(max(ts) * 1000, 2),
-            "n": len(ts),
+            times = side_by_side({name: plan(name) for name in COLLECT_PLANS}, rounds, check)
+        rt.close()
+    out: dict[str, dict[str, Any]] = {}
+    for key, values in samples.items():
+        if key.endswith(" job cpu"):
+            continue
+        row: dict[str, Any] = {
+            "median_ms": round(statistics.median(values), 2),
+            "min_ms": round(min(values), 2),
+            "max_ms": round(max(values), 2),
+            "n": len(values),
+            "cpu_ms": round(statistics.median(samples[key + " cpu"]), 2) if key.endswith(" job") else "",
             "peak_mb": "",
             "rss_mb": round(rss_mb(), 1),
         }
-        for name, ts in times.items()
-    }
+        out[key] = row
+    if not times:  # pragma: no cover - side_by_side times every plan
+        raise AssertionError("nothing timed")
+    return out
 
 
 # -- backends -------------------------------------------------------------------------------------
@@ -642,6 +716,18 @@ def _sizes() -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",")) if text else SIZES
 
 
+def _collect_sizes(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The sizes of :func:`bench_collection`: ``TWOPHASE_BENCH_COLLECT_SIZES``, else ``sizes`` up to
+    10⁴ (one round of 10⁴ real tasks per plan took ~22 min on 2 loaded cores; 10⁵ would take hours)."""
+    text = os.environ.get("TWOPHASE_BENCH_COLLECT_SIZES")
+    return tuple(int(x) for x in text.split(",")) if text else tuple(n for n in sizes if n <= 10_000)
+
+
+def _collect_rounds(n: int) -> int:
+    forced = os.environ.get("TWOPHASE_BENCH_RUNS")
+    return int(forced) if forced else COLLECT_ROUNDS.get(n, 1)
+
+
 def _rounds(n: int) -> int:
     forced = os.environ.get("TWOPHASE_BENCH_RUNS")
     return int(forced) if forced else ROUNDS.get(n, 3)
@@ -674,8 +760,8 @@ def run() -> dict[str, object]:
     hist: dict[str, dict[str, Any]] = {}
     sizes = _sizes()
     if os.environ.get("TWOPHASE_BENCH_NO_COLLECT") != "1":
-        for n in sizes:
-            for step, row in bench_collection(n, _rounds(n)).items():
+        for n in _collect_sizes(sizes):
+            for step, row in bench_collection(n, _collect_rounds(n)).items():
                 rows[f"spark {n:,}: {step}"] = row
                 print(f"spark {n:,}: {step} {json.dumps(row)}", file=sys.stderr, flush=True)
     with backends() as stores:

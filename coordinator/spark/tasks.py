@@ -5,7 +5,10 @@ Each task writes its partition to every sink in one pass
 batch of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`. Collecting those rows on the
 driver, as one Arrow table (:func:`~twophase.coordinator.spark.compat.collect_arrow`: no ``Row``
 per acknowledgement), is the checkpoint's acknowledgement: Spark returns exactly one successful
-attempt per partition. :func:`run_spark_epoch` is the engine's write step around the one epoch loop
+attempt per partition. Above ``RuntimeConfig.gather_acknowledgements_above`` partitions the rows are
+first gathered into one partition by a shuffle (:func:`acknowledgements_of`), so that the driver
+receives a few large batches rather than one per task (DESIGN.md §6, "The gather").
+:func:`run_spark_epoch` is the engine's write step around the one epoch loop
 (:func:`~twophase.coordinator.epoch.run_epoch`). Before ``mapInArrow`` the DataFrame is projected,
 in the JVM, to the columns the sinks read (:func:`sink_input`): Python receives nothing no sink
 reads. In a batch write Catalyst's column pruning also drops whatever computes only the other
@@ -105,10 +108,35 @@ def epoch_task(plan: EpochPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator
     return run
 
 
+def acknowledgements_of(written: DataFrame, partitions: int, gather_above: int | None) -> DataFrame:
+    """The DataFrame whose collection is the epoch's acknowledgement: ``written`` (the write's
+    ``mapInArrow``, one row per subtask), gathered into one partition by a shuffle
+    (``repartition(1)``) when it has more than ``gather_above`` partitions.
+
+    Spark's Arrow collection hands the driver one batch per task of the collected plan, and the
+    intake pays per batch and column (``ack_table.normalized``'s join, ~1.8 µs each: 1.5 s at 10⁵
+    tasks × 3 sinks). Gathered, the write keeps its ``partitions`` tasks (they become the shuffle's
+    map side; ``coalesce`` would merge them) and the driver receives
+    ``ceil(rows / spark.sql.execution.arrow.maxRecordsPerBatch)`` batches, at the price of one more
+    stage (a shuffle of small rows and one task); below the threshold that stage costs more than the
+    chunks it saves (BENCHMARKS.md, "The acknowledgements gathered").
+
+    Args:
+        written: the write's acknowledgement rows (``mapInArrow`` of :func:`epoch_task`).
+        partitions: ``written``'s number of partitions (the epoch's parallelism).
+        gather_above: gather above this many partitions; ``None``: never.
+    """
+    if gather_above is None or partitions <= gather_above:
+        return written
+    return written.repartition(1)
+
+
 def run_spark_epoch(
     runtime: JobRuntime, df: DataFrame, position: JsonObject, batch_id: int | None
 ) -> EpochMetrics:
-    """Run one epoch of ``df`` through every sink: the epoch loop with ``mapInArrow`` as its write step.
+    """Run one epoch of ``df`` through every sink: the epoch loop with ``mapInArrow`` as its write step
+    (its acknowledgements gathered into one partition above the runtime's
+    ``gather_acknowledgements_above`` partitions, :func:`acknowledgements_of`).
 
     Raises:
         Whatever the Spark job or the runtime raise; the epoch's checkpoint is aborted first.
@@ -118,8 +146,11 @@ def run_spark_epoch(
     if partitions == 0:
         df, partitions = df.repartition(1), 1  # an empty input still acknowledges its checkpoint
 
+    gather_above = runtime.config.gather_acknowledgements_above
+
     def write(plan: EpochPlan) -> pa.Table:
-        return collect_arrow(df.mapInArrow(epoch_task(plan), ack_struct_type()))
+        written = df.mapInArrow(epoch_task(plan), ack_struct_type())
+        return collect_arrow(acknowledgements_of(written, partitions, gather_above))
 
     result = run_epoch(runtime, partitions, write, position)
     cm = result.checkpoint

@@ -49,6 +49,7 @@ leaves the uploads stored checkpoints hold (``model_accounting``).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -63,6 +64,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from support.delta_model import ModelDeltaSink
 from support.engine_tasks import (
+    LOST_OUTPUTS,
     TASK_POINTS,
     RecordingStorage,
     key_value_batch,
@@ -180,6 +182,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.damaged = False  # a committable file is damaged on purpose (committable_file_damaged)
         self.acknowledged: set[bytes] = acknowledged_payloads()  # every payload encoded (#42)
         self.acknowledged.clear()
+        LOST_OUTPUTS.clear()
         """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
@@ -329,6 +332,22 @@ class ProtocolModel(RuleBasedStateMachine):
         for sink, got in self.readback().items():
             extra = got - self.expected[sink]
             self.check(not extra, f"sink {sink}: landed without a promise or twice: {sorted(extra)[:10]}")
+
+    @invariant()
+    def a_lost_map_output_never_commits(self) -> None:
+        """An ``output_lost`` first run (its report lost before the driver had it, the subtask run
+        again with the same attempt number, as a retried write stage does when the acknowledgements
+        are gathered, #42) never commits: its Kafka transaction (the rerun's id, fenced by the
+        rerun) is not among the broker's commits. Its records are the rerun's, so the accounting
+        above already fails if it lands in any sink besides the rerun's."""
+        for ack in LOST_OUTPUTS:
+            if ack.sink != "k" or ack.committable is None:
+                continue
+            body = json.loads(ack.committable)["body"]
+            key = (body["transactional_id"], body["producer_id"], body["producer_epoch"])
+            self.check(
+                key not in self.world.kafka.commits, f"a lost map output's transaction committed: {key}"
+            )
 
     @invariant()
     def lingering_cleanup_never_ends_a_held_transaction(self) -> None:
@@ -1038,6 +1057,45 @@ if "TWOPHASE_MODEL_SEED" in os.environ:
     ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[assignment]
 
 TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(ProtocolModel.TestCase)
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+@pytest.mark.parametrize("rolling", sorted(ROLLING))
+def test_a_subtask_rerun_with_the_same_attempt_number_lands_once(
+    monkeypatch: pytest.MonkeyPatch, rolling: str
+) -> None:
+    """Issue #42's gather: the write becomes a shuffle map stage, and a map output lost before the
+    gather fetched it makes Spark run the subtask again with the same attempt number (SPARK-24552).
+    Every sink's first run pre-committed and is never acknowledged; the rerun's records land once,
+    the first run's transactions never commit and nothing lingers, across a driver death and a
+    restore (teardown drives the job to FINISHED and reads every sink back)."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(retained=1, cleanup=CleanupMode.RETAIN, async_commit=None, rolling=rolling, pool_size=3)
+    m.epoch(
+        arrival="as_run", down_ms=0, driver=None, notify=True, on_failure="fail_over", parts=4,
+        point="after_pre_commit", publish="ok", size=8,
+        tasks=["output_lost", "ok", "output_lost", "ok", "ok", "ok"],
+    )  # fmt: skip
+    m.epoch(
+        arrival="reversed", down_ms=0, driver=None, notify=True, on_failure="fail_over", parts=3,
+        point="mid_write", publish="ok", size=6,
+        tasks=["output_lost", "output_lost", "output_lost", "ok", "ok", "ok"],
+    )  # fmt: skip
+    m.driver_dies(down_ms=0)
+    m.epoch(
+        arrival="as_run", down_ms=0, driver=None, notify=False, on_failure="fail_over", parts=2,
+        point="before_write", publish="ok", size=5,
+        tasks=["output_lost", "lost", "ok", "ok", "ok", "ok"],
+    )  # fmt: skip
+    assert m.next_batch == 4, f"an epoch failed: {m.trace[-3:]}"
+    assert all(sum(m.expected[sink].values()) == 19 for sink in SINKS), m.expected
+    m.a_lost_map_output_never_commits()
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    assert LOST_OUTPUTS, "no output_lost run pre-committed anything"
+    m.teardown()
+    m.a_lost_map_output_never_commits()
+    assert not m.lost, f"the rerun's transactions were reported lost: {sorted(m.lost)}"
 
 
 @pytest.mark.usefixtures("quiet_twophase_logs")

@@ -31,6 +31,7 @@ TASK_PLANS: Final = (
     "zombie_reports",
     "zombie_silent",
     "zombie_after_publish",
+    "output_lost",
     "stage_fails",
 )
 """How one partition's task goes:
@@ -45,6 +46,12 @@ TASK_PLANS: Final = (
 - ``zombie_after_publish``: attempt 0 succeeds and reports; attempt 1 (a zombie of an earlier
   stage attempt Spark left running) starts only after the checkpoint was published, before its
   commit, and its report never arrives (:func:`zombies_after_publish` runs it; #26 item 4);
+- ``output_lost``: attempt 0 succeeds (writes, pre-commits), but its report is lost before the
+  driver has it: the write is a shuffle map stage when the acknowledgements are gathered
+  (``tasks.acknowledgements_of``), and an executor lost before the gather fetched its output makes
+  Spark run the write stage again for that partition, numbering attempts from 0 again
+  (SPARK-24552). So attempt 0 runs a second time, **with the same attempt number**, and only that
+  run reports; the first run's transaction must never commit (issue #42);
 - ``stage_fails``: the task fails every attempt; the epoch fails.
 """
 
@@ -104,6 +111,11 @@ def _retried(
     return first  # the point was never reached (nothing to write)
 
 
+LOST_OUTPUTS: list[Acknowledgement] = []
+"""The reports of every ``output_lost`` first run (never delivered), oldest first, so that a model
+can check that none of their transactions ever commits; a model clears it when it starts."""
+
+
 def run_tasks(
     plan: EpochPlan, records: Sequence[str], plans: Sequence[str], point: str
 ) -> list[Acknowledgement]:
@@ -131,6 +143,9 @@ def run_tasks(
             late = write_subtasks(plan, p, 1, batches, fault=_no_fault)
             if how == "zombie_reports":
                 acks += late
+        elif how == "output_lost":
+            LOST_OUTPUTS.extend(write_subtasks(plan, p, 0, batches, fault=_no_fault))  # never delivered
+            acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)  # the retried stage's
         elif how == "stage_fails":
             raise TaskFailure(f"partition {p} failed every attempt")
         else:
