@@ -223,7 +223,7 @@ class Executors:
                 if "checkpoint_id" in body:
                     body["checkpoint_id"] = cid
                 payload = payload_bytes({"kind": t["kind"], "version": t["version"], "body": body})
-                out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0))
+                out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0, t["kind"], t["version"]))
         return out
 
     def table(self, cid: int) -> pa.Table:
@@ -498,6 +498,7 @@ def ack_rows_task(n: int, tasks: int, payloads: dict[str, bytes], schema: pa.Sch
     """``mapInArrow`` function: task ``t`` yields the acknowledgement rows of partitions
     ``t, t + tasks, ...`` below ``n`` for every sink (each sink's payload of the size its codec
     encodes), as one batch of ``schema`` — what the epoch's tasks hand Spark."""
+    headers = {sink: json.loads(payload) for sink, payload in payloads.items()}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -514,6 +515,9 @@ def ack_rows_task(n: int, tasks: int, payloads: dict[str, bytes], schema: pa.Sch
                         cols["records"].append(40_960)
                         cols["write_ms"].append(1.0)
                         cols["release"].append(RELEASE)
+                        if "kind" in cols:  # the codec header beside the payload (issue #42)
+                            cols["kind"].append(headers[sink]["kind"])
+                            cols["version"].append(headers[sink]["version"])
                 yield pa.RecordBatch.from_pydict(cols, schema=schema)
 
     return run
