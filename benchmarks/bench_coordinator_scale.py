@@ -14,8 +14,10 @@ over the step, user and system, all threads; memory as the driver's RSS):
 
 - ``trigger``: ``begin_epoch`` (every sink expects ``n`` acknowledgements);
 - ``acknowledge``: the ``3n`` acknowledgements, from the Arrow table Spark's collection hands the
-  driver (one batch per task) to the coordinator's record of each: checked in Arrow compute
-  (release, every payload's JSON header); payloads kept as bytes, decoded by the committer;
+  driver (one batch per task up to ``gather_acknowledgements_above`` tasks, 500 by default; above
+  it gathered, in batches of 10,000 rows) to the coordinator's record of each: checked in Arrow
+  compute (release, every payload's codec header as its executor stamped it); payloads kept as
+  bytes, decoded by the committer;
 - ``verify``: verify-before-persist (each sink is handed the committables acknowledgement decoded);
 - ``build``: the checkpoint metadata from the coordinator's state;
 - ``publish``: ``storage.publish`` (encode, write; local: temp file, fsync, link; s3: conditional PUT);
@@ -80,7 +82,7 @@ from twophase.coordinator.collector import paused as collector_paused
 from twophase.coordinator.metadata import CheckpointMetadata
 from twophase.coordinator.payload import payload_bytes
 from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.runtime_config import DEFAULT_GATHER_ABOVE, RuntimeConfig
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.codec import CommittableCodec
@@ -204,6 +206,11 @@ def make_sinks() -> list[ScaleSink]:
     ]
 
 
+ARROW_BATCH_ROWS = 10_000
+"""``spark.sql.execution.arrow.maxRecordsPerBatch`` (Spark's default): rows per Arrow batch of a
+gathered collection."""
+
+
 class Executors:
     """Simulated executors: the acknowledgements of every subtask of an epoch, as the executor loop
     makes them (the sink's codec encodes each committable once) and Spark hands them to the driver:
@@ -225,13 +232,17 @@ class Executors:
                 if "checkpoint_id" in body:
                     body["checkpoint_id"] = cid
                 payload = payload_bytes({"kind": t["kind"], "version": t["version"], "body": body})
-                out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0))
+                out.append(Acknowledgement(s.name, p, 0, payload, None, 40_960, 1.0, t["kind"], t["version"]))
         return out
 
-    def table(self, cid: int) -> pa.Table:
-        """:meth:`acks` as Spark's Arrow collection delivers them: one batch per task (partition)."""
+    def table(self, cid: int, gather_above: int | None = DEFAULT_GATHER_ABOVE) -> pa.Table:
+        """:meth:`acks` as Spark's Arrow collection hands them to the runtime: one batch per task
+        (partition) up to ``gather_above`` tasks; above it gathered into one partition first
+        (:func:`~twophase.coordinator.spark.tasks.acknowledgements_of`), so in batches of
+        :data:`ARROW_BATCH_ROWS` rows."""
         acks = self.acks(cid)
-        width = len(self.sinks)
+        gathered = gather_above is not None and len(acks) // len(self.sinks) > gather_above
+        width = ARROW_BATCH_ROWS if gathered else len(self.sinks)
         return pa.Table.from_batches(
             [
                 pa.RecordBatch.from_pylist([a.to_row() for a in acks[i : i + width]], schema=ACK_SCHEMA)
@@ -503,6 +514,8 @@ def ack_rows_task(payloads: dict[str, bytes], schema: pa.Schema) -> Callable[...
     codec encodes): what an epoch's task hands Spark
     (:func:`~twophase.coordinator.spark.tasks.epoch_task`)."""
 
+    headers = {sink: json.loads(payload) for sink, payload in payloads.items()}
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -520,6 +533,8 @@ def ack_rows_task(payloads: dict[str, bytes], schema: pa.Schema) -> Callable[...
                 "records": 40_960,
                 "write_ms": 1.0,
                 "release": RELEASE,
+                "kind": headers[sink]["kind"],  # the codec header beside the payload (issue #42)
+                "version": headers[sink]["version"],
             }
             for sink, payload in payloads.items()
         ]

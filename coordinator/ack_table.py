@@ -9,22 +9,21 @@ whose transaction the epoch aborts. Which of several attempts is acknowledged fo
 order, as before: the first row of a (sink, partition) in the table (Spark returns exactly one
 successful attempt per partition; the Python data source's commit messages may hold more).
 
-The payloads are not decoded at intake (the sink's object is made at commit, issue #42), so what
-decoding there used to catch is checked here for the whole table, before anything is recorded:
-the rows come from executors of this driver's release (:func:`check_release`), and every payload
-is JSON text of one object whose ``kind`` and ``version`` its sink's codec reads
-(:func:`check_payloads`, parsed by Arrow's JSON reader, not per row in Python).
+The payloads are neither decoded nor parsed at intake (the sink's object is made at commit, issue
+#42), so what decoding there used to catch is checked here for the whole table, before anything
+is recorded: the rows come from executors of this driver's release (:func:`check_release`), and
+every payload's codec header — the ``kind`` and ``version`` the executor stamped beside it from
+the object it encoded — is one its sink's codec reads (:func:`check_payloads`). Each check is
+handed only the columns it reads, never the payloads (issue #42: the trace of one committable).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pj
 
 from twophase.coordinator.acknowledgement import ACK_SCHEMA, RELEASE
 from twophase.sinks.errors import CommittableDecodeError, JobError
@@ -45,8 +44,11 @@ def normalized(table: pa.Table) -> pa.Table:
         JobError: a column is missing or cannot be cast (the executors run another release of
             twophase than the driver: reinstall the same version on both).
     """
-    missing = [n for n in ACK_SCHEMA.names if n not in table.column_names]
+    present = set(table.column_names)
+    missing = [n for n in ACK_SCHEMA.names if n not in present]
     if missing:
+        if "release" in table.column_names and pa.types.is_string(table.schema.field("release").type):
+            check_release(table["release"])  # another release: named, as the columns' absence is its
         raise JobError(
             f"the tasks' acknowledgements lack the columns {missing} (columns {table.column_names}): the "
             "executors run another twophase release than the driver; install the same on both"
@@ -81,29 +83,30 @@ def normalized(table: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=ACK_SCHEMA)
 
 
-_ONE_CHUNK = ("sink", "partition", "attempt", "committable", "in_progress", "records")
+_ONE_CHUNK = ("sink", "partition", "attempt", "committable", "in_progress", "records", "kind", "version")
 """The columns :func:`normalized` hands as one chunk each (the intake sorts, groups or reads them
 per row); the others may stay chunked."""
 
 
-def unknown_sinks(table: pa.Table, sinks: Collection[str]) -> list[str]:
-    """The sink names in ``table`` that are not in ``sinks``, sorted (empty when every row's is)."""
-    known = pc.is_in(table["sink"], value_set=pa.array(sorted(sinks), pa.string()))
+def unknown_sinks(sink: pa.ChunkedArray | pa.Array, sinks: Collection[str]) -> list[str]:
+    """The names in the ``sink`` column that are not in ``sinks``, sorted (empty when every row's is)."""
+    known = pc.is_in(sink, value_set=pa.array(sorted(sinks), pa.string()))
     if pc.all(known).as_py() is not False:
         return []
-    return sorted(set(table.filter(pc.invert(known))["sink"].to_pylist()))
+    return sorted(set(sink.filter(pc.invert(known)).to_pylist()))
 
 
-def check_release(table: pa.Table, release: str = RELEASE) -> None:
-    """Every row of a :func:`normalized` table was made by an executor running ``release``.
+def check_release(releases: pa.ChunkedArray | pa.Array, release: str = RELEASE) -> None:
+    """Every row's ``release`` (the column of a :func:`normalized` table) is ``release``: it was
+    made by an executor running this driver's release.
 
     Raises:
         JobError: some rows come from another release (names them and what to reinstall).
     """
-    same = pc.fill_null(pc.equal(table["release"], pa.scalar(release, pa.string())), False)
-    if table.num_rows == 0 or pc.all(same).as_py():
+    same = pc.fill_null(pc.equal(releases, pa.scalar(release, releases.type)), False)
+    if len(releases) == 0 or pc.all(same).as_py():
         return
-    other = sorted({str(r) for r in pc.unique(table.filter(pc.invert(same))["release"]).to_pylist()})
+    other = sorted({str(r) for r in pc.unique(releases.filter(pc.invert(same))).to_pylist()})
     raise JobError(
         f"the executors run twophase {', '.join(other)} and this driver twophase {release}: their "
         f"committables may not decode here; install twophase {release} on the executors (the same "
@@ -120,113 +123,80 @@ class CodecHeader:
     versions: frozenset[int]
 
 
-_HEADER = pa.schema([("kind", pa.string()), ("version", pa.int64())])
+HEADERS = ["sink", "partition", "kind", "version"]
+"""The columns :func:`check_payloads` reads: the subtask and its payload's codec header."""
+
+_HEADER_KEYS = ["sink", "kind", "version", "present"]
 
 
-def payload_headers(payloads: pa.Array) -> pa.Table:
-    """The ``kind`` and ``version`` of every payload (non-null binary), one row each, in order:
-    parsed by Arrow's JSON reader, which reads each whole, so a payload that is not JSON fails.
-    A payload the reader refuses (not JSON, not an object, a mistyped field, or JSON only Python
-    reads, such as ``NaN``) is parsed again in Python, row by row, to say which.
+def check_payloads(
+    headers: pa.Table, present: pa.Array | pa.ChunkedArray, codecs: Mapping[str, CodecHeader]
+) -> None:
+    """Every payload's codec header, as its executor stamped it (``kind`` and ``version`` columns,
+    :meth:`~twophase.coordinator.acknowledgement.Acknowledgement.of`), is one its sink's codec
+    reads, checked without the payloads (issue #42: no JSON parse at intake).
 
-    Raises:
-        CommittableDecodeError: a payload is not JSON text of one object (names its row).
-    """
-    if len(payloads) == 0:
-        return _HEADER.empty_table()
-    joined = pc.binary_join(
-        pa.ListArray.from_arrays(pa.array([0, len(payloads)], pa.int32()), payloads),
-        pa.scalar(b"\n", pa.binary()),
-    )[0].as_buffer()
-    options = pj.ParseOptions(explicit_schema=_HEADER, unexpected_field_behavior="ignore")
-    try:
-        headers = pj.read_json(
-            pa.BufferReader(joined), read_options=pj.ReadOptions(block_size=1 << 26), parse_options=options
-        )
-        if headers.num_rows == len(payloads):
-            return headers
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    return _python_headers(payloads)
+    Args:
+        headers: the :data:`HEADERS` columns of a :func:`normalized` table, one row per
+            acknowledgement.
+        present: per row, whether it carries a payload (``is_valid`` of its ``committable``).
+        codecs: sink → its codec's header; a sink not in it (one that overrides ``decode``) is not
+            checked here, its payloads are decoded at commit.
 
-
-def _python_headers(payloads: pa.Array) -> pa.Table:
-    kinds: list[str | None] = []
-    versions: list[int | None] = []
-    for i, raw in enumerate(payloads.to_pylist()):
-        try:
-            obj = json.loads(raw)
-        except ValueError as e:
-            raise CommittableDecodeError(f"payload #{i} is not JSON ({e}): {raw[:120]!r}") from e
-        if type(obj) is not dict:
-            raise CommittableDecodeError(f"payload #{i} is not a JSON object: {raw[:120]!r}")
-        kind, version = obj.get("kind"), obj.get("version")
-        kinds.append(kind if type(kind) is str else None)
-        versions.append(version if type(version) is int else None)
-    return pa.table([pa.array(kinds, pa.string()), pa.array(versions, pa.int64())], schema=_HEADER)
-
-
-def check_payloads(table: pa.Table, codecs: Mapping[str, CodecHeader]) -> None:
-    """Every payload of a :func:`normalized` table is JSON text of one object whose ``kind`` and
-    ``version`` its sink's codec reads (``codecs``: sink → its codec's header; a sink not in it is
-    only checked for JSON). Two Arrow kernels per sink over the parsed headers, no decode.
+    One hash aggregate over the small columns gives the distinct (sink, kind, version) of the
+    table (a few: one per sink, unless another build answered), checked against ``codecs`` in
+    Python; a row is looked for only when one is wrong.
 
     Raises:
-        CommittableDecodeError: a payload is not JSON of one object, or of another kind or a
-            version the sink's codec does not read (names the sink, the partition and what to
+        CommittableDecodeError: a payload of a sink with a codec header has none, or another kind,
+            or a version the codec does not read (names the sink, the partition and what to
             reinstall): nothing may be recorded.
     """
-    present = pc.is_valid(table["committable"])
-    rows = table.select(["sink", "partition", "committable"])  # not the columns left in chunks
-    rows = rows.filter(present) if present.null_count or not pc.all(present).as_py() else rows
-    if rows.num_rows == 0:
+    if headers.num_rows == 0 or not codecs:
         return
-    try:
-        headers = payload_headers(rows["committable"].combine_chunks())
-    except CommittableDecodeError as e:
-        raise CommittableDecodeError(f"an acknowledgement's committable does not decode: {e}") from None
-    for sink, want in codecs.items():
-        mine = pc.equal(rows["sink"], pa.scalar(sink, pa.string()))
-        good = pc.and_(
-            pc.equal(headers["kind"], pa.scalar(want.kind, pa.string())),
-            pc.is_in(headers["version"], value_set=pa.array(sorted(want.versions), pa.int64())),
-        )
-        bad = pc.and_(mine, pc.invert(pc.fill_null(good, False)))
-        if not pc.any(bad).as_py():
+    keyed = headers.select(["sink", "kind", "version"]).append_column("present", present)
+    seen = keyed.group_by(_HEADER_KEYS, use_threads=False).aggregate([])
+    for sink, kind, version, has in zip(*(seen[k].to_pylist() for k in _HEADER_KEYS), strict=True):
+        want = codecs.get(sink)
+        if not has or want is None or (kind == want.kind and version in want.versions):
             continue
-        i = pc.index(bad, True).as_py()
-        kind, version = headers["kind"][i].as_py(), headers["version"][i].as_py()
+        mask = pc.and_(
+            pc.and_(pc.equal(headers["sink"], pa.scalar(sink, pa.string())), pc.fill_null(present, False)),
+            pc.and_(_is(headers["kind"], kind), _is(headers["version"], version)),
+        )
+        partition = headers["partition"].filter(mask)[0].as_py()
+        if kind is None or version is None:
+            raise CommittableDecodeError(
+                f"sink {sink!r} partition {partition}: a committable without its codec header (kind "
+                f"{kind!r} version {version!r}), where this driver's codec reads kind {want.kind!r} "
+                f"versions {sorted(want.versions)}: it was not made by Acknowledgement.of (which stamps "
+                "the header of what the sink encoded) or comes from another build; install the same "
+                "twophase (and connector) release on the driver and its executors"
+            )
         raise CommittableDecodeError(
-            f"sink {sink!r} partition {rows['partition'][i].as_py()}: a committable of kind {kind!r} "
+            f"sink {sink!r} partition {partition}: a committable of kind {kind!r} "
             f"version {version!r}, where this driver's codec reads kind {want.kind!r} versions "
             f"{sorted(want.versions)}: the executors run another build of the sink than the driver; "
             "install the same twophase (and connector) release on both"
         )
 
 
-@dataclass(frozen=True)
-class FirstAcknowledgements:
-    """A table of acknowledgements split by arrival (:func:`split_first`).
-
-    Attributes:
-        first: the first row of each (sink, partition), in arrival order.
-        later: every other row (a later attempt of a (sink, partition) in ``first``), in arrival
-            order: its transaction is not acknowledged and must be aborted.
-    """
-
-    first: pa.Table
-    later: pa.Table
+def _is(column: pa.ChunkedArray, value: object) -> pa.ChunkedArray:
+    """Per row of ``column``: equal to ``value`` (null to ``None``)."""
+    if value is None:
+        return pc.is_null(column)
+    return pc.fill_null(pc.equal(column, pa.scalar(value, column.type)), False)
 
 
-def split_first(table: pa.Table) -> FirstAcknowledgements:
-    """Split ``table`` into the first acknowledgement of each (sink, partition) and the rest."""
-    # the key columns only: grouping scans every column of its table, chunk by chunk
-    numbered = table.select(KEY).append_column(_ROW, pa.array(range(table.num_rows), pa.int64()))
+def first_rows(keys: pa.Table) -> pa.Array | None:
+    """Per row of ``keys`` (the :data:`KEY` columns of a table, in arrival order): whether it is
+    the first row of its (sink, partition); ``None`` when every row is (no later attempt), the
+    common case. The rows that are not are later attempts: not acknowledged, to be aborted."""
+    numbered = keys.select(KEY).append_column(_ROW, pa.array(range(keys.num_rows), pa.int64()))
     firsts = numbered.group_by(KEY, use_threads=False).aggregate([(_ROW, "min")])[f"{_ROW}_min"]
-    if len(firsts) == table.num_rows:
-        return FirstAcknowledgements(table, table.slice(0, 0))
-    is_first = pc.is_in(numbered[_ROW], value_set=firsts)
-    return FirstAcknowledgements(table.filter(is_first), table.filter(pc.invert(is_first)))
+    if len(firsts) == keys.num_rows:
+        return None
+    return pc.is_in(numbered[_ROW], value_set=firsts).combine_chunks()
 
 
 def key_table(keys: Iterable[tuple[str, int]]) -> pa.Table:
@@ -249,16 +219,18 @@ def key_table_of(parts_of: Mapping[str, Collection[int]]) -> pa.Table:
     return pa.table({"sink": pa.concat_arrays(sinks), "partition": pa.concat_arrays(partitions)})
 
 
-def unexpected(first: pa.Table, expected: pa.Table) -> list[tuple[str, int]]:
-    """The (sink, partition) pairs of ``first`` that ``expected`` (a :func:`key_table`) lacks, sorted."""
-    extra = first.select(KEY).join(expected, keys=KEY, join_type="left anti", use_threads=False)
+def unexpected(keys: pa.Table, expected: pa.Table) -> list[tuple[str, int]]:
+    """The (sink, partition) pairs of ``keys`` (its :data:`KEY` columns) that ``expected`` (a
+    :func:`key_table`) lacks, sorted."""
+    extra = keys.select(KEY).join(expected, keys=KEY, join_type="left anti", use_threads=False)
     return sorted(zip(extra["sink"].to_pylist(), extra["partition"].to_pylist(), strict=True))
 
 
-def records_per_sink(first: pa.Table) -> dict[str, int]:
-    """sink → records its acknowledgements wrote (a row that does not say counts 0)."""
+def records_per_sink(rows: pa.Table) -> dict[str, int]:
+    """sink → records its acknowledgements wrote (``rows``: a table with their ``sink`` and
+    ``records`` columns; a row that does not say counts 0)."""
     sums = (
-        first.select(["sink", "records"]).group_by("sink", use_threads=False).aggregate([("records", "sum")])
+        rows.select(["sink", "records"]).group_by("sink", use_threads=False).aggregate([("records", "sum")])
     )
     return {
         s: int(n or 0) for s, n in zip(sums["sink"].to_pylist(), sums["records_sum"].to_pylist(), strict=True)

@@ -11,7 +11,9 @@ payload bytes are written to the checkpoint's committable file as received: the 
 parses nor decodes them at intake (:mod:`~twophase.coordinator.payload`; the sink's object is made
 at commit). Committable and in-progress state travel as JSON text in binary columns, and Spark
 never builds a ``Row`` of them (issue #42). Every row carries the executor's twophase release
-(:data:`RELEASE`), which the driver checks for the whole table at once.
+(:data:`RELEASE`) and its payload's codec header (``kind`` and ``version``, read from the object
+the executor encoded, not parsed from the bytes), which the driver checks for the whole table at
+once, as small columns, without parsing a payload.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class Acknowledgement:
         in_progress: the in-progress state to carry into the next epoch, or ``None``.
         records: records written, if known.
         write_ms: time spent in begin/write/pre-commit, ms.
+        kind: the payload's codec ``kind`` (its ``"kind"`` field), ``None`` without a payload or
+            when the encoded object has no string ``kind``.
+        version: the payload's codec ``version`` (its ``"version"`` field), ``None`` without a
+            payload or when the encoded object has no integer ``version``.
     """
 
     sink: str
@@ -58,6 +64,8 @@ class Acknowledgement:
     in_progress: JsonObject | None = None
     records: int | None = None
     write_ms: float = 0.0
+    kind: str | None = None
+    version: int | None = None
 
     @classmethod
     def of(
@@ -70,9 +78,16 @@ class Acknowledgement:
         records: int | None = None,
         write_ms: float = 0.0,
     ) -> Acknowledgement:
-        """The acknowledgement of a committable made right here (encoded once, with the sink's codec)."""
-        payload = None if committable is None else payload_bytes(sink.encode(committable))
-        return cls(sink.name, partition, attempt, payload, in_progress, records, write_ms)
+        """The acknowledgement of a committable made right here (encoded once, with the sink's
+        codec), with the header of the object encoded: its ``kind`` and ``version`` travel beside
+        the bytes, so the driver checks them without parsing the payload (issue #42)."""
+        if committable is None:
+            return cls(sink.name, partition, attempt, None, in_progress, records, write_ms)
+        obj = sink.encode(committable)
+        kind, version = header_of(obj)
+        return cls(
+            sink.name, partition, attempt, payload_bytes(obj), in_progress, records, write_ms, kind, version
+        )
 
     def to_row(self) -> dict[str, Any]:
         """A flat row of :data:`ACK_SCHEMA` (UTF-8 JSON text for the nested parts)."""
@@ -85,6 +100,8 @@ class Acknowledgement:
             "records": self.records,
             "write_ms": self.write_ms,
             "release": RELEASE,
+            "kind": self.kind,
+            "version": self.version,
         }
 
     @classmethod
@@ -98,7 +115,20 @@ class Acknowledgement:
             in_progress=None if row["in_progress"] is None else json.loads(row["in_progress"]),
             records=None if row["records"] is None else int(row["records"]),
             write_ms=float(row["write_ms"]),
+            kind=row.get("kind"),
+            version=row.get("version"),
         )
+
+
+def header_of(obj: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """The ``kind`` (a string) and ``version`` (an integer, not a bool, within int64) of an
+    encoded committable object, ``None`` for each it lacks or holds mistyped: what the codec reads
+    first (:meth:`~twophase.sinks.codec.CommittableCodec.from_json`)."""
+    kind, version = obj.get("kind"), obj.get("version")
+    return (
+        kind if type(kind) is str else None,
+        version if type(version) is int and -(2**63) <= version < 2**63 else None,
+    )
 
 
 def json_bytes(value: JsonObject | None) -> bytes | None:
@@ -116,15 +146,20 @@ ACK_SCHEMA = pa.schema(
         ("records", pa.int64()),
         ("write_ms", pa.float64()),
         ("release", pa.string()),
+        ("kind", pa.string()),
+        ("version", pa.int64()),
     ]
 )
 """Arrow schema of :meth:`Acknowledgement.to_row` rows (what Spark's ``mapInArrow`` yields).
 
 ``committable`` holds the payload bytes and ``in_progress`` UTF-8 JSON text (:func:`json_bytes`),
-null for none; ``release`` the executor's :data:`RELEASE`. Changed in issue #42 from ``string`` to
+null for none; ``release`` the executor's :data:`RELEASE`; ``kind`` and ``version`` the payload's
+codec header (:func:`header_of`, null without a payload). Changed in issue #42 from ``string`` to
 ``binary``, and ``release`` added: an executor of an earlier release cannot hand this driver its
 rows (Spark refuses a batch of another schema), and one of a later release is refused by its
-stamp (a job runs one release on the driver and its executors)."""
+stamp (a job runs one release on the driver and its executors); ``kind`` and ``version`` added
+later in #42, so that the driver checks the headers without parsing the payloads (a table without
+them comes from an earlier release, and is refused naming it)."""
 
 
 def acknowledgement_table(acks: Iterable[Acknowledgement]) -> pa.Table:

@@ -89,8 +89,8 @@ _PARTITION_ATTEMPT = operator.attrgetter("partition", "attempt")
 
 def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
     """The payload header ``sink``'s codec reads (kind, versions), checked for every payload at
-    intake; ``None`` for a sink that overrides ``decode`` (it alone says what it reads: its
-    payloads are checked for JSON only, and decoded at commit)."""
+    intake against the header its executor stamped; ``None`` for a sink that overrides ``decode``
+    (it alone says what it reads: its payloads are not checked at intake, and decoded at commit)."""
     codec = getattr(sink, "codec", None)
     if type(sink).decode is not TwoPhaseCommitSink.decode or not isinstance(codec, CommittableCodec):
         return None
@@ -302,11 +302,14 @@ class CheckpointCoordinator:
                 "trigger",
             )
         parts_of = self._participants_of(participants)
+        # the previous trigger's own participants: their lifecycles exist (none is ever dropped),
+        # so no set difference per sink over every subtask (issue #42: 10⁵ × 3 each epoch)
+        repeated = self._expected_cache is not None and parts_of is self._expected_cache[0]
         for name, parts in parts_of.items():
             if name in self.fully_finished and parts:
                 raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
             known = self._by_sink.get(name, {})
-            for p in parts - known.keys() if len(known) else parts:
+            for p in () if repeated else parts - known.keys() if len(known) else parts:
                 self.subtask(name, p)
             # a subtask on the ledger is RUNNING: only the exceptions can be FINISHED or CLOSED
             exceptional = self._ledgers[name].exceptional if name in self._ledgers else {}
@@ -422,18 +425,19 @@ class CheckpointCoordinator:
     def acknowledge_table(self, checkpoint_id: int, table: pa.Table) -> TableIntake:
         """Record a whole table of acknowledgements of ``checkpoint_id`` (rows of
         :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`, in arrival order), as
-        :meth:`acknowledge` each would, but all or nothing, and without decoding a payload: the
-        executors' release, the sinks, every payload's JSON and codec header
-        (:func:`~twophase.coordinator.ack_table.check_payloads`), the expected subtasks and the
-        first attempt of each (sink, partition) are checked in Arrow compute
-        (:mod:`~twophase.coordinator.ack_table`) before any is recorded. Each recorded pending
+        :meth:`acknowledge` each would, but all or nothing, and without decoding or parsing a
+        payload: the executors' release, the sinks, every payload's codec header as the executor
+        stamped it (:func:`~twophase.coordinator.ack_table.check_payloads`), the expected subtasks
+        and the first attempt of each (sink, partition) are checked in Arrow compute
+        (:mod:`~twophase.coordinator.ack_table`), each check handed only the columns it reads,
+        before any is recorded. Each recorded pending
         transaction holds its payload bytes as the executor sent them and decodes them on first
         use (the committer's). Later attempts of a (sink, partition) are returned as duplicates,
         not kept.
 
         Raises:
             ConfigError: a row names a sink the job does not have.
-            CommittableDecodeError: a payload is not JSON of one object, or not of a kind and
+            CommittableDecodeError: a payload's codec header is missing, or not a kind and
                 version its sink's codec reads (nothing recorded).
             IllegalTransitionError: the checkpoint is not pending, or a (sink, partition) is not
                 expected (nothing recorded).
@@ -441,27 +445,31 @@ class CheckpointCoordinator:
                 another twophase release (nothing recorded).
         """
         table = ack_table.normalized(table)
-        unknown = ack_table.unknown_sinks(table, self.sinks)
+        # each check is handed the columns it reads, not the table of payloads (issue #42)
+        unknown = ack_table.unknown_sinks(table["sink"], self.sinks)
         if unknown:
             raise ConfigError(f"unknown sinks {unknown}; the job's sinks are {sorted(self.sinks)}")
-        ack_table.check_release(table)
-        ack_table.check_payloads(table, self._headers)
+        ack_table.check_release(table["release"])
+        ack_table.check_payloads(
+            table.select(ack_table.HEADERS), pac.is_valid(table["committable"]), self._headers
+        )
         if checkpoint_id in self._aborted:
             for ack in acknowledgements_in(table):
                 self.acknowledge(checkpoint_id, ack)  # logged and aborted, one by one: the rare path
             return TableIntake(0, (), {})
         pc = self.pending(checkpoint_id)
-        split = ack_table.split_first(table)
-        first = split.first
-        extra = ack_table.unexpected(first, pc.expected_table())
+        keys = table.select(ack_table.KEY)
+        is_first = ack_table.first_rows(keys)
+        first = table if is_first is None else table.filter(is_first)
+        extra = ack_table.unexpected(keys if is_first is None else keys.filter(is_first), pc.expected_table())
         if extra:
             sink, partition = extra[0]
             raise IllegalTransitionError(
                 f"checkpoint {checkpoint_id}", pc.status.value, f"acknowledge unexpected {sink}[{partition}]"
             )
-        duplicates = acknowledgements_in(split.later)
+        duplicates = [] if is_first is None else acknowledgements_in(table.filter(pac.invert(is_first)))
         if pc.ledger.rows:  # some acknowledged before this table (a driver handover)
-            before = pc.ledger.recorded_in(first)
+            before = pc.ledger.recorded_in(first.select(ack_table.KEY))
             if pac.any(before).as_py():
                 duplicates.extend(acknowledgements_in(first.filter(before)))
                 first = first.filter(pac.invert(before))

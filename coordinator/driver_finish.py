@@ -36,23 +36,27 @@ DriverSubtask = tuple[str, int, int]
 
 def epoch_participants(
     coord: CheckpointCoordinator, sinks: Mapping[str, AnySink], num_partitions: int
-) -> tuple[dict[str, set[int]], list[DriverSubtask]]:
+) -> tuple[dict[str, frozenset[int]], list[DriverSubtask]]:
     """Who acknowledges an epoch of ``num_partitions``: every live sink's partitions
     ``0..num_partitions-1``, plus, for in-progress sinks, live subtasks beyond them that hold
     state (the handover, second element: finished on the driver into this checkpoint)."""
-    participants: dict[str, set[int]] = {}
+    everyone = frozenset(range(num_partitions))  # one set for every sink without a handover (#42)
+    participants: dict[str, frozenset[int]] = {}
     handover: list[DriverSubtask] = []
     for name in coord.live_sinks():
-        participants[name] = set(range(num_partitions))
+        participants[name] = everyone
         if not isinstance(sinks[name], InProgressSink):
             continue
         old = coord.parallelism.get(name, 0)
         with_state = coord.stateful_subtasks(name)  # no other subtask holds state to hand over
-        for p in sorted(with_state):
-            lc = with_state[p]
-            if p >= num_partitions and lc.state.is_live and lc.latest_in_progress:
-                participants[name].add(p)
-                handover.append((name, p, max(old, p + 1)))
+        beyond = [
+            p
+            for p in sorted(with_state)
+            if p >= num_partitions and with_state[p].state.is_live and with_state[p].latest_in_progress
+        ]
+        if beyond:
+            participants[name] = everyone.union(beyond)
+            handover.extend((name, p, max(old, p + 1)) for p in beyond)
     return participants, handover
 
 

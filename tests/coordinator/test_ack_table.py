@@ -4,6 +4,7 @@ with recording the acknowledgements one by one, and a table that fails a check r
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pac
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,6 +67,23 @@ def test_rows_round_trip_through_the_schema_as_binary_json() -> None:
     assert acknowledgements_in(table) == [ack, Acknowledgement("s1", 0, 0)]
 
 
+def test_an_acknowledgement_carries_the_header_of_what_its_sink_encoded() -> None:
+    """#42: the executor stamps the codec's ``kind`` and ``version`` beside the payload, from the
+    object it encoded, so that the driver checks them without parsing the payload."""
+    coord, _ = coordinator()
+    ack = acknowledgement(coord, "s0", 1, 0)
+    assert ack.committable is not None
+    assert (ack.kind, ack.version) == ("test.fake", 1)
+    assert (payload_object(ack.committable)["kind"], payload_object(ack.committable)["version"]) == (
+        ack.kind,
+        ack.version,
+    )
+    table = acknowledgement_table([ack, Acknowledgement("s1", 0, 0)])
+    assert table["kind"].to_pylist() == ["test.fake", None]
+    assert table["version"].to_pylist() == [1, None]
+    assert acknowledgements_in(table)[0] == ack
+
+
 def test_large_var_types_from_spark_are_taken() -> None:
     table = acknowledgement_table(
         [Acknowledgement("s0", 0, 0, payload_bytes({"kind": "k", "version": 1, "body": {}}))]
@@ -124,16 +142,31 @@ def test_a_table_of_another_release_is_refused_by_name() -> None:
         ack_table.normalized(old)
 
 
+def test_a_table_without_the_header_columns_names_the_release_that_sent_it() -> None:
+    """An executor of the release before the header columns (#42) hands rows without ``kind``
+    and ``version``: the refusal names its release and what to install, as ``check_release``'s."""
+    table = acknowledgement_table([_ack(0, _fake("a"))])
+    earlier = table.drop_columns(["kind", "version"]).set_column(
+        ACK_SCHEMA.get_field_index("release"), "release", pa.array(["0.9.0"], pa.string())
+    )
+    with pytest.raises(JobError, match=rf"executors run twophase 0\.9\.0 .* install twophase {RELEASE}"):
+        ack_table.normalized(earlier)
+    with pytest.raises(JobError, match=r"lack the columns \['kind', 'version'\]"):
+        ack_table.normalized(table.drop_columns(["kind", "version"]))  # this release: by the columns
+
+
 def test_the_first_row_of_each_subtask_is_kept_in_arrival_order() -> None:
     rows = [("s0", 1, 0), ("s0", 0, 0), ("s0", 1, 1), ("s1", 1, 2), ("s1", 1, 0), ("s0", 0, 3)]
     table = acknowledgement_table(Acknowledgement(s, p, a) for s, p, a in rows)
-    split = ack_table.split_first(table)
-    assert [(a.sink, a.partition, a.attempt) for a in acknowledgements_in(split.first)] == [
+    first = ack_table.first_rows(table.select(ack_table.KEY))
+    assert first is not None
+    assert [(a.sink, a.partition, a.attempt) for a in acknowledgements_in(table.filter(first))] == [
         ("s0", 1, 0),
         ("s0", 0, 0),
         ("s1", 1, 2),
     ]
-    assert [(a.sink, a.partition, a.attempt) for a in acknowledgements_in(split.later)] == [
+    later = table.filter(pac.invert(first))
+    assert [(a.sink, a.partition, a.attempt) for a in acknowledgements_in(later)] == [
         ("s0", 1, 1),
         ("s1", 1, 0),
         ("s0", 0, 3),
@@ -216,6 +249,16 @@ def _fake(txn: str, partition: int = 0, version: int = 1, kind: str = "test.fake
     return payload_bytes({"kind": kind, "version": version, "body": body})
 
 
+def _ack(
+    partition: int, payload: bytes | None, kind: str | None = "test.fake", version: int | None = 1
+) -> Acknowledgement:
+    """Sink s0's acknowledgement of ``partition`` with ``payload`` under the header ``kind`` and
+    ``version`` (what ``Acknowledgement.of`` stamps; a hand-made row may say otherwise)."""
+    if payload is None:
+        return Acknowledgement("s0", partition, 0)
+    return Acknowledgement("s0", partition, 0, payload, kind=kind, version=version)
+
+
 def _refused(coord: CheckpointCoordinator, table: pa.Table, error: type[Exception], match: str) -> None:
     pc = coord.pending(1)
     with pytest.raises(error, match=match):
@@ -227,13 +270,43 @@ def _refused(coord: CheckpointCoordinator, table: pa.Table, error: type[Exceptio
 def test_rows_of_another_release_are_refused_naming_what_to_install() -> None:
     coord, _ = coordinator()
     coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
-    table = acknowledgement_table(
-        [Acknowledgement("s0", 0, 0, _fake("a")), Acknowledgement("s0", 1, 0, _fake("b"))]
-    )
+    table = acknowledgement_table([_ack(0, _fake("a")), _ack(1, _fake("b"))])
     table = table.set_column(
         ACK_SCHEMA.get_field_index("release"), "release", pa.array([RELEASE, "9.9.9"], pa.string())
     )
     _refused(coord, table, JobError, rf"executors run twophase 9\.9\.9 .* install twophase {RELEASE}")
+
+
+@pytest.mark.parametrize(
+    ("kind", "version", "match"),
+    [
+        ("test.other", 1, r"sink 's0' partition 1: a committable of kind 'test.other'"),
+        ("test.fake", 2, "version 2, where this driver's codec reads kind 'test.fake' versions \\[1\\]"),
+        ("test.fake", None, r"partition 1: a committable w\w+ its codec header \(kind 'test.fake' version"),
+        (None, 1, r"without its codec header \(kind None version 1\).*Acknowledgement.of"),
+    ],
+)
+@pytest.mark.parametrize("in_chunks", [False, True])
+def test_a_payload_whose_header_the_driver_cannot_read_records_nothing(
+    kind: str | None, version: int | None, match: str, in_chunks: bool
+) -> None:
+    """The header the executor stamped is checked, not the payload (#42): a row of another kind,
+    a version the codec does not read, or no header at all (not made by ``Acknowledgement.of``,
+    or another build) is refused naming the sink and partition, before anything is recorded."""
+    coord, _ = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2]})
+    table = acknowledgement_table([_ack(0, _fake("a")), _ack(2, None), _ack(1, _fake("b"), kind, version)])
+    _refused(coord, per_task(table) if in_chunks else table, CommittableDecodeError, match)
+
+
+def test_a_sink_that_overrides_decode_has_its_headers_unchecked() -> None:
+    """A sink without a codec header (:func:`codec_header` ``None``) says alone what it reads:
+    intake takes its rows whatever they stamp, its commit decodes them."""
+    headers = acknowledgement_table([_ack(0, _fake("a"), "any", None)]).select(ack_table.HEADERS)
+    fake = ack_table.CodecHeader("test.fake", frozenset({1}))
+    ack_table.check_payloads(headers, pa.array([True]), {"s1": fake})
+    with pytest.raises(CommittableDecodeError, match="sink 's0' partition 0"):
+        ack_table.check_payloads(headers, pa.array([True]), {"s0": fake})
 
 
 @pytest.mark.parametrize(
@@ -242,41 +315,37 @@ def test_rows_of_another_release_are_refused_naming_what_to_install() -> None:
         (b'{"kind":"test.fake","version":1,"body":{', "not JSON"),
         (b"not json at all", "not JSON"),
         (b'["test.fake", 1]', "not a JSON object"),
-        (_fake("a", kind="test.other"), r"sink 's0' partition 1: a committable of kind 'test.other'"),
-        (
-            _fake("a", version=2),
-            "version 2, where this driver's codec reads kind 'test.fake' versions \\[1\\]",
-        ),
-        (b'{"body":{},"kind":"test.fake","version":true}', "version None"),
-        (b'{"body":{},"version":1}', "kind None"),
     ],
 )
-@pytest.mark.parametrize("in_chunks", [False, True])
-def test_a_payload_the_driver_cannot_decode_records_nothing(
-    payload: bytes, match: str, in_chunks: bool
-) -> None:
+def test_a_payload_not_json_under_a_good_header_fails_its_commit_by_name(payload: bytes, match: str) -> None:
+    """Intake no longer parses a payload (#42): the executor writes it as ``json.dumps`` of the
+    object whose header it stamps, so no executor of this release sends one that is not JSON. A
+    hand-made row may: it is recorded and published as it came, and the commit, where the sink's
+    object is first made, fails loudly (``CommitFailedError`` naming the sink, the partition and
+    the decode error) and counts nothing as committed; a restore decodes it again, as loudly."""
+    coord, system = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    good = acknowledgement(coord, "s0", 0, 0)
+    assert coord.acknowledge_table(1, acknowledgement_table([good, _ack(1, payload)])).recorded == 2
+    done = coord.complete(1)
+    assert [r.payload for r in done.metadata.sinks["s0"].committables] == [good.committable, payload]
+    with pytest.raises(CommitFailedError, match=rf"(?s)s0.*1.*{match}"):
+        coord.notify_checkpoint_complete(1)
+    assert coord.confirm_commits() == 0
+    assert system.committed == {}
+    assert sorted(t.partition for t in coord.uncommitted_transactions()) == [0, 1]
+
+
+def test_intake_parses_no_payload() -> None:
+    """JSON only Python reads (``NaN``), a newline inside, or bytes that are no JSON at all: the
+    intake takes each row by its header, as it reads no payload (#42)."""
     coord, _ = coordinator()
     coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2]})
-    table = acknowledgement_table(
-        [
-            Acknowledgement("s0", 0, 0, _fake("a")),
-            Acknowledgement("s0", 2, 0),
-            Acknowledgement("s0", 1, 0, payload),
-        ]
-    )
-    _refused(coord, per_task(table) if in_chunks else table, CommittableDecodeError, match)
-
-
-def test_json_only_python_reads_is_taken_and_a_newline_inside_is_no_second_row() -> None:
-    """Arrow's JSON reader refuses ``NaN`` and splits rows on newlines; the Python fallback reads
-    what ``json.loads`` reads, as the codec will."""
-    coord, _ = coordinator()
-    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
     body = b'"body":{"txn_id":"a","checkpoint_id":1,"partition":0,"records":1'
     nan = b"{" + body + b',"x":NaN},"kind":"test.fake","version":1}'
     spaced = b'{"kind":"test.fake",\n"version":1,' + body + b"}}"
-    table = acknowledgement_table([Acknowledgement("s0", 0, 0, nan), Acknowledgement("s0", 1, 0, spaced)])
-    assert coord.acknowledge_table(1, table).recorded == 2
+    table = acknowledgement_table([_ack(0, nan), _ack(1, spaced), _ack(2, b"\xff not json")])
+    assert coord.acknowledge_table(1, table).recorded == 3
 
 
 def test_intake_decodes_nothing_and_the_committer_decodes_each_once() -> None:
@@ -309,7 +378,7 @@ def test_a_payload_that_decodes_only_at_commit_fails_the_commit_and_counts_nothi
     coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
     good = acknowledgement(coord, "s0", 0, 0)
     broken = payload_bytes({"kind": "test.fake", "version": 1, "body": {"txn_id": "x"}})  # fields missing
-    coord.acknowledge_table(1, acknowledgement_table([good, Acknowledgement("s0", 1, 0, broken)]))
+    coord.acknowledge_table(1, acknowledgement_table([good, _ack(1, broken)]))
     done = coord.complete(1)
     assert [r.payload for r in done.metadata.sinks["s0"].committables] == [good.committable, broken]
     with pytest.raises(CommitFailedError, match="invalid body"):

@@ -104,6 +104,7 @@ def test_participants_as_the_previous_sets_are_not_copied_and_still_checked() ->
     p3 = coord.trigger(CheckpointKind.CHECKPOINT, parts)
     assert p1.expected == {(s, p) for s in ("s0", "s1") for p in range(2)}
     assert p3.expected == p1.expected | {("s1", 2)} and p3.expected_table().num_rows == 5
+    assert p3.expected <= coord.subtasks.keys()  # a participant new since the previous trigger is made
     p4 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": {0, 1}})
     assert p4.expected == {("s0", 0), ("s0", 1)}
     coord.subtask("s0", 1).close()

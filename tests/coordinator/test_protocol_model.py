@@ -67,6 +67,7 @@ from support.engine_tasks import (
     LOST_OUTPUTS,
     TASK_POINTS,
     RecordingStorage,
+    TaskFailure,
     key_value_batch,
     publish_fault,
     run_tasks,
@@ -130,6 +131,7 @@ from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
 from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.checkpoint_coordinator import codec_header
 from twophase.coordinator.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
 from twophase.coordinator.commit_policy import CommitPolicy
 from twophase.coordinator.epoch import run_epoch
@@ -142,6 +144,7 @@ from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
+    CommittableDecodeError,
     CommittableFileError,
     IllegalTransitionError,
     JobError,
@@ -729,6 +732,54 @@ class ProtocolModel(RuleBasedStateMachine):
         committed; the restore commits it (the accounting: every promise kept exactly once). Left
         armed at the end, it fires in the final checkpoint's commit."""
         undecodable_once(next(s for s in self.sinks if s.name == sink))
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(parts=st.integers(1, 3), size=st.integers(1, 6), pick=st.integers(0, 4))
+    @traced
+    def executor_of_another_build_answers(self, parts: int, size: int, pick: int) -> None:
+        """An executor running another build of a sink answers (#42 "header42"): its rows stamp a
+        codec version this driver's codec does not read. The intake, which checks the stamped
+        header columns and parses no payload, refuses the whole table naming the sink before
+        anything is recorded; the epoch fails (the engine fails over), the executors'
+        transactions are lingering, cleaned as any failed epoch's, and the batch is retried: no
+        promise is broken (the accounting). Had the intake taken it, the wrong version would reach
+        the committer, or the checkpoint."""
+        checked = [s for s in self.sinks if codec_header(s) is not None]
+        sink = checked[pick % len(checked)].name
+        n = self.next_batch
+        records = self.inputs.setdefault((self.query, n), [f"q{self.query}b{n}r{i}" for i in range(size)])
+        position = {"engine": "spark", "query_id": f"q{self.query}", "batch_id": n}
+
+        altered: list[int] = []
+
+        def write(plan: EpochPlan) -> list[Acknowledgement]:
+            self.running_epoch = (plan.checkpoint_id, records)
+            acks = run_tasks(plan, records, ["ok"] * parts, TASK_POINTS[0])
+            for i, a in enumerate(acks):
+                if a.sink == sink and a.version is not None:
+                    acks[i] = replace(a, version=a.version + 100)  # another build's codec
+                    altered.append(a.partition)
+                    break
+            return acks
+
+        def body() -> bool:
+            rt = self.h.runtime
+            if rt.replay_check(position):
+                return True
+            try:
+                run_epoch(rt, parts, write, position)
+            except CommittableDecodeError as e:
+                self.check(f"sink {sink!r}" in str(e), f"the refusal does not name sink {sink!r}: {e}")
+                cid = rt.coordinator.last_triggered_id
+                held = [t for t in rt.coordinator.uncommitted_transactions() if t.checkpoint_id == cid]
+                self.check(not held, f"a refused table left transactions of checkpoint {cid}: {held[:3]}")
+                event("a table of another build's codec header refused at intake")
+                raise TaskFailure(f"the epoch's intake refused another build's rows: {e}") from e
+            self.check(not altered, f"a table with another build's header of sink {sink!r} was taken")
+            return True  # nothing of the sink carried a payload to stamp: an ordinary epoch
+
+        if self.act(body):
+            self.next_batch += 1
 
     # -- checkpoint format v3: committable files under a manifest (#42 item 2) ---------------------
 
@@ -1332,4 +1383,26 @@ def test_a_cancel_whose_abort_fails_part_way_leaves_only_unpromised_transactions
     )  # fmt: skip
     m.lingering_cleanup_never_ends_a_held_transaction()
     m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.teardown()
+
+
+@pytest.mark.parametrize("pick", range(5))
+def test_rows_of_another_build_are_refused_at_intake_and_the_batch_lands_once(
+    monkeypatch: pytest.MonkeyPatch, pick: int
+) -> None:
+    """The rule ``executor_of_another_build_answers`` for each checked sink, then an ordinary epoch
+    of the same batch: the refused rows record nothing, their transactions end as lingering, and
+    the retried batch lands exactly once (the accounting, at teardown)."""
+    events: list[str] = []
+    monkeypatch.setitem(globals(), "event", lambda *args: events.append(str(args[0])))
+    m = ProtocolModel()
+    m.start(async_commit=False, retained=2, pool_size=3, rolling="parquet", cleanup=CleanupMode.DELETE)
+    m.executor_of_another_build_answers(parts=2, size=4, pick=pick)
+    assert "a table of another build's codec header refused at intake" in events
+    m.epoch(
+        parts=2, size=4, tasks=["ok"] * 6, point="before_write", driver=None, publish="ok", notify=True,
+        down_ms=0, on_failure="fail_over",
+    )  # fmt: skip
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.lingering_cleanup_never_ends_a_held_transaction()
     m.teardown()
