@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.exactly_once.support import assert_exactly_once, make_input
 from support.file_sink import JsonLinesFileSink
+from support.s3.buckets import fresh_bucket
 
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka.config import KafkaSinkConfig
@@ -36,16 +37,8 @@ ROWS = 240
 @pytest.fixture
 def bucket(s3_endpoint: S3Endpoint) -> Iterator[str]:
     """A fresh bucket, emptied and removed afterwards."""
-    s3 = s3_endpoint.boto3_client()
-    name = f"gather-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    yield name
-    for upload in s3.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        s3.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for obj in page.get("Contents", []):
-            s3.delete_object(Bucket=name, Key=obj["Key"])
-    s3.delete_bucket(Bucket=name)
+    with fresh_bucket(s3_endpoint.boto3_client(), "gather") as name:
+        yield name
 
 
 @pytest.fixture

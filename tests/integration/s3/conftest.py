@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from support.s3.buckets import fresh_bucket
 
 from twophase.connectors.s3 import S3SinkConfig
 from twophase.integration.services import S3Endpoint
@@ -24,15 +24,8 @@ def s3(s3_endpoint: S3Endpoint) -> S3Client:
 @pytest.fixture
 def bucket(s3: S3Client) -> Iterator[str]:
     """A fresh, empty bucket, emptied (uploads aborted, objects deleted) and removed afterwards."""
-    name = f"s3sink-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=name)
-    yield name
-    for upload in s3.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        s3.abort_multipart_upload(Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"])
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
-        for obj in page.get("Contents", []):
-            s3.delete_object(Bucket=name, Key=obj["Key"])
-    s3.delete_bucket(Bucket=name)
+    with fresh_bucket(s3, "s3sink") as name:
+        yield name
 
 
 @pytest.fixture
