@@ -500,7 +500,7 @@ class CheckpointCoordinator:
                     common = rows.filter(pac.invert(evicted))
             common = common.filter(pac.is_valid(common["committable"]))
             if common.num_rows:
-                block = LedgerBlock.of_columns(
+                block = LedgerBlock(
                     sink,
                     checkpoint_id,
                     common["partition"],

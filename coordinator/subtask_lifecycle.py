@@ -332,32 +332,6 @@ class LedgerBlock:
     _partitions: list[int] | None
 
     def __init__(
-        self, checkpoint_id: int, txns: Sequence[PendingTransaction[Any]], partitions: list[int]
-    ) -> None:
-        """A block of transactions already made (the one-by-one path's callers, tests): their
-        columns are read from them, and each is its row's transaction.
-
-        Raises:
-            ValueError: ``txns`` and ``partitions`` differ in length.
-        """
-        txns = tuple(txns)
-        if len(txns) != len(partitions):
-            raise ValueError(f"{len(txns)} transactions but {len(partitions)} partitions")
-        self._setup(
-            txns[0].sink_name if txns else "",
-            checkpoint_id,
-            pa.array(partitions, pa.int32()),
-            pa.array([t.attempt for t in txns], pa.int32()),
-            pa.array([t.payload for t in txns], pa.binary()),
-            txns[0].pre_committed_ms if txns else 0,
-            None,
-        )
-        self._partitions = list(partitions)
-        for i, t in enumerate(txns):
-            t.attach(self, i)
-            self._made[i] = t
-
-    def _setup(
         self,
         sink_name: str,
         checkpoint_id: int,
@@ -367,6 +341,19 @@ class LedgerBlock:
         pre_committed_ms: int,
         decode: Callable[[bytes], Any] | None,
     ) -> None:
+        """A block of an intake's rows, kept as the columns they came in (no object per row):
+        ``partition`` int32 ascending distinct, ``attempt`` int32, ``payload`` binary without
+        nulls; ``decode``: payload bytes → the sink's committable, for the transactions made later
+        (``None`` only for :meth:`of_transactions`, whose rows are all made).
+
+        Raises:
+            ValueError: the columns differ in length, or a payload is null.
+        """
+        n = len(partition)
+        if len(attempt) != n or len(payload) != n:
+            raise ValueError(f"ledger block columns of {n}, {len(attempt)} and {len(payload)} rows")
+        if decode is not None and payload.null_count:
+            raise ValueError("a ledger block row without a payload")
         self.checkpoint_id = checkpoint_id
         self.sink_name = sink_name
         self.partition = partition
@@ -375,35 +362,40 @@ class LedgerBlock:
         self.pre_committed_ms = pre_committed_ms
         self._decode = decode
         self._partitions = None
-        self.status = bytearray((_PRE,)) * len(partition)
+        self.status = bytearray((_PRE,)) * n
         self._made: dict[int, PendingTransaction[Any]] = {}
 
     @classmethod
-    def of_columns(
-        cls,
-        sink_name: str,
-        checkpoint_id: int,
-        partition: pa.Array | pa.ChunkedArray,
-        attempt: pa.Array | pa.ChunkedArray,
-        payload: pa.Array | pa.ChunkedArray,
-        pre_committed_ms: int,
-        decode: Callable[[bytes], Any],
+    def of_transactions(
+        cls, checkpoint_id: int, txns: Sequence[PendingTransaction[Any]], partitions: list[int]
     ) -> LedgerBlock:
-        """A block of an intake's rows, kept as the columns they came in (no object per row):
-        ``partition`` int32 ascending distinct, ``attempt`` int32, ``payload`` binary without
-        nulls; ``decode``: payload bytes → the sink's committable, for the transactions made later.
+        """A block of transactions already made (tests of the ledger): their columns are read
+        from them, and each is its row's transaction.
 
         Raises:
-            ValueError: the columns differ in length, or a payload is null.
+            ValueError: ``txns`` and ``partitions`` differ in length.
         """
-        n = len(partition)
-        if len(attempt) != n or len(payload) != n:
-            raise ValueError(f"ledger block columns of {n}, {len(attempt)} and {len(payload)} rows")
-        if payload.null_count:
-            raise ValueError("a ledger block row without a payload")
-        block = cls.__new__(cls)
-        block._setup(sink_name, checkpoint_id, partition, attempt, payload, pre_committed_ms, decode)
+        txns = tuple(txns)
+        if len(txns) != len(partitions):
+            raise ValueError(f"{len(txns)} transactions but {len(partitions)} partitions")
+        block = cls(
+            txns[0].sink_name if txns else "",
+            checkpoint_id,
+            pa.array(partitions, pa.int32()),
+            pa.array([t.attempt for t in txns], pa.int32()),
+            pa.array([t.payload for t in txns], pa.binary()),
+            txns[0].pre_committed_ms if txns else 0,
+            None,
+        )
+        block._adopt(txns, partitions)
         return block
+
+    def _adopt(self, txns: Sequence[PendingTransaction[Any]], partitions: list[int]) -> None:
+        """Make each of ``txns`` its row's transaction (:meth:`of_transactions`)."""
+        self._partitions = list(partitions)
+        for i, t in enumerate(txns):
+            t.attach(self, i)
+            self._made[i] = t
 
     def __len__(self) -> int:
         return len(self.status)

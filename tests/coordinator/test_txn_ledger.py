@@ -27,7 +27,7 @@ def block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) -> list
     txns = [
         PendingTransaction(ledger.sink_name, p, 0, checkpoint_id, f"t{checkpoint_id}p{p}") for p in partitions
     ]
-    ledger.append(LedgerBlock(checkpoint_id, txns, list(partitions)))
+    ledger.append(LedgerBlock.of_transactions(checkpoint_id, txns, list(partitions)))
     return txns
 
 
@@ -101,7 +101,7 @@ def column_block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) 
         decoded.append(raw)
         return raw.decode()
 
-    b = LedgerBlock.of_columns(
+    b = LedgerBlock(
         ledger.sink_name,
         checkpoint_id,
         pa.array(partitions, pa.int32()),
@@ -130,12 +130,12 @@ def test_a_column_block_makes_a_rows_transaction_once_and_only_when_asked() -> N
 
 def test_mismatched_columns_are_refused() -> None:
     with pytest.raises(ValueError, match="columns of 2, 1 and 2 rows"):
-        LedgerBlock.of_columns(
+        LedgerBlock(
             "s", 1, pa.array([0, 1], pa.int32()), pa.array([0], pa.int32()),
             pa.array([b"a", b"b"]), 0, bytes.decode,
         )  # fmt: skip
     with pytest.raises(ValueError, match="without a payload"):
-        LedgerBlock.of_columns(
+        LedgerBlock(
             "s", 1, pa.array([0], pa.int32()), pa.array([0], pa.int32()), pa.array([None], pa.binary()),
             0, bytes.decode,
         )  # fmt: skip
