@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from twophase.coordinator.lanes import Lane
+from twophase.coordinator.lanes import Lane, group_lanes
 from twophase.coordinator.subtask_lifecycle import BlockRows, PendingTransaction
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
@@ -79,16 +79,17 @@ def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> l
         ConfigError: a sink declares ``commit_concurrency`` < 1.
     """
 
-    lanes: dict[str, list[CommitCall]] = {}
-    for call in calls:
+    def sink_of(call: CommitCall) -> str:
         # a ledger block's rows name their sink; a tuple, its first transaction
-        name = call.sink_name if isinstance(call, BlockRows) else call[0].sink_name
-        lanes.setdefault(name, []).append(call)
-    for name in lanes:
+        return call.sink_name if isinstance(call, BlockRows) else call[0].sink_name
+
+    def parallelism(name: str) -> int:
         sink = sinks[name]
         if not isinstance(sink, CheckpointCommitSink):
             sink_concurrency(sink)  # refused before anything commits, as before batches
-    return [Lane(name, tuple(lane)) for name, lane in lanes.items()]
+        return 1
+
+    return group_lanes(calls, sink_of, parallelism)
 
 
 def sink_concurrency(sink: AnySink) -> int:

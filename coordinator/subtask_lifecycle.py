@@ -452,7 +452,7 @@ class LedgerBlock:
     @property
     def txns(self) -> tuple[PendingTransaction[Any], ...]:
         """Every row's transaction (made now where not yet: a rare path, or tests)."""
-        return tuple(self.txn(i) for i in range(len(self.status)))
+        return self.transactions(range(len(self.status)))
 
     @property
     def partitions(self) -> list[int]:
@@ -607,10 +607,6 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
     def __iter__(self) -> Iterator[PendingTransaction[Any]]:
         txn = self.block.txn
         return (txn(r) for r in self.rows)
-
-    def transactions(self) -> tuple[PendingTransaction[Any], ...]:
-        """Every row's transaction, made at once (:meth:`LedgerBlock.transactions`)."""
-        return self.block.transactions(self.rows)
 
     def confirm(self) -> list[PendingTransaction[Any]]:
         """:meth:`LedgerBlock.confirm` of these rows."""
