@@ -380,9 +380,14 @@ class CheckpointCoordinator:
         Raises:
             CommittableDecodeError, ConfigError: the payload does not decode; an unknown sink.
             DuplicateAcknowledgementError: (sink, partition) already acknowledged; nothing kept.
-            IllegalTransitionError: the checkpoint is not pending, or (sink, partition) unexpected.
+            IllegalTransitionError: the checkpoint is not pending (found before the payload is
+                decoded: a late acknowledgement is refused as late), or (sink, partition) unexpected.
         """
         sink, partition, attempt = ack.sink, ack.partition, ack.attempt
+        aborted = checkpoint_id in self._aborted
+        # A late acknowledgement is refused as late before its payload is decoded (model seed 5701);
+        # an aborted checkpoint's is decoded, as its transaction must be aborted.
+        pc = None if aborted else self.pending(checkpoint_id)
         committables = self._decode(ack)
         txns = [
             PendingTransaction(
@@ -390,7 +395,7 @@ class CheckpointCoordinator:
             )
             for c in committables
         ]
-        if checkpoint_id in self._aborted:
+        if pc is None:
             self._log(
                 logging.WARNING,
                 "late acknowledgement of aborted checkpoint discarded",
@@ -402,7 +407,6 @@ class CheckpointCoordinator:
             for t in txns:
                 self.committer.abort(t)
             return False
-        pc = self.pending(checkpoint_id)
         key = (sink, partition)
         if key not in pc.expected:
             raise IllegalTransitionError(

@@ -8,6 +8,7 @@ from support.clock import ManualClock
 from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
 from support.harness import batch
 from support.memory_storage import InMemoryCheckpointStorage
+from support.model_payloads import ModelDecodeFailure, undecodable_once
 
 from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
 from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
@@ -20,7 +21,7 @@ from twophase.coordinator.checkpoint_state import (
 from twophase.coordinator.committer_operator import CommitterOperator
 from twophase.coordinator.driver_finish import finish_subtasks
 from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.payload import payload_object
+from twophase.coordinator.payload import decode_payload, payload_object
 from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.sinks.context import WriterContext
 from twophase.sinks.errors import CheckpointStorageError, IllegalTransitionError
@@ -155,6 +156,25 @@ def test_an_acknowledgement_of_a_completed_checkpoint_is_refused_and_writes_noth
     with pytest.raises(IllegalTransitionError, match="COMPLETED"):
         ack(coord, 1, "s0", 0, ["again"])
     assert set(system.committed) == {"s0-c1-p0-a0"} and coord.durable_transactions() == []
+
+
+def test_a_late_acknowledgement_is_refused_as_late_before_its_payload_is_decoded() -> None:
+    # model seed 5701 (stop 57): a late acknowledgement whose payload would not decode raised the
+    # decode failure, not the refusal; a checkpoint that is not pending decodes nothing
+    coord, system, *_ = make()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0]})
+    ack(coord, 1, "s0", 0, ["a1"])
+    coord.complete(1)
+    coord.notify_checkpoint_complete(1)
+    late = Acknowledgement.of(coord.sinks["s0"], 0, 0, write(coord, 1, "s0", 0, ["again"]))
+    undecodable_once(coord.sinks["s0"])
+    with pytest.raises(IllegalTransitionError, match="COMPLETED"):
+        coord.acknowledge(1, late)
+    with pytest.raises(IllegalTransitionError, match="UNKNOWN"):
+        coord.acknowledge(7, late)
+    assert set(system.committed) == {"s0-c1-p0-a0"} and coord.durable_transactions() == []
+    with pytest.raises(ModelDecodeFailure):  # still armed: neither refusal decoded the payload
+        decode_payload(coord.sinks["s0"], late.committable or b"")
 
 
 def test_lost_notification_is_covered_by_the_next_one_and_pending_transactions_are_carried() -> None:
