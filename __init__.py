@@ -26,13 +26,13 @@ _EXPORTS: dict[str, str] = {
     "Job": "twophase.coordinator.spark.job",
     "JobHandle": "twophase.coordinator.spark.handle",
     "JobResult": "twophase.coordinator.spark.results",
-    "JobState": "twophase.coordinator.job_lifecycle",
-    "RuntimeConfig": "twophase.coordinator.runtime_config",
-    "CleanupMode": "twophase.coordinator.runtime_config",
-    "CheckpointConfig": "twophase.coordinator.checkpoint_state",
-    "CommitPolicy": "twophase.coordinator.commit_policy",
-    "RestartStrategy": "twophase.coordinator.restart",
-    "RestartKind": "twophase.coordinator.restart",
+    "JobState": "twophase.coordinator.state.job_lifecycle",
+    "RuntimeConfig": "twophase.coordinator.run.runtime_config",
+    "CleanupMode": "twophase.coordinator.run.runtime_config",
+    "CheckpointConfig": "twophase.coordinator.checkpoint.checkpoint_state",
+    "CommitPolicy": "twophase.coordinator.commit.commit_policy",
+    "RestartStrategy": "twophase.coordinator.run.restart",
+    "RestartKind": "twophase.coordinator.run.restart",
     "S3Options": "twophase.sinks.s3_options",
     "AzureStorageOptions": "twophase.coordinator.storage.azure_blob",
     "GcsStorageOptions": "twophase.coordinator.storage.gcs",
@@ -66,16 +66,16 @@ if TYPE_CHECKING:
     from twophase.connectors.s3 import (
         S3SinkConfig as S3SinkConfig,
     )
-    from twophase.coordinator.checkpoint_state import CheckpointConfig as CheckpointConfig
-    from twophase.coordinator.commit_policy import CommitPolicy as CommitPolicy
-    from twophase.coordinator.job_lifecycle import JobState as JobState
-    from twophase.coordinator.restart import RestartKind as RestartKind
-    from twophase.coordinator.restart import RestartStrategy as RestartStrategy
-    from twophase.coordinator.runtime_config import CleanupMode as CleanupMode
-    from twophase.coordinator.runtime_config import RuntimeConfig as RuntimeConfig
+    from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig as CheckpointConfig
+    from twophase.coordinator.commit.commit_policy import CommitPolicy as CommitPolicy
+    from twophase.coordinator.run.restart import RestartKind as RestartKind
+    from twophase.coordinator.run.restart import RestartStrategy as RestartStrategy
+    from twophase.coordinator.run.runtime_config import CleanupMode as CleanupMode
+    from twophase.coordinator.run.runtime_config import RuntimeConfig as RuntimeConfig
     from twophase.coordinator.spark.handle import JobHandle as JobHandle
     from twophase.coordinator.spark.job import Job as Job
     from twophase.coordinator.spark.results import JobResult as JobResult
+    from twophase.coordinator.state.job_lifecycle import JobState as JobState
     from twophase.coordinator.storage.azure_blob import AzureStorageOptions as AzureStorageOptions
     from twophase.coordinator.storage.gcs import GcsStorageOptions as GcsStorageOptions
     from twophase.sinks.s3_options import S3Options as S3Options

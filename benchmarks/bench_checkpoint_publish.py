@@ -28,7 +28,12 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 
 RUNS = 7

@@ -1,6 +1,6 @@
 """Benchmark: the coordinator at scale (issue #29 item 3).
 
-The real driver-side runtime (:class:`~twophase.coordinator.runtime.JobRuntime`: trigger,
+The real driver-side runtime (:class:`~twophase.coordinator.run.runtime.JobRuntime`: trigger,
 acknowledgement intake, verify-before-persist, publish, commit dispatch, lingering cleanup,
 retention, restore) for a job of 3 sinks with ``n`` = 10², 10³, 10⁴ and 10⁵ subtasks each.
 Executors are simulated: each epoch's acknowledgements are built before the clock starts, with the
@@ -76,13 +76,13 @@ from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
 from twophase.connectors.kafka.internal.committable import KafkaCommittable
 from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC as S3_CODEC
 from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
-from twophase.coordinator.acknowledgement import ACK_SCHEMA, RELEASE, Acknowledgement
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.collector import paused as collector_paused
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.payload import payload_bytes
-from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.runtime_config import DEFAULT_GATHER_ABOVE, RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.coordinator.run.runtime_config import DEFAULT_GATHER_ABOVE, RuntimeConfig
+from twophase.coordinator.state.acknowledgement import ACK_SCHEMA, RELEASE, Acknowledgement
+from twophase.coordinator.state.collector import paused as collector_paused
+from twophase.coordinator.state.metadata import CheckpointMetadata
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.codec import CommittableCodec
@@ -574,9 +574,9 @@ def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
         place) → the same row shape as :func:`bench_size`.
     """
     from benchmarks.common import side_by_side, spark_session
-    from twophase.coordinator import ack_table
     from twophase.coordinator.spark.compat import collect_arrow
     from twophase.coordinator.spark.tasks import ack_struct_type, acknowledgements_of
+    from twophase.coordinator.state import ack_table
     from twophase.coordinator.storage.local import LocalCheckpointStorage
 
     spark = spark_session("bench-coordinator-collect")

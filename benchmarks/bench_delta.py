@@ -58,8 +58,8 @@ def run() -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
-    from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.spark.job import Job
+    from twophase.coordinator.state.job_lifecycle import JobState
 
     rows_n = common.scaled(ROWS)
     rounds = common.runs(ROUNDS)

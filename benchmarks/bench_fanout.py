@@ -386,7 +386,7 @@ class FanOut:
         stages: dict[str, list[dict[str, float]]],
     ) -> Callable[[int], object]:
         """The flights job into ``sinks``, every record exactly once; its breakdown into ``stages``."""
-        from twophase.coordinator.job_lifecycle import JobState
+        from twophase.coordinator.state.job_lifecycle import JobState
         from twophase.integration.jobs.flights import run_flights
 
         def run_job(r: int) -> object:

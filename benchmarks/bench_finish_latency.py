@@ -7,7 +7,7 @@ committing sink by sink: k single-sink jobs finishing one after another (k final
 
 Each round, for each k and each sink family, builds fresh jobs over fresh storage, runs one epoch
 of ``PARTITIONS`` partitions × ``ROWS_PER_PARTITION`` rows in-process
-(``twophase.coordinator.fanout.write_subtasks``, the code a Spark task runs; checkpoint published and
+(``twophase.coordinator.run.fanout.write_subtasks``, the code a Spark task runs; checkpoint published and
 committed), then times **end of input → FINISHED**:
 
 - ``shared``: ``JobRuntime.finish()`` of one job holding the k sinks;
@@ -62,8 +62,8 @@ def _batch(partition: int) -> Any:
 
 
 def _run_epoch(runtime: Any) -> None:
-    from twophase.coordinator.epoch import run_epoch
-    from twophase.coordinator.fanout import write_subtasks
+    from twophase.coordinator.run.epoch import run_epoch
+    from twophase.coordinator.run.fanout import write_subtasks
 
     def write(plan: Any) -> list[Any]:
         return [ack for p in range(PARTITIONS) for ack in write_subtasks(plan, p, 0, [_batch(p)])]
@@ -72,7 +72,7 @@ def _run_epoch(runtime: Any) -> None:
 
 
 def _runtime(job_id: str, sinks: Sequence[Any], chk_dir: Path) -> Any:
-    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.run.runtime import JobRuntime
     from twophase.coordinator.storage import open_storage
 
     rt = JobRuntime(job_id, sinks, open_storage(str(chk_dir), job_id))
@@ -85,7 +85,7 @@ def _measure(
     make_sink: Callable[[str, str], Any], k: int, scratch: Path, tag: str
 ) -> tuple[float, float, float, float]:
     """(shared finish ms, sink-by-sink finish ms, shared persist ms, shared commit ms)."""
-    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.state.job_lifecycle import JobState
 
     job = f"fin-{tag}"
     shared = _runtime(job, [make_sink(f"s{i}", job) for i in range(k)], scratch / "chk")

@@ -146,8 +146,8 @@ def measure(jars: list[str]) -> dict[str, Any]:
 
     from benchmarks.bench_postgres import expected_flights
     from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
-    from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.spark.job import Job
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.jobs.flights_data import land
     from twophase.integration.services.postgres_service import postgres_service
 

@@ -113,8 +113,8 @@ def run() -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-    from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.spark.job import Job
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.services import kafka_service
 
     rounds = common.runs(ROUNDS)

@@ -290,8 +290,8 @@ class Partitions:
     def twophase(self, n: int, r: int) -> dict[str, Any]:
         """The one-pass job into the three 2PC sinks; its epochs' own metrics."""
         from twophase.connectors.kafka import KafkaSink
-        from twophase.coordinator.job_lifecycle import JobState
         from twophase.coordinator.spark.job import Job
+        from twophase.coordinator.state.job_lifecycle import JobState
         from twophase.integration.jobs.flights import KAFKA_SINK, build_sinks, flights_stream, runtime_config
 
         spec = self.spec(n, "twophase", r)

@@ -201,8 +201,8 @@ def run() -> dict[str, Any]:
     import psycopg
 
     from twophase.connectors.postgres import PostgresSinkConfig
-    from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.spark.job import Job
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.jobs.flights_data import land
     from twophase.integration.services.postgres_service import postgres_service
     from twophase.integration.spark import build_spark_session, spark_jars

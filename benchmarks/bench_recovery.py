@@ -3,7 +3,8 @@
 Per connector and round:
 
 1. **Prepare** (untimed): a job with one sink runs one epoch of ``TRANSACTIONS`` partitions, each
-   subtask through the real sink (``twophase.coordinator.fanout.write_subtasks``: begin_transaction → write
+   subtask through the real sink (``twophase.coordinator.run.fanout.write_subtasks``:
+   begin_transaction → write
    ``ROWS_PER_TXN`` rows → pre_commit, in a thread pool), every acknowledgement is given, and the
    checkpoint is published; then the driver "dies" at the ``after_persist`` fault point, before
    any commit (``JobRuntime.abandon()``). That leaves ``TRANSACTIONS`` pre-committed transactions
@@ -66,9 +67,9 @@ def _batch(partition: int) -> Any:
 
 
 def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
-    from twophase.coordinator.epoch import run_epoch
-    from twophase.coordinator.fanout import EpochPlan, write_subtasks
-    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.run.epoch import run_epoch
+    from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
+    from twophase.coordinator.run.runtime import JobRuntime
     from twophase.coordinator.storage import open_storage
 
     sink = make_sink()
@@ -90,7 +91,7 @@ def _prepare(make_sink: Callable[[], Any], job_id: str, chk: Path) -> None:
 
 
 def _restore(make_sink: Callable[[], Any], job_id: str, chk: Path, concurrency: int) -> float:
-    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.run.runtime import JobRuntime
     from twophase.coordinator.storage import open_storage
 
     sink = make_sink()

@@ -188,8 +188,8 @@ def run() -> dict[str, Any]:
 
     from twophase.connectors.s3 import S3Sink, S3SinkConfig
     from twophase.connectors.s3.config import MiB
-    from twophase.coordinator.job_lifecycle import JobState
     from twophase.coordinator.spark.job import Job
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.services import s3_service
 
     rows_n = common.scaled(ROWS)

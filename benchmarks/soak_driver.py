@@ -325,7 +325,7 @@ def main(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from twophase.connectors.kafka.internal import naming
     from twophase.connectors.kafka.internal.admin import KafkaAdmin
-    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.jobs.flights import (
         build_sinks,
         endpoints_from_environment,

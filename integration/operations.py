@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twophase.coordinator import lingering
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.committer_operator import CommitterOperator
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.recovery import recovery_transactions
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.run import lingering
+from twophase.coordinator.run.recovery import recovery_transactions
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import LingeringScope
@@ -79,7 +79,7 @@ class JobCheckpoints:
 
 def lingering_scope(job_id: str, sink: AnySink, metas: Sequence[CheckpointMetadata]) -> LingeringScope[Any]:
     """What ``sink``'s ``abort_lingering`` must keep: everything any of ``metas`` holds for it (the
-    runtime's own rule, :func:`twophase.coordinator.lingering.held_by`); every checkpoint id in scope.
+    runtime's own rule, :func:`twophase.coordinator.run.lingering.held_by`); every checkpoint id in scope.
 
     Raises:
         CommittableDecodeError: a held committable cannot be decoded: nothing may be aborted then.
@@ -151,7 +151,7 @@ class RecommitReport:
 
 def recommit_latest(job_id: str, sinks: Sequence[AnySink], checkpoints: JobCheckpoints) -> RecommitReport:
     """Commit the latest checkpoint's committables without running the job (idempotent): the
-    runtime's restore rules (:func:`twophase.coordinator.recovery.recovery_transactions`), through
+    runtime's restore rules (:func:`twophase.coordinator.run.recovery.recovery_transactions`), through
     the runtime's committer (retries with backoff, LOST fails loudly).
 
     Raises:

@@ -45,7 +45,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.coordinator.storage import open_storage
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights_base_sinks import DELTA_SINK, KAFKA_SINK, build_sinks

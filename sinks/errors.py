@@ -142,7 +142,7 @@ class DriverFencedError(JobError):
     Two drivers of one job are ordinary on YARN (an application-master retry while the old one
     runs), on Kubernetes (a replaced driver pod) and with schedulers that retry; as Flink's
     leader election does for its JobManager, the newest claim wins (``_drivers/`` in checkpoint
-    storage, :class:`~twophase.coordinator.driver_fence.DriverFence`).
+    storage, :class:`~twophase.coordinator.checkpoint.driver_fence.DriverFence`).
     """
 
 

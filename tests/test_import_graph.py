@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE_FOLDERS = ("sinks", "coordinator", "connectors", "integration")
 
@@ -101,7 +103,7 @@ def test_sinks_coordinator_and_connectors_have_no_cycle() -> None:
 def test_the_cycle_finder_finds_a_cycle_through_type_checking_imports() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
-    assert "twophase.coordinator.runtime" in import_graph()["twophase.coordinator.spark.handle"]
+    assert "twophase.coordinator.run.runtime" in import_graph()["twophase.coordinator.spark.handle"]
 
 
 def test_the_runtime_imports_no_pyspark_and_no_connector() -> None:
@@ -122,3 +124,35 @@ def test_the_runtime_imports_no_pyspark_and_no_connector() -> None:
             )
             offenders += [f"{rel}: {n}" for n in names if n.startswith(("pyspark", "twophase.connectors"))]
     assert offenders == []
+
+
+FLOORS = ("state", "storage", "commit", "checkpoint", "run", "spark")
+"""coordinator/'s floors, lowest first (issue #42 item 5): each imports only its own and lower ones."""
+
+
+def _floor(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["twophase", "coordinator"] or len(parts) < 4:
+        return None
+    return FLOORS.index(parts[2])
+
+
+def test_the_coordinator_is_floors_each_importing_only_downward() -> None:
+    graph = import_graph()
+    top = [m for m in graph if m.startswith("twophase.coordinator.") and m.count(".") == 2]
+    assert [m for m in top if m.removeprefix("twophase.coordinator.") not in FLOORS] == []
+    upward = [
+        f"{m} → {t}"
+        for m, targets in graph.items()
+        if (floor := _floor(m)) is not None
+        for t in targets
+        if (target := _floor(t)) is not None and target > floor
+    ]
+    assert upward == []
+
+
+def test_the_floor_check_finds_an_upward_import() -> None:
+    assert _floor("twophase.coordinator.state.metadata") == 0
+    assert _floor("twophase.coordinator.run.runtime") == 4 and _floor("twophase.sinks.api") is None
+    with pytest.raises(ValueError):  # a module outside every floor is named, not skipped
+        _floor("twophase.coordinator.elsewhere.module")

@@ -37,7 +37,7 @@ Per micro-batch N (DESIGN.md §6, in the order the facade can run it):
 1. **Write** (tasks): replay check first — if our latest checkpoint already covers N (a crash
    after step 3 and before Spark's commit log), the task writes nothing (re-writing could fence
    the durable but uncommitted transactions, e.g. Kafka's). Otherwise ``begin_transaction`` →
-   ``write`` each Arrow batch → ``pre_commit`` (:func:`twophase.coordinator.fanout.write_subtasks`); the
+   ``write`` each Arrow batch → ``pre_commit`` (:func:`twophase.coordinator.run.fanout.write_subtasks`); the
    task returns a :class:`TwoPhaseCommitMessage` with the encoded committable.
 2. **Restore** (commit worker): open storage, ``JobRuntime.restore()`` — re-commit the latest
    checkpoint's committables, abort lingering transactions (the messages' committables are held:
@@ -90,7 +90,7 @@ try:
 except ImportError:  # Spark 3.5: say which Spark is needed, by name
     require_data_source_api()
     raise
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.facade_options import (
     OPTION_SPECULATION,
     FacadeSettings,

@@ -14,19 +14,18 @@ from typing import Any
 
 import pyarrow as pa
 
-from twophase.coordinator.acknowledgement import Acknowledgement
 from twophase.coordinator.spark.compat import require_data_source_api
+from twophase.coordinator.state.acknowledgement import Acknowledgement
 
 try:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 except ImportError:  # Spark before 4.1: say which Spark is needed, by name
     require_data_source_api()
     raise
-from twophase.coordinator.epoch import position_covers, run_epoch
-from twophase.coordinator.fanout import EpochPlan, write_subtasks
-from twophase.coordinator.payload import decode_payload
-from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.epoch import position_covers, run_epoch
+from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.facade_options import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -34,6 +33,7 @@ from twophase.coordinator.spark.facade_options import (
     checkpoint_id_for_batch,
     spark_position,
 )
+from twophase.coordinator.state.payload import decode_payload
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import JobError
@@ -92,7 +92,7 @@ class TwoPhaseStreamWriter(DataSourceStreamArrowWriter):
 
         Raises:
             JobError: not in a streaming write's task (no batch id), or our checkpoint belongs to
-                another Spark query (see :func:`~twophase.coordinator.epoch.position_covers`).
+                another Spark query (see :func:`~twophase.coordinator.run.epoch.position_covers`).
             Whatever the sink raises, after aborting its open transaction.
         """
         from pyspark import TaskContext  # executor side: the worker has pyspark

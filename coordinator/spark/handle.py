@@ -16,12 +16,12 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.restart_loop import fail_over, finish_with_restarts
-from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.run.restart_loop import fail_over, finish_with_restarts
+from twophase.coordinator.run.runtime import JobRuntime
 from twophase.coordinator.spark.results import EpochMetrics, EpochTotals, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metrics import CheckpointMetrics
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import ConfigError, JobError, TwoPhaseError

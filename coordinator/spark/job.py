@@ -31,12 +31,9 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from twophase.coordinator.fanout import sink_names_unique
-from twophase.coordinator.faults import fault_point
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.fanout import sink_names_unique
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.checks import (
     batch_position,
     check_job_id,
@@ -52,6 +49,9 @@ from twophase.coordinator.spark.compat import arrow_schema, require_map_in_arrow
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.results import EpochMetrics, JobResult
 from twophase.coordinator.spark.tasks import run_spark_epoch
+from twophase.coordinator.state.faults import fault_point
+from twophase.coordinator.state.metadata import CheckpointMetadata
+from twophase.coordinator.state.metrics import CheckpointMetrics
 from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -88,7 +88,7 @@ class Job:
         storage: checkpoint storage to use instead of opening ``checkpoint_dir`` (tests, custom S3
             clients).
         fault: the driver's fault-point hook (fault-injection suites; default: the
-            ``TWOPHASE_FAULT`` environment variable, :mod:`twophase.coordinator.faults`).
+            ``TWOPHASE_FAULT`` environment variable, :mod:`twophase.coordinator.state.faults`).
 
     Raises:
         ConfigError: a bad name, job id, checkpoint location or ``storage_options``.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metrics import CheckpointMetrics
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metrics import CheckpointMetrics
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """Spark epochs: the function ``mapInArrow`` runs in every task, and the driver's run of one epoch.
 
 Each task writes its partition to every sink in one pass
-(:func:`~twophase.coordinator.fanout.write_subtasks`) and yields its acknowledgements as one Arrow
-batch of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA`. Collecting those rows on the
+(:func:`~twophase.coordinator.run.fanout.write_subtasks`) and yields its acknowledgements as one Arrow
+batch of :data:`~twophase.coordinator.state.acknowledgement.ACK_SCHEMA`. Collecting those rows on the
 driver, as one Arrow table (:func:`~twophase.coordinator.spark.compat.collect_arrow`: no ``Row``
 per acknowledgement), is the checkpoint's acknowledgement: Spark returns exactly one successful
 attempt per partition. Above ``RuntimeConfig.gather_acknowledgements_above`` partitions the rows are
 first gathered into one partition by a shuffle (:func:`acknowledgements_of`), so that the driver
 receives a few large batches rather than one per task (DESIGN.md §6, "The gather").
 :func:`run_spark_epoch` is the engine's write step around the one epoch loop
-(:func:`~twophase.coordinator.epoch.run_epoch`). Before ``mapInArrow`` the DataFrame is projected,
+(:func:`~twophase.coordinator.run.epoch.run_epoch`). Before ``mapInArrow`` the DataFrame is projected,
 in the JVM, to the columns the sinks read (:func:`sink_input`): Python receives nothing no sink
 reads. In a batch write Catalyst's column pruning also drops whatever computes only the other
 columns; a streaming micro-batch reaches ``foreachBatch`` already computed whole (Spark hands it
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from twophase.coordinator.acknowledgement import ACK_SCHEMA
-from twophase.coordinator.epoch import run_epoch
-from twophase.coordinator.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.run.epoch import run_epoch
+from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.spark.compat import collect_arrow
 from twophase.coordinator.spark.results import EpochMetrics
+from twophase.coordinator.state.acknowledgement import ACK_SCHEMA
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.internal.structured_log import log_event
@@ -39,13 +39,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-    from twophase.coordinator.runtime import JobRuntime
+    from twophase.coordinator.run.runtime import JobRuntime
 
 log = logging.getLogger(__name__)
 
 
 def ack_struct_type() -> StructType:
-    """Spark's type of :data:`~twophase.coordinator.acknowledgement.ACK_SCHEMA` (``mapInArrow``'s result)."""
+    """Spark's type of :data:`~twophase.coordinator.state.acknowledgement.ACK_SCHEMA`
+    (``mapInArrow``'s result)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(ACK_SCHEMA)

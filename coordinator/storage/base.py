@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 
 
 @dataclass(frozen=True, order=True)

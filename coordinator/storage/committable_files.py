@@ -38,8 +38,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from twophase.coordinator import collector
-from twophase.coordinator.metadata import (
+from twophase.coordinator.state import collector
+from twophase.coordinator.state.metadata import (
     COMMITTABLE_COLUMNS,
     MANIFEST_VERSION,
     CheckpointMetadata,
@@ -169,7 +169,7 @@ def encode(metadata: CheckpointMetadata, run: str, attempt: int) -> EncodedCheck
 def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id: int, sink: str) -> bytes:
     """One sink's committables as an Arrow IPC file (zstd), the checkpoint named in its schema; the
     ``payload`` column is each record's bytes as they are (the executor's), nothing encoded.
-    :class:`~twophase.coordinator.metadata.CommittableRows` are written from their columns, with
+    :class:`~twophase.coordinator.state.metadata.CommittableRows` are written from their columns, with
     no Python pass over the rows (issue #42): one record batch either way, so the bytes are the
     same as for the same records as a tuple."""
     if isinstance(records, CommittableRows):  # its columns are SCHEMA's, in order (checked)

@@ -19,7 +19,7 @@ from tenacity import (
     wait_random,
 )
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import committable_files, layout
 from twophase.coordinator.storage.base import CheckpointRef, CheckpointStorage
 from twophase.sinks.errors import (
@@ -50,7 +50,7 @@ def decode_metadata(
     """Parse ``_metadata`` bytes read from ``location`` and check them against where they were found.
 
     Args:
-        data: the file's bytes (any readable version: see :mod:`twophase.coordinator.metadata`).
+        data: the file's bytes (any readable version: see :mod:`twophase.coordinator.state.metadata`).
         location: the file path or ``s3://`` URI, for error messages.
         read_file: the bytes of a file beside it by name, raising
             :class:`~twophase.coordinator.storage.committable_files.MissingFile` when there is

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.sinks.errors import ConfigError
 
 METADATA_NAME = "_metadata"

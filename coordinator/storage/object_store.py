@@ -25,7 +25,7 @@ from typing import Protocol, TypeVar
 
 from tenacity import RetryCallState
 
-from twophase.coordinator.metadata import METADATA_MEDIA_TYPE, CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import METADATA_MEDIA_TYPE, CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import (

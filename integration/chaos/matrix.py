@@ -23,7 +23,7 @@ of them at every fault point and with kill -9. The three sinks run together in a
   on (aggressive: :data:`SPECULATION_CONF`; every sink of the flights job is speculation-safe) and
   the workers on two loopback addresses (Spark starts no copy on a host that runs an attempt of the
   task). Every trial holds one attempt of one partition at an executor point for a seeded number
-  of seconds (``point:n:pause=S``, :mod:`twophase.coordinator.faults`), so that Spark starts a
+  of seconds (``point:n:pause=S``, :mod:`twophase.coordinator.state.faults`), so that Spark starts a
   speculative copy on the other worker that wins, and the held attempt runs on beside it or is
   killed: a deliberate zombie attempt. Every other trial also kills an executor or worker at
   another point, as ``cluster4`` does. No plain run and no driver kill: each trial makes zombies.

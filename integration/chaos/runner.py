@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twophase.coordinator.faults import (
+from twophase.coordinator.state.faults import (
     ACTION_ENV,
     EXIT_STATUS,
     KILL_ENV,
@@ -52,7 +52,7 @@ from twophase.coordinator.faults import (
     paused_marker,
     resume_marker,
 )
-from twophase.coordinator.faults import ENV as FAULT_ENV
+from twophase.coordinator.state.faults import ENV as FAULT_ENV
 from twophase.integration.chaos.cluster import spark_events
 from twophase.integration.chaos.job_with_conf import CONF_ENV
 from twophase.integration.chaos.matrix import CONFIGS, PG_RESTART, S3_STALL, STORAGE_STALLS_S, ChaosConfig
@@ -109,7 +109,7 @@ def fault_matrix(tasks: list[int], kills: tuple[str, ...] = ("",), driver: bool 
     """Every ``point:n`` the job reaches, round-robin over the points (every point's first hit,
     then every point's second, ...), so that a run cut short still covers every point. Executor
     points come once per entry of ``kills`` (``point:n@kill``: what the fault kills, see
-    :data:`~twophase.coordinator.faults.KILLS`; ``""``: the Python worker only). Without ``driver``,
+    :data:`~twophase.coordinator.state.faults.KILLS`; ``""``: the Python worker only). Without ``driver``,
     executor points only."""
     points = [(p, "") for p in DRIVER_POINTS if driver] + [(p, k) for p in EXECUTOR_POINTS for k in kills]
     rounds = max(fault_hits(p, tasks) for p, _ in points)
@@ -804,8 +804,8 @@ def when_paused(
     state_dir: Path, point: str, hit: int, act: Callable[[threading.Event], None], timeout_s: float = 900.0
 ) -> Iterator[threading.Event]:
     """While the block runs, wait (on a thread of its own) for a job process to hold at
-    ``point``'s ``hit``-th arrival (:func:`~twophase.coordinator.faults.paused_marker`), then call
-    ``act(ended)``: it lets the job go on (:func:`~twophase.coordinator.faults.resume_marker`) and
+    ``point``'s ``hit``-th arrival (:func:`~twophase.coordinator.state.faults.paused_marker`), then call
+    ``act(ended)``: it lets the job go on (:func:`~twophase.coordinator.state.faults.resume_marker`) and
     does what the trial does to a service around that. ``ended`` is set when the block ends, so
     that ``act`` cuts a wait short. The event yielded is set once ``act`` returned."""
     acted, ended = threading.Event(), threading.Event()

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.integration.cli.errors import TwophaseGroup

@@ -40,7 +40,7 @@ from twophase.sinks.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from twophase.coordinator.metrics import SinkCommitMetrics
+    from twophase.coordinator.state.metrics import SinkCommitMetrics
     from twophase.integration.jobs.flights import (
         FlightsEndpoints,
         FlightsJobSpec,
@@ -113,7 +113,7 @@ class _ProgressView:
 
 def summary_table(run: FlightsRun, report: VerifyReport) -> FittedTable:
     """The demo's summary: per sink what was committed and whether it was verified."""
-    from twophase.coordinator.metrics import SinkCommitMetrics
+    from twophase.coordinator.state.metrics import SinkCommitMetrics
 
     columns = [Column("sink")]
     columns += [

@@ -52,13 +52,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metrics import CheckpointMetrics, SinkCommitMetrics
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochMetrics
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metrics import CheckpointMetrics, SinkCommitMetrics
 from twophase.integration.jobs.flights_base_sinks import DELTA_SINK as DELTA_SINK
 from twophase.integration.jobs.flights_base_sinks import KAFKA_SINK as KAFKA_SINK
 from twophase.integration.jobs.flights_base_sinks import KEY_COLUMN as KEY_COLUMN

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from twophase.coordinator.faults import ENV as FAULT_ENV
+from twophase.coordinator.state.faults import ENV as FAULT_ENV
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights_spec import FlightsJobSpec, s3a
 from twophase.integration.services.s3 import S3Endpoint

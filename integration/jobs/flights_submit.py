@@ -158,7 +158,7 @@ def run(
     """The driver: run (or resume) the flights run of WORK_DIR, then print one JSON line."""
     from pyspark.sql import SparkSession
 
-    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.jobs.flights import endpoints_from_environment, run_flights
     from twophase.integration.jobs.flights_cluster import driver_environment
     from twophase.integration.packing import EXECUTOR_PYTHON

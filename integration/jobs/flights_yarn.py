@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from twophase.coordinator.faults import ENV as FAULT_ENV
+from twophase.coordinator.state.faults import ENV as FAULT_ENV
 from twophase.integration.services.process import HOST
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import os
 import urllib.request
 from pathlib import Path
 
-from twophase.coordinator.faults import EXECUTOR_BACKEND
+from twophase.coordinator.state.faults import EXECUTOR_BACKEND
 from twophase.integration.services.process import HOST, ManagedProcess, free_port, wait_ready
 from twophase.sinks.errors import ServiceUnavailableError
 

@@ -6,8 +6,8 @@ Subclass :class:`SinkContract` in a pytest module, under a name pytest collects 
 fill in its hooks: a fresh external system (a model in memory, a temporary folder, a fresh
 namespace on a real server), a sink writing to it, what a reader of that system sees, and what is
 left open in it. The inherited test drives random lives of a job through twophase's production
-code (the executor loop :func:`~twophase.coordinator.fanout.write_subtasks` in every task, the
-driver's :class:`~twophase.coordinator.runtime.JobRuntime` for checkpoints, commits, restores and
+code (the executor loop :func:`~twophase.coordinator.run.fanout.write_subtasks` in every task, the
+driver's :class:`~twophase.coordinator.run.runtime.JobRuntime` for checkpoints, commits, restores and
 lingering cleanup), with hypothesis choosing the steps, and checks what FLIP-143 (unified sink
 API, ``Committer``) and FLIP-147 (final checkpoint) ask of a two-phase-commit sink:
 

@@ -27,17 +27,17 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.epoch import Epoch
-from twophase.coordinator.fanout import EpochPlan, write_subtasks
-from twophase.coordinator.faults import POINTS
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.payload import payload_object
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.run.epoch import Epoch
+from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.coordinator.run.runtime_config import RuntimeConfig
+from twophase.coordinator.state.acknowledgement import Acknowledgement
+from twophase.coordinator.state.faults import POINTS
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.payload import payload_object
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.api import CheckpointCommitSink, InProgressSink, TwoPhaseCommitSink
 from twophase.sinks.conformance.violation import ContractViolation
@@ -84,7 +84,7 @@ TASK_WORDS: Final = {
 }
 TASK_POINTS: Final = ("before_write", "mid_write", "after_pre_commit")
 DRIVER_POINTS: Final = ("before_persist", "after_persist", "mid_commit", "after_commit")
-"""Where the driver may die during an epoch (:data:`twophase.coordinator.faults.POINTS`)."""
+"""Where the driver may die during an epoch (:data:`twophase.coordinator.state.faults.POINTS`)."""
 DRIVER_CALLS: Final = (
     "commit",
     "recover_and_commit",
@@ -137,7 +137,7 @@ class DriverCrash(BaseException):
     runtime's error handling, which catches ``Exception`` to fail the job and clean up, does not run.
 
     Attributes:
-        point: the fault point (:data:`twophase.coordinator.faults.POINTS`).
+        point: the fault point (:data:`twophase.coordinator.state.faults.POINTS`).
     """
 
     def __init__(self, point: str) -> None:

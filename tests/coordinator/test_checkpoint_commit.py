@@ -20,16 +20,16 @@ from support.fakes import (
 )
 from support.harness import TwoPhaseHarness, batch
 
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.commit_calls import check_call, commit_calls
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.committer_operator import CommitterOperator
-from twophase.coordinator.faults import POINTS
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
-from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.commit.commit_calls import check_call, commit_calls
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.run.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.state.faults import POINTS
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metadata import CheckpointMetadata
+from twophase.coordinator.state.subtask_lifecycle import PendingTransaction
 from twophase.sinks import CheckpointCommitSink
 from twophase.sinks.errors import CommitFailedError, JobError, TransactionLostError
 from twophase.sinks.outcome import CommitOutcome

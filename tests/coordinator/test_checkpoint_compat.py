@@ -33,7 +33,7 @@ from support.memory_storage import InMemoryCheckpointStorage
 from twophase.connectors.delta.internal.committable import CODEC as DELTA_CODEC
 from twophase.connectors.kafka.internal.committable import CODEC as KAFKA_CODEC
 from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints_v1"

@@ -12,10 +12,10 @@ from support.clock import ManualClock
 from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
 from support.harness import TwoPhaseHarness, batch
 
-from twophase.coordinator.commit_calls import CommitCall
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.committer_operator import CommitterOperator
-from twophase.coordinator.subtask_lifecycle import PendingTransaction
+from twophase.coordinator.commit.commit_calls import CommitCall
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.state.subtask_lifecycle import PendingTransaction
 from twophase.sinks.api import commit_each
 from twophase.sinks.errors import CommitFailedError, ServiceUnavailableError, TransactionLostError
 from twophase.sinks.outcome import CommitOutcome, checked_outcomes

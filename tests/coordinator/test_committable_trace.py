@@ -41,12 +41,12 @@ from support.fakes import FakeExternalSystem, FakeSink
 from support.harness import batch
 from support.memory_storage import InMemoryCheckpointStorage
 
-from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
-from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.committer_operator import CommitterOperator
-from twophase.coordinator.metadata import CheckpointKind, CommittableRecord, CommittableRows
-from twophase.coordinator.subtask_lifecycle import BlockRows, LedgerBlock, PendingTransaction
+from twophase.coordinator.checkpoint.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.state.metadata import CheckpointKind, CommittableRecord, CommittableRows
+from twophase.coordinator.state.subtask_lifecycle import BlockRows, LedgerBlock, PendingTransaction
 from twophase.sinks.context import WriterContext
 
 JOB = "job"

@@ -13,10 +13,10 @@ from support.harness import TwoPhaseHarness
 from support.memory_storage import InMemoryCheckpointStorage
 from support.runtime_scenarios import data, expected, pos
 
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.payload import payload_object
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.run.runtime_config import RuntimeConfig
+from twophase.coordinator.state.metadata import CheckpointMetadata
+from twophase.coordinator.state.payload import payload_object
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.context import JsonObject
 

@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from support.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
 from support.harness import SimulatedCrash, TwoPhaseHarness, batch
 
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.epoch import Epoch
-from twophase.coordinator.faults import POINTS
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.run.epoch import Epoch
+from twophase.coordinator.run.runtime_config import RuntimeConfig
+from twophase.coordinator.state.faults import POINTS
+from twophase.coordinator.state.job_lifecycle import JobState
 
 CRASH_POINTS = sorted(POINTS - {"during_cancel", "during_stop_with_savepoint"})
 

@@ -10,8 +10,13 @@ import zlib
 
 import pytest
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.sinks.errors import CommittableDecodeError
 
 

@@ -130,17 +130,17 @@ from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
 from twophase.connectors.postgres import PostgresSink, PostgresSinkConfig
 from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
-from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
-from twophase.coordinator.checkpoint_coordinator import codec_header
-from twophase.coordinator.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.epoch import run_epoch
-from twophase.coordinator.fanout import EpochPlan
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.payload import decode_payload
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_coordinator import codec_header
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.run.epoch import run_epoch
+from twophase.coordinator.run.fanout import EpochPlan
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.run.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metadata import CheckpointKind
+from twophase.coordinator.state.payload import decode_payload
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,

@@ -14,7 +14,7 @@ from support.harness import TwoPhaseHarness
 from support.kafka_model import KafkaModel
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.coordinator.fanout import write_subtasks
+from twophase.coordinator.run.fanout import write_subtasks
 from twophase.sinks.errors import TransactionLostError
 
 

@@ -15,14 +15,14 @@ from support.fakes import (
 from support.harness import TwoPhaseHarness, batch
 from support.runtime_scenarios import data, expected, harness, pos, records_of
 
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.fanout import write_subtasks
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
-from twophase.coordinator.runtime import JobCanceledError
-from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.run.fanout import write_subtasks
+from twophase.coordinator.run.runtime import JobCanceledError
+from twophase.coordinator.run.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.state.acknowledgement import Acknowledgement
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.errors import (
     CheckpointPublishUnknownError,
@@ -376,6 +376,6 @@ def test_age_warnings_take_the_sinks_own_transaction_timeout(caplog: pytest.LogC
     h.restore()
     h.write_epoch(data(1), source_position=pos(1), notify=False)  # durable, not committed yet
     h.clock.advance(850)
-    with caplog.at_level(logging.WARNING, logger="twophase.coordinator.transaction_ages"):
+    with caplog.at_level(logging.WARNING, logger="twophase.coordinator.commit.transaction_ages"):
         h.begin_epoch(2, pos(2))
     assert any("near its timeout" in r.getMessage() for r in caplog.records)

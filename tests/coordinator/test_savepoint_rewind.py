@@ -9,8 +9,8 @@ from support.fakes import FakeExternalSystem
 from support.harness import TwoPhaseHarness, batch
 from support.runtime_scenarios import harness, pos, records_of
 
-from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.recovery import starts_a_lineage
+from twophase.coordinator.run.recovery import starts_a_lineage
+from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.coordinator.storage.base import CheckpointRef
 
 

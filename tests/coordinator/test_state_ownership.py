@@ -16,11 +16,11 @@ RUNTIME = ROOT / "coordinator"
 
 ALLOWED = {
     (
-        "restart.py",
+        "run/restart.py",
         "state.attempt_number",
     ): "tenacity's RetryCallState, the library's way to ask a wait for restart n",
     (
-        "subtask_lifecycle.py",
+        "state/subtask_lifecycle.py",
         "t.status",
     ): "PendingTransaction is this module's own record, moved by its lifecycle",
 }

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.errors import CheckpointStorageError, ConfigError, CorruptCheckpointError
 

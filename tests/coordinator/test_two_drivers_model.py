@@ -38,8 +38,8 @@ from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 from support.harness import TwoPhaseHarness, batch
 from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
 
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.runtime_config import RuntimeConfig
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.sinks.errors import CheckpointStorageError, DriverFencedError
 
 JOB = "two-drivers"

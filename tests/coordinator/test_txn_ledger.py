@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from twophase.coordinator.subtask_lifecycle import (
+from twophase.coordinator.state.subtask_lifecycle import (
     BlockRows,
     LedgerBlock,
     PendingTransaction,

@@ -76,7 +76,7 @@ def test_the_executors_python_imports_twophase_only_from_the_shipped_file(tmp_pa
     # what executors load: the sinks, the fault points (executor kill)
     modules = (
         "twophase.sinks.errors",
-        "twophase.coordinator.faults",
+        "twophase.coordinator.state.faults",
     )
     code = f"import twophase, {', '.join(modules)}; print(twophase.__file__)"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

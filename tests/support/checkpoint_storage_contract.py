@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import pytest
 
 from support.checkpoints import metadata
-from twophase.coordinator.driver_fence import DriverFence
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.checkpoint.driver_fence import DriverFence
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import ObjectCheckpointStorage

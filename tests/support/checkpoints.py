@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.sinks.errors import CheckpointNotPublishedError, CheckpointPublishUnknownError
 
 CK, FIN = CheckpointKind.CHECKPOINT, CheckpointKind.FINAL

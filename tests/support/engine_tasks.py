@@ -17,9 +17,9 @@ from typing import Any, Final
 import pyarrow as pa
 
 from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.fanout import EpochPlan, write_subtasks
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.state.acknowledgement import Acknowledgement
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import CheckpointPublishUnknownError, CheckpointStorageError

@@ -1,17 +1,17 @@
 """A deterministic, in-process test harness for two-phase-commit sinks (like Flink's operator test
 harnesses). Not a data engine: data at scale runs on Spark.
 
-It drives real :class:`~twophase.coordinator.runtime.JobRuntime` objects over in-memory checkpoint
+It drives real :class:`~twophase.coordinator.run.runtime.JobRuntime` objects over in-memory checkpoint
 storage with a manual clock, through the production code paths: every subtask runs the executor
-loop :func:`~twophase.coordinator.fanout.write_subtasks` in-process, and a whole epoch runs the one
-epoch loop :func:`~twophase.coordinator.epoch.run_epoch`. Tests can script any interleaving:
+loop :func:`~twophase.coordinator.run.fanout.write_subtasks` in-process, and a whole epoch runs the one
+epoch loop :func:`~twophase.coordinator.run.epoch.run_epoch`. Tests can script any interleaving:
 
 - concurrent checkpoints: several :meth:`TwoPhaseHarness.begin_epoch` before completing any
   (with ``CheckpointConfig.max_concurrent_checkpoints`` > 1);
 - late, lost and out-of-order notifications: ``complete(epoch, notify=False)`` then
   :meth:`TwoPhaseHarness.notify` in any order, or never;
 - failures at every step: :meth:`TwoPhaseHarness.crash_at` arms a named fault point
-  (:data:`twophase.coordinator.faults.POINTS`); reaching it raises :class:`SimulatedCrash`;
+  (:data:`twophase.coordinator.state.faults.POINTS`); reaching it raises :class:`SimulatedCrash`;
 - a driver crash and a restart in another process: :meth:`TwoPhaseHarness.restart_process`
   abandons the runtime (nothing is closed, committed or aborted) and builds a new one over the
   same storage and the same sinks (whose external system outlives the process, like a broker).
@@ -36,17 +36,17 @@ import pyarrow as pa
 
 from support.clock import ManualClock
 from support.memory_storage import InMemoryCheckpointStorage
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.epoch import Epoch, run_epoch
-from twophase.coordinator.fanout import EpochPlan, write_subtasks
-from twophase.coordinator.faults import POINTS
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointMetadata
-from twophase.coordinator.metrics import CheckpointMetrics
-from twophase.coordinator.payload import decode_payload
-from twophase.coordinator.recovery import RestoreResult
-from twophase.coordinator.runtime import JobRuntime
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.epoch import Epoch, run_epoch
+from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
+from twophase.coordinator.run.recovery import RestoreResult
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.coordinator.run.runtime_config import RuntimeConfig
+from twophase.coordinator.state.acknowledgement import Acknowledgement
+from twophase.coordinator.state.faults import POINTS
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metadata import CheckpointMetadata
+from twophase.coordinator.state.metrics import CheckpointMetrics
+from twophase.coordinator.state.payload import decode_payload
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 
@@ -205,7 +205,8 @@ class TwoPhaseHarness:
         return self.runtime.restore(savepoint_location) if restore else None
 
     def crash_at(self, point: str, nth: int = 1) -> None:
-        """Arm fault ``point`` (:data:`~twophase.coordinator.faults.POINTS`) to crash at its ``nth`` hit."""
+        """Arm fault ``point`` (:data:`~twophase.coordinator.state.faults.POINTS`) to crash at its
+        ``nth`` hit."""
         self.faults.arm(point, nth)
 
     @staticmethod
@@ -238,7 +239,7 @@ class TwoPhaseHarness:
         acknowledge: bool = True,
     ) -> SubtaskResult:
         """Run one sink's subtask in-process through the production executor loop
-        (:func:`~twophase.coordinator.fanout.write_subtasks`), then acknowledge it (unless told not to).
+        (:func:`~twophase.coordinator.run.fanout.write_subtasks`), then acknowledge it (unless told not to).
 
         Fault points ``before_write``, ``mid_write`` (after the first batch) and ``after_pre_commit``
         are honoured. An error before the pre-commit calls ``abort_open`` (as the executor side
@@ -325,7 +326,7 @@ class TwoPhaseHarness:
         notify: bool = True,
     ) -> Epoch | None:
         """One epoch: ``partitions[p]`` is partition p's batches. With ``complete`` and ``notify``
-        (the default) it is the production epoch loop (:func:`~twophase.coordinator.epoch.run_epoch`)
+        (the default) it is the production epoch loop (:func:`~twophase.coordinator.run.epoch.run_epoch`)
         and returns ``None``; otherwise it triggers, writes and acknowledges, then persists
         (``complete``) without the notification, and returns the epoch."""
         if complete and notify:

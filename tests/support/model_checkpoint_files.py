@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from support.harness import SimulatedCrash
 from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, parse_document
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata, parse_document
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import file_run
 from twophase.sinks.errors import CheckpointNotPublishedError, CommittableFileError

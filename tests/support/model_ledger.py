@@ -1,6 +1,6 @@
 """The model's watch over the coordinator's ledger of pending transactions (issue #42).
 
-Each sink's :class:`~twophase.coordinator.subtask_lifecycle.SinkLedger` holds the transactions of
+Each sink's :class:`~twophase.coordinator.state.subtask_lifecycle.SinkLedger` holds the transactions of
 its RUNNING subtasks as blocks with a status column; a subtask that leaves RUNNING (or is
 acknowledged one by one) has its rows moved to its lifecycle for good. :class:`LedgerWatch` checks,
 after every step of the model, that the columns and the FLIP-147 per-subtask view agree, and that
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.subtask_lifecycle import _GONE, LedgerBlock, SubtaskState, TxnStatus
+from twophase.coordinator.checkpoint.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.state.subtask_lifecycle import _GONE, LedgerBlock, SubtaskState, TxnStatus
 
 _NEXT: dict[TxnStatus, frozenset[TxnStatus]] = {
     TxnStatus.PRE_COMMITTED: frozenset(TxnStatus),

@@ -8,7 +8,7 @@ transaction directly — Kafka (Ongoing, with the committable's producer id and 
 (prepared gids) and S3 (pending multipart uploads) — and checks each call against what it works
 out itself, from the checkpoint storage (read from the storage, not the runtime's cache) and the
 running coordinator's uncommitted transactions (while the job is cancelling, only those a
-published checkpoint promised: the cancel aborts the others, ``coordinator/cancel.py``):
+published checkpoint promised: the cancel aborts the others, ``coordinator/run/cancel.py``):
 
 - the scope's ``held`` holds every such committable (compared as canonical payload bytes): a held
   set matched wrongly (a payload dropped, two told apart wrongly as one, the wrong object made
@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.payload import decode_payload, payload_bytes
-from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.payload import decode_payload, payload_bytes
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import LingeringScope

@@ -10,8 +10,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.state.acknowledgement import Acknowledgement
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import CommittableDecodeError

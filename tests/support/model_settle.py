@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from twophase.coordinator.runtime import JobRuntime
+from twophase.coordinator.run.runtime import JobRuntime
 
 
 def settle(*runtimes: JobRuntime, timeout_s: float = 30.0) -> None:

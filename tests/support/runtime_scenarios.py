@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from support.fakes import FakeExternalSystem, FakeInProgressSink, FakeSink
 from support.harness import TwoPhaseHarness, batch
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 
 
 def pos(n: int, query: str = "q1") -> dict[str, object]:

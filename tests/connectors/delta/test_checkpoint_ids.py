@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from support.harness import TwoPhaseHarness
 
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
-from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.run.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 from twophase.sinks.errors import JobError
 

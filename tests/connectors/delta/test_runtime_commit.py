@@ -1,5 +1,6 @@
 """The REAL Delta sink driven by the job runtime: the executor side through
-``twophase.coordinator.fanout.write_subtasks``, the driver side through ``JobRuntime`` (via the deterministic
+``twophase.coordinator.run.fanout.write_subtasks``, the driver side through ``JobRuntime`` (via the
+deterministic
 harness, which also simulates the driver crash). The runtime must commit each checkpoint of the
 sink with ONE ``commit_checkpoint`` call, so the table gets ONE Delta commit per checkpoint holding
 every partition's files and ``txn(appId=<job>:<sink>, version=<checkpoint>)``, and a restore after a
@@ -17,9 +18,9 @@ from support.harness import TwoPhaseHarness
 from twophase.connectors.delta import DeltaSink, DeltaSinkConfig
 from twophase.connectors.delta.internal import naming
 from twophase.connectors.delta.internal.lingering import META_APP_ID, META_CHECKPOINT
-from twophase.coordinator.acknowledgement import Acknowledgement
-from twophase.coordinator.epoch import Epoch
-from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.run.epoch import Epoch
+from twophase.coordinator.state.acknowledgement import Acknowledgement
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.sinks import CheckpointCommitSink
 
 pytestmark = pytest.mark.delta

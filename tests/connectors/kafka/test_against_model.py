@@ -13,8 +13,8 @@ from support.kafka_model import KafkaModel
 from support.model_settle import settle
 
 from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.sinks.errors import ConcurrentAttemptError, TransactionLostError
 
 TOPIC = "events"
@@ -138,7 +138,7 @@ def test_an_epoch_runs_while_the_pool_has_room_for_its_ids() -> None:
 
 
 def _fail_publish(h: TwoPhaseHarness, *ids: int) -> None:
-    from twophase.coordinator.metadata import CheckpointMetadata
+    from twophase.coordinator.state.metadata import CheckpointMetadata
 
     def hook(meta: CheckpointMetadata) -> None:
         if meta.checkpoint_id in ids:
@@ -152,7 +152,7 @@ def test_epochs_failing_in_process_never_turn_a_committed_checkpoint_into_lost()
     failovers, must not use up checkpoint ids until one re-initialises the transactional ids of
     the latest (committed) checkpoint: the next restore would re-commit it, be answered
     PRODUCER_FENCED, report LOST and refuse to start although the data is visible."""
-    from twophase.coordinator.restart import RestartStrategy
+    from twophase.coordinator.run.restart import RestartStrategy
 
     h, model = setup(RuntimeConfig(restart=RestartStrategy.fixed_delay(10, 0)), pool_size=4)
     h.restore()
@@ -299,7 +299,7 @@ def test_a_zombie_attempt_that_fences_the_acknowledged_transaction_is_caught_bef
     the first success per partition. A zombie's init_transactions on the shared transactional id
     fences the acknowledged attempt's pre-committed transaction; persisting that would be LOST
     after the checkpoint (data gone). The runtime verifies before persisting and retries the epoch."""
-    from twophase.coordinator.restart import RestartStrategy
+    from twophase.coordinator.run.restart import RestartStrategy
 
     h, model = setup(RuntimeConfig(restart=RestartStrategy.fixed_delay(3, 0)))
     h.restore()
@@ -341,8 +341,8 @@ def test_a_zombie_on_an_id_a_retained_checkpoint_names_never_lingers() -> None:
     attempt of epoch 4 with the winner's attempt number (one of an earlier stage attempt: Spark
     numbers attempts from 0 again in each) fences the acknowledged transaction (the epoch fails
     over) and leaves its own Ongoing on such an id; the restore's lingering cleanup must abort it."""
-    from twophase.coordinator.checkpoint_state import CheckpointConfig
-    from twophase.coordinator.fanout import write_subtasks
+    from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+    from twophase.coordinator.run.fanout import write_subtasks
 
     cfg = RuntimeConfig(
         checkpoint=CheckpointConfig(retained_checkpoints=3), commit=CommitPolicy(async_commit=True)
@@ -369,7 +369,7 @@ def test_a_later_attempt_cannot_fence_the_acknowledged_transaction() -> None:
     after the acknowledged one (a speculative copy, an attempt on an executor Spark declared lost)
     does not fence it: the epoch completes, and the cleanup after it aborts the late attempt's
     transaction. (The same attempt after the publish: the model check's ``zombie_after_publish``.)"""
-    from twophase.coordinator.fanout import write_subtasks
+    from twophase.coordinator.run.fanout import write_subtasks
 
     h, model = setup(RuntimeConfig(), pool_size=3)
     h.restore()

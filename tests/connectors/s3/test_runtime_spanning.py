@@ -13,7 +13,7 @@ from support.harness import TwoPhaseHarness
 from support.s3_model import S3Model
 
 from twophase.connectors.s3 import S3Sink
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.sinks.errors import TransactionLostError
 
 MakeSink = Callable[..., S3Sink]
@@ -93,8 +93,8 @@ def test_a_zombie_attempt_overwriting_a_resumed_files_parts_is_caught_before_per
     """#14 scenario 8 for files that span checkpoints: a zombie attempt resumes the same upload
     and uploads the same part numbers with other bytes; persisting the acknowledged attempt's
     parts would make the completion fail (InvalidPart): the file's durable data lost."""
-    from twophase.coordinator.restart import RestartStrategy
-    from twophase.coordinator.runtime_config import RuntimeConfig
+    from twophase.coordinator.run.restart import RestartStrategy
+    from twophase.coordinator.run.runtime_config import RuntimeConfig
 
     big = 6 * 1024 * 1024 // 8  # ids of ~8 bytes of JSON each: a bit over one 5 MiB part
     sink = make_sink(format="jsonl", part_size_bytes=5 * 1024 * 1024)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.coordinator.runtime_config import DEFAULT_GATHER_ABOVE, RuntimeConfig
+from twophase.coordinator.run.runtime_config import DEFAULT_GATHER_ABOVE, RuntimeConfig
 from twophase.coordinator.spark.tasks import acknowledgements_of
 from twophase.sinks.errors import ConfigError
 

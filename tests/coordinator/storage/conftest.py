@@ -6,8 +6,13 @@ from collections.abc import Callable
 
 import pytest
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.payload import payload_bytes
 
 MakeMeta = Callable[..., CheckpointMetadata]
 

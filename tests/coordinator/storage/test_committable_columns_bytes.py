@@ -1,7 +1,7 @@
 """The columnar metadata path writes the very bytes the per-record path wrote (issue #42).
 
 The coordinator's metadata now carries each sink's committables as Arrow columns taken from its
-ledger blocks (:class:`~twophase.coordinator.metadata.CommittableRows`), and the committable file
+ledger blocks (:class:`~twophase.coordinator.state.metadata.CommittableRows`), and the committable file
 is written from them without a Python object per row. The checkpoint format must not change: for
 one scenario (two sinks; a block per intake; a subtask acknowledged one by one, so an exception
 held by its lifecycle; a subtask with in-progress state; a checkpoint whose transactions stay
@@ -25,11 +25,11 @@ from support.fakes import FakeExternalSystem, FakeSink
 from support.harness import batch
 from support.memory_storage import InMemoryCheckpointStorage
 
-from twophase.coordinator.acknowledgement import Acknowledgement, acknowledgement_table
-from twophase.coordinator.checkpoint_coordinator import CheckpointCoordinator
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.committer_operator import CommitterOperator
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.checkpoint.checkpoint_coordinator import CheckpointCoordinator
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import committable_files
 from twophase.sinks.context import WriterContext
 

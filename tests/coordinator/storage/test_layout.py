@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.common import plan_retention, sort_refs

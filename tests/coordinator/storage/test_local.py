@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import encode

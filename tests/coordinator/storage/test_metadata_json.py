@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from twophase.coordinator.metadata import (
+from twophase.coordinator.state.metadata import (
     FORMAT,
     VERSION,
     CheckpointKind,
@@ -19,7 +19,7 @@ from twophase.coordinator.metadata import (
     CommittableRecord,
     SinkSnapshot,
 )
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.sinks.errors import CommittableDecodeError
 
 MakeMeta = Callable[..., CheckpointMetadata]

@@ -30,7 +30,7 @@ from google.api_core import exceptions as api
 from google.auth import exceptions as auth
 from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
-from twophase.coordinator.metadata import CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage import azure_blob, gcs
 from twophase.coordinator.storage.committable_files import encode
 from twophase.coordinator.storage.object_store import (

@@ -18,7 +18,7 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 from support.checkpoints import NOT_PUBLISHED, PUBLISHED, UNKNOWN, publish_exit
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.coordinator.storage.committable_files import FILE_MEDIA_TYPE, encode
 from twophase.coordinator.storage.s3 import S3CheckpointStorage, is_transient

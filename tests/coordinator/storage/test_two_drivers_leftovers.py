@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from twophase.coordinator.metadata import CheckpointKind
+from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.coordinator.storage import layout
 from twophase.coordinator.storage.local import LocalCheckpointStorage
 

@@ -123,7 +123,7 @@ def test_the_speculation_configuration_holds_an_attempt_in_every_trial() -> None
 
 
 def test_a_trial_fired_only_when_every_fault_of_it_did(tmp_path: Path) -> None:
-    from twophase.coordinator.faults import paused_marker
+    from twophase.coordinator.state.faults import paused_marker
 
     fault = "mid_write:5:pause=30,before_write:1"
     assert not runner.fault_reached(fault, tmp_path, 0)
@@ -391,7 +391,7 @@ def test_a_storage_stall_stops_the_process_while_the_job_goes_on(tmp_path: Path)
     import signal
     import subprocess
 
-    from twophase.coordinator.faults import paused_marker, resume_marker
+    from twophase.coordinator.state.faults import paused_marker, resume_marker
 
     # every wait is a bounded poll: on a loaded machine the watcher thread and the signals take
     # their time, so a stall as short as the old 0.5 s window could end before it was seen (#45 item 7)

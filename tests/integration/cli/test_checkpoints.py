@@ -12,8 +12,13 @@ from click.testing import CliRunner
 from support.azure_container import fresh_container
 from support.cli import json_output, one_line_error, rendered_columns, run_twophase
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.coordinator.storage import AzureStorageOptions, GcsStorageOptions, open_storage
 from twophase.integration.cli import main
 from twophase.integration.cli.checkpoints import checkpoints

@@ -27,8 +27,13 @@ from support.exactly_once import kafka_s3_job
 from support.exactly_once.support import FAULT_EXIT, REPO, make_input
 from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.coordinator.storage import open_storage
 from twophase.integration.readback import key_values, read_topic, wait_until_stable
 from twophase.integration.services import S3Endpoint

@@ -9,10 +9,15 @@ from rich.console import Console
 from rich.text import Text
 from support.cli import rendered_columns
 
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata, CommittableRecord, SinkSnapshot
-from twophase.coordinator.metrics import SinkCommitMetrics
-from twophase.coordinator.payload import payload_bytes
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metadata import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CommittableRecord,
+    SinkSnapshot,
+)
+from twophase.coordinator.state.metrics import SinkCommitMetrics
+from twophase.coordinator.state.payload import payload_bytes
 from twophase.coordinator.storage.base import CheckpointRef
 from twophase.integration.cli import checkpoints, flights, lingering, services
 from twophase.integration.cli.output import Column, FittedTable, table

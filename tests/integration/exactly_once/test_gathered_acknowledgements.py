@@ -21,10 +21,10 @@ from support.s3.buckets import fresh_bucket
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.s3 import S3Sink
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark import compat, tasks
 from twophase.coordinator.spark.job import Job
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.integration.readback import read_topic
 from twophase.integration.services import S3Endpoint
 

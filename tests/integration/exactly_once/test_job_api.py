@@ -13,14 +13,14 @@ import pytest
 from support.exactly_once.support import assert_exactly_once, make_input
 from support.file_sink import JsonLinesFileSink, _OpenFile
 
-from twophase.coordinator.checkpoint_state import CheckpointConfig
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.metadata import CheckpointKind
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.results import EpochTotals
+from twophase.coordinator.state.job_lifecycle import JobState
+from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.sinks.errors import ConfigError, JobError, SchemaError
 
 pytestmark = [pytest.mark.spark]

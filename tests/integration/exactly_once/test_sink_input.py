@@ -15,9 +15,9 @@ from support.file_sink import JsonLinesFileSink, read_committed
 
 from twophase.connectors.kafka import KafkaSink
 from twophase.connectors.kafka.config import KafkaSinkConfig
-from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.spark.job import Job
 from twophase.coordinator.spark.tasks import sink_input
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.integration.readback import read_topic
 
 pytestmark = [pytest.mark.spark]

@@ -32,8 +32,8 @@ from support.faults.support import (
 )
 from support.faults.verdicts import assert_exactly_once, describe
 
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.restart import RestartStrategy
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.coordinator.storage import CheckpointStorage, open_storage
 from twophase.integration.jobs.flights import FlightsEndpoints
 from twophase.integration.services.minio_server import MinioServer

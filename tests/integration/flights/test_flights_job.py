@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.coordinator.storage import open_storage
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights import (

@@ -170,7 +170,7 @@ def test_flights_job_lands_exactly_once_in_all_five_sinks(
     s3_endpoint: S3Endpoint,
     postgres: PostgresServer,
 ) -> None:
-    from twophase.coordinator.job_lifecycle import JobState
+    from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.jobs.flights import run_flights
     from twophase.integration.jobs.flights_sinks import verify_run
     from twophase.integration.verify import expected_input

@@ -16,7 +16,7 @@ from support.harness import TwoPhaseHarness
 from support.kafka.support import create_topic, ongoing_with_prefix, sink_config, unique
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.coordinator.fanout import write_subtasks
+from twophase.coordinator.run.fanout import write_subtasks
 from twophase.sinks.errors import TransactionLostError
 
 pytestmark = pytest.mark.kafka

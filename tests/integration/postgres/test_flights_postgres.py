@@ -21,7 +21,7 @@ import pytest
 from support.cli import one_line_error, run_twophase
 
 from twophase.connectors.postgres.internal.naming import gid_prefix
-from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.integration.jobs import flights_data
 from twophase.integration.jobs.flights import FlightsEndpoints, FlightsJobSpec, run_flights
 from twophase.integration.jobs.flights_postgres import POSTGRES_SINK, table_name

@@ -21,8 +21,8 @@ from support.exactly_once.support import make_input
 from twophase.connectors.kafka import oauth
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.sink import KafkaSink
-from twophase.coordinator.job_lifecycle import JobState
 from twophase.coordinator.spark.job import Job
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.integration.cli.main import main as cli_main
 from twophase.integration.services.secured_kafka import SINK_SETTINGS_ENV, SecuredKafka
 

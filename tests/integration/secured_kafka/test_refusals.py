@@ -21,8 +21,8 @@ from support.exactly_once.support import make_input
 from twophase.connectors.kafka.config import KafkaSinkConfig
 from twophase.connectors.kafka.errors import KafkaAuthenticationError, KafkaAuthorizationError
 from twophase.connectors.kafka.sink import KafkaSink
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.job import Job
 from twophase.integration.services.certificates import make_tls_files
 from twophase.integration.services.secured_kafka import SecuredKafka

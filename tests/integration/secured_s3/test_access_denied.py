@@ -17,7 +17,7 @@ import pytest
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
 from twophase.connectors.s3 import S3Committable, S3Sink
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import open_storage
 from twophase.coordinator.storage.s3 import S3CheckpointStorage
 from twophase.integration.services import S3Endpoint

@@ -14,7 +14,7 @@ import pytest
 
 from twophase.connectors.delta import DeltaCommittable, DeltaSink, DeltaSinkConfig
 from twophase.connectors.s3 import S3Committable, S3Sink
-from twophase.coordinator.metadata import CheckpointKind, CheckpointMetadata
+from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
 from twophase.coordinator.storage import open_storage
 from twophase.integration.services.s3_tls import TlsMinioServer
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext

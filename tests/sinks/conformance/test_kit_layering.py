@@ -47,5 +47,5 @@ def test_no_product_module_imports_the_kit() -> None:
 
 def test_the_kit_runs_sinks_through_the_runtime_not_a_connector_nor_test_support() -> None:
     kit = set().union(*(_imports(p) for p in (ROOT / "sinks" / "conformance").glob("*.py")))
-    assert "twophase.coordinator.fanout" in kit and "twophase.coordinator.runtime" in kit
+    assert "twophase.coordinator.run.fanout" in kit and "twophase.coordinator.run.runtime" in kit
     assert not {m for m in kit if m.startswith(("twophase.connectors", "support"))}

@@ -6,7 +6,7 @@ Moments (:class:`Moment`):
 - ``write``: the job's first records reached the Kafka topic (a watcher polls the partitions'
   high watermarks, which count uncommitted transactional records): the tasks of the first epoch are
   writing every sink;
-- a driver fault point of :mod:`twophase.coordinator.faults`: ``after_persist`` (between persist and
+- a driver fault point of :mod:`twophase.coordinator.state.faults`: ``after_persist`` (between persist and
   commit), ``mid_commit`` (after the first of several commits), ``during_final_checkpoint``, ...
   The injector is the runtime's fault hook (``JobRuntime(fault=...)``), so the fault happens
   synchronously at that point, on the driver, before the job goes on.
@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from twophase.connectors.kafka import KafkaSink
-from twophase.coordinator.commit_policy import CommitPolicy
-from twophase.coordinator.job_lifecycle import JobState
-from twophase.coordinator.restart import RestartStrategy
-from twophase.coordinator.runtime_config import RuntimeConfig
+from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.run.restart import RestartStrategy
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.job import Job
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.coordinator.storage.base import CheckpointStorage
 from twophase.integration.jobs.flights import (
     KAFKA_SINK,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from support.faults.support import EXPECTED_RECORDS, FaultResult
-from twophase.coordinator.job_lifecycle import JobState
+from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.sinks.errors import TransactionLostError
 
 

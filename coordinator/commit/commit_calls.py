@@ -1,0 +1,106 @@
+"""Commit calls: which pending transactions one commit call covers, and how calls split into lanes.
+
+The committer works on :class:`~twophase.coordinator.state.subtask_lifecycle.PendingTransaction` s and
+nothing else: a commit call is a tuple of them, every pending transaction of one sink and one
+checkpoint (:func:`commit_calls` groups them). A per-committable sink commits it with ONE
+``commit_batch`` call, which answers per transaction (issue #42 item 3); a
+:class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per checkpoint,
+idempotent through ``txn(appId, version)``) with ONE ``commit_checkpoint`` call, which answers for
+all (Flink Sink V2's global committer). Within a batch the sinks commit concurrently, one lane per
+sink (:func:`commit_lanes`); a sink's own calls run checkpoint after checkpoint, in order, and
+the sink's ``commit_batch`` decides how many of one checkpoint's transactions it commits at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from twophase.coordinator.commit.lanes import Lane, group_lanes
+from twophase.coordinator.state.subtask_lifecycle import BlockRows, PendingTransaction
+from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.errors import ConfigError
+
+AnySink = TwoPhaseCommitSink[Any, Any]
+CommitCall = Sequence[PendingTransaction[Any]]
+"""The transactions one commit call covers: every one of one sink and one checkpoint, ascending by
+partition (a tuple, or a ledger block's rows,
+:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`, whose transactions are made as the
+committer reads them: issue #42)."""
+
+
+def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
+    """Check that ``call`` is one commit call of ``sink``.
+
+    Raises:
+        ValueError: an empty call, or transactions of another sink or of several checkpoints.
+    """
+    if not call:
+        raise ValueError(f"an empty commit call for sink {sink.name!r}")
+    if {t.sink_name for t in call} != {sink.name}:
+        raise ValueError(f"commit call for sink {sink.name!r} holds transactions of other sinks")
+    if len({t.checkpoint_id for t in call}) != 1:
+        raise ValueError(f"commit call for sink {sink.name!r} spans several checkpoints")
+
+
+def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]) -> list[CommitCall]:
+    """Group pending transactions into commit calls, keeping their order.
+
+    The transactions of one (sink, checkpoint) are ONE call, placed where its first transaction
+    was, ascending by partition; so transactions given in checkpoint order yield calls in
+    checkpoint order.
+
+    Raises:
+        KeyError: a transaction of a sink not in ``sinks``.
+    """
+    out: list[list[PendingTransaction[Any]]] = []
+    groups: dict[tuple[str, int], list[PendingTransaction[Any]]] = {}
+    for t in txns:
+        if t.sink_name not in sinks:
+            raise KeyError(t.sink_name)
+        key = (t.sink_name, t.checkpoint_id)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = []
+            out.append(group)
+        group.append(t)
+    return [tuple(sorted(g, key=lambda t: (t.partition, t.attempt))) for g in out]
+
+
+def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> list[Lane[CommitCall]]:
+    """Split ``calls`` into one lane per sink (named after it), in order of first appearance,
+    keeping each sink's calls in their given order.
+
+    Every lane has parallelism 1: a sink's checkpoints commit one after another, in order, each
+    with one call; what one call commits at once is the sink's ``commit_batch``'s choice (by
+    default up to its ``commit_concurrency``).
+
+    Raises:
+        ConfigError: a sink declares ``commit_concurrency`` < 1.
+    """
+
+    def sink_of(call: CommitCall) -> str:
+        # a ledger block's rows name their sink; a tuple, its first transaction
+        return call.sink_name if isinstance(call, BlockRows) else call[0].sink_name
+
+    def parallelism(name: str) -> int:
+        sink = sinks[name]
+        if not isinstance(sink, CheckpointCommitSink):
+            sink_concurrency(sink)  # refused before anything commits, as before batches
+        return 1
+
+    return group_lanes(calls, sink_of, parallelism)
+
+
+def sink_concurrency(sink: AnySink) -> int:
+    """The sink's ``commit_concurrency``, checked.
+
+    Raises:
+        ConfigError: it is not an int ≥ 1.
+    """
+    declared = getattr(sink, "commit_concurrency", 1)
+    if not isinstance(declared, int) or declared < 1:
+        raise ConfigError(
+            f"sink {sink.name!r} declares commit_concurrency={declared!r}; it must be an int >= 1"
+        )
+    return declared
