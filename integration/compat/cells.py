@@ -286,18 +286,24 @@ GLUE_5_1 = Platform(
     ),
 )
 
-#: Dataproc on Compute Engine, image 2.2 (Debian 12): Spark 3.5 on Python 3.11 in the image's conda
-#: environment. The patch release of Spark moves with the sub-minor image (3.5.0 in the first 2.2
-#: images; 3.5.3 is taken here as a later one's: check the "2.2.x release versions" page for the
-#: image you create). As for Serverless, the image pages list no Python library versions, so the
-#: cell installs pandas and pyarrow as pip resolves them, below pandas 3 (pyspark 3.5's pandas API
-#: predates it).
-DATAPROC_2_2 = Platform(
-    "Dataproc 2.2 on Compute Engine",
-    "https://cloud.google.com/dataproc/docs/concepts/versioning/dataproc-version-clusters",
-    ("pyspark==3.5.3", "pandas<3", "pyarrow"),
-    (("python-dateutil", "botocore (boto3) requires python-dateutil<3; pandas takes the newest"),),
-)
+
+def dataproc_2_2(spark: str) -> Platform:
+    """Dataproc on Compute Engine, image 2.2 (Debian 12): Spark ``spark`` (a 3.5 patch release) on
+    Python 3.11 in the image's conda environment.
+
+    The patch release of Spark moves with the sub-minor image, and Google's "2.2.x release
+    versions" page, which names it per image, could not be read here: third-party material names
+    3.5.0 (the first 2.2 images), 3.5.1 and 3.5.3. So one cell runs each of them. As for
+    Serverless, the image pages list no Python library versions, so the cell installs pandas and
+    pyarrow as pip resolves them, below pandas 3 (pyspark 3.5's pandas API predates it).
+    """
+    return Platform(
+        "Dataproc 2.2 on Compute Engine",
+        "https://cloud.google.com/dataproc/docs/concepts/versioning/dataproc-version-clusters",
+        (f"pyspark=={spark}", "pandas<3", "pyarrow"),
+        (("python-dateutil", "botocore (boto3) requires python-dateutil<3; pandas takes the newest"),),
+    )
+
 
 #: Spark 3.5.0 (the floor: Databricks 15.4 LTS, EMR 7.0) to 4.3; every Python a Spark supports at
 #: least once (Spark 3.5 cells stop at 3.11 unless the platform installs setuptools: its pandas
@@ -321,7 +327,9 @@ CELLS: tuple[Cell, ...] = (
     Cell("3.5.2", "3.12", platform=DATABRICKS_16_4, label="databricks16.4"),
     Cell("3.5.4", "3.11", platform=GLUE_5_0, label="glue5.0"),
     Cell("3.5.6", "3.11", platform=GLUE_5_1, label="glue5.1"),
-    Cell("3.5.3", "3.11", platform=DATAPROC_2_2, label="dataproc2.2"),
+    Cell("3.5.3", "3.11", platform=dataproc_2_2("3.5.3"), label="dataproc2.2"),
+    Cell("3.5.0", "3.11", platform=dataproc_2_2("3.5.0"), label="dataproc2.2-spark3.5.0"),
+    Cell("3.5.1", "3.11", platform=dataproc_2_2("3.5.1"), label="dataproc2.2-spark3.5.1"),
 )
 
 #: The development environment's cell: what `make test` runs.

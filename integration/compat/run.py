@@ -386,6 +386,20 @@ def existing_rows(text: str) -> tuple[dict[str, str], dict[str, str]]:
     return tables
 
 
+def records_below(text: str) -> str:
+    """What an earlier COMPAT.md holds below its platform table (the sections recording earlier
+    runs: what each cell established and what it did not), as written; ``""`` when nothing."""
+    lines = text.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.startswith("| platform cell |")), None)
+    if header is None:
+        return ""
+    end = header
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    below = "\n".join(lines[end:]).strip("\n")
+    return below + "\n" if below else ""
+
+
 def _cells(n: int) -> str:
     return f"{n} cell" + ("" if n == 1 else "s")
 
@@ -425,10 +439,13 @@ def markdown(
     wall_s: float,
     load: tuple[float, float],
     earlier: tuple[dict[str, str], dict[str, str]] = ({}, {}),
+    earlier_text: str = "",
 ) -> str:
     """COMPAT.md: how it was made, then one row per cell: the Spark × Python cells, then the
     platform cells. ``earlier``: rows of an earlier COMPAT.md (:func:`existing_rows`), kept in
-    their order for the cells this run did not run; a cell that ran replaces its row."""
+    their order for the cells this run did not run; a cell that ran replaces its row.
+    ``earlier_text``: that COMPAT.md, whose records below the tables (:func:`records_below`) are
+    kept as they are."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     main_rows, platform_rows = dict(earlier[0]), dict(earlier[1])
     for r in results:
@@ -466,7 +483,8 @@ def markdown(
         "|---|---|---|---|---|---|---|---|---|---|---|",
         *platform_rows.values(),
     ]
-    return "\n".join(lines) + "\n"
+    records = records_below(earlier_text)
+    return "\n".join(lines) + "\n" + ("\n" + records if records else "")
 
 
 @click.command()
@@ -489,8 +507,8 @@ def main(cells: str, out: Path, work_dir: Path, report_only: float | None) -> No
         for r in stored:
             r.earlier = False
         load = os.getloadavg()[0]
-        before = existing_rows(out.read_text()) if out.is_file() else ({}, {})
-        out.write_text(markdown(stored, report_only * 60, (load, load), before))
+        text = out.read_text() if out.is_file() else ""
+        out.write_text(markdown(stored, report_only * 60, (load, load), existing_rows(text), text))
         sys.exit(0 if stored and all(r.ok for r in stored) else 1)
     chosen = [c for c in CELLS if not cells or c.name in cells.split(",")]
     if not chosen:
@@ -533,8 +551,8 @@ def main(cells: str, out: Path, work_dir: Path, report_only: float | None) -> No
             f"{r.seconds:.0f} s",
         )
     console.print(table)
-    before = existing_rows(out.read_text()) if out.is_file() else ({}, {})
-    out.write_text(markdown(results, wall, (load_start, os.getloadavg()[0]), before))
+    text = out.read_text() if out.is_file() else ""
+    out.write_text(markdown(results, wall, (load_start, os.getloadavg()[0]), existing_rows(text), text))
     console.print(f"compat: {len(results)} cells in {wall / 60:.1f} min; table written to {out}")
     sys.exit(0 if all(r.ok for r in results if not r.earlier) else 1)
 

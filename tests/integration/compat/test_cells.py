@@ -50,6 +50,18 @@ def test_a_partial_run_keeps_the_rows_of_the_cells_it_did_not_run() -> None:
     assert "| 9 | 0 | 0 |" in existing_rows(third)[0]["spark4.2.0-py3.11"]
 
 
+def test_a_partial_run_keeps_the_records_written_below_the_tables() -> None:
+    # a --cells run on 2026-12-03 rewrote COMPAT.md from its tables alone and dropped the sections
+    # recording earlier runs (what each cell established, and what it did not)
+    first = markdown([_result("spark4.2.0-py3.11", 11), _result("databricks15.4", 14)], 60.0, (1.0, 1.0))
+    records = "### Cells run on 2026-12-03\n\nWhat the cells established.\n"
+    earlier = first + "\n" + records
+    again = markdown([_result("databricks15.4", 13)], 60.0, (1.0, 1.0), existing_rows(earlier), earlier)
+    assert again.endswith("\n\n" + records)
+    assert "| 13 | 0 | 0 |" in existing_rows(again)[1]["databricks15.4"]
+    assert markdown([], 1.0, (1.0, 1.0), existing_rows(again), again).count(records) == 1
+
+
 def test_every_platform_cell_cites_its_documentation_and_ships_its_own_spark() -> None:
     platforms = [c for c in CELLS if c.platform is not None]
     assert {"databricks16.4", "glue5.0", "glue5.1", "dataproc2.2"} <= {c.name for c in platforms}
@@ -57,6 +69,13 @@ def test_every_platform_cell_cites_its_documentation_and_ships_its_own_spark() -
         assert cell.platform is not None
         assert cell.platform.source.startswith("https://")
         assert f"pyspark=={cell.spark}" in cell.platform.packages
+    # Dataproc 2.2's Spark patch release moves with the image: each one named for it runs
+    dataproc = {
+        c.spark
+        for c in platforms
+        if c.platform is not None and c.platform.title.startswith("Dataproc 2.2 on")
+    }
+    assert dataproc == {"3.5.0", "3.5.1", "3.5.3"}
 
 
 def test_a_platform_pin_the_install_broke_is_named_in_the_row() -> None:
