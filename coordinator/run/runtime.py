@@ -404,10 +404,11 @@ class JobRuntime:
         not durable)."""
         if self._cancel_requested.is_set() or self._abandoned:
             return
-        if self._lifecycle.state is not JobState.FAILING:
-            if not self._lifecycle.can(JobTransition.FAIL):
-                return
-            self._lifecycle.transition(JobTransition.FAIL)
+        if self._lifecycle.state is JobState.FAILING:
+            return  # failed already (the run closed when it entered FAILING): one failure, one line
+        if not self._lifecycle.can(JobTransition.FAIL):
+            return
+        self._lifecycle.transition(JobTransition.FAIL)
         log_event(log, logging.ERROR, "job failing", job=self.job_id, error=repr(error))
         if self._run is not None:
             self._run.fail(error)

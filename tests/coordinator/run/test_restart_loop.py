@@ -133,6 +133,19 @@ def test_a_refusal_met_on_an_executor_ends_the_job_at_once() -> None:
     assert h.runtime.state is JobState.FAILED and h.runtime.restarts.restarts == []
 
 
+def test_a_failure_failed_again_by_the_refusal_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The epoch's action fails the job (FAILING, logged); the refusal found in the same error
+    fails it again on its way to FAILED: one failure, one "job failing" line (a user's stderr
+    showed it twice for one refused epoch)."""
+    h, _, _ = harness(restarts=3)
+    denied = S3AccessDeniedError("s3:DeleteObject", "s3://b/p/_twophase/t/tails/1.tail", "DeleteObjects")
+    h.runtime.fail(denied)  # as the action that raised it does
+    with pytest.raises(JobRefusedError):
+        fail_over(h.runtime, denied)
+    assert [r.getMessage().split(" ")[:2] for r in caplog.records].count(["job", "failing"]) == 1
+    assert h.runtime.state is JobState.FAILED
+
+
 def test_run_with_restarts_ends_at_once_on_a_refusal() -> None:
     system = FakeExternalSystem()
     config = RuntimeConfig(restart=RestartStrategy.fixed_delay(3, 0))
