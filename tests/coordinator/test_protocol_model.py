@@ -141,6 +141,7 @@ from twophase.coordinator.metadata import CheckpointKind
 from twophase.coordinator.payload import decode_payload
 from twophase.coordinator.restart import RestartStrategy
 from twophase.coordinator.runtime_config import CleanupMode, RuntimeConfig
+from twophase.coordinator.subtask_lifecycle import SubtaskState
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
@@ -389,6 +390,23 @@ class ProtocolModel(RuleBasedStateMachine):
                     p in coord.stateful_subtasks(sink),
                     f"subtask {sink}[{p}] holds in-progress state outside the coordinator's index",
                 )
+        # #42 "first42": a subtask without a lifecycle is RUNNING; end of input (finish) and a
+        # failure, cancel or suspend (close) reach every subtask of a sink at once, so once one
+        # of a sink's subtasks left RUNNING that way, every subtask the run knows did
+        for sink in coord.sinks:
+            made = {p: lc for (s, p), lc in coord.subtasks.items() if s == sink}
+            if all(lc.state is SubtaskState.RUNNING for lc in made.values()):
+                continue
+            running = sorted(
+                p
+                for p in coord.known_partitions(sink)
+                if p not in made or made[p].state is SubtaskState.RUNNING
+            )
+            self.check(
+                not running,
+                f"sink {sink}: subtasks {running[:5]} still RUNNING beside others that finished or "
+                f"closed ({sorted({lc.state.value for lc in made.values()})})",
+            )
         # the transactions' ledger (support.model_ledger): columns and lifecycles agree, and no
         # row's status goes back (a COMMITTING row never returns to PERSISTED)
         if not hasattr(self, "ledger_watch"):
