@@ -41,8 +41,9 @@ time; the other rows are the ``rounds`` steady epochs after it. Each step's ``pe
 the RSS rose above its value at the step's start (the kernel's high-water mark, reset before each
 step), and ``rss_mb`` the RSS after it; ``driver memory`` is the driver's after the epochs and
 their commits (resident, anonymous and file-backed, pyarrow's pool) with ``hwm_mb`` its peak over
-them, ``driver memory at start`` the same after the restore that opened the run. Storage: a local
-directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``);
+them, ``driver memory at start`` the same after the restore that opened the run, and
+``driver memory released`` after the epochs once the allocators returned what they keep freed.
+Storage: a local directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``);
 ``TWOPHASE_BENCH_BACKENDS=local`` (or ``s3``) runs one of them. Also 100 epochs at 10³ × 3 with
 the default retention: what is stored at the end, and the metadata bytes of the 1st and the 100th
 checkpoint (``TWOPHASE_BENCH_NO_HISTORY=1`` skips it). Each size's rows go to stderr as it ends.
@@ -62,6 +63,7 @@ rounds; ``TWOPHASE_BENCH_SIZES=100,1000`` the sizes).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import itertools
 import json
@@ -500,7 +502,9 @@ def bench_size(
         published checkpoint's ``_metadata`` for ``publish`` and ``load``); the first epoch's
         steps as ``"first <step>"``; ``"driver memory"``: :func:`memory_row` after the epochs
         and their commits (``hwm_mb`` the peak over them), ``"driver memory at start"`` after the
-        restore that opened the run.
+        restore that opened the run; ``"driver memory released"``: the same once pyarrow's pool
+        and the C allocator returned the freed memory they keep (``release_unused``,
+        ``malloc_trim``): what the driver's state holds.
     """
     sinks = make_sinks()
     samples = Samples()
@@ -555,6 +559,12 @@ def bench_size(
         memory = memory_row()
         memory["hwm_mb"] = round(max(meter.hwm_mb, memory["hwm_mb"]), 1)
         out["driver memory"] = memory
+        # what of it is live: the freed memory pyarrow's pool and the C allocator keep, returned
+        # (after the measurements above: the next epoch would fault it in again)
+        pa.default_memory_pool().release_unused()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        out["driver memory released"] = memory_row()
         if trace:
             for line in tracemalloc_top(trace):
                 print(f"tracemalloc {n:,}: {line}", file=sys.stderr, flush=True)
