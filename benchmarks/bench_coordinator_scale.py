@@ -7,7 +7,10 @@ Executors are simulated: each epoch's acknowledgements are built before the cloc
 payloads the real connectors' codecs produce (``KafkaCommittable``, ``S3Committable``,
 ``DeltaCommittable``, one per subtask). The sinks are the connectors' codecs over no-op services:
 commit answers COMMITTED, verification and lingering cleanup find nothing, so what is timed is
-coordinator work, not services.
+coordinator work, not services. The simulated executors run in a child process and hand each
+epoch's acknowledgement table over as an Arrow IPC file, read into the driver's memory before the
+epoch's clock starts (issue #42): the measured process holds what a real driver holds (the table
+Spark's collection hands it, its own state), not the executors' objects.
 
 Steps (wall-clock ms, median of the rounds with min-max; ``cpu_ms`` the driver process's CPU time
 over the step, user and system, all threads; memory as the driver's RSS):
@@ -33,9 +36,14 @@ over the step, user and system, all threads; memory as the driver's RSS):
   re-commit, lingering cleanup); ``load`` is each read and parse of a ``_metadata`` inside it
   (once per retained checkpoint; twice for the newest before issue #29 item 3's "restore once").
 
-Each step's ``peak_mb`` is how far the RSS rose above its value at the step's start (the kernel's
-high-water mark, reset before each step), and ``rss_mb`` the RSS after it. Storage: a local
-directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``);
+A run's first epoch is reported apart (``first <step>``): it meets every subtask for the first
+time; the other rows are the ``rounds`` steady epochs after it. Each step's ``peak_mb`` is how far
+the RSS rose above its value at the step's start (the kernel's high-water mark, reset before each
+step), and ``rss_mb`` the RSS after it; ``driver memory`` is the driver's after the epochs and
+their commits (resident, anonymous and file-backed, pyarrow's pool) with ``hwm_mb`` its peak over
+them, ``driver memory at start`` the same after the restore that opened the run, and
+``driver memory released`` after the epochs once the allocators returned what they keep freed.
+Storage: a local directory (``$TWOPHASE_BENCH_DIR`` or the temp dir) and MinIO (``s3_service()``);
 ``TWOPHASE_BENCH_BACKENDS=local`` (or ``s3``) runs one of them. Also 100 epochs at 10³ × 3 with
 the default retention: what is stored at the end, and the metadata bytes of the 1st and the 100th
 checkpoint (``TWOPHASE_BENCH_NO_HISTORY=1`` skips it). Each size's rows go to stderr as it ends.
@@ -55,14 +63,17 @@ rounds; ``TWOPHASE_BENCH_SIZES=100,1000`` the sizes).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import itertools
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -252,6 +263,42 @@ class Executors:
         )
 
 
+def ack_file(directory: Path, cid: int) -> Path:
+    """Where :func:`write_ack_files` puts checkpoint ``cid``'s acknowledgement table."""
+    return directory / f"acks-{cid}.arrow"
+
+
+def write_ack_files(n: int, directory: Path, cids: Sequence[int]) -> None:
+    """The simulated executors' side of an epoch, run in a child process (``python
+    bench_coordinator_scale.py acks <n> <dir> <cid>...``): each checkpoint's acknowledgement table
+    (:meth:`Executors.table`, its batches as Spark hands them) written as an Arrow IPC file, so
+    that what the executors build (a template per subtask, an acknowledgement object per row) is
+    never in the measured driver's memory (issue #42: it was 1.6 GB of a 2.6 GB RSS)."""
+    executors = Executors(make_sinks(), n)
+    for cid in cids:
+        table = executors.table(cid)
+        with pa.OSFile(str(ack_file(directory, cid)), "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)  # batch by batch, as built: the chunks the runtime receives
+
+
+def ack_tables_from_child(n: int, directory: Path, cids: Sequence[int]) -> None:
+    """:func:`write_ack_files` in a child process (this interpreter, this file, the same
+    ``PYTHONPATH``: the side's own ``twophase``)."""
+    subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "acks", str(n), str(directory), *map(str, cids)],
+        check=True,
+    )
+
+
+def read_ack_file(path: Path) -> pa.Table:
+    """The table of one epoch's acknowledgements, read into the driver's memory (not mapped: as
+    Spark's collection hands the driver its table), the file removed."""
+    with pa.OSFile(str(path)) as f:
+        table = pa.ipc.open_file(f).read_all()
+    path.unlink()
+    return table
+
+
 # -- measuring ------------------------------------------------------------------------------------
 
 
@@ -273,6 +320,33 @@ def rss_mb() -> float:
     return _status_kb("VmRSS") / 1024
 
 
+def memory_row() -> dict[str, Any]:
+    """The driver process's memory now, MB: resident (``rss_mb``: anonymous and file-backed),
+    its high-water mark since the last reset (``hwm_mb``), and what of it pyarrow's pool holds
+    (``arrow_mb``: ``total_allocated_bytes``, the ledger's and tables' columns)."""
+    return {
+        "rss_mb": round(rss_mb(), 1),
+        "hwm_mb": round(_status_kb("VmHWM") / 1024, 1),
+        "rss_anon_mb": round(_status_kb("RssAnon") / 1024, 1),
+        "rss_file_mb": round(_status_kb("RssFile") / 1024, 1),
+        "arrow_mb": round(pa.total_allocated_bytes() / 2**20, 1),
+        "arrow_pool": pa.default_memory_pool().backend_name,
+    }
+
+
+def tracemalloc_top(limit: int) -> list[str]:
+    """The ``limit`` source lines holding the most Python memory now (tracemalloc running),
+    with their MB and block counts: where the interpreter's part of the RSS is."""
+    stats = tracemalloc.take_snapshot().statistics("lineno")
+    total = sum(st.size for st in stats)
+    out = [f"python total {total / 2**20:.1f} MB in {sum(st.count for st in stats):,} blocks"]
+    for st in stats[:limit]:
+        frame = st.traceback[0]
+        where = f"{Path(frame.filename).parent.name}/{Path(frame.filename).name}:{frame.lineno}"
+        out.append(f"{st.size / 2**20:8.1f} MB {st.count:>9,} blocks  {where}")
+    return out
+
+
 @dataclass
 class Samples:
     """Per step: times (ms), CPU time of the process (ms), RSS rises (MB), RSS after (MB)."""
@@ -290,6 +364,13 @@ class Samples:
         self.peak.setdefault(step, []).append(peak_mb)
         self.rss.setdefault(step, []).append(rss)
 
+    def set_aside(self, prefix: str) -> None:
+        """Every step sampled so far becomes ``prefix + step`` (the first epoch, apart from the
+        steady ones that follow)."""
+        for kind in (self.ms, self.cpu_ms, self.peak, self.rss):
+            for step in [k for k in kind if not k.startswith(prefix)]:
+                kind.setdefault(prefix + step, []).extend(kind.pop(step))
+
 
 class Meter:
     """Times steps (ms) and the RSS rise during each (MB) into :class:`Samples`; nested steps
@@ -302,6 +383,9 @@ class Meter:
         """Time spent by the meter itself (collecting garbage before each step), s."""
         self.overhead_cpu_s = 0.0
         """CPU time spent by the meter itself, s (under load it is far below the wall time)."""
+        self.hwm_mb = 0.0
+        """The highest resident set size seen at the end of any step, MB (the kernel's high-water
+        mark, reset before each step: the run's peak over its measured steps)."""
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -323,7 +407,9 @@ class Meter:
             ms = (time.perf_counter() - start) * 1000.0
             cpu_ms = (time.process_time() - cpu) * 1000.0
             self.depth -= 1
-            peak = _status_kb("VmHWM") / 1024 - before if outer else float("nan")
+            hwm = _status_kb("VmHWM") / 1024
+            self.hwm_mb = max(self.hwm_mb, hwm)
+            peak = hwm - before if outer else float("nan")
             self.samples.add(name, ms, peak, rss_mb(), cpu_ms)
 
     def wrap(self, name: str, fn: Callable[..., T]) -> Callable[..., T]:
@@ -394,45 +480,95 @@ def instrument(rt: JobRuntime, meter: Meter) -> None:
     )
 
 
+FIRST = "first "
+"""The prefix of the first epoch's steps: a run's first epoch is reported apart from the steady
+epochs after it (it meets every subtask for the first time; issue #42)."""
+
+
 def bench_size(
     n: int, rounds: int, make_storage: Callable[[], CheckpointStorage], size_of: Callable[[str], int]
 ) -> dict[str, dict[str, Any]]:
-    """``rounds`` epochs then ``rounds`` restores at ``n`` subtasks × 3 sinks on fresh storage.
+    """A run's first epoch, then ``rounds`` steady epochs, then ``rounds`` restores at ``n``
+    subtasks × 3 sinks on fresh storage. Each epoch's acknowledgement table is built by the
+    simulated executors in a child process (:func:`write_ack_files`) and read from its Arrow IPC
+    file before the epoch's clock starts, so the driver's memory holds what a real driver's
+    does: the table Spark's collection hands it, and its own state.
+
+    ``TWOPHASE_BENCH_TRACEMALLOC=<k>`` traces Python's allocations over the epochs and prints the
+    ``k`` source lines holding the most after them (to stderr; its times are not the run's).
 
     Returns:
         step → ``{"median_ms", "min_ms", "max_ms", "n", "cpu_ms", "peak_mb", "rss_mb", "bytes"}`` (bytes: the
-        published checkpoint's ``_metadata`` for ``publish`` and ``load``).
+        published checkpoint's ``_metadata`` for ``publish`` and ``load``); the first epoch's
+        steps as ``"first <step>"``; ``"driver memory"``: :func:`memory_row` after the epochs
+        and their commits (``hwm_mb`` the peak over them), ``"driver memory at start"`` after the
+        restore that opened the run; ``"driver memory released"``: the same once pyarrow's pool
+        and the C allocator returned the freed memory they keep (``release_unused``,
+        ``malloc_trim``): what the driver's state holds.
     """
     sinks = make_sinks()
-    executors = Executors(sinks, n)
     samples = Samples()
     meter = Meter(samples)
     storage = MeteredStorage(make_storage(), meter, size_of)
     config = RuntimeConfig(abort_lingering_each_epoch=True)
+    trace = int(os.environ.get("TWOPHASE_BENCH_TRACEMALLOC", "0"))
     rt = JobRuntime(JOB_ID, sinks, storage, config)
     rt.restore()
     instrument(rt, meter)
-    for r in range(rounds):
-        acks = executors.table(rt.coordinator.next_checkpoint_id)
-        position = {"engine": "spark", "query_id": "6a1f0c9e-5d2b-4f7a-9e61-0b3c2d1e4f50", "batch_id": r}
-        started, cpu_started, thread_started = time.perf_counter(), time.process_time(), time.thread_time()
-        overhead, overhead_cpu = meter.overhead_s, meter.overhead_cpu_s
-        with meter.step("trigger"):
-            epoch = rt.begin_epoch(n, position)
-        with meter.step("acknowledge"):
-            epoch.acknowledge_table(acks)
-        rt.complete_epoch(epoch)  # verify, build, publish, commit, lingering, retention: measured inside
-        # the meter's own gc left out: its wall time from the wall, its CPU time from the CPU
-        wall_s = time.perf_counter() - started - (meter.overhead_s - overhead)
-        cpu_s = time.process_time() - cpu_started - (meter.overhead_cpu_s - overhead_cpu)
-        driver_s = time.thread_time() - thread_started - (meter.overhead_cpu_s - overhead_cpu)
-        with meter.step("drain"):  # what the committer thread still had to do (asynchronous commit)
-            rt.await_commits()
-        all_cpu_s = time.process_time() - cpu_started - (meter.overhead_cpu_s - overhead_cpu)
-        samples.add("epoch+drain", float("nan"), float("nan"), rss_mb(), all_cpu_s * 1000.0)
-        samples.add("epoch", wall_s * 1000.0, float("nan"), rss_mb(), cpu_s * 1000.0)
-        samples.add("epoch driver thread", float("nan"), float("nan"), rss_mb(), driver_s * 1000.0)
-        del acks, epoch
+    out: dict[str, dict[str, Any]] = {}
+    first_cid = rt.coordinator.next_checkpoint_id
+    with tempfile.TemporaryDirectory(
+        prefix="twophase-acks-", dir=os.environ.get("TWOPHASE_BENCH_DIR")
+    ) as tmp:
+        ack_tables_from_child(n, Path(tmp), range(first_cid, first_cid + rounds + 1))
+        gc.collect()
+        _reset_peak()
+        out["driver memory at start"] = memory_row()
+        if trace:
+            tracemalloc.start()
+        for r in range(rounds + 1):
+            acks = read_ack_file(ack_file(Path(tmp), rt.coordinator.next_checkpoint_id))
+            position = {"engine": "spark", "query_id": "6a1f0c9e-5d2b-4f7a-9e61-0b3c2d1e4f50", "batch_id": r}
+            started, cpu_started, thread_started = (
+                time.perf_counter(),
+                time.process_time(),
+                time.thread_time(),
+            )
+            overhead, overhead_cpu = meter.overhead_s, meter.overhead_cpu_s
+            with meter.step("trigger"):
+                epoch = rt.begin_epoch(n, position)
+            with meter.step("acknowledge"):
+                epoch.acknowledge_table(acks)
+            rt.complete_epoch(epoch)  # verify, build, publish, commit, lingering, retention: measured inside
+            # the meter's own gc left out: its wall time from the wall, its CPU time from the CPU
+            wall_s = time.perf_counter() - started - (meter.overhead_s - overhead)
+            cpu_s = time.process_time() - cpu_started - (meter.overhead_cpu_s - overhead_cpu)
+            driver_s = time.thread_time() - thread_started - (meter.overhead_cpu_s - overhead_cpu)
+            with meter.step("drain"):  # what the committer thread still had to do (asynchronous commit)
+                rt.await_commits()
+            all_cpu_s = time.process_time() - cpu_started - (meter.overhead_cpu_s - overhead_cpu)
+            samples.add("epoch+drain", float("nan"), float("nan"), rss_mb(), all_cpu_s * 1000.0)
+            samples.add("epoch", wall_s * 1000.0, float("nan"), rss_mb(), cpu_s * 1000.0)
+            samples.add("epoch driver thread", float("nan"), float("nan"), rss_mb(), driver_s * 1000.0)
+            del acks, epoch
+            if r == 0:
+                samples.set_aside(FIRST)
+        gc.collect()
+        # what the driver keeps after the epochs; its peak over them (the meter resets the
+        # high-water mark before each step and reads it after)
+        memory = memory_row()
+        memory["hwm_mb"] = round(max(meter.hwm_mb, memory["hwm_mb"]), 1)
+        out["driver memory"] = memory
+        # what of it is live: the freed memory pyarrow's pool and the C allocator keep, returned
+        # (after the measurements above: the next epoch would fault it in again)
+        pa.default_memory_pool().release_unused()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        out["driver memory released"] = memory_row()
+        if trace:
+            for line in tracemalloc_top(trace):
+                print(f"tracemalloc {n:,}: {line}", file=sys.stderr, flush=True)
+            tracemalloc.stop()
     rt.close()
     del rt
     for _ in range(rounds):
@@ -443,8 +579,8 @@ def bench_size(
             raise AssertionError(f"restore re-committed {result.recommitted}, not 0 or {3 * n}")
         restored.close()
         del restored
-    out: dict[str, dict[str, Any]] = {}
-    for step in (*STEPS, "epoch", "epoch driver thread", "drain", "epoch+drain", "load", "restore"):
+    steady = (*STEPS, "epoch", "epoch driver thread", "drain", "epoch+drain", "load", "restore")
+    for step in (*steady, *(FIRST + s for s in (*STEPS, "epoch", "epoch driver thread", "drain"))):
         ms = samples.ms.get(step)
         if not ms:
             continue
@@ -804,6 +940,9 @@ def run() -> dict[str, object]:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["acks"]:  # the simulated executors' child process (ack_tables_from_child)
+        write_ack_files(int(sys.argv[2]), Path(sys.argv[3]), [int(c) for c in sys.argv[4:]])
+        sys.exit(0)
     from benchmarks.run import print_result
 
     print_result("coordinator_scale", run())

@@ -97,6 +97,42 @@ def codec_header(sink: AnySink) -> ack_table.CodecHeader | None:
     return ack_table.CodecHeader(codec.kind, codec.readable_versions)
 
 
+class ExpectedSubtasks(Set[SubtaskKey]):
+    """The (sink, partition) pairs of ``parts_of`` (sink → its partitions) as a read-only set,
+    without a tuple per pair (issue #42: a frozenset of them made 3·10⁵ tuples at a run's first
+    trigger at 10⁵ × 3): membership is a lookup in the sink's own partition set, the size a sum;
+    iterating makes the pairs as it goes, and set operations give frozensets.
+
+    Args:
+        parts_of: sink → its partitions (kept; never changed afterwards: the coordinator's own).
+    """
+
+    __slots__ = ("_len", "_parts")
+
+    def __init__(self, parts_of: Mapping[str, frozenset[int]]) -> None:
+        self._parts = parts_of
+        self._len = sum(map(len, parts_of.values()))
+
+    @classmethod
+    def _from_iterable(cls, it: Iterable[Any]) -> frozenset[Any]:
+        return frozenset(it)
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, tuple) or len(key) != 2:
+            return False
+        parts = self._parts.get(key[0])
+        return parts is not None and key[1] in parts
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[SubtaskKey]:
+        return ((name, p) for name, parts in self._parts.items() for p in parts)
+
+    def __repr__(self) -> str:
+        return f"ExpectedSubtasks({ {name: len(parts) for name, parts in self._parts.items()} })"
+
+
 @dataclass(frozen=True)
 class TableIntake:
     """What :meth:`CheckpointCoordinator.acknowledge_table` did with one table of acknowledgements.
@@ -175,9 +211,20 @@ class CheckpointCoordinator:
         committables would stay in memory for the run's life, a checkpoint's worth per epoch)."""
         self._completed_ids: set[int] = set()
         self._subtasks: dict[SubtaskKey, SubtaskLifecycle[Any]] = {}
+        """The lifecycles made: only the subtasks that need one (issue #42): the exceptions (one
+        that left RUNNING or was acknowledged one by one), those that ever held in-progress state
+        (restored with one, or an acknowledgement carried one), and those asked for
+        (:meth:`subtask`). Every other known subtask (:attr:`_known`) has none: it is RUNNING,
+        holds no state, and its transactions are rows of its sink's ledger, exactly what a
+        lifecycle made for it would hold, so one is made only when something asks."""
         self._by_sink: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
         """The same lifecycles per sink (partition → lifecycle): a pass over one sink's subtasks
         need not visit every sink's."""
+        self._known: dict[str, set[int]] = {name: set() for name in self.sinks}
+        """Per sink, every partition a trigger named, a restore held state for, or :meth:`subtask`
+        made (a superset of ``_by_sink``'s keys; never shrinks): the subtasks of the run, with a
+        lifecycle or without (issue #42: a run's first trigger made one per subtask, ~1.3 s of
+        the driver thread at 10⁵ × 3; it now adds the partitions to this set, a C-level union)."""
         self._stateful: dict[str, dict[int, SubtaskLifecycle[Any]]] = {name: {} for name in self.sinks}
         """Per sink, the subtasks that ever held in-progress state (restored with one, or an
         acknowledgement carried one): the only ones a pass over in-progress state visits, since
@@ -185,7 +232,7 @@ class CheckpointCoordinator:
         self._ledgers: dict[str, SinkLedger] = {name: SinkLedger(name) for name in self.sinks}
         """Per sink, the pending transactions of its RUNNING subtasks as columns (issue #42): the
         common path's transitions are one step per sink there, not a call per subtask."""
-        self._expected_cache: tuple[dict[str, frozenset[int]], frozenset[SubtaskKey], pa.Table] | None = None
+        self._expected_cache: tuple[dict[str, frozenset[int]], ExpectedSubtasks, pa.Table] | None = None
         self.fully_finished: set[str] = set()
         self.parallelism: dict[str, int] = {}
         self.restored = restored
@@ -203,6 +250,7 @@ class CheckpointCoordinator:
                         name, p, state, restored.checkpoint_id, ledger=self._ledgers[name]
                     )
                     self._subtasks[(name, p)] = self._by_sink[name][p] = lc
+                    self._known[name].add(p)
                     if state is not None:
                         self._stateful[name][p] = lc
 
@@ -212,7 +260,9 @@ class CheckpointCoordinator:
     # -- subtasks ---------------------------------------------------------------------------------
 
     def subtask(self, sink: str, partition: int) -> SubtaskLifecycle[Any]:
-        """The lifecycle of (sink, partition), created RUNNING on first use.
+        """The lifecycle of (sink, partition), made on first use: a known subtask without one is
+        RUNNING on its sink's ledger (see :attr:`_subtasks`), so it is made so, holding nothing
+        itself (its rows stay the ledger's until it leaves RUNNING); an unknown one becomes known.
 
         Raises:
             ConfigError: unknown sink.
@@ -224,7 +274,26 @@ class CheckpointCoordinator:
         if lc is None:
             lc = SubtaskLifecycle(sink, partition, ledger=self._ledgers[sink])
             self._subtasks[key] = self._by_sink[sink][partition] = lc
+            self._known[sink].add(partition)
         return lc
+
+    def known_partitions(self, sink: str) -> Set[int]:
+        """Every partition of ``sink`` this run knows (triggered, restored with state, or made by
+        :meth:`subtask`), with a lifecycle or without one (no order; do not change it)."""
+        return self._known.get(sink, frozenset())
+
+    def lifecycles_of(self, sink: str) -> dict[int, SubtaskLifecycle[Any]]:
+        """Partition → lifecycle of every known subtask of ``sink``, ascending by partition, each
+        made now where it has none (:meth:`subtask`): for the paths that change every subtask's
+        state one by one (end of input, close), never an epoch's.
+
+        Raises:
+            ConfigError: unknown sink.
+        """
+        by_sink = self._by_sink.get(sink, {})
+        for p in self.known_partitions(sink) - by_sink.keys():
+            self.subtask(sink, p)
+        return {p: by_sink[p] for p in sorted(by_sink)}
 
     def _visited(self, sink: str) -> list[SubtaskLifecycle[Any]]:
         """``sink``'s lifecycles a transition calls one by one, ascending by partition: the
@@ -237,7 +306,8 @@ class CheckpointCoordinator:
 
     @property
     def subtasks(self) -> Mapping[SubtaskKey, SubtaskLifecycle[Any]]:
-        """Every known subtask lifecycle."""
+        """The subtask lifecycles made (see :attr:`_subtasks`; :meth:`known_partitions` names
+        every subtask, :meth:`lifecycles_of` makes a sink's all)."""
         return self._subtasks
 
     def live_sinks(self) -> list[str]:
@@ -302,15 +372,17 @@ class CheckpointCoordinator:
                 "trigger",
             )
         parts_of = self._participants_of(participants)
-        # the previous trigger's own participants: their lifecycles exist (none is ever dropped),
-        # so no set difference per sink over every subtask (issue #42: 10⁵ × 3 each epoch)
+        # the previous trigger's own participants are known already (none is ever dropped), so
+        # no set operation per sink over every subtask (issue #42: 10⁵ × 3 each epoch); a new
+        # participant is only named known, no lifecycle is made (a RUNNING subtask on the ledger)
         repeated = self._expected_cache is not None and parts_of is self._expected_cache[0]
         for name, parts in parts_of.items():
             if name in self.fully_finished and parts:
                 raise IllegalTransitionError(f"sink {name}", "FULLY_FINISHED", "trigger with participants")
-            known = self._by_sink.get(name, {})
-            for p in () if repeated else parts - known.keys() if len(known) else parts:
-                self.subtask(name, p)
+            if parts and name not in self.sinks:
+                raise ConfigError(f"unknown sink {name!r}; the job's sinks are {sorted(self.sinks)}")
+            if not repeated and parts:
+                self._known[name] |= parts
             # a subtask on the ledger is RUNNING: only the exceptions can be FINISHED or CLOSED
             exceptional = self._ledgers[name].exceptional if name in self._ledgers else {}
             for p in parts & exceptional.keys():
@@ -330,7 +402,7 @@ class CheckpointCoordinator:
             checkpoint_id=cid,
             kind=kind,
             triggered_ms=self.clock(),
-            expected=frozenset(expected),
+            expected=expected,
             num_partitions=dict(self.parallelism),
             source_position=dict(source_position) if source_position is not None else None,
             end_of_input=end_of_input,
@@ -342,16 +414,18 @@ class CheckpointCoordinator:
         )
         return pc
 
-    def _expected_of(self, parts_of: Mapping[str, frozenset[int]]) -> tuple[frozenset[SubtaskKey], pa.Table]:
+    def _expected_of(self, parts_of: Mapping[str, frozenset[int]]) -> tuple[ExpectedSubtasks, pa.Table]:
         """The expected (sink, partition) set of ``parts_of`` and its table, kept for the next
         trigger with the same participants (an epoch's are its predecessor's unless the
-        parallelism or the live sinks changed): built once, not per epoch (issue #42)."""
+        parallelism or the live sinks changed): built once, not per epoch, and no tuple per
+        subtask (issue #42)."""
         cached = self._expected_cache
         if cached is not None and cached[0] == parts_of:
             return cached[1], cached[2]
-        expected = frozenset((name, p) for name, parts in parts_of.items() for p in parts)
+        parts_of = dict(parts_of)
+        expected = ExpectedSubtasks(parts_of)
         keys = ack_table.key_table_of(parts_of)  # per sink, not a Python pass per subtask
-        self._expected_cache = (dict(parts_of), expected, keys)
+        self._expected_cache = (parts_of, expected, keys)
         return expected, keys
 
     def _participants_of(self, participants: Mapping[str, Iterable[int]]) -> dict[str, frozenset[int]]:
@@ -581,8 +655,12 @@ class CheckpointCoordinator:
     # -- complete / notify / abort ----------------------------------------------------------------
 
     def _is_fully_finished(self, sink: str) -> bool:
-        lcs = self._by_sink.get(sink, {}).values()
-        return bool(lcs) and all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs)
+        lcs = self._by_sink.get(sink, {})
+        known = self._known.get(sink, ())
+        # a known subtask without a lifecycle is RUNNING (lifecycles ⊆ known: equal sizes, equal sets)
+        if not known or len(lcs) < len(known):
+            return False
+        return all(lc.state is SubtaskState.FINISHED and not lc.pending for lc in lcs.values())
 
     def build_metadata(self, pc: PendingCheckpoint) -> tuple[CheckpointMetadata, dict[str, Sequence[Any]]]:
         """The metadata ``pc`` would publish now, and per sink its committables, decoded on access (as
@@ -813,7 +891,7 @@ class CheckpointCoordinator:
         with collector.paused():
             # a block's rows leave by range (one status recode per call); the rest, one by one
             for t in confirm_calls(confirmed):
-                self._subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+                self.subtask(t.sink_name, t.partition).commit_confirmed(t)
             if confirmed:
                 for ledger in self._ledgers.values():
                     ledger.compact()
@@ -873,6 +951,8 @@ class CheckpointCoordinator:
         before = self.committer.metrics.aborted
         if self._pending:
             self.abort_checkpoint(min(self._pending), reason)
+        for name in self.sinks:  # every known subtask closes: those without a lifecycle get one
+            self.lifecycles_of(name)
         for _, lc in sorted(self._subtasks.items()):
             if lc.state.is_live:
                 for t in lc.close().abort:

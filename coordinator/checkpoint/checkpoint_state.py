@@ -196,7 +196,7 @@ class PendingCheckpoint:
     checkpoint_id: int
     kind: CheckpointKind
     triggered_ms: int
-    expected: frozenset[SubtaskKey]
+    expected: Set[SubtaskKey]
     num_partitions: Mapping[str, int]
     source_position: JsonObject | None = None
     end_of_input: bool = False
@@ -329,7 +329,7 @@ class PendingCheckpoint:
         """Expected acknowledgements not yet received (read from the ledger's columns)."""
         if self.ledger.rows == len(self.expected):
             return frozenset()
-        return self.expected - self.ledger.keys()
+        return frozenset(self.expected - self.ledger.keys())
 
     @property
     def is_fully_acknowledged(self) -> bool:

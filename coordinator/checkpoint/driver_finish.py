@@ -76,8 +76,8 @@ def finish_subtasks(
         parts = list(partitions) if partitions is not None else range(coord.parallelism.get(name, 0))
         for p in parts:
             coord.subtask(name, p)
-        for (s, _), lc in sorted(coord.subtasks.items()):
-            if s == name and lc.state is SubtaskState.RUNNING:
+        for lc in coord.lifecycles_of(name).values():  # every known subtask, ascending
+            if lc.state is SubtaskState.RUNNING:
                 lc.finish(coord.last_triggered_id)
                 n += 1
     return n

@@ -106,7 +106,7 @@ def commit_durable(
     finally:  # confirmed here, on one thread: a subtask's pending list is not thread-safe
         for call in done:
             for t in call:
-                coord.subtasks[(t.sink_name, t.partition)].commit_confirmed(t)
+                coord.subtask(t.sink_name, t.partition).commit_confirmed(t)
 
 
 def delete_checkpoints(

@@ -18,6 +18,7 @@ from twophase.coordinator.checkpoint.checkpoint_coordinator import CheckpointCoo
 from twophase.coordinator.checkpoint.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.checkpoint.driver_fence import DriverFence
 from twophase.coordinator.run.lingering import ALL_CHECKPOINTS, HeldForCleanup, held_of
+from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.state.metrics import SinkMetricsRecorder
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
@@ -64,7 +65,12 @@ class LingeringCleanup:
             self._restore_held = {}
 
     def held(
-        self, sink: AnySink, coord: CheckpointCoordinator | None, extra: str | None = None
+        self,
+        sink: AnySink,
+        coord: CheckpointCoordinator | None,
+        extra: str | None = None,
+        *,
+        retained: Sequence[tuple[str, CheckpointMetadata]] | None = None,
     ) -> HeldForCleanup[Any]:
         """What ``abort_lingering`` must keep for ``sink``: retained checkpoints (plus the one
         remembered at location ``extra``, e.g. a savepoint restored from elsewhere), what the run's
@@ -72,14 +78,16 @@ class LingeringCleanup:
         (:func:`~twophase.coordinator.run.lingering.held_of`). Committables are told apart by payload
         bytes and each is made only when the sink reads it, from where it is already made: the
         metadata cache for checkpoints, the coordinator's pending transactions for this run's.
+        ``retained``: the sweep's one listing of the retained checkpoints (``retained_at(extra)``
+        of the metadata cache), listed now if not given.
 
         Raises:
             CorruptCheckpointError: a retained checkpoint is unreadable.
         """
         cache = self._checkpoints.cache
-        checkpoints = [
-            (meta, cache.committables(location, sink)) for location, meta in cache.retained_at(extra)
-        ]
+        if retained is None:
+            retained = cache.retained_at(extra)
+        checkpoints = [(meta, cache.committables(location, sink)) for location, meta in retained]
         pending: Callable[[], Sequence[Any]] | Sequence[Any] = ()
         live_in_progress: list[JsonObject] = []
         parallelism = 0
@@ -107,28 +115,70 @@ class LingeringCleanup:
         routine: bool = False,
     ) -> int:
         """``sink.abort_lingering`` for checkpoints ≤ ``up_to`` with everything held (see
-        :meth:`held`); returns how many it aborted. ``routine``: the cleanup after an epoch of a
-        running job, which a sink may put off (:class:`~twophase.sinks.context.LingeringScope`).
+        :meth:`held`); returns how many it aborted: :meth:`sweep` of the one sink.
 
         Raises:
             DriverFencedError: a newer driver claimed the job.
             Whatever the sink's ``abort_lingering`` raises, and the errors of :meth:`held`.
         """
+        return self.sweep([sink], up_to, coord, extra=extra, routine=routine)[sink.name]
+
+    def sweep(
+        self,
+        sinks: Sequence[AnySink],
+        up_to: int,
+        coord: CheckpointCoordinator | None,
+        *,
+        extra: str | None = None,
+        routine: bool = False,
+    ) -> dict[str, int]:
+        """``abort_lingering`` for checkpoints ≤ ``up_to`` of each of ``sinks`` in turn, with
+        everything held (see :meth:`held`); returns sink name → how many it aborted. ``routine``:
+        the cleanup after an epoch of a running job, which a sink may put off
+        (:class:`~twophase.sinks.context.LingeringScope`).
+
+        What the sinks share is read once for the sweep, not once per sink (issue #42: the
+        driver epochs and the retained checkpoints were listed once per sink, 187 ms of a 10⁵ × 3
+        epoch): the driver fence is checked once, before the first sink's cleanup, and the
+        retained checkpoints are listed once, after that check. Why a stale driver is still
+        fenced (DESIGN.md §12, "One driver at a time"): a driver whose newer claim is visible
+        when the sweep starts aborts nothing; a claim made after the check was never closed out by
+        a check per sink either (a check and the cleanup after it are two steps), it only had one
+        sink's cleanup to land in rather than the sweep's, and the sweep runs on the driver
+        thread, which publishes nothing meanwhile, so the one listing is what each sink's own
+        would have read unless another driver publishes during the sweep, the same race as
+        before, and the restore reports what it lost by name, never a duplicate.
+
+        Raises:
+            DriverFencedError: a newer driver claimed the job (nothing aborted).
+            Whatever a sink's ``abort_lingering`` raises (the sinks after it are not swept), and
+            the errors of :meth:`held`.
+        """
+        if not sinks:
+            return {}
         if self._fence is not None:
-            self._fence.check(f"aborting lingering transactions of sink {sink.name!r}")
-        scope = self.held(sink, coord, extra).scope(self.job_id, sink.name, up_to, routine=routine)
-        n = sink.abort_lingering(scope)
+            names = ", ".join(repr(s.name) for s in sinks)
+            self._fence.check(
+                f"aborting lingering transactions of sink{'s' if len(sinks) > 1 else ''} {names}"
+            )
+        retained = self._checkpoints.cache.retained_at(extra)
         last_meta = self._checkpoints.last
         last = last_meta.checkpoint_id if last_meta is not None else 0
-        self._sink_metrics.lingering(sink.name, min(up_to, last) if up_to < ALL_CHECKPOINTS else last, n)
-        if n:
-            log_event(
-                log,
-                logging.INFO,
-                "lingering transactions aborted",
-                job=self.job_id,
-                sink=sink.name,
-                count=n,
-                up_to_checkpoint=up_to,
+        out: dict[str, int] = {}
+        for sink in sinks:
+            held = self.held(sink, coord, extra, retained=retained)
+            n = out[sink.name] = sink.abort_lingering(
+                held.scope(self.job_id, sink.name, up_to, routine=routine)
             )
-        return n
+            self._sink_metrics.lingering(sink.name, min(up_to, last) if up_to < ALL_CHECKPOINTS else last, n)
+            if n:
+                log_event(
+                    log,
+                    logging.INFO,
+                    "lingering transactions aborted",
+                    job=self.job_id,
+                    sink=sink.name,
+                    count=n,
+                    up_to_checkpoint=up_to,
+                )
+        return out

@@ -200,10 +200,9 @@ class Restore:
             DriverFencedError: a newer driver claimed the job. Whatever a sink's cleanup raises.
         """
         meta, location, coord = recovered.meta, recovered.location, recovered.coord
-        lingering = {
-            name: self._lingering.abort(self._sinks[name], ALL_CHECKPOINTS, coord, extra=location)
-            for name in coord.live_sinks()
-        }
+        lingering = self._lingering.sweep(  # one sweep: one fence check, one listing (#42)
+            [self._sinks[name] for name in coord.live_sinks()], ALL_CHECKPOINTS, coord, extra=location
+        )
         self._checkpoints.restored_from(meta, location)
         result = RestoreResult(
             checkpoint_id=meta.checkpoint_id if meta else None,

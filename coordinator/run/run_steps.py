@@ -191,9 +191,9 @@ class LingeringSweep:
             DriverFencedError: a newer driver claimed the job. Whatever a sink raises.
         """
         coord = self._coord
-        return sum(
-            self._lingering.abort(self._sinks[n], up_to, coord, routine=routine) for n in coord.live_sinks()
-        )
+        # one sweep: the fence checked and the retained checkpoints listed once, not per sink (#42)
+        sinks = [self._sinks[n] for n in coord.live_sinks()]
+        return sum(self._lingering.sweep(sinks, up_to, coord, routine=routine).values())
 
 
 class CheckpointCompletion:

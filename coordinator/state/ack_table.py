@@ -213,7 +213,13 @@ def key_table_of(parts_of: Mapping[str, Collection[int]]) -> pa.Table:
     """sink → its partitions as the two-column table of :func:`key_table` (rows grouped by sink):
     one array per sink, without a Python tuple per (sink, partition) (issue #42)."""
     sinks = [pa.repeat(pa.scalar(s, pa.string()), len(parts)) for s, parts in parts_of.items()]
-    partitions = [pa.array(list(parts), pa.int32()) for parts in parts_of.values()]
+    made: dict[int, pa.Array] = {}  # one conversion per distinct set (an epoch's sinks share one)
+    partitions = []
+    for parts in parts_of.values():
+        arr = made.get(id(parts))
+        if arr is None:
+            arr = made[id(parts)] = pa.array(list(parts), pa.int32())
+        partitions.append(arr)
     if not sinks:
         return key_table(())
     return pa.table({"sink": pa.concat_arrays(sinks), "partition": pa.concat_arrays(partitions)})

@@ -22,3 +22,8 @@ def test_one_size_measures_every_step_of_an_epoch_and_a_restore(tmp_path: Path) 
     for step in (*bench.STEPS, "epoch", "drain", "epoch+drain", "restore"):
         assert rows[step]["n"] >= 2, step
         assert rows[step]["cpu_ms"] >= 0, step
+    for step in ("trigger", "acknowledge", "epoch", "epoch driver thread"):  # the first epoch, apart
+        assert rows[bench.FIRST + step]["n"] == 1, step
+    for memory in ("driver memory", "driver memory at start", "driver memory released"):
+        assert rows[memory]["rss_mb"] > 0 and rows[memory]["arrow_mb"] >= 0, memory
+    assert rows["driver memory"]["hwm_mb"] >= rows["driver memory"]["rss_mb"]

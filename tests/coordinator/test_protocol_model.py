@@ -141,6 +141,7 @@ from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowle
 from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.coordinator.state.payload import decode_payload
+from twophase.coordinator.state.subtask_lifecycle import SubtaskState
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import (
     CommitFailedError,
@@ -151,6 +152,25 @@ from twophase.sinks.errors import (
     ServiceUnavailableError,
     TransactionLostError,
 )
+
+
+def subtasks_left_behind(coord: Any) -> list[str]:
+    """#42 "first42": a subtask without a lifecycle is RUNNING; end of input (finish) and a
+    failure, cancel or suspend (close) reach every subtask of a sink at once, so once one of a
+    sink's subtasks left RUNNING that way, no subtask the run knows may still be RUNNING."""
+    out: list[str] = []
+    for sink in coord.sinks:
+        made = {p: lc for (s, p), lc in coord.subtasks.items() if s == sink}
+        if all(lc.state is SubtaskState.RUNNING for lc in made.values()):
+            continue
+        running = sorted(
+            p for p in coord.known_partitions(sink) if p not in made or made[p].state is SubtaskState.RUNNING
+        )
+        if running:
+            states = sorted({lc.state.value for lc in made.values()})
+            out.append(f"sink {sink}: subtasks {running[:5]} still RUNNING beside others {states}")
+    return out
+
 
 ON_FAILURE = ("fail_over",) * 4 + ("cancel", "cancel_refusing_an_abort")
 """What follows a failed epoch: the query restarts (fail-over), or the user cancels the job, maybe
@@ -389,6 +409,22 @@ class ProtocolModel(RuleBasedStateMachine):
                     p in coord.stateful_subtasks(sink),
                     f"subtask {sink}[{p}] holds in-progress state outside the coordinator's index",
                 )
+        # #42 "first42": finish and close reach every subtask the run knows, lifecycle or not;
+        # checked between steps and, since a finish ends its run within its step, as each
+        # checkpoint's metadata is built (the final one's right after the finish)
+        problems = subtasks_left_behind(coord)
+        if not getattr(coord, "_model_watched", False):
+            build = coord.build_metadata
+            seen = self.__dict__.setdefault("left_behind", [])
+
+            def watched(pc: Any) -> Any:
+                seen.extend(subtasks_left_behind(coord))
+                return build(pc)
+
+            coord.build_metadata = watched  # type: ignore[method-assign]
+            coord._model_watched = True  # type: ignore[attr-defined]
+        problems += self.__dict__.get("left_behind", [])
+        self.check(not problems, "; ".join(problems[:3]))
         # the transactions' ledger (support.model_ledger): columns and lifecycles agree, and no
         # row's status goes back (a COMMITTING row never returns to PERSISTED)
         if not hasattr(self, "ledger_watch"):

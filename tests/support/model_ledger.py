@@ -65,7 +65,10 @@ class LedgerWatch:
                     if t.checkpoint_id != block.checkpoint_id or t.sink_name != name or not t.in_ledger:
                         out.append(f"{where}: a row of another block, sink or none")
                     lc = coord.subtasks.get((name, t.partition))
-                    if lc is None or lc.ledger is not ledger:
+                    if lc is None:  # no lifecycle made (issue #42): a known subtask, RUNNING
+                        if t.partition not in coord.known_partitions(name):
+                            out.append(f"{where}: a ledger row of a subtask the run does not know")
+                    elif lc.ledger is not ledger:
                         out.append(f"{where}: a ledger row of a subtask its lifecycle decides")
                     elif lc.state is not SubtaskState.RUNNING:
                         out.append(f"{where}: a ledger row of a {lc.state.value} subtask")

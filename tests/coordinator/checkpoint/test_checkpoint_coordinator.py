@@ -105,7 +105,9 @@ def test_participants_as_the_previous_sets_are_not_copied_and_still_checked() ->
     p3 = coord.trigger(CheckpointKind.CHECKPOINT, parts)
     assert p1.expected == {(s, p) for s in ("s0", "s1") for p in range(2)}
     assert p3.expected == p1.expected | {("s1", 2)} and p3.expected_table().num_rows == 5
-    assert p3.expected <= coord.subtasks.keys()  # a participant new since the previous trigger is made
+    # a participant new since the previous trigger is known, and no lifecycle is made for it
+    assert all(p in coord.known_partitions(s) for s, p in p3.expected)
+    assert not coord.subtasks
     p4 = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": {0, 1}})
     assert p4.expected == {("s0", 0), ("s0", 1)}
     coord.subtask("s0", 1).close()
@@ -357,3 +359,48 @@ def test_the_transactions_old_enough_to_warn_of_make_no_younger_rows_objects() -
     assert len(young.made) == 0  # a younger block is skipped whole
     assert coord.uncommitted_before(cutoff - 1) == []
     assert len(coord.uncommitted_before(young.pre_committed_ms)) == 4
+
+
+def test_a_run_makes_no_lifecycle_per_subtask_and_its_ends_still_reach_every_subtask() -> None:
+    """#42: a trigger and a table intake on the common path make no lifecycle (a run's first epoch
+    made one per subtask, ~1.3 s at 10⁵ × 3); the subtasks are known all the same, so a close
+    aborts what every one of them pre-committed and keeps what is durable, a finish finishes
+    every one, and a sink is fully finished only once every known subtask is."""
+    coord, system, _, _ = make(max_concurrent=3)
+    for c in (1, 2):
+        coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+        acks = [
+            Acknowledgement.of(coord.sinks["s0"], p, 0, write(coord, c, "s0", p, [f"k{c}{p}"]))
+            for p in range(2)
+        ]
+        coord.acknowledge_table(c, acknowledgement_table(acks))
+    assert not coord.subtasks and set(coord.known_partitions("s0")) == {0, 1}
+    coord.complete(1)  # checkpoint 1 durable, 2 pre-committed
+    coord.close_subtasks("failure")
+    assert {p: lc.state for p, lc in coord.lifecycles_of("s0").items()} == dict.fromkeys(
+        range(2), SubtaskState.CLOSED
+    )
+    assert len(system.aborted) == 2 and len(system.prepared) == 2  # 2's aborted, 1's kept for the restore
+    assert all(t.checkpoint_id == 1 for t in coord.durable_transactions())
+
+    coord, system, _, _ = make(max_concurrent=3)
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    finish_subtasks(coord, partitions=[0])  # the others are known: they finish too
+    assert {p: lc.state for p, lc in coord.lifecycles_of("s0").items()} == dict.fromkeys(
+        range(2), SubtaskState.WAITING_FOR_FINAL_CHECKPOINT
+    )
+
+    coord, system, _, _ = make(max_concurrent=3)
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
+    coord.abort_checkpoint(1, "test")
+    coord.subtask("s0", 0).finish(coord.last_triggered_id)
+    for parts in ([0, 1], [1], [1]):
+        c = coord.trigger(CheckpointKind.CHECKPOINT, {"s0": parts}).checkpoint_id
+        if 0 in parts:
+            coord.acknowledge(c, Acknowledgement("s0", 0, 0))
+        coord.acknowledge_table(c, acknowledgement_table([Acknowledgement("s0", 1, 0)]))
+        coord.complete(c)
+        coord.notify_checkpoint_complete(c)
+    assert coord.subtask("s0", 0).state is SubtaskState.FINISHED
+    assert ("s0", 1) not in coord.subtasks  # RUNNING without a lifecycle: the sink is not finished
+    assert "s0" not in coord.fully_finished

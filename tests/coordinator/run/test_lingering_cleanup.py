@@ -7,16 +7,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from support.clock import ManualClock
 from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
 from support.harness import TwoPhaseHarness, batch
 from support.memory_storage import InMemoryCheckpointStorage
 
 from twophase.coordinator.checkpoint.completed_checkpoints import CompletedCheckpointStore
+from twophase.coordinator.checkpoint.driver_fence import DriverFence
 from twophase.coordinator.run.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.run.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.state.metrics import SinkMetricsRecorder
 from twophase.coordinator.state.payload import payload_bytes
 from twophase.sinks.context import LingeringScope
+from twophase.sinks.errors import DriverFencedError
 
 
 def cleanup() -> LingeringCleanup:
@@ -81,3 +84,37 @@ def test_only_the_cleanup_after_an_epoch_is_routine_every_end_of_a_run_is_not(
     assert sink.routine == [False, True, True]
     end(h)
     assert sink.routine[3:] and not sink.routine[-1]
+
+
+def test_a_sweep_lists_the_driver_epochs_and_retained_checkpoints_once_a_stale_one_aborts_nothing() -> None:
+    """#42: the routine sweep after an epoch listed the driver fence's directory and the retained
+    checkpoints once per sink; now once per sweep. A driver fenced before the sweep still aborts
+    nothing of any sink (DESIGN.md §12, "Once per lingering sweep")."""
+    clock = ManualClock()
+    storage = InMemoryCheckpointStorage("job")
+    listings = {"driver_epochs": 0, "list_checkpoints": 0}
+    for name in listings:
+        real = getattr(storage, name)
+
+        def counted(real: Callable[[], object] = real, name: str = name) -> object:
+            listings[name] += 1
+            return real()
+
+        setattr(storage, name, counted)
+    fence = DriverFence("job", storage, clock)
+    fence.claim()
+    c = LingeringCleanup("job", CompletedCheckpointStore("job", storage), SinkMetricsRecorder(), fence)
+    system = FakeExternalSystem()
+    sinks = [FakeSink(f"s{i}", system) for i in range(3)]
+    for s in sinks:
+        system.begin(f"job-{s.name}-c1-p0-a0", "job", s.name, 1)
+    before = dict(listings)
+    assert c.sweep(sinks, ALL_CHECKPOINTS, None) == {"s0": 1, "s1": 1, "s2": 1}
+    assert {k: listings[k] - before[k] for k in listings} == {"driver_epochs": 1, "list_checkpoints": 1}
+
+    for s in sinks:
+        system.begin(f"job-{s.name}-c2-p0-a0", "job", s.name, 2)
+    DriverFence("job", storage, clock).claim()  # a newer driver
+    with pytest.raises(DriverFencedError):
+        c.sweep(sinks, ALL_CHECKPOINTS, None)
+    assert len(system.aborted) == 3 and len(system.lingering()) == 3  # the stale sweep aborted nothing
