@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import configparser
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -159,14 +160,27 @@ FLIGHTS_CONNECTOR_EXTRAS = ("kafka", "s3", "delta")
 """The connector extras of the sinks the flights job writes to by default."""
 
 
+def extras_require(root: Path = REPO) -> dict[str, list[str]]:
+    """Every extra of the checkout ``root`` and its requirements, as ``root/setup.py`` builds them
+    (setup.cfg's and each connector's declaration's; setup.py's ``setup()`` runs only as
+    ``__main__``)."""
+    spec = importlib.util.spec_from_file_location("twophase_setup_py", root / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    extras: dict[str, list[str]] = module.extras_require(root)
+    return extras
+
+
 def runtime_requirements(root: Path = REPO, extras: Sequence[str] = FLIGHTS_CONNECTOR_EXTRAS) -> list[str]:
     """``install_requires`` of ``root/setup.cfg`` and the requirements of its ``extras`` (by default
-    the flights job's connectors'), one requirement per item, once each, comments dropped (no
-    pyspark: the platform's Spark provides it, see the module's docstring)."""
+    the flights job's connectors'; :func:`extras_require`), one requirement per item, once each,
+    comments dropped (no pyspark: the platform's Spark provides it, see the module's docstring)."""
     cfg = configparser.ConfigParser()
     cfg.read(root / "setup.cfg")
-    blocks = [cfg["options"]["install_requires"], *(cfg["options.extras_require"][e] for e in extras)]
-    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    every = extras_require(root)
+    lines = [line.strip() for line in cfg["options"]["install_requires"].splitlines()]
+    lines += [line for e in extras for line in every[e]]
     return list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
 
 
