@@ -1,4 +1,5 @@
-"""Build hook only; metadata, dependencies and tool settings live in setup.cfg.
+"""Build hook only; the metadata and the core's dependencies live in pyproject.toml ([project]),
+setuptools' other options and the non-connector extras in setup.cfg.
 
 The connectors' extras are the exception: each connector's declaration
 (``connectors/<name>/declaration.py``) states its extra and that extra's requirements, and
@@ -116,6 +117,16 @@ def extras_require(root: Path = ROOT) -> dict[str, list[str]]:
     for requirements in connectors.values():
         dev.extend(r for r in requirements if r not in dev)
     return {**listed, **connectors, "dev": dev}
+
+
+def dependencies(root: Path = ROOT) -> list[str]:
+    """The core install's requirements: ``[project] dependencies`` of ``root/pyproject.toml``
+    (for the development tooling, on Python 3.11 or later; the build reads them itself)."""
+    import tomllib  # here: the build may run on Python 3.10, and never calls this
+
+    with open(root / "pyproject.toml", "rb") as f:
+        found: list[str] = tomllib.load(f)["project"]["dependencies"]
+    return found
 
 
 def is_development(relative: str) -> bool:

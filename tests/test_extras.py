@@ -9,7 +9,6 @@ libraries (a meta-path finder), as an install without their extras would.
 
 from __future__ import annotations
 
-import configparser
 import json
 import re
 import subprocess
@@ -26,12 +25,6 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 INSTALL = re.compile(r"twophase\[([^\]]*)\]")
 
 
-def _setup_cfg() -> configparser.ConfigParser:
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    return cfg
-
-
 def _requirements(block: str) -> set[str]:
     return {Requirement(line).name for line in (s.strip() for s in block.splitlines()) if line}
 
@@ -46,7 +39,7 @@ def extras() -> dict[str, set[str]]:
 def test_each_connectors_extra_exists_and_the_core_holds_none_of_their_libraries() -> None:
     declared = ConnectorRegistry().all()
     known = extras()
-    core = _requirements(_setup_cfg()["options"]["install_requires"])
+    core = _requirements("\n".join(build_layout.setup_module().dependencies(ROOT)))
     for kind, declaration in declared.items():
         assert declaration.extra in known, f"{kind}: the wheel has no extra {declaration.extra!r}"
         assert known[str(declaration.extra)] >= _requirements("\n".join(declaration.requirements))
