@@ -166,7 +166,8 @@ chaos: prepare
 		--report build/chaos-unmarked-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs two-drivers --trials $(CHAOS_TWO_DRIVERS_TRIALS) \
 		--report build/chaos-two-drivers-report.md
-	$(BIN)/python -m twophase.integration.chaos.run --configs yarn --trials 30 --report build/chaos-yarn-report.md
+	$(BIN)/python -m twophase.integration.chaos.run --configs yarn --trials 30 --days 6 --files-per-trigger 3 \
+		--report build/chaos-yarn-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs azure --trials 30 --days 4 --files-per-trigger 2 \
 		--seed 46 --report build/chaos-azure-report.md
 	$(BIN)/python -m twophase.integration.chaos.run --configs gcs --trials 30 --days 4 --files-per-trigger 2 \

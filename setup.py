@@ -1,4 +1,10 @@
-"""Build hook only; metadata, dependencies and tool settings live in setup.cfg.
+"""Build hook only; the metadata and the core's dependencies live in pyproject.toml ([project]),
+setuptools' other options and the non-connector extras in setup.cfg.
+
+The connectors' extras are the exception: each connector's declaration
+(``connectors/<name>/declaration.py``) states its extra and that extra's requirements, and
+:func:`extras_require` builds them (and adds them to ``dev``) from there, so that adding a connector
+means adding its folder alone (#45 item 4).
 
 The wheel's packages follow from the layout: every folder with an ``__init__.py`` under the code
 folders, as ``twophase.<folder>``, less the development tooling (:data:`DEVELOPMENT`: the service
@@ -13,6 +19,8 @@ The project's own cluster runs ship the development tooling to their Spark drive
 keeps it (:func:`twophase.integration.spark_shipping.build_wheel`). No user-facing build sets it.
 """
 
+import ast
+import configparser
 import os
 from pathlib import Path
 
@@ -41,6 +49,84 @@ DEVELOPMENT = (
 users install."""
 DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
 """Set to ``1``, the wheel keeps :data:`DEVELOPMENT` (the project's own cluster runs only)."""
+
+
+DECLARATIONS = "connectors/*/declaration.py"
+"""Where the connectors' declarations are (a glob, relative to the repository root)."""
+
+
+def connector_extras(root: Path = ROOT) -> dict[str, list[str]]:
+    """Each connector's extra → its requirements, as the ``extra`` and ``requirements`` keywords of
+    the ``DECLARATION = ConnectorDeclaration(...)`` call in each of ``root``'s :data:`DECLARATIONS`
+    state them; connectors sharing an extra share its list (each requirement once).
+
+    The declarations are parsed, not imported: in pip's isolated build environment ``twophase`` is
+    not importable (it is this folder, mapped by ``package_dir``), and a declaration imports
+    ``twophase.sinks.registry``. So both keywords must be literals (``ast.literal_eval``).
+
+    Raises:
+        ValueError: a declaration without a ``DECLARATION = ConnectorDeclaration(...)`` call, or
+            whose ``extra``/``requirements`` is not a literal.
+    """
+    extras: dict[str, list[str]] = {}
+    for path in sorted(root.glob(DECLARATIONS)):
+        call = next(
+            (
+                node.value
+                for node in ast.parse(path.read_text(encoding="utf-8"), str(path)).body
+                if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call)
+                and any(isinstance(t, ast.Name) and t.id == "DECLARATION" for t in node.targets)
+            ),
+            None,
+        )
+        if call is None:
+            raise ValueError(f"{path}: no DECLARATION = ConnectorDeclaration(...) to read its extra from")
+        keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}
+        try:
+            extra = ast.literal_eval(keywords["extra"]) if "extra" in keywords else None
+            requirements = ast.literal_eval(keywords["requirements"]) if "requirements" in keywords else ()
+        except ValueError:
+            literal = f"{path}: write extra= and requirements= as literals (setup.py reads them)"
+            raise ValueError(literal) from None
+        if extra is not None:
+            listed = extras.setdefault(str(extra), [])
+            listed.extend(str(r) for r in requirements if str(r) not in listed)
+    return extras
+
+
+def extras_require(root: Path = ROOT) -> dict[str, list[str]]:
+    """Every extra: the ones ``root/setup.cfg`` lists (Spark, the docs, development...), each
+    connector's (:func:`connector_extras`), and ``dev`` with every connector's requirements added
+    (the development venv runs every connector's tests).
+
+    Raises:
+        ValueError: a connector's extra has the name of one setup.cfg lists.
+    """
+    cfg = configparser.ConfigParser()
+    cfg.read(root / "setup.cfg", encoding="utf-8")
+    listed = {
+        name: [line.strip() for line in block.splitlines() if line.strip()]
+        for name, block in cfg["options.extras_require"].items()
+    }
+    connectors = connector_extras(root)
+    clash = sorted(set(listed) & set(connectors))
+    if clash:
+        raise ValueError(f"setup.cfg lists the connector extras {clash}; their declarations state them")
+    dev = listed.get("dev", [])
+    for requirements in connectors.values():
+        dev.extend(r for r in requirements if r not in dev)
+    return {**listed, **connectors, "dev": dev}
+
+
+def dependencies(root: Path = ROOT) -> list[str]:
+    """The core install's requirements: ``[project] dependencies`` of ``root/pyproject.toml``
+    (for the development tooling, on Python 3.11 or later; the build reads them itself)."""
+    import tomllib  # here: the build may run on Python 3.10, and never calls this
+
+    with open(root / "pyproject.toml", "rb") as f:
+        found: list[str] = tomllib.load(f)["project"]["dependencies"]
+    return found
 
 
 def is_development(relative: str) -> bool:
@@ -86,4 +172,10 @@ class BuildPyProduct(build_py):
 
 
 if __name__ == "__main__":  # setuptools runs this file as __main__; tests read its constants
-    setup(packages=product_packages(with_development()), cmdclass={"build_py": BuildPyProduct})
+    setup(
+        packages=product_packages(with_development()),
+        # setup.cfg's own [options.extras_require] yields to this (setuptools keeps what setup()
+        # was given), which holds it and the connectors' extras
+        extras_require=extras_require(),
+        cmdclass={"build_py": BuildPyProduct},
+    )

@@ -19,8 +19,8 @@ every Python worker's ``PYTHONPATH``. The whole environment packed for ``--archi
 
 from __future__ import annotations
 
-import configparser
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from twophase.integration.services.cache import cache_dir, file_lock
 
@@ -159,24 +160,41 @@ FLIGHTS_CONNECTOR_EXTRAS = ("kafka", "s3", "delta")
 """The connector extras of the sinks the flights job writes to by default."""
 
 
+def _setup_py(root: Path) -> Any:
+    """``root/setup.py`` as a module (its ``setup()`` runs only as ``__main__``)."""
+    spec = importlib.util.spec_from_file_location("twophase_setup_py", root / "setup.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def extras_require(root: Path = REPO) -> dict[str, list[str]]:
+    """Every extra of the checkout ``root`` and its requirements, as ``root/setup.py`` builds them
+    (setup.cfg's and each connector's declaration's)."""
+    extras: dict[str, list[str]] = _setup_py(root).extras_require(root)
+    return extras
+
+
+def core_requirements(root: Path = REPO) -> list[str]:
+    """The core install's requirements (``root/pyproject.toml``'s ``[project] dependencies``)."""
+    found: list[str] = _setup_py(root).dependencies(root)
+    return found
+
+
 def runtime_requirements(root: Path = REPO, extras: Sequence[str] = FLIGHTS_CONNECTOR_EXTRAS) -> list[str]:
-    """``install_requires`` of ``root/setup.cfg`` and the requirements of its ``extras`` (by default
-    the flights job's connectors'), one requirement per item, once each, comments dropped (no
-    pyspark: the platform's Spark provides it, see the module's docstring)."""
-    cfg = configparser.ConfigParser()
-    cfg.read(root / "setup.cfg")
-    blocks = [cfg["options"]["install_requires"], *(cfg["options.extras_require"][e] for e in extras)]
-    lines = [line.strip() for block in blocks for line in block.splitlines()]
-    return list(dict.fromkeys(line for line in lines if line and not line.startswith("#")))
+    """The core install's requirements (:func:`core_requirements`) and those of ``extras`` (by
+    default the flights job's connectors'; :func:`extras_require`), once each (no pyspark: the
+    platform's Spark provides it, see the module's docstring)."""
+    every = extras_require(root)
+    return list(dict.fromkeys([*core_requirements(root), *(line for e in extras for line in every[e])]))
 
 
 def worker_requirements(root: Path = REPO) -> list[str]:
     """:func:`runtime_requirements` plus the ``spark`` extra without pyspark: pandas, which Spark's
     ``mapInArrow`` checks for in the Python that runs it (the platform's Python has it; a venv made
     for Spark's workers needs it too)."""
-    cfg = configparser.ConfigParser()
-    cfg.read(root / "setup.cfg")
-    extra = [line.strip() for line in cfg["options.extras_require"]["spark"].splitlines() if line.strip()]
+    extra = extras_require(root)["spark"]
     return [*runtime_requirements(root), *(r for r in extra if not r.startswith("pyspark"))]
 
 

@@ -60,6 +60,10 @@ class ConnectorDeclaration:
         sink: ``"module:Class"`` of its sink, built as ``Class(name, config)`` (:meth:`build_sink`).
         extra: the pip extra that brings its client libraries (``pip install 'twophase[extra]'``),
             or ``None`` when the core install has everything it needs.
+        requirements: the extra's requirements with their version ranges (PEP 508,
+            ``("confluent-kafka>=2.10,<3", ...)``): what ``pip install 'twophase[extra]'`` brings.
+            setup.py builds the extra (and the ``dev`` extra) from them, reading the declaration's
+            source, so write them as a literal tuple of strings.
         libraries: import name (top level) → distribution, of what the extra brings
             (``{"confluent_kafka": "confluent-kafka"}``); a missing one is a
             :class:`MissingExtraError` naming the distribution.
@@ -83,6 +87,7 @@ class ConnectorDeclaration:
     config: str
     sink: str
     extra: str | None = None
+    requirements: tuple[str, ...] = ()
     libraries: Mapping[str, str] = field(default_factory=dict)
     exports: Mapping[str, str] = field(default_factory=dict)
     top_level: tuple[str, ...] = ()
@@ -95,6 +100,8 @@ class ConnectorDeclaration:
         for ref in (self.config, self.sink, *([self.listing] if self.listing else [])):
             if not _REF.fullmatch(ref):
                 raise ConfigError(f"connector {self.kind!r}: {ref!r} is not 'module:attribute'")
+        if self.requirements and self.extra is None:
+            raise ConfigError(f"connector {self.kind!r}: requirements need an extra to install them with")
         unknown = sorted(set(self.top_level) - set(self.exports))
         if unknown:
             raise ConfigError(f"connector {self.kind!r}: top_level names {unknown} are not in its exports")

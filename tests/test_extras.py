@@ -9,7 +9,6 @@ libraries (a meta-path finder), as an install without their extras would.
 
 from __future__ import annotations
 
-import configparser
 import json
 import re
 import subprocess
@@ -17,6 +16,7 @@ import sys
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from support import build_layout
 
 from twophase.sinks.registry import ConnectorRegistry
 
@@ -25,31 +25,28 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 INSTALL = re.compile(r"twophase\[([^\]]*)\]")
 
 
-def _setup_cfg() -> configparser.ConfigParser:
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    return cfg
-
-
 def _requirements(block: str) -> set[str]:
     return {Requirement(line).name for line in (s.strip() for s in block.splitlines()) if line}
 
 
 def extras() -> dict[str, set[str]]:
-    """setup.cfg's extras → the distributions each brings."""
-    section = _setup_cfg()["options.extras_require"]
-    return {name: _requirements(section[name]) for name in section}
+    """The wheel's extras (setup.cfg's and each connector declaration's, as setup.py builds them) →
+    the distributions each brings."""
+    built: dict[str, list[str]] = build_layout.setup_module().extras_require(ROOT)
+    return {name: _requirements("\n".join(lines)) for name, lines in built.items()}
 
 
 def test_each_connectors_extra_exists_and_the_core_holds_none_of_their_libraries() -> None:
     declared = ConnectorRegistry().all()
     known = extras()
-    core = _requirements(_setup_cfg()["options"]["install_requires"])
+    core = _requirements("\n".join(build_layout.setup_module().dependencies(ROOT)))
     for kind, declaration in declared.items():
-        assert declaration.extra in known, f"{kind}: setup.cfg has no extra {declaration.extra!r}"
+        assert declaration.extra in known, f"{kind}: the wheel has no extra {declaration.extra!r}"
+        assert known[str(declaration.extra)] >= _requirements("\n".join(declaration.requirements))
     only_theirs = {"confluent-kafka", "kafka-python", "deltalake", "psycopg", "pyiceberg", "boto3"}
     assert core & only_theirs == set()
-    assert {"pyarrow", "tenacity", "click", "rich", "prometheus-client"} <= core
+    assert {"pyarrow", "tenacity", "click", "rich"} <= core
+    assert "prometheus-client" not in core and known["metrics"] == {"prometheus-client"}
     for kind, declaration in declared.items():  # the development venv runs every connector's tests
         assert known[str(declaration.extra)] <= known["dev"] | core, f"dev lacks the {kind} extra's libraries"
 
@@ -176,3 +173,46 @@ def test_a_postgres_only_install_imports_no_kafka_delta_or_iceberg_library(tmp_p
         "installed where this runs: pip install 'twophase[delta]' (on the driver and the executors, or the "
         "Connect server)"
     )
+
+
+WITHOUT_METRICS = """
+import importlib.abc, json, sys
+
+class NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "prometheus_client":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+
+import twophase
+from twophase import Job, RuntimeConfig
+from twophase.coordinator.run.runtime import JobRuntime
+from twophase.sinks.errors import MissingExtraError
+
+RuntimeConfig()
+try:
+    RuntimeConfig(metrics_port=0)
+    error = None
+except MissingExtraError as e:
+    error = str(e)
+print(json.dumps({"error": error, "loaded": "prometheus_client" in sys.modules}))
+"""
+
+
+def test_the_metrics_port_needs_the_metrics_extra_and_nothing_else_imports_it() -> None:
+    """#45 W4: prometheus-client is the ``metrics`` extra's, only for ``RuntimeConfig.metrics_port``;
+    a job without it imports none of it, and asking for the port without it is one line naming the
+    extra, raised where the config is made (before any job exists, so before anything is written)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_METRICS], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out == {
+        "error": "the metrics endpoint (RuntimeConfig.metrics_port) needs prometheus-client, which is not "
+        "installed where this runs: pip install 'twophase[metrics]' (on the driver and the executors, or "
+        "the Connect server)",
+        "loaded": False,
+    }

@@ -16,6 +16,9 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.azure.config:AzureBlobSinkConfig",
     sink="twophase.connectors.azure.sink:AzureBlobSink",
     extra="azure",
+    # what `pip install 'twophase[azure]'` brings (setup.py reads this tuple from the source):
+    # the blob SDK and DefaultAzureCredential (issue #46)
+    requirements=("azure-storage-blob>=12.19,<13", "azure-identity>=1.15,<2"),
     libraries={"azure": "azure-storage-blob"},
     exports={
         "AzureBlobSink": "sink",

@@ -17,6 +17,10 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.delta.config:DeltaSinkConfig",
     sink="twophase.connectors.delta.sink:DeltaSink",
     extra="delta",
+    # what `pip install 'twophase[delta]'` brings (setup.py reads this tuple from the source):
+    # commits with txn actions from the driver (delta-rs; RemoveAction is new in 1.6.6), and its
+    # deletes and listings on S3 (boto3)
+    requirements=("deltalake>=1.6.6,<2", "boto3>=1.35.2,<2"),
     libraries={"deltalake": "deltalake", "boto3": "boto3", "botocore": "botocore"},
     exports={
         "DeltaSink": "sink",

@@ -17,6 +17,15 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.gcs.config:GcsFileSinkConfig",
     sink="twophase.connectors.gcs.sink:GcsFileSink",
     extra="gcs",
+    # what `pip install 'twophase[gcs]'` brings (setup.py reads this tuple from the source):
+    # Application Default Credentials; resumable upload sessions through
+    # google-resumable-media's ResumableUpload (initiate with stream_final=False, 2.x) and their
+    # digests through google-crc32c (issue #46)
+    requirements=(
+        "google-cloud-storage>=2.14,<4",
+        "google-resumable-media>=2.7.2,<3",
+        "google-crc32c>=1.5,<2",
+    ),
     libraries={"google": "google-cloud-storage"},
     exports={
         "GcsFileSink": "sink",

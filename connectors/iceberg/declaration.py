@@ -17,6 +17,13 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.iceberg.config:IcebergSinkConfig",
     sink="twophase.connectors.iceberg.sink:IcebergSink",
     extra="iceberg",
+    # what `pip install 'twophase[iceberg]'` brings (setup.py reads this tuple from the source):
+    # pyiceberg's SQL catalog (SQLite built in; PostgreSQL through psycopg 3, the `postgres`
+    # extra) and its pyarrow file IO; fast appends through
+    # Transaction.update_snapshot(snapshot_properties=...).fast_append() and the 0.12 write path
+    # (ParquetFormatWriter and format models; older releases untested); pyiceberg-core computes the
+    # time and bucket partition transforms (0.12 has no pure-Python pyarrow version of them)
+    requirements=("pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]>=0.12,<0.13",),
     libraries={"pyiceberg": "pyiceberg", "pyiceberg_core": "pyiceberg-core", "sqlalchemy": "SQLAlchemy"},
     exports={
         "IcebergSink": "sink",

@@ -18,6 +18,10 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.kafka.config:KafkaSinkConfig",
     sink="twophase.connectors.kafka.sink:KafkaSink",
     extra="kafka",
+    # what `pip install 'twophase[kafka]'` brings (setup.py reads this tuple from the source):
+    # the transactional producer on executors (librdkafka), and EndTxn / FindCoordinator /
+    # transaction admin calls that librdkafka does not expose (kafka-python)
+    requirements=("confluent-kafka>=2.10,<3", "kafka-python>=3.0,<4"),
     libraries={"confluent_kafka": "confluent-kafka", "kafka": "kafka-python"},
     exports={
         "KafkaSink": "sink",

@@ -17,6 +17,10 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.postgres.config:PostgresSinkConfig",
     sink="twophase.connectors.postgres.sink:PostgresSink",
     extra="postgres",
+    # what `pip install 'twophase[postgres]'` brings (setup.py reads this tuple from the source):
+    # psycopg 3 with its binary build of libpq; pgpq encodes Arrow batches into binary COPY
+    # natively (decimal support is new in 0.12)
+    requirements=("psycopg[binary]>=3.2,<4", "pgpq>=0.12,<0.13"),
     libraries={"psycopg": "psycopg", "psycopg_binary": "psycopg[binary]", "pgpq": "pgpq"},
     exports={
         "PostgresSink": "sink",

@@ -16,6 +16,10 @@ DECLARATION = ConnectorDeclaration(
     config="twophase.connectors.s3.config:S3SinkConfig",
     sink="twophase.connectors.s3.sink:S3Sink",
     extra="s3",
+    # what `pip install 'twophase[s3]'` brings (setup.py reads this tuple from the source):
+    # multipart uploads, and checkpoints on s3:// (conditional PUT, If-None-Match: botocore
+    # 1.35.2); an Iceberg table on s3:// needs it too for `twophase lingering --abort`
+    requirements=("boto3>=1.35.2,<2",),
     libraries={"boto3": "boto3", "botocore": "botocore"},
     exports={
         "S3Sink": "sink",

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from twophase.coordinator.checkpoint.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint.checkpoint_state import NotifyResult
@@ -54,7 +54,6 @@ from twophase.coordinator.run.fanout import sink_names_unique
 from twophase.coordinator.run.job_endings import CancelCleanup, FinalCheckpoint, SuspendCheckpoint
 from twophase.coordinator.run.lingering import ALL_CHECKPOINTS
 from twophase.coordinator.run.lingering_cleanup import LingeringCleanup
-from twophase.coordinator.run.prometheus_metrics import MetricsEndpoint, RuntimeCollector
 from twophase.coordinator.run.recovery import RestoreResult
 from twophase.coordinator.run.restart import RestartTracker
 from twophase.coordinator.run.restart_loop import JobCanceledError, run_with_restarts
@@ -78,6 +77,9 @@ from twophase.sinks.errors import (
     error_summary,
 )
 from twophase.sinks.internal.structured_log import log_event
+
+if TYPE_CHECKING:  # prometheus-client is the metrics extra's: imported only for the port
+    from twophase.coordinator.run.prometheus_metrics import MetricsEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +155,9 @@ class JobRuntime:
         self._abandoned = False
         self.metrics_endpoint: MetricsEndpoint | None = None  # RuntimeConfig.metrics_port
         if self.config.metrics_port is not None:
+            # imported here: prometheus-client is the metrics extra's (RuntimeConfig checked it)
+            from twophase.coordinator.run.prometheus_metrics import MetricsEndpoint, RuntimeCollector
+
             collector = RuntimeCollector(
                 job_id,
                 self._sink_metrics,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import enum
+import importlib
 from dataclasses import dataclass, field
 
 from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
 from twophase.coordinator.commit.commit_policy import CommitPolicy
 from twophase.coordinator.run.restart import RestartStrategy
 from twophase.coordinator.state.metrics import DEFAULT_METRICS_HISTORY
-from twophase.sinks.errors import ConfigError
+from twophase.sinks.errors import ConfigError, MissingExtraError
 
 DEFAULT_GATHER_ABOVE = 500
 """Partitions above which a Spark epoch gathers its acknowledgements into one partition before the
@@ -40,7 +41,9 @@ class RuntimeConfig:
         commit_drain_timeout_s: how long finish/stop wait for asynchronous commits (``None``: forever).
         metrics_port: serve the runtime's metrics for Prometheus on this TCP port while the job
             runs (``0``: any free port; ``None``: off). See
-            :mod:`twophase.coordinator.run.prometheus_metrics`.
+            :mod:`twophase.coordinator.run.prometheus_metrics`. Needs the ``metrics`` extra
+            (prometheus-client): without it, :class:`MissingExtraError` naming
+            ``pip install 'twophase[metrics]'``.
         metrics_address: the address the metrics endpoint binds to.
         metrics_history: how many of the newest checkpoints (and epochs) keep their own metrics;
             totals count every one. Bounds the driver's memory over a long streaming run.
@@ -67,6 +70,16 @@ class RuntimeConfig:
             raise ConfigError(f"metrics_history must be >= 1, got {self.metrics_history}")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"metrics_port must be within 0..65535 or None, got {self.metrics_port}")
+        if self.metrics_port is not None:
+            # prometheus-client is the metrics extra's, not the core install's: said where the
+            # config is made, before a job exists
+            try:
+                importlib.import_module("prometheus_client")
+            except ModuleNotFoundError as e:
+                if (e.name or "").split(".")[0] != "prometheus_client":
+                    raise
+                port = "the metrics endpoint (RuntimeConfig.metrics_port)"
+                raise MissingExtraError("metrics", "metrics", "prometheus-client", needed_by=port) from None
         gather = self.gather_acknowledgements_above
         if gather is not None and (isinstance(gather, bool) or not isinstance(gather, int) or gather < 0):
             raise ConfigError(
