@@ -118,13 +118,17 @@ _cluster_stack = contextlib.ExitStack()
 """What a cluster session holds for the process's life (the driver's environment, the session)."""
 
 
-def spark_session(app: str, s3: S3Endpoint | None = None, magic_committer: bool = False) -> SparkSession:
+def spark_session(
+    app: str, s3: S3Endpoint | None = None, magic_committer: bool = False, extra_jars: Sequence[str] = ()
+) -> SparkSession:
     """The ``local[2]`` session of :func:`twophase.integration.spark.build_spark_session` (UTC, 2 GiB driver),
     with s3a pointed at ``s3`` when given (also on a session that already exists); on the cluster
     of ``TWOPHASE_BENCH_MASTER`` when it is set (:func:`cluster_spark_session`). With
     ``magic_committer`` the session also holds ``spark-hadoop-cloud`` (:func:`hadoop_cloud_jar`), so
-    that a writer can run under :data:`MAGIC_COMMITTER` (and the others under
-    :data:`CLASSIC_COMMITTER`, :func:`session_conf`)."""
+    that a writer can run under :data:`MAGIC_COMMITTER` or another store's committer through
+    Spark's cloud commit protocol (:data:`MANIFEST_COMMITTER`), and the others under
+    :data:`CLASSIC_COMMITTER` (:func:`session_conf`). ``extra_jars`` (absolute paths, e.g. a Hadoop
+    file system's connector) join the session's class path (local sessions only)."""
     from twophase.integration.spark import build_spark_session, configure_s3a, spark_jars
 
     master = os.environ.get(MASTER_ENV)
@@ -132,8 +136,10 @@ def spark_session(app: str, s3: S3Endpoint | None = None, magic_committer: bool 
         return cluster_spark_session(master, s3)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}
-    if magic_committer:
-        conf["spark.jars"] = ",".join([*spark_jars(), hadoop_cloud_jar()])
+    if magic_committer or extra_jars:
+        conf["spark.jars"] = ",".join(
+            [*spark_jars(), *([hadoop_cloud_jar()] if magic_committer else []), *extra_jars]
+        )
     spark = build_spark_session(app, conf, s3=s3)
     spark.sparkContext.pythonExec = sys.executable
     if s3 is not None:
@@ -185,6 +191,80 @@ def flights(spark: SparkSession, copies: int, partitions: int) -> DataFrame:
         .withColumn("flight_id", F.concat_ws("#", F.col("flight_id"), F.col("copy").cast("string")))
         .drop("copy")
     )
+
+
+def generated_rows(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
+    """``rows`` rows of (id bigint, k int = id % 100, x double = rand(seed 7), s string =
+    ``row-<id>``) made by Spark in ``partitions`` partitions: the object-store benchmarks' input.
+
+    Not cached: every writer recomputes the same plan.
+    """
+    from pyspark.sql import functions as F
+
+    return (
+        spark.range(0, rows, numPartitions=partitions)
+        .withColumn("k", (F.col("id") % 100).cast("int"))
+        .withColumn("x", F.rand(seed=7))
+        .withColumn("s", F.concat(F.lit("row-"), F.col("id").cast("string")))
+    )
+
+
+class CpuMeter:
+    """CPU-seconds (user + system, reaped children included, from ``/proc``) of process trees:
+    ``driver`` is this process's tree without the services' (the driver, Spark's JVM with its
+    tasks, the Python workers), and each service's own tree by its name.
+
+    Args:
+        services: name → root pid of a service running on this machine, or None when it runs
+            elsewhere (its figure is then None).
+    """
+
+    def __init__(self, services: Mapping[str, int | None]) -> None:
+        self.services = dict(services)
+        self._local = [pid for pid in self.services.values() if pid is not None]
+
+    def sample(self) -> dict[str, float | None]:
+        """CPU-seconds so far: ``{"driver": s, "<service>": s or None, ...}``."""
+        from benchmarks.flink.watcher import tree_cpu_s
+
+        out: dict[str, float | None] = {"driver": tree_cpu_s([os.getpid()], exclude=self._local)}
+        for name, pid in self.services.items():
+            out[name] = None if pid is None else tree_cpu_s([pid])
+        return out
+
+    def measured(self, call: Callable[[], object]) -> tuple[object, dict[str, float | None]]:
+        """``call()``'s result and the CPU-seconds each tree spent during it, plus ``driver_thread``
+        (this thread's own CPU, ``time.thread_time``). Each sample is a ``/proc`` scan per tree:
+        a few ms inside the measured span."""
+        thread = time.thread_time()
+        before = self.sample()
+        result = call()
+        after = self.sample()
+        spent: dict[str, float | None] = {}
+        for name, b in before.items():
+            a = after[name]
+            spent[name] = None if a is None or b is None else a - b
+        spent["driver_thread"] = time.thread_time() - thread
+        return result, spent
+
+
+def cpu_medians(samples: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """Per tree, the median CPU-seconds of :meth:`CpuMeter.measured`'s samples of one writer
+    (``cpu_s_<tree>``; None for a service that is not local), and ``cpu_s_total``: the median of
+    each call's driver and services together (None unless every service is local)."""
+    out: dict[str, float | None] = {}
+    totals: list[float] | None = []
+    for name in samples[0]:
+        values = [s[name] for s in samples]
+        known = [v for v in values if v is not None]
+        out[f"cpu_s_{name}"] = round(statistics.median(known), 2) if len(known) == len(values) else None
+        if name != "driver_thread":
+            if totals is not None and len(known) == len(values):
+                totals = [t + v for t, v in zip(totals or [0.0] * len(known), known, strict=True)]
+            else:
+                totals = None
+    out["cpu_s_total"] = round(statistics.median(totals), 2) if totals else None
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -271,16 +351,39 @@ MAGIC_COMMITTER = {
 """Session settings of a Spark file writer through the S3A magic committer (Spark's cloud-integration
 guide, "Hadoop S3A committers"): no rename and no copy on commit; needs ``spark-hadoop-cloud``."""
 
-CLASSIC_COMMITTER = {
-    "fs.s3a.committer.name": "file",
+SPARK_DEFAULT_COMMITTER = {
     "spark.sql.sources.commitProtocolClass": (
         "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
     ),
     "spark.sql.parquet.output.committer.class": "org.apache.parquet.hadoop.ParquetOutputCommitter",
+    "mapreduce.fileoutputcommitter.algorithm.version": "1",
 }
+"""Spark's own commit protocol over Hadoop's ``FileOutputCommitter`` (algorithm 1: each task's files
+renamed into the job's attempt directory at task commit, then into place at job commit), stated
+for any file system."""
+
+CLASSIC_COMMITTER = {"fs.s3a.committer.name": "file", **SPARK_DEFAULT_COMMITTER}
 """Spark's defaults (the rename committer), stated: a session holding ``spark-hadoop-cloud`` starts
 with the magic committer on (Spark 4.2 fills in :data:`MAGIC_COMMITTER` when the jar is on its class
 path), so a writer meant to run Spark's defaults sets these."""
+
+MANIFEST_COMMITTER = {
+    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": (
+        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+    ),
+    "mapreduce.outputcommitter.factory.scheme.abfs": (
+        "org.apache.hadoop.fs.azurebfs.commit.AzureManifestCommitterFactory"
+    ),
+    "mapreduce.outputcommitter.factory.scheme.gs": (
+        "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitterFactory"
+    ),
+}
+"""Session settings of a Spark file writer through Hadoop's manifest committer, the committer Spark's
+cloud-integration guide and Hadoop's name for ABFS and GCS (``abfs://`` through hadoop-azure's
+factory, which adds ABFS's rename recovery; ``gs://`` through the plain one): task commit writes a
+manifest of the task's files, job commit renames every file into place once, in parallel, with no
+directory-tree rename; needs ``spark-hadoop-cloud``."""
 
 
 @contextlib.contextmanager
@@ -307,13 +410,18 @@ def committed_by(client: Any, bucket: str, prefix: str) -> str | None:
     Raises:
         AssertionError: a ``__magic`` staging path was left behind.
     """
-    import json
-
     base = prefix.rstrip("/")
     success = client.get_object(Bucket=bucket, Key=f"{base}/_SUCCESS")["Body"].read()
     left = client.list_objects_v2(Bucket=bucket, Prefix=f"{base}/__magic").get("KeyCount", 0)
     if left:
         raise AssertionError(f"{left} magic staging objects left under {prefix}")
+    return success_committer(success)
+
+
+def success_committer(success: bytes) -> str | None:
+    """The committer a Spark output's ``_SUCCESS`` file (its bytes) names: the S3A and manifest
+    committers write a JSON summary with a ``committer`` field (``magic``, ``ManifestCommitter``…);
+    Hadoop's ``FileOutputCommitter`` leaves it empty (``None``)."""
     committer = json.loads(success).get("committer") if success else None
     return None if committer is None else str(committer)
 
