@@ -210,41 +210,100 @@ def generated_rows(spark: SparkSession, rows: int, partitions: int) -> DataFrame
 
 
 class CpuMeter:
-    """CPU-seconds (user + system, reaped children included, from ``/proc``) of process trees:
-    ``driver`` is this process's tree without the services' (the driver, Spark's JVM with its
-    tasks, the Python workers), and each service's own tree by its name.
+    """CPU-seconds (user + system, from ``/proc``) of process trees during a call: ``driver`` is
+    this process's tree without the services' (the driver, Spark's JVM with its tasks, the Python
+    workers), and each service's own tree by its name.
+
+    Every process's own time is sampled every ``interval_s`` while the call runs, and each process
+    counts with the most it was seen to have spent since the call began: a process that leaves the
+    tree (a Python worker orphaned when its daemon exits, whose time then reaches no ancestor's
+    "children" time) still counts, and one reaped inside the tree is not counted twice. What a
+    process spends after its last sample, or in a life shorter than ``interval_s``, is missed.
 
     Args:
         services: name → root pid of a service running on this machine, or None when it runs
             elsewhere (its figure is then None).
+        interval_s: seconds between samples (each a ``/proc`` scan of a few ms, in a thread of
+            this process: its cost is in every call's ``driver`` figure alike).
     """
 
-    def __init__(self, services: Mapping[str, int | None]) -> None:
+    def __init__(self, services: Mapping[str, int | None], interval_s: float = 0.25) -> None:
         self.services = dict(services)
-        self._local = [pid for pid in self.services.values() if pid is not None]
+        self.interval_s = interval_s
 
-    def sample(self) -> dict[str, float | None]:
-        """CPU-seconds so far: ``{"driver": s, "<service>": s or None, ...}``."""
-        from benchmarks.flink.watcher import tree_cpu_s
-
-        out: dict[str, float | None] = {"driver": tree_cpu_s([os.getpid()], exclude=self._local)}
-        for name, pid in self.services.items():
-            out[name] = None if pid is None else tree_cpu_s([pid])
-        return out
+    def _scan(self, seen: dict[tuple[int, int], tuple[str, float, float]]) -> None:
+        """One sample into ``seen``: (pid, start time) → (tree, ticks at first sight, most ticks seen)."""
+        stats: dict[int, tuple[int, int, float]] = {}  # pid → (ppid, start time, own ticks)
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # after the command name: state ppid ... utime(14) stime(15) ... starttime(22), proc(5)
+            stats[int(entry.name)] = (
+                int(fields[1]),
+                int(fields[19]),
+                float(int(fields[11]) + int(fields[12])),
+            )
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        roots = {pid: name for name, pid in self.services.items() if pid is not None}
+        tree_of: dict[int, str] = {}
+        todo = [(os.getpid(), "driver"), *((pid, name) for pid, name in roots.items())]
+        while todo:
+            pid, tree = todo.pop()
+            if pid in tree_of or pid not in stats or (pid in roots and tree != roots[pid]):
+                continue
+            tree_of[pid] = tree
+            todo.extend((child, tree) for child in children.get(pid, ()))
+        for key, (tree, first, most) in list(seen.items()):  # seen before, left the tree since
+            stat = stats.get(key[0])
+            if stat is not None and stat[1] == key[1]:
+                seen[key] = (tree, first, max(most, stat[2]))
+        for pid, tree in tree_of.items():
+            key = (pid, stats[pid][1])
+            if key not in seen:
+                seen[key] = (tree, stats[pid][2], stats[pid][2])
 
     def measured(self, call: Callable[[], object]) -> tuple[object, dict[str, float | None]]:
         """``call()``'s result and the CPU-seconds each tree spent during it, plus ``driver_thread``
-        (this thread's own CPU, ``time.thread_time``). Each sample is a ``/proc`` scan per tree:
-        a few ms inside the measured span."""
-        thread = time.thread_time()
-        before = self.sample()
-        result = call()
-        after = self.sample()
-        spent: dict[str, float | None] = {}
-        for name, b in before.items():
-            a = after[name]
-            spent[name] = None if a is None or b is None else a - b
-        spent["driver_thread"] = time.thread_time() - thread
+        (the calling thread's own CPU, ``time.thread_time``)."""
+        import threading
+
+        seen: dict[tuple[int, int], tuple[str, float, float]] = {}
+        self._scan(seen)
+        for key, (tree, first, _) in list(seen.items()):
+            seen[key] = (tree, first, first)
+        born = set()  # processes seen first after the start spent all their ticks in the call
+        stop = threading.Event()
+
+        def sampler() -> None:
+            while not stop.wait(self.interval_s):
+                before = set(seen)
+                self._scan(seen)
+                born.update(set(seen) - before)
+
+        thread_s = time.thread_time()
+        sampling = threading.Thread(target=sampler, name="cpu-meter", daemon=True)
+        sampling.start()
+        try:
+            result = call()
+        finally:
+            stop.set()
+            sampling.join()
+        driver_thread = time.thread_time() - thread_s
+        before = set(seen)
+        self._scan(seen)
+        born.update(set(seen) - before)
+        tick = os.sysconf("SC_CLK_TCK")
+        spent: dict[str, float | None] = {"driver": 0.0}
+        spent.update({name: None if pid is None else 0.0 for name, pid in self.services.items()})
+        for key, (tree, first, most) in seen.items():
+            spent[tree] = (spent[tree] or 0.0) + (most - (0.0 if key in born else first)) / tick
+        spent["driver_thread"] = driver_thread
         return result, spent
 
 

@@ -93,3 +93,28 @@ def test_the_harness_tiny_on_both_emulators(monkeypatch: pytest.MonkeyPatch) -> 
         "twophase_gcs / spark_gs",
         "twophase_gcs / spark_gs_manifest",
     }
+
+
+def test_cpu_of_a_worker_orphaned_mid_call_still_counts() -> None:
+    """A shell starts a worker that burns 0.8 CPU-seconds and exits before it: the worker is
+    orphaned (its time reaches no ancestor of ours) yet counts for the call, as Spark's Python
+    workers do when their daemon goes first."""
+    import subprocess
+    import sys
+    import time
+
+    burn = "import time\nwhile time.process_time() < 0.8: pass\n"
+    meter = common.CpuMeter({}, interval_s=0.05)
+
+    def call() -> None:
+        shell = subprocess.Popen(
+            ["sh", "-c", f'{sys.executable} -c "{burn}" & echo $!; sleep 0.3'],
+            text=True,
+            stdout=subprocess.PIPE,
+        )
+        worker = int(shell.communicate()[0].strip())
+        while subprocess.run(["kill", "-0", str(worker)], capture_output=True).returncode == 0:
+            time.sleep(0.02)
+
+    _, spent = meter.measured(call)
+    assert spent["driver"] is not None and spent["driver"] >= 0.6
