@@ -52,7 +52,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -90,35 +89,6 @@ def _delete_prefix(client: Any, bucket: str, prefix: str) -> None:
             client.delete_objects(Bucket=bucket, Delete={"Objects": objs, "Quiet": True})
 
 
-def _process_table() -> dict[int, tuple[int, float]]:
-    """pid → (parent pid, CPU seconds: its own user + system time and its reaped children's)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        # after the command name: state, ppid, ..., utime stime cutime cstime (fields 14-17 of proc(5))
-        table[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
-    return table
-
-
-def _tree_cpu_s(table: dict[int, tuple[int, float]], root: int | None) -> float:
-    """CPU seconds of ``root`` and every process under it (0 when ``root`` is None)."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, [] if root is None else [root]
-    while todo:
-        pid = todo.pop()
-        total += table.get(pid, (0, 0.0))[1]
-        todo += children.get(pid, [])
-    return total
-
-
 def _minio_pid(endpoint_url: str) -> int | None:
     """The local MinIO serving ``endpoint_url`` (its ``--address`` argument), or None."""
     address = endpoint_url.split("://", 1)[-1].rstrip("/").encode()
@@ -130,13 +100,6 @@ def _minio_pid(endpoint_url: str) -> int | None:
         if argv and b"minio" in argv[0] and address in argv:
             return int(entry.name)
     return None
-
-
-def _cpu_s(minio: int | None) -> tuple[float, float]:
-    """(CPU seconds of this process's tree without MinIO's, CPU seconds of MinIO's tree)."""
-    table = _process_table()
-    minio_s = _tree_cpu_s(table, minio)
-    return _tree_cpu_s(table, os.getpid()) - (minio_s if minio in table else 0.0), minio_s
 
 
 def _count_rows(batches: Iterator[Any]) -> Iterator[Any]:
@@ -170,16 +133,14 @@ def _encode_only(batches: Iterator[Any]) -> Iterator[Any]:
     yield pa.record_batch({"records": [rows], "bytes": [encoded]})
 
 
-def _cpu_summary(samples: list[tuple[float, float]], minio_known: bool) -> dict[str, Any]:
+def _cpu_summary(samples: list[dict[str, float | None]]) -> dict[str, Any]:
     """Median CPU seconds of one writer's calls: Spark side, MinIO (None when not local), total."""
-    spark_s = statistics.median(s for s, _ in samples)
-    if not minio_known:
-        return {"cpu_s_spark": round(spark_s, 2), "cpu_s_minio": None, "cpu_s_total": None}
-    return {
-        "cpu_s_spark": round(spark_s, 2),
-        "cpu_s_minio": round(statistics.median(m for _, m in samples), 2),
-        "cpu_s_total": round(statistics.median(s + m for s, m in samples), 2),
-    }
+    medians = common.cpu_medians(samples)
+    return {k: medians[f"cpu_s_{tree}"] for k, tree in _CPU_KEYS.items()}
+
+
+_CPU_KEYS = {"cpu_s_spark": "driver", "cpu_s_minio": "minio", "cpu_s_total": "total"}
+"""This module's names of :func:`common.cpu_medians`' figures."""
 
 
 def run() -> dict[str, Any]:
@@ -204,25 +165,19 @@ def run() -> dict[str, Any]:
         epochs: list[Any] = []
         sizes: dict[str, tuple[int, int]] = {}
         minio = _minio_pid(endpoint.endpoint_url)
-        cpu: dict[str, list[tuple[float, float]]] = {}
+        meter = common.CpuMeter({"minio": minio})
+        cpu: dict[str, list[dict[str, float | None]]] = {}
 
         def measured(name: str, write: Writer) -> Writer:
             def call(r: int) -> object:
-                before = _cpu_s(minio)  # a /proc scan: a few ms of the timed call
-                result = write(r)
-                after = _cpu_s(minio)
-                cpu.setdefault(name, []).append((after[0] - before[0], after[1] - before[1]))
+                result, spent = meter.measured(lambda: write(r))
+                cpu.setdefault(name, []).append(spent)
                 return result
 
             return call
 
         try:
-            df = (
-                spark.range(0, rows_n, numPartitions=PARTITIONS)
-                .withColumn("k", (F.col("id") % 100).cast("int"))
-                .withColumn("x", F.rand(seed=7))
-                .withColumn("s", F.concat(F.lit("row-"), F.col("id").cast("string")))
-            )
+            df = common.generated_rows(spark, rows_n, PARTITIONS)
 
             def config(prefix: str, **fields: Any) -> S3SinkConfig:
                 return endpoint.sink_config(bucket=BUCKET, prefix=prefix, format="parquet", **fields)
@@ -314,7 +269,7 @@ def run() -> dict[str, Any]:
                 **common.summary(t, rows_n),
                 "parquet_bytes": sizes.get(w, (0, 0))[0],
                 "parquet_objects": sizes.get(w, (0, 0))[1],
-                **_cpu_summary(cpu[w], minio is not None),
+                **_cpu_summary(cpu[w]),
             }
             for w, t in times.items()
         },

@@ -118,13 +118,17 @@ _cluster_stack = contextlib.ExitStack()
 """What a cluster session holds for the process's life (the driver's environment, the session)."""
 
 
-def spark_session(app: str, s3: S3Endpoint | None = None, magic_committer: bool = False) -> SparkSession:
+def spark_session(
+    app: str, s3: S3Endpoint | None = None, magic_committer: bool = False, extra_jars: Sequence[str] = ()
+) -> SparkSession:
     """The ``local[2]`` session of :func:`twophase.integration.spark.build_spark_session` (UTC, 2 GiB driver),
     with s3a pointed at ``s3`` when given (also on a session that already exists); on the cluster
     of ``TWOPHASE_BENCH_MASTER`` when it is set (:func:`cluster_spark_session`). With
     ``magic_committer`` the session also holds ``spark-hadoop-cloud`` (:func:`hadoop_cloud_jar`), so
-    that a writer can run under :data:`MAGIC_COMMITTER` (and the others under
-    :data:`CLASSIC_COMMITTER`, :func:`session_conf`)."""
+    that a writer can run under :data:`MAGIC_COMMITTER` or another store's committer through
+    Spark's cloud commit protocol (:data:`MANIFEST_COMMITTER`), and the others under
+    :data:`CLASSIC_COMMITTER` (:func:`session_conf`). ``extra_jars`` (absolute paths, e.g. a Hadoop
+    file system's connector) join the session's class path (local sessions only)."""
     from twophase.integration.spark import build_spark_session, configure_s3a, spark_jars
 
     master = os.environ.get(MASTER_ENV)
@@ -132,8 +136,10 @@ def spark_session(app: str, s3: S3Endpoint | None = None, magic_committer: bool 
         return cluster_spark_session(master, s3)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}
-    if magic_committer:
-        conf["spark.jars"] = ",".join([*spark_jars(), hadoop_cloud_jar()])
+    if magic_committer or extra_jars:
+        conf["spark.jars"] = ",".join(
+            [*spark_jars(), *([hadoop_cloud_jar()] if magic_committer else []), *extra_jars]
+        )
     spark = build_spark_session(app, conf, s3=s3)
     spark.sparkContext.pythonExec = sys.executable
     if s3 is not None:
@@ -185,6 +191,139 @@ def flights(spark: SparkSession, copies: int, partitions: int) -> DataFrame:
         .withColumn("flight_id", F.concat_ws("#", F.col("flight_id"), F.col("copy").cast("string")))
         .drop("copy")
     )
+
+
+def generated_rows(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
+    """``rows`` rows of (id bigint, k int = id % 100, x double = rand(seed 7), s string =
+    ``row-<id>``) made by Spark in ``partitions`` partitions: the object-store benchmarks' input.
+
+    Not cached: every writer recomputes the same plan.
+    """
+    from pyspark.sql import functions as F
+
+    return (
+        spark.range(0, rows, numPartitions=partitions)
+        .withColumn("k", (F.col("id") % 100).cast("int"))
+        .withColumn("x", F.rand(seed=7))
+        .withColumn("s", F.concat(F.lit("row-"), F.col("id").cast("string")))
+    )
+
+
+class CpuMeter:
+    """CPU-seconds (user + system, from ``/proc``) of process trees during a call: ``driver`` is
+    this process's tree without the services' (the driver, Spark's JVM with its tasks, the Python
+    workers), and each service's own tree by its name.
+
+    Every process's own time is sampled every ``interval_s`` while the call runs, and each process
+    counts with the most it was seen to have spent since the call began: a process that leaves the
+    tree (a Python worker orphaned when its daemon exits, whose time then reaches no ancestor's
+    "children" time) still counts, and one reaped inside the tree is not counted twice. What a
+    process spends after its last sample, or in a life shorter than ``interval_s``, is missed.
+
+    Args:
+        services: name → root pid of a service running on this machine, or None when it runs
+            elsewhere (its figure is then None).
+        interval_s: seconds between samples (each a ``/proc`` scan of a few ms, in a thread of
+            this process: its cost is in every call's ``driver`` figure alike).
+    """
+
+    def __init__(self, services: Mapping[str, int | None], interval_s: float = 0.25) -> None:
+        self.services = dict(services)
+        self.interval_s = interval_s
+
+    def _scan(self, seen: dict[tuple[int, int], tuple[str, float, float]]) -> None:
+        """One sample into ``seen``: (pid, start time) → (tree, ticks at first sight, most ticks seen)."""
+        stats: dict[int, tuple[int, int, float]] = {}  # pid → (ppid, start time, own ticks)
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # after the command name: state ppid ... utime(14) stime(15) ... starttime(22), proc(5)
+            stats[int(entry.name)] = (
+                int(fields[1]),
+                int(fields[19]),
+                float(int(fields[11]) + int(fields[12])),
+            )
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in stats.items():
+            children.setdefault(ppid, []).append(pid)
+        roots = {pid: name for name, pid in self.services.items() if pid is not None}
+        tree_of: dict[int, str] = {}
+        todo = [(os.getpid(), "driver"), *((pid, name) for pid, name in roots.items())]
+        while todo:
+            pid, tree = todo.pop()
+            if pid in tree_of or pid not in stats or (pid in roots and tree != roots[pid]):
+                continue
+            tree_of[pid] = tree
+            todo.extend((child, tree) for child in children.get(pid, ()))
+        for key, (tree, first, most) in list(seen.items()):  # seen before, left the tree since
+            stat = stats.get(key[0])
+            if stat is not None and stat[1] == key[1]:
+                seen[key] = (tree, first, max(most, stat[2]))
+        for pid, tree in tree_of.items():
+            key = (pid, stats[pid][1])
+            if key not in seen:
+                seen[key] = (tree, stats[pid][2], stats[pid][2])
+
+    def measured(self, call: Callable[[], object]) -> tuple[object, dict[str, float | None]]:
+        """``call()``'s result and the CPU-seconds each tree spent during it, plus ``driver_thread``
+        (the calling thread's own CPU, ``time.thread_time``)."""
+        import threading
+
+        seen: dict[tuple[int, int], tuple[str, float, float]] = {}
+        self._scan(seen)
+        for key, (tree, first, _) in list(seen.items()):
+            seen[key] = (tree, first, first)
+        born = set()  # processes seen first after the start spent all their ticks in the call
+        stop = threading.Event()
+
+        def sampler() -> None:
+            while not stop.wait(self.interval_s):
+                before = set(seen)
+                self._scan(seen)
+                born.update(set(seen) - before)
+
+        thread_s = time.thread_time()
+        sampling = threading.Thread(target=sampler, name="cpu-meter", daemon=True)
+        sampling.start()
+        try:
+            result = call()
+        finally:
+            stop.set()
+            sampling.join()
+        driver_thread = time.thread_time() - thread_s
+        before = set(seen)
+        self._scan(seen)
+        born.update(set(seen) - before)
+        tick = os.sysconf("SC_CLK_TCK")
+        spent: dict[str, float | None] = {"driver": 0.0}
+        spent.update({name: None if pid is None else 0.0 for name, pid in self.services.items()})
+        for key, (tree, first, most) in seen.items():
+            spent[tree] = (spent[tree] or 0.0) + (most - (0.0 if key in born else first)) / tick
+        spent["driver_thread"] = driver_thread
+        return result, spent
+
+
+def cpu_medians(samples: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """Per tree, the median CPU-seconds of :meth:`CpuMeter.measured`'s samples of one writer
+    (``cpu_s_<tree>``; None for a service that is not local), and ``cpu_s_total``: the median of
+    each call's driver and services together (None unless every service is local)."""
+    out: dict[str, float | None] = {}
+    totals: list[float] | None = []
+    for name in samples[0]:
+        values = [s[name] for s in samples]
+        known = [v for v in values if v is not None]
+        out[f"cpu_s_{name}"] = round(statistics.median(known), 2) if len(known) == len(values) else None
+        if name != "driver_thread":
+            if totals is not None and len(known) == len(values):
+                totals = [t + v for t, v in zip(totals or [0.0] * len(known), known, strict=True)]
+            else:
+                totals = None
+    out["cpu_s_total"] = round(statistics.median(totals), 2) if totals else None
+    return out
 
 
 def machine() -> dict[str, Any]:
@@ -271,16 +410,39 @@ MAGIC_COMMITTER = {
 """Session settings of a Spark file writer through the S3A magic committer (Spark's cloud-integration
 guide, "Hadoop S3A committers"): no rename and no copy on commit; needs ``spark-hadoop-cloud``."""
 
-CLASSIC_COMMITTER = {
-    "fs.s3a.committer.name": "file",
+SPARK_DEFAULT_COMMITTER = {
     "spark.sql.sources.commitProtocolClass": (
         "org.apache.spark.sql.execution.datasources.SQLHadoopMapReduceCommitProtocol"
     ),
     "spark.sql.parquet.output.committer.class": "org.apache.parquet.hadoop.ParquetOutputCommitter",
+    "mapreduce.fileoutputcommitter.algorithm.version": "1",
 }
+"""Spark's own commit protocol over Hadoop's ``FileOutputCommitter`` (algorithm 1: each task's files
+renamed into the job's attempt directory at task commit, then into place at job commit), stated
+for any file system."""
+
+CLASSIC_COMMITTER = {"fs.s3a.committer.name": "file", **SPARK_DEFAULT_COMMITTER}
 """Spark's defaults (the rename committer), stated: a session holding ``spark-hadoop-cloud`` starts
 with the magic committer on (Spark 4.2 fills in :data:`MAGIC_COMMITTER` when the jar is on its class
 path), so a writer meant to run Spark's defaults sets these."""
+
+MANIFEST_COMMITTER = {
+    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": (
+        "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter"
+    ),
+    "mapreduce.outputcommitter.factory.scheme.abfs": (
+        "org.apache.hadoop.fs.azurebfs.commit.AzureManifestCommitterFactory"
+    ),
+    "mapreduce.outputcommitter.factory.scheme.gs": (
+        "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitterFactory"
+    ),
+}
+"""Session settings of a Spark file writer through Hadoop's manifest committer, the committer Spark's
+cloud-integration guide and Hadoop's name for ABFS and GCS (``abfs://`` through hadoop-azure's
+factory, which adds ABFS's rename recovery; ``gs://`` through the plain one): task commit writes a
+manifest of the task's files, job commit renames every file into place once, in parallel, with no
+directory-tree rename; needs ``spark-hadoop-cloud``."""
 
 
 @contextlib.contextmanager
@@ -307,13 +469,18 @@ def committed_by(client: Any, bucket: str, prefix: str) -> str | None:
     Raises:
         AssertionError: a ``__magic`` staging path was left behind.
     """
-    import json
-
     base = prefix.rstrip("/")
     success = client.get_object(Bucket=bucket, Key=f"{base}/_SUCCESS")["Body"].read()
     left = client.list_objects_v2(Bucket=bucket, Prefix=f"{base}/__magic").get("KeyCount", 0)
     if left:
         raise AssertionError(f"{left} magic staging objects left under {prefix}")
+    return success_committer(success)
+
+
+def success_committer(success: bytes) -> str | None:
+    """The committer a Spark output's ``_SUCCESS`` file (its bytes) names: the S3A and manifest
+    committers write a JSON summary with a ``committer`` field (``magic``, ``ManifestCommitter``…);
+    Hadoop's ``FileOutputCommitter`` leaves it empty (``None``)."""
     committer = json.loads(success).get("committer") if success else None
     return None if committer is None else str(committer)
 
