@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -224,9 +224,18 @@ class PendingCheckpoint:
 
     @property
     def acks(self) -> dict[SubtaskKey, Acknowledgement]:
-        """(sink, partition) → its acknowledgement, made from the ledger's columns on each read
-        (tests and messages; the coordinator reads :attr:`ledger`)."""
-        return self.ledger.objects()
+        """(sink, partition) → its acknowledgement, made from the ledger's columns on each read,
+        its committable the payload its ledger block row or transaction holds (tests and
+        messages; the coordinator reads :attr:`ledger`)."""
+        payloads: dict[SubtaskKey, bytes | None] = {}
+        for sink, blocks in self._blocks.items():
+            for b in blocks:
+                payloads.update(zip(((sink, p) for p in b.partitions), b.payload.to_pylist(), strict=True))
+        for sink, by_partition in self._txns.items():
+            payloads.update(
+                ((sink, p), txns[0].payload if txns else None) for p, txns in by_partition.items()
+            )
+        return {k: replace(a, committable=payloads.get(k)) for k, a in self.ledger.objects().items()}
 
     def record_table(
         self,
@@ -238,7 +247,8 @@ class PendingCheckpoint:
         of a distinct expected subtask not acknowledged yet: the coordinator checked) as those
         subtasks' acknowledgements, with the pending ``transactions`` the exceptions among them
         made (sink → partition → transactions) and the ledger ``blocks`` the others' rows make
-        (sink → its block).
+        (sink → its block). The payloads are held once, by those blocks and transactions (issue
+        #42): ``table``'s ``committable`` column is not read (the coordinator hands it null).
 
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
@@ -264,7 +274,9 @@ class PendingCheckpoint:
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
         """
-        self.record_table(acknowledgement_table([ack]), {key[0]: {key[1]: transactions}})
+        self.record_table(
+            acknowledgement_table([replace(ack, committable=None)]), {key[0]: {key[1]: transactions}}
+        )
 
     def is_acknowledged(self, key: SubtaskKey) -> bool:
         """Whether subtask ``key`` acknowledged already (a column lookup: the one-by-one path)."""

@@ -40,13 +40,15 @@ import bisect
 import enum
 import logging
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twophase.coordinator.payload import decode_payloads
+from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import IllegalTransitionError
 
@@ -315,14 +317,20 @@ class LedgerBlock:
         pre_committed_ms: when the intake received them (ms since the epoch).
         status: one status byte per row (``_PRE`` … ``_IN_DOUBT``; ``_GONE`` or ``_CONFIRMED``
             once it left).
+        made: row → its transaction, for the rows whose transaction was made (:meth:`txn`):
+            the committer commits a call none of whose rows is made as columns (issue #42).
+        decoded: row → its committable, for the rows the committer decoded in bulk
+            (:meth:`committables`): a transaction made of such a row later takes it (each
+            committable decoded once).
     """
 
     __slots__ = (
         "_decode",
-        "_made",
         "_partitions",
         "attempt",
         "checkpoint_id",
+        "decoded",
+        "made",
         "partition",
         "payload",
         "pre_committed_ms",
@@ -363,7 +371,8 @@ class LedgerBlock:
         self._decode = decode
         self._partitions = None
         self.status = bytearray((_PRE,)) * n
-        self._made: dict[int, PendingTransaction[Any]] = {}
+        self.made: dict[int, PendingTransaction[Any]] = {}
+        self.decoded: dict[int, Any] = {}
 
     @classmethod
     def of_transactions(
@@ -395,7 +404,7 @@ class LedgerBlock:
         self._partitions = list(partitions)
         for i, t in enumerate(txns):
             t.attach(self, i)
-            self._made[i] = t
+            self.made[i] = t
 
     def __len__(self) -> int:
         return len(self.status)
@@ -405,7 +414,7 @@ class LedgerBlock:
 
     def txn(self, row: int) -> PendingTransaction[Any]:
         """Row ``row``'s transaction, made on first ask (any thread) and the same object after."""
-        t = self._made.get(row)
+        t = self.made.get(row)
         if t is None:
             assert self._decode is not None  # a block made from transactions holds every one
             t = PendingTransaction(
@@ -413,20 +422,22 @@ class LedgerBlock:
                 self.partition[row].as_py(),
                 self.attempt[row].as_py(),
                 self.checkpoint_id,
+                self.decoded.get(row, _UNDECODED),
                 pre_committed_ms=self.pre_committed_ms,
                 payload=self.payload[row].as_py(),
                 decode=self._decode,
                 block=self,
                 row=row,
             )
-            t = self._made.setdefault(row, t)  # atomic: a racing thread's object is dropped
+            t = self.made.setdefault(row, t)  # atomic: a racing thread's object is dropped
         return t
 
     def transactions(self, rows: range | Sequence[int]) -> tuple[PendingTransaction[Any], ...]:
         """The transactions of ``rows`` (ascending), as :meth:`txn` makes them one by one but the
         columns read once for all of them (one ``to_pylist`` each, not a scalar per row and
-        column): what the committer asks of a commit call of this block's rows (issue #42)."""
-        made = self._made
+        column): what the committer makes of a commit call of this block's rows when some row
+        is an exception (a retry, a loss, a failure: issue #42)."""
+        made = self.made
         todo = [r for r in rows if r not in made] if made else rows
         if todo:
             assert self._decode is not None  # a block made from transactions holds every one
@@ -437,17 +448,34 @@ class LedgerBlock:
                 for c in (self.partition, self.attempt, self.payload)
             )
             sink, cid, ms, decode = self.sink_name, self.checkpoint_id, self.pre_committed_ms, self._decode
-            for r, p, a, payload in zip(todo, parts, attempts, payloads, strict=True):
+            got = self.decoded.get
+            objs = [got(r, _UNDECODED) for r in todo]
+            for r, p, a, payload, c in zip(todo, parts, attempts, payloads, objs, strict=True):
                 t = PendingTransaction(
-                    sink, p, a, cid, pre_committed_ms=ms, payload=payload, decode=decode, block=self, row=r
+                    sink, p, a, cid, c, ms, payload=payload, decode=decode, block=self, row=r
                 )
                 made.setdefault(r, t)  # atomic: a racing thread's object is dropped
         return tuple(made[r] for r in rows)
 
-    @property
-    def made(self) -> Mapping[int, PendingTransaction[Any]]:
-        """Row → its transaction, for the rows whose transaction was made (:meth:`txn`)."""
-        return self._made
+    def committables(
+        self,
+        rows: range | Sequence[int],
+        payload: pa.Array | pa.ChunkedArray,
+        sink: TwoPhaseCommitSink[Any, Any],
+    ) -> list[Any]:
+        """The committables of ``rows`` (ascending), decoded in bulk by ``sink`` from ``payload``,
+        their rows' payload column (:attr:`BlockRows.payload`), and kept (:attr:`decoded`): what
+        the committer commits a call of this block's rows with (issue #42); a transaction made of
+        one of those rows later (a retry, the lingering cleanup's held committables, the
+        metadata cache) takes its committable, decoded once. Called from the committer's thread:
+        each row is kept with one dict store (two threads decoding one row at once keep one).
+
+        Raises:
+            CommittableDecodeError: as :func:`~twophase.coordinator.payload.decode_payloads`.
+        """
+        objs = decode_payloads(sink, payload)
+        self.decoded.update(zip(rows, objs, strict=True))
+        return objs
 
     @property
     def txns(self) -> tuple[PendingTransaction[Any], ...]:
@@ -534,12 +562,12 @@ class LedgerBlock:
             self.status[lo:hi] = seg.translate(_CONFIRM)
             if _GONE not in seg:
                 return []
-            return [self._made[lo + i] for i, c in enumerate(seg) if c == _GONE and lo + i in self._made]
+            return [self.made[lo + i] for i, c in enumerate(seg) if c == _GONE and lo + i in self.made]
         left: list[PendingTransaction[Any]] = []
         for r in rows:
             if self.status[r] == _GONE:
-                if r in self._made:
-                    left.append(self._made[r])
+                if r in self.made:
+                    left.append(self.made[r])
             elif self.status[r] == _COMMITTING:
                 self.status[r] = _CONFIRMED
         return left
@@ -580,15 +608,20 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
         rows: its rows, ascending.
         sink_name, checkpoint_id: the block's (plain attributes: what the committer groups and
             logs the call by, read without a call).
+        payload: the rows' payloads, a binary column (the block's own when the call is all its
+            rows): what the committer decodes in bulk (issue #42).
     """
 
-    __slots__ = ("block", "checkpoint_id", "rows", "sink_name")
+    __slots__ = ("block", "checkpoint_id", "payload", "rows", "sink_name")
 
     def __init__(self, block: LedgerBlock, rows: range | Sequence[int]) -> None:
         self.block = block
         self.rows = rows
         self.sink_name = block.sink_name
         self.checkpoint_id = block.checkpoint_id
+        payload = block.payload
+        whole = isinstance(rows, range) and rows.step == 1 and rows.start == 0 and len(rows) == len(payload)
+        self.payload = payload if whole else payload.take(pa.array(rows, pa.int64()))
 
     def __len__(self) -> int:
         return len(self.rows)
