@@ -55,6 +55,7 @@ from twophase.sinks.errors import IllegalTransitionError
 log = logging.getLogger(__name__)
 
 COMM = TypeVar("COMM")
+_T = TypeVar("_T")
 
 
 class SubtaskState(enum.Enum):
@@ -457,6 +458,24 @@ class LedgerBlock:
                 made.setdefault(r, t)  # atomic: a racing thread's object is dropped
         return tuple(made[r] for r in rows)
 
+    def committable(self, row: int) -> Any:
+        """Row ``row``'s committable, decoded on first ask and kept (:attr:`decoded`; its
+        transaction's if that was made): what verification and the lingering cleanup read a
+        block's rows through, making no transaction (issue #42), so that the committer still
+        commits the rows as columns, with the committables decoded here.
+
+        Raises:
+            CommittableDecodeError: the payload does not decode (every ask raises it again).
+        """
+        c = self.decoded.get(row, _UNDECODED)
+        if c is _UNDECODED:
+            t = self.made.get(row)
+            if t is not None:
+                return t.committable
+            assert self._decode is not None  # a block made from transactions holds every one
+            c = self.decoded.setdefault(row, self._decode(self.payload[row].as_py()))
+        return c
+
     def committables(
         self,
         rows: range | Sequence[int],
@@ -473,9 +492,16 @@ class LedgerBlock:
         Raises:
             CommittableDecodeError: as :func:`~twophase.coordinator.payload.decode_payloads`.
         """
-        objs = decode_payloads(sink, payload)
-        self.decoded.update(zip(rows, objs, strict=True))
-        return objs
+        decoded = self.decoded
+        if not decoded:
+            objs = decode_payloads(sink, payload)
+            decoded.update(zip(rows, objs, strict=True))
+            return objs
+        todo = [i for i, r in enumerate(rows) if r not in decoded]  # verification decoded the others
+        if todo:
+            objs = decode_payloads(sink, payload.take(pa.array(todo, pa.int64())))
+            decoded.update(zip((rows[i] for i in todo), objs, strict=True))
+        return [decoded[r] for r in rows]
 
     @property
     def txns(self) -> tuple[PendingTransaction[Any], ...]:
@@ -649,17 +675,18 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
         return f"BlockRows({self.block!r}, {len(self.rows)} rows)"
 
 
-class TxnRows(Sequence["PendingTransaction[Any]"]):
-    """Transactions named by (source, row) columns, each made on access: ``sources[s](r)`` for
-    row ``i`` with ``s = source[i]``, ``r = row[i]`` (a block's :meth:`LedgerBlock.txn`, or a
-    list's ``__getitem__``). What the metadata's and verification's per-sink committables are
-    read through, without a Python object per row until one is read (issue #42)."""
+class TxnRows(Sequence[_T]):
+    """Rows named by (source, row) columns, each made on access: ``sources[s](r)`` for row ``i``
+    with ``s = source[i]``, ``r = row[i]`` (a block's :meth:`LedgerBlock.committable` or
+    :meth:`LedgerBlock.txn`, or a function of a list's index). What the metadata's and
+    verification's per-sink committables are read through, without a Python object per row
+    until one is read, and without a transaction object for a block's row (issue #42)."""
 
     __slots__ = ("_row", "_rows", "_source", "_sources")
 
     def __init__(
         self,
-        sources: Sequence[Callable[[int], PendingTransaction[Any]]],
+        sources: Sequence[Callable[[int], _T]],
         source: pa.Array | pa.ChunkedArray,
         row: pa.Array | pa.ChunkedArray,
     ) -> None:
@@ -677,12 +704,12 @@ class TxnRows(Sequence["PendingTransaction[Any]"]):
         return self._rows
 
     @overload
-    def __getitem__(self, index: int) -> PendingTransaction[Any]: ...
+    def __getitem__(self, index: int) -> _T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[PendingTransaction[Any]]: ...
+    def __getitem__(self, index: slice) -> list[_T]: ...
 
-    def __getitem__(self, index: int | slice) -> PendingTransaction[Any] | list[PendingTransaction[Any]]:
+    def __getitem__(self, index: int | slice) -> _T | list[_T]:
         if isinstance(index, slice):
             return [self._sources[s](r) for s, r in self._pairs()[index]]
         if self._rows is not None:
@@ -695,12 +722,12 @@ class TxnRows(Sequence["PendingTransaction[Any]"]):
             s, r = self._source[index].as_py(), self._row[index].as_py()
         return self._sources[s](r)
 
-    def __iter__(self) -> Iterator[PendingTransaction[Any]]:
+    def __iter__(self) -> Iterator[_T]:
         sources = self._sources
         return (sources[s](r) for s, r in self._pairs())
 
     def __repr__(self) -> str:
-        return f"TxnRows({len(self)} transactions)"
+        return f"TxnRows({len(self)} rows)"
 
 
 class SinkLedger:

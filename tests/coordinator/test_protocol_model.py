@@ -14,7 +14,9 @@ to jobs in production, in any order:
   connection), refusing connections while it starts; the driver dying at every fault point or
   between steps, down for a while (past Kafka's transaction timeout, past
   ``transactional.id.expiration.ms``); checkpoint publishes refused or of unknown outcome; lost
-  notifications; asynchronous commit with stalled commits (settled at the end
+  notifications; a sink's ``commit_batch`` answering part of its batch ``RETRY``, raising
+  midway or answering too many or too few outcomes after committing some (#42, "cols42");
+  asynchronous commit with stalled commits (settled at the end
   of each step: ``model_settle``), and the default that turns asynchronous mid-life once a
   checkpoint commits more than ``MODEL_ASYNC_ABOVE`` transactions; moved coordinators; Delta
   conflicts; S3 throttling; Iceberg
@@ -99,7 +101,7 @@ from support.model_alphabet import (
     arrived,
     traced,
 )
-from support.model_batches import BATCH_SINKS, MISBEHAVIOURS, misbehaving_batch_once
+from support.model_batches import BATCH_SINKS, FIRED, MISBEHAVIOURS, misbehaving_batch_once
 from support.model_checkpoint_files import (
     CRASH_POINTS,
     DAMAGE,
@@ -187,6 +189,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.acknowledged: set[bytes] = acknowledged_payloads()  # every payload encoded (#42)
         self.acknowledged.clear()
         LOST_OUTPUTS.clear()
+        FIRED.clear()
         """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
@@ -529,12 +532,14 @@ class ProtocolModel(RuleBasedStateMachine):
         """A new driver process restores (the previous one abandoned: nothing closed or committed);
         a restore that meets an unreachable Iceberg catalog fails (``ServiceUnavailableError``),
         and one whose PostgreSQL commits stay busy past the committer's retry budget fails
-        (``CommitFailedError``, ``test_a_restore_whose_postgres_commits_stay_busy_is_retried``);
+        (``CommitFailedError``, ``test_a_restore_whose_postgres_commits_stay_busy_is_retried``), as
+        does one whose re-commit meets a misbehaving ``commit_batch`` (``commit_batch_misbehaves``);
         then the driver is started again, as a supervisor would (only then: other services'
         outages must not fail a restore, ``test_a_restore_that_meets_a_postgres_restart_is_retried``)."""
         for _ in range(8):
             refusals = self.world.iceberg.events.count(REFUSED)
             busy = sum(e.startswith("busy ") for e in self.world.postgres.events)
+            fired = len(FIRED)
             if ignore_lost:
                 self.h.config = replace(
                     self.config, commit=replace(self.config.commit, ignore_lost_on_recovery=True)
@@ -558,6 +563,10 @@ class ProtocolModel(RuleBasedStateMachine):
                 event("restore failed on an unreachable Iceberg catalog; driver started again")
                 fresh = False
             except CommitFailedError:
+                if len(FIRED) > fired:  # fires once: the next driver's commit_batch is the sink's own
+                    event("restore's commit met a misbehaving commit_batch; driver started again")
+                    fresh = False
+                    continue
                 if sum(e.startswith("busy ") for e in self.world.postgres.events) == busy:
                     raise
                 event("restore's commit failed on busy PostgreSQL gids; driver started again")

@@ -24,6 +24,10 @@ the rest; commits the first half (at least one) and raises; commits the first ha
 those only."""
 
 
+FIRED: list[str] = []
+"""``"<sink> <how>"`` for every misbehaviour that fired (a restore that met one is started again)."""
+
+
 class ModelBatchFailure(RuntimeError):
     """A ``commit_batch`` that raised midway (the model's): some committables were committed."""
 
@@ -36,6 +40,7 @@ def misbehaving_batch_once(sink: TwoPhaseCommitSink[Any, Any], how: str) -> None
 
     def commit_batch(committables: Sequence[Any]) -> list[CommitOutcome]:
         del sink.commit_batch  # the class's again, for the retries and every later call
+        FIRED.append(f"{sink.name} {how}")
         n = len(committables)
         half = n // 2
         if how == "part_retry":
