@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("sinks", "coordinator", "connectors", "integration")
-FORMS = ("bytes", "Arrow table", "the sink's committable")
+FORMS = ("bytes", "Arrow table", "Arrow column", "the sink's committable")
 """The forms of the traced walk that are no class of the product."""
 
 

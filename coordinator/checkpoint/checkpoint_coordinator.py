@@ -589,7 +589,12 @@ class CheckpointCoordinator:
                 )
                 self._ledgers[sink].append(block)
                 blocks[sink] = block
-        pc.record_table(first, made, blocks)
+        # the payloads are held once, by the blocks and the exceptions' transactions: the pending
+        # checkpoint keeps the rows' other columns (issue #42)
+        at = first.schema.get_field_index("committable")
+        pc.record_table(
+            first.set_column(at, "committable", pa.nulls(first.num_rows, pa.binary())), made, blocks
+        )
         records = ack_table.records_per_sink(first.select(["sink", "records"]))  # all it reads
         return TableIntake(first.num_rows, tuple(duplicates), records)
 

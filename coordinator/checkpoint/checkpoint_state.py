@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -226,9 +226,18 @@ class PendingCheckpoint:
 
     @property
     def acks(self) -> dict[SubtaskKey, Acknowledgement]:
-        """(sink, partition) → its acknowledgement, made from the ledger's columns on each read
-        (tests and messages; the coordinator reads :attr:`ledger`)."""
-        return self.ledger.objects()
+        """(sink, partition) → its acknowledgement, made from the ledger's columns on each read,
+        its committable the payload its ledger block row or transaction holds (tests and
+        messages; the coordinator reads :attr:`ledger`)."""
+        payloads: dict[SubtaskKey, bytes | None] = {}
+        for sink, blocks in self._blocks.items():
+            for b in blocks:
+                payloads.update(zip(((sink, p) for p in b.partitions), b.payload.to_pylist(), strict=True))
+        for sink, by_partition in self._txns.items():
+            payloads.update(
+                ((sink, p), txns[0].payload if txns else None) for p, txns in by_partition.items()
+            )
+        return {k: replace(a, committable=payloads.get(k)) for k, a in self.ledger.objects().items()}
 
     def record_table(
         self,
@@ -240,7 +249,8 @@ class PendingCheckpoint:
         of a distinct expected subtask not acknowledged yet: the coordinator checked) as those
         subtasks' acknowledgements, with the pending ``transactions`` the exceptions among them
         made (sink → partition → transactions) and the ledger ``blocks`` the others' rows make
-        (sink → its block).
+        (sink → its block). The payloads are held once, by those blocks and transactions (issue
+        #42): ``table``'s ``committable`` column is not read (the coordinator hands it null).
 
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
@@ -266,7 +276,9 @@ class PendingCheckpoint:
         Raises:
             IllegalTransitionError: the checkpoint is no longer pending.
         """
-        self.record_table(acknowledgement_table([ack]), {key[0]: {key[1]: transactions}})
+        self.record_table(
+            acknowledgement_table([replace(ack, committable=None)]), {key[0]: {key[1]: transactions}}
+        )
 
     def is_acknowledged(self, key: SubtaskKey) -> bool:
         """Whether subtask ``key`` acknowledged already (a column lookup: the one-by-one path)."""
@@ -289,7 +301,7 @@ class PendingCheckpoint:
         if not blocks:
             committables: Sequence[Any] = CommittablesOf(own)
         else:
-            committables = CommittablesOf(_by_partition(blocks, own))
+            committables = _by_partition(blocks, own)
         return committables, self.ledger.in_progress(sink)
 
     def complete(self) -> None:
@@ -397,9 +409,15 @@ class NotifyResult:
     already_committed: int = 0
 
 
-def _by_partition(blocks: Sequence[LedgerBlock], own: Sequence[PendingTransaction[Any]]) -> TxnRows:
-    """The rows of ``blocks`` (all of them, as acknowledged) and ``own``, ascending by partition
-    (stable), as transactions made on access."""
+def _committable_of(txns: Sequence[PendingTransaction[Any]]) -> Callable[[int], Any]:
+    """Index → the committable of ``txns[index]`` (decoded on first read)."""
+    return lambda i: txns[i].committable
+
+
+def _by_partition(blocks: Sequence[LedgerBlock], own: Sequence[PendingTransaction[Any]]) -> TxnRows[Any]:
+    """The committables of the rows of ``blocks`` (all of them, as acknowledged) and of ``own``,
+    ascending by partition (stable), each decoded on access: a block's row by the block
+    (:meth:`LedgerBlock.committable`, no transaction made)."""
     parts: list[pa.Array | pa.ChunkedArray] = []
     source_cols: list[pa.Array] = []
     row_cols: list[pa.Array] = []
@@ -407,10 +425,10 @@ def _by_partition(blocks: Sequence[LedgerBlock], own: Sequence[PendingTransactio
         parts.append(b.partition)
         source_cols.append(pa.repeat(pa.scalar(i, pa.int32()), len(b)))
         row_cols.append(pa.array(range(len(b)), pa.int32()))
-    sources: list[Any] = [b.txn for b in blocks]
+    sources: list[Any] = [b.committable for b in blocks]
     if own:
         parts.append(pa.array([t.partition for t in own], pa.int32()))
-        sources.append(own.__getitem__)
+        sources.append(_committable_of(own))
         source_cols.append(pa.repeat(pa.scalar(len(blocks), pa.int32()), len(own)))
         row_cols.append(pa.array(range(len(own)), pa.int32()))
     chunks = [c for p in parts for c in (p.chunks if isinstance(p, pa.ChunkedArray) else [p])]
@@ -425,13 +443,14 @@ def _by_partition(blocks: Sequence[LedgerBlock], own: Sequence[PendingTransactio
 
 def pending_columns(
     blocks: Sequence[LedgerBlock], own: Sequence[PendingTransaction[Any]]
-) -> tuple[pa.Table, TxnRows]:
+) -> tuple[pa.Table, TxnRows[Any]]:
     """The live rows of ``blocks`` and the transactions ``own`` (exceptions, held by their
     lifecycles) as one table of a committable file's columns
     (:data:`~twophase.coordinator.state.metadata.COMMITTABLE_COLUMNS`), ascending by (checkpoint id,
-    partition), and the same rows' transactions in the same order, made on access: the blocks'
-    rows go through Arrow only (concatenated, and sorted only when ``own`` or two blocks of one
-    checkpoint need it, issue #42); ``own`` through Python (the exceptions are few)."""
+    partition), and the same rows' committables in the same order, each decoded on access (a
+    block's row by the block: no transaction made): the blocks' rows go through Arrow only
+    (concatenated, and sorted only when ``own`` or two blocks of one checkpoint need it, issue
+    #42); ``own`` through Python (the exceptions are few)."""
     tables: list[pa.Table] = []
     sources: list[Any] = []
     source_cols: list[pa.Array] = []
@@ -439,7 +458,7 @@ def pending_columns(
     for i, b in enumerate(blocks):
         t, rows = b.columns()
         tables.append(t)
-        sources.append(b.txn)
+        sources.append(b.committable)
         source_cols.append(pa.repeat(pa.scalar(i, pa.int32()), len(rows)))
         row_cols.append(pa.array(rows, pa.int32()))
     if own:
@@ -454,7 +473,7 @@ def pending_columns(
                 names=COMMITTABLE_COLUMNS.names,
             )
         )
-        sources.append(own.__getitem__)
+        sources.append(_committable_of(own))
         source_cols.append(pa.repeat(pa.scalar(len(blocks), pa.int32()), len(own)))
         row_cols.append(pa.array(range(len(own)), pa.int32()))
     if not tables:
@@ -503,12 +522,12 @@ def metadata_of(
         own: list[PendingTransaction[Any]] = []
         if ledger is not None and ledger.exceptional:
             own = [t for lc in ledger.exceptional.values() for t in lc.uncommitted(c)]
-        table, txns = pending_columns(blocks, own)
+        table, committables = pending_columns(blocks, own)
         if table["payload"].null_count:  # transactions a test made from objects: encode them
             payloads = table["payload"].to_pylist()
             for i, raw in enumerate(payloads):
                 if raw is None:
-                    payloads[i] = payload_bytes(sink.encode(txns[i].committable))
+                    payloads[i] = payload_bytes(sink.encode(committables[i]))
             table = table.set_column(3, "payload", pa.array(payloads, pa.binary()))
         with_state = stateful.get(name, {})
         in_progress = {
@@ -521,7 +540,7 @@ def metadata_of(
             committables=CommittableRows(table),
             in_progress=in_progress,
         )
-        decoded[name] = CommittablesOf(txns)
+        decoded[name] = committables
     metadata = CheckpointMetadata(
         job_id=job_id,
         checkpoint_id=c,

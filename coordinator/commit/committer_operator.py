@@ -126,6 +126,17 @@ class _LostRows(TransactionLostError):
             )
 
 
+def _sender(sink: AnySink, recovery: bool, checkpoint_id: int) -> Callable[[Sequence[Any]], Any]:
+    """What one attempt of a commit call calls with its committables: the sink's
+    ``commit_batch`` (``recover_and_commit_batch`` when recovering), which answers per
+    committable; for a checkpoint-commit sink its ``commit_checkpoint`` of ``checkpoint_id``
+    (``recover_and_commit_checkpoint``), whose one outcome is every committable's."""
+    if isinstance(sink, CheckpointCommitSink):
+        commit = sink.recover_and_commit_checkpoint if recovery else sink.commit_checkpoint
+        return lambda committables: [commit(checkpoint_id, committables)] * len(committables)
+    return sink.recover_and_commit_batch if recovery else sink.commit_batch
+
+
 class _Rows:
     """The transactions of one commit call, as the sink's answers decide them (see
     :meth:`CommitterOperator.commit`): ``pending`` (not yet tried, or answered ``RETRY``), then
@@ -264,14 +275,55 @@ class CommitterOperator:
             ValueError: ``call`` is not one commit call of one sink
                 (:func:`~twophase.coordinator.commit.commit_calls.check_call`).
         """
-        # a ledger block's rows are made into transactions at once, here, where the call runs
-        # (the committer thread when asynchronous): the block's columns read once (issue #42)
-        txns = call.block.transactions(call.rows) if isinstance(call, BlockRows) else tuple(call)
-        if not txns:
-            raise ValueError("an empty commit call")
-        sink = self._sinks[txns[0].sink_name]
-        if not isinstance(call, BlockRows):  # a block's rows are one sink's and one checkpoint's
-            check_call(sink, txns)
+        pol = self.policy
+        # LOST while recovering does not stop the others (the error at the end names every lost
+        # one); any other failure stops retrying: after an error nothing new starts
+        tolerate_lost = recovery
+        first: list[CommitOutcome] | None = None  # the outcomes of a call's rows taken as columns
+        raised: Exception | None = None
+        started = time.perf_counter()
+        block_made = call.block.made if isinstance(call, BlockRows) else None
+        if isinstance(call, BlockRows) and not (block_made and any(r in block_made for r in call.rows)):
+            # a ledger block's rows, none made into a transaction yet (the common path, issue
+            # #42): committed as columns, here, where the call runs (the committer thread when
+            # asynchronous): the committables decoded in bulk from the payload column, handed to
+            # the sink, the outcomes taken back as a list; transactions are made only if some
+            # row is not confirmed (a retry, a loss, a failure)
+            n = len(call.rows)
+            if not n:
+                raise ValueError("an empty commit call")
+            sink = self._sinks[call.sink_name]
+            checkpoint_sink = isinstance(sink, CheckpointCommitSink)
+            committables: list[Any] | None = None
+            try:
+                committables = call.block.committables(call.rows, call.payload, sink)
+                answer = _sender(sink, recovery, call.checkpoint_id)(committables)
+                first = answer if checkpoint_sink else checked_outcomes(answer, n)
+            except ServiceUnavailableError as e:
+                log.warning(
+                    "commit: service unavailable, will retry: %s", e,
+                    extra={"job": self.job_id, "sink": sink.name, "checkpoint": call.checkpoint_id},
+                )  # fmt: skip
+                first = [CommitOutcome.RETRY] * n
+            except Exception as e:
+                raised = e
+            if first is not None and committables is not None and first.count(CommitOutcome.COMMITTED) == n:
+                elapsed_ms = (time.perf_counter() - started) * 1000.0
+                self._account(sink, call.checkpoint_id, list(map(sink.measure, committables)), 0, elapsed_ms)
+                if log.isEnabledFor(logging.DEBUG):  # one line per call: DEBUG, as Flink's committers
+                    what = _what(sink, call.block.transactions(call.rows))
+                    log.debug("committed %s", what, extra={"job": self.job_id, "sink": sink.name})
+                if on_confirmed is not None:
+                    on_confirmed(call)  # whole: the driver lets the rows leave by range (one recode)
+                return CommitOutcome.COMMITTED
+            txns = call.block.transactions(call.rows)  # the decoded committables kept by the block
+        else:
+            txns = call.block.transactions(call.rows) if isinstance(call, BlockRows) else tuple(call)
+            if not txns:
+                raise ValueError("an empty commit call")
+            sink = self._sinks[txns[0].sink_name]
+            if not isinstance(call, BlockRows):  # a block's rows are one sink's and one checkpoint's
+                check_call(sink, txns)
         t = txns[0]
         partitions = [x.partition for x in txns]
         fields: dict[str, Any] = {
@@ -279,24 +331,19 @@ class CommitterOperator:
             "partition": t.partition if len(txns) == 1 else partitions[:_SHOWN], "attempt": t.attempt,
             "transactions": len(txns),
         }  # fmt: skip
-        pol = self.policy
         rows = _Rows(txns)
-        # LOST while recovering does not stop the others (the error at the end names every lost
-        # one); any other failure stops retrying: after an error nothing new starts
-        tolerate_lost = recovery
+        send = _sender(sink, recovery, t.checkpoint_id)
 
         def attempt() -> CommitOutcome:
             """One call of the sink with the pending transactions' committables (each decoded on
             its first read, here: the committer's thread when asynchronous)."""
             pending = rows.pending
             try:
-                committables = [x.committable for x in pending]
+                answer = send([x.committable for x in pending])
                 if isinstance(sink, CheckpointCommitSink):
-                    commit = sink.recover_and_commit_checkpoint if recovery else sink.commit_checkpoint
-                    outcomes = [commit(t.checkpoint_id, committables)] * len(pending)
+                    outcomes = answer
                 else:
-                    commit_batch = sink.recover_and_commit_batch if recovery else sink.commit_batch
-                    outcomes = checked_outcomes(commit_batch(committables), len(pending))
+                    outcomes = checked_outcomes(answer, len(pending))
             except ServiceUnavailableError as e:
                 log.warning("commit: service unavailable, will retry: %s", e, extra=fields)
                 return CommitOutcome.RETRY
@@ -337,17 +384,25 @@ class CommitterOperator:
                 retry_error_callback=lambda state: CommitOutcome.RETRY,
             )(lambda: answered.pop() if answered else attempt())
 
-        started = time.perf_counter()
-        raised: Exception | None = None
         try:
             # The first attempt runs without the retry machinery, which cost more than a no-op
             # commit at 10⁵ transactions (issue #29); tenacity takes over from its first RETRY.
-            if attempt() is CommitOutcome.RETRY:
-                retrying(CommitOutcome.RETRY)
+            # A call taken as columns had its first attempt already: its outcomes decide its rows.
+            if raised is None:
+                outcome = attempt() if first is None else rows.answered(first, tolerate_lost=tolerate_lost)
+                if outcome is CommitOutcome.RETRY:
+                    retrying(CommitOutcome.RETRY)
         except Exception as e:
             raised = e
         elapsed_ms = (time.perf_counter() - started) * 1000.0
-        self._account(sink, t.checkpoint_id, rows, elapsed_ms, failed=raised is not None or rows.failing)
+        self._account(
+            sink,
+            t.checkpoint_id,
+            [sink.measure(x.committable) for x in rows.committed],
+            len(rows.already),
+            elapsed_ms,
+            failed=raised is not None or rows.failing,
+        )
         if rows.confirmed:
             if log.isEnabledFor(logging.DEBUG):  # one line per call: DEBUG, as Flink's committers
                 log.debug("committed %s", _what(sink, rows.confirmed), extra=fields)
@@ -388,15 +443,22 @@ class CommitterOperator:
         return CommitOutcome.COMMITTED if rows.committed else CommitOutcome.ALREADY_COMMITTED
 
     def _account(
-        self, sink: AnySink, checkpoint_id: int, rows: _Rows, elapsed_ms: float, *, failed: bool
+        self,
+        sink: AnySink,
+        checkpoint_id: int,
+        committed: Sequence[CommittableSize],
+        already: int,
+        elapsed_ms: float,
+        *,
+        failed: bool = False,
     ) -> None:
-        """Count one commit call's confirmed transactions and its time (once, with the first group)."""
-        self._add(
-            commit_time_ms=elapsed_ms, committed=len(rows.committed), already_committed=len(rows.already)
-        )
+        """Count one commit call's confirmed transactions (``committed``: the sizes of those
+        committed now; ``already``: how many were committed before) and its time (once, with
+        the first group)."""
+        self._add(commit_time_ms=elapsed_ms, committed=len(committed), already_committed=already)
         groups = [
-            (CommitOutcome.COMMITTED, [sink.measure(x.committable) for x in rows.committed]),
-            (CommitOutcome.ALREADY_COMMITTED, [CommittableSize() for _ in rows.already]),
+            (CommitOutcome.COMMITTED, list(committed)),
+            (CommitOutcome.ALREADY_COMMITTED, [CommittableSize() for _ in range(already)]),
         ]
         ms = elapsed_ms
         for outcome, sizes in groups:

@@ -40,19 +40,22 @@ import bisect
 import enum
 import logging
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twophase.coordinator.state.payload import decode_payloads
+from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.errors import IllegalTransitionError
 
 log = logging.getLogger(__name__)
 
 COMM = TypeVar("COMM")
+_T = TypeVar("_T")
 
 
 class SubtaskState(enum.Enum):
@@ -315,14 +318,20 @@ class LedgerBlock:
         pre_committed_ms: when the intake received them (ms since the epoch).
         status: one status byte per row (``_PRE`` … ``_IN_DOUBT``; ``_GONE`` or ``_CONFIRMED``
             once it left).
+        made: row → its transaction, for the rows whose transaction was made (:meth:`txn`):
+            the committer commits a call none of whose rows is made as columns (issue #42).
+        decoded: row → its committable, for the rows the committer decoded in bulk
+            (:meth:`committables`): a transaction made of such a row later takes it (each
+            committable decoded once).
     """
 
     __slots__ = (
         "_decode",
-        "_made",
         "_partitions",
         "attempt",
         "checkpoint_id",
+        "decoded",
+        "made",
         "partition",
         "payload",
         "pre_committed_ms",
@@ -363,7 +372,8 @@ class LedgerBlock:
         self._decode = decode
         self._partitions = None
         self.status = bytearray((_PRE,)) * n
-        self._made: dict[int, PendingTransaction[Any]] = {}
+        self.made: dict[int, PendingTransaction[Any]] = {}
+        self.decoded: dict[int, Any] = {}
 
     @classmethod
     def of_transactions(
@@ -395,7 +405,7 @@ class LedgerBlock:
         self._partitions = list(partitions)
         for i, t in enumerate(txns):
             t.attach(self, i)
-            self._made[i] = t
+            self.made[i] = t
 
     def __len__(self) -> int:
         return len(self.status)
@@ -405,7 +415,7 @@ class LedgerBlock:
 
     def txn(self, row: int) -> PendingTransaction[Any]:
         """Row ``row``'s transaction, made on first ask (any thread) and the same object after."""
-        t = self._made.get(row)
+        t = self.made.get(row)
         if t is None:
             assert self._decode is not None  # a block made from transactions holds every one
             t = PendingTransaction(
@@ -413,20 +423,22 @@ class LedgerBlock:
                 self.partition[row].as_py(),
                 self.attempt[row].as_py(),
                 self.checkpoint_id,
+                self.decoded.get(row, _UNDECODED),
                 pre_committed_ms=self.pre_committed_ms,
                 payload=self.payload[row].as_py(),
                 decode=self._decode,
                 block=self,
                 row=row,
             )
-            t = self._made.setdefault(row, t)  # atomic: a racing thread's object is dropped
+            t = self.made.setdefault(row, t)  # atomic: a racing thread's object is dropped
         return t
 
     def transactions(self, rows: range | Sequence[int]) -> tuple[PendingTransaction[Any], ...]:
         """The transactions of ``rows`` (ascending), as :meth:`txn` makes them one by one but the
         columns read once for all of them (one ``to_pylist`` each, not a scalar per row and
-        column): what the committer asks of a commit call of this block's rows (issue #42)."""
-        made = self._made
+        column): what the committer makes of a commit call of this block's rows when some row
+        is an exception (a retry, a loss, a failure: issue #42)."""
+        made = self.made
         todo = [r for r in rows if r not in made] if made else rows
         if todo:
             assert self._decode is not None  # a block made from transactions holds every one
@@ -437,17 +449,59 @@ class LedgerBlock:
                 for c in (self.partition, self.attempt, self.payload)
             )
             sink, cid, ms, decode = self.sink_name, self.checkpoint_id, self.pre_committed_ms, self._decode
-            for r, p, a, payload in zip(todo, parts, attempts, payloads, strict=True):
+            got = self.decoded.get
+            objs = [got(r, _UNDECODED) for r in todo]
+            for r, p, a, payload, c in zip(todo, parts, attempts, payloads, objs, strict=True):
                 t = PendingTransaction(
-                    sink, p, a, cid, pre_committed_ms=ms, payload=payload, decode=decode, block=self, row=r
+                    sink, p, a, cid, c, ms, payload=payload, decode=decode, block=self, row=r
                 )
                 made.setdefault(r, t)  # atomic: a racing thread's object is dropped
         return tuple(made[r] for r in rows)
 
-    @property
-    def made(self) -> Mapping[int, PendingTransaction[Any]]:
-        """Row → its transaction, for the rows whose transaction was made (:meth:`txn`)."""
-        return self._made
+    def committable(self, row: int) -> Any:
+        """Row ``row``'s committable, decoded on first ask and kept (:attr:`decoded`; its
+        transaction's if that was made): what verification and the lingering cleanup read a
+        block's rows through, making no transaction (issue #42), so that the committer still
+        commits the rows as columns, with the committables decoded here.
+
+        Raises:
+            CommittableDecodeError: the payload does not decode (every ask raises it again).
+        """
+        c = self.decoded.get(row, _UNDECODED)
+        if c is _UNDECODED:
+            t = self.made.get(row)
+            if t is not None:
+                return t.committable
+            assert self._decode is not None  # a block made from transactions holds every one
+            c = self.decoded.setdefault(row, self._decode(self.payload[row].as_py()))
+        return c
+
+    def committables(
+        self,
+        rows: range | Sequence[int],
+        payload: pa.Array | pa.ChunkedArray,
+        sink: TwoPhaseCommitSink[Any, Any],
+    ) -> list[Any]:
+        """The committables of ``rows`` (ascending), decoded in bulk by ``sink`` from ``payload``,
+        their rows' payload column (:attr:`BlockRows.payload`), and kept (:attr:`decoded`): what
+        the committer commits a call of this block's rows with (issue #42); a transaction made of
+        one of those rows later (a retry, the lingering cleanup's held committables, the
+        metadata cache) takes its committable, decoded once. Called from the committer's thread:
+        each row is kept with one dict store (two threads decoding one row at once keep one).
+
+        Raises:
+            CommittableDecodeError: as :func:`~twophase.coordinator.state.payload.decode_payloads`.
+        """
+        decoded = self.decoded
+        if not decoded:
+            objs = decode_payloads(sink, payload)
+            decoded.update(zip(rows, objs, strict=True))
+            return objs
+        todo = [i for i, r in enumerate(rows) if r not in decoded]  # verification decoded the others
+        if todo:
+            objs = decode_payloads(sink, payload.take(pa.array(todo, pa.int64())))
+            decoded.update(zip((rows[i] for i in todo), objs, strict=True))
+        return [decoded[r] for r in rows]
 
     @property
     def txns(self) -> tuple[PendingTransaction[Any], ...]:
@@ -534,12 +588,12 @@ class LedgerBlock:
             self.status[lo:hi] = seg.translate(_CONFIRM)
             if _GONE not in seg:
                 return []
-            return [self._made[lo + i] for i, c in enumerate(seg) if c == _GONE and lo + i in self._made]
+            return [self.made[lo + i] for i, c in enumerate(seg) if c == _GONE and lo + i in self.made]
         left: list[PendingTransaction[Any]] = []
         for r in rows:
             if self.status[r] == _GONE:
-                if r in self._made:
-                    left.append(self._made[r])
+                if r in self.made:
+                    left.append(self.made[r])
             elif self.status[r] == _COMMITTING:
                 self.status[r] = _CONFIRMED
         return left
@@ -580,15 +634,20 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
         rows: its rows, ascending.
         sink_name, checkpoint_id: the block's (plain attributes: what the committer groups and
             logs the call by, read without a call).
+        payload: the rows' payloads, a binary column (the block's own when the call is all its
+            rows): what the committer decodes in bulk (issue #42).
     """
 
-    __slots__ = ("block", "checkpoint_id", "rows", "sink_name")
+    __slots__ = ("block", "checkpoint_id", "payload", "rows", "sink_name")
 
     def __init__(self, block: LedgerBlock, rows: range | Sequence[int]) -> None:
         self.block = block
         self.rows = rows
         self.sink_name = block.sink_name
         self.checkpoint_id = block.checkpoint_id
+        payload = block.payload
+        whole = isinstance(rows, range) and rows.step == 1 and rows.start == 0 and len(rows) == len(payload)
+        self.payload = payload if whole else payload.take(pa.array(rows, pa.int64()))
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -616,17 +675,18 @@ class BlockRows(Sequence["PendingTransaction[Any]"]):
         return f"BlockRows({self.block!r}, {len(self.rows)} rows)"
 
 
-class TxnRows(Sequence["PendingTransaction[Any]"]):
-    """Transactions named by (source, row) columns, each made on access: ``sources[s](r)`` for
-    row ``i`` with ``s = source[i]``, ``r = row[i]`` (a block's :meth:`LedgerBlock.txn`, or a
-    list's ``__getitem__``). What the metadata's and verification's per-sink committables are
-    read through, without a Python object per row until one is read (issue #42)."""
+class TxnRows(Sequence[_T]):
+    """Rows named by (source, row) columns, each made on access: ``sources[s](r)`` for row ``i``
+    with ``s = source[i]``, ``r = row[i]`` (a block's :meth:`LedgerBlock.committable` or
+    :meth:`LedgerBlock.txn`, or a function of a list's index). What the metadata's and
+    verification's per-sink committables are read through, without a Python object per row
+    until one is read, and without a transaction object for a block's row (issue #42)."""
 
     __slots__ = ("_row", "_rows", "_source", "_sources")
 
     def __init__(
         self,
-        sources: Sequence[Callable[[int], PendingTransaction[Any]]],
+        sources: Sequence[Callable[[int], _T]],
         source: pa.Array | pa.ChunkedArray,
         row: pa.Array | pa.ChunkedArray,
     ) -> None:
@@ -644,12 +704,12 @@ class TxnRows(Sequence["PendingTransaction[Any]"]):
         return self._rows
 
     @overload
-    def __getitem__(self, index: int) -> PendingTransaction[Any]: ...
+    def __getitem__(self, index: int) -> _T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[PendingTransaction[Any]]: ...
+    def __getitem__(self, index: slice) -> list[_T]: ...
 
-    def __getitem__(self, index: int | slice) -> PendingTransaction[Any] | list[PendingTransaction[Any]]:
+    def __getitem__(self, index: int | slice) -> _T | list[_T]:
         if isinstance(index, slice):
             return [self._sources[s](r) for s, r in self._pairs()[index]]
         if self._rows is not None:
@@ -662,12 +722,12 @@ class TxnRows(Sequence["PendingTransaction[Any]"]):
             s, r = self._source[index].as_py(), self._row[index].as_py()
         return self._sources[s](r)
 
-    def __iter__(self) -> Iterator[PendingTransaction[Any]]:
+    def __iter__(self) -> Iterator[_T]:
         sources = self._sources
         return (sources[s](r) for s, r in self._pairs())
 
     def __repr__(self) -> str:
-        return f"TxnRows({len(self)} transactions)"
+        return f"TxnRows({len(self)} rows)"
 
 
 class SinkLedger:

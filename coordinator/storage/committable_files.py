@@ -170,10 +170,10 @@ def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id
     """One sink's committables as an Arrow IPC file (zstd), the checkpoint named in its schema; the
     ``payload`` column is each record's bytes as they are (the executor's), nothing encoded.
     :class:`~twophase.coordinator.state.metadata.CommittableRows` are written from their columns, with
-    no Python pass over the rows (issue #42): one record batch either way, so the bytes are the
-    same as for the same records as a tuple."""
+    no Python pass over the rows (issue #42): one record batch either way (its columns combined
+    into one chunk each), so the bytes are the same as for the same records as a tuple."""
     if isinstance(records, CommittableRows):  # its columns are SCHEMA's, in order (checked)
-        columns = list(map(_one_chunk, records.table.columns))
+        columns: list[pa.ChunkedArray] | list[pa.Array] = records.table.combine_chunks().columns
     else:
         columns = [
             pa.array([r.partition for r in records], pa.int32()),
@@ -197,11 +197,6 @@ def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id
     with pa.ipc.new_file(out, table.schema, options=pa.ipc.IpcWriteOptions(compression=COMPRESSION)) as w:
         w.write_table(table)
     return bytes(out.getvalue().to_pybytes())
-
-
-def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
-    """``column`` as one array (one record batch in the file, as from records)."""
-    return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
 
 
 class MissingFile(Exception):

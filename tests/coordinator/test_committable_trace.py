@@ -3,24 +3,26 @@ commit being entered (issue #42's done-when: at most 12 calls and 4 forms).
 
 The trace is the interpreter's own (``sys.setprofile``): every call of product code between
 ``CheckpointCoordinator.acknowledge_table`` and the sink's ``commit`` whose arguments or locals
-carry the committable — its payload bytes, an Arrow table holding them, a ``PendingTransaction``
-or ``CommittableRecord`` of them, the sink's object, or a short list of those — counts as one call,
-and the type it is carried in as its form. The path today is far longer: 38 calls in 4 forms when
-this test was written (2026-12-03), 33 since the ledger of columns, most of them one Arrow table
-or one ``PendingTransaction`` handed down the helpers of intake, metadata and commit; 48 in 3
-forms since the columnar path (the ledger blocks hold Arrow columns, a transaction is made only
-for the commit), counting the ledger block, a commit call of its rows (``BlockRows``) and the
-metadata's ``CommittableRows`` as the Arrow tables they are (every method called on one counts,
-as a ``PendingTransaction``'s always did): 20 of them are those holders' small methods, 10 the
-intake's checks in ``ack_table`` and the payload decoder (counted so on
-2026-12-03); 32 in 3 forms since the holders hand what is needed once ("trace42": a block's
-notification step is one call, a commit call's sink and checkpoint are attributes and its length
-is asked once, the committer's run, lanes and a call's transactions are one step each): 8 of
-them the intake's checks, 2 the payload decoder, 22 the driver's own from the recording to the
-sink's commit; 26 since each intake check is handed only the columns it reads ("header42": the
-intake's part is ``acknowledge_table`` and ``normalized``); 28 since the commit lanes are grouped
-by the project's one ``group_lanes`` again (its two calls). The test is an expected failure until
-the path is at most 12 calls, and fails (strict) once it passes, so that the marker goes then.
+carry the committable — its payload bytes, an Arrow table or binary column holding them, a
+``PendingTransaction`` or ``CommittableRecord`` of them, the sink's object, or a short list of
+those — counts as one call, and the type it is carried in as its form. The path today is far
+longer: 38 calls in 4 forms when this test was written (2026-12-03), 33 since the ledger of
+columns, most of them one Arrow table or one ``PendingTransaction`` handed down the helpers of
+intake, metadata and commit; 48 in 3 forms since the columnar path (the ledger blocks hold Arrow
+columns, a transaction is made only for the commit), counting the ledger block, a commit call of
+its rows (``BlockRows``) and the metadata's ``CommittableRows`` as the Arrow tables they are
+(every method called on one counts, as a ``PendingTransaction``'s always did): 20 of them are
+those holders' small methods, 10 the intake's checks in ``ack_table`` and the payload decoder
+(counted so on 2026-12-03); 32 in 3 forms since the holders hand what is needed once
+("trace42"); 26 since each intake check is handed only the columns it reads ("header42"); 28
+since the commit lanes are grouped by the project's one ``group_lanes`` again; 23 in 2 forms
+since a block's rows are committed as columns ("cols42": the committables decoded in bulk from
+the payload column, no ``PendingTransaction`` unless a row is an exception; the pending
+checkpoint keeps its rows without the payloads, which the ledger block holds; a binary column
+carrying the payload counts from then on, as "Arrow column", which adds the three calls handed
+one: ``normalized``'s column pass, ``LedgerBlock.__init__`` and ``decode_payloads``). The test is
+an expected failure until the path is at most 12 calls, and fails (strict) once it passes, so
+that the marker goes then.
 
 DESIGN.md's walk of one committable is this trace (``test_design_md_walk_is_the_trace``);
 ``make design-walk`` writes it there.
@@ -85,6 +87,8 @@ class Trace:
                 if column in value.column_names and self.payload in value[column].to_pylist():
                     return "Arrow table"
             return None
+        if isinstance(value, (pa.Array, pa.ChunkedArray)) and len(value) <= 4 and value.type == pa.binary():
+            return "Arrow column" if self.payload in value.to_pylist() else None
         if type(value) is type(self.committable):
             return "the sink's committable" if value == self.committable else None
         if not nested and isinstance(value, (list, tuple)) and len(value) <= 4:
@@ -162,7 +166,8 @@ def design_walk(text: str) -> str:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue #42: 28 calls in 3 forms (2 the intake, 24 recording to commit, 2 the decoder)",
+    reason="issue #42: 23 calls in 2 forms (3 the intake, 2 the recording, 7 the publish, 2 the "
+    "notification, 9 the committer from submit_calls to the bulk decode)",
 )
 def test_one_committable_reaches_the_sinks_commit_in_at_most_12_calls_and_4_forms() -> None:
     trace = traced_walk()

@@ -14,7 +14,9 @@ to jobs in production, in any order:
   connection), refusing connections while it starts; the driver dying at every fault point or
   between steps, down for a while (past Kafka's transaction timeout, past
   ``transactional.id.expiration.ms``); checkpoint publishes refused or of unknown outcome; lost
-  notifications; asynchronous commit with stalled commits (settled at the end
+  notifications; a sink's ``commit_batch`` answering part of its batch ``RETRY``, raising
+  midway or answering too many or too few outcomes after committing some (#42, "cols42");
+  asynchronous commit with stalled commits (settled at the end
   of each step: ``model_settle``), and the default that turns asynchronous mid-life once a
   checkpoint commits more than ``MODEL_ASYNC_ABOVE`` transactions; moved coordinators; Delta
   conflicts; S3 throttling; Iceberg
@@ -99,6 +101,7 @@ from support.model_alphabet import (
     arrived,
     traced,
 )
+from support.model_batches import BATCH_SINKS, FIRED, MISBEHAVIOURS, misbehaving_batch_once
 from support.model_checkpoint_files import (
     CRASH_POINTS,
     DAMAGE,
@@ -206,6 +209,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.acknowledged: set[bytes] = acknowledged_payloads()  # every payload encoded (#42)
         self.acknowledged.clear()
         LOST_OUTPUTS.clear()
+        FIRED.clear()
         """The driver died at ``mid_commit`` (a checkpoint's commit half done) since the last restore."""
 
     def check(self, ok: object, message: str) -> None:
@@ -564,12 +568,14 @@ class ProtocolModel(RuleBasedStateMachine):
         """A new driver process restores (the previous one abandoned: nothing closed or committed);
         a restore that meets an unreachable Iceberg catalog fails (``ServiceUnavailableError``),
         and one whose PostgreSQL commits stay busy past the committer's retry budget fails
-        (``CommitFailedError``, ``test_a_restore_whose_postgres_commits_stay_busy_is_retried``);
+        (``CommitFailedError``, ``test_a_restore_whose_postgres_commits_stay_busy_is_retried``), as
+        does one whose re-commit meets a misbehaving ``commit_batch`` (``commit_batch_misbehaves``);
         then the driver is started again, as a supervisor would (only then: other services'
         outages must not fail a restore, ``test_a_restore_that_meets_a_postgres_restart_is_retried``)."""
         for _ in range(8):
             refusals = self.world.iceberg.events.count(REFUSED)
             busy = sum(e.startswith("busy ") for e in self.world.postgres.events)
+            fired = len(FIRED)
             if ignore_lost:
                 self.h.config = replace(
                     self.config, commit=replace(self.config.commit, ignore_lost_on_recovery=True)
@@ -593,6 +599,10 @@ class ProtocolModel(RuleBasedStateMachine):
                 event("restore failed on an unreachable Iceberg catalog; driver started again")
                 fresh = False
             except CommitFailedError:
+                if len(FIRED) > fired:  # fires once: the next driver's commit_batch is the sink's own
+                    event("restore's commit met a misbehaving commit_batch; driver started again")
+                    fresh = False
+                    continue
                 if sum(e.startswith("busy ") for e in self.world.postgres.events) == busy:
                     raise
                 event("restore's commit failed on busy PostgreSQL gids; driver started again")
@@ -768,6 +778,18 @@ class ProtocolModel(RuleBasedStateMachine):
         committed; the restore commits it (the accounting: every promise kept exactly once). Left
         armed at the end, it fires in the final checkpoint's commit."""
         undecodable_once(next(s for s in self.sinks if s.name == sink))
+
+    @precondition(lambda self: self.phase == "running")
+    @rule(sink=st.sampled_from(BATCH_SINKS), how=st.sampled_from(MISBEHAVIOURS))
+    @traced
+    def commit_batch_misbehaves(self, sink: str, how: str) -> None:
+        """The sink's next ``commit_batch`` answers part of its batch ``RETRY``, raises midway, or
+        answers more or fewer outcomes than committables, having committed some of them (#42:
+        a block's rows committed as columns): only a well-formed answer's ``COMMITTED`` /
+        ``ALREADY_COMMITTED`` rows are confirmed; the others are retried, or the commit fails and
+        the restore re-commits them (the accounting: every promise kept exactly once; the
+        committed marker only after all). Left armed at the end, it fires in the final commit."""
+        misbehaving_batch_once(next(s for s in self.sinks if s.name == sink), how)
 
     @precondition(lambda self: self.phase == "running")
     @rule(parts=st.integers(1, 3), size=st.integers(1, 6), pick=st.integers(0, 4))
@@ -1211,6 +1233,43 @@ def test_a_restore_that_meets_a_postgres_restart_is_retried(monkeypatch: pytest.
 
 
 @pytest.mark.usefixtures("quiet_twophase_logs")
+@pytest.mark.parametrize("how", MISBEHAVIOURS)
+@pytest.mark.parametrize("async_commit", [False, True])
+def test_a_commit_batch_that_misbehaves_confirms_only_what_it_answered(
+    monkeypatch: pytest.MonkeyPatch, how: str, async_commit: bool
+) -> None:
+    """A block's rows committed as columns (#42): each per-committable sink's ``commit_batch``
+    answers part of its batch ``RETRY``, raises midway, or answers too many or too few outcomes,
+    having committed some of its committables; the job (restored where the commit failed) ends
+    with every record landed exactly once and nothing lingering (the teardown's accounting)."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+    m = ProtocolModel()
+    m.start(
+        async_commit=async_commit,
+        retained=1,
+        pool_size=3,
+        rolling="on_checkpoint",
+        cleanup=CleanupMode.RETAIN,
+    )
+    for sink in BATCH_SINKS:
+        m.commit_batch_misbehaves(sink=sink, how=how)
+    m.epoch(
+        parts=4, size=6, tasks=["ok"] * 6, point="before_write", driver=None, publish="ok", notify=True,
+        down_ms=0, on_failure="fail_over", arrival="as_run",
+    )  # fmt: skip
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.a_committed_marker_follows_every_transaction_of_its_checkpoint()
+    m.epoch(
+        parts=3, size=5, tasks=["ok"] * 6, point="before_write", driver=None, publish="ok", notify=True,
+        down_ms=0, on_failure="fail_over", arrival="as_run",
+    )  # fmt: skip
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.a_committed_marker_follows_every_transaction_of_its_checkpoint()
+    assert all("commit_batch" not in vars(s) for s in m.sinks), f"a misbehaviour never fired: {m.trace}"
+    m.end(how="finish", driver=None, publish="ok", down_ms=0)
+    m.teardown()
+
+
 def test_a_restore_whose_postgres_commits_stay_busy_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by ``TWOPHASE_MODEL_EXAMPLES=1000``, seed 4211, once PostgreSQL could answer busy (#42
     item 3): a canceled job is resumed, and the COMMIT PREPARED statements of the restore's

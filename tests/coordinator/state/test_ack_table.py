@@ -3,6 +3,9 @@ with recording the acknowledgements one by one, and a table that fails a check r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pac
 import pytest
@@ -351,13 +354,14 @@ def test_intake_parses_no_payload() -> None:
 def test_intake_decodes_nothing_and_the_committer_decodes_each_once() -> None:
     coord, system = coordinator()
     decoded: list[bytes] = []
-    decode = coord._decoders["s0"]
+    sink = coord.sinks["s0"]
+    decode = sink.decode
 
-    def counting(payload: bytes) -> object:
-        decoded.append(payload)
-        return decode(payload)
+    def counting(obj: Mapping[str, Any]) -> Any:  # the sink's codec: the committer decodes in bulk
+        decoded.append(payload_bytes(obj))
+        return decode(obj)
 
-    coord._decoders["s0"] = counting
+    sink.decode = counting  # type: ignore[method-assign,assignment]
     coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1]})
     acks = [acknowledgement(coord, "s0", 0, 0), acknowledgement(coord, "s0", 1, 0)]
     coord.acknowledge_table(1, acknowledgement_table(acks))

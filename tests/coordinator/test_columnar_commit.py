@@ -1,0 +1,144 @@
+"""A ledger block's commit call committed as columns (issue #42, "cols42"): the committables
+decoded in bulk from the payload column and kept by the block, handed to the sink's
+``commit_batch``, the outcomes taken back as a list; a transaction object is made only when a
+row is not confirmed at once, and only a well-formed answer's confirmed rows are confirmed."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from support.clock import ManualClock
+from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
+from support.harness import batch
+
+from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.state.payload import decode_payload, decode_payloads, payload_bytes
+from twophase.coordinator.state.subtask_lifecycle import BlockRows, LedgerBlock
+from twophase.sinks.context import JsonObject, WriterContext
+from twophase.sinks.errors import CommitFailedError, CommittableDecodeError
+from twophase.sinks.outcome import CommitOutcome
+
+JOB = "job"
+
+
+class CountingSink(FakeSink):
+    """A fake sink counting its decodes and keeping each ``commit_batch``'s committables."""
+
+    def __init__(self, name: str, system: FakeExternalSystem) -> None:
+        super().__init__(name, system)
+        self.decodes: Counter[str] = Counter()
+        self.batches: list[list[str]] = []
+
+    def decode(self, payload: JsonObject) -> FakeCommittable:
+        committable = super().decode(payload)
+        self.decodes[committable.txn_id] += 1
+        return committable
+
+    def commit_batch(self, committables: Sequence[FakeCommittable]) -> list[CommitOutcome]:
+        self.batches.append([c.txn_id for c in committables])
+        return super().commit_batch(committables)
+
+
+def setup(n: int) -> tuple[CountingSink, FakeExternalSystem, LedgerBlock, list[str]]:
+    """A sink with ``n`` pre-committed transactions of checkpoint 1, as one ledger block's rows
+    (PERSISTED→COMMITTING is the ledger's; the committer reads the columns only)."""
+    system = FakeExternalSystem()
+    sink = CountingSink("s0", system)
+    payloads: list[bytes] = []
+    ids: list[str] = []
+    for p in range(n):
+        txn = sink.begin_transaction(WriterContext(JOB, "s0", 1, p, 0, n))
+        sink.write(txn, batch([f"r{p}"]))
+        c = sink.pre_commit(txn)
+        assert c is not None
+        payloads.append(payload_bytes(sink.encode(c)))
+        ids.append(c.txn_id)
+    block = LedgerBlock(
+        "s0",
+        1,
+        pa.array(range(n), pa.int32()),
+        pa.array([0] * n, pa.int32()),
+        pa.array(payloads, pa.binary()),
+        0,
+        functools.partial(decode_payload, sink),
+    )
+    return sink, system, block, ids
+
+
+def committer(sink: CountingSink) -> CommitterOperator:
+    clock = ManualClock()
+    return CommitterOperator(JOB, {"s0": sink}, clock=clock, sleep=clock.sleep)
+
+
+def test_a_call_confirmed_whole_makes_no_transaction_and_decodes_each_once() -> None:
+    sink, system, block, ids = setup(3)
+    call = BlockRows(block, range(3))
+    confirmed: list[Any] = []
+    assert committer(sink).commit(call, on_confirmed=confirmed.append) is CommitOutcome.COMMITTED
+    assert confirmed == [call]  # whole, as it came: the driver lets its rows leave by range
+    assert block.made == {} and sorted(block.decoded) == [0, 1, 2]
+    assert sink.batches == [ids] and sorted(system.committed) == sorted(ids)
+    assert sink.decodes == Counter(ids)
+    assert [
+        t.committable.txn_id for t in block.transactions(range(3))
+    ] == ids  # made later: not decoded again
+    assert sink.decodes == Counter(ids)
+
+
+def test_the_rows_answering_retry_are_retried_as_a_smaller_call_and_the_call_confirmed() -> None:
+    sink, system, block, ids = setup(3)
+    system.script(ids[1], CommitOutcome.RETRY)
+    call = BlockRows(block, range(3))
+    confirmed: list[Any] = []
+    assert committer(sink).commit(call, on_confirmed=confirmed.append) is CommitOutcome.COMMITTED
+    assert sink.batches == [ids, [ids[1]]]
+    assert confirmed == [call] and sorted(system.committed) == sorted(ids)
+    assert sorted(block.made) == [0, 1, 2]  # the exception's path made them, with the decoded committables
+    assert sink.decodes == Counter(ids)
+
+
+def test_rows_a_verification_decoded_are_not_decoded_again() -> None:
+    sink, _system, block, ids = setup(4)
+    assert [block.committable(r).txn_id for r in (0, 2)] == [ids[0], ids[2]]
+    assert block.made == {}  # read without a transaction
+    call = BlockRows(block, [1, 2, 3])
+    assert committer(sink).commit(call) is CommitOutcome.COMMITTED
+    assert sink.batches == [ids[1:]] and block.made == {}
+    assert sink.decodes == Counter(ids)
+
+
+@pytest.mark.parametrize("answer", [[CommitOutcome.COMMITTED], [CommitOutcome.COMMITTED] * 4, "COMMITTED"])
+def test_an_answer_of_the_wrong_shape_confirms_nothing(answer: Any) -> None:
+    sink, _system, block, _ids = setup(3)
+    sink.commit_batch = lambda committables: answer  # type: ignore[method-assign]
+    confirmed: list[Any] = []
+    with pytest.raises(CommitFailedError, match="commit_batch"):
+        committer(sink).commit(BlockRows(block, range(3)), on_confirmed=confirmed.append)
+    assert confirmed == []
+
+
+def test_a_commit_batch_that_raises_confirms_nothing_of_the_call() -> None:
+    sink, system, block, ids = setup(3)
+
+    def midway(committables: Sequence[FakeCommittable]) -> list[CommitOutcome]:
+        FakeSink.commit_batch(sink, committables[:1])
+        raise RuntimeError("broken midway")
+
+    sink.commit_batch = midway  # type: ignore[method-assign]
+    confirmed: list[Any] = []
+    with pytest.raises(CommitFailedError, match="broken midway"):
+        committer(sink).commit(BlockRows(block, range(3)), on_confirmed=confirmed.append)
+    assert confirmed == [] and list(system.committed) == [ids[0]]
+
+
+def test_the_bulk_decode_names_the_payload_that_does_not_decode() -> None:
+    sink, _system, block, ids = setup(2)
+    good = block.payload[0].as_py()
+    assert [c.txn_id for c in decode_payloads(sink, pa.array([good, good], pa.binary()))] == [ids[0]] * 2
+    with pytest.raises(CommittableDecodeError, match="not JSON"):
+        decode_payloads(sink, [good, b"{nope"])
