@@ -136,8 +136,10 @@ from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.coordinator.checkpoint.checkpoint_coordinator import codec_header
 from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
 from twophase.coordinator.commit.commit_policy import CommitPolicy
+from twophase.coordinator.commit.committer_operator import CommitterOperator
 from twophase.coordinator.run.epoch import run_epoch
 from twophase.coordinator.run.fanout import EpochPlan
+from twophase.coordinator.run.lingering_cleanup import LingeringCleanup
 from twophase.coordinator.run.restart import RestartStrategy
 from twophase.coordinator.run.runtime_config import CleanupMode, RuntimeConfig
 from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgement_table
@@ -826,6 +828,11 @@ class ProtocolModel(RuleBasedStateMachine):
                 return True
             try:
                 run_epoch(rt, parts, write, position)
+            except ModelDecodeFailure:
+                # armed by payload_does_not_decode_at_commit and fired by whichever decode came
+                # first: with asynchronous commit, the routine sweep's reading of scope.held may
+                # beat the committer thread; an ordinary failure (EXPECTED), not this refusal
+                raise
             except CommittableDecodeError as e:
                 self.check(f"sink {sink!r}" in str(e), f"the refusal does not name sink {sink!r}: {e}")
                 cid = rt.coordinator.last_triggered_id
@@ -1498,6 +1505,47 @@ def test_rows_of_another_build_are_refused_at_intake_and_the_batch_lands_once(
         parts=2, size=4, tasks=["ok"] * 6, point="before_write", driver=None, publish="ok", notify=True,
         down_ms=0, on_failure="fail_over",
     )  # fmt: skip
+    m.nothing_lands_that_no_durable_checkpoint_promised()
+    m.lingering_cleanup_never_ends_a_held_transaction()
+    m.teardown()
+
+
+def test_a_decode_failure_armed_for_the_commit_that_fires_in_the_sweep_is_not_taken_for_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``payload_does_not_decode_at_commit`` arms the sink's next decode; with asynchronous commit
+    that decode is the committer thread's or, when the driver's routine lingering sweep reads
+    ``scope.held`` first, the sweep's (Iceberg's cleanup reads it). Found by ``make model-check``
+    under ``stress-ng`` (seed 5801, 2026-12-04): the sweep won, and ``executor_of_another_build_answers``
+    took the armed failure of sink ``i`` for the intake's refusal of another sink. Here the
+    committer thread waits until the sweep has run, so the sweep always wins: the armed failure
+    fails the epoch over like any decode failure (``EXPECTED``), and every promise is kept."""
+    swept = threading.Event()
+    swept.set()  # open except for the rule below
+    sweep, commit = LingeringCleanup.sweep, CommitterOperator.commit
+
+    def sweep_then_open(self: LingeringCleanup, *args: Any, **kwargs: Any) -> dict[str, int]:
+        try:
+            return sweep(self, *args, **kwargs)
+        finally:
+            swept.set()
+
+    def commit_after_the_sweep(self: CommitterOperator, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():  # the committer's (lane) thread
+            swept.wait(30)
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(LingeringCleanup, "sweep", sweep_then_open)
+    monkeypatch.setattr(CommitterOperator, "commit", commit_after_the_sweep)
+    events: list[str] = []
+    monkeypatch.setitem(globals(), "event", lambda *args: events.append(str(args[0])))
+    m = ProtocolModel()
+    m.start(async_commit=True, retained=3, pool_size=5, rolling="small", cleanup=CleanupMode.RETAIN)
+    m.payload_does_not_decode_at_commit(sink="i")
+    swept.clear()
+    m.executor_of_another_build_answers(parts=3, pick=1, size=3)
+    assert "failed over after ModelDecodeFailure" in events
+    swept.set()
     m.nothing_lands_that_no_durable_checkpoint_promised()
     m.lingering_cleanup_never_ends_a_held_transaction()
     m.teardown()
