@@ -62,6 +62,7 @@ from twophase.coordinator.state.subtask_lifecycle import (
     SinkLedger,
     SubtaskLifecycle,
     SubtaskState,
+    TxnRows,
     TxnStatus,
     confirm_calls,
 )
@@ -982,12 +983,37 @@ class CheckpointCoordinator:
             if t.status.is_durable or (t.status is TxnStatus.IN_DOUBT and t.checkpoint_id in landed)
         ]
 
-    def pending_of(self, sink: str) -> list[PendingTransaction[Any]]:
-        """Every transaction of ``sink`` not yet confirmed committed nor aborted (no order)."""
+    def pending_of(self, sink: str) -> tuple[list[bytes | None], Sequence[Any]]:
+        """The payload bytes and, index for index, the committables (each decoded on access and
+        kept by its ledger block) of every transaction of ``sink`` not yet confirmed committed nor
+        aborted, in no order: what a lingering cleanup holds of the running job. A ledger block's
+        live rows are read from its columns and no transaction is made of them (issue #42: the
+        routine sweep reads this while the committer thread may commit the same rows as columns,
+        and one made row sent that block's whole commit call down the object path); the
+        exceptions' transactions are read as they are (``None``: one a test built from its object)."""
         ledger = self._ledgers.get(sink)
         if ledger is None:
-            return []
-        return [*ledger.rows(), *(t for lc in ledger.exceptional.values() for t in lc.own_pending)]
+            return [], ()
+        payloads: list[bytes | None] = []
+        sources: list[Callable[[int], Any]] = []
+        source: list[int] = []
+        rows: list[int] = []
+        for b in ledger.blocks:
+            live = b.live_rows()
+            if not live:
+                continue
+            whole = isinstance(live, range) and len(live) == len(b)
+            payloads += (b.payload if whole else b.payload.take(pa.array(live, pa.int64()))).to_pylist()
+            source += [len(sources)] * len(live)
+            rows += live
+            sources.append(b.committable)
+        own = [t for lc in ledger.exceptional.values() for t in lc.own_pending]
+        if own:
+            payloads += [t.payload for t in own]
+            source += [len(sources)] * len(own)
+            rows += range(len(own))
+            sources.append(lambda i: own[i].committable)
+        return payloads, TxnRows(sources, pa.array(source, pa.int32()), pa.array(rows, pa.int32()))
 
     def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
         """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a
@@ -1011,6 +1037,19 @@ class CheckpointCoordinator:
         """Partition → lifecycle of ``sink``'s subtasks that ever held in-progress state (a
         superset of those holding one now; no order): every other subtask holds none."""
         return self._stateful.get(sink, {})
+
+    def holds_uncommitted_up_to(self, checkpoint_id: int) -> bool:
+        """Whether a transaction not yet confirmed committed has a checkpoint id ≤
+        ``checkpoint_id``: read from the ledger blocks' checkpoint ids and status columns and the
+        exceptions' lifecycles, making no transaction object (issue #42: one made row sends its
+        block's whole commit call down the object path)."""
+        for ledger in self._ledgers.values():
+            if any(b.checkpoint_id <= checkpoint_id and not b.empty for b in ledger.blocks):
+                return True
+            for lc in ledger.exceptional.values():
+                if any(t.checkpoint_id <= checkpoint_id for t in lc.own_pending):
+                    return True
+        return False
 
     def uncommitted_unordered(self) -> Iterator[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in no order, walked only as far as the

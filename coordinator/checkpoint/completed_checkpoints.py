@@ -9,14 +9,12 @@ cleanup only read it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable
 
 from twophase.coordinator.checkpoint.checkpoint_state import CompletedCheckpoint
 from twophase.coordinator.checkpoint.committed_marker import CommittedMarker
 from twophase.coordinator.checkpoint.metadata_cache import MetadataCache
 from twophase.coordinator.state.metadata import CheckpointMetadata
-from twophase.coordinator.state.subtask_lifecycle import PendingTransaction
 from twophase.coordinator.storage.base import CheckpointStorage
 
 
@@ -68,10 +66,12 @@ class CompletedCheckpointStore:
             self.cache.forget(ref.location)
         self._last = done.metadata
 
-    def mark_committed_if_done(self, uncommitted: Iterable[PendingTransaction[Any]]) -> None:
-        """Once no transaction of ``uncommitted`` (the run's, not yet confirmed committed) belongs
-        to the latest checkpoint or an older one, write its committed marker (best effort): a
-        restore from it then re-commits nothing. Kafka cannot tell a long-committed transaction
+    def mark_committed_if_done(self, holds_uncommitted_up_to: Callable[[int], bool]) -> None:
+        """Once the run holds no transaction not yet confirmed committed of the latest checkpoint
+        or an older one (``holds_uncommitted_up_to(checkpoint id)``, asked of the run's coordinator
+        only while the marker is missing: it makes no transaction object, so a commit still
+        running as columns stays columnar, issue #42), write its committed marker (best effort):
+        a restore from it then re-commits nothing. Kafka cannot tell a long-committed transaction
         from an aborted one once its transactional id was reused or expired, so re-committing
         would report LOST for visible data. Usually the thread that landed the commit wrote it
         already; this catches the rest (commits confirmed after a subtask finished, a late
@@ -79,6 +79,6 @@ class CompletedCheckpointStore:
         last = self._last
         if last is None or self.marker.is_marked(last.checkpoint_id):
             return
-        if any(t.checkpoint_id <= last.checkpoint_id for t in uncommitted):
+        if holds_uncommitted_up_to(last.checkpoint_id):
             return
         self.marker.mark(last.checkpoint_id)

@@ -108,7 +108,7 @@ def lingering_scope(job_id: str, sink: AnySink, held: Held, up_to_checkpoint: in
     held payload is decoded when the sink reads it (a payload that does not decode raises
     ``CommittableDecodeError`` there)."""
     payloads = tuple(held.committables)
-    committables = HeldCommittables[Any]([(payloads, DecodedOnAccess(sink, payloads))], (), sink.encode)
+    committables = HeldCommittables[Any]([(payloads, DecodedOnAccess(sink, payloads))], ((), ()), sink.encode)
     return HeldForCleanup(committables, held.in_progress, held.max_partitions).scope(
         job_id, sink.name, up_to_checkpoint
     )
@@ -151,36 +151,44 @@ Part = tuple[Sequence[bytes | None], Sequence[Any]]
 the committable (made on access)."""
 
 
+def transactions_part(txns: Sequence[PendingTransaction[COMM]]) -> Part:
+    """``txns`` as a :data:`Part`: their payload bytes and their committables, read on access."""
+    return (PayloadsOf(txns), CommittablesOf(txns))
+
+
 class HeldCommittables(Sequence[COMM]):
     """Every held committable once, told apart by payload bytes, each made only when read.
 
     Built from ``parts`` (per checkpoint: its payload bytes and, index for index, its committables
-    as the metadata cache holds them) and ``transactions`` (the running job's pending ones); the
-    first part holding a payload gives its object. Nothing is looked at until the sequence is
-    first read (``len``, an index, iteration): a sink that never reads ``scope.held`` costs the
-    driver nothing per transaction. Read on the driver thread only (the sink's cleanup).
+    as the metadata cache holds them) and ``pending`` (the running job's pending transactions, as
+    payload bytes and committables); the first part holding a payload gives its object. Nothing
+    is looked at until the sequence is first read (``len``, an index, iteration): a sink that
+    never reads ``scope.held`` costs the driver nothing per transaction. Read on the driver
+    thread only (the sink's cleanup).
 
     Args:
         parts: see above, in checkpoint order.
-        transactions: pending transactions, after the checkpoints' committables: a sequence, or
-            what gives it when the sequence is first read (within the sink's cleanup call: the
-            driver thread, which alone changes them, is in that call).
+        pending: the running job's pending transactions, after the checkpoints' committables: a
+            part (:func:`transactions_part`; the coordinator's ``pending_of`` reads a ledger
+            block's rows from its columns, making no transaction), or what gives it when the
+            sequence is first read (within the sink's cleanup call: the driver thread, which alone
+            changes them, is in that call).
         encode: the sink's ``encode``, for a transaction without payload bytes (tests build such).
 
     Raises (on reading):
         CommittableDecodeError: a held payload does not decode.
     """
 
-    __slots__ = ("_encode", "_entries", "_parts", "_transactions")
+    __slots__ = ("_encode", "_entries", "_parts", "_pending")
 
     def __init__(
         self,
         parts: Iterable[Part],
-        transactions: Sequence[PendingTransaction[COMM]] | Callable[[], Sequence[PendingTransaction[COMM]]],
+        pending: Part | Callable[[], Part],
         encode: Callable[[COMM], JsonObject],
     ) -> None:
         self._parts: tuple[Part, ...] = tuple(parts)
-        self._transactions = transactions
+        self._pending = pending
         self._encode = encode
         self._entries: list[tuple[bytes, Sequence[COMM], int]] | None = None
 
@@ -188,16 +196,15 @@ class HeldCommittables(Sequence[COMM]):
         entries = self._entries
         if entries is None:
             seen: dict[bytes, tuple[bytes, Sequence[COMM], int]] = {}
-            given = self._transactions
-            txns = given() if callable(given) else given
-            pending: Part = (PayloadsOf(txns), CommittablesOf(txns))
+            given = self._pending
+            pending: Part = given() if callable(given) else given
             for payloads, committables in (*self._parts, pending):
                 for i, p in enumerate(payloads):
                     key = p if p is not None else payload_bytes(self._encode(committables[i]))
                     if key not in seen:
                         seen[key] = (key, committables, i)
             entries = self._entries = list(seen.values())
-            self._parts, self._transactions = (), ()
+            self._parts, self._pending = (), ((), ())
         return entries
 
     @property
@@ -265,7 +272,7 @@ def held_of(
     checkpoints: Iterable[tuple[CheckpointMetadata, Sequence[COMM]]],
     *,
     holding: Sequence[bytes] = (),
-    pending: Sequence[PendingTransaction[COMM]] | Callable[[], Sequence[PendingTransaction[COMM]]] = (),
+    pending: Part | Callable[[], Part] = ((), ()),
     live_in_progress: Iterable[JsonObject] = (),
     live_parallelism: int = 0,
 ) -> HeldForCleanup[COMM]:
@@ -279,8 +286,9 @@ def held_of(
             :func:`held_by`).
         holding: payloads a caller still needs (a restore's: the facade writer's fresh
             acknowledgements), decoded on access.
-        pending: the running job's transactions of ``sink`` not yet confirmed committed, or what
-            gives them when ``held`` is first read (see :class:`HeldCommittables`).
+        pending: the running job's transactions of ``sink`` not yet confirmed committed, as payload
+            bytes and committables, or what gives them when ``held`` is first read (see
+            :class:`HeldCommittables`).
         live_in_progress: in-progress states of the running job's live subtasks.
         live_parallelism: the running job's parallelism for the sink (0 if none).
 

@@ -17,7 +17,7 @@ from typing import Any
 from twophase.coordinator.checkpoint.checkpoint_coordinator import CheckpointCoordinator
 from twophase.coordinator.checkpoint.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.checkpoint.driver_fence import DriverFence
-from twophase.coordinator.run.lingering import ALL_CHECKPOINTS, HeldForCleanup, held_of
+from twophase.coordinator.run.lingering import ALL_CHECKPOINTS, HeldForCleanup, Part, held_of
 from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.state.metrics import SinkMetricsRecorder
 from twophase.sinks.api import TwoPhaseCommitSink
@@ -88,7 +88,7 @@ class LingeringCleanup:
         if retained is None:
             retained = cache.retained_at(extra)
         checkpoints = [(meta, cache.committables(location, sink)) for location, meta in retained]
-        pending: Callable[[], Sequence[Any]] | Sequence[Any] = ()
+        pending: Callable[[], Part] | Part = ((), ())
         live_in_progress: list[JsonObject] = []
         parallelism = 0
         if coord is not None:

@@ -141,8 +141,8 @@ class RunCommits:
         """Write the latest checkpoint's committed marker once the run confirmed every commit it
         holds (:meth:`CompletedCheckpointStore.mark_committed_if_done`; usually the thread that
         landed the commit wrote it already, ``CheckpointCoordinator._marker_for``)."""
-        # lazily: usually the marker is written already and nothing is walked
-        self._checkpoints.mark_committed_if_done(self._coord.uncommitted_unordered())
+        # asked only while the marker is missing, of the ledger's columns (no transaction made)
+        self._checkpoints.mark_committed_if_done(self._coord.holds_uncommitted_up_to)
 
     def drain(self, timeout_s: float | None = None) -> None:
         """Wait for asynchronous commits (at most ``timeout_s``, by default the configured drain

@@ -6,6 +6,7 @@ row is not confirmed at once, and only a well-formed answer's confirmed rows are
 from __future__ import annotations
 
 import functools
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -14,9 +15,11 @@ import pyarrow as pa
 import pytest
 from support.clock import ManualClock
 from support.fakes import FakeCommittable, FakeExternalSystem, FakeSink
-from support.harness import batch
+from support.harness import TwoPhaseHarness, batch
 
+from twophase.coordinator.commit.commit_policy import CommitPolicy
 from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.state.payload import decode_payload, decode_payloads, payload_bytes
 from twophase.coordinator.state.subtask_lifecycle import BlockRows, LedgerBlock
 from twophase.sinks.context import JsonObject, WriterContext
@@ -142,3 +145,41 @@ def test_the_bulk_decode_names_the_payload_that_does_not_decode() -> None:
     assert [c.txn_id for c in decode_payloads(sink, pa.array([good, good], pa.binary()))] == [ids[0]] * 2
     with pytest.raises(CommittableDecodeError, match="not JSON"):
         decode_payloads(sink, [good, b"{nope"])
+
+
+def test_an_asynchronous_commit_stays_columnar_when_the_driver_checks_for_its_marker_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With asynchronous commit the driver asks, after each notification, whether the latest
+    checkpoint's committed marker can be written yet (``CommitSteps.mark_committed_if_done``),
+    while the committer thread still holds the call. That ask must make no transaction of the
+    block's rows: one made row sent the whole call down the object path (a
+    ``PendingTransaction`` for every row: 10⁵ of them, ~60 MB, in the 10⁵ × 3 benchmark's
+    tracemalloc, 2026-12-04)."""
+    system = FakeExternalSystem()
+    sink = CountingSink("s0", system)
+    made: list[int] = []
+    transactions = LedgerBlock.transactions
+
+    def counted(self: LedgerBlock, rows: range | Sequence[int]) -> tuple[Any, ...]:
+        made.append(len(rows))
+        return transactions(self, rows)
+
+    gate = threading.Event()
+    commit = CommitterOperator.commit
+
+    def commit_when_let(self: CommitterOperator, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread():  # the committer thread
+            assert gate.wait(30), "the test never let the commit run"
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(LedgerBlock, "transactions", counted)
+    monkeypatch.setattr(CommitterOperator, "commit", commit_when_let)
+    h = TwoPhaseHarness([sink], config=RuntimeConfig(commit=CommitPolicy(async_commit=True)))
+    h.restore()
+    h.write_epoch([[batch([f"r{p}"])] for p in range(4)])  # notified: the call waits on the thread
+    gate.set()
+    h.runtime.await_commits()
+    assert sorted(system.committed) == sorted(sink.batches[0]) and len(sink.batches) == 1
+    assert made == [], f"transactions made of the block's rows: {made}"
+    h.runtime.finish()

@@ -8,7 +8,6 @@ from support.memory_storage import InMemoryCheckpointStorage
 from twophase.coordinator.checkpoint.checkpoint_state import CompletedCheckpoint
 from twophase.coordinator.checkpoint.completed_checkpoints import CompletedCheckpointStore
 from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
-from twophase.coordinator.state.subtask_lifecycle import PendingTransaction
 
 
 def meta(checkpoint_id: int) -> CheckpointMetadata:
@@ -36,9 +35,16 @@ def test_the_marker_waits_for_every_commit_of_the_latest_checkpoint() -> None:
     ref = storage.publish(meta(3))
     store.marker.published(3, ref.location)
     store.completed(CompletedCheckpoint(meta(3), ref, 0.0, None, 0))
-    older = PendingTransaction("s", 0, 0, 2, object(), 0)
-    newer = PendingTransaction("s", 0, 0, 4, object(), 0)
-    store.mark_committed_if_done([older, newer])
+    held = [2, 4]  # the checkpoint ids of the transactions the run holds uncommitted
+    asked: list[int] = []
+
+    def holds_uncommitted_up_to(checkpoint_id: int) -> bool:
+        asked.append(checkpoint_id)
+        return any(c <= checkpoint_id for c in held)
+
+    store.mark_committed_if_done(holds_uncommitted_up_to)
     assert not storage.is_committed(ref.location)  # checkpoint 2's transaction is still held
-    store.mark_committed_if_done([newer])  # only a newer checkpoint's: 3 is done
+    held.remove(2)
+    store.mark_committed_if_done(holds_uncommitted_up_to)  # only a newer checkpoint's: 3 is done
+    assert asked == [3, 3]
     assert storage.is_committed(ref.location) and store.marker.is_marked(3)

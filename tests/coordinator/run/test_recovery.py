@@ -7,7 +7,14 @@ from dataclasses import replace
 import pytest
 from support.fakes import CODEC, FakeCommittable, FakeExternalSystem, FakeSink
 
-from twophase.coordinator.run.lingering import ALL_CHECKPOINTS, held_by, held_of, lingering_scope
+from twophase.coordinator.run.lingering import (
+    ALL_CHECKPOINTS,
+    Part,
+    held_by,
+    held_of,
+    lingering_scope,
+    transactions_part,
+)
 from twophase.coordinator.run.recovery import recovery_transactions
 from twophase.coordinator.state.metadata import (
     CheckpointKind,
@@ -145,7 +152,7 @@ def test_held_of_is_held_by_over_what_the_runtime_holds_and_decodes_nothing_unre
         sink,
         [(checkpoints[0], first), (checkpoints[1], second)],
         holding=[comm("r4", 4), comm("a1", 1)],
-        pending=pending,
+        pending=transactions_part(pending),
         live_in_progress=[live],
         live_parallelism=4,
     )
@@ -176,10 +183,11 @@ def test_a_held_transaction_without_payload_bytes_is_told_apart_by_its_encoding(
     sink = FakeSink("a", FakeExternalSystem())
     c = FakeCommittable("a1", 1, 0, 1)
     c2 = replace(c, checkpoint_id=2)
+    txns = [PendingTransaction("a", 0, 0, 1, c), PendingTransaction("a", 0, 0, 2, c2)]
     held = held_of(
         sink,
         [(meta(1, {"a": snap((0, 1, comm("a1", 1)))}), [c])],
-        pending=[PendingTransaction("a", 0, 0, 1, c), PendingTransaction("a", 0, 0, 2, c2)],
+        pending=transactions_part(txns),
     )
     assert tuple(held.committables) == (c, c2)
 
@@ -211,9 +219,9 @@ def test_the_running_jobs_pending_transactions_are_gathered_only_if_the_sink_rea
     asked: list[int] = []
     p3 = FakeCommittable("p3", 3, 0, 1)
 
-    def pending() -> list[PendingTransaction[FakeCommittable]]:
+    def pending() -> Part:
         asked.append(1)
-        return [PendingTransaction("a", 0, 0, 3, p3, payload=comm("p3", 3))]
+        return transactions_part([PendingTransaction("a", 0, 0, 3, p3, payload=comm("p3", 3))])
 
     scope = held_of(sink, [], pending=pending).scope("job", "a", 7)
     assert asked == []
