@@ -215,7 +215,7 @@ class TwoDrivers(RuleBasedStateMachine):
         restore's own check."""
         sweep, at, newer = window
         stale = self.live()[-1]
-        after: list[Callable[[], None]] = []  # the newer driver's steps once the sweep is over
+        after: list[Callable[[], object]] = []  # the newer driver's steps once the sweep is over
         raced: list[bool] = []
 
         def newer_driver_acts(*_: object) -> None:
