@@ -212,7 +212,8 @@ class TwoDrivers(RuleBasedStateMachine):
         a newer driver starts inside it (see :data:`WINDOWS`). A routine sweep covers checkpoints
         up to the one just completed, and the newer driver restores above it; a restore's sweep
         covers every id, and its check must fence the stale driver off a claim made since the
-        restore's own check."""
+        restore's own check. What is promised there is the teardown's accounting, on each sink:
+        the stale driver aborts nothing the newer driver wrote, so nothing is lost or doubled."""
         sweep, at, newer = window
         stale = self.live()[-1]
         after: list[Callable[[], object]] = []  # the newer driver's steps once the sweep is over
