@@ -10,6 +10,10 @@ Spark without external services:
   exists is ``ALREADY_COMMITTED``, both missing is ``LOST``;
 - ``abort`` / ``abort_lingering`` delete staging files that no checkpoint holds.
 
+A test may run code once ``abort_lingering`` is done (:attr:`JsonLinesFileSink.after_abort_lingering`):
+in a sweep of several sinks, after this sink's cleanup and before the next sink's, the window a
+stale driver's sweep leaves another driver since the fence is checked once per sweep (issue #42).
+
 :func:`read_committed` reads back exactly what is visible to a downstream reader.
 """
 
@@ -19,6 +23,7 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -56,6 +61,10 @@ class JsonLinesFileSink(TwoPhaseCommitSink[_OpenFile, FileCommittable]):
     Args:
         name: the sink's name within the job.
         root: the output folder (created on demand).
+
+    Attributes:
+        after_abort_lingering: test hook called with the scope at the end of each
+            ``abort_lingering``, once this sink's staging files are deleted (``None``: nothing).
     """
 
     codec = CommittableCodec(FileCommittable, kind="test.jsonl-file", version=1)
@@ -63,6 +72,7 @@ class JsonLinesFileSink(TwoPhaseCommitSink[_OpenFile, FileCommittable]):
     def __init__(self, name: str, root: str | Path) -> None:
         self.name = name
         self.root = str(root)
+        self.after_abort_lingering: Callable[[LingeringScope[FileCommittable]], None] | None = None
 
     def _staging_dir(self, job_id: str) -> Path:
         return Path(self.root) / "_staging" / job_id / self.name
@@ -112,14 +122,14 @@ class JsonLinesFileSink(TwoPhaseCommitSink[_OpenFile, FileCommittable]):
         held = {Path(c.staging).name for c in scope.held}
         aborted = 0
         staging_dir = self._staging_dir(scope.job_id)
-        if not staging_dir.exists():
-            return 0
-        for path in staging_dir.iterdir():
+        for path in staging_dir.iterdir() if staging_dir.exists() else ():
             m = _STAGING.match(path.name)
             if m is None or path.name in held or int(m.group(1)) > scope.up_to_checkpoint:
                 continue
             path.unlink(missing_ok=True)
             aborted += 1
+        if self.after_abort_lingering is not None:
+            self.after_abort_lingering(scope)
         return aborted
 
 

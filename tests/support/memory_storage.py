@@ -84,6 +84,9 @@ class InMemoryCheckpointStorage:
         writer: this storage's writer of version 3 checkpoints (its run token names its files).
         next_driver_listing: if set, what the next ``driver_epochs`` answers, once: a LIST
             answered before a newer driver's claim landed (issue #43).
+        before_next_listing: if set, called once (then cleared) at the start of the next
+            :meth:`list_checkpoints`, outside the store's lock: e.g. another driver acting after
+            a restore's fence check and before it reads the latest checkpoint (issue #42).
 
     Raises:
         ConfigError: ``job_id`` is not a safe path segment.
@@ -101,6 +104,7 @@ class InMemoryCheckpointStorage:
         self.before_retention: Callable[[], None] | None = None
         self.writer = CheckpointWriter()
         self.next_driver_listing: list[int] | None = None
+        self.before_next_listing: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"InMemoryCheckpointStorage({self.job_id!r})"
@@ -189,6 +193,9 @@ class InMemoryCheckpointStorage:
 
     def list_checkpoints(self) -> list[CheckpointRef]:
         """All published checkpoints and savepoints of the job, ascending by id."""
+        if self.before_next_listing is not None:
+            hook, self.before_next_listing = self.before_next_listing, None
+            hook()
         prefix = f"{SCHEME}{self.job_id}/"
         suffix = "/" + layout.METADATA_NAME
         refs: list[CheckpointRef] = []
