@@ -137,17 +137,21 @@ class LingeringCleanup:
         the cleanup after an epoch of a running job, which a sink may put off
         (:class:`~twophase.sinks.context.LingeringScope`).
 
-        What the sinks share is read once for the sweep, not once per sink (issue #42: the
-        driver epochs and the retained checkpoints were listed once per sink, 187 ms of a 10⁵ × 3
-        epoch): the driver fence is checked once, before the first sink's cleanup, and the
-        retained checkpoints are listed once, after that check. Why a stale driver is still
-        fenced (DESIGN.md §12, "One driver at a time"): a driver whose newer claim is visible
-        when the sweep starts aborts nothing; a claim made after the check was never closed out by
-        a check per sink either (a check and the cleanup after it are two steps), it only had one
-        sink's cleanup to land in rather than the sweep's, and the sweep runs on the driver
-        thread, which publishes nothing meanwhile, so the one listing is what each sink's own
-        would have read unless another driver publishes during the sweep, the same race as
-        before, and the restore reports what it lost by name, never a duplicate.
+        The driver fence is checked before each sink's cleanup; the retained checkpoints are
+        listed once, after the first check (issue #42: they and the driver epochs were listed once
+        per sink, 187 ms of a 10⁵ × 3 epoch). Why each sink needs its own check (DESIGN.md §12, "One
+        driver at a time"; found by the two-drivers model with two sinks, 2026-12-04): a restore's
+        sweep covers every checkpoint id, and a newer driver that claims, restores and
+        pre-commits (or publishes) while an earlier sink is cleaned holds transactions the one
+        listing does not; with one check for the sweep, the stale driver aborted the next sink's
+        (LOST at the newer driver's commit). A check per sink fences it there; what is left is a
+        claim landing inside one sink's cleanup, between its check and its listing of what
+        lingers, the check-then-act window §12 accepts. A routine sweep (after an epoch) is
+        checked once, before its first sink: it aborts only checkpoints ≤ ``up_to``, the
+        checkpoint this driver just completed, and a driver that claims after that publish
+        restores from it and writes only checkpoints above it. Once a check passes no newer
+        driver exists, so the one listing is what each sink's own would have read (unless a
+        newer claim lands within the check-then-act window, the race §12 names).
 
         Raises:
             DriverFencedError: a newer driver claimed the job (nothing aborted).
@@ -156,16 +160,19 @@ class LingeringCleanup:
         """
         if not sinks:
             return {}
-        if self._fence is not None:
+        fence = self._fence
+        if fence is not None and routine:  # once: a routine sweep ends at this driver's own checkpoint
             names = ", ".join(repr(s.name) for s in sinks)
-            self._fence.check(
-                f"aborting lingering transactions of sink{'s' if len(sinks) > 1 else ''} {names}"
-            )
-        retained = self._checkpoints.cache.retained_at(extra)
+            fence.check(f"aborting lingering transactions of sink{'s' if len(sinks) > 1 else ''} {names}")
+        retained: list[tuple[str, CheckpointMetadata]] | None = None
         last_meta = self._checkpoints.last
         last = last_meta.checkpoint_id if last_meta is not None else 0
         out: dict[str, int] = {}
         for sink in sinks:
+            if fence is not None and not routine:  # before each sink: see above
+                fence.check(f"aborting lingering transactions of sink {sink.name!r}")
+            if retained is None:
+                retained = self._checkpoints.cache.retained_at(extra)
             held = self.held(sink, coord, extra, retained=retained)
             n = out[sink.name] = sink.abort_lingering(
                 held.scope(self.job_id, sink.name, up_to, routine=routine)

@@ -126,13 +126,6 @@ def test_a_fenced_driver_aborts_its_own_transactions_even_after_the_newer_one_fi
     assert staging_files(out, JOB, "a") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="#42 'first42': a stale driver's restore sweep checks the fence once, before its first "
-    "sink, and lists the retained checkpoints once; a newer driver that claims, restores and "
-    "pre-commits (or publishes) between the first and the second sink's cleanup loses the second "
-    "sink's transaction (LOST); reported to the lead, not fixed here",
-)
 @pytest.mark.parametrize("newer_publishes", [False, True], ids=["pre-committed", "published"])
 def test_a_stale_restore_sweep_leaves_a_newer_drivers_transactions_of_every_sink_alone(
     tmp_path: Path, newer_publishes: bool

@@ -86,10 +86,13 @@ def test_only_the_cleanup_after_an_epoch_is_routine_every_end_of_a_run_is_not(
     assert sink.routine[3:] and not sink.routine[-1]
 
 
-def test_a_sweep_lists_the_driver_epochs_and_retained_checkpoints_once_a_stale_one_aborts_nothing() -> None:
+def test_a_sweep_lists_the_retained_checkpoints_once_and_checks_the_fence_as_its_bound_needs() -> None:
     """#42: the routine sweep after an epoch listed the driver fence's directory and the retained
-    checkpoints once per sink; now once per sweep. A driver fenced before the sweep still aborts
-    nothing of any sink (DESIGN.md §12, "Once per lingering sweep")."""
+    checkpoints once per sink; now the retained checkpoints once per sweep, and the fence once for
+    a routine sweep (bounded by this driver's own checkpoint) but before each sink for one that is
+    not (a restore's covers every id: a newer driver may claim between two sinks). A driver fenced
+    before the sweep still aborts nothing of any sink (DESIGN.md §12, "Checked before each sink of
+    a sweep")."""
     clock = ManualClock()
     storage = InMemoryCheckpointStorage("job")
     listings = {"driver_epochs": 0, "list_checkpoints": 0}
@@ -109,12 +112,17 @@ def test_a_sweep_lists_the_driver_epochs_and_retained_checkpoints_once_a_stale_o
     for s in sinks:
         system.begin(f"job-{s.name}-c1-p0-a0", "job", s.name, 1)
     before = dict(listings)
-    assert c.sweep(sinks, ALL_CHECKPOINTS, None) == {"s0": 1, "s1": 1, "s2": 1}
+    assert c.sweep(sinks, 1, None, routine=True) == {"s0": 1, "s1": 1, "s2": 1}
     assert {k: listings[k] - before[k] for k in listings} == {"driver_epochs": 1, "list_checkpoints": 1}
+    for s in sinks:
+        system.begin(f"job-{s.name}-c1-p1-a0", "job", s.name, 1)
+    before = dict(listings)
+    assert c.sweep(sinks, ALL_CHECKPOINTS, None) == {"s0": 1, "s1": 1, "s2": 1}
+    assert {k: listings[k] - before[k] for k in listings} == {"driver_epochs": 3, "list_checkpoints": 1}
 
     for s in sinks:
         system.begin(f"job-{s.name}-c2-p0-a0", "job", s.name, 2)
     DriverFence("job", storage, clock).claim()  # a newer driver
     with pytest.raises(DriverFencedError):
         c.sweep(sinks, ALL_CHECKPOINTS, None)
-    assert len(system.aborted) == 3 and len(system.lingering()) == 3  # the stale sweep aborted nothing
+    assert len(system.aborted) == 6 and len(system.lingering()) == 3  # the stale sweep aborted nothing
