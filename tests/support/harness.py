@@ -78,6 +78,8 @@ class FaultScript:
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
         self._armed: dict[str, int] = {}
+        # called with each point before the armed check: where a model orders its threads
+        self.observer: Callable[[str], None] | None = None
 
     def arm(self, point: str, nth: int = 1) -> None:
         """Crash the ``nth`` time ``point`` is reached from now on.
@@ -99,6 +101,8 @@ class FaultScript:
         if point not in POINTS:
             raise ValueError(f"unknown fault point {point!r}")
         self.hits[point] += 1
+        if self.observer is not None:
+            self.observer(point)
         if self._armed.get(point) == self.hits[point]:
             del self._armed[point]
             log.warning("harness: simulated crash at %s", point)
