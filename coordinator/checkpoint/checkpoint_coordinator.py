@@ -744,7 +744,7 @@ class CheckpointCoordinator:
             "checkpoint completed",
             checkpoint=checkpoint_id,
             kind=pc.kind.value,
-            committables=sum(len(s.committables) for s in metadata.sinks.values()),
+            committables=metadata.committable_count(),
             persist_ms=persist_ms,
         )
         retired: list[CheckpointRef] = []
