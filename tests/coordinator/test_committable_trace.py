@@ -25,8 +25,10 @@ no reader asks a holder its length ("trace42", 2026-12-04: ``normalized`` checks
 chunks in a loop, not a generator resumed per column; the storage writes the metadata's
 ``CommittableRows`` table as it is and counts its rows there; the completed checkpoint's log
 line counts the committables from the tables; ``submit_calls`` sizes a block's call by its
-rows). The test is an expected failure until the path is at most 12 calls, and fails (strict)
-once it passes, so that the marker goes then.
+rows); 18 since every commit call names its sink (a call of made transactions is a ``TxnCall``,
+so the lanes group the calls by their ``sink_name``, not through a function). The test is an
+expected failure until the path is at most 12 calls, and fails (strict) once it passes, so
+that the marker goes then.
 
 DESIGN.md's walk of one committable is this trace (``test_design_md_walk_is_the_trace``);
 ``make design-walk`` writes it there.
@@ -170,8 +172,8 @@ def design_walk(text: str) -> str:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue #42: 19 calls in 2 forms (2 the intake, 2 the recording, 5 the publish, 2 the "
-    "notification, 8 the committer from submit_calls to the bulk decode)",
+    reason="issue #42: 18 calls in 2 forms (2 the intake, 2 the recording, 5 the publish, 2 the "
+    "notification, 7 the committer from submit_calls to the bulk decode)",
 )
 def test_one_committable_reaches_the_sinks_commit_in_at_most_12_calls_and_4_forms() -> None:
     trace = traced_walk()
