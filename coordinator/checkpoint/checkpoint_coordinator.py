@@ -49,6 +49,7 @@ from twophase.coordinator.checkpoint.checkpoint_state import (
 )
 from twophase.coordinator.checkpoint.committed_marker import CommittedMarker
 from twophase.coordinator.checkpoint.driver_fence import DriverFence
+from twophase.coordinator.commit.commit_calls import NamedCall, TxnCall
 from twophase.coordinator.commit.committer_operator import CommitterOperator
 from twophase.coordinator.state import ack_table, collector
 from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgements_in
@@ -745,7 +746,7 @@ class CheckpointCoordinator:
             "checkpoint completed",
             checkpoint=checkpoint_id,
             kind=pc.kind.value,
-            committables=sum(len(s.committables) for s in metadata.sinks.values()),
+            committables=metadata.committable_count(),
             persist_ms=persist_ms,
         )
         retired: list[CheckpointRef] = []
@@ -824,7 +825,7 @@ class CheckpointCoordinator:
         started = time.perf_counter()
         # commit calls: (checkpoint, sink in job order) → its transactions; the ledger hands a
         # block's rows ascending by partition, a call as it is (issue #42)
-        calls: dict[tuple[int, int], Sequence[PendingTransaction[Any]]] = {}
+        calls: dict[tuple[int, int], NamedCall] = {}
         merged: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
@@ -844,14 +845,15 @@ class CheckpointCoordinator:
                         merged.setdefault(key, []).append(t)
                     aborts.extend(actions.abort)
                     finished += lc.state is SubtaskState.FINISHED
-            # a call from two sources (ledger blocks, exceptions): one list, sorted once
+            # a call from two sources (ledger blocks, exceptions): one list, sorted once, as a call
+            # that names its sink (TxnCall)
             for key, txns in merged.items():
                 call = calls.get(key)
                 if call is not None:
                     txns[:0] = call
                 if len(txns) > 1:
                     txns.sort(key=_PARTITION_ATTEMPT)
-                calls[key] = txns
+                calls[key] = TxnCall(txns)
         # a block's rows go as they are (BlockRows): their transactions are made where the call
         # runs, on the committer thread when commit is asynchronous (issue #42)
         ordered = [calls[key] for key in sorted(calls)]

@@ -1,8 +1,10 @@
 """Commit calls: which pending transactions one commit call covers, and how calls split into lanes.
 
 The committer works on :class:`~twophase.coordinator.state.subtask_lifecycle.PendingTransaction` s and
-nothing else: a commit call is a tuple of them, every pending transaction of one sink and one
-checkpoint (:func:`commit_calls` groups them). A per-committable sink commits it with ONE
+nothing else: a commit call is a sequence of them, every pending transaction of one sink and one
+checkpoint (:func:`commit_calls` groups them into :class:`TxnCall` s; a ledger block's rows are
+:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`), and names its sink and
+checkpoint. A per-committable sink commits it with ONE
 ``commit_batch`` call, which answers per transaction (issue #42 item 3); a
 :class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per checkpoint,
 idempotent through ``txn(appId, version)``) with ONE ``commit_checkpoint`` call, which answers for
@@ -14,6 +16,7 @@ the sink's ``commit_batch`` decides how many of one checkpoint's transactions it
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from twophase.coordinator.commit.lanes import Lane, group_lanes
@@ -27,6 +30,34 @@ CommitCall = Sequence[PendingTransaction[Any]]
 partition (a tuple, or a ledger block's rows,
 :class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`, whose transactions are made as the
 committer reads them: issue #42)."""
+
+
+class TxnCall(tuple[PendingTransaction[Any], ...]):
+    """A commit call of transactions already made (:func:`commit_calls`; the coordinator's merge of
+    a block's rows with a lifecycle's transactions): a tuple of them, ascending by partition, that
+    names its sink and checkpoint as plain attributes, its first transaction's, as a ledger
+    block's rows do (:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`): the lanes
+    group every call by its ``sink_name`` (issue #42).
+
+    Raises:
+        ValueError: ``txns`` is empty.
+    """
+
+    sink_name: str
+    checkpoint_id: int
+
+    def __new__(cls, txns: Iterable[PendingTransaction[Any]]) -> TxnCall:
+        self = super().__new__(cls, txns)
+        if not self:
+            raise ValueError("an empty commit call")
+        self.sink_name = self[0].sink_name
+        self.checkpoint_id = self[0].checkpoint_id
+        return self
+
+
+NamedCall = BlockRows | TxnCall
+"""A commit call that names its sink and checkpoint (``sink_name``, ``checkpoint_id``): what the
+committer's submissions and lanes take."""
 
 
 def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
@@ -43,7 +74,7 @@ def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
         raise ValueError(f"commit call for sink {sink.name!r} spans several checkpoints")
 
 
-def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]) -> list[CommitCall]:
+def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]) -> list[TxnCall]:
     """Group pending transactions into commit calls, keeping their order.
 
     The transactions of one (sink, checkpoint) are ONE call, placed where its first transaction
@@ -64,12 +95,12 @@ def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction
             group = groups[key] = []
             out.append(group)
         group.append(t)
-    return [tuple(sorted(g, key=lambda t: (t.partition, t.attempt))) for g in out]
+    return [TxnCall(sorted(g, key=lambda t: (t.partition, t.attempt))) for g in out]
 
 
-def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> list[Lane[CommitCall]]:
-    """Split ``calls`` into one lane per sink (named after it), in order of first appearance,
-    keeping each sink's calls in their given order.
+def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[NamedCall]) -> list[Lane[NamedCall]]:
+    """Split ``calls`` into one lane per sink (named after it: each call's ``sink_name``), in
+    order of first appearance, keeping each sink's calls in their given order.
 
     Every lane has parallelism 1: a sink's checkpoints commit one after another, in order, each
     with one call; what one call commits at once is the sink's ``commit_batch``'s choice (by
@@ -79,17 +110,13 @@ def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[CommitCall]) -> l
         ConfigError: a sink declares ``commit_concurrency`` < 1.
     """
 
-    def sink_of(call: CommitCall) -> str:
-        # a ledger block's rows name their sink; a tuple, its first transaction
-        return call.sink_name if isinstance(call, BlockRows) else call[0].sink_name
-
     def parallelism(name: str) -> int:
         sink = sinks[name]
         if not isinstance(sink, CheckpointCommitSink):
             sink_concurrency(sink)  # refused before anything commits, as before batches
         return 1
 
-    return group_lanes(calls, sink_of, parallelism)
+    return group_lanes(calls, attrgetter("sink_name"), parallelism)
 
 
 def sink_concurrency(sink: AnySink) -> int:

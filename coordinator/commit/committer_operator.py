@@ -68,7 +68,13 @@ from tenacity import (
     wait_exponential,
 )
 
-from twophase.coordinator.commit.commit_calls import CommitCall, check_call, commit_calls, commit_lanes
+from twophase.coordinator.commit.commit_calls import (
+    CommitCall,
+    NamedCall,
+    check_call,
+    commit_calls,
+    commit_lanes,
+)
 from twophase.coordinator.commit.commit_policy import LOST_WAY_FORWARD, CommitPolicy, CommitterMetrics
 from twophase.coordinator.commit.lanes import run_lanes
 from twophase.coordinator.commit.transaction_ages import TransactionAgeMonitor
@@ -517,22 +523,24 @@ class CommitterOperator:
             return
         self.submit_calls(commit_calls(self._sinks, txns), on_landed=on_landed)
 
-    def submit_calls(
-        self, calls: Sequence[CommitCall], *, on_landed: Callable[[], None] | None = None
-    ) -> int:
+    def submit_calls(self, calls: Sequence[NamedCall], *, on_landed: Callable[[], None] | None = None) -> int:
         """:meth:`submit` of a batch already grouped into commit calls, in commit order (each
-        call every transaction of one sink and one checkpoint, ascending by partition, as
-        :func:`~twophase.coordinator.commit.commit_calls.commit_calls` makes them): the coordinator's
-        ledger hands its blocks so (issue #42), with no pass over the transactions here.
+        call every transaction of one sink and one checkpoint, ascending by partition, naming its
+        sink: a :class:`~twophase.coordinator.commit.commit_calls.TxnCall` as
+        :func:`~twophase.coordinator.commit.commit_calls.commit_calls` makes them, or a ledger
+        block's rows): the coordinator's ledger hands its blocks so (issue #42), with no pass over
+        the transactions here.
 
         Returns:
-            how many transactions the calls hold (each call's length is asked once, here).
+            how many transactions the calls hold (each call's size is read once, here).
 
         Raises:
             As :meth:`submit`.
         """
         self.raise_if_failed()
-        sizes = list(map(len, calls))
+        # a ledger block's rows are sized by the rows they name, as commit reads them, not asked
+        # their length (issue #42)
+        sizes = [len(call.rows) if isinstance(call, BlockRows) else len(call) for call in calls]
         if 0 in sizes:
             calls = [call for call, size in zip(calls, sizes, strict=True) if size]
         n = sum(sizes)
@@ -603,7 +611,7 @@ class CommitterOperator:
 
     def _commit_calls(
         self,
-        calls: Sequence[CommitCall],
+        calls: Sequence[NamedCall],
         *,
         recovery: bool,
         cancellable: bool,
@@ -627,7 +635,7 @@ class CommitterOperator:
         if on_landed is not None:
             on_landed()
 
-    def _run_async(self, calls: Sequence[CommitCall], n: int, on_landed: Callable[[], None] | None) -> None:
+    def _run_async(self, calls: Sequence[NamedCall], n: int, on_landed: Callable[[], None] | None) -> None:
         try:
             if self._error is None:  # after an error, later commits are skipped: order is kept
                 self._commit_calls(

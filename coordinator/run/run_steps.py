@@ -264,7 +264,7 @@ class CheckpointCompletion:
             location=done.ref.location,
             records=done.records,
             acknowledgements=done.acknowledgements,
-            committables=sum(len(s.committables) for s in done.metadata.sinks.values()),
+            committables=done.metadata.committable_count(),
             persist_ms=done.persist_ms,
             commit_ms=nr.commit_ms,
             transactions_committed=nr.committed,

@@ -62,7 +62,10 @@ def normalized(table: pa.Table) -> pa.Table:
                 f"the tasks' acknowledgements have the schema {picked.schema} where {ACK_SCHEMA} is needed: "
                 "the executors run another twophase release than the driver; install the same on both"
             ) from e
-    if all(c.num_chunks <= 1 for c in picked.columns):
+    for column in picked.columns:
+        if column.num_chunks > 1:
+            break
+    else:  # every column in one chunk (or none): as received
         return picked
     # Spark hands one chunk per task, and kernels, sorts and to_pylist pay per chunk; joining the
     # chunks costs per chunk and column too (~1.7 µs each), so only the columns the intake sorts,

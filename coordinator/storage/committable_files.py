@@ -154,10 +154,13 @@ def encode(metadata: CheckpointMetadata, run: str, attempt: int) -> EncodedCheck
     files: list[tuple[str, bytes]] = []
     for index, name in enumerate(sorted(metadata.sinks)):
         records = metadata.sinks[name].committables
-        rows = len(records)
+        # the metadata's own columns (CommittableRows) are written as they are and counted by
+        # their table; other records (read back from a checkpoint, or a test's) become columns
+        table = records.table if isinstance(records, CommittableRows) else records_table(records)
+        rows = table.num_rows
         ref: dict[str, Any] | None = None
         if rows:
-            data = encode_file(records, metadata.job_id, metadata.checkpoint_id, name)
+            data = encode_file(table, metadata.job_id, metadata.checkpoint_id, name)
             fname = file_name(index, run, attempt)
             files.append((fname, data))
             ref = FileRef(fname, rows, len(data), hashlib.sha256(data).hexdigest()).to_json()
@@ -166,23 +169,28 @@ def encode(metadata: CheckpointMetadata, run: str, attempt: int) -> EncodedCheck
     return EncodedCheckpoint(tuple(files), zlib.compress(text.encode("utf-8"), ZLIB_LEVEL))
 
 
-def encode_file(records: Sequence[CommittableRecord], job_id: str, checkpoint_id: int, sink: str) -> bytes:
-    """One sink's committables as an Arrow IPC file (zstd), the checkpoint named in its schema; the
-    ``payload`` column is each record's bytes as they are (the executor's), nothing encoded.
-    :class:`~twophase.coordinator.state.metadata.CommittableRows` are written from their columns, with
-    no Python pass over the rows (issue #42): one record batch either way (its columns combined
-    into one chunk each), so the bytes are the same as for the same records as a tuple."""
-    if isinstance(records, CommittableRows):  # its columns are SCHEMA's, in order (checked)
-        columns: list[pa.ChunkedArray] | list[pa.Array] = records.table.combine_chunks().columns
-    else:
-        columns = [
+def records_table(records: Sequence[CommittableRecord]) -> pa.Table:
+    """``records`` as a committable file's columns (:data:`SCHEMA`, in order, one chunk each)."""
+    return pa.table(
+        [
             pa.array([r.partition for r in records], pa.int32()),
             pa.array([r.attempt for r in records], pa.int32()),
             pa.array([r.checkpoint_id for r in records], pa.int64()),
             pa.array([r.payload for r in records], pa.binary()),
-        ]
+        ],
+        schema=SCHEMA,
+    )
+
+
+def encode_file(table: pa.Table, job_id: str, checkpoint_id: int, sink: str) -> bytes:
+    """One sink's committables, ``table`` of :data:`SCHEMA`'s columns in order (any chunking: the
+    metadata's :class:`~twophase.coordinator.state.metadata.CommittableRows` table as it is, or
+    :func:`records_table`), as an Arrow IPC file (zstd), the checkpoint named in its schema; the
+    ``payload`` column is each committable's bytes as they are (the executor's), nothing encoded,
+    and no Python pass over the rows (issue #42): one record batch (the columns combined into one
+    chunk each), so the same rows give the same bytes however they were chunked."""
     table = pa.table(
-        columns,
+        table.combine_chunks().columns,
         schema=SCHEMA.with_metadata(
             {
                 "format": FILE_FORMAT,

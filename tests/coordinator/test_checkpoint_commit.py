@@ -21,7 +21,7 @@ from support.fakes import (
 from support.harness import TwoPhaseHarness, batch
 
 from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
-from twophase.coordinator.commit.commit_calls import check_call, commit_calls
+from twophase.coordinator.commit.commit_calls import TxnCall, check_call, commit_calls
 from twophase.coordinator.commit.commit_policy import CommitPolicy
 from twophase.coordinator.commit.committer_operator import CommitterOperator
 from twophase.coordinator.run.restart import RestartStrategy
@@ -94,6 +94,16 @@ def test_commit_calls_group_per_sink_and_checkpoint_keeping_order() -> None:
     ]
     for call in calls:
         check_call(sinks[call[0].sink_name], call)
+    # each call names its sink and checkpoint (what the lanes group it by), and is its tuple
+    assert [(call.sink_name, call.checkpoint_id) for call in calls] == [
+        ("k", 1),
+        ("g", 1),
+        ("k", 2),
+        ("g", 2),
+    ]
+    assert calls[0] == tuple(sorted(txns[:2], key=lambda t: t.partition))
+    with pytest.raises(ValueError, match="an empty commit call"):
+        TxnCall([])
     assert isinstance(sinks["g"], CheckpointCommitSink) and not isinstance(sinks["k"], CheckpointCommitSink)
 
 

@@ -108,6 +108,13 @@ def test_the_columns_write_the_bytes_the_records_wrote() -> None:
         assert digests(metadata) == digests(as_records(metadata))
 
 
+def test_a_checkpoint_counts_its_committables_as_columns_and_as_records() -> None:
+    # what the completed checkpoint's log line and metrics report (read from the columns' tables)
+    for metadata, n in zip(scenario(), (4 + 3, 8 + 6), strict=True):
+        assert metadata.committable_count() == n
+        assert as_records(metadata).committable_count() == n
+
+
 def test_the_bytes_are_land_caee5e1s() -> None:
     assert {k: v for m in scenario() for k, v in digests(m).items()} == LAND_CAEE5E1
 
