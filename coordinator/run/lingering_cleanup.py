@@ -137,9 +137,10 @@ class LingeringCleanup:
         the cleanup after an epoch of a running job, which a sink may put off
         (:class:`~twophase.sinks.context.LingeringScope`).
 
-        The driver fence is checked before each sink's cleanup; the retained checkpoints are
-        listed once, after the first check (issue #42: they and the driver epochs were listed once
-        per sink, 187 ms of a 10⁵ × 3 epoch). Why each sink needs its own check (DESIGN.md §12, "One
+        A sweep that is not routine checks the driver fence before each sink's cleanup, a routine
+        one once, before its first sink; the retained checkpoints are listed once, after the first
+        check (issue #42: they and the driver epochs were listed once per sink, 187 ms of a 10⁵ × 3
+        epoch). Why each sink of a sweep that is not routine needs its own check (DESIGN.md §12, "One
         driver at a time"; found by the two-drivers model with two sinks, 2026-12-04): a restore's
         sweep covers every checkpoint id, and a newer driver that claims, restores and
         pre-commits (or publishes) while an earlier sink is cleaned holds transactions the one
