@@ -11,8 +11,8 @@ Spark without external services:
 - ``abort`` / ``abort_lingering`` delete staging files that no checkpoint holds.
 
 A test may run code once ``abort_lingering`` is done (:attr:`JsonLinesFileSink.after_abort_lingering`):
-in a sweep of several sinks, after this sink's cleanup and before the next sink's, the window a
-stale driver's sweep leaves another driver since the fence is checked once per sweep (issue #42).
+in a sweep of several sinks, after this sink's cleanup and before the next sink's: where the
+two-drivers model starts a newer driver inside a stale driver's sweep (issue #42).
 
 :func:`read_committed` reads back exactly what is visible to a downstream reader.
 """
