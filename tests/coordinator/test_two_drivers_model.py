@@ -208,11 +208,11 @@ class TwoDrivers(RuleBasedStateMachine):
     @precondition(lambda self: not self.finished and 0 < len([d for d in self.drivers if d.live]) < 3)
     @rule(window=st.sampled_from(WINDOWS))
     def a_newer_driver_starts_during_a_sweep(self, window: tuple[str, str, str]) -> None:
-        """A stale driver's lingering sweep checks the fence once, before its first sink (#42);
-        a newer driver starts inside it (see :data:`WINDOWS`). A routine sweep covers checkpoints
+        """A newer driver starts inside a stale driver's lingering sweep (see :data:`WINDOWS`;
+        #42). A routine sweep checks the fence once, before its first sink: it covers checkpoints
         up to the one just completed, and the newer driver restores above it; a restore's sweep
-        covers every id, and its check must fence the stale driver off a claim made since the
-        restore's own check. What is promised there is the teardown's accounting, on each sink:
+        covers every id and checks before each sink, which must fence the stale driver off a
+        claim made since the restore's own check or since the previous sink's cleanup. What is promised there is the teardown's accounting, on each sink:
         the stale driver aborts nothing the newer driver wrote, so nothing is lost or doubled."""
         sweep, at, newer = window
         stale = self.live()[-1]
