@@ -130,11 +130,12 @@ def test_a_fenced_driver_aborts_its_own_transactions_even_after_the_newer_one_fi
 def test_a_stale_restore_sweep_leaves_a_newer_drivers_transactions_of_every_sink_alone(
     tmp_path: Path, newer_publishes: bool
 ) -> None:
-    """A stale driver's lingering sweep at its restore covers every checkpoint id. It checks the
-    fence once, before sink "a"; once sink "a" is clean, a newer driver claims the job, restores
-    and writes checkpoint 2 to both sinks (and publishes it, or not yet); then the stale driver
-    cleans sink "b" with no check, holding only what it listed before the claim. A check per
-    sink fences it there (it was so before #42 'first42')."""
+    """A stale driver's lingering sweep at its restore covers every checkpoint id. Once sink "a"
+    is clean, a newer driver claims the job, restores and writes checkpoint 2 to both sinks (and
+    publishes it, or not yet); the stale driver, holding only what it listed before the claim,
+    must not clean sink "b". Found by the two-drivers model (2026-12-04): the sweep checked the
+    fence once, before sink "a" (#42 'first42'), and aborted the newer driver's transaction of
+    "b" (LOST at its commit); a sweep that is not routine now checks before each sink."""
     out, store, clock = tmp_path / "out", MemoryStore(), ManualClock()
 
     def driver() -> TwoPhaseHarness:
