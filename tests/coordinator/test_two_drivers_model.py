@@ -212,8 +212,9 @@ class TwoDrivers(RuleBasedStateMachine):
         #42). A routine sweep checks the fence once, before its first sink: it covers checkpoints
         up to the one just completed, and the newer driver restores above it; a restore's sweep
         covers every id and checks before each sink, which must fence the stale driver off a
-        claim made since the restore's own check or since the previous sink's cleanup. What is promised there is the teardown's accounting, on each sink:
-        the stale driver aborts nothing the newer driver wrote, so nothing is lost or doubled."""
+        claim made since the restore's own check or since the previous sink's cleanup. What is
+        promised there is the teardown's accounting, on each sink: the stale driver aborts nothing
+        the newer driver wrote, so nothing is lost or doubled."""
         sweep, at, newer = window
         stale = self.live()[-1]
         after: list[Callable[[], object]] = []  # the newer driver's steps once the sweep is over
