@@ -46,6 +46,7 @@ from twophase.coordinator.checkpoint.checkpoint_state import (
     PendingCheckpoint,
     SubtaskKey,
     metadata_of,
+    pending_columns,
 )
 from twophase.coordinator.checkpoint.committed_marker import CommittedMarker
 from twophase.coordinator.checkpoint.driver_fence import DriverFence
@@ -63,7 +64,6 @@ from twophase.coordinator.state.subtask_lifecycle import (
     SinkLedger,
     SubtaskLifecycle,
     SubtaskState,
-    TxnRows,
     TxnStatus,
     confirm_calls,
 )
@@ -988,34 +988,18 @@ class CheckpointCoordinator:
     def pending_of(self, sink: str) -> tuple[list[bytes | None], Sequence[Any]]:
         """The payload bytes and, index for index, the committables (each decoded on access and
         kept by its ledger block) of every transaction of ``sink`` not yet confirmed committed nor
-        aborted, in no order: what a lingering cleanup holds of the running job. A ledger block's
-        live rows are read from its columns and no transaction is made of them (issue #42: the
-        routine sweep reads this while the committer thread may commit the same rows as columns,
-        and one made row sent that block's whole commit call down the object path); the
+        aborted: what a lingering cleanup holds of the running job, read as the publish reads it
+        (:func:`~twophase.coordinator.checkpoint.checkpoint_state.pending_columns`). A ledger
+        block's live rows come from its columns and no transaction is made of them (issue #42:
+        the routine sweep reads this while the committer thread may commit the same rows as
+        columns, and one made row sent that block's whole commit call down the object path); the
         exceptions' transactions are read as they are (``None``: one a test built from its object)."""
         ledger = self._ledgers.get(sink)
         if ledger is None:
             return [], ()
-        payloads: list[bytes | None] = []
-        sources: list[Callable[[int], Any]] = []
-        source: list[int] = []
-        rows: list[int] = []
-        for b in ledger.blocks:
-            live = b.live_rows()
-            if not live:
-                continue
-            whole = isinstance(live, range) and len(live) == len(b)
-            payloads += (b.payload if whole else b.payload.take(pa.array(live, pa.int64()))).to_pylist()
-            source += [len(sources)] * len(live)
-            rows += live
-            sources.append(b.committable)
         own = [t for lc in ledger.exceptional.values() for t in lc.own_pending]
-        if own:
-            payloads += [t.payload for t in own]
-            source += [len(sources)] * len(own)
-            rows += range(len(own))
-            sources.append(lambda i: own[i].committable)
-        return payloads, TxnRows(sources, pa.array(source, pa.int32()), pa.array(rows, pa.int32()))
+        table, committables = pending_columns(ledger.blocks, own)
+        return table["payload"].to_pylist(), committables
 
     def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
         """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a
