@@ -1037,15 +1037,6 @@ class CheckpointCoordinator:
                     return True
         return False
 
-    def uncommitted_unordered(self) -> Iterator[PendingTransaction[Any]]:
-        """Every transaction not yet confirmed committed, in no order, walked only as far as the
-        caller reads (a check that stops at the first, or reads nothing)."""
-        for ledger in self._ledgers.values():
-            for b in ledger.blocks:  # a row's transaction made only as the caller reaches it
-                yield from (b.txn(r) for r in b.live_rows())
-            for lc in ledger.exceptional.values():
-                yield from lc.own_pending
-
     def uncommitted_before(self, pre_committed_ms: int) -> list[PendingTransaction[Any]]:
         """The transactions not yet confirmed committed that were pre-committed at or before
         ``pre_committed_ms`` (ms since the epoch), in checkpoint order: what may be near its
@@ -1062,7 +1053,11 @@ class CheckpointCoordinator:
 
     def uncommitted_transactions(self) -> list[PendingTransaction[Any]]:
         """Every transaction not yet confirmed committed, in checkpoint order."""
-        return sorted(self.uncommitted_unordered(), key=_CHECKPOINT_PARTITION)
+        out: list[PendingTransaction[Any]] = []
+        for ledger in self._ledgers.values():
+            out += (b.txn(r) for b in ledger.blocks for r in b.live_rows())
+            out += (t for lc in ledger.exceptional.values() for t in lc.own_pending)
+        return sorted(out, key=_CHECKPOINT_PARTITION)
 
     @property
     def ledgers(self) -> Mapping[str, SinkLedger]:

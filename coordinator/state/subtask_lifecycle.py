@@ -848,16 +848,6 @@ class SinkLedger:
 
     # -- queries and the way out ------------------------------------------------------------------
 
-    def rows(self, up_to_checkpoint: int | None = None) -> list[PendingTransaction[Any]]:
-        """The transactions still rows here (≤ ``up_to_checkpoint`` if given), ascending by
-        (checkpoint id, partition)."""
-        blocks = self._blocks if up_to_checkpoint is None else self._up_to(up_to_checkpoint)
-        out = [t for b in blocks for t in b.live()]
-        ids = [b.checkpoint_id for b in blocks]
-        if len(set(ids)) != len(ids):  # two intakes of one checkpoint (a driver handover)
-            out.sort(key=_CHECKPOINT_PARTITION)
-        return out
-
     def rows_of(self, partition: int) -> list[PendingTransaction[Any]]:
         """The transactions of subtask ``partition`` still rows here, ascending by checkpoint id."""
         return [b.txn(i) for b in self._blocks if (i := b.row_of(partition)) is not None]
@@ -948,7 +938,6 @@ class LifecycleActions(Generic[COMM]):
 _NOTHING: LifecycleActions[Any] = LifecycleActions()
 """Nothing to commit or abort (immutable: shared by every call that asks for nothing)."""
 _CHECKPOINT_ID = operator.attrgetter("checkpoint_id")
-_CHECKPOINT_PARTITION = operator.attrgetter("checkpoint_id", "partition")
 
 
 @dataclass

@@ -31,6 +31,11 @@ def block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) -> list
     return txns
 
 
+def rows(ledger: SinkLedger) -> list[PendingTransaction[Any]]:
+    """The transactions still rows of ``ledger``, ascending by (checkpoint id, partition)."""
+    return sorted((t for b in ledger.blocks for t in b.live()), key=lambda t: (t.checkpoint_id, t.partition))
+
+
 def names(txns: Sequence[PendingTransaction[str]]) -> list[str]:
     return [t.committable for t in txns]
 
@@ -51,7 +56,7 @@ def test_a_checkpoint_is_persisted_notified_and_confirmed_per_block() -> None:
     assert confirm_rows(one) == []
     assert [t.status for t in one] == [TxnStatus.COMMITTING] * 3 and not any(t.in_ledger for t in one)
     ledger.compact()
-    assert names(ledger.rows()) == ["t2p0", "t2p1", "t2p2"] and len(ledger.blocks) == 1
+    assert names(rows(ledger)) == ["t2p0", "t2p1", "t2p2"] and len(ledger.blocks) == 1
 
 
 def test_an_aborted_checkpoint_leaves_and_a_durable_one_is_never_aborted() -> None:
@@ -62,7 +67,7 @@ def test_an_aborted_checkpoint_leaves_and_a_durable_one_is_never_aborted() -> No
     with pytest.raises(IllegalTransitionError, match="already durable"):
         ledger.notify_checkpoint_aborted(1)
     assert names(ledger.notify_checkpoint_aborted(2)) == ["t2p0", "t2p1"]
-    assert not any(t.in_ledger for t in two) and names(ledger.rows()) == ["t1p0", "t1p1"]
+    assert not any(t.in_ledger for t in two) and names(rows(ledger)) == ["t1p0", "t1p1"]
 
 
 def test_in_doubt_rows_are_released_only_if_their_checkpoint_did_not_land() -> None:
@@ -72,7 +77,7 @@ def test_in_doubt_rows_are_released_only_if_their_checkpoint_did_not_land() -> N
     ledger.checkpoint_in_doubt(2)  # both rows ≤ 2 pre-committed: both in doubt
     assert names(ledger.release_in_doubt({1, 2})) == []  # both checkpoints landed: kept
     assert names(ledger.release_in_doubt({1})) == ["t2p0"]
-    assert names(ledger.rows()) == ["t1p0"] and ledger.rows()[0].status is TxnStatus.IN_DOUBT
+    assert names(rows(ledger)) == ["t1p0"] and rows(ledger)[0].status is TxnStatus.IN_DOUBT
 
 
 def test_a_subtask_leaving_running_takes_its_rows_into_its_lifecycle() -> None:
@@ -84,13 +89,13 @@ def test_a_subtask_leaving_running_takes_its_rows_into_its_lifecycle() -> None:
     assert names(list(lcs[0].pending)) == ["t1p0", "t2p0"]  # a view of its rows
     lcs[0].finish(2)
     assert lcs[0].ledger is None and ledger.exceptional == {0: lcs[0]}
-    assert names(ledger.rows()) == ["t1p1", "t2p1"]
+    assert names(rows(ledger)) == ["t1p1", "t2p1"]
     assert names(list(lcs[0].own_pending)) == ["t1p0", "t2p0"]
     assert [t.status for t in lcs[0].own_pending] == [TxnStatus.PERSISTED, TxnStatus.PRE_COMMITTED]
     actions = lcs[1].close()  # close: the pre-committed row is aborted, the durable one kept
     assert lcs[1].state is SubtaskState.CLOSED
     assert names(list(actions.abort)) == ["t2p1"] and names(list(lcs[1].pending)) == ["t1p1"]
-    assert ledger.rows() == []
+    assert rows(ledger) == []
 
 
 def column_block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) -> LedgerBlock:
@@ -159,7 +164,7 @@ def test_a_commit_call_of_a_blocks_rows_is_confirmed_by_one_recode() -> None:
     assert confirm_calls([call]) == committed[:2]  # their lifecycles forget them; the rest by range
     assert [t.status for t in committed] == [TxnStatus.COMMITTING] * 3
     assert not any(t.in_ledger for t in committed)
-    assert ledger.rows() == [] and ledger.all_committing(1)
+    assert rows(ledger) == [] and ledger.all_committing(1)
     ledger.compact()
     assert ledger.blocks == ()
 
