@@ -250,9 +250,11 @@ class Executors:
         """:meth:`acks` as Spark's Arrow collection hands them to the runtime: one batch per task
         (partition) up to ``gather_above`` tasks; above it gathered into one partition first
         (:func:`~twophase.coordinator.spark.tasks.acknowledgements_of`), so in batches of
-        :data:`ARROW_BATCH_ROWS` rows."""
+        :data:`ARROW_BATCH_ROWS` rows, sorted by (sink, partition) as the gather's task sorts them."""
         acks = self.acks(cid)
         gathered = gather_above is not None and len(acks) // len(self.sinks) > gather_above
+        if gathered:
+            acks = sorted(acks, key=lambda a: (a.sink, a.partition))
         width = ARROW_BATCH_ROWS if gathered else len(self.sinks)
         return pa.Table.from_batches(
             [
@@ -502,9 +504,9 @@ def bench_size(
         published checkpoint's ``_metadata`` for ``publish`` and ``load``); the first epoch's
         steps as ``"first <step>"``; ``"driver memory"``: :func:`memory_row` after the epochs
         and their commits (``hwm_mb`` the peak over them), ``"driver memory at start"`` after the
-        restore that opened the run; ``"driver memory released"``: the same once pyarrow's pool
-        and the C allocator returned the freed memory they keep (``release_unused``,
-        ``malloc_trim``): what the driver's state holds.
+        restore that opened the run; ``"driver memory pool released"``: the same once pyarrow's
+        pool returned the freed memory it keeps (``release_unused``), and ``"driver memory
+        released"`` once the C allocator did too (``malloc_trim``): what the driver's state holds.
     """
     sinks = make_sinks()
     samples = Samples()
@@ -562,6 +564,7 @@ def bench_size(
         # what of it is live: the freed memory pyarrow's pool and the C allocator keep, returned
         # (after the measurements above: the next epoch would fault it in again)
         pa.default_memory_pool().release_unused()
+        out["driver memory pool released"] = memory_row()
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         out["driver memory released"] = memory_row()

@@ -292,15 +292,15 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
             return 0
         location = self._location()
         token = naming.job_token(scope.job_id, scope.sink_name)
-        held = {naming.decode_add_path(a.path) for c in scope.held for a in c.adds}
         ours = own_files(location, token)
         self._sweep.listed(len(ours))  # our files are the bulk of the listing
         self._removed.keep_only(rel for rel, _ in ours)
-        candidates = [
-            (rel, parsed.checkpoint_id)
-            for rel, parsed in ours
-            if parsed.checkpoint_id <= scope.up_to_checkpoint and rel not in held
-        ]
+        up_to = scope.up_to_checkpoint
+        in_scope = [(rel, parsed.checkpoint_id) for rel, parsed in ours if parsed.checkpoint_id <= up_to]
+        if not in_scope:  # what is held is read only when a file could go (issue #42: it decodes)
+            return 0
+        held = {naming.decode_add_path(a.path) for c in scope.held for a in c.adds}
+        candidates = [(rel, checkpoint_id) for rel, checkpoint_id in in_scope if rel not in held]
         if not candidates:
             return 0
         app = naming.app_id(scope.job_id, scope.sink_name)

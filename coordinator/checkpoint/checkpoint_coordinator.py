@@ -555,13 +555,16 @@ class CheckpointCoordinator:
                 first = first.filter(pac.invert(before))
         # sorted by (sink, partition), by the key columns only (a table sort or take over a column
         # still in one chunk per task, as ``normalized`` leaves ``release`` and ``write_ms``, costs
-        # per chunk); then per sink its run of rows: the common path's rows become one ledger
-        # block as the columns they are (no object per row), the exceptions go through their
-        # lifecycles one by one (issue #42)
-        order = pac.sort_indices(
-            first.select(["sink", "partition"]), sort_keys=[("sink", "ascending"), ("partition", "ascending")]
-        )
-        by_key = first.select(["sink", "partition", "attempt", "committable", "in_progress"]).take(order)
+        # per chunk), unless the executors sorted them (a gathered epoch): then the payloads are
+        # recorded as the slices of Spark's buffers they are, not copied; then per sink its run of
+        # rows: the common path's rows become one ledger block as the columns they are (no object
+        # per row), the exceptions go through their lifecycles one by one (issue #42)
+        by_key = first.select(["sink", "partition", "attempt", "committable", "in_progress"])
+        if not ack_table.in_key_order(first.select(ack_table.KEY)):
+            order = pac.sort_indices(
+                first.select(ack_table.KEY), sort_keys=[("sink", "ascending"), ("partition", "ascending")]
+            )
+            by_key = by_key.combine_chunks().take(order)  # joined first: a take over chunks is slower
         now = self.clock()
         made: dict[str, dict[int, list[PendingTransaction[Any]]]] = {}
         blocks: dict[str, LedgerBlock] = {}
@@ -578,7 +581,8 @@ class CheckpointCoordinator:
                 made[sink] = self._intake_exceptions(checkpoint_id, sink, rows.filter(special), now)
                 if evicted is not None:
                     common = rows.filter(pac.invert(evicted))
-            common = common.filter(pac.is_valid(common["committable"]))
+            if common["committable"].null_count:  # a filter copies every payload, even of all rows
+                common = common.filter(pac.is_valid(common["committable"]))
             if common.num_rows:
                 block = LedgerBlock(
                     sink,

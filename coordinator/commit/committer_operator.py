@@ -321,6 +321,7 @@ class CommitterOperator:
                     log.debug("committed %s", what, extra={"job": self.job_id, "sink": sink.name})
                 if on_confirmed is not None:
                     on_confirmed(call)  # whole: the driver lets the rows leave by range (one recode)
+                call.block.forget_decoded(call.rows)  # committed: nothing needs them decoded now
                 return CommitOutcome.COMMITTED
             txns = call.block.transactions(call.rows)  # the decoded committables kept by the block
         else:

@@ -182,15 +182,22 @@ class FakeExternalSystem:
     def abort_lingering(self, scope: LingeringScope[FakeCommittable]) -> int:
         """Abort every transaction of the scope's job and sink not held; each is tried (a failed
         one does not stop the others), then one ``ConnectionError`` names every failure, caused by
-        the first (as the connectors' ``LingeringCleanupError``)."""
+        the first (as the connectors' ``LingeringCleanupError``). What is held is read only when
+        something of the scope's is open, as the connectors read it (issue #42: reading it decodes
+        the committables the committer let go)."""
+        candidates = []
+        for txn_id in sorted(self.lingering()):
+            job, sink, checkpoint = self.owner[txn_id]
+            if job == scope.job_id and sink == scope.sink_name and checkpoint <= scope.up_to_checkpoint:
+                candidates.append(txn_id)
+        if not candidates:
+            return 0
         held = {c.txn_id for c in scope.held} | {str(s["txn_id"]) for s in scope.held_in_progress}
         n = 0
         failed: list[str] = []
         first: Exception | None = None
-        for txn_id in sorted(self.lingering()):
-            job, sink, checkpoint = self.owner[txn_id]
-            mine = job == scope.job_id and sink == scope.sink_name
-            if mine and checkpoint <= scope.up_to_checkpoint and txn_id not in held:
+        for txn_id in candidates:
+            if txn_id not in held:
                 try:
                     self.do_abort(txn_id)
                 except Exception as e:

@@ -34,16 +34,18 @@ def lingering_blobs(ops: BlobOps, scope: LingeringScope[AzureCommittable]) -> li
     Raises:
         ServiceUnavailableError / ConfigError: listing keeps failing or is denied.
     """
-    held = {f.blob for c in scope.held for f in c.files}
     token = naming.job_token(scope.job_id, scope.sink_name)
     prefix = ops.config.prefix
-    out = []
+    names = []
     for name in ops.uncommitted_names(prefix):
         parsed = naming.parse_data_key(prefix, name)
         if parsed is None or parsed.token != token or parsed.checkpoint_id > scope.up_to_checkpoint:
             continue
-        out.append((name, name in held))
-    return out
+        names.append(name)
+    if not names:  # what is held is read only when something is listed (issue #42: it decodes)
+        return []
+    held = {f.blob for c in scope.held for f in c.files}
+    return [(name, name in held) for name in names]
 
 
 def abort_lingering(ops: BlobOps, scope: LingeringScope[AzureCommittable]) -> int:

@@ -46,6 +46,6 @@ def abort_lingering(scope: LingeringScope[GcsCommittable]) -> int:
         job=scope.job_id,
         sink=scope.sink_name,
         up_to_checkpoint=scope.up_to_checkpoint,
-        held=sum(len(c.files) for c in scope.held),
+        held_committables=len(scope.held),  # counted by payload: nothing decoded (issue #42)
     )
     return 0

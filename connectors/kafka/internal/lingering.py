@@ -57,17 +57,19 @@ def select_lingering(
     its writers may be running now. (A stale transaction in that slot is fenced by those writers'
     own ``init_transactions``, or by the next call, whose next slot differs.)
     """
-    held = {c.transactional_id for c in scope.held}
     running_slot = None
     if scope.up_to_checkpoint < UNBOUNDED_CHECKPOINT:
         running_slot = naming.slot_for(scope.up_to_checkpoint + 1, pool_size)
     out = []
     for txn_id in sorted(set(ongoing)):
         parsed = naming.parse_transactional_id(txn_id, prefix, sink)
-        if parsed is None or txn_id in held or parsed.slot == running_slot:
+        if parsed is None or parsed.slot == running_slot:
             continue
         out.append(txn_id)
-    return out
+    if not out:  # scope.held read only when something could be aborted (issue #42: decodes)
+        return out
+    held = {c.transactional_id for c in scope.held}
+    return [t for t in out if t not in held]
 
 
 def not_the_held_transactions(

@@ -75,8 +75,11 @@ def select_lingering(
 ) -> list[PreparedTransaction]:
     """The prepared transactions to roll back: not held, and of checkpoints ≤ ``scope.up_to_checkpoint``
     (newer ones may belong to work still running)."""
+    in_scope = [p for p in prepared if p.parts.checkpoint_id <= scope.up_to_checkpoint]
+    if not in_scope:  # scope.held read only when something could be rolled back (issue #42: decodes)
+        return in_scope
     held = {c.gid for c in scope.held}
-    return [p for p in prepared if p.gid not in held and p.parts.checkpoint_id <= scope.up_to_checkpoint]
+    return [p for p in in_scope if p.gid not in held]
 
 
 def abort_lingering(conn: Connection, scope: LingeringScope[PostgresCommittable]) -> int:

@@ -38,6 +38,10 @@ class HeldObjects:
     tail_keys: frozenset[str]
 
 
+NOTHING_HELD = HeldObjects(upload_ids=frozenset(), tail_keys=frozenset())
+"""No upload and no tail held: the filters' candidates before what is held is read."""
+
+
 def held_objects(scope: LingeringScope[S3Committable]) -> HeldObjects:
     """Collect the upload ids and tail keys referenced by ``scope.held`` and ``scope.held_in_progress``.
 
@@ -91,18 +95,29 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
     Returns:
         How many multipart uploads were aborted (deleted tails are logged, not counted).
 
+    What is held (``scope.held``, ``scope.held_in_progress``) is read only when the listings found
+    an upload or a tail of the job's in scope: a cleanup with nothing to abort decodes nothing.
+
     Raises:
-        CommittableDecodeError: a held in-progress state is unreadable (nothing is aborted).
+        CommittableDecodeError: a held in-progress state is unreadable while something of the
+            job's could be aborted (nothing is aborted).
         LingeringCleanupError: some uploads could not be aborted; every other one was, and the
             orphaned tails were deleted.
         S3AccessDeniedError: the same, when every failure was a refused permission (it names the
             action and the first key, and lists every upload left open).
         ServiceUnavailableError / ConfigError: listing or deleting tails keeps failing or is denied.
     """
-    held = held_objects(scope)
     token = naming.job_token(scope.job_id, scope.sink_name)
     prefix = ops.config.prefix
-    victims = uploads_to_abort(ops.list_uploads(), prefix, token, held, scope.up_to_checkpoint)
+    up_to = scope.up_to_checkpoint
+    uploads = ops.list_uploads()
+    tail_keys = ops.list_keys(naming.tails_root(prefix, token))
+    victims = uploads_to_abort(uploads, prefix, token, NOTHING_HELD, up_to)
+    tails = tails_to_delete(tail_keys, prefix, token, NOTHING_HELD, up_to)
+    if victims or tails:  # what is held is read only when something could go (issue #42: decodes)
+        held = held_objects(scope)
+        victims = [u for u in victims if u.upload_id not in held.upload_ids]
+        tails = [k for k in tails if k not in held.tail_keys]
     aborted = 0
     failed: list[tuple[ListedUpload, Exception]] = []
     for u in victims:
@@ -110,9 +125,6 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
             aborted += ops.abort_upload(u.key, u.upload_id)
         except Exception as e:  # go on: the other uploads must not stay open for this one
             failed.append((u, e))
-    tails = tails_to_delete(
-        ops.list_keys(naming.tails_root(prefix, token)), prefix, token, held, scope.up_to_checkpoint
-    )
     if tails:
         ops.delete_keys(tails)
     log_event(

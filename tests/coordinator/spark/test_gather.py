@@ -12,13 +12,17 @@ from twophase.sinks.errors import ConfigError
 
 
 class _Written:
-    """Stands for the write's DataFrame: records the repartitions asked of it."""
+    """Stands for the write's DataFrame: records the repartitions and sorts asked of it."""
 
     def __init__(self) -> None:
-        self.asked: list[int] = []
+        self.asked: list[object] = []
 
-    def repartition(self, n: int) -> str:
+    def repartition(self, n: int) -> _Written:
         self.asked.append(n)
+        return self
+
+    def sortWithinPartitions(self, *columns: str) -> str:
+        self.asked.append(columns)
         return "gathered"
 
 
@@ -39,7 +43,9 @@ def test_only_an_epoch_of_more_partitions_than_the_threshold_is_gathered(
     written = _Written()
     out: object = acknowledgements_of(written, partitions, gather_above)  # type: ignore[arg-type]
     assert (out == "gathered") is gathered
-    assert written.asked == ([1] if gathered else [])  # one partition, by a shuffle (not coalesce)
+    # one partition, by a shuffle (not coalesce), its rows sorted by the intake's key (issue #42:
+    # the driver then slices the payloads per sink instead of copying them)
+    assert written.asked == ([1, ("sink", "partition")] if gathered else [])
 
 
 def test_the_default_threshold_is_the_one_documented() -> None:

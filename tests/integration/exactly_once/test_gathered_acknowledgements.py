@@ -24,6 +24,7 @@ from twophase.connectors.s3 import S3Sink
 from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark import compat, tasks
 from twophase.coordinator.spark.job import Job
+from twophase.coordinator.state import ack_table
 from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.integration.readback import read_topic
 from twophase.integration.services import S3Endpoint
@@ -112,6 +113,7 @@ def test_a_gathered_epoch_writes_kafka_and_s3_exactly_once_in_fewer_chunks(
     chunks = max(column.num_chunks for column in table.columns)
     if gathered:
         assert chunks < PARTITIONS, f"{chunks} chunks for {PARTITIONS} tasks: not gathered"
+        assert ack_table.in_key_order(table.select(ack_table.KEY).combine_chunks())  # sorted by the gather
     else:
         assert chunks == PARTITIONS  # one batch per task, as Spark hands a result stage's
 
