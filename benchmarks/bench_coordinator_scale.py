@@ -641,10 +641,12 @@ def history(
 COLLECT_ROUNDS = {100: 5, 1_000: 3, 10_000: 1}
 """Rounds of :func:`bench_collection` per size (each round runs the size's tasks once per plan)."""
 
-COLLECT_PLANS = ("direct", "gathered")
-"""The two collected plans of :func:`bench_collection`: the write's tasks' rows collected as they
-are (one Arrow batch per task), and gathered into one partition by a shuffle first
-(:func:`~twophase.coordinator.spark.tasks.acknowledgements_of`, issue #42)."""
+COLLECT_PLANS = ("direct", "gathered", "gathered unsorted")
+"""The collected plans of :func:`bench_collection`: the write's tasks' rows collected as they
+are (one Arrow batch per task); gathered into one partition by a shuffle first and sorted there
+by (sink, partition) (:func:`~twophase.coordinator.spark.tasks.acknowledgements_of`, issue #42);
+and gathered without the sort (the previous release's gather: the driver sorts and copies the
+payloads), which prices the gather task's sort against the driver's saving."""
 
 
 def ack_rows_task(payloads: dict[str, bytes], schema: pa.Schema) -> Callable[..., Any]:
@@ -745,7 +747,10 @@ def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
         def plan(name: str) -> Callable[[int], int]:
             # the gather at threshold 0 (always) against never: only the plan differs
             def one(r: int) -> int:
-                df = acknowledgements_of(written(n), n, 0 if name == "gathered" else None)
+                if name == "gathered unsorted":
+                    df = written(n).repartition(1)
+                else:
+                    df = acknowledgements_of(written(n), n, 0 if name == "gathered" else None)
                 position = {"engine": "spark", "query_id": "bench", "batch_id": r}
                 epoch = rt.begin_epoch(n, position)
                 jvm, proc, thread = _jvm_cpu_s(spark), time.process_time(), time.thread_time()
