@@ -194,8 +194,8 @@ def design_walk(text: str) -> str:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue #42: 21 calls in 2 forms (2 the intake, 3 the recording, 5 the publish, 3 the "
-    "notification, 8 the committer from submit_calls to the bulk decode)",
+    reason="issue #42: 18 calls in 2 forms (2 the intake, 3 the recording, 5 the publish, 2 the "
+    "notification, 6 the committer from submit_calls to the bulk decode)",
 )
 def test_one_committable_reaches_the_sinks_commit_in_at_most_12_calls_and_4_forms() -> None:
     trace = traced_walk()
