@@ -36,8 +36,7 @@ class TxnCall(tuple[PendingTransaction[Any], ...]):
     """A commit call of transactions already made (:func:`commit_calls`; the coordinator's merge of
     a block's rows with a lifecycle's transactions): a tuple of them, ascending by partition, that
     names its sink and checkpoint as plain attributes, its first transaction's, as a ledger
-    block's rows do (:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`): the lanes
-    group every call by its ``sink_name`` (issue #42).
+    block's rows do (:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`; issue #42).
 
     Raises:
         ValueError: ``txns`` is empty.
