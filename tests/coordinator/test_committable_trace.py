@@ -32,8 +32,11 @@ mappings and dataclass or NamedTuple fields, and two holders deep ("trace12": a 
 list of calls would otherwise hide the calls; it adds three calls that were there unseen:
 ``PendingCheckpoint.record_table``, handed the intake's blocks by sink, the notification's list of
 its calls, made from its mapping of (checkpoint, sink) to call, and ``Lane.__post_init__``, a lane
-holding a tuple of calls). The test is an expected failure until the path is at most 12 calls, and
-fails (strict) once it passes, so that the marker goes then.
+holding a tuple of calls); 18 since the committer is handed a batch's calls per sink, as the
+coordinator's ledgers hold them ("trace12": nothing regroups them, so ``commit_lanes``,
+``group_lanes`` and the notification's sorted list of calls are gone; a scratch trace through any
+depth of holders fell by the same three). The test is an expected failure until the path is at most
+12 calls, and fails (strict) once it passes, so that the marker goes then.
 
 DESIGN.md's walk of one committable is this trace (``test_design_md_walk_is_the_trace``);
 ``make design-walk`` writes it there.
