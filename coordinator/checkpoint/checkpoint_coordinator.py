@@ -827,44 +827,48 @@ class CheckpointCoordinator:
         if self._fence is not None:  # the newer driver's restore commits it
             self._fence.check(f"committing checkpoint {checkpoint_id}")
         started = time.perf_counter()
-        # commit calls: (checkpoint, sink in job order) → its transactions; the ledger hands a
-        # block's rows ascending by partition, a call as it is (issue #42)
-        calls: dict[tuple[int, int], NamedCall] = {}
-        merged: dict[tuple[int, int], list[PendingTransaction[Any]]] = {}
+        # commit calls per sink (in job order), as its ledger holds them: checkpoint → its
+        # transactions, ascending by checkpoint; the ledger hands a block's rows ascending by
+        # partition, a call as it is (issue #42), and the committer takes them per sink
+        calls: dict[str, list[NamedCall]] = {}
         aborts: list[PendingTransaction[Any]] = []
         finished = 0
         with collector.paused():  # every subtask, no user code: a bulk pass (issue #42)
-            for order, ledger in enumerate(self._ledgers.values()):
+            for name, ledger in self._ledgers.items():
+                by_checkpoint: dict[int, NamedCall] = {}
+                merged: dict[int, list[PendingTransaction[Any]]] = {}
                 for cid, rows in ledger.notify_checkpoint_complete(checkpoint_id):
-                    if (cid, order) in calls:  # two intakes of one checkpoint (a driver handover)
-                        merged.setdefault((cid, order), []).extend(rows)
+                    if cid in by_checkpoint:  # two intakes of one checkpoint (a driver handover)
+                        merged.setdefault(cid, []).extend(rows)
                     else:
-                        calls[(cid, order)] = rows
+                        by_checkpoint[cid] = rows
                 for lc in ledger.exceptional.values():
                     if not lc.state.is_live:
                         continue
                     actions = lc.notify_checkpoint_complete(checkpoint_id)
                     for t in actions.commit:
-                        key = (t.checkpoint_id, order)
-                        merged.setdefault(key, []).append(t)
+                        merged.setdefault(t.checkpoint_id, []).append(t)
                     aborts.extend(actions.abort)
                     finished += lc.state is SubtaskState.FINISHED
-            # a call from two sources (ledger blocks, exceptions): one list, sorted once, as a call
-            # that names its sink (TxnCall)
-            for key, txns in merged.items():
-                call = calls.get(key)
-                if call is not None:
-                    txns[:0] = call
-                if len(txns) > 1:
-                    txns.sort(key=_PARTITION_ATTEMPT)
-                calls[key] = TxnCall(txns)
+                if merged:
+                    # a call from two sources (ledger blocks, exceptions): one list, sorted once,
+                    # as a call that names its sink (TxnCall); the sink's calls by checkpoint again
+                    for cid, txns in merged.items():
+                        call = by_checkpoint.get(cid)
+                        if call is not None:
+                            txns[:0] = call
+                        if len(txns) > 1:
+                            txns.sort(key=_PARTITION_ATTEMPT)
+                        by_checkpoint[cid] = TxnCall(txns)
+                    by_checkpoint = dict(sorted(by_checkpoint.items()))
+                if by_checkpoint:  # the ledger's blocks come ascending by checkpoint
+                    calls[name] = list(by_checkpoint.values())
         # a block's rows go as they are (BlockRows): their transactions are made where the call
         # runs, on the committer thread when commit is asynchronous (issue #42)
-        ordered = [calls[key] for key in sorted(calls)]
         for t in sorted(aborts, key=_CHECKPOINT_PARTITION):
             self.committer.abort(t)
         before = self.committer.metrics
-        commits = self.committer.submit_calls(ordered, on_landed=self._marker_for(checkpoint_id))
+        commits = self.committer.submit_calls(calls, on_landed=self._marker_for(checkpoint_id))
         after = self.committer.metrics
         self.confirm_commits()
         ms = (time.perf_counter() - started) * 1000.0

@@ -1,4 +1,4 @@
-"""Commit calls: which pending transactions one commit call covers, and how calls split into lanes.
+"""Commit calls: which pending transactions one commit call covers, and the calls of a batch per sink.
 
 The committer works on :class:`~twophase.coordinator.state.subtask_lifecycle.PendingTransaction` s and
 nothing else: a commit call is a sequence of them, every pending transaction of one sink and one
@@ -8,20 +8,20 @@ checkpoint. A per-committable sink commits it with ONE
 ``commit_batch`` call, which answers per transaction (issue #42 item 3); a
 :class:`~twophase.sinks.api.CheckpointCommitSink` (Delta: one table commit per checkpoint,
 idempotent through ``txn(appId, version)``) with ONE ``commit_checkpoint`` call, which answers for
-all (Flink Sink V2's global committer). Within a batch the sinks commit concurrently, one lane per
-sink (:func:`commit_lanes`); a sink's own calls run checkpoint after checkpoint, in order, and
-the sink's ``commit_batch`` decides how many of one checkpoint's transactions it commits at once.
+all (Flink Sink V2's global committer). A batch is handed to the committer per sink
+(:data:`CallsBySink`), as the coordinator's per-sink ledgers hold it: within a batch the sinks
+commit concurrently, one lane per sink; a sink's own calls run checkpoint after checkpoint, in
+order, and the sink's ``commit_batch`` decides how many of one checkpoint's transactions it
+commits at once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter
 from typing import Any
 
-from twophase.coordinator.commit.lanes import Lane, group_lanes
 from twophase.coordinator.state.subtask_lifecycle import BlockRows, PendingTransaction
-from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
+from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 
 AnySink = TwoPhaseCommitSink[Any, Any]
@@ -36,8 +36,7 @@ class TxnCall(tuple[PendingTransaction[Any], ...]):
     """A commit call of transactions already made (:func:`commit_calls`; the coordinator's merge of
     a block's rows with a lifecycle's transactions): a tuple of them, ascending by partition, that
     names its sink and checkpoint as plain attributes, its first transaction's, as a ledger
-    block's rows do (:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`): the lanes
-    group every call by its ``sink_name`` (issue #42).
+    block's rows do (:class:`~twophase.coordinator.state.subtask_lifecycle.BlockRows`; issue #42).
 
     Raises:
         ValueError: ``txns`` is empty.
@@ -59,6 +58,11 @@ NamedCall = BlockRows | TxnCall
 """A commit call that names its sink and checkpoint (``sink_name``, ``checkpoint_id``): what the
 committer's submissions and lanes take."""
 
+CallsBySink = Mapping[str, Sequence[NamedCall]]
+"""A batch of commit calls per sink: sink name → its calls in commit order (checkpoint after
+checkpoint), each call of that sink. What the committer's submissions take: one lane per sink,
+as handed (issue #42: the coordinator's ledgers are per sink; nothing regroups the calls)."""
+
 
 def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
     """Check that ``call`` is one commit call of ``sink``.
@@ -74,17 +78,20 @@ def check_call(sink: AnySink, call: Sequence[PendingTransaction[Any]]) -> None:
         raise ValueError(f"commit call for sink {sink.name!r} spans several checkpoints")
 
 
-def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]) -> list[TxnCall]:
-    """Group pending transactions into commit calls, keeping their order.
+def commit_calls(
+    sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction[Any]]
+) -> dict[str, list[TxnCall]]:
+    """Group pending transactions into commit calls per sink (:data:`CallsBySink`), keeping their
+    order.
 
-    The transactions of one (sink, checkpoint) are ONE call, placed where its first transaction
-    was, ascending by partition; so transactions given in checkpoint order yield calls in
-    checkpoint order.
+    The transactions of one (sink, checkpoint) are ONE call, ascending by partition; a sink's calls
+    are in the order of their first transactions, and the sinks in the order of theirs: so
+    transactions given in checkpoint order yield each sink's calls in checkpoint order.
 
     Raises:
         KeyError: a transaction of a sink not in ``sinks``.
     """
-    out: list[list[PendingTransaction[Any]]] = []
+    out: dict[str, list[list[PendingTransaction[Any]]]] = {}
     groups: dict[tuple[str, int], list[PendingTransaction[Any]]] = {}
     for t in txns:
         if t.sink_name not in sinks:
@@ -93,30 +100,12 @@ def commit_calls(sinks: Mapping[str, AnySink], txns: Iterable[PendingTransaction
         group = groups.get(key)
         if group is None:
             group = groups[key] = []
-            out.append(group)
+            out.setdefault(t.sink_name, []).append(group)
         group.append(t)
-    return [TxnCall(sorted(g, key=lambda t: (t.partition, t.attempt))) for g in out]
-
-
-def commit_lanes(sinks: Mapping[str, AnySink], calls: Sequence[NamedCall]) -> list[Lane[NamedCall]]:
-    """Split ``calls`` into one lane per sink (named after it: each call's ``sink_name``), in
-    order of first appearance, keeping each sink's calls in their given order.
-
-    Every lane has parallelism 1: a sink's checkpoints commit one after another, in order, each
-    with one call; what one call commits at once is the sink's ``commit_batch``'s choice (by
-    default up to its ``commit_concurrency``).
-
-    Raises:
-        ConfigError: a sink declares ``commit_concurrency`` < 1.
-    """
-
-    def parallelism(name: str) -> int:
-        sink = sinks[name]
-        if not isinstance(sink, CheckpointCommitSink):
-            sink_concurrency(sink)  # refused before anything commits, as before batches
-        return 1
-
-    return group_lanes(calls, attrgetter("sink_name"), parallelism)
+    return {
+        name: [TxnCall(sorted(g, key=lambda t: (t.partition, t.attempt))) for g in calls]
+        for name, calls in out.items()
+    }
 
 
 def sink_concurrency(sink: AnySink) -> int:

@@ -38,13 +38,14 @@ submission order, and an error surfaces on the next :meth:`CommitterOperator.rai
 or :meth:`CommitterOperator.drain`; after an error the queued commits are skipped (the job fails and
 recovery re-commits from checkpoint storage).
 
-Within a batch (a checkpoint's notification, a restore, a cancel) the sinks commit concurrently,
-one lane per sink (``commit_lanes``): the sinks of a job are independent, so k sinks finish in
-about the time of the slowest rather than the sum. A sink's own calls stay in checkpoint order;
-within one call the sink commits as its service is fastest (S3 completes uploads from a pool,
-PostgreSQL commits over a few connections; the default ``commit_batch`` runs up to the sink's
-``commit_concurrency`` commits at once): recovering 1,000 pending uploads is not 1,000 round trips
-in a row.
+Within a batch (a checkpoint's notification, a restore, a cancel) the sinks commit concurrently, one
+lane per sink (a batch comes per sink,
+:data:`~twophase.coordinator.commit.commit_calls.CallsBySink`): the sinks of a job are independent,
+so k sinks finish in about the time of the slowest rather than the sum. A sink's own calls stay in
+checkpoint order; within one call the sink commits as its service is fastest (S3 completes uploads
+from a pool, PostgreSQL commits over a few connections; the default ``commit_batch`` runs up to the
+sink's ``commit_concurrency`` commits at once): recovering 1,000 pending uploads is not 1,000 round
+trips in a row.
 """
 
 from __future__ import annotations
@@ -69,14 +70,15 @@ from tenacity import (
 )
 
 from twophase.coordinator.commit.commit_calls import (
+    CallsBySink,
     CommitCall,
     NamedCall,
     check_call,
     commit_calls,
-    commit_lanes,
+    sink_concurrency,
 )
 from twophase.coordinator.commit.commit_policy import LOST_WAY_FORWARD, CommitPolicy, CommitterMetrics
-from twophase.coordinator.commit.lanes import run_lanes
+from twophase.coordinator.commit.lanes import Lane, run_lanes
 from twophase.coordinator.commit.transaction_ages import TransactionAgeMonitor
 from twophase.coordinator.state.clock import Clock, system_clock_ms
 from twophase.coordinator.state.metrics import SinkMetricsRecorder
@@ -524,13 +526,14 @@ class CommitterOperator:
             return
         self.submit_calls(commit_calls(self._sinks, txns), on_landed=on_landed)
 
-    def submit_calls(self, calls: Sequence[NamedCall], *, on_landed: Callable[[], None] | None = None) -> int:
-        """:meth:`submit` of a batch already grouped into commit calls, in commit order (each
-        call every transaction of one sink and one checkpoint, ascending by partition, naming its
-        sink: a :class:`~twophase.coordinator.commit.commit_calls.TxnCall` as
+    def submit_calls(self, calls: CallsBySink, *, on_landed: Callable[[], None] | None = None) -> int:
+        """:meth:`submit` of a batch already grouped into commit calls per sink
+        (:data:`~twophase.coordinator.commit.commit_calls.CallsBySink`: each call every
+        transaction of one sink and one checkpoint, ascending by partition, naming its sink: a
+        :class:`~twophase.coordinator.commit.commit_calls.TxnCall` as
         :func:`~twophase.coordinator.commit.commit_calls.commit_calls` makes them, or a ledger
-        block's rows): the coordinator's ledger hands its blocks so (issue #42), with no pass over
-        the transactions here.
+        block's rows; a sink's calls in commit order): the coordinator's per-sink ledgers hand
+        their blocks so (issue #42), with no pass over the transactions and no regrouping here.
 
         Returns:
             how many transactions the calls hold (each call's size is read once, here).
@@ -539,17 +542,21 @@ class CommitterOperator:
             As :meth:`submit`.
         """
         self.raise_if_failed()
-        # a ledger block's rows are sized by the rows they name, as commit reads them, not asked
-        # their length (issue #42)
-        sizes = [len(call.rows) if isinstance(call, BlockRows) else len(call) for call in calls]
-        if 0 in sizes:
-            calls = [call for call, size in zip(calls, sizes, strict=True) if size]
-        n = sum(sizes)
-        if not calls and on_landed is None:
+        n = 0
+        kept: dict[str, list[NamedCall]] = {}
+        for name, sink_calls in calls.items():
+            for call in sink_calls:
+                # a ledger block's rows are sized by the rows they name, as commit reads them, not
+                # asked their length (issue #42); an empty call is dropped
+                size = len(call.rows) if isinstance(call, BlockRows) else len(call)
+                if size:
+                    kept.setdefault(name, []).append(call)
+                    n += size
+        if not kept and on_landed is None:
             return 0
         if not self.asynchronous and not self.policy.commits_async(n):
             self._commit_calls(
-                calls, recovery=False, cancellable=True, on_done=self._reporter(n), on_landed=on_landed
+                kept, recovery=False, cancellable=True, on_done=self._reporter(n), on_landed=on_landed
             )
             return n
         with self._lock:
@@ -558,7 +565,7 @@ class CommitterOperator:
                     max_workers=1, thread_name_prefix=f"committer-{self.job_id}"
                 )
             self._inflight += 1
-        self._executor.submit(self._run_async, calls, n, on_landed)
+        self._executor.submit(self._run_async, kept, n, on_landed)
         return n
 
     @property
@@ -592,9 +599,9 @@ class CommitterOperator:
         cancellable: bool = True,
         on_done: Callable[[CommitCall], None] = lambda call: None,
     ) -> None:
-        """Commit ``txns`` now (see :meth:`commit`), grouped into commit calls
-        (:func:`~twophase.coordinator.commit.commit_calls.commit_calls`): one lane per sink
-        (``commit_lanes``), the lanes concurrently, within a lane in order. Calls ``on_done`` from
+        """Commit ``txns`` now (see :meth:`commit`), grouped into commit calls per sink
+        (:func:`~twophase.coordinator.commit.commit_calls.commit_calls`): one lane per sink,
+        the lanes concurrently, within a lane in order. Calls ``on_done`` from
         the committing thread with what each call confirmed (all of it, or what a failing call
         confirmed: see :meth:`commit`).
 
@@ -612,16 +619,30 @@ class CommitterOperator:
 
     def _commit_calls(
         self,
-        calls: Sequence[NamedCall],
+        calls: CallsBySink,
         *,
         recovery: bool,
         cancellable: bool,
         on_done: Callable[[CommitCall], None],
         on_landed: Callable[[], None] | None = None,
     ) -> None:
-        """Make ``calls`` in their lanes (:func:`~twophase.coordinator.commit.commit_calls.commit_lanes`),
-        then call ``on_landed`` if every one committed. A recovery names every lost transaction
-        of a per-transaction sink at the end, not only the first (:meth:`commit`'s ``lost``)."""
+        """Make ``calls`` in one lane per sink (the lanes concurrently, a sink's calls in their
+        order, one at a time: a sink's checkpoints commit one after another; what one call
+        commits at once is the sink's ``commit_batch``'s choice, by default up to its
+        ``commit_concurrency``), then call ``on_landed`` if every one committed. A recovery
+        names every lost transaction of a per-transaction sink at the end, not only the first
+        (:meth:`commit`'s ``lost``).
+
+        Raises:
+            ConfigError: a sink declares ``commit_concurrency`` < 1 (before anything commits).
+            As :meth:`commit`.
+        """
+        lanes: list[Lane[NamedCall]] = []
+        for name, sink_calls in calls.items():
+            sink = self._sinks[name]
+            if not isinstance(sink, CheckpointCommitSink):
+                sink_concurrency(sink)  # refused before anything commits, as before batches
+            lanes.append(Lane(name, tuple(sink_calls)))
         lost: list[str] = []
         one = functools.partial(
             self.commit,
@@ -630,13 +651,13 @@ class CommitterOperator:
             on_confirmed=on_done,
             lost=lost if recovery else None,
         )
-        run_lanes(commit_lanes(self._sinks, calls), one, thread_prefix=f"commit-{self.job_id}")
+        run_lanes(lanes, one, thread_prefix=f"commit-{self.job_id}")
         if lost:
             raise _LostRows(lost)
         if on_landed is not None:
             on_landed()
 
-    def _run_async(self, calls: Sequence[NamedCall], n: int, on_landed: Callable[[], None] | None) -> None:
+    def _run_async(self, calls: CallsBySink, n: int, on_landed: Callable[[], None] | None) -> None:
         try:
             if self._error is None:  # after an error, later commits are skipped: order is kept
                 self._commit_calls(

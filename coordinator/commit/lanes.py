@@ -1,7 +1,8 @@
 """Driver-side work in lanes: independent lanes run concurrently, each lane in order or with its
 own parallelism; after the first error nothing new starts.
 
-Used for commits (one lane per sink, ``commit_calls.commit_lanes``) and for finishing
+Used for commits (one lane per sink, as a batch's calls come per sink:
+``commit_calls.CallsBySink``) and for finishing
 in-progress state on the driver at the final checkpoint: the sinks of a job are independent, so k
 sinks take about as long as the slowest one rather than the sum (FLIP-147's single final
 checkpoint should not cost k times one).

@@ -85,20 +85,23 @@ def test_commit_calls_group_per_sink_and_checkpoint_keeping_order() -> None:
     system = FakeExternalSystem()
     sinks = {"k": FakeSink("k", system), "g": FakeCheckpointSink("g", system)}
     txns = [pending(s, c, p) for c in (1, 2) for s in ("k", "g") for p in (1, 0)]
-    calls = commit_calls(sinks, txns)
+    by_sink = commit_calls(sinks, txns)  # per sink (one lane each), each sink's in checkpoint order
+    assert list(by_sink) == ["k", "g"]
+    calls = [call for name in by_sink for call in by_sink[name]]
     assert [(call[0].sink_name, call[0].checkpoint_id, [t.partition for t in call]) for call in calls] == [
         ("k", 1, [0, 1]),  # one batch per sink and checkpoint (#42 item 3), ascending by partition
-        ("g", 1, [0, 1]),  # one call, ascending by partition
         ("k", 2, [0, 1]),
+        ("g", 1, [0, 1]),  # one call, ascending by partition
         ("g", 2, [0, 1]),
     ]
-    for call in calls:
-        check_call(sinks[call[0].sink_name], call)
-    # each call names its sink and checkpoint (what the lanes group it by), and is its tuple
+    for name, sink_calls in by_sink.items():
+        for call in sink_calls:
+            check_call(sinks[name], call)
+    # each call names its sink and checkpoint, and is its tuple
     assert [(call.sink_name, call.checkpoint_id) for call in calls] == [
         ("k", 1),
-        ("g", 1),
         ("k", 2),
+        ("g", 1),
         ("g", 2),
     ]
     assert calls[0] == tuple(sorted(txns[:2], key=lambda t: t.partition))

@@ -17,7 +17,7 @@ from support.fakes import (
 )
 from support.polling import eventually
 
-from twophase.coordinator.commit.commit_calls import CommitCall, commit_calls, commit_lanes
+from twophase.coordinator.commit.commit_calls import CommitCall, commit_calls
 from twophase.coordinator.commit.commit_policy import CommitPolicy
 from twophase.coordinator.commit.committer_operator import CommitterOperator
 from twophase.coordinator.state.subtask_lifecycle import PendingTransaction
@@ -309,35 +309,38 @@ def _pending(
     return PendingTransaction(sink, 0, 0, checkpoint, FakeCommittable(txn_id, checkpoint, 0, 1), 0)
 
 
-def test_commit_lanes_one_per_sink_in_checkpoint_order() -> None:
+def test_commit_calls_per_sink_in_checkpoint_order_and_concurrency_refused_before_any_commit() -> None:
     system = FakeExternalSystem()
     a, b, d = FakeSink("a", system), FakeSink("b", system), FakeCheckpointSink("d", system)
     b.commit_concurrency = 4
     d.commit_concurrency = 4  # ignored: checkpoints commit one after another
     # b's concurrency applies within one batch (its default commit_batch), not across checkpoints
     sinks = {s.name: s for s in (a, b, d)}
-    calls = commit_calls(
-        sinks,
-        [
-            _pending(system, "a", "a1"),
-            _pending(system, "b", "b1"),
-            _pending(system, "d", "d1", 1),
-            _pending(system, "a", "a2"),
-            _pending(system, "d", "d2", 2),
-            _pending(system, "b", "b2", 2),
-        ],
-    )
-    lanes = commit_lanes(sinks, calls)
-    assert [(ln.name, ln.parallelism) for ln in lanes] == [("a", 1), ("b", 1), ("d", 1)]
-    assert [[[t.committable.txn_id for t in call] for call in ln.items] for ln in lanes] == [
-        [["a1", "a2"]],  # one checkpoint: one batch
-        [["b1"], ["b2"]],
-        [["d1"], ["d2"]],
+    txns = [
+        _pending(system, "a", "a1"),
+        _pending(system, "b", "b1"),
+        _pending(system, "d", "d1", 1),
+        _pending(system, "a", "a2"),
+        _pending(system, "d", "d2", 2),
+        _pending(system, "b", "b2", 2),
     ]
-    assert commit_lanes(sinks, []) == []
+    calls = commit_calls(sinks, txns)  # one lane per sink, as the committer runs them
+    assert {name: [[t.committable.txn_id for t in call] for call in cs] for name, cs in calls.items()} == {
+        "a": [["a1", "a2"]],  # one checkpoint: one batch
+        "b": [["b1"], ["b2"]],
+        "d": [["d1"], ["d2"]],
+    }
+    assert list(calls) == ["a", "b", "d"]  # the sinks in the order of their first transactions
+    assert commit_calls(sinks, []) == {}
+    # a sink declaring no concurrency is refused before any sink commits anything
     a.commit_concurrency = 0
     with pytest.raises(ConfigError, match="commit_concurrency"):
-        commit_lanes(sinks, calls)
+        committer(a, b, d).commit_all(txns)
+    assert system.committed == {} and system.checkpoint_calls == []
+    a.commit_concurrency = 1
+    committer(a, b, d).commit_all(txns)
+    assert [c.checkpoint_id for c in system.checkpoint_calls] == [1, 2]  # d's in checkpoint order
+    assert set(system.committed) == {"a1", "a2", "b1", "b2", "d1", "d2"}
 
 
 def _overlap_sink(name: str, system: FakeExternalSystem, parties: int) -> tuple[FakeSink, list[str]]:
