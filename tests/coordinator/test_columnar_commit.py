@@ -47,9 +47,13 @@ class CountingSink(FakeSink):
         return super().commit_batch(committables)
 
 
-def setup(n: int) -> tuple[CountingSink, FakeExternalSystem, LedgerBlock, list[str]]:
+def setup(
+    n: int, chunk: int | None = None
+) -> tuple[CountingSink, FakeExternalSystem, LedgerBlock, list[str]]:
     """A sink with ``n`` pre-committed transactions of checkpoint 1, as one ledger block's rows
-    (PERSISTED→COMMITTING is the ledger's; the committer reads the columns only)."""
+    (PERSISTED→COMMITTING is the ledger's; the committer reads the columns only); the payload
+    column in chunks of ``chunk`` rows when given, as a gathered intake records it (slices of the
+    batches Spark handed the driver)."""
     system = FakeExternalSystem()
     sink = CountingSink("s0", system)
     payloads: list[bytes] = []
@@ -66,11 +70,25 @@ def setup(n: int) -> tuple[CountingSink, FakeExternalSystem, LedgerBlock, list[s
         1,
         pa.array(range(n), pa.int32()),
         pa.array([0] * n, pa.int32()),
-        pa.array(payloads, pa.binary()),
+        pa.array(payloads, pa.binary())
+        if chunk is None
+        else pa.chunked_array([pa.array(payloads[i : i + chunk], pa.binary()) for i in range(0, n, chunk)]),
         0,
         functools.partial(decode_payload, sink),
     )
     return sink, system, block, ids
+
+
+def test_a_call_of_some_rows_of_a_block_in_chunks_commits_those_rows() -> None:
+    """A gathered intake's block holds its payloads in Spark's batches (issue #42); a call of some
+    of its rows (a retry, rows left after an eviction) takes those rows' payloads across chunks."""
+    sink, system, block, ids = setup(5, chunk=2)
+    call = BlockRows(block, [1, 2, 4])
+    assert call.payload.to_pylist() == [block.payload[r].as_py() for r in (1, 2, 4)]
+    assert committer(sink).commit(call) is CommitOutcome.COMMITTED
+    assert sink.batches == [[ids[1], ids[2], ids[4]]] and sorted(system.committed) == sorted(
+        ids[i] for i in (1, 2, 4)
+    )
 
 
 def committer(sink: CountingSink) -> CommitterOperator:

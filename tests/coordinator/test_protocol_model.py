@@ -61,6 +61,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
@@ -142,7 +143,7 @@ from twophase.coordinator.run.epoch import run_epoch
 from twophase.coordinator.run.fanout import EpochPlan
 from twophase.coordinator.run.restart import RestartStrategy
 from twophase.coordinator.run.runtime_config import CleanupMode, RuntimeConfig
-from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgement_table
+from twophase.coordinator.state.acknowledgement import ACK_SCHEMA, Acknowledgement, acknowledgement_table
 from twophase.coordinator.state.job_lifecycle import JobState
 from twophase.coordinator.state.metadata import CheckpointKind
 from twophase.coordinator.state.payload import decode_payload
@@ -713,8 +714,17 @@ class ProtocolModel(RuleBasedStateMachine):
                 zombies_after_publish(self.storage, plan, records, tasks)
                 return acks
 
+            def collected(plan: EpochPlan) -> list[Acknowledgement] | pa.Table:
+                acks = write(plan)
+                if arrival != "gathered":
+                    return acks
+                # as Spark hands a gathered partition: a few Arrow batches, rows in key order
+                return pa.Table.from_batches(
+                    acknowledgement_table(acks).to_batches(max_chunksize=2), ACK_SCHEMA
+                )
+
             if notify:
-                run_epoch(rt, parts, write, position)
+                run_epoch(rt, parts, collected, position)
                 return True
             epoch = rt.begin_epoch(parts, position)  # the notification is lost: a later one commits
             try:

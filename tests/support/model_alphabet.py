@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from support.engine_tasks import TASK_PLANS, TaskFailure
 from support.model_payloads import ModelDecodeFailure
 from twophase.connectors.s3 import RollingPolicy
+from twophase.coordinator.state.acknowledgement import Acknowledgement
 from twophase.sinks.errors import (
     CheckpointStorageError,
     CommitFailedError,
@@ -36,16 +37,21 @@ PUBLISH = ("ok", "ok", "ok", "refused", "unknown_landed", "unknown_not_landed", 
 """Each exit of a publish (published, not published, unknown), and an unknown one a backend
 reports as a plain storage error (engine_tasks.publish_fault)."""
 DOWN_MS = (0, 5_000, 700_000, 8 * 24 * 3600 * 1000)  # nothing, seconds, > transaction timeout, > id expiry
-A = TypeVar("A")
-ARRIVALS = ("as_run", "as_run", "reversed")
-"""The order an epoch's acknowledgements reach the driver in (:func:`arrived`): as the tasks ran, or
-reversed, so that a later attempt's acknowledgement of a (sink, partition) comes first (issue #42)."""
+ARRIVALS = ("as_run", "as_run", "reversed", "gathered")
+"""The order an epoch's acknowledgements reach the driver in (:func:`arrived`): as the tasks ran;
+reversed, so that a later attempt's acknowledgement of a (sink, partition) comes first; or
+gathered, sorted by (sink, partition) as the gather's task sorts them
+(``tasks.acknowledgements_of``), which the driver records as slices of the table's buffers
+(issue #42)."""
 
 
-def arrived(acks: list[A], arrival: str) -> list[A]:
-    """``acks`` in the order :data:`ARRIVALS`'s ``arrival`` names."""
+def arrived(acks: list[Acknowledgement], arrival: str) -> list[Acknowledgement]:
+    """``acks`` in the order :data:`ARRIVALS`'s ``arrival`` names (a stable sort for "gathered":
+    a (sink, partition)'s attempts keep their order)."""
     if arrival == "reversed":
         return acks[::-1]
+    if arrival == "gathered":
+        return sorted(acks, key=lambda a: (a.sink, a.partition))
     if arrival != "as_run":
         raise ValueError(f"unknown arrival {arrival!r}; known: {ARRIVALS}")
     return acks
