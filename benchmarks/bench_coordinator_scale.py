@@ -90,6 +90,7 @@ from twophase.connectors.s3.internal.committable import PendingFile, S3Committab
 from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig
 from twophase.coordinator.run.runtime import JobRuntime
 from twophase.coordinator.run.runtime_config import DEFAULT_GATHER_ABOVE, RuntimeConfig
+from twophase.coordinator.state import ack_table
 from twophase.coordinator.state.acknowledgement import ACK_SCHEMA, RELEASE, Acknowledgement
 from twophase.coordinator.state.collector import paused as collector_paused
 from twophase.coordinator.state.metadata import CheckpointMetadata
@@ -649,6 +650,27 @@ and gathered without the sort (the previous release's gather: the driver sorts a
 payloads), which prices the gather task's sort against the driver's saving."""
 
 
+def _in_key_order(table: pa.Table) -> bool:
+    return ack_table.in_key_order(table.select(ack_table.KEY))
+
+
+def _first_rows(table: pa.Table) -> object:
+    return ack_table.first_rows(table.select(ack_table.KEY))
+
+
+def _check_release(table: pa.Table) -> None:
+    ack_table.check_release(table["release"])
+
+
+TABLE_STEPS: tuple[tuple[str, Callable[[pa.Table], object]], ...] = (
+    ("check_release", _check_release),
+    ("first_rows", _first_rows),
+    ("in_key_order", _in_key_order),
+)
+"""The intake's checks :func:`bench_collection` times alone on each collected (normalized) table,
+each handed the columns the intake hands it."""
+
+
 def ack_rows_task(payloads: dict[str, bytes], schema: pa.Schema) -> Callable[..., Any]:
     """``mapInArrow`` function: the task of partition ``p`` reads its input and yields one batch of
     ``schema`` with ``p``'s acknowledgement row for every sink (each sink's payload of the size its
@@ -710,14 +732,14 @@ def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
         ``local[2]``), ``"<plan> driver thread"`` (the Python driver thread's CPU over collection
         and intake, ``time.thread_time``), ``"<plan> collect thread"`` / ``"<plan> intake thread"``
         (its two parts), ``"<plan> normalized"``, ``"<plan> check_release"``,
-        ``"<plan> split_first"`` (thread CPU of each on the collected table, called again after the
-        intake), ``"<plan> chunks"`` (the collected table's chunks per column, in ``median_ms``'s
-        place) → the same row shape as :func:`bench_size`.
+        ``"<plan> first_rows"``, ``"<plan> in_key_order"`` (thread CPU of each on the collected
+        table, called again after the intake: :data:`TABLE_STEPS`), ``"<plan> chunks"`` (the
+        collected table's chunks per column, in ``median_ms``'s place) → the same row shape as
+        :func:`bench_size`.
     """
     from benchmarks.common import side_by_side, spark_session
     from twophase.coordinator.spark.compat import collect_arrow
     from twophase.coordinator.spark.tasks import ack_struct_type, acknowledgements_of
-    from twophase.coordinator.state import ack_table
     from twophase.coordinator.storage.local import LocalCheckpointStorage
 
     spark = spark_session("bench-coordinator-collect")
@@ -771,10 +793,7 @@ def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
                 before = time.thread_time()
                 joined = ack_table.normalized(table)
                 add(f"{name} normalized", (time.thread_time() - before) * 1000.0)
-                for step, fn in (
-                    ("check_release", ack_table.check_release),
-                    ("split_first", ack_table.split_first),
-                ):
+                for step, fn in TABLE_STEPS:
                     before = time.thread_time()
                     fn(joined)
                     add(f"{name} {step}", (time.thread_time() - before) * 1000.0)
