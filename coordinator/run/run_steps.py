@@ -263,7 +263,8 @@ class CheckpointCompletion:
         coord = self._coord
         self.verify_acknowledged(checkpoint_id)
         done = coord.complete(checkpoint_id)
-        if done.metadata.committable_count() > RETURN_FREED_ABOVE:
+        committables = done.metadata.committable_count()
+        if committables > RETURN_FREED_ABOVE:
             return_freed_arrow_memory()  # before the commit decodes: the peak is then lower
         self._checkpoints.completed(done)
         nr = NotifyResult(checkpoint_id, 0, 0, 0, 0.0)
@@ -282,7 +283,7 @@ class CheckpointCompletion:
             location=done.ref.location,
             records=done.records,
             acknowledgements=done.acknowledgements,
-            committables=done.metadata.committable_count(),
+            committables=committables,
             persist_ms=done.persist_ms,
             commit_ms=nr.commit_ms,
             transactions_committed=nr.committed,
