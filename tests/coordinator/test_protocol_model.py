@@ -58,6 +58,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -103,7 +104,7 @@ from support.model_alphabet import (
     arrived,
     traced,
 )
-from support.model_batches import BATCH_SINKS, FIRED, MISBEHAVIOURS, misbehaving_batch_once
+from support.model_batches import BATCH_SINKS, FIRED, MISBEHAVIOURS, ModelBatchFailure, misbehaving_batch_once
 from support.model_checkpoint_files import (
     CRASH_POINTS,
     DAMAGE,
@@ -137,8 +138,10 @@ from twophase.connectors.postgres.internal.schema import WritePlan
 from twophase.connectors.s3 import S3Sink, S3SinkConfig
 from twophase.coordinator.checkpoint.checkpoint_coordinator import codec_header
 from twophase.coordinator.checkpoint.checkpoint_state import CheckpointConfig, DuplicateAcknowledgementError
+from twophase.coordinator.commit import lanes
 from twophase.coordinator.commit.commit_policy import CommitPolicy
 from twophase.coordinator.commit.committer_operator import CommitterOperator
+from twophase.coordinator.commit.lanes import Lane
 from twophase.coordinator.run.epoch import run_epoch
 from twophase.coordinator.run.fanout import EpochPlan
 from twophase.coordinator.run.restart import RestartStrategy
@@ -1195,6 +1198,8 @@ if "TWOPHASE_MODEL_SEED" in os.environ:
     ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[assignment]
 
 TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(ProtocolModel.TestCase)
+# every drawn life one way: the committer's lanes in one fixed schedule (support.model_settle)
+pytestmark = pytest.mark.usefixtures("lanes_in_one_schedule")
 
 
 @pytest.mark.usefixtures("quiet_twophase_logs")
@@ -1571,3 +1576,87 @@ def test_a_decode_failure_armed_for_the_commit_fires_in_the_commit_however_slow_
     m.nothing_lands_that_no_durable_checkpoint_promised()
     m.lingering_cleanup_never_ends_a_held_transaction()
     m.teardown()
+
+
+@pytest.mark.parametrize("arm", ["commit_batch", "decode"])
+def test_a_fault_armed_once_fires_once_when_two_threads_took_it_at_once(arm: str) -> None:
+    """``commit_batch_misbehaves`` and ``payload_does_not_decode_at_commit`` arm one call of a
+    sink. Two commit threads (a lane of ``commit_concurrency`` > 1, or the committer beside the
+    driver's sweep) may both take the armed method before either has run it: it fired for both
+    (``FIRED`` counted two misbehaviours) or the second raised ``AttributeError`` as it disarmed,
+    so the same drawn life went two ways and Hypothesis stopped with ``FlakyStrategyDefinition``
+    (``make model-check`` seed 8 under load, 2026-12-04; found again by replaying drawn lives with
+    the committer's timing perturbed). Armed once, it fires once, whichever thread is first; the
+    other thread gets the sink's own method."""
+    m = ProtocolModel()
+    m.start(async_commit=False, retained=1, pool_size=3, rolling="small", cleanup=CleanupMode.RETAIN)
+    if arm == "commit_batch":
+        sink = next(s for s in m.sinks if s.name == "p")
+        m.commit_batch_misbehaves(sink="p", how="raises_midway")
+    else:
+        sink = next(s for s in m.sinks if s.name == "i")
+        m.payload_does_not_decode_at_commit(sink="i")
+    taken = [getattr(sink, arm), getattr(sink, arm)]  # both threads looked it up before either ran
+    argument: Any = [] if arm == "commit_batch" else b"{}"
+    outcomes = []
+    for method in taken:
+        try:
+            method(argument)
+            outcomes.append("the sink's own")
+        except (ModelDecodeFailure, ModelBatchFailure):
+            outcomes.append("armed")
+        except AttributeError as e:
+            outcomes.append(f"AttributeError: {e}")
+        except Exception:
+            outcomes.append("the sink's own")  # which refused the test's placeholder payload
+    assert outcomes == ["armed", "the sink's own"], outcomes
+    assert (["p raises_midway"] if arm == "commit_batch" else []) == FIRED, FIRED
+    m.teardown()
+
+
+@pytest.mark.usefixtures("quiet_twophase_logs")
+def test_a_commit_of_several_sinks_goes_one_way_whatever_the_lanes_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The committer commits each sink's calls in a lane of its own, the lanes on threads at once,
+    and starts nothing after the first failure (``run_lanes``). With sink ``p``'s next
+    ``commit_batch`` armed to raise and sink ``s``'s to answer ``RETRY`` for half, whether ``s``'s
+    call started before ``p`` failed was the threads' timing: its misbehaviour fired, or stayed
+    armed for a later commit, and the same drawn life went two ways (Hypothesis's
+    ``FlakyStrategyDefinition``, ``make model-check`` seed 8 under load, 2026-12-04; found by
+    replaying drawn lives with the committer's timing perturbed). The model runs the lanes in one
+    fixed schedule (``lanes_in_order``): here either lane made slow, the same misbehaviours fire."""
+    monkeypatch.setitem(globals(), "event", lambda *args: None)  # hypothesis's, outside a test run
+
+    class LateLane(ThreadPoolExecutor):
+        """Starts the lane of sink ``late`` 0.2 s late, as a loaded machine may."""
+
+        late = ""
+
+        def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+            def late(*a: Any, **k: Any) -> Any:
+                if a and isinstance(a[0], Lane) and a[0].name == LateLane.late:
+                    time.sleep(0.2)
+                return fn(*a, **k)
+
+            return super().submit(late, *args, **kwargs)
+
+    monkeypatch.setattr(lanes, "ThreadPoolExecutor", LateLane)
+    fired: dict[str, list[str]] = {}
+    for slow in ("s", "p"):
+        LateLane.late = slow
+        m = ProtocolModel()
+        m.start(async_commit=False, retained=3, pool_size=3, rolling="small", cleanup=CleanupMode.RETAIN)
+        m.epoch(
+            arrival="as_run", down_ms=0, driver=None, notify=True, on_failure="fail_over", parts=2,
+            point="before_write", publish="ok", size=4, tasks=["ok"] * 6,
+        )  # fmt: skip
+        m.commit_batch_misbehaves(sink="p", how="raises_midway")
+        m.commit_batch_misbehaves(sink="s", how="part_retry")
+        m.epoch(
+            arrival="as_run", down_ms=0, driver=None, notify=True, on_failure="cancel", parts=2,
+            point="before_write", publish="ok", size=4, tasks=["ok"] * 6,
+        )  # fmt: skip
+        fired[slow] = sorted(FIRED)
+        m.teardown()
+    assert fired["s"] == fired["p"], fired

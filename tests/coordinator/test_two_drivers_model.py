@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -316,3 +317,5 @@ if "TWOPHASE_MODEL_SEED" in os.environ:
 
     TwoDrivers.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(TwoDrivers.TestCase)  # type: ignore[assignment]
 test_two_drivers = TwoDrivers.TestCase
+# every drawn life one way: the committer's lanes in one fixed schedule (support.model_settle)
+pytestmark = pytest.mark.usefixtures("lanes_in_one_schedule")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from support.model_settle import arm_once
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.outcome import CommitOutcome
 
@@ -39,7 +40,7 @@ def misbehaving_batch_once(sink: TwoPhaseCommitSink[Any, Any], how: str) -> None
         raise ValueError(f"unknown misbehaviour {how!r}; one of {MISBEHAVIOURS}")
 
     def commit_batch(committables: Sequence[Any]) -> list[CommitOutcome]:
-        del sink.commit_batch  # the class's again, for the retries and every later call
+        # the class's again (arm_once), for the retries and every later call
         FIRED.append(f"{sink.name} {how}")
         n = len(committables)
         half = n // 2
@@ -57,4 +58,4 @@ def misbehaving_batch_once(sink: TwoPhaseCommitSink[Any, Any], how: str) -> None
             return sink.commit_batch(list(committables[:-1]))
         return []
 
-    sink.commit_batch = commit_batch  # type: ignore[method-assign]
+    arm_once(sink, "commit_batch", commit_batch)

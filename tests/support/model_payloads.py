@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from support.model_settle import arm_once
 from twophase.coordinator.state.acknowledgement import Acknowledgement
 from twophase.coordinator.state.metadata import CheckpointMetadata
 from twophase.coordinator.storage.base import CheckpointStorage
@@ -94,7 +95,6 @@ def undecodable_once(sink: TwoPhaseCommitSink[Any, Any]) -> None:
     """Make ``sink``'s next ``decode`` raise :class:`ModelDecodeFailure`; later ones decode."""
 
     def decode(payload: Any) -> Any:
-        del sink.decode  # the class's again
         raise ModelDecodeFailure(f"model: sink {sink.name!r}'s payload does not decode this once")
 
-    sink.decode = decode  # type: ignore[method-assign]
+    arm_once(sink, "decode", decode)
