@@ -157,6 +157,31 @@ _UNDECODED: Any = object()
 """A pending transaction whose committable is not decoded yet."""
 
 
+class RowStatus(bytearray):
+    """A :class:`LedgerBlock`'s status column: one status byte per row (``_PRE`` … ``_IN_DOUBT``;
+    ``_GONE`` or ``_CONFIRMED`` once the row left), owned by its block and read as the bytes it
+    is. The transitions of every row at once are its own operations (issue #42): the ledger
+    hands them the statuses, not the block with its payloads, and each is one C-level
+    ``bytes.translate`` in place (the committer thread reading a row's status sees it before or
+    after, never half written: one call under the GIL)."""
+
+    __slots__ = ()
+
+    def recode(self, table: bytes) -> None:
+        """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
+        self[:] = self.translate(table)
+
+    def commit_persisted(self) -> range | list[int]:
+        """Every PERSISTED row becomes COMMITTING; returns those rows, ascending (one count and
+        one translate: the notification's step of a block)."""
+        n = self.count(_PERSISTED)
+        if not n:
+            return range(0)
+        rows = range(n) if n == len(self) else [i for i, c in enumerate(self) if c == _PERSISTED]
+        self[:] = self.translate(_COMMIT)
+        return rows
+
+
 class PendingTransaction(Generic[COMM]):
     """One pre-committed transaction of one subtask, until its commit is confirmed or it is aborted.
 
@@ -317,7 +342,8 @@ class LedgerBlock:
             made from transactions that have no payload: tests).
         pre_committed_ms: when the intake received them (ms since the epoch).
         status: one status byte per row (``_PRE`` … ``_IN_DOUBT``; ``_GONE`` or ``_CONFIRMED``
-            once it left).
+            once it left), a :class:`RowStatus`, whose own operations are the transitions of
+            every row at once (the ledger hands them the statuses only).
         made: row → its transaction, for the rows whose transaction was made (:meth:`txn`):
             the committer commits a call none of whose rows is made as columns (issue #42).
         decoded: row → its committable, for the rows the committer decoded in bulk
@@ -371,7 +397,7 @@ class LedgerBlock:
         self.pre_committed_ms = pre_committed_ms
         self._decode = decode
         self._partitions = None
-        self.status = bytearray((_PRE,)) * n
+        self.status = RowStatus(bytes((_PRE,)) * n)
         self.made: dict[int, PendingTransaction[Any]] = {}
         self.decoded: dict[int, Any] = {}
 
@@ -527,21 +553,6 @@ class LedgerBlock:
         if self._partitions is None:
             self._partitions = self.partition.to_pylist()
         return self._partitions
-
-    def recode(self, table: bytes) -> None:
-        """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
-        self.status = bytearray(self.status.translate(table))
-
-    def commit_persisted(self) -> range | list[int]:
-        """Every PERSISTED row becomes COMMITTING; returns those rows, ascending (one count and
-        one translate of the status column: the notification's step of a block, issue #42)."""
-        status = self.status
-        n = status.count(_PERSISTED)
-        if not n:
-            return range(0)
-        rows = range(n) if n == len(status) else [i for i, c in enumerate(status) if c == _PERSISTED]
-        self.status = bytearray(status.translate(_COMMIT))
-        return rows
 
     def recode_row(self, row: int, code: int) -> None:
         """Row ``row``'s status is ``code``."""
@@ -793,12 +804,12 @@ class SinkLedger:
     def checkpoint_persisted(self, checkpoint_id: int) -> None:
         """Every PRE_COMMITTED row ≤ ``checkpoint_id`` is PERSISTED."""
         for b in self._up_to(checkpoint_id):
-            b.recode(_PERSIST)
+            b.status.recode(_PERSIST)
 
     def checkpoint_in_doubt(self, checkpoint_id: int) -> None:
         """Every PRE_COMMITTED row ≤ ``checkpoint_id`` is IN_DOUBT (kept for the restore)."""
         for b in self._up_to(checkpoint_id):
-            b.recode(_DOUBT)
+            b.status.recode(_DOUBT)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> list[tuple[int, BlockRows]]:
         """Every PERSISTED row ≤ ``checkpoint_id`` becomes COMMITTING; returns them per block
@@ -820,7 +831,7 @@ class SinkLedger:
                 )
         out: list[tuple[int, BlockRows]] = []
         for b in blocks:
-            rows = b.commit_persisted()
+            rows = b.status.commit_persisted()  # the statuses' step: the block's payloads not handed
             if rows:
                 out.append((b.checkpoint_id, BlockRows(b, rows)))
         return out

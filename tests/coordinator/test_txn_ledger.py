@@ -10,9 +10,16 @@ import pyarrow as pa
 import pytest
 
 from twophase.coordinator.state.subtask_lifecycle import (
+    _COMMIT,
+    _COMMITTING,
+    _GONE,
+    _PERSIST,
+    _PERSISTED,
+    _PRE,
     BlockRows,
     LedgerBlock,
     PendingTransaction,
+    RowStatus,
     SinkLedger,
     SubtaskLifecycle,
     SubtaskState,
@@ -117,6 +124,35 @@ def column_block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) 
     )
     ledger.append(b)
     return b
+
+
+def test_the_transitions_of_every_row_are_the_status_columns_own_and_keep_their_checks() -> None:
+    """#42: a block's status column (:class:`RowStatus`) makes the transitions of all its rows
+    (the ledger hands it no payload), in place: the block keeps one status object, which the
+    committer thread reads; the ledger's transitions keep their names and checks."""
+    ledger = SinkLedger("s")
+    b = column_block(ledger, 1, [0, 3, 5])
+    status = b.status
+    assert isinstance(status, RowStatus) and list(status) == [_PRE] * 3
+    with pytest.raises(IllegalTransitionError, match="not durable"):
+        ledger.notify_checkpoint_complete(1)
+    ledger.checkpoint_persisted(1)
+    assert b.status is status and list(status) == [_PERSISTED] * 3
+    ((checkpoint, call),) = ledger.notify_checkpoint_complete(1)
+    assert (checkpoint, call.rows, call.block) == (1, range(3), b)
+    assert b.status is status and list(status) == [_COMMITTING] * 3 and len(b.made) == 0
+    column = RowStatus(bytes((_PERSISTED, _GONE, _PRE, _PERSISTED)))
+    assert column.commit_persisted() == [0, 3] and list(column) == [_COMMITTING, _GONE, _PRE, _COMMITTING]
+    assert column.commit_persisted() == range(0)
+    column.recode(_PERSIST)
+    assert list(column) == [_COMMITTING, _GONE, _PERSISTED, _COMMITTING]
+    column.recode(_COMMIT)
+    assert column.commit_persisted() == range(0) and list(column) == [
+        _COMMITTING,
+        _GONE,
+        _COMMITTING,
+        _COMMITTING,
+    ]
 
 
 def test_a_column_block_makes_a_rows_transaction_once_and_only_when_asked() -> None:
