@@ -1015,8 +1015,8 @@ class CheckpointCoordinator:
         if ledger is None:
             return [], ()
         own = [t for lc in ledger.exceptional.values() for t in lc.own_pending]
-        table, committables = pending_columns(ledger.blocks, own)
-        return table["payload"].to_pylist(), committables
+        rows, committables = pending_columns(ledger.blocks, own)
+        return rows.table["payload"].to_pylist(), committables
 
     def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
         """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a
