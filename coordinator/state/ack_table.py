@@ -13,8 +13,9 @@ The payloads are neither decoded nor parsed at intake (the sink's object is made
 #42), so what decoding there used to catch is checked here for the whole table, before anything
 is recorded: the rows come from executors of this driver's release (:func:`check_release`), and
 every payload's codec header — the ``kind`` and ``version`` the executor stamped beside it from
-the object it encoded — is one its sink's codec reads (:func:`check_payloads`). Each check is
-handed only the columns it reads, never the payloads (issue #42: the trace of one committable).
+the object it encoded — is one its sink's codec reads (:func:`check_payloads`). Each check, and
+:func:`normalized`, is handed only the columns it reads, never the payloads, which the ledger
+blocks take as received (issue #42: the trace of one committable).
 """
 
 from __future__ import annotations
