@@ -796,7 +796,8 @@ def bench_collection(n: int, rounds: int) -> dict[str, dict[str, Any]]:
                 rt.complete_epoch(epoch)
                 rt.await_commits()
                 before = time.thread_time()
-                joined = ack_table.normalized(table)
+                rest = [c for c in table.column_names if c != ack_table.PAYLOAD]  # as the intake
+                joined = ack_table.normalized(table.select(rest), table.schema)
                 add(f"{name} normalized", (time.thread_time() - before) * 1000.0)
                 for step, fn in TABLE_STEPS:
                     before = time.thread_time()

@@ -53,7 +53,7 @@ from twophase.coordinator.checkpoint.driver_fence import DriverFence
 from twophase.coordinator.commit.commit_calls import NamedCall, TxnCall
 from twophase.coordinator.commit.committer_operator import CommitterOperator
 from twophase.coordinator.state import ack_table, collector
-from twophase.coordinator.state.acknowledgement import Acknowledgement, acknowledgements_in
+from twophase.coordinator.state.acknowledgement import ACK_SCHEMA, Acknowledgement, acknowledgements_in
 from twophase.coordinator.state.clock import Clock, system_clock_ms
 from twophase.coordinator.state.faults import fault_point
 from twophase.coordinator.state.metadata import CheckpointKind, CheckpointMetadata
@@ -524,8 +524,17 @@ class CheckpointCoordinator:
             JobError: the table lacks a column of the schema, or its rows come from executors of
                 another twophase release (nothing recorded).
         """
-        table = ack_table.normalized(table)
-        # each check is handed the columns it reads, not the table of payloads (issue #42)
+        # the payloads go to the ledger blocks as received: ``normalized`` is handed the other
+        # columns and the payloads' type (a binary type other than ``binary`` is cast here, in
+        # Arrow), and each check the columns it reads, never the payloads (issue #42)
+        payload = ack_table.PAYLOAD
+        rows = ack_table.normalized(
+            table.select([n for n in table.column_names if n != payload]), table.schema
+        )
+        payloads = table[payload]
+        if payloads.type != pa.binary():
+            payloads = payloads.cast(pa.binary())
+        table = rows.add_column(ACK_SCHEMA.get_field_index(payload), ACK_SCHEMA.field(payload), payloads)
         unknown = ack_table.unknown_sinks(table["sink"], self.sinks)
         if unknown:
             raise ConfigError(f"unknown sinks {unknown}; the job's sinks are {sorted(self.sinks)}")
@@ -1006,8 +1015,8 @@ class CheckpointCoordinator:
         if ledger is None:
             return [], ()
         own = [t for lc in ledger.exceptional.values() for t in lc.own_pending]
-        table, committables = pending_columns(ledger.blocks, own)
-        return table["payload"].to_pylist(), committables
+        rows, committables = pending_columns(ledger.blocks, own)
+        return rows.table["payload"].to_pylist(), committables
 
     def in_progress_as_of(self, sink: str, checkpoint_id: int, below: int) -> dict[int, JsonObject]:
         """Partition → the in-progress state as of ``checkpoint_id`` of ``sink``'s subtasks with a

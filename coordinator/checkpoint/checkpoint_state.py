@@ -443,21 +443,23 @@ def _by_partition(blocks: Sequence[LedgerBlock], own: Sequence[PendingTransactio
 
 def pending_columns(
     blocks: Sequence[LedgerBlock], own: Sequence[PendingTransaction[Any]]
-) -> tuple[pa.Table, TxnRows[Any]]:
+) -> tuple[CommittableRows, TxnRows[Any]]:
     """The live rows of ``blocks`` and the transactions ``own`` (exceptions, held by their
-    lifecycles) as one table of a committable file's columns
-    (:data:`~twophase.coordinator.state.metadata.COMMITTABLE_COLUMNS`), ascending by (checkpoint id,
+    lifecycles) as the metadata's committables (a committable file's columns,
+    :data:`~twophase.coordinator.state.metadata.COMMITTABLE_COLUMNS`), ascending by (checkpoint id,
     partition), and the same rows' committables in the same order, each decoded on access (a
     block's row by the block: no transaction made): the blocks' rows go through Arrow only
     (concatenated, and sorted only when ``own`` or two blocks of one checkpoint need it, issue
-    #42); ``own`` through Python (the exceptions are few)."""
+    #42); ``own`` through Python (the exceptions are few). One block all of whose rows are live
+    and nothing else (the common path) is handed on as the block holds it
+    (:attr:`LedgerBlock.committable_rows`: nothing filtered, built or copied)."""
     tables: list[pa.Table] = []
     sources: list[Any] = []
     source_cols: list[pa.Array] = []
     row_cols: list[pa.Array] = []
     for i, b in enumerate(blocks):
-        t, rows = b.columns()
-        tables.append(t)
+        rows = b.status.live_rows()  # the statuses alone: a block whose rows all live is taken whole
+        tables.append(b.committable_rows.table if len(rows) == len(b.status) else b.live_columns())
         sources.append(b.committable)
         source_cols.append(pa.repeat(pa.scalar(i, pa.int32()), len(rows)))
         row_cols.append(pa.array(rows, pa.int32()))
@@ -478,15 +480,17 @@ def pending_columns(
         row_cols.append(pa.array(range(len(own)), pa.int32()))
     if not tables:
         empty = pa.array([], pa.int32())
-        return COMMITTABLE_COLUMNS.empty_table(), TxnRows([], empty, empty)
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        return CommittableRows(COMMITTABLE_COLUMNS.empty_table()), TxnRows([], empty, empty)
     source = pa.chunked_array(source_cols, pa.int32())
     row = pa.chunked_array(row_cols, pa.int32())
+    if len(tables) == 1 and not own and tables[0] is blocks[0].committable_rows.table:
+        return blocks[0].committable_rows, TxnRows(sources, source, row)
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     ids = [b.checkpoint_id for b in blocks]
     if own or ids != sorted(set(ids)):  # else ascending already: blocks by id, rows by partition
         order = pc.sort_indices(table, sort_keys=[("checkpoint_id", "ascending"), ("partition", "ascending")])
         table, source, row = table.take(order), source.take(order), row.take(order)
-    return table, TxnRows(sources, source, row)
+    return CommittableRows(table), TxnRows(sources, source, row)
 
 
 def metadata_of(
@@ -522,13 +526,13 @@ def metadata_of(
         own: list[PendingTransaction[Any]] = []
         if ledger is not None and ledger.exceptional:
             own = [t for lc in ledger.exceptional.values() for t in lc.uncommitted(c)]
-        table, committables = pending_columns(blocks, own)
-        if table["payload"].null_count:  # transactions a test made from objects: encode them
-            payloads = table["payload"].to_pylist()
+        rows, committables = pending_columns(blocks, own)
+        if rows.table["payload"].null_count:  # transactions a test made from objects: encode them
+            payloads = rows.table["payload"].to_pylist()
             for i, raw in enumerate(payloads):
                 if raw is None:
                     payloads[i] = payload_bytes(sink.encode(committables[i]))
-            table = table.set_column(3, "payload", pa.array(payloads, pa.binary()))
+            rows = CommittableRows(rows.table.set_column(3, "payload", pa.array(payloads, pa.binary())))
         with_state = stateful.get(name, {})
         in_progress = {
             p: st
@@ -537,7 +541,7 @@ def metadata_of(
         }
         snaps[name] = SinkSnapshot(
             num_partitions=pc.num_partitions.get(name, parallelism.get(name, 0)),
-            committables=CommittableRows(table),
+            committables=rows,
             in_progress=in_progress,
         )
         decoded[name] = committables

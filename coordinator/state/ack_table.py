@@ -13,8 +13,9 @@ The payloads are neither decoded nor parsed at intake (the sink's object is made
 #42), so what decoding there used to catch is checked here for the whole table, before anything
 is recorded: the rows come from executors of this driver's release (:func:`check_release`), and
 every payload's codec header — the ``kind`` and ``version`` the executor stamped beside it from
-the object it encoded — is one its sink's codec reads (:func:`check_payloads`). Each check is
-handed only the columns it reads, never the payloads (issue #42: the trace of one committable).
+the object it encoded — is one its sink's codec reads (:func:`check_payloads`). Each check, and
+:func:`normalized`, is handed only the columns it reads, never the payloads, which the ledger
+blocks take as received (issue #42: the trace of one committable).
 """
 
 from __future__ import annotations
@@ -34,32 +35,48 @@ KEY = ["sink", "partition"]
 _ROW = "__row"
 
 
-def normalized(table: pa.Table) -> pa.Table:
-    """``table`` with exactly :data:`~twophase.coordinator.state.acknowledgement.ACK_SCHEMA`'s columns,
-    in its order and types (Spark may hand ``large_binary`` or ``large_string`` columns, e.g. with
-    ``spark.sql.execution.arrow.useLargeVarTypes``), the same rows in the same order; the columns of
-    :data:`_ONE_CHUNK` in one chunk each, the others as received (possibly one chunk per task).
+PAYLOAD = "committable"
+"""The payloads' column: not :func:`normalized`'s, the intake hands it to the ledger blocks as
+received (issue #42: the trace of one committable)."""
+
+ROW_SCHEMA = pa.schema([f for f in ACK_SCHEMA if f.name != PAYLOAD])
+""":data:`~twophase.coordinator.state.acknowledgement.ACK_SCHEMA` without the payloads: what
+:func:`normalized` returns."""
+
+
+def normalized(rows: pa.Table, received: pa.Schema) -> pa.Table:
+    """The acknowledgements' columns but their payloads: ``rows`` (the table Spark handed, its
+    payload column :data:`PAYLOAD` left out: no check reads the payloads, the ledger blocks take
+    them as received) with exactly :data:`ROW_SCHEMA`'s columns, in its order and types (Spark may
+    hand ``large_binary`` or ``large_string`` columns, e.g. with
+    ``spark.sql.execution.arrow.useLargeVarTypes``), the same rows in the same order; the columns
+    of :data:`_ONE_CHUNK` in one chunk each, the others as received (possibly one chunk per task).
+    ``received``: the schema of the table Spark handed, payload column included, whose type is
+    checked here (by its type alone: one the intake can cast to ``binary``).
 
     Raises:
-        JobError: a column is missing or cannot be cast (the executors run another release of
-            twophase than the driver: reinstall the same version on both).
+        JobError: a column (the payloads' included) is missing or cannot be cast (the executors
+            run another release of twophase than the driver: reinstall the same version on both).
     """
-    present = set(table.column_names)
+    present = set(received.names)
     missing = [n for n in ACK_SCHEMA.names if n not in present]
     if missing:
-        if "release" in table.column_names and pa.types.is_string(table.schema.field("release").type):
-            check_release(table["release"])  # another release: named, as the columns' absence is its
+        if "release" in rows.column_names and pa.types.is_string(rows.schema.field("release").type):
+            check_release(rows["release"])  # another release: named, as the columns' absence is its
         raise JobError(
-            f"the tasks' acknowledgements lack the columns {missing} (columns {table.column_names}): the "
+            f"the tasks' acknowledgements lack the columns {missing} (columns {received.names}): the "
             "executors run another twophase release than the driver; install the same on both"
         )
-    picked = table.select(ACK_SCHEMA.names)
-    if not picked.schema.equals(ACK_SCHEMA):
+    picked = rows.select(ROW_SCHEMA.names)
+    payload = received.field(PAYLOAD).type
+    if not picked.schema.equals(ROW_SCHEMA) or payload != pa.binary():
         try:
-            picked = picked.cast(ACK_SCHEMA)
+            picked = picked.cast(ROW_SCHEMA)
+            pa.nulls(0, payload).cast(pa.binary())  # the payloads' type: cast by the intake
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            schema = pa.schema([received.field(n) for n in ACK_SCHEMA.names])
             raise JobError(
-                f"the tasks' acknowledgements have the schema {picked.schema} where {ACK_SCHEMA} is needed: "
+                f"the tasks' acknowledgements have the schema {schema} where {ACK_SCHEMA} is needed: "
                 "the executors run another twophase release than the driver; install the same on both"
             ) from e
     for column in picked.columns:
@@ -76,21 +93,22 @@ def normalized(table: pa.Table) -> pa.Table:
     nulls = {name for name in _ONE_CHUNK if picked[name].null_count == n}
     joined = picked.select([name for name in _ONE_CHUNK if name not in nulls]).combine_chunks()
     columns: list[pa.Array | pa.ChunkedArray] = []
-    for field in ACK_SCHEMA:
+    for field in ROW_SCHEMA:
         if field.name in nulls:
             columns.append(pa.nulls(n, field.type))
         elif field.name in _ONE_CHUNK:
             columns.append(joined[field.name])
         else:
             columns.append(picked[field.name])
-    return pa.Table.from_arrays(columns, schema=ACK_SCHEMA)
+    return pa.Table.from_arrays(columns, schema=ROW_SCHEMA)
 
 
 _ONE_CHUNK = ("sink", "partition", "attempt", "in_progress", "records", "kind", "version")
 """The columns :func:`normalized` hands as one chunk each (the intake sorts, groups or reads them
-per row); the others may stay chunked. Not ``committable``: rows that arrive in key order
-(:func:`in_key_order`) are recorded as slices of the payload buffers Spark handed over, and a
-join would copy every payload once more (issue #42: ~200 MB at 10⁵ × 3 sinks)."""
+per row); the others may stay chunked. Never the payloads (:data:`PAYLOAD`, not handed to it):
+rows that arrive in key order (:func:`in_key_order`) are recorded as slices of the payload
+buffers Spark handed over, and a join would copy every payload once more (issue #42: ~200 MB at
+10⁵ × 3 sinks)."""
 
 
 def unknown_sinks(sink: pa.ChunkedArray | pa.Array, sinks: Collection[str]) -> list[str]:

@@ -47,6 +47,7 @@ from typing import Any, Generic, TypeVar, overload
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from twophase.coordinator.state.metadata import COMMITTABLE_COLUMNS, CommittableRows
 from twophase.coordinator.state.payload import decode_payloads
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
@@ -155,6 +156,37 @@ _COMMITTING_OR_GONE = bytes((_GONE, _COMMITTING, _CONFIRMED))
 
 _UNDECODED: Any = object()
 """A pending transaction whose committable is not decoded yet."""
+
+
+class RowStatus(bytearray):
+    """A :class:`LedgerBlock`'s status column: one status byte per row (``_PRE`` … ``_IN_DOUBT``;
+    ``_GONE`` or ``_CONFIRMED`` once the row left), owned by its block and read as the bytes it
+    is. The transitions of every row at once are its own operations (issue #42): the ledger
+    hands them the statuses, not the block with its payloads, and each is one C-level
+    ``bytes.translate`` in place (the committer thread reading a row's status sees it before or
+    after, never half written: one call under the GIL)."""
+
+    __slots__ = ()
+
+    def recode(self, table: bytes) -> None:
+        """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
+        self[:] = self.translate(table)
+
+    def commit_persisted(self) -> range | list[int]:
+        """Every PERSISTED row becomes COMMITTING; returns those rows, ascending (one count and
+        one translate: the notification's step of a block)."""
+        n = self.count(_PERSISTED)
+        if not n:
+            return range(0)
+        rows = range(n) if n == len(self) else [i for i, c in enumerate(self) if c == _PERSISTED]
+        self[:] = self.translate(_COMMIT)
+        return rows
+
+    def live_rows(self) -> range | list[int]:
+        """The rows still in the ledger, ascending (``range`` of every row when none left)."""
+        if not any(code in self for code in _LEFT):
+            return range(len(self))
+        return [i for i, code in enumerate(self) if code not in _LEFT]
 
 
 class PendingTransaction(Generic[COMM]):
@@ -296,9 +328,12 @@ class PendingTransaction(Generic[COMM]):
 
 class LedgerBlock:
     """The transactions one table intake recorded for one sink and one checkpoint (issue #42), as
-    columns: ``partition``, ``attempt`` and ``payload`` Arrow arrays (rows ascending by distinct
-    partition; the checkpoint id, the sink and the intake's time are the block's), and their
-    statuses as a column of one byte per row, so that a transition of every row (persisted,
+    columns: its committable file's table (``partition``, ``attempt``, ``checkpoint_id``,
+    ``payload``: :data:`~twophase.coordinator.state.metadata.COMMITTABLE_COLUMNS`, rows ascending
+    by distinct partition), made once with the block as the metadata's
+    :class:`~twophase.coordinator.state.metadata.CommittableRows`, which a publish of a block whose
+    rows are all live hands on as it is; the sink and the intake's time are the block's; and the
+    rows' statuses as a column of one byte per row, so that a transition of every row (persisted,
     committing, in doubt, confirmed) is one C-level ``bytes.translate`` of the column, not a
     Python call per transaction.
 
@@ -311,13 +346,16 @@ class LedgerBlock:
     Attributes:
         checkpoint_id: the checkpoint every row was pre-committed for.
         sink_name: the sink.
+        committable_rows: every row, as the metadata's committables (its ``table``'s columns
+            are the arrays below: the payloads are held once).
         partition: int32, ascending, distinct.
         attempt: int32, the task attempt of each row.
         payload: binary, each row's committable as the executor encoded it (null only in a block
             made from transactions that have no payload: tests).
         pre_committed_ms: when the intake received them (ms since the epoch).
         status: one status byte per row (``_PRE`` … ``_IN_DOUBT``; ``_GONE`` or ``_CONFIRMED``
-            once it left).
+            once it left), a :class:`RowStatus`, whose own operations are the transitions of
+            every row at once (the ledger hands them the statuses only).
         made: row → its transaction, for the rows whose transaction was made (:meth:`txn`):
             the committer commits a call none of whose rows is made as columns (issue #42).
         decoded: row → its committable, for the rows the committer decoded in bulk
@@ -330,6 +368,7 @@ class LedgerBlock:
         "_partitions",
         "attempt",
         "checkpoint_id",
+        "committable_rows",
         "decoded",
         "made",
         "partition",
@@ -350,28 +389,33 @@ class LedgerBlock:
         pre_committed_ms: int,
         decode: Callable[[bytes], Any] | None,
     ) -> None:
-        """A block of an intake's rows, kept as the columns they came in (no object per row):
-        ``partition`` int32 ascending distinct, ``attempt`` int32, ``payload`` binary without
-        nulls; ``decode``: payload bytes → the sink's committable, for the transactions made later
+        """A block of an intake's rows, kept as the columns they came in (no object per row,
+        nothing copied): ``partition`` int32 ascending distinct, ``attempt`` int32, ``payload``
+        binary without nulls, with the checkpoint id as the committable file's table;
+        ``decode``: payload bytes → the sink's committable, for the transactions made later
         (``None`` only for :meth:`of_transactions`, whose rows are all made).
 
         Raises:
-            ValueError: the columns differ in length, or a payload is null.
+            ValueError: the columns differ in length or type, or a payload is null.
         """
         n = len(partition)
         if len(attempt) != n or len(payload) != n:
             raise ValueError(f"ledger block columns of {n}, {len(attempt)} and {len(payload)} rows")
         if decode is not None and payload.null_count:
             raise ValueError("a ledger block row without a payload")
+        ids = pa.repeat(pa.scalar(checkpoint_id, pa.int64()), n)
+        # the committable file's table, built once; the block's columns are its columns (views)
+        table = pa.table([partition, attempt, ids, payload], names=COMMITTABLE_COLUMNS.names)
+        self.committable_rows = CommittableRows(table)
         self.checkpoint_id = checkpoint_id
         self.sink_name = sink_name
-        self.partition = partition
-        self.attempt = attempt
-        self.payload = payload
+        self.partition = table["partition"]
+        self.attempt = table["attempt"]
+        self.payload = table["payload"]
         self.pre_committed_ms = pre_committed_ms
         self._decode = decode
         self._partitions = None
-        self.status = bytearray((_PRE,)) * n
+        self.status = RowStatus(bytes((_PRE,)) * n)
         self.made: dict[int, PendingTransaction[Any]] = {}
         self.decoded: dict[int, Any] = {}
 
@@ -528,21 +572,6 @@ class LedgerBlock:
             self._partitions = self.partition.to_pylist()
         return self._partitions
 
-    def recode(self, table: bytes) -> None:
-        """Every row's status through ``table`` (a ``bytes.translate`` table): one C-level pass."""
-        self.status = bytearray(self.status.translate(table))
-
-    def commit_persisted(self) -> range | list[int]:
-        """Every PERSISTED row becomes COMMITTING; returns those rows, ascending (one count and
-        one translate of the status column: the notification's step of a block, issue #42)."""
-        status = self.status
-        n = status.count(_PERSISTED)
-        if not n:
-            return range(0)
-        rows = range(n) if n == len(status) else [i for i, c in enumerate(status) if c == _PERSISTED]
-        self.status = bytearray(status.translate(_COMMIT))
-        return rows
-
     def recode_row(self, row: int, code: int) -> None:
         """Row ``row``'s status is ``code``."""
         self.status[row] = code
@@ -559,11 +588,8 @@ class LedgerBlock:
         return not self.status.translate(None, _LEFT)
 
     def live_rows(self) -> range | list[int]:
-        """The rows still in the ledger, ascending."""
-        status = self.status
-        if not any(code in status for code in _LEFT):
-            return range(len(status))
-        return [i for i, code in enumerate(status) if code not in _LEFT]
+        """The rows still in the ledger, ascending (:meth:`RowStatus.live_rows`)."""
+        return self.status.live_rows()
 
     def live(self) -> list[PendingTransaction[Any]]:
         """The transactions still rows here, ascending by partition (each made if not yet)."""
@@ -611,29 +637,16 @@ class LedgerBlock:
                 self.status[r] = _CONFIRMED
         return left
 
-    def columns(self) -> tuple[pa.Table, range | list[int]]:
-        """The live rows as a table (``partition``, ``attempt``, ``checkpoint_id``, ``payload``:
-        a committable file's columns, :data:`~twophase.coordinator.state.metadata.COMMITTABLE_COLUMNS`)
-        and which rows they are: a filter by the status column in Arrow, no object per row."""
+    def live_columns(self) -> pa.Table:
+        """The committable file's table of the live rows, when some left (when none did it is
+        :attr:`committable_rows`' as it is, which the publish takes without a call): the table
+        filtered by the status column in Arrow, no object per row."""
         status = self.status
-        n = len(status)
-        # every row live (the common path: no row left before the checkpoint completes): all of it
-        rows = range(n) if len(status.translate(None, _LEFT)) == n else self.live_rows()
-        cols = [self.partition, self.attempt, self.payload]
-        if len(rows) != n:
-            mask = pc.invert(
-                pc.is_in(
-                    pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(bytes(self.status))]),
-                    value_set=pa.array(list(_LEFT), pa.uint8()),
-                )
-            )
-            cols = [c.filter(mask) for c in cols]
-        partition, attempt, payload = cols
-        ids = pa.repeat(pa.scalar(self.checkpoint_id, pa.int64()), len(rows))
-        table = pa.table(
-            [partition, attempt, ids, payload], names=["partition", "attempt", "checkpoint_id", "payload"]
+        left = pc.is_in(
+            pa.Array.from_buffers(pa.uint8(), len(status), [None, pa.py_buffer(bytes(status))]),
+            value_set=pa.array(list(_LEFT), pa.uint8()),
         )
-        return table, rows
+        return self.committable_rows.table.filter(pc.invert(left))
 
 
 class BlockRows(Sequence["PendingTransaction[Any]"]):
@@ -793,12 +806,12 @@ class SinkLedger:
     def checkpoint_persisted(self, checkpoint_id: int) -> None:
         """Every PRE_COMMITTED row ≤ ``checkpoint_id`` is PERSISTED."""
         for b in self._up_to(checkpoint_id):
-            b.recode(_PERSIST)
+            b.status.recode(_PERSIST)
 
     def checkpoint_in_doubt(self, checkpoint_id: int) -> None:
         """Every PRE_COMMITTED row ≤ ``checkpoint_id`` is IN_DOUBT (kept for the restore)."""
         for b in self._up_to(checkpoint_id):
-            b.recode(_DOUBT)
+            b.status.recode(_DOUBT)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> list[tuple[int, BlockRows]]:
         """Every PERSISTED row ≤ ``checkpoint_id`` becomes COMMITTING; returns them per block
@@ -820,7 +833,7 @@ class SinkLedger:
                 )
         out: list[tuple[int, BlockRows]] = []
         for b in blocks:
-            rows = b.commit_persisted()
+            rows = b.status.commit_persisted()  # the statuses' step: the block's payloads not handed
             if rows:
                 out.append((b.checkpoint_id, BlockRows(b, rows)))
         return out

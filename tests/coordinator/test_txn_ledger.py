@@ -9,10 +9,18 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from twophase.coordinator.checkpoint.checkpoint_state import pending_columns
 from twophase.coordinator.state.subtask_lifecycle import (
+    _COMMIT,
+    _COMMITTING,
+    _GONE,
+    _PERSIST,
+    _PERSISTED,
+    _PRE,
     BlockRows,
     LedgerBlock,
     PendingTransaction,
+    RowStatus,
     SinkLedger,
     SubtaskLifecycle,
     SubtaskState,
@@ -119,6 +127,35 @@ def column_block(ledger: SinkLedger, checkpoint_id: int, partitions: list[int]) 
     return b
 
 
+def test_the_transitions_of_every_row_are_the_status_columns_own_and_keep_their_checks() -> None:
+    """#42: a block's status column (:class:`RowStatus`) makes the transitions of all its rows
+    (the ledger hands it no payload), in place: the block keeps one status object, which the
+    committer thread reads; the ledger's transitions keep their names and checks."""
+    ledger = SinkLedger("s")
+    b = column_block(ledger, 1, [0, 3, 5])
+    status = b.status
+    assert isinstance(status, RowStatus) and list(status) == [_PRE] * 3
+    with pytest.raises(IllegalTransitionError, match="not durable"):
+        ledger.notify_checkpoint_complete(1)
+    ledger.checkpoint_persisted(1)
+    assert b.status is status and list(status) == [_PERSISTED] * 3
+    ((checkpoint, call),) = ledger.notify_checkpoint_complete(1)
+    assert (checkpoint, call.rows, call.block) == (1, range(3), b)
+    assert b.status is status and list(status) == [_COMMITTING] * 3 and len(b.made) == 0
+    column = RowStatus(bytes((_PERSISTED, _GONE, _PRE, _PERSISTED)))
+    assert column.commit_persisted() == [0, 3] and list(column) == [_COMMITTING, _GONE, _PRE, _COMMITTING]
+    assert column.commit_persisted() == range(0)
+    column.recode(_PERSIST)
+    assert list(column) == [_COMMITTING, _GONE, _PERSISTED, _COMMITTING]
+    column.recode(_COMMIT)
+    assert column.commit_persisted() == range(0) and list(column) == [
+        _COMMITTING,
+        _GONE,
+        _COMMITTING,
+        _COMMITTING,
+    ]
+
+
 def test_a_column_block_makes_a_rows_transaction_once_and_only_when_asked() -> None:
     ledger = SinkLedger("s")
     b = column_block(ledger, 1, [0, 3, 5])
@@ -128,8 +165,8 @@ def test_a_column_block_makes_a_rows_transaction_once_and_only_when_asked() -> N
     assert (t.sink_name, t.partition, t.attempt, t.checkpoint_id, t.payload) == ("s", 3, 0, 1, b"t1p3")
     assert t.pre_committed_ms == 7 and t.in_ledger and t.status is TxnStatus.PRE_COMMITTED
     assert not t.decoded and t.committable == "t1p3"
-    table, rows = b.columns()
-    assert rows == range(3) and table["payload"].to_pylist() == [b"t1p0", b"t1p3", b"t1p5"]
+    table = b.committable_rows.table
+    assert b.live_rows() == range(3) and table["payload"].to_pylist() == [b"t1p0", b"t1p3", b"t1p5"]
     assert table["checkpoint_id"].to_pylist() == [1, 1, 1] and len(b.made) == 1  # read in Arrow
 
 
@@ -174,6 +211,33 @@ def test_the_metadata_columns_leave_out_rows_that_left() -> None:
     lc = SubtaskLifecycle[str]("s", 1, ledger=ledger)
     b = column_block(ledger, 4, [0, 1, 2])
     lc.finish(3)  # its row leaves the block
-    table, rows = b.columns()
-    assert rows == [0, 2] and table["partition"].to_pylist() == [0, 2]
+    table = b.live_columns()
+    assert b.live_rows() == [0, 2] and table["partition"].to_pylist() == [0, 2]
     assert table["payload"].to_pylist() == [b"t4p0", b"t4p2"]
+
+
+def test_a_block_all_of_whose_rows_are_live_is_published_as_it_holds_its_committables() -> None:
+    """#42: a block keeps its committable file's table, built once with it as the metadata's
+    ``CommittableRows`` whose columns are the block's own (the payloads held once); the publish
+    hands one block all of whose rows are live on as it is, and filters one whose rows left."""
+    ledger = SinkLedger("s")
+    lc = SubtaskLifecycle[str]("s", 1, ledger=ledger)
+    b = column_block(ledger, 4, [0, 1, 2])
+    held = b.committable_rows
+    for name in ("partition", "attempt", "payload"):  # the block's columns are the table's: one copy
+        assert buffers(held.table[name]) == buffers(getattr(b, name)), name
+    assert [(r.partition, r.checkpoint_id, r.payload) for r in held] == [
+        (p, 4, f"t4p{p}".encode()) for p in range(3)
+    ]
+    rows, committables = pending_columns([b], [])
+    assert rows is held and list(committables) == ["t4p0", "t4p1", "t4p2"]
+    lc.finish(3)  # its row leaves the block
+    rows, committables = pending_columns([b], [])
+    assert rows is not held and [r.partition for r in rows] == [0, 2]
+    assert list(committables) == ["t4p0", "t4p2"]
+    assert b.committable_rows is held and len(held) == 3
+
+
+def buffers(column: pa.ChunkedArray) -> list[int]:
+    """The addresses of ``column``'s buffers (where its values are held)."""
+    return [b.address for c in column.chunks for b in c.buffers() if b is not None]

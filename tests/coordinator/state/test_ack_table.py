@@ -94,7 +94,41 @@ def test_large_var_types_from_spark_are_taken() -> None:
     large = table.cast(
         pa.schema([f.with_type(pa.large_binary() if f.type == pa.binary() else f.type) for f in ACK_SCHEMA])
     )
-    assert ack_table.normalized(large).equals(table)
+    assert normalized(large).equals(table.drop_columns([ack_table.PAYLOAD]))
+
+
+def normalized(table: pa.Table) -> pa.Table:
+    """:func:`ack_table.normalized` as the intake calls it: handed ``table`` without its payloads."""
+    rest = [n for n in table.column_names if n != ack_table.PAYLOAD]
+    return ack_table.normalized(table.select(rest), table.schema)
+
+
+def test_the_payloads_go_to_the_ledger_as_received_and_a_wrong_type_is_refused_by_name() -> None:
+    """#42: the intake's normalization is not handed the payloads; they reach the ledger block as
+    Spark's buffers (rows in key order, in chunks), cast only from another binary type; a payload
+    column of another type, or none, is refused before anything is recorded."""
+    acks = [_ack(p, _fake(f"t{p}", p)) for p in range(3)]
+    table = per_task(acknowledgement_table(acks))
+    coord, _ = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2]})
+    assert coord.acknowledge_table(1, table).recorded == 3
+    (block,) = coord._ledgers["s0"].blocks
+    received = [c.buffers()[2].address for c in table[ack_table.PAYLOAD].chunks]
+    assert [c.buffers()[2].address for c in block.payload.chunks] == received  # not copied
+    assert block.payload.to_pylist() == [a.committable for a in acks]
+    at = ACK_SCHEMA.get_field_index(ack_table.PAYLOAD)
+    large = table.set_column(at, ack_table.PAYLOAD, table[ack_table.PAYLOAD].cast(pa.large_binary()))
+    coord, _ = coordinator()
+    coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2]})
+    assert coord.acknowledge_table(1, large).recorded == 3
+    assert coord._ledgers["s0"].blocks[0].payload.type == pa.binary()
+    for wrong, match in [
+        (table.set_column(at, ack_table.PAYLOAD, pa.array([1, 2, 3], pa.int64())), "have the schema"),
+        (table.drop_columns([ack_table.PAYLOAD]), r"lack the columns \['committable'\]"),
+    ]:
+        coord, _ = coordinator()
+        coord.trigger(CheckpointKind.CHECKPOINT, {"s0": [0, 1, 2]})
+        _refused(coord, wrong, JobError, match)
 
 
 def per_task(table: pa.Table) -> pa.Table:
@@ -117,13 +151,15 @@ def test_a_table_in_chunks_keeps_its_rows_and_joins_the_columns_read_per_row(
     table = acknowledgement_table(acks)
     chunked = per_task(table)
     assert chunked["sink"].num_chunks == 7
-    got = ack_table.normalized(chunked)
-    assert got.schema.equals(ACK_SCHEMA)
-    assert got.to_pylist() == table.to_pylist()
-    assert acknowledgements_in(got) == acks
+    got = normalized(chunked)
+    assert got.schema.equals(ack_table.ROW_SCHEMA)
+    assert got.to_pylist() == table.drop_columns([ack_table.PAYLOAD]).to_pylist()
+    at = ACK_SCHEMA.get_field_index(ack_table.PAYLOAD)
+    assert acknowledgements_in(got.add_column(at, ACK_SCHEMA.field(at), chunked[ack_table.PAYLOAD])) == acks
     for name in ack_table._ONE_CHUNK:
         assert got[name].num_chunks == 1, name
-    assert ack_table.normalized(table).equals(table)  # one chunk already: as it is
+    rest = table.drop_columns([ack_table.PAYLOAD])
+    assert normalized(table).equals(rest)  # one chunk already: as it is
 
 
 @settings(max_examples=50, deadline=None)
@@ -142,7 +178,7 @@ def test_the_key_table_of_partitions_per_sink_holds_their_pairs(parts_of: dict[s
 def test_a_table_of_another_release_is_refused_by_name() -> None:
     old = pa.table({"sink": ["s0"], "partition": pa.array([0], pa.int32())})
     with pytest.raises(JobError, match="another twophase release"):
-        ack_table.normalized(old)
+        normalized(old)
 
 
 def test_a_table_without_the_header_columns_names_the_release_that_sent_it() -> None:
@@ -153,9 +189,9 @@ def test_a_table_without_the_header_columns_names_the_release_that_sent_it() -> 
         ACK_SCHEMA.get_field_index("release"), "release", pa.array(["0.9.0"], pa.string())
     )
     with pytest.raises(JobError, match=rf"executors run twophase 0\.9\.0 .* install twophase {RELEASE}"):
-        ack_table.normalized(earlier)
+        normalized(earlier)
     with pytest.raises(JobError, match=r"lack the columns \['kind', 'version'\]"):
-        ack_table.normalized(table.drop_columns(["kind", "version"]))  # this release: by the columns
+        normalized(table.drop_columns(["kind", "version"]))  # this release: by the columns
 
 
 def test_the_first_row_of_each_subtask_is_kept_in_arrival_order() -> None:
