@@ -59,7 +59,10 @@ recipes (twophase always runs), ``TWOPHASE_BENCH_FANOUT_WARM_UP=first`` warms up
 point only, ``TWOPHASE_BENCH_FANOUT_BATCHES=28k=4,280k=1`` fewer micro-batches per run at a point,
 ``TWOPHASE_BENCH_FANOUT_RUNS`` a file that receives each run as a JSON line,
 ``TWOPHASE_BENCH_FANOUT_EVENTS`` a folder that receives the event
-log and ``TWOPHASE_BENCH_FANOUT_PARTIAL`` a file that receives each point's figures as it ends.
+log, ``TWOPHASE_BENCH_FANOUT_PARTIAL`` a file that receives each point's figures as it ends, and
+``TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY`` the ``local[2]`` JVM's heap for every writer
+(``spark.driver.memory``; Spark's default of 1g when unset: the serial recipe's ``persist()`` of a
+2.8M-row batch does not fit it).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -116,6 +120,23 @@ one per core here."""
 
 KAFKA_FIRST_TRY = {"kafka.linger.ms": "20", "kafka.compression.type": "lz4"}
 """The serial recipes' producer settings, as earlier runs of this benchmark had them."""
+
+
+def driver_memory() -> str | None:
+    """``TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY``, the ``local[2]`` JVM's heap for every writer (a
+    ``spark.driver.memory`` value such as ``6g``), or ``None`` for Spark's default (1g).
+
+    Raises:
+        ValueError: the value is not a JVM memory size (digits and one of k, m, g, t).
+    """
+    heap = os.environ.get("TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY", "").strip().lower()
+    if not heap:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*[kmgt]", heap):
+        raise ValueError(
+            f"TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY must be a JVM memory size such as 6g, got {heap!r}"
+        )
+    return heap
 
 
 def sweep_points() -> dict[str, tuple[int, int]]:
@@ -555,6 +576,7 @@ def run() -> dict[str, Any]:
         )
     }
     hadoop_cloud = common.hadoop_cloud_jar()
+    heap = driver_memory()
     results: dict[str, Any] = {}
     with kafka_service() as bootstrap, s3_service() as s3:
         services = children_of(os.getpid())  # started before Spark: every child now is a service
@@ -567,6 +589,7 @@ def run() -> dict[str, Any]:
             extra_conf={
                 "spark.scheduler.mode": "FAIR",
                 "spark.jars": ",".join([*spark_jars(), hadoop_cloud]),
+                **({"spark.driver.memory": heap} if heap else {}),
             },
         )
         spark.sparkContext.setLogLevel("ERROR")
@@ -611,6 +634,7 @@ def run() -> dict[str, Any]:
             "magic_committer": common.MAGIC_COMMITTER,
             "classic_committer": common.CLASSIC_COMMITTER,
             "hadoop_cloud_jar": Path(hadoop_cloud).name,
+            "spark_driver_memory": heap or "1g (Spark's default)",
         },
         "points": results,
     }

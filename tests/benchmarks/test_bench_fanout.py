@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from support.bench_modules import ROOT, load_benchmark
 
 bench_fanout = load_benchmark("bench_fanout", ROOT / "benchmarks" / "bench_fanout.py")
@@ -76,3 +77,13 @@ def test_phase_medians_count_a_missing_round_as_zero() -> None:
     assert medians["kafka"]["tasks"] == 6 and medians["kafka"]["task_cpu_s"] == 3.0
     assert medians["delta"]["tasks"] == 0
     assert set(medians) == {"delta", "kafka"}
+
+
+def test_the_heap_for_every_writer_is_spark_s_default_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY", raising=False)
+    assert bench_fanout.driver_memory() is None
+    monkeypatch.setenv("TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY", "6G")
+    assert bench_fanout.driver_memory() == "6g"
+    monkeypatch.setenv("TWOPHASE_BENCH_FANOUT_DRIVER_MEMORY", "6 GB")
+    with pytest.raises(ValueError, match="JVM memory size such as 6g"):
+        bench_fanout.driver_memory()
