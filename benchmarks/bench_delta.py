@@ -141,7 +141,8 @@ def run() -> dict[str, Any]:
             DeltaSink("delta", DeltaSinkConfig(str(scratch / "warm-2pc"), partition_by=("bucket",)))
         ).write(small)
         small.write.format("delta").partitionBy("bucket").save(str(scratch / "warm-spark"))
-        times = common.side_by_side(writers, rounds, check)
+        timed, cpu = common.metered(writers, common.CpuMeter({}))
+        times = common.side_by_side(timed, rounds, check)
     finally:
         df.unpersist()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -151,7 +152,9 @@ def run() -> dict[str, Any]:
         "rounds": rounds,
         **env,
         "writers": {
-            w: {**common.summary(t, rows_n), "commits_per_run": commits[w]} for w, t in times.items()
+            # CPU-seconds per call of this process's tree (the driver, Spark's JVM, the Python workers)
+            w: {**common.summary(t, rows_n), "commits_per_run": commits[w], **common.cpu_figures(cpu[w])}
+            for w, t in times.items()
         },
         "ratios_2pc_over": {
             "delta_spark": common.ratio(times, "twophase", "delta_spark"),

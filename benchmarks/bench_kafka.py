@@ -39,6 +39,7 @@ sink (> 1: the 2PC sink is faster). Also the 2PC job's EpochMetrics (write, pers
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import uuid
@@ -112,15 +113,18 @@ def run() -> dict[str, Any]:
     from kafka.admin import NewTopic
     from pyspark.sql import functions as F
 
+    from benchmarks.flink.watcher import children_of
     from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.services import kafka_service
 
     rounds = common.runs(ROUNDS)
-    copies = max(1, round(COPIES * float(__import__("os").environ.get("TWOPHASE_BENCH_SCALE", "1"))))
+    copies = max(1, round(COPIES * float(os.environ.get("TWOPHASE_BENCH_SCALE", "1"))))
     env = common.machine()
     with kafka_service() as bootstrap:
+        # started before Spark: every child of this process now is the broker's
+        broker = {f"kafka_{i}": pid for i, pid in enumerate(children_of(os.getpid()))}
         spark = common.spark_session("twophase-bench-kafka")
         df = common.flights(spark, copies, SPARK_PARTITIONS).select(
             F.col("flight_id").alias("key"), F.to_json(F.struct("*")).alias("value")
@@ -215,7 +219,8 @@ def run() -> dict[str, Any]:
                 assert written >= rows, (writer, r, written, rows)
                 admin.delete_topics([topic(writer, r)])  # keep the broker's disk small
 
-            times = common.side_by_side(writers, rounds, check)
+            timed, cpu = common.metered(writers, common.CpuMeter(broker))
+            times = common.side_by_side(timed, rounds, check)
         finally:
             admin.close()
             import shutil
@@ -229,7 +234,9 @@ def run() -> dict[str, Any]:
         "topic_partitions": PARTITIONS_TOPIC,
         "rounds": rounds,
         **env,
-        "writers": {w: common.summary(t, rows) for w, t in times.items()},
+        # CPU-seconds per call: this process's tree without the broker's (the driver, Spark's JVM,
+        # the Python workers) and with it
+        "writers": {w: {**common.summary(t, rows), **common.cpu_figures(cpu[w])} for w, t in times.items()},
         "spark_kafka_tuned": SPARK_KAFKA_TUNED,
         "ratios_2pc_over": {
             "spark_kafka_tuned": common.ratio(times, "twophase", "spark_kafka_tuned"),

@@ -307,6 +307,25 @@ class CpuMeter:
         return result, spent
 
 
+def metered(
+    writers: Mapping[str, Callable[[int], object]], meter: CpuMeter
+) -> tuple[dict[str, Callable[[int], object]], dict[str, list[dict[str, float | None]]]]:
+    """``writers`` (name → one round's call) each wrapped in :meth:`CpuMeter.measured`, and the
+    samples they fill as they run: name → one :meth:`CpuMeter.measured` figure per call (hand
+    each writer's list to :func:`cpu_medians`)."""
+    samples: dict[str, list[dict[str, float | None]]] = {}
+
+    def wrap(name: str, call: Callable[[int], object]) -> Callable[[int], object]:
+        def measured(r: int) -> object:
+            result, spent = meter.measured(lambda: call(r))
+            samples.setdefault(name, []).append(spent)
+            return result
+
+        return measured
+
+    return {name: wrap(name, call) for name, call in writers.items()}, samples
+
+
 def cpu_medians(samples: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
     """Per tree, the median CPU-seconds of :meth:`CpuMeter.measured`'s samples of one writer
     (``cpu_s_<tree>``; None for a service that is not local), and ``cpu_s_total``: the median of
@@ -324,6 +343,14 @@ def cpu_medians(samples: Sequence[Mapping[str, float | None]]) -> dict[str, floa
                 totals = None
     out["cpu_s_total"] = round(statistics.median(totals), 2) if totals else None
     return out
+
+
+def cpu_figures(samples: Sequence[Mapping[str, float | None]]) -> dict[str, float | None]:
+    """A writer's median CPU-seconds per call as the single-sink benchmarks report them:
+    ``cpu_s_spark`` (this process's tree without the services': the driver, Spark's JVM, the Python
+    workers) and ``cpu_s_total`` (with the services on this machine; None if one is not local)."""
+    medians = cpu_medians(samples)
+    return {"cpu_s_spark": medians["cpu_s_driver"], "cpu_s_total": medians["cpu_s_total"]}
 
 
 def machine() -> dict[str, Any]:

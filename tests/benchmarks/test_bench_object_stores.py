@@ -118,3 +118,25 @@ def test_cpu_of_a_worker_orphaned_mid_call_still_counts() -> None:
 
     _, spent = meter.measured(call)
     assert spent["driver"] is not None and spent["driver"] >= 0.6
+
+
+def test_metered_writers_report_each_call_s_cpu_as_the_single_sink_benchmarks_do() -> None:
+    """``common.metered`` wraps every writer in the meter and keeps one figure per call;
+    ``cpu_figures`` reports the Spark side and the total (bench_kafka, bench_delta)."""
+    import time
+
+    def burn(r: int) -> object:
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        return r
+
+    writers, samples = common.metered(
+        {"busy": burn, "idle": lambda r: r}, common.CpuMeter({}, interval_s=0.05)
+    )
+    assert [writers["busy"](0), writers["busy"](1), writers["idle"](2)] == [0, 1, 2]
+    assert [len(samples["busy"]), len(samples["idle"])] == [2, 1]
+    busy, idle = common.cpu_figures(samples["busy"]), common.cpu_figures(samples["idle"])
+    assert busy["cpu_s_spark"] is not None and busy["cpu_s_spark"] >= 0.25
+    assert idle["cpu_s_spark"] is not None and idle["cpu_s_spark"] < 0.2
+    assert busy["cpu_s_total"] == busy["cpu_s_spark"]  # no service: the total is the Spark side
