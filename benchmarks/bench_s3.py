@@ -168,14 +168,6 @@ def run() -> dict[str, Any]:
         meter = common.CpuMeter({"minio": minio})
         cpu: dict[str, list[dict[str, float | None]]] = {}
 
-        def measured(name: str, write: Writer) -> Writer:
-            def call(r: int) -> object:
-                result, spent = meter.measured(lambda: write(r))
-                cpu.setdefault(name, []).append(spent)
-                return result
-
-            return call
-
         try:
             df = common.generated_rows(spark, rows_n, PARTITIONS)
 
@@ -250,7 +242,7 @@ def run() -> dict[str, Any]:
                 "arrow_encode_only": arrow_encode_only,
             }
             writers.update(two_phase(p, f) for p in PART_SIZES_MIB for f in UPLOADS_IN_FLIGHT)
-            timed = {name: measured(name, write) for name, write in writers.items()}
+            timed, cpu = common.metered(writers, meter)
             times = common.side_by_side(timed, rounds, check)
             _delete_prefix(client, BUCKET, f"warmup-{run_id}")
         finally:
