@@ -166,7 +166,6 @@ def run() -> dict[str, Any]:
         sizes: dict[str, tuple[int, int]] = {}
         minio = _minio_pid(endpoint.endpoint_url)
         meter = common.CpuMeter({"minio": minio})
-        cpu: dict[str, list[dict[str, float | None]]] = {}
 
         try:
             df = common.generated_rows(spark, rows_n, PARTITIONS)
