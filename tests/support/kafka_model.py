@@ -441,6 +441,9 @@ class ModelProducer:
         self._sent: dict[tuple[str, int], int] = {}
         self._txn_state = "Init"
 
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        """The cluster's metadata: the model has no brokers to learn, so nothing to wait for."""
+
     def init_transactions(self, timeout: float | None = None) -> None:
         self._pid, self._epoch = self._model.init_producer_id(self._txn_id, self._timeout_ms)
         self._txn_state = "Ready"

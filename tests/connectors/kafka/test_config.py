@@ -96,6 +96,13 @@ def test_secret_keys() -> None:
     assert not is_secret("linger.ms")
 
 
+def test_producer_reconnect_backoff_defaults_short_and_yields_to_the_user() -> None:
+    # half of it is how long librdkafka holds back a new producer's first connection to a broker
+    assert config().producer_config("tid-0")["reconnect.backoff.ms"] == 10
+    mine = config(client_config={"reconnect.backoff.ms": 250})
+    assert mine.producer_config("tid-0")["reconnect.backoff.ms"] == 250
+
+
 def test_security_settings_reach_both_clients() -> None:
     c = config(client_config=SECURE)
     producer = c.producer_config("tid-0")
