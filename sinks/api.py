@@ -121,6 +121,10 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         After it returns, commit can only fail if the external system lost the transaction (for
         example a Kafka transaction timeout). An empty transaction is released by the sink itself
         and yields no committable.
+
+        In a Spark task the job's sinks pre-commit at once, each on a thread of its own (one call
+        per sink and transaction; ``snapshot_in_progress`` or ``finish`` follow on the same
+        thread): sinks of one job must not share a client that is not thread-safe.
         """
 
     def verify_pre_committed(self, committables: Sequence[COMM], in_progress: Sequence[JsonObject]) -> None:

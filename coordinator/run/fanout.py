@@ -8,6 +8,13 @@ with the task's partition id and attempt number, and the test harness calls it d
 
 On any failure every transaction still open is aborted (best effort) before the error propagates;
 whatever is left is lingering and cleaned by ``abort_lingering`` after the next checkpoint.
+
+Spark's tasks pre-commit their sinks at once, one thread each: every pre-commit mostly waits on
+its own service (Kafka's flush and statistics, the last parts' uploads, a file written), and a
+task waited for them one after another. The sinks are independent (the driver commits each on its
+own), so which of them had pre-committed when a task fails does not matter: any that had are
+aborted or left lingering as before. The test harness keeps them in order, so that a model's
+histories replay.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +68,7 @@ def write_subtasks(
     batches: Iterable[pa.RecordBatch],
     *,
     fault: Callable[[str], None] = fault_point,
+    pre_commit_at_once: bool = False,
 ) -> list[Acknowledgement]:
     """Write one partition's batches to every sink of ``plan`` and pre-commit them.
 
@@ -70,6 +79,8 @@ def write_subtasks(
         batches: the partition's data, consumed once.
         fault: fault-point hook (``before_write``, ``mid_write``, ``after_pre_commit``); the
             default follows ``TWOPHASE_FAULT``, the harness injects its own.
+        pre_commit_at_once: pre-commit the sinks at once, one thread each (Spark's tasks);
+            every pre-commit has ended before this returns or raises.
 
     Returns:
         One acknowledgement per sink, in ``plan.sinks`` order.
@@ -100,9 +111,7 @@ def write_subtasks(
             records += batch.num_rows
             if i == 0:
                 fault("mid_write")
-        acks = [
-            _close_subtask(plan, sink, txn, partition, attempt, records, started) for sink, txn in open_txns
-        ]
+        acks = _close_subtasks(plan, open_txns, partition, attempt, records, started, pre_commit_at_once)
         open_txns.clear()
         fault("after_pre_commit")
         return acks
@@ -121,6 +130,29 @@ def write_subtasks(
                     partition=partition,
                 )
         raise
+
+
+def _close_subtasks(
+    plan: EpochPlan,
+    open_txns: Sequence[tuple[AnySink, Any]],
+    partition: int,
+    attempt: int,
+    records: int,
+    started: float,
+    at_once: bool,
+) -> list[Acknowledgement]:
+    """Every sink's acknowledgement, in ``open_txns``' order; at once, the first failure in that
+    order is raised once every pre-commit has ended (none is left running under an abort)."""
+    if not at_once or len(open_txns) < 2:
+        return [
+            _close_subtask(plan, sink, txn, partition, attempt, records, started) for sink, txn in open_txns
+        ]
+    with ThreadPoolExecutor(len(open_txns), thread_name_prefix=f"pre-commit-{partition}") as pool:
+        closing = [
+            pool.submit(_close_subtask, plan, sink, txn, partition, attempt, records, started)
+            for sink, txn in open_txns
+        ]
+    return [c.result() for c in closing]
 
 
 def _close_subtask(

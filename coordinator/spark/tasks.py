@@ -103,7 +103,7 @@ def epoch_task(plan: EpochPlan) -> Callable[[Iterator[pa.RecordBatch]], Iterator
         tc = TaskContext.get()
         if tc is None:  # pragma: no cover - only reachable outside a Spark task
             raise RuntimeError("epoch_task must run inside a Spark task")
-        acks = write_subtasks(plan, tc.partitionId(), tc.attemptNumber(), batches)
+        acks = write_subtasks(plan, tc.partitionId(), tc.attemptNumber(), batches, pre_commit_at_once=True)
         yield pa.RecordBatch.from_pylist([a.to_row() for a in acks], schema=ACK_SCHEMA)
 
     return run
