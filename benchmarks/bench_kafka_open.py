@@ -32,7 +32,9 @@ from typing import Any
 from benchmarks import common
 
 OPENS = 60
-TOPIC = "bench-open"
+TOPIC_PREFIX = "bench-open"
+"""Each run creates its own topic ``bench-open-<run id>``, so that a reused broker
+(``TWOPHASE_KAFKA_BOOTSTRAP``, ``twophase services up``) takes a second run."""
 SLOW_MS = 300.0
 
 VARIANTS: dict[str, tuple[int, dict[str, Any]]] = {
@@ -58,8 +60,11 @@ def figures(ms: list[float]) -> dict[str, float | int]:
     }
 
 
-def bare_open(bootstrap: str, run: str, metadata: int, extra: dict[str, Any]) -> Callable[[int], float]:
-    """One bare producer's creation and ``init_transactions``, ms, for round ``i``."""
+def bare_open(
+    bootstrap: str, topic: str, run: str, metadata: int, extra: dict[str, Any]
+) -> Callable[[int], float]:
+    """One bare producer's creation and ``init_transactions`` (``metadata`` requests for ``topic``
+    first), ms, for round ``i``."""
     from confluent_kafka import Producer
 
     def once(i: int) -> float:
@@ -67,7 +72,7 @@ def bare_open(bootstrap: str, run: str, metadata: int, extra: dict[str, Any]) ->
         start = time.perf_counter()
         producer = Producer(conf)
         for _ in range(metadata):
-            producer.list_topics(TOPIC, timeout=10)
+            producer.list_topics(topic, timeout=10)
         producer.init_transactions(30)
         took = (time.perf_counter() - start) * 1000
         del producer
@@ -91,11 +96,14 @@ def run() -> dict[str, Any]:
     opens = common.runs(OPENS)
     batch = pa.record_batch({"key": [f"k{i}" for i in range(100)], "value": ["v" * 100] * 100})
     with kafka_service() as bootstrap:
-        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the topic exists
-        admin.create_topics([NewTopic(TOPIC, 2, 1)])[TOPIC].result()
         run_id = uuid.uuid4().hex[:8]
-        bare = {name: bare_open(bootstrap, f"{run_id}-{name}", m, x) for name, (m, x) in VARIANTS.items()}
-        config = KafkaSinkConfig(bootstrap_servers=bootstrap, topic=TOPIC)
+        topic = f"{TOPIC_PREFIX}-{run_id}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the topic exists
+        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result()
+        bare = {
+            name: bare_open(bootstrap, topic, f"{run_id}-{name}", m, x) for name, (m, x) in VARIANTS.items()
+        }
+        config = KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic)
         clients = ConfluentClients()
         times: dict[str, list[float]] = {f"librdkafka/{name}": [] for name in bare}
         times.update({"writer/open": [], "writer/write": [], "writer/pre_commit": []})
