@@ -678,6 +678,7 @@ class ProtocolModel(RuleBasedStateMachine):
         down_ms=st.sampled_from(DOWN_MS),
         on_failure=st.sampled_from(ON_FAILURE),
         arrival=st.sampled_from(ARRIVALS),
+        at_once=st.booleans(),
     )
     @traced
     def epoch(
@@ -692,15 +693,21 @@ class ProtocolModel(RuleBasedStateMachine):
         down_ms: int,
         on_failure: str,
         arrival: str = "as_run",
+        at_once: bool = False,
     ) -> None:
         """The engine's next batch (the same records when it is retried, any partition count).
 
         ``arrival``: the order the driver receives the acknowledgements in (issue #42: the table's
         first row of a (sink, partition) is the one acknowledged, so a later attempt's row may come
-        first — the Python data source's commit messages come in any order)."""
+        first — the Python data source's commit messages come in any order). ``at_once``: each
+        task pre-commits its sinks at once, as Spark's tasks do (issue #44), so that a task whose
+        one sink's pre-commit fails (``point="pre_commit"``) aborts the others pre-committed."""
         n = self.next_batch
         records = self.inputs.setdefault((self.query, n), [f"q{self.query}b{n}r{i}" for i in range(size)])
         position = {"engine": "spark", "query_id": f"q{self.query}", "batch_id": n}
+        if point == "pre_commit" and size and {"fails", "lost"} & set(tasks[:parts]):
+            how = "at once" if at_once else "in order"
+            event(f"one sink's pre-commit fails, the task's sinks pre-committing {how}")
 
         def body() -> bool:
             rt = self.h.runtime
@@ -712,7 +719,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
             def write(plan: EpochPlan) -> list[Acknowledgement]:
                 self.running_epoch = (plan.checkpoint_id, records)
-                acks = arrived(run_tasks(plan, records, tasks, point), arrival)
+                acks = arrived(run_tasks(plan, records, tasks, point, at_once=at_once), arrival)
                 self.last_acks = (plan.checkpoint_id, acks)
                 zombies_after_publish(self.storage, plan, records, tasks)
                 return acks

@@ -11,7 +11,7 @@ the ways a store fails (refused; unknown outcome, landed or not).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Final
 
 import pyarrow as pa
@@ -55,7 +55,12 @@ TASK_PLANS: Final = (
 - ``stage_fails``: the task fails every attempt; the epoch fails.
 """
 
-TASK_POINTS: Final = ("before_write", "mid_write", "after_pre_commit")
+TASK_POINTS: Final = ("before_write", "mid_write", "pre_commit", "after_pre_commit")
+"""Where a failing attempt fails: at ``write_subtasks``' fault points, or ``pre_commit``: inside one
+sink's pre-commit (or ``finish``), the sink ``p % len(sinks)`` of partition ``p``, while the
+others' pre-commits end as they do (all of them when the task pre-commits at once, as Spark's
+tasks do; those before it in plan order otherwise), so that the attempt's abort meets some
+transactions pre-committed and some open (issue #44's concurrent pre-commits)."""
 PUBLISH_FAULTS: Final = ("ok", "refused", "unknown_landed", "unknown_not_landed", "landed_reported_failed")
 
 
@@ -85,6 +90,22 @@ def _no_fault(point: str) -> None:
 
 
 @contextmanager
+def _pre_commit_raises(sink: TwoPhaseCommitSink[Any, Any], error: BaseException) -> Iterator[None]:
+    """``sink``'s pre-commit and ``finish`` raise ``error`` instead of closing the transaction."""
+
+    def fail(txn: Any) -> Any:
+        raise error
+
+    sink.pre_commit = fail  # type: ignore[method-assign]
+    sink.finish = fail  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        del sink.pre_commit
+        del sink.finish  # type: ignore[attr-defined]
+
+
+@contextmanager
 def _killed(sinks: Sequence[TwoPhaseCommitSink[Any, Any]]) -> Iterator[None]:
     """A dead executor runs no clean-up: ``abort_open`` does nothing while the task dies."""
     for sink in sinks:
@@ -97,17 +118,20 @@ def _killed(sinks: Sequence[TwoPhaseCommitSink[Any, Any]]) -> Iterator[None]:
 
 
 def _retried(
-    plan: EpochPlan, p: int, batches: list[pa.RecordBatch], how: str, point: str
+    plan: EpochPlan, p: int, batches: list[pa.RecordBatch], how: str, point: str, at_once: bool
 ) -> list[Acknowledgement]:
     error: BaseException = TaskFailure(point) if how == "fails" else ExecutorLost(point)
     try:
-        if how == "lost":
-            with _killed(plan.sinks):
-                first = write_subtasks(plan, p, 0, batches, fault=_raise_at(point, error))
-        else:
-            first = write_subtasks(plan, p, 0, batches, fault=_raise_at(point, error))
+        with ExitStack() as faults:
+            if how == "lost":
+                faults.enter_context(_killed(plan.sinks))
+            if point == "pre_commit" and plan.sinks:
+                faults.enter_context(_pre_commit_raises(plan.sinks[p % len(plan.sinks)], error))
+            first = write_subtasks(
+                plan, p, 0, batches, fault=_raise_at(point, error), pre_commit_at_once=at_once
+            )
     except (TaskFailure, ExecutorLost):
-        return write_subtasks(plan, p, 1, batches, fault=_no_fault)
+        return write_subtasks(plan, p, 1, batches, fault=_no_fault, pre_commit_at_once=at_once)
     return first  # the point was never reached (nothing to write)
 
 
@@ -117,11 +141,13 @@ can check that none of their transactions ever commits; a model clears it when i
 
 
 def run_tasks(
-    plan: EpochPlan, records: Sequence[str], plans: Sequence[str], point: str
+    plan: EpochPlan, records: Sequence[str], plans: Sequence[str], point: str, *, at_once: bool = False
 ) -> list[Acknowledgement]:
     """Run the epoch's tasks: partition ``p`` writes ``records[p::num_partitions]`` (as two
     batches) and goes as ``plans[p]`` says; ``point`` (one of :data:`TASK_POINTS`) is where
-    failing attempts fail. Returns the reports the driver receives, in arrival order.
+    failing attempts fail; ``at_once``: each task pre-commits its sinks at once, one thread each,
+    as Spark's tasks do (``write_subtasks``' ``pre_commit_at_once``). Returns the reports the
+    driver receives, in arrival order.
 
     Raises:
         TaskFailure: a ``stage_fails`` partition.
@@ -130,22 +156,26 @@ def run_tasks(
     if len(plans) < plan.num_partitions:
         raise ValueError(f"{len(plans)} task plans for {plan.num_partitions} partitions")
     acks: list[Acknowledgement] = []
+
+    def write(p: int, attempt: int, batches: list[pa.RecordBatch]) -> list[Acknowledgement]:
+        return write_subtasks(plan, p, attempt, batches, fault=_no_fault, pre_commit_at_once=at_once)
+
     for p in range(plan.num_partitions):
         keys = list(records[p :: plan.num_partitions])
         batches = [key_value_batch(keys[:1]), key_value_batch(keys[1:])] if keys else []
         how = plans[p]
         if how in ("ok", "zombie_after_publish"):
-            acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)
+            acks += write(p, 0, batches)
         elif how in ("fails", "lost"):
-            acks += _retried(plan, p, batches, how, point)
+            acks += _retried(plan, p, batches, how, point, at_once)
         elif how in ("zombie_reports", "zombie_silent"):
-            acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)
-            late = write_subtasks(plan, p, 1, batches, fault=_no_fault)
+            acks += write(p, 0, batches)
+            late = write(p, 1, batches)
             if how == "zombie_reports":
                 acks += late
         elif how == "output_lost":
-            LOST_OUTPUTS.extend(write_subtasks(plan, p, 0, batches, fault=_no_fault))  # never delivered
-            acks += write_subtasks(plan, p, 0, batches, fault=_no_fault)  # the retried stage's
+            LOST_OUTPUTS.extend(write(p, 0, batches))  # never delivered
+            acks += write(p, 0, batches)  # the retried stage's
         elif how == "stage_fails":
             raise TaskFailure(f"partition {p} failed every attempt")
         else:
