@@ -82,6 +82,7 @@ from twophase.coordinator.commit.lanes import Lane, run_lanes
 from twophase.coordinator.commit.transaction_ages import TransactionAgeMonitor
 from twophase.coordinator.state.clock import Clock, system_clock_ms
 from twophase.coordinator.state.metrics import SinkMetricsRecorder
+from twophase.coordinator.state.payload import decode_payloads
 from twophase.coordinator.state.subtask_lifecycle import BlockRows, PendingTransaction
 from twophase.sinks.api import CheckpointCommitSink, TwoPhaseCommitSink
 from twophase.sinks.errors import (
@@ -304,7 +305,13 @@ class CommitterOperator:
             checkpoint_sink = isinstance(sink, CheckpointCommitSink)
             committables: list[Any] | None = None
             try:
-                committables = call.block.committables(call.rows, call.payload, sink)
+                # none of the rows decoded yet (the common path): the payload column as a whole,
+                # nothing kept on the block; else the block decodes the others and keeps them
+                committables = (
+                    call.block.committables(call.rows, call.payload, sink)
+                    if call.block.decoded
+                    else decode_payloads(sink, call.payload)
+                )
                 answer = _sender(sink, recovery, call.checkpoint_id)(committables)
                 first = answer if checkpoint_sink else checked_outcomes(answer, n)
             except ServiceUnavailableError as e:
@@ -319,13 +326,13 @@ class CommitterOperator:
                 elapsed_ms = (time.perf_counter() - started) * 1000.0
                 self._account(sink, call.checkpoint_id, list(map(sink.measure, committables)), 0, elapsed_ms)
                 if log.isEnabledFor(logging.DEBUG):  # one line per call: DEBUG, as Flink's committers
-                    what = _what(sink, call.block.transactions(call.rows))
+                    what = _what(sink, call.block.transactions(call.rows, committables))
                     log.debug("committed %s", what, extra={"job": self.job_id, "sink": sink.name})
                 if on_confirmed is not None:
                     on_confirmed(call)  # whole: the driver lets the rows leave by range (one recode)
                 call.block.forget_decoded(call.rows)  # committed: nothing needs them decoded now
                 return CommitOutcome.COMMITTED
-            txns = call.block.transactions(call.rows)  # the decoded committables kept by the block
+            txns = call.block.transactions(call.rows, committables)  # each committable decoded once
         else:
             txns = call.block.transactions(call.rows) if isinstance(call, BlockRows) else tuple(call)
             if not txns:

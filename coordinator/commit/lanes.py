@@ -21,15 +21,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Lane(Generic[T]):
-    """Items processed in order (``parallelism`` 1) or by up to ``parallelism`` threads (≥ 1)."""
+    """Items processed in order (``parallelism`` 1) or by up to ``parallelism`` threads (≥ 1,
+    checked by :func:`run_lanes` before any item starts: the commit path's lanes are all 1, and
+    a check per lane made there would check a constant)."""
 
     name: str
     items: tuple[T, ...]
     parallelism: int = 1
-
-    def __post_init__(self) -> None:
-        if self.parallelism < 1:
-            raise ValueError(f"lane {self.name!r}: parallelism must be >= 1, got {self.parallelism}")
 
 
 def group_lanes(
@@ -52,8 +50,12 @@ def run_lanes(lanes: Sequence[Lane[T]], fn: Callable[[T], object], *, thread_pre
     only for work that recovery redoes (commits) or that is not acknowledged when it fails.
 
     Raises:
+        ValueError: a lane's parallelism is < 1 (before any item starts).
         The first exception ``fn`` raised.
     """
+    for ln in lanes:
+        if ln.parallelism < 1:
+            raise ValueError(f"lane {ln.name!r}: parallelism must be >= 1, got {ln.parallelism}")
     lanes = [ln for ln in lanes if ln.items]
     if not lanes:
         return

@@ -477,11 +477,21 @@ class LedgerBlock:
             t = self.made.setdefault(row, t)  # atomic: a racing thread's object is dropped
         return t
 
-    def transactions(self, rows: range | Sequence[int]) -> tuple[PendingTransaction[Any], ...]:
+    def transactions(
+        self, rows: range | Sequence[int], committables: Sequence[Any] | None = None
+    ) -> tuple[PendingTransaction[Any], ...]:
         """The transactions of ``rows`` (ascending), as :meth:`txn` makes them one by one but the
         columns read once for all of them (one ``to_pylist`` each, not a scalar per row and
         column): what the committer makes of a commit call of this block's rows when some row
-        is an exception (a retry, a loss, a failure: issue #42)."""
+        is an exception (a retry, a loss, a failure: issue #42). ``committables``: the rows'
+        committables, in their order, if the committer decoded them already (each is decoded
+        once), else those kept in :attr:`decoded` or decoded on first use.
+
+        Raises:
+            ValueError: ``committables`` and ``rows`` differ in length.
+        """
+        if committables is not None and len(committables) != len(rows):
+            raise ValueError(f"{len(committables)} committables for {len(rows)} rows")
         made = self.made
         todo = [r for r in rows if r not in made] if made else rows
         if todo:
@@ -493,7 +503,7 @@ class LedgerBlock:
                 for c in (self.partition, self.attempt, self.payload)
             )
             sink, cid, ms, decode = self.sink_name, self.checkpoint_id, self.pre_committed_ms, self._decode
-            got = self.decoded.get
+            got = self.decoded.get if committables is None else dict(zip(rows, committables, strict=True)).get
             objs = [got(r, _UNDECODED) for r in todo]
             for r, p, a, payload, c in zip(todo, parts, attempts, payloads, objs, strict=True):
                 t = PendingTransaction(
@@ -528,10 +538,12 @@ class LedgerBlock:
     ) -> list[Any]:
         """The committables of ``rows`` (ascending), decoded in bulk by ``sink`` from ``payload``,
         their rows' payload column (:attr:`BlockRows.payload`), and kept (:attr:`decoded`): what
-        the committer commits a call of this block's rows with (issue #42); a transaction made of
-        one of those rows later (a retry, the lingering cleanup's held committables, the
-        metadata cache) takes its committable, decoded once. Called from the committer's thread:
-        each row is kept with one dict store (two threads decoding one row at once keep one).
+        the committer commits a call of this block's rows with when some of them were decoded
+        already (verification, the lingering cleanup's held committables: the others are decoded
+        here, each once); a call none of whose rows was decoded decodes its payload column as a
+        whole (:func:`~twophase.coordinator.state.payload.decode_payloads`) and keeps nothing
+        (issue #42). Called from the committer's thread: each row is kept with one dict store
+        (two threads decoding one row at once keep one).
 
         Raises:
             CommittableDecodeError: as :func:`~twophase.coordinator.state.payload.decode_payloads`.
@@ -554,6 +566,8 @@ class LedgerBlock:
         ``scope.held``, a restore in the same process) decodes the row's payload again on access;
         the sinks read ``scope.held`` only when a listing found something that could be aborted."""
         decoded = self.decoded
+        if not decoded:
+            return
         if isinstance(rows, range) and len(rows) == len(self.status):
             decoded.clear()
         else:

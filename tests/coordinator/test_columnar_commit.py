@@ -1,7 +1,8 @@
 """A ledger block's commit call committed as columns (issue #42, "cols42"): the committables
-decoded in bulk from the payload column and kept by the block, handed to the sink's
-``commit_batch``, the outcomes taken back as a list; a transaction object is made only when a
-row is not confirmed at once, and only a well-formed answer's confirmed rows are confirmed."""
+decoded in bulk from the payload column (kept by the block only when some of its rows were decoded
+before), handed to the sink's ``commit_batch``, the outcomes taken back as a list; a transaction
+object is made only when a row is not confirmed at once, with the committables decoded already,
+and only a well-formed answer's confirmed rows are confirmed."""
 
 from __future__ import annotations
 
@@ -112,6 +113,31 @@ def test_a_call_confirmed_whole_makes_no_transaction_and_lets_its_decoded_commit
         t.committable.txn_id for t in block.transactions(range(3))
     ] == ids  # made later (a cleanup reading what is held): decoded again, once
     assert sink.decodes == Counter({t: 2 for t in ids})
+
+
+def test_a_call_none_of_whose_rows_was_decoded_keeps_no_committable_on_the_block() -> None:
+    """The common path decodes the payload column as a whole and hands it to the sink: no
+    row → committable entry is stored on the block meanwhile, and none is left to let go."""
+    sink, system, block, ids = setup(3)
+    kept_during: list[dict[int, Any]] = []
+    commit_batch = sink.commit_batch
+
+    def spying(committables: Sequence[FakeCommittable]) -> list[CommitOutcome]:
+        kept_during.append(dict(block.decoded))
+        return commit_batch(committables)
+
+    sink.commit_batch = spying  # type: ignore[method-assign]
+    assert committer(sink).commit(BlockRows(block, range(3))) is CommitOutcome.COMMITTED
+    assert kept_during == [{}] and block.decoded == {} and block.made == {}
+    assert sorted(system.committed) == sorted(ids) and sink.decodes == Counter(ids)
+
+
+def test_transactions_refuse_committables_not_one_per_row() -> None:
+    _sink, _system, block, _ids = setup(3)
+    committables = [block.committable(r) for r in range(2)]
+    with pytest.raises(ValueError, match="2 committables for 3 rows"):
+        block.transactions(range(3), committables)
+    assert block.made == {}
 
 
 def test_the_rows_answering_retry_are_retried_as_a_smaller_call_and_the_call_confirmed() -> None:

@@ -42,8 +42,11 @@ handed no payload, so ``LedgerBlock.recode`` and ``LedgerBlock.commit_persisted`
 with its payloads, are gone; a block keeps its committable file's table as the metadata's
 ``CommittableRows``, made with the block, and the publish hands a block whose rows are all live on
 as it is, so ``LedgerBlock.columns`` is gone and ``CommittableRows.__init__`` moved to the block's
-making; the scratch trace fell by as many). The test is an expected failure until the path is at
-most 12 calls, and fails (strict) once it passes, so that the marker goes then.
+making; the scratch trace fell by as many); and 12 ("trace12b", 2026-12-05), the bound: a commit
+call none of whose rows was decoded before decodes its payload column without keeping the
+committables on the block (``LedgerBlock.committables`` gone from the path), and ``run_lanes``
+checks every lane's parallelism before any item starts (``Lane.__post_init__`` gone; a scratch
+trace through any depth fell by the same two).
 
 DESIGN.md's walk of one committable is this trace (``test_design_md_walk_is_the_trace``);
 ``make design-walk`` writes it there.
@@ -60,7 +63,6 @@ from types import FrameType
 from typing import Any
 
 import pyarrow as pa
-import pytest
 from support.clock import ManualClock
 from support.fakes import FakeExternalSystem, FakeSink
 from support.harness import batch
@@ -202,11 +204,6 @@ def design_walk(text: str) -> str:
     return "\n".join(line for line in lines if line.startswith("|"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #42: 14 calls in 2 forms (1 the intake, 4 the recording, 2 the publish, 1 the "
-    "notification, 6 the committer from submit_calls to the bulk decode)",
-)
 def test_one_committable_reaches_the_sinks_commit_in_at_most_12_calls_and_4_forms() -> None:
     trace = traced_walk()
     forms = {form for _, form in trace.calls}

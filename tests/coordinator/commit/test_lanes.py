@@ -58,5 +58,7 @@ def test_after_the_first_error_nothing_new_starts_and_it_is_raised() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         run_lanes([Lane("a", (1, 2, 3)), Lane("b", (10, 11, 12))], fn, thread_prefix="t")
     assert 2 not in started and 3 not in started  # lane a stopped at its error
-    with pytest.raises(ValueError, match="parallelism"):
-        Lane("bad", (1,), parallelism=0)
+    ran: list[int] = []
+    with pytest.raises(ValueError, match="lane 'bad': parallelism"):
+        run_lanes([Lane("good", (1, 2)), Lane("bad", (3,), parallelism=0)], ran.append, thread_prefix="t")
+    assert ran == []  # refused before any item starts
