@@ -71,15 +71,21 @@ do not bound the subtasks: each subtask has its own transactional id, and a tran
 records touches at most this many partitions (its commit writes one marker to each)."""
 KAFKA_SINK_SETTINGS: dict[str, int] = {
     "pool_size": 3,
-    "transaction_timeout_ms": 900_000,
-    "max_epoch_ms": 780_000,
-    "max_commit_delay_ms": 120_000,
+    "transaction_timeout_ms": 3_600_000,
+    "max_epoch_ms": 3_000_000,
+    "max_commit_delay_ms": 600_000,
 }
 """What a user sets on the Kafka sink for epochs of 10⁴ subtasks on two cores: the least pool of
 transactional ids (``max_pending_checkpoints`` 1 + 2: 3 ids per partition, 3·N ids in all), and a
-transaction timeout of the broker's ``transaction.max.timeout.ms`` (900 s, the services' Kafka and
-Kafka's default), since an epoch may take minutes and the first subtask's transaction stays open
-until the checkpoint commits; ``max_epoch_ms + max_commit_delay_ms`` must fit in it."""
+transaction timeout of the broker's ``transaction.max.timeout.ms`` (:data:`BROKER_SETTINGS`),
+since the first subtask's transaction stays open until the checkpoint commits;
+``max_epoch_ms + max_commit_delay_ms`` must fit in it."""
+BROKER_SETTINGS: dict[str, str] = {"transaction.max.timeout.ms": "3600000"}
+"""The broker's longest transaction timeout, raised from Kafka's default of 15 minutes to an hour:
+on two one-core executors the write of one epoch of 10⁴ subtasks took 20 minutes (2026-12-05), so
+under the default the broker aborted the epoch's first transactions before its checkpoint could
+complete (the sink's verification refused the checkpoint, naming them). A user whose epochs run
+that long raises it too, or gives the job more executors."""
 PROGRESS_EVENT = "org.apache.spark.sql.streaming.StreamingQueryListener$QueryProgressEvent"
 SIDES = ("twophase", "spark_expert")
 WARM_UP_PARTITIONS = 4
@@ -187,7 +193,7 @@ def cluster() -> Iterator[tuple[Any, str, list[int], list[int]]]:
     from twophase.integration.services import kafka_service, s3_service, spark_cluster_service
 
     with contextlib.ExitStack() as stack:
-        bootstrap = stack.enter_context(kafka_service())
+        bootstrap = stack.enter_context(kafka_service(BROKER_SETTINGS))
         s3 = stack.enter_context(s3_service())
         services = children_of(os.getpid())
         master = stack.enter_context(spark_cluster_service())
