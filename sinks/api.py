@@ -199,6 +199,26 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
         """Abort after a restore. Default: ``abort``."""
         self.abort(committable)
 
+    def abort_batch(self, committables: Sequence[COMM]) -> None:
+        """Abort several pre-committed transactions: the driver's one call per sink for the
+        transactions of the checkpoints it aborts (or of the subtasks it closes). Idempotent, as
+        :meth:`abort` is: a transaction aborted before, or never opened, is not an error.
+
+        Default: :meth:`abort` on each, in order, so a sink that implements only ``abort`` keeps
+        working. A sink whose abort reads shared state overrides it to read that state once for
+        the batch (Delta reads the table's log once, to delete only files no commit references).
+
+        Args:
+            committables: non-empty, of one or more checkpoints.
+
+        Raises:
+            Whatever :meth:`abort` raises, at the first that fails. What is left is pre-committed
+            and in no checkpoint: :meth:`abort_lingering` aborts it later (the restore's cleanup or
+            a routine one).
+        """
+        for c in committables:
+            self.abort(c)
+
     @abc.abstractmethod
     def abort_lingering(self, scope: LingeringScope[COMM]) -> int:
         """Abort what this job and sink opened that no checkpoint holds; return how many.

@@ -269,13 +269,29 @@ class DeltaSink(CheckpointCommitSink[DeltaTransaction, DeltaCommittable]):
 
     def abort(self, committable: DeltaCommittable) -> None:
         """Delete the committable's files unless a commit references them. Idempotent."""
+        self.abort_batch([committable])
+
+    def abort_batch(self, committables: Sequence[DeltaCommittable]) -> None:
+        """Delete the committables' files unless a commit references them, reading the table's
+        log once for all of them (per ``txn.appId``) and deleting in S3's batches of 1,000 keys.
+        Idempotent.
+
+        Raises:
+            OSError, S3AccessDeniedError, botocore errors: as the table root's deletes raise.
+        """
         location = self._location()
-        index = ReferenceIndex(location, load_table(self.config), committable.app_id)
-        candidates = [(naming.decode_add_path(a.path), committable.checkpoint_id) for a in committable.adds]
-        deleted = delete_unreferenced(
-            location, index, candidates, {"sink": self.name, "checkpoint": committable.checkpoint_id}
-        )
-        log_event(log, logging.INFO, "aborted", files=deleted)
+        table = load_table(self.config)
+        by_app: dict[str, list[DeltaCommittable]] = {}
+        for c in committables:
+            by_app.setdefault(c.app_id, []).append(c)
+        for app_id, group in by_app.items():
+            index = ReferenceIndex(location, table, app_id)
+            candidates = [(naming.decode_add_path(a.path), c.checkpoint_id) for c in group for a in c.adds]
+            checkpoints = sorted({c.checkpoint_id for c in group})
+            deleted = delete_unreferenced(
+                location, index, candidates, {"sink": self.name, "checkpoints": checkpoints}
+            )
+            log_event(log, logging.INFO, "aborted", files=deleted, transactions=len(group))
 
     def abort_lingering(self, scope: LingeringScope[DeltaCommittable]) -> int:
         """Delete this job's and sink's data files of checkpoints ≤ ``scope.up_to_checkpoint``

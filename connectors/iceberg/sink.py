@@ -238,21 +238,30 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
 
     def abort(self, committable: IcebergCommittable) -> None:
         """Delete the committable's data files unless a snapshot references them. Idempotent."""
+        self.abort_batch([committable])
+
+    def abort_batch(self, committables: Sequence[IcebergCommittable]) -> None:
+        """Delete the committables' data files unless a snapshot references them, the catalog
+        opened and the table's manifests read once for all of them. Idempotent.
+
+        Raises:
+            ServiceUnavailableError, OSError: as the catalog and the file deletes raise.
+        """
         with open_catalog(self.config, self.catalog_factory) as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 return
             referenced = referenced_paths(table)
-            for f in committable.files:
+            files = [f for c in committables for f in c.files]
+            for f in files:
                 if f.path in referenced:
                     log_event(
                         log, logging.WARNING, "abort keeps a committed file", file=f.path, sink=self.name
                     )
-            doomed = [f.path for f in committable.files if f.path not in referenced]
+            doomed = [f.path for f in files if f.path not in referenced]
             deleted = delete_files(table.io, self.config.storage_options, doomed)
-        log_event(
-            log, logging.INFO, "aborted", sink=self.name, checkpoint=committable.checkpoint_id, files=deleted
-        )
+        checkpoints = sorted({c.checkpoint_id for c in committables})
+        log_event(log, logging.INFO, "aborted", sink=self.name, checkpoints=checkpoints, files=deleted)
 
     def abort_lingering(self, scope: LingeringScope[IcebergCommittable]) -> int:
         """Delete this job's and sink's data files of checkpoints ≤ ``scope.up_to_checkpoint`` that

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -246,7 +247,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
         would have fenced it (KIP-98) and bumped the epoch.
 
         Raises:
-            ConcurrentAttemptError: a transaction was fenced or ended (named).
+            ConcurrentAttemptError: a transaction was fenced, ended or timed out (named; a
+                transaction older than ``transaction_timeout_ms`` names the timeout).
             ServiceUnavailableError: the brokers cannot be reached.
         """
         if not committables:
@@ -262,15 +264,32 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
             states = retrying(lambda: self._connected_admin().describe_transactions(ids))
         except NETWORK_ERRORS as e:
             raise ServiceUnavailableError(f"Kafka unreachable while verifying transactions: {e}") from None
+        now_ms = int(time.time() * 1000)
         for c in committables:
             s = states.get(c.transactional_id)
             now = None if s is None else (s.state, s.producer_id, s.producer_epoch)
             if now != ("Ongoing", c.producer_id, c.producer_epoch):
-                raise ConcurrentAttemptError(
-                    f"Kafka sink {self.name!r}: transaction {c.transactional_id} of checkpoint "
-                    f"{c.checkpoint_id} was pre-committed as producer {c.producer_id}/{c.producer_epoch} "
-                    f"but is now {now}: another attempt of the same subtask fenced it"
-                )
+                raise ConcurrentAttemptError(self._not_ongoing(c, now, now_ms))
+
+    def _not_ongoing(self, c: KafkaCommittable, now: tuple[str, int, int] | None, now_ms: int) -> str:
+        """Why ``c`` is no longer Ongoing as pre-committed: the broker aborts a transaction older
+        than its timeout and bumps its epoch (KIP-98), as another attempt's ``init_transactions``
+        on the same id fences it; an age past the timeout (``opened_ms``, the executor's clock)
+        names the timeout and what to change."""
+        what = (
+            f"Kafka sink {self.name!r}: transaction {c.transactional_id} of checkpoint {c.checkpoint_id} "
+            f"was pre-committed as producer {c.producer_id}/{c.producer_epoch} but is now {now}"
+        )
+        timeout = self.config.transaction_timeout_ms
+        if c.opened_ms is not None and now_ms - c.opened_ms > timeout:
+            return (
+                f"{what}: opened {(now_ms - c.opened_ms) / 1000:.0f} s ago, older than the transaction "
+                f"timeout (transaction_timeout_ms={timeout} ms), so the broker aborted it: the epoch ran "
+                f"longer than max_epoch_ms={self.config.max_epoch_ms} ms promised; give the job more "
+                "executors or fewer partitions per epoch, or raise transaction_timeout_ms (and the "
+                "broker's transaction.max.timeout.ms) above the epoch's length"
+            )
+        return f"{what}: another attempt of the same subtask fenced it"
 
     def measure(self, committable: KafkaCommittable) -> CommittableSize:
         """Records in the transaction (Kafka's committable carries no byte count)."""

@@ -228,6 +228,14 @@ class PostgresSink(TwoPhaseCommitSink[PostgresTransaction, PostgresCommittable])
         """
         PostgresCommitter(self.config, self.name, self.connector).abort(committable)
 
+    def abort_batch(self, committables: Sequence[PostgresCommittable]) -> None:
+        """ROLLBACK PREPARED of every committable over one connection; idempotent.
+
+        Raises:
+            ServiceUnavailableError: no answer, or the server refused (names the gid).
+        """
+        PostgresCommitter(self.config, self.name, self.connector).abort_all(committables)
+
     def abort_lingering(self, scope: LingeringScope[PostgresCommittable]) -> int:
         """ROLLBACK PREPARED this job's and sink's prepared transactions of checkpoints ≤
         ``scope.up_to_checkpoint`` that ``scope.held`` does not hold; return how many.

@@ -484,6 +484,45 @@ class CommitterOperator:
         if ms and failed:
             self.sink_metrics.committed(sink.name, checkpoint_id, CommitOutcome.FATAL, [], ms)
 
+    def abort_all(self, txns: Sequence[PendingTransaction[Any]]) -> None:
+        """Abort pre-committed transactions (of aborted checkpoints, or of closed subtasks): one
+        ``abort_batch`` per sink, the sinks in order of their first transaction, each sink's in
+        the order given; one log line per sink (each transaction at DEBUG).
+
+        Raises:
+            Whatever a sink's ``abort_batch`` raises (the sinks after it are not called: what is
+            left is aborted by the lingering cleanup).
+        """
+        by_sink: dict[str, list[PendingTransaction[Any]]] = {}
+        for t in txns:
+            by_sink.setdefault(t.sink_name, []).append(t)
+        for name, group in by_sink.items():
+            sink = self._sinks[name]
+            sink.abort_batch([t.committable for t in group])
+            self._add(aborted=len(group))
+            for t in group:
+                self.sink_metrics.aborted(name, t.checkpoint_id)
+            log_event(
+                log,
+                logging.INFO,
+                "aborted",
+                sink=name,
+                checkpoints=sorted({t.checkpoint_id for t in group}),
+                transactions=len(group),
+            )
+            if log.isEnabledFor(logging.DEBUG):
+                for t in group:
+                    log_event(
+                        log,
+                        logging.DEBUG,
+                        "aborted",
+                        sink=name,
+                        checkpoint=t.checkpoint_id,
+                        partition=t.partition,
+                        attempt=t.attempt,
+                        transaction=t.committable,
+                    )
+
     def abort(self, txn: PendingTransaction[Any], *, recovery: bool = False) -> None:
         """Abort one pre-committed transaction through its sink (idempotent in the sink).
 

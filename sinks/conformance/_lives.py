@@ -93,6 +93,7 @@ DRIVER_CALLS: Final = (
     "commit_checkpoint",
     "recover_and_commit_checkpoint",
     "abort",
+    "abort_batch",
     "recover_and_abort",
     "abort_lingering",
     "last_committed_checkpoint",

@@ -3,7 +3,9 @@ committer's commit calls taken as columns (issue #42): a sink's ``commit_batch``
 part of its batch, raises midway, or answers the wrong number of outcomes. Whatever it did in
 the service, the runtime confirms only what it answered ``COMMITTED``/``ALREADY_COMMITTED`` in a
 well-formed answer: the rest is retried (within the call) or re-committed by the restore, so the
-accounting (every promise kept exactly once) and the committed-marker invariant hold."""
+accounting (every promise kept exactly once) and the committed-marker invariant hold. And a sink's
+``abort_batch`` that fails midway: what it left pre-committed is in no checkpoint, and the lingering
+cleanup aborts it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from support.model_settle import arm_once
 from twophase.sinks.api import TwoPhaseCommitSink
+from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 
 BATCH_SINKS = ("k", "s", "p")
@@ -59,3 +62,23 @@ def misbehaving_batch_once(sink: TwoPhaseCommitSink[Any, Any], how: str) -> None
         return []
 
     arm_once(sink, "commit_batch", commit_batch)
+
+
+ABORT_SINKS = ("k", "s", "d", "p", "i")
+"""Every sink of the model aborts an aborted checkpoint's transactions with one ``abort_batch``."""
+
+
+def failing_abort_batch_once(sink: TwoPhaseCommitSink[Any, Any]) -> None:
+    """Make ``sink``'s next ``abort_batch`` abort the first half of its committables (at least one)
+    with the sink's own, then raise ``ServiceUnavailableError`` (the service went away midway);
+    later calls are the sink's own again. The rest stays pre-committed in no checkpoint: the
+    lingering cleanup must abort it, and none of it may ever commit."""
+
+    def abort_batch(committables: Sequence[Any]) -> None:
+        FIRED.append(f"{sink.name} abort_batch fails midway")
+        sink.abort_batch(list(committables[: max(1, len(committables) // 2)]))
+        raise ServiceUnavailableError(
+            f"model: sink {sink.name!r} became unreachable midway through abort_batch"
+        )
+
+    arm_once(sink, "abort_batch", abort_batch)

@@ -174,6 +174,26 @@ class PostgresCommitter:
             ) from None
         log_event(log, logging.INFO, "aborted", sink=self.sink_name, gid=committable.gid)
 
+    def abort_all(self, committables: Sequence[PostgresCommittable]) -> None:
+        """``ROLLBACK PREPARED`` of every committable's gid, in order, over one connection;
+        idempotent (gids already gone are fine).
+
+        Raises:
+            ServiceUnavailableError: the server cannot be reached, or refused (redacted message,
+                naming the gid); the gids after it are left to the lingering cleanup.
+        """
+        gid = None
+        try:
+            with connect(self.config, autocommit=True, connector=self.connector) as conn:
+                for c in committables:
+                    gid = c.gid
+                    rollback_prepared(conn, gid)
+        except psycopg.Error as e:
+            what = "connecting" if gid is None else f"ROLLBACK PREPARED {gid!r}"
+            where = f"PostgreSQL {self.config.host}:{self.config.port}"
+            raise ServiceUnavailableError(f"{where}: {what} failed: {error_text(self.config, e)}") from None
+        log_event(log, logging.INFO, "aborted", sink=self.sink_name, transactions=len(committables))
+
     def is_committed(self, conn: Connection, gid: str) -> bool:
         """Whether the commit record of ``gid`` is visible (its transaction committed)."""
         table = sql.Identifier(self.config.commit_schema, self.config.commit_table)

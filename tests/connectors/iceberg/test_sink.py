@@ -135,6 +135,32 @@ def test_abort_deletes_the_files_and_never_committed_ones(sink: IcebergSink) -> 
     assert ids(sink.config) == [0, 1, 2]
 
 
+def test_abort_batch_loads_the_table_once_and_keeps_what_a_snapshot_references(
+    sink: IcebergSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An aborted checkpoint of many subtasks is one ``abort_batch``: the catalog is opened and the
+    table's manifests read once for all its committables, not once per committable (issue #42)."""
+    import twophase.connectors.iceberg.sink as sink_module
+
+    committed = pre_commit(sink, 1, [rows(0, 3)])
+    sink.commit_checkpoint(1, committed)
+    aborted = pre_commit(sink, 2, [rows(3, 3), rows(6, 3), rows(9, 3)])
+    loads: list[object] = []
+    real = sink_module.load_table
+
+    def counting(catalog: Any, config: Any) -> Any:
+        loads.append(config)
+        return real(catalog, config)
+
+    monkeypatch.setattr(sink_module, "load_table", counting)
+    sink.abort_batch([*aborted, committed[0]])
+    assert len(loads) == 1
+    assert not any(os.path.exists(f.path.removeprefix("file://")) for c in aborted for f in c.files)
+    assert all(os.path.exists(f.path.removeprefix("file://")) for f in committed[0].files)
+    sink.abort_batch(aborted)  # idempotent
+    assert ids(sink.config) == [0, 1, 2]
+
+
 def test_abort_open_deletes_what_the_attempt_wrote(sink: IcebergSink) -> None:
     txn = sink.begin_transaction(WriterContext(JOB, "lake", 1, 0, 0, 1))
     sink.write(txn, rows(0, 30))

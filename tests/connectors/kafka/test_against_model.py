@@ -391,3 +391,46 @@ def test_a_later_attempt_cannot_fence_the_acknowledged_transaction() -> None:
     h.complete(epoch)
     assert committed(model) == expected([1, 2])
     assert model.ongoing() == []
+
+
+def test_a_checkpoint_whose_transactions_outlived_the_timeout_is_refused_naming_the_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An epoch that runs longer than ``transaction_timeout_ms`` (one of 10⁴ subtasks on two cores
+    took 20 minutes against Kafka's default 15-minute maximum, 2026-12-05): the broker aborts its
+    first transactions and bumps their epochs, as another attempt's fencing would. The verification
+    before persist refuses the checkpoint either way, and names the timeout when the transaction is
+    older than it, with what to change, instead of blaming another attempt."""
+    import time
+
+    from twophase.coordinator.run.fanout import write_subtasks
+
+    h, model = setup(transaction_timeout_ms=600_000)
+    h.restore()
+    epoch = h.begin_epoch(2, pos(1))
+    for p, batches in enumerate(rows(1)):
+        [ack] = write_subtasks(epoch.plan(), p, 0, batches)
+        epoch.acknowledge(ack)
+    h.clock.advance(600_001)
+    model.advance()
+    wall = time.time() + 601.0
+    monkeypatch.setattr(time, "time", lambda: wall)
+    with pytest.raises(ConcurrentAttemptError, match=r"older than the transaction timeout.*600000 ms") as e:
+        h.complete(epoch)
+    assert "max_epoch_ms" in str(e.value) and "transaction.max.timeout.ms" in str(e.value)
+    assert "fenced it" not in str(e.value)
+    assert committed(model) == []
+
+
+def test_a_transaction_fenced_within_the_timeout_is_refused_naming_another_attempt() -> None:
+    from twophase.coordinator.run.fanout import write_subtasks
+
+    h, _model = setup()
+    h.restore()
+    epoch = h.begin_epoch(2, pos(1))
+    for p, batches in enumerate(rows(1)):
+        [ack] = write_subtasks(epoch.plan(), p, 0, batches)
+        epoch.acknowledge(ack)
+    write_subtasks(epoch.plan(), 0, 0, rows(1)[0])  # a zombie with the winner's attempt number
+    with pytest.raises(ConcurrentAttemptError, match="another attempt of the same subtask fenced it"):
+        h.complete(epoch)

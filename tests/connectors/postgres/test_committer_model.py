@@ -147,6 +147,28 @@ def test_gone_without_a_commit_record_is_lost(model: PreparedTransactionsModel) 
     assert committer.commit(c) is CommitOutcome.LOST
 
 
+def test_abort_all_rolls_back_every_gid_over_one_connection(
+    model: PreparedTransactionsModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An aborted checkpoint of many subtasks: one session for all its ROLLBACK PREPAREDs, not a
+    connection per transaction (issue #42); idempotent, gids already gone included."""
+    cs = [_committable(partition=p) for p in range(4)]
+    for c in cs[:3]:
+        model.prepare(c.gid)
+    connects: list[object] = []
+    real = committer_module.connect
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        connects.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(committer_module, "connect", counting)
+    committer = PostgresCommitter(CONFIG, "pg")
+    committer.abort_all(cs)
+    committer.abort_all(cs)
+    assert len(connects) == 2 and model.prepared == set() and model.committed == set()
+
+
 def test_busy_and_unreachable_ask_for_retry(model: PreparedTransactionsModel) -> None:
     c = _committable()
     model.prepare(c.gid)
