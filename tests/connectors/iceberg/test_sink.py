@@ -146,7 +146,7 @@ def test_abort_batch_loads_the_table_once_and_keeps_what_a_snapshot_references(
     sink.commit_checkpoint(1, committed)
     aborted = pre_commit(sink, 2, [rows(3, 3), rows(6, 3), rows(9, 3)])
     loads: list[object] = []
-    real = sink_module.load_table
+    from twophase.connectors.iceberg.internal.catalog import load_table as real
 
     def counting(catalog: Any, config: Any) -> Any:
         loads.append(config)

@@ -156,7 +156,7 @@ def test_abort_all_rolls_back_every_gid_over_one_connection(
     for c in cs[:3]:
         model.prepare(c.gid)
     connects: list[object] = []
-    real = committer_module.connect
+    from twophase.connectors.postgres.internal.connection import connect as real
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         connects.append(args)
