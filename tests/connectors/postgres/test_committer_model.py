@@ -156,7 +156,7 @@ def test_abort_all_rolls_back_every_gid_over_one_connection(
     for c in cs[:3]:
         model.prepare(c.gid)
     connects: list[object] = []
-    from twophase.connectors.postgres.internal.connection import connect as real
+    real = vars(committer_module)["connect"]  # the model's, as the fixture patched it
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         connects.append(args)
