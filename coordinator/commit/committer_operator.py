@@ -512,16 +512,7 @@ class CommitterOperator:
             )
             if log.isEnabledFor(logging.DEBUG):
                 for t in group:
-                    log_event(
-                        log,
-                        logging.DEBUG,
-                        "aborted",
-                        sink=name,
-                        checkpoint=t.checkpoint_id,
-                        partition=t.partition,
-                        attempt=t.attempt,
-                        transaction=t.committable,
-                    )
+                    _log_aborted(logging.DEBUG, t)
 
     def abort(self, txn: PendingTransaction[Any], *, recovery: bool = False) -> None:
         """Abort one pre-committed transaction through its sink (idempotent in the sink).
@@ -533,16 +524,7 @@ class CommitterOperator:
         (sink.recover_and_abort if recovery else sink.abort)(txn.committable)
         self._add(aborted=1)
         self.sink_metrics.aborted(sink.name, txn.checkpoint_id)
-        log_event(
-            log,
-            logging.INFO,
-            "aborted",
-            sink=sink.name,
-            checkpoint=txn.checkpoint_id,
-            partition=txn.partition,
-            attempt=txn.attempt,
-            transaction=txn.committable,
-        )
+        _log_aborted(logging.INFO, txn)
 
     # -- batches (sync or ordered async) ---------------------------------------------------------
 
@@ -789,3 +771,16 @@ class CommitterOperator:
         """A snapshot of the cumulative counters."""
         with self._lock:
             return self._metrics
+
+
+def _log_aborted(level: int, txn: PendingTransaction[Any]) -> None:
+    log_event(
+        log,
+        level,
+        "aborted",
+        sink=txn.sink_name,
+        checkpoint=txn.checkpoint_id,
+        partition=txn.partition,
+        attempt=txn.attempt,
+        transaction=txn.committable,
+    )
