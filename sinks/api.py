@@ -212,9 +212,8 @@ class TwoPhaseCommitSink(abc.ABC, Generic[TXN, COMM]):
             committables: non-empty, of one or more checkpoints.
 
         Raises:
-            Whatever :meth:`abort` raises, at the first that fails. What is left is pre-committed
-            and in no checkpoint: :meth:`abort_lingering` aborts it later (the restore's cleanup or
-            a routine one).
+            Exception: whatever :meth:`abort` raises, at the first that fails; what is left is
+                pre-committed in no checkpoint, and :meth:`abort_lingering` aborts it later.
         """
         for c in committables:
             self.abort(c)

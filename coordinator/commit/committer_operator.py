@@ -490,8 +490,8 @@ class CommitterOperator:
         the order given; one log line per sink (each transaction at DEBUG).
 
         Raises:
-            Whatever a sink's ``abort_batch`` raises (the sinks after it are not called: what is
-            left is aborted by the lingering cleanup).
+            Exception: whatever a sink's ``abort_batch`` raises (the sinks after it are not
+                called: what is left is aborted by the lingering cleanup).
         """
         by_sink: dict[str, list[PendingTransaction[Any]]] = {}
         for t in txns:
