@@ -946,7 +946,7 @@ class CheckpointCoordinator:
                     if lc.state.is_live:
                         txns += lc.notify_checkpoint_aborted(c).abort
             # one abort_batch per sink: at 10⁴ subtasks an abort per transaction that reads the
-            # sink's shared state (Delta's log) took the better part of an hour (issue #42)
+            # sink's shared state (Delta's log) was still running after 6 minutes (issue #42)
             self.committer.abort_all(txns)
             self._log(
                 logging.WARNING,
