@@ -164,15 +164,7 @@ class PostgresCommitter:
         Raises:
             ServiceUnavailableError: the server cannot be reached, or refused (redacted message).
         """
-        try:
-            with connect(self.config, autocommit=True, connector=self.connector) as conn:
-                rollback_prepared(conn, committable.gid)
-        except psycopg.Error as e:
-            raise ServiceUnavailableError(
-                f"PostgreSQL {self.config.host}:{self.config.port}: ROLLBACK PREPARED "
-                f"{committable.gid!r} failed: {error_text(self.config, e)}"
-            ) from None
-        log_event(log, logging.INFO, "aborted", sink=self.sink_name, gid=committable.gid)
+        self.abort_all([committable])
 
     def abort_all(self, committables: Sequence[PostgresCommittable]) -> None:
         """``ROLLBACK PREPARED`` of every committable's gid, in order, over one connection;
@@ -182,17 +174,23 @@ class PostgresCommitter:
             ServiceUnavailableError: the server cannot be reached, or refused (redacted message,
                 naming the gid); the gids after it are left to the lingering cleanup.
         """
-        gid = None
+        if not committables:
+            return
+        gid = committables[0].gid  # named if the session cannot even start
         try:
             with connect(self.config, autocommit=True, connector=self.connector) as conn:
                 for c in committables:
                     gid = c.gid
                     rollback_prepared(conn, gid)
         except psycopg.Error as e:
-            what = "connecting" if gid is None else f"ROLLBACK PREPARED {gid!r}"
-            where = f"PostgreSQL {self.config.host}:{self.config.port}"
-            raise ServiceUnavailableError(f"{where}: {what} failed: {error_text(self.config, e)}") from None
-        log_event(log, logging.INFO, "aborted", sink=self.sink_name, transactions=len(committables))
+            raise ServiceUnavailableError(
+                f"PostgreSQL {self.config.host}:{self.config.port}: ROLLBACK PREPARED "
+                f"{gid!r} failed: {error_text(self.config, e)}"
+            ) from None
+        if len(committables) == 1:
+            log_event(log, logging.INFO, "aborted", sink=self.sink_name, gid=gid)
+        else:
+            log_event(log, logging.INFO, "aborted", sink=self.sink_name, transactions=len(committables))
 
     def is_committed(self, conn: Connection, gid: str) -> bool:
         """Whether the commit record of ``gid`` is visible (its transaction committed)."""
