@@ -238,7 +238,8 @@ def measure(jars: list[str]) -> dict[str, Any]:
                 warm = write("warmup", df.limit(1000))
                 if warm is not None:
                     catalog.purge_table(str(warm))
-            times = common.side_by_side(writers, rounds, check)
+            timed, cpu = common.metered(writers, common.CpuMeter({}))
+            times = common.side_by_side(timed, rounds, check)
         finally:
             df.unpersist()
             spark.stop()
@@ -256,6 +257,9 @@ def measure(jars: list[str]) -> dict[str, Any]:
         "writers": {
             w: {
                 **common.summary(t, rows),
+                # CPU-seconds per call of this process's tree (the driver, Spark's JVM, the Python
+                # workers; the catalog's PostgreSQL not in it)
+                **common.cpu_figures(cpu[w]),
                 "rows_checked": [s[0] for s in stats.get(w, [])],
                 "data_files": stats[w][0][1] if w in stats else "-",
                 "snapshots": stats[w][0][2] if w in stats else "-",
