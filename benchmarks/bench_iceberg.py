@@ -26,6 +26,12 @@ each timed end to end (wall clock, s), each into its own fresh table:
   retried job (a re-run appends again). Its write options are stated (:data:`SPARK_ICEBERG_WRITE`):
   ``distribution-mode=none``, no shuffle before the write, as an Iceberg engineer sets it for an
   unpartitioned append whose tasks already hold one file's worth each (issue #44 item 3);
+- ``spark_iceberg_staged`` (a probe of issue #44 item 4's JVM-side design, not a sink): the same
+  Spark write into a table with ``write.wap.enabled``, under ``spark.wap.id`` (Iceberg's
+  write-audit-publish: the append is committed as a staged snapshot, main unchanged); then, timed
+  with it, what a 2PC driver would add: the staged snapshot found by its ``wap.id`` (pyiceberg), its
+  id made durable in a local file (write, fsync, rename), and main pointed at it
+  (``set_current_snapshot``: one metadata-only commit, the snapshot's parent being main's head);
 - ``python_floor`` (not a writer): ``df.mapInArrow(count)`` — the rows handed to Python workers as
   Arrow batches and counted: what every Python-side sink pays before writing anything, the floor
   under ``twophase``'s time (Spark's Iceberg writer stays in the JVM).
@@ -195,9 +201,9 @@ def measure(jars: list[str]) -> dict[str, Any]:
         epochs: list[Any] = []
         stats: dict[str, list[tuple[int, int, int]]] = {}
 
-        def table(writer: str, r: int | str) -> str:
+        def table(writer: str, r: int | str, properties: dict[str, str] | None = None) -> str:
             name = f"{ns}.{writer}_{r}"
-            catalog.create_table(name, expected.schema)
+            catalog.create_table(name, expected.schema, properties=properties or {})
             return name
 
         def twophase(r: int | str, frame: Any = None) -> object:
@@ -219,12 +225,38 @@ def measure(jars: list[str]) -> dict[str, Any]:
             writer.options(**SPARK_ICEBERG_WRITE).append()
             return name
 
+        def spark_iceberg_staged(r: int | str, frame: Any = None) -> object:
+            # the probe of a JVM-side design (issue #44 item 4): Iceberg's write-audit-publish, the
+            # snapshot staged under a wap.id, its id made durable, then published by pointing main
+            # at it (metadata only: the staged snapshot's parent is main's head)
+            name = table("spark_iceberg_staged", r, {"write.wap.enabled": "true"})
+            wap_id = f"twophase-{run_id}-{r}"
+            with common.session_conf(spark, {"spark.wap.id": wap_id}):
+                (df if frame is None else frame).writeTo(f"{CATALOG}.{name}").options(
+                    **SPARK_ICEBERG_WRITE
+                ).append()
+            staged = catalog.load_table(name)
+            snapshot = next(s for s in staged.snapshots() if s.summary and s.summary.get("wap.id") == wap_id)
+            record = scratch / f"{wap_id}.json"
+            with open(record.with_suffix(".part"), "w") as f:
+                json.dump({"snapshot_id": snapshot.snapshot_id}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            record.with_suffix(".part").replace(record)
+            staged.manage_snapshots().set_current_snapshot(snapshot.snapshot_id).commit()
+            return name
+
         def python_floor(r: int | str, frame: Any = None) -> object:
             counted = (df if frame is None else frame).mapInArrow(common.count_rows, "rows long").collect()
             assert frame is not None or sum(row["rows"] for row in counted) == rows
             return None
 
-        writers = {"twophase": twophase, "spark_iceberg": spark_iceberg, "python_floor": python_floor}
+        writers = {
+            "twophase": twophase,
+            "spark_iceberg": spark_iceberg,
+            "spark_iceberg_staged": spark_iceberg_staged,
+            "python_floor": python_floor,
+        }
 
         def check(writer: str, r: int, name: object) -> None:
             if name is None:
@@ -268,6 +300,7 @@ def measure(jars: list[str]) -> dict[str, Any]:
         },
         "per_round_s": {w: {f"round_{i}": round(s, 2) for i, s in enumerate(t)} for w, t in times.items()},
         "ratios_2pc_over": {"spark_iceberg": common.ratio(times, "twophase", "spark_iceberg")},
+        "ratio_staged_probe_over_spark_iceberg": common.ratio(times, "spark_iceberg_staged", "spark_iceberg"),
         "twophase_epoch_median": common.epoch_summary(epochs),
     }
 
