@@ -87,7 +87,9 @@ def run() -> dict[str, Any]:
             return None
 
         def complete(commit: dict[str, Any]) -> None:
-            parts = [{"PartNumber": i + 1, "ETag": tag} for i, tag in enumerate(commit["etags"])]
+            # Hadoop 3.4 writes each part's etag as an object, earlier releases as a string
+            tags = [t["etag"] if isinstance(t, dict) else t for t in commit["etags"]]
+            parts = [{"PartNumber": i + 1, "ETag": tag} for i, tag in enumerate(tags)]
             client.complete_multipart_upload(
                 Bucket=commit["bucket"],
                 Key=commit["destinationKey"],
