@@ -9,6 +9,8 @@ and the probe's jar, measured side by side in one run, rounds rotating which wri
   :data:`~benchmarks.common.MAGIC_COMMITTER` (the tuned Spark baseline of BENCHMARKS.md): tasks
   leave pending uploads and ``.pendingset`` files, the job commit completes every upload, writes
   ``_SUCCESS`` and deletes the ``__magic`` directory;
+- ``spark_s3a_magic_lean``: the same with :data:`LEAN_MAGIC` (no listing of the destination's
+  pending uploads, no ``_SUCCESS``): the magic committer doing no more than the staged writer does;
 - ``spark_s3a_staged``: the same write with one more write option,
   ``mapreduce.outputcommitter.factory.scheme.s3a`` = the probe's factory
   (:mod:`benchmarks.s3_staging`), and ``fs.s3a.committer.uuid`` named per round, so the job commit
@@ -45,6 +47,13 @@ ROWS = 4_000_000
 PARTITIONS = 4
 ROUNDS = 5
 BUCKET = "twophase-bench"
+LEAN_MAGIC = {
+    "fs.s3a.committer.abort.pending.uploads": "false",
+    "mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+}
+"""``spark_s3a_magic_lean``'s settings beyond :data:`~benchmarks.common.MAGIC_COMMITTER`: the job
+commit neither lists the destination's pending uploads to abort strays nor writes ``_SUCCESS``
+(what the staged writer's driver leaves out too)."""
 COMMIT_THREADS = 8
 """Uploads completed at once by the staged writer's driver (the S3 sink's ``commit_concurrency``)."""
 
@@ -84,6 +93,11 @@ def run() -> dict[str, Any]:
         def spark_s3a_magic(r: int | str) -> object:
             with common.session_conf(spark, common.MAGIC_COMMITTER):
                 df.write.mode("append").parquet(f"s3a://{BUCKET}/{prefix('spark_s3a_magic', r)}")
+            return None
+
+        def spark_s3a_magic_lean(r: int | str) -> object:
+            with common.session_conf(spark, {**common.MAGIC_COMMITTER, **LEAN_MAGIC}):
+                df.write.mode("append").parquet(f"s3a://{BUCKET}/{prefix('spark_s3a_magic_lean', r)}")
             return None
 
         def complete(commit: dict[str, Any]) -> None:
@@ -162,6 +176,7 @@ def run() -> dict[str, Any]:
 
         writers = {
             "spark_s3a_magic": spark_s3a_magic,
+            "spark_s3a_magic_lean": spark_s3a_magic_lean,
             "spark_s3a_staged": spark_s3a_staged,
             "twophase": twophase,
         }
@@ -189,7 +204,10 @@ def run() -> dict[str, Any]:
         "ratio_over_spark_s3a_magic": {
             w: common.ratio(times, w, "spark_s3a_magic") for w in times if w != "spark_s3a_magic"
         },
-        "committers": {"spark_s3a_magic": common.MAGIC_COMMITTER},
+        "committers": {
+            "spark_s3a_magic": common.MAGIC_COMMITTER,
+            "spark_s3a_magic_lean": {**common.MAGIC_COMMITTER, **LEAN_MAGIC},
+        },
     }
 
 
