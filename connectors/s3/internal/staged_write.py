@@ -1,0 +1,220 @@
+"""The S3 sink's Spark-staged epoch (issue #44 item 4): Spark's own Parquet writer writes, the
+driver commits.
+
+Spark writes the epoch through the S3A magic committer (Hadoop's ``hadoop-aws``, Spark's
+``spark-hadoop-cloud``): every file a task writes stays a pending multipart upload, and each
+committed task attempt lists its uploads in one ``.pendingset`` file under the job's
+``__magic_job-<uuid>/`` folder (Spark's output commit coordination lets one attempt per partition
+commit). The write names twophase's committer factory (``connectors/s3/jvm``) in its own options,
+so its job commit, cleanup and abort do nothing: the uploads stay pending, and this module turns the
+``.pendingset`` files into the epoch's committables (one :class:`S3Committable` per Spark task, its
+parts read back with ListParts so that what is persisted is what S3 holds). The sink's driver then
+completes them like any other committable (CompleteMultipartUpload). A job abort aborts nothing
+here: the magic committer's own abort would abort every pending upload under the destination,
+other checkpoints' pre-committed ones included; the lingering cleanup aborts what no retained
+checkpoint holds.
+
+Objects: ``<prefix>/part-<split>-<spark job uuid>-c000.snappy.parquet`` (Spark's names) and, until
+the commit's cleanup, ``<prefix>/__magic_job-<job uuid>/...`` (the markers and ``.pendingset``
+files; readers skip ``_``-prefixed folders). ``<job uuid>`` is :func:`staged_job_uuid`: the job and
+sink's token, the checkpoint and a nonce per write attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from twophase.connectors.s3.internal.committable import PendingFile, S3Committable, UploadedPart
+from twophase.sinks.errors import ConcurrentAttemptError, ConfigError
+
+FACTORY_CLASS = "twophase.s3.StagingCommitterFactory"
+"""The committer factory a staged write names (``connectors/s3/jvm``)."""
+
+MAGIC_FOLDER = "__magic_job-"
+"""How the magic committer names a job's folder under the destination: this, then the job's uuid."""
+
+SESSION_SETTINGS = {
+    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter",
+}
+"""Session settings a staged write needs (Spark's cloud-integration guide, "Hadoop S3A committers"):
+only Spark's cloud commit protocol asks the committer where a task writes. Both are session-wide,
+so the sink checks them rather than setting them (they would change the session's other writes)."""
+
+_TASK_RE = re.compile(r"task_\w+?_m_(?P<split>\d+)\.pendingset")
+_UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+
+
+def staged_job_uuid(token: str, checkpoint_id: int, nonce: str) -> str:
+    """The job uuid of one staged write: ``twophase-<token>-<checkpoint>-<nonce>``.
+
+    The magic committer names its folder after it (``__magic_job-<uuid>``), so the lingering cleanup
+    can tell this sink's staged writes from anything else under the prefix, and each write attempt
+    of a checkpoint has its own folder (``nonce``: hex, fresh per attempt).
+
+    Raises:
+        ValueError: a negative checkpoint or a token or nonce that is not ``[A-Za-z0-9]``.
+    """
+    if checkpoint_id < 0 or not token.isalnum() or not nonce.isalnum():
+        raise ValueError(f"bad staged job uuid parts: {token!r}, {checkpoint_id}, {nonce!r}")
+    return f"twophase-{token}-{checkpoint_id}-{nonce}"
+
+
+def write_options(job_uuid: str) -> dict[str, str]:
+    """The options of one staged write (``DataFrameWriter.options``): Spark builds each write's
+    Hadoop configuration from them, so they reach this write's committer and no other.
+
+    Raises:
+        ValueError: ``job_uuid`` is not a valid uuid for a folder name.
+    """
+    if not _UUID_RE.fullmatch(job_uuid):
+        raise ValueError(f"bad staged job uuid {job_uuid!r}")
+    return {
+        "mapreduce.outputcommitter.factory.scheme.s3a": FACTORY_CLASS,
+        "fs.s3a.committer.name": "magic",
+        "fs.s3a.committer.magic.enabled": "true",
+        "fs.s3a.committer.uuid": job_uuid,
+        "fs.s3a.committer.require.uuid": "true",
+    }
+
+
+def check_session(setting: Callable[[str], str | None]) -> None:
+    """Check that the session can stage a write (:data:`SESSION_SETTINGS`).
+
+    Args:
+        setting: the session's value of a setting, or ``None`` (``spark.conf.get(key, None)``).
+
+    Raises:
+        ConfigError: a setting is missing or different, naming it and its value to set.
+    """
+    for key, wanted in SESSION_SETTINGS.items():
+        if setting(key) != wanted:
+            raise ConfigError(
+                f"the S3 sink's Spark-staged writes need the session setting {key}={wanted} "
+                "(Spark's cloud commit protocol; spark-hadoop-cloud on the class path)"
+            )
+
+
+def magic_folder(prefix: str, job_uuid: str) -> str:
+    """The key prefix of one staged write's magic folder (ends with '/')."""
+    return f"{prefix}/{MAGIC_FOLDER}{job_uuid}/" if prefix else f"{MAGIC_FOLDER}{job_uuid}/"
+
+
+def split_of(key: str) -> int:
+    """The Spark partition (split) a ``.pendingset`` key belongs to: ``..._m_<split>.pendingset``.
+
+    Raises:
+        ValueError: the key is not a task's ``.pendingset``.
+    """
+    m = _TASK_RE.fullmatch(key.rsplit("/", 1)[-1])
+    if m is None:
+        raise ValueError(f"not a task's .pendingset: {key!r}")
+    return int(m.group("split"))
+
+
+@dataclass(frozen=True)
+class StagedUpload:
+    """One file of a ``.pendingset``: the pending upload and the part ETags Spark's task recorded.
+
+    Attributes:
+        bucket: the bucket.
+        key: the object key the file becomes visible at.
+        upload_id: the multipart upload.
+        etags: each part's ETag, part 1 first.
+        length: the file's size in bytes.
+    """
+
+    bucket: str
+    key: str
+    upload_id: str
+    etags: tuple[str, ...]
+    length: int
+
+
+def uploads_of(pendingset: Mapping[str, Any]) -> list[StagedUpload]:
+    """The uploads one ``.pendingset`` lists (its JSON, Hadoop's ``PendingSet``).
+
+    Hadoop 3.4 writes each part's ETag as an object (``{"etag": ...}``), earlier releases as a
+    string; both are read.
+
+    Raises:
+        ValueError: a commit lacks its bucket, key, upload id or ETags.
+    """
+    out = []
+    for c in pendingset.get("commits", []):
+        etags = tuple(str(t["etag"] if isinstance(t, dict) else t) for t in c.get("etags") or ())
+        if not (c.get("bucket") and c.get("destinationKey") and c.get("uploadId") and etags):
+            raise ValueError(f"incomplete pending commit in a .pendingset: {sorted(c)}")
+        out.append(
+            StagedUpload(c["bucket"], c["destinationKey"], c["uploadId"], etags, int(c.get("length", 0)))
+        )
+    return out
+
+
+def pending_file(upload: StagedUpload, listed: Mapping[int, tuple[str, int]]) -> PendingFile:
+    """The committable's file of ``upload``, its parts as S3 lists them (number → ETag, size).
+
+    Raises:
+        ConcurrentAttemptError: S3's parts differ from the task's record (another attempt wrote
+            to the upload, or it is gone): the checkpoint must not persist it.
+    """
+    numbers = list(range(1, len(upload.etags) + 1))
+    if sorted(listed) != numbers or any(listed[n][0] != upload.etags[n - 1] for n in numbers):
+        raise ConcurrentAttemptError(
+            f"s3://{upload.bucket}/{upload.key}: the upload's parts are not those its task committed"
+        )
+    parts = tuple(UploadedPart(n, listed[n][0], listed[n][1]) for n in numbers)
+    return PendingFile(upload.bucket, upload.key, upload.upload_id, parts, sum(p.size for p in parts), 0)
+
+
+def staged_committables(
+    pendingsets: Mapping[str, Mapping[str, Any]],
+    list_parts: Callable[[str, str], Mapping[int, tuple[str, int]]],
+    threads: int = 8,
+) -> dict[int, S3Committable]:
+    """Each Spark partition's committable from the write's ``.pendingset`` files.
+
+    Args:
+        pendingsets: key → parsed JSON of every ``.pendingset`` in the write's magic folder.
+        list_parts: ``(key, upload_id)`` → the upload's parts now (number → (ETag, size)).
+        threads: ListParts calls in flight.
+
+    Returns:
+        split → its committable; a split that wrote no file has none.
+
+    Raises:
+        ValueError: a key that is not a task's ``.pendingset``, two for one split, or a bad one.
+        ConcurrentAttemptError: an upload's parts differ from its task's record.
+    """
+    uploads: dict[int, list[StagedUpload]] = {}
+    for key, body in pendingsets.items():
+        split = split_of(key)
+        if split in uploads:
+            raise ValueError(f"two .pendingset files for split {split}: only one attempt commits a task")
+        uploads[split] = uploads_of(body)
+    flat = [(split, u) for split, us in sorted(uploads.items()) for u in us]
+    with ThreadPoolExecutor(max(1, min(threads, len(flat) or 1))) as pool:
+        listed = list(pool.map(lambda su: list_parts(su[1].key, su[1].upload_id), flat))
+    files: dict[int, list[PendingFile]] = {}
+    for (split, upload), parts in zip(flat, listed, strict=True):
+        files.setdefault(split, []).append(pending_file(upload, parts))
+    return {split: S3Committable(tuple(fs)) for split, fs in files.items()}
+
+
+def read_pendingsets(
+    keys: Iterable[str], get: Callable[[str], bytes], threads: int = 8
+) -> dict[str, Mapping[str, Any]]:
+    """Read and parse the ``.pendingset`` objects among ``keys`` (others are skipped).
+
+    Raises:
+        ValueError: one is not JSON.
+    """
+    wanted: Sequence[str] = [k for k in keys if k.endswith(".pendingset")]
+    with ThreadPoolExecutor(max(1, min(threads, len(wanted) or 1))) as pool:
+        bodies = list(pool.map(get, wanted))
+    return {k: json.loads(b) for k, b in zip(wanted, bodies, strict=True)}

@@ -1,0 +1,101 @@
+"""The S3 sink's Spark-staged epoch, its pure half: naming, options, session checks and the
+``.pendingset`` files turned into committables (the write itself: tests/integration)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from twophase.connectors.s3.internal import staged_write as sw
+from twophase.sinks.errors import ConcurrentAttemptError, ConfigError
+
+
+def pendingset(*commits: dict[str, Any]) -> dict[str, Any]:
+    return {"version": 3, "commits": list(commits)}
+
+
+def commit(key: str, upload: str, etags: list[Any], length: int = 10) -> dict[str, Any]:
+    return {"bucket": "b", "destinationKey": key, "uploadId": upload, "etags": etags, "length": length}
+
+
+def test_job_uuid_and_magic_folder() -> None:
+    uuid = sw.staged_job_uuid("0123abcd4567", 17, "9f3c")
+    assert uuid == "twophase-0123abcd4567-17-9f3c"
+    assert sw.magic_folder("t/p", uuid) == f"t/p/__magic_job-{uuid}/"
+    assert sw.magic_folder("", uuid) == f"__magic_job-{uuid}/"
+    with pytest.raises(ValueError):
+        sw.staged_job_uuid("tok/en", 1, "ab")
+    with pytest.raises(ValueError):
+        sw.staged_job_uuid("token", -1, "ab")
+
+
+def test_write_options_name_the_factory_and_the_uuid() -> None:
+    options = sw.write_options("twophase-t-1-a")
+    assert options["mapreduce.outputcommitter.factory.scheme.s3a"] == sw.FACTORY_CLASS
+    assert options["fs.s3a.committer.uuid"] == "twophase-t-1-a"
+    with pytest.raises(ValueError):
+        sw.write_options("bad uuid/")
+
+
+def test_check_session_names_the_missing_setting() -> None:
+    sw.check_session(sw.SESSION_SETTINGS.get)
+    with pytest.raises(ConfigError, match="spark.sql.sources.commitProtocolClass=org.apache.spark"):
+        sw.check_session({}.get)
+
+
+def test_split_of_a_task_pendingset() -> None:
+    assert (
+        sw.split_of(
+            "p/__magic_job-u/job-u/00/task_202612060003494358425105332867898_0007_m_000003.pendingset"
+        )
+        == 3
+    )
+    with pytest.raises(ValueError):
+        sw.split_of("p/__magic_job-u/job-u/00/_SUCCESS")
+
+
+def test_uploads_of_reads_both_etag_forms() -> None:
+    body = pendingset(commit("p/a.parquet", "u1", [{"etag": '"e1"'}, '"e2"']))
+    [u] = sw.uploads_of(body)
+    assert (u.key, u.upload_id, u.etags) == ("p/a.parquet", "u1", ('"e1"', '"e2"'))
+    with pytest.raises(ValueError, match="incomplete"):
+        sw.uploads_of(pendingset(commit("p/a.parquet", "u1", [])))
+
+
+def test_committables_per_split_with_listed_part_sizes() -> None:
+    sets = {
+        "p/__magic_job-u/job-u/00/task_1_0001_m_000000.pendingset": pendingset(
+            commit("p/a", "u1", ['"x"', '"y"'])
+        ),
+        "p/__magic_job-u/job-u/00/task_1_0001_m_000002.pendingset": pendingset(
+            commit("p/b", "u2", ['"z"']), commit("p/c", "u3", ['"w"'])
+        ),
+    }
+    parts = {"u1": {1: ('"x"', 5), 2: ('"y"', 3)}, "u2": {1: ('"z"', 7)}, "u3": {1: ('"w"', 1)}}
+    got = sw.staged_committables(sets, lambda key, upload: parts[upload])
+    assert sorted(got) == [0, 2]
+    assert [f.key for f in got[2].files] == ["p/b", "p/c"]
+    [a] = got[0].files
+    assert ([p.size for p in a.parts], a.byte_count) == ([5, 3], 8)
+
+
+def test_parts_that_differ_from_the_task_record_are_refused() -> None:
+    sets = {"f/task_1_0001_m_000000.pendingset": pendingset(commit("p/a", "u1", ['"x"']))}
+    with pytest.raises(ConcurrentAttemptError, match="not those its task committed"):
+        sw.staged_committables(sets, lambda key, upload: {1: ('"other"', 5)})
+    with pytest.raises(ConcurrentAttemptError):
+        sw.staged_committables(sets, lambda key, upload: {})
+
+
+def test_two_pendingsets_for_one_split_are_refused() -> None:
+    body = pendingset(commit("p/a", "u1", ['"x"']))
+    sets = {"a/task_1_0001_m_000001.pendingset": body, "b/task_2_0001_m_000001.pendingset": body}
+    with pytest.raises(ValueError, match="two .pendingset files for split 1"):
+        sw.staged_committables(sets, lambda key, upload: {1: ('"x"', 5)})
+
+
+def test_read_pendingsets_skips_other_objects() -> None:
+    store = {"f/x.pendingset": b'{"commits": []}', "f/marker": b""}
+    got = sw.read_pendingsets(store, store.__getitem__)
+    assert got == {"f/x.pendingset": {"commits": []}}
