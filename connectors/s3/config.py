@@ -50,6 +50,10 @@ STORAGE_CLASSES = frozenset(
 SSE_ALGORITHMS = frozenset({"AES256", "aws:kms", "aws:kms:dsse"})
 
 
+WRITE_PATHS = ("python", "spark")
+"""The values of :attr:`S3SinkConfig.write_path`."""
+
+
 @dataclass(frozen=True)
 class S3SinkConfig:
     """Where and how the S3 sink writes. Validated on construction.
@@ -89,6 +93,13 @@ class S3SinkConfig:
         max_attempts: attempts per S3 call for transient errors (throttling, 5xx, connection resets).
         retry_initial_backoff_ms / retry_max_backoff_ms: exponential backoff with jitter (ms).
         connect_timeout_ms / read_timeout_ms: socket timeouts (ms).
+        write_path: ``"python"`` (the default): the job's one pass hands the rows to Python, which
+            encodes and uploads them. ``"spark"`` (Parquet only; a job whose only sink this is):
+            Spark's own Parquet writer stages each file as a pending multipart upload through the
+            S3A magic committer and twophase's committer (``connectors/s3/jvm``), and the sink
+            commits them (:mod:`~twophase.connectors.s3.internal.staged_write`); the session needs
+            ``hadoop-aws``, ``spark-hadoop-cloud`` and that committer's jar, s3a reaching the same
+            store, and Spark's cloud commit protocol (``staged_write.SESSION_SETTINGS``).
 
     Raises:
         ConfigError: any invalid field, naming it.
@@ -117,6 +128,7 @@ class S3SinkConfig:
     retry_max_backoff_ms: int = 10_000
     connect_timeout_ms: int = 10_000
     read_timeout_ms: int = 60_000
+    write_path: str = "python"
 
     def __post_init__(self) -> None:
         validate_bucket(self.bucket)
@@ -152,6 +164,10 @@ class S3SinkConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1 ms, got {getattr(self, name)}")
+        if self.write_path not in WRITE_PATHS:
+            raise ConfigError(f"write_path must be one of {list(WRITE_PATHS)}, got {self.write_path!r}")
+        if self.write_path == "spark" and self.file_format is not FileFormat.PARQUET:
+            raise ConfigError(f"write_path 'spark' writes Parquet only; format is {self.file_format.value!r}")
 
     @property
     def file_format(self) -> FileFormat:

@@ -18,20 +18,23 @@ CompleteMultipartUpload. Data becomes visible only on commit.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 from botocore.exceptions import ClientError
 
 from twophase.connectors.objectstore.internal.formats import validate_schema
 from twophase.connectors.s3.config import S3SinkConfig
-from twophase.connectors.s3.internal import committer, lingering
+from twophase.connectors.s3.internal import committer, lingering, staged_write
 from twophase.connectors.s3.internal.committable import (
     COMMITTABLE_CODEC,
     IN_PROGRESS_CODEC,
     S3Committable,
     UploadedPart,
 )
+from twophase.connectors.s3.internal.naming import job_token
 from twophase.connectors.s3.internal.uploads import ClientFactory, S3Ops, cached_client
 from twophase.connectors.s3.internal.writer import Clock, S3Transaction, wall_clock_ms
 from twophase.sinks.api import InProgressSink
@@ -109,6 +112,45 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         """
         validate_schema(self.config, schema)
         self._ops().head_bucket()
+
+    # --- Spark-staged epochs (config.write_path "spark") ----------------------------------------
+
+    def stages_with_spark(self) -> bool:
+        """Whether Spark's Parquet writer stages this sink's epochs (``config.write_path``)."""
+        return self.config.write_path == "spark"
+
+    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> dict[int, S3Committable]:
+        """Write the epoch with Spark's Parquet writer through the staging committer, and read
+        back what it staged (:mod:`~twophase.connectors.s3.internal.staged_write`).
+
+        Returns:
+            Spark partition → its committable (its files' pending uploads, parts as S3 lists them).
+
+        Raises:
+            ConfigError: the session lacks Spark's cloud commit protocol (named setting).
+            ConcurrentAttemptError: an upload's parts are not those its task committed.
+            Exception: whatever Spark's write raises; what it staged is left to the lingering cleanup.
+        """
+        spark = df.sparkSession
+        staged_write.check_session(lambda key: spark.conf.get(key, None))
+        token = job_token(job_id, self.name)
+        job_uuid = staged_write.staged_job_uuid(token, checkpoint_id, secrets.token_hex(4))
+        writer = df.write.mode("append").options(**staged_write.write_options(job_uuid))
+        writer = writer.option("compression", self.config.parquet_compression)
+        if self.config.partition_by:
+            writer = writer.partitionBy(*self.config.partition_by)
+        location = (
+            f"s3a://{self.config.bucket}/{self.config.prefix}"
+            if self.config.prefix
+            else f"s3a://{self.config.bucket}/"
+        )
+        writer.parquet(location)
+        ops = self._ops()
+        folder = staged_write.magic_folder(self.config.prefix, job_uuid)
+        pendingsets = staged_write.read_pendingsets(ops.list_keys(folder), ops.read_object)
+        return staged_write.staged_committables(
+            pendingsets, ops.list_part_sizes, self.commit_concurrency, folder
+        )
 
     # --- executor side -------------------------------------------------------------------------
 

@@ -30,10 +30,11 @@ from twophase.coordinator.run.epoch import run_epoch
 from twophase.coordinator.run.fanout import EpochPlan, write_subtasks
 from twophase.coordinator.spark.compat import collect_arrow
 from twophase.coordinator.spark.results import EpochMetrics
-from twophase.coordinator.state.acknowledgement import ACK_SCHEMA
+from twophase.coordinator.state.acknowledgement import ACK_SCHEMA, Acknowledgement
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.context import JsonObject
 from twophase.sinks.internal.structured_log import log_event
+from twophase.sinks.spark_staging import SparkStagedSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -135,6 +136,40 @@ def acknowledgements_of(written: DataFrame, partitions: int, gather_above: int |
     return written.repartition(1).sortWithinPartitions("sink", "partition")
 
 
+def staged_sink(sinks: Iterable[TwoPhaseCommitSink[Any, Any]]) -> TwoPhaseCommitSink[Any, Any] | None:
+    """The job's sink when it is the only one and stages its epochs with Spark's writer
+    (:class:`~twophase.sinks.spark_staging.SparkStagedSink`); ``None``: the one Python pass. With
+    two or more sinks the rows are handed to Python once for all of them."""
+    listed = list(sinks)
+    if len(listed) != 1:
+        return None
+    only = listed[0]
+    if isinstance(only, SparkStagedSink) and only.stages_with_spark():
+        return only
+    return None
+
+
+def staged_acknowledgements(
+    sink: TwoPhaseCommitSink[Any, Any], df: DataFrame, plan: EpochPlan, partitions: int
+) -> pa.Table:
+    """The epoch written by ``sink``'s Spark writer, as the acknowledgement table of its
+    ``partitions`` subtasks (one row each; a partition that wrote nothing acknowledges an empty
+    transaction). Attempt 0: Spark's commit coordination let one attempt of each partition stage
+    its files, and the sink read back only theirs.
+
+    Raises:
+        ValueError: the write staged a partition outside ``0..partitions-1``.
+        Exception: whatever the sink's staged write raises.
+    """
+    assert isinstance(sink, SparkStagedSink)
+    committables = sink.stage_with_spark(df, plan.job_id, plan.checkpoint_id)
+    stray = sorted(p for p in committables if not 0 <= p < partitions)
+    if stray:
+        raise ValueError(f"sink {sink.name!r}: the staged write reported partitions {stray} of {partitions}")
+    acks = [Acknowledgement.of(sink, p, 0, committables.get(p)) for p in range(partitions)]
+    return pa.Table.from_pylist([a.to_row() for a in acks], schema=ACK_SCHEMA)
+
+
 def run_spark_epoch(
     runtime: JobRuntime, df: DataFrame, position: JsonObject, batch_id: int | None
 ) -> EpochMetrics:
@@ -151,8 +186,11 @@ def run_spark_epoch(
         df, partitions = df.repartition(1), 1  # an empty input still acknowledges its checkpoint
 
     gather_above = runtime.config.gather_acknowledgements_above
+    staged = staged_sink(runtime.sinks.values())
 
     def write(plan: EpochPlan) -> pa.Table:
+        if staged is not None:
+            return staged_acknowledgements(staged, df, plan, partitions)
         written = df.mapInArrow(epoch_task(plan), ack_struct_type())
         return collect_arrow(acknowledgements_of(written, partitions, gather_above))
 

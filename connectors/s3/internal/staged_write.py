@@ -38,9 +38,10 @@ FACTORY_CLASS = "twophase.s3.StagingCommitterFactory"
 MAGIC_FOLDER = "__magic_job-"
 """How the magic committer names a job's folder under the destination: this, then the job's uuid."""
 
+_CLOUD = "org.apache.spark.internal.io.cloud"
 SESSION_SETTINGS = {
-    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
-    "spark.sql.parquet.output.committer.class": "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter",
+    "spark.sql.sources.commitProtocolClass": f"{_CLOUD}.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": f"{_CLOUD}.BindingParquetOutputCommitter",
 }
 """Session settings a staged write needs (Spark's cloud-integration guide, "Hadoop S3A committers"):
 only Spark's cloud commit protocol asks the committer where a task writes. Both are session-wide,
@@ -156,8 +157,12 @@ def uploads_of(pendingset: Mapping[str, Any]) -> list[StagedUpload]:
     return out
 
 
-def pending_file(upload: StagedUpload, listed: Mapping[int, tuple[str, int]]) -> PendingFile:
-    """The committable's file of ``upload``, its parts as S3 lists them (number → ETag, size).
+def pending_file(
+    upload: StagedUpload, listed: Mapping[int, tuple[str, int]], folder: str | None = None
+) -> PendingFile:
+    """The committable's file of ``upload``, its parts as S3 lists them (number → ETag, size);
+    ``folder``, the write's magic folder, is deleted once the file is committed (as a tail folder
+    is: every file of the write names it, and the first commit's cleanup removes it).
 
     Raises:
         ConcurrentAttemptError: S3's parts differ from the task's record (another attempt wrote
@@ -169,13 +174,16 @@ def pending_file(upload: StagedUpload, listed: Mapping[int, tuple[str, int]]) ->
             f"s3://{upload.bucket}/{upload.key}: the upload's parts are not those its task committed"
         )
     parts = tuple(UploadedPart(n, listed[n][0], listed[n][1]) for n in numbers)
-    return PendingFile(upload.bucket, upload.key, upload.upload_id, parts, sum(p.size for p in parts), 0)
+    return PendingFile(
+        upload.bucket, upload.key, upload.upload_id, parts, sum(p.size for p in parts), 0, tail_prefix=folder
+    )
 
 
 def staged_committables(
     pendingsets: Mapping[str, Mapping[str, Any]],
     list_parts: Callable[[str, str], Mapping[int, tuple[str, int]]],
     threads: int = 8,
+    folder: str | None = None,
 ) -> dict[int, S3Committable]:
     """Each Spark partition's committable from the write's ``.pendingset`` files.
 
@@ -183,6 +191,7 @@ def staged_committables(
         pendingsets: key → parsed JSON of every ``.pendingset`` in the write's magic folder.
         list_parts: ``(key, upload_id)`` → the upload's parts now (number → (ETag, size)).
         threads: ListParts calls in flight.
+        folder: the write's magic folder, deleted after the commit (:func:`pending_file`).
 
     Returns:
         split → its committable; a split that wrote no file has none.
@@ -202,7 +211,7 @@ def staged_committables(
         listed = list(pool.map(lambda su: list_parts(su[1].key, su[1].upload_id), flat))
     files: dict[int, list[PendingFile]] = {}
     for (split, upload), parts in zip(flat, listed, strict=True):
-        files.setdefault(split, []).append(pending_file(upload, parts))
+        files.setdefault(split, []).append(pending_file(upload, parts, folder))
     return {split: S3Committable(tuple(fs)) for split, fs in files.items()}
 
 

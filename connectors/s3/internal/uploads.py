@@ -415,6 +415,40 @@ class S3Ops:
 
         return self._call("list parts", listing, where=key)
 
+    def list_part_sizes(self, key: str, upload_id: str) -> dict[int, tuple[str, int]]:
+        """The parts an open multipart upload holds now (all pages): number → (ETag, size in bytes).
+
+        Raises:
+            ClientError: NoSuchUpload (the upload was completed or aborted).
+            ServiceUnavailableError: S3 cannot be reached after retries.
+        """
+
+        def listing() -> dict[int, tuple[str, int]]:
+            pages = self.client.get_paginator("list_parts").paginate(
+                Bucket=self.bucket, Key=key, UploadId=upload_id
+            )
+            return {
+                int(p["PartNumber"]): (str(p["ETag"]), int(p["Size"]))
+                for page in pages
+                for p in page.get("Parts", [])
+            }
+
+        return self._call("list parts", listing, where=key)
+
+    def read_object(self, key: str) -> bytes:
+        """GetObject fully (a staged write's ``.pendingset``).
+
+        Raises:
+            ClientError: NoSuchKey.
+            ServiceUnavailableError: S3 cannot be reached after retries.
+        """
+
+        def read() -> bytes:
+            data: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            return data
+
+        return self._call("get object", read, where=key)
+
     def list_uploads(self) -> list[ListedUpload]:
         """Every pending multipart upload in the bucket (all pages).
 

@@ -40,7 +40,7 @@ def test_write_options_name_the_factory_and_the_uuid() -> None:
 
 def test_check_session_names_the_missing_setting() -> None:
     sw.check_session(sw.SESSION_SETTINGS.get)
-    with pytest.raises(ConfigError, match="spark.sql.sources.commitProtocolClass=org.apache.spark"):
+    with pytest.raises(ConfigError, match=r"spark\.sql\.sources\.commitProtocolClass=org\.apache\.spark"):
         sw.check_session({}.get)
 
 
@@ -91,7 +91,7 @@ def test_parts_that_differ_from_the_task_record_are_refused() -> None:
 def test_two_pendingsets_for_one_split_are_refused() -> None:
     body = pendingset(commit("p/a", "u1", ['"x"']))
     sets = {"a/task_1_0001_m_000001.pendingset": body, "b/task_2_0001_m_000001.pendingset": body}
-    with pytest.raises(ValueError, match="two .pendingset files for split 1"):
+    with pytest.raises(ValueError, match=r"two \.pendingset files for split 1"):
         sw.staged_committables(sets, lambda key, upload: {1: ('"x"', 5)})
 
 
