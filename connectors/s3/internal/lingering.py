@@ -10,6 +10,14 @@ What this job and sink opened is recognised by its key: data files carry :func:`
 - A tail object is deleted iff it is ours, the checkpoint that wrote it is
   ``<= scope.up_to_checkpoint`` and no held in-progress state names it.
 
+- A Spark-staged write (``write_path="spark"``) names its files as Spark does, so its uploads are
+  known by the records in its magic folder (``<prefix>/__magic_job-twophase-<token>-<checkpoint>-
+  <nonce>/``: the ``.pendingset`` of each committed task, the ``.pending`` of each attempt that
+  never committed): each is aborted iff the folder's checkpoint is ``<= scope.up_to_checkpoint``
+  and no held committable names it, and the folder is deleted once nothing in it failed. An
+  attempt killed before it closed a file leaves no record of that file's upload (WIP: not yet
+  found here).
+
 MinIO matches ListMultipartUploads' ``Prefix`` only as an exact key, so the whole bucket's
 uploads are listed and filtered here.
 """
@@ -20,7 +28,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from twophase.connectors.s3.internal import naming
+from twophase.connectors.s3.internal import naming, staged_write
 from twophase.connectors.s3.internal.committable import IN_PROGRESS_CODEC, S3Committable
 from twophase.connectors.s3.internal.uploads import ListedUpload, S3Ops
 from twophase.sinks.context import LingeringScope
@@ -114,6 +122,21 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
     tail_keys = ops.list_keys(naming.tails_root(prefix, token))
     victims = uploads_to_abort(uploads, prefix, token, NOTHING_HELD, up_to)
     tails = tails_to_delete(tail_keys, prefix, token, NOTHING_HELD, up_to)
+    folders = [
+        f
+        for f in staged_write.staged_folders(
+            prefix, token, ops.list_keys(staged_write.magic_folder(prefix, f"twophase-{token}")[:-1])
+        )
+        if f.checkpoint_id <= up_to
+    ]
+    if folders:  # Spark-staged writes: their uploads are known by the records in their folders
+        listed = {u.upload_id: u for u in uploads}
+        victims.extend(
+            listed[s.upload_id]
+            for f in folders
+            for s in staged_write.staged_uploads(f, ops.read_object)
+            if s.upload_id in listed
+        )
     if victims or tails:  # what is held is read only when something could go (issue #42: decodes)
         held = held_objects(scope)
         victims = [u for u in victims if u.upload_id not in held.upload_ids]
@@ -127,6 +150,8 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
             failed.append((u, e))
     if tails:
         ops.delete_keys(tails)
+    if folders and not failed:  # what a retained checkpoint holds needs no record in a folder
+        ops.delete_keys([k for f in folders for k in f.keys])
     log_event(
         log,
         logging.INFO,

@@ -227,3 +227,53 @@ def read_pendingsets(
     with ThreadPoolExecutor(max(1, min(threads, len(wanted) or 1))) as pool:
         bodies = list(pool.map(get, wanted))
     return {k: json.loads(b) for k, b in zip(wanted, bodies, strict=True)}
+
+
+_FOLDER_RE = re.compile(r"__magic_job-twophase-(?P<token>[0-9a-f]+)-(?P<checkpoint>\d+)-(?P<nonce>[0-9a-f]+)")
+
+
+@dataclass(frozen=True)
+class StagedFolder:
+    """One staged write's magic folder under the sink's prefix, as a listing shows it.
+
+    Attributes:
+        folder: its key prefix (ends with '/').
+        checkpoint_id: the checkpoint the write staged.
+        keys: every object under it (markers, ``.pending`` and ``.pendingset`` files).
+    """
+
+    folder: str
+    checkpoint_id: int
+    keys: tuple[str, ...]
+
+
+def staged_folders(prefix: str, token: str, keys: Iterable[str]) -> list[StagedFolder]:
+    """The magic folders of this job and sink's staged writes among ``keys`` (a listing of
+    ``<prefix>/__magic_job-twophase-<token>``), each with its objects."""
+    root = f"{prefix}/" if prefix else ""
+    found: dict[str, tuple[int, list[str]]] = {}
+    for key in keys:
+        first, _, _ = key[len(root) :].partition("/") if key.startswith(root) else ("", "", "")
+        m = _FOLDER_RE.fullmatch(first)
+        if m is None or m.group("token") != token:
+            continue
+        folder = f"{root}{first}/"
+        found.setdefault(folder, (int(m.group("checkpoint")), []))[1].append(key)
+    return [StagedFolder(f, cid, tuple(ks)) for f, (cid, ks) in sorted(found.items())]
+
+
+def staged_uploads(folder: StagedFolder, get: Callable[[str], bytes]) -> list[StagedUpload]:
+    """Every upload a staged write's folder records: those of its committed tasks (``.pendingset``)
+    and of task attempts that wrote files but never committed (``.pending``, one per file: a
+    failed or killed attempt's; a committed attempt's are gone with its attempt folder).
+
+    Raises:
+        ValueError: an object that is not JSON or a record without its upload.
+    """
+    out: list[StagedUpload] = []
+    for key in folder.keys:
+        if key.endswith(".pendingset"):
+            out.extend(uploads_of(json.loads(get(key))))
+        elif key.endswith(".pending"):
+            out.extend(uploads_of({"commits": [json.loads(get(key))]}))
+    return out

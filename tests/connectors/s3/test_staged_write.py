@@ -99,3 +99,33 @@ def test_read_pendingsets_skips_other_objects() -> None:
     store = {"f/x.pendingset": b'{"commits": []}', "f/marker": b""}
     got = sw.read_pendingsets(store, store.__getitem__)
     assert got == {"f/x.pendingset": {"commits": []}}
+
+
+def test_staged_folders_of_this_job_and_sink_only() -> None:
+    mine = "t/p/__magic_job-twophase-0123abcd4567-5-9f3c"
+    keys = [
+        f"{mine}/job-x/00/task_1_0001_m_000000.pendingset",
+        f"{mine}/job-x/00/tasks/attempt_1_0001_m_000001_0/__base/part-1.parquet.pending",
+        "t/p/__magic_job-twophase-ffffffffffff-5-9f3c/job-x/00/task_1_0001_m_000000.pendingset",
+        "t/p/__magic_job-someone-else/x.pendingset",
+        "t/p/part-00000-uuid-c000.snappy.parquet",
+    ]
+    [folder] = sw.staged_folders("t/p", "0123abcd4567", keys)
+    assert (folder.folder, folder.checkpoint_id, len(folder.keys)) == (mine + "/", 5, 2)
+
+
+def test_staged_uploads_of_committed_tasks_and_uncommitted_attempts() -> None:
+    folder = sw.StagedFolder(
+        "f/",
+        5,
+        ("f/job/00/task_1_0001_m_000000.pendingset", "f/job/00/tasks/a/__base/b.parquet.pending", "f/marker"),
+    )
+    bodies = {
+        folder.keys[
+            0
+        ]: b'{"commits": [{"bucket": "b", "destinationKey": "p/a", "uploadId": "u1", "etags": ["e"]}]}',
+        folder.keys[
+            1
+        ]: b'{"bucket": "b", "destinationKey": "p/b", "uploadId": "u2", "etags": [{"etag": "e"}]}',
+    }
+    assert [u.upload_id for u in sw.staged_uploads(folder, bodies.__getitem__)] == ["u1", "u2"]
