@@ -135,7 +135,8 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         staged_write.check_session(lambda key: spark.conf.get(key, None))
         token = job_token(job_id, self.name)
         job_uuid = staged_write.staged_job_uuid(token, checkpoint_id, secrets.token_hex(4))
-        writer = df.write.mode("append").options(**staged_write.write_options(job_uuid))
+        marker = f"s3a://{self.config.bucket}/{staged_write.marker_key(self.config.prefix, token, job_uuid)}"
+        writer = df.write.mode("append").options(**staged_write.write_options(job_uuid, marker))
         writer = writer.option("compression", self.config.parquet_compression)
         if self.config.partition_by:
             writer = writer.partitionBy(*self.config.partition_by)

@@ -129,14 +129,16 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
         )
         if f.checkpoint_id <= up_to
     ]
-    if folders:  # Spark-staged writes: their uploads are known by the records in their folders
-        listed = {u.upload_id: u for u in uploads}
-        victims.extend(
-            listed[s.upload_id]
-            for f in folders
-            for s in staged_write.staged_uploads(f, ops.read_object)
-            if s.upload_id in listed
+    markers = [
+        m
+        for m in staged_write.staged_markers(
+            prefix, token, ops.list_keys(staged_write.markers_root(prefix, token))
         )
+        if m.checkpoint_id <= up_to
+    ]
+    if folders:  # Spark-staged writes: their uploads are known by the records in their folders
+        recorded = {s.upload_id for f in folders for s in staged_write.staged_uploads(f, ops.read_object)}
+        victims.extend(u for u in uploads if u.upload_id in recorded)
     if victims or tails:  # what is held is read only when something could go (issue #42: decodes)
         held = held_objects(scope)
         victims = [u for u in victims if u.upload_id not in held.upload_ids]
@@ -150,8 +152,8 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
             failed.append((u, e))
     if tails:
         ops.delete_keys(tails)
-    if folders and not failed:  # what a retained checkpoint holds needs no record in a folder
-        ops.delete_keys([k for f in folders for k in f.keys])
+    if (folders or markers) and not failed:  # what a retained checkpoint holds needs no record here
+        ops.delete_keys([k for f in folders for k in f.keys] + [m.key for m in markers])
     log_event(
         log,
         logging.INFO,

@@ -66,9 +66,25 @@ def staged_job_uuid(token: str, checkpoint_id: int, nonce: str) -> str:
     return f"twophase-{token}-{checkpoint_id}-{nonce}"
 
 
-def write_options(job_uuid: str) -> dict[str, str]:
+def marker_key(prefix: str, token: str, job_uuid: str) -> str:
+    """Where a staged write's committer records that the write started, before any task runs:
+    ``<prefix>/_twophase/<token>/staged/<job uuid>`` (readers skip ``_twophase/``); its
+    last-modified time is when. Spark names the files after a job id no committer sees, so an
+    attempt killed before it closed a file leaves an upload only that time can place (WIP)."""
+    return (
+        f"{prefix}/_twophase/{token}/staged/{job_uuid}" if prefix else f"_twophase/{token}/staged/{job_uuid}"
+    )
+
+
+def markers_root(prefix: str, token: str) -> str:
+    """The folder of this job and sink's staged-write markers (ends with '/')."""
+    return marker_key(prefix, token, "")
+
+
+def write_options(job_uuid: str, marker: str | None = None) -> dict[str, str]:
     """The options of one staged write (``DataFrameWriter.options``): Spark builds each write's
-    Hadoop configuration from them, so they reach this write's committer and no other.
+    Hadoop configuration from them, so they reach this write's committer and no other. ``marker``:
+    the ``s3a://`` location where the committer records that the write started (:func:`marker_key`).
 
     Raises:
         ValueError: ``job_uuid`` is not a valid uuid for a folder name.
@@ -81,6 +97,7 @@ def write_options(job_uuid: str) -> dict[str, str]:
         "fs.s3a.committer.magic.enabled": "true",
         "fs.s3a.committer.uuid": job_uuid,
         "fs.s3a.committer.require.uuid": "true",
+        **({"twophase.staged.marker": marker} if marker else {}),
     }
 
 
@@ -276,4 +293,26 @@ def staged_uploads(folder: StagedFolder, get: Callable[[str], bytes]) -> list[St
             out.extend(uploads_of(json.loads(get(key))))
         elif key.endswith(".pending"):
             out.extend(uploads_of({"commits": [json.loads(get(key))]}))
+    return out
+
+
+@dataclass(frozen=True)
+class StagedMarker:
+    """A staged write's marker: its key, the write's job uuid and checkpoint."""
+
+    key: str
+    job_uuid: str
+    checkpoint_id: int
+
+
+def staged_markers(prefix: str, token: str, keys: Iterable[str]) -> list[StagedMarker]:
+    """The markers of this job and sink's staged writes among ``keys`` (a listing of
+    :func:`markers_root`)."""
+    root = markers_root(prefix, token)
+    out = []
+    for key in keys:
+        name = key[len(root) :] if key.startswith(root) else ""
+        m = _FOLDER_RE.fullmatch(MAGIC_FOLDER + name)
+        if m is not None and m.group("token") == token:
+            out.append(StagedMarker(key, name, int(m.group("checkpoint"))))
     return out

@@ -1,6 +1,10 @@
 package twophase.s3;
 
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.s3a.commit.magic.MagicS3GuardCommitter;
 import org.apache.hadoop.mapreduce.JobContext;
@@ -9,7 +13,7 @@ import org.apache.hadoop.mapreduce.TaskAttemptContext;
 import org.apache.hadoop.mapreduce.lib.output.PathOutputCommitter;
 
 /**
- * The S3A magic committer with the job commit left to its caller: tasks write and commit as the
+ * twophase's S3 committer (the S3 sink's Spark-staged writes): the S3A magic committer with the job commit left to its caller: tasks write and commit as the
  * magic committer makes them (each file a pending multipart upload, each committed task attempt a
  * .pendingset under the job's __magic directory); the job commit and the job cleanup do nothing,
  * so the uploads stay pending for a two-phase-commit driver to complete. A failed job aborts
@@ -26,7 +30,26 @@ public class StagingCommitter extends PathOutputCommitter {
 
   @Override public Path getOutputPath() { return delegate.getOutputPath(); }
   @Override public Path getWorkPath() throws IOException { return delegate.getWorkPath(); }
-  @Override public void setupJob(JobContext context) throws IOException { delegate.setupJob(context); }
+  /** The write option naming where setupJob records that the write started (before any task runs). */
+  public static final String MARKER = "twophase.staged.marker";
+
+  @Override
+  public void setupJob(JobContext context) throws IOException {
+    delegate.setupJob(context);
+    // a record that the write started, and when (its last-modified time), before any task runs:
+    // Spark names the files after a job id no committer sees (measured: not in the job's
+    // configuration), so an attempt killed before it closed a file leaves an upload only this
+    // time window can place (WIP, issue #44 item 4)
+    Configuration conf = context.getConfiguration();
+    String marker = conf.get(MARKER);
+    if (marker != null && !marker.isEmpty()) {
+      Path path = new Path(marker);
+      FileSystem fs = path.getFileSystem(conf);
+      try (FSDataOutputStream out = fs.create(path, true)) {
+        out.write(conf.get("fs.s3a.committer.uuid", "").getBytes(StandardCharsets.UTF_8));
+      }
+    }
+  }
   @Override public void setupTask(TaskAttemptContext context) throws IOException { delegate.setupTask(context); }
 
   @Override
