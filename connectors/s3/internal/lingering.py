@@ -139,6 +139,11 @@ def abort_lingering(ops: S3Ops, scope: LingeringScope[S3Committable]) -> int:
     if folders:  # Spark-staged writes: their uploads are known by the records in their folders
         recorded = {s.upload_id for f in folders for s in staged_write.staged_uploads(f, ops.read_object)}
         victims.extend(u for u in uploads if u.upload_id in recorded)
+    if markers:  # and by their files' names: a file being written when its attempt died has no record
+        ids = [i for i in (staged_write.file_job_id(ops.read_object(m.key)) for m in markers) if i]
+        named = {k for i in ids for k in staged_write.files_of_write(prefix, i, (u.key for u in uploads))}
+        seen = {u.upload_id for u in victims}
+        victims.extend(u for u in uploads if u.key in named and u.upload_id not in seen)
     if victims or tails:  # what is held is read only when something could go (issue #42: decodes)
         held = held_objects(scope)
         victims = [u for u in victims if u.upload_id not in held.upload_ids]

@@ -40,12 +40,14 @@ MAGIC_FOLDER = "__magic_job-"
 
 _CLOUD = "org.apache.spark.internal.io.cloud"
 SESSION_SETTINGS = {
-    "spark.sql.sources.commitProtocolClass": f"{_CLOUD}.PathOutputCommitProtocol",
+    "spark.sql.sources.commitProtocolClass": "twophase.s3.StagingCommitProtocol",
     "spark.sql.parquet.output.committer.class": f"{_CLOUD}.BindingParquetOutputCommitter",
 }
 """Session settings a staged write needs (Spark's cloud-integration guide, "Hadoop S3A committers"):
-only Spark's cloud commit protocol asks the committer where a task writes. Both are session-wide,
-so the sink checks them rather than setting them (they would change the session's other writes)."""
+only Spark's cloud commit protocol asks the committer where a task writes; twophase's
+(``connectors/s3/jvm``) is that protocol, which also hands the committer the id Spark names the
+write's files after, and changes no other write. Both are session-wide, so the sink checks them
+rather than setting them."""
 
 _TASK_RE = re.compile(r"task_\w+?_m_(?P<split>\d+)\.pendingset")
 _UUID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
@@ -68,9 +70,10 @@ def staged_job_uuid(token: str, checkpoint_id: int, nonce: str) -> str:
 
 def marker_key(prefix: str, token: str, job_uuid: str) -> str:
     """Where a staged write's committer records that the write started, before any task runs:
-    ``<prefix>/_twophase/<token>/staged/<job uuid>`` (readers skip ``_twophase/``); its
-    last-modified time is when. Spark names the files after a job id no committer sees, so an
-    attempt killed before it closed a file leaves an upload only that time can place (WIP)."""
+    ``<prefix>/_twophase/<token>/staged/<job uuid>`` (readers skip ``_twophase/``). It holds the
+    write's job uuid and the id Spark names its files after (:func:`file_job_id`), which only
+    ``StagingCommitProtocol`` sees, so that an attempt killed while it wrote a file leaves an
+    upload the lingering cleanup can still place (:func:`files_of_write`)."""
     return (
         f"{prefix}/_twophase/{token}/staged/{job_uuid}" if prefix else f"_twophase/{token}/staged/{job_uuid}"
     )
@@ -316,3 +319,22 @@ def staged_markers(prefix: str, token: str, keys: Iterable[str]) -> list[StagedM
         if m is not None and m.group("token") == token:
             out.append(StagedMarker(key, name, int(m.group("checkpoint"))))
     return out
+
+
+def file_job_id(marker_body: bytes) -> str | None:
+    """The id Spark named a staged write's files after, as its marker records it (the marker's
+    second line, written by ``StagingCommitter.setupJob`` from ``StagingCommitProtocol``), or
+    ``None`` when the marker has none (a write whose session ran another commit protocol)."""
+    lines = marker_body.decode("utf-8", "replace").split("\n")
+    found = lines[1].strip() if len(lines) > 1 else ""
+    return found if _UUID_RE.fullmatch(found) else None
+
+
+def files_of_write(prefix: str, job_id: str, keys: Iterable[str]) -> list[str]:
+    """Which of ``keys`` are files a staged write names: under ``prefix`` (partition folders
+    included), named ``part-<split>-<job id>`` then Spark's suffix (``-c000.snappy.parquet``).
+    Uploads at these keys that no retained checkpoint holds are that write's leftovers, among
+    them the file an attempt was killed while writing, which no ``.pending`` record names."""
+    root = f"{prefix}/" if prefix else ""
+    name = re.compile(rf"part-\d+-{re.escape(job_id)}[-.].*")
+    return [k for k in keys if k.startswith(root) and name.fullmatch(k.rsplit("/", 1)[-1])]

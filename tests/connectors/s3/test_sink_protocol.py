@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from twophase.connectors.objectstore.internal.outcomes import combine_outcomes
 from twophase.connectors.s3 import PendingFile, RollingPolicy, S3Committable, S3Sink, S3SinkConfig
 from twophase.connectors.s3.config import MIN_PART_BYTES, MiB
-from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC
+from twophase.connectors.s3.internal.committable import COMMITTABLE_CODEC, IN_PROGRESS_CODEC, UploadedPart
 from twophase.connectors.s3.internal.naming import job_token, parse_data_key, tails_root
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import (
@@ -445,6 +445,36 @@ def test_abort_lingering_touches_exactly_what_no_checkpoint_holds(
     assert sink.abort_lingering(scope) == 0  # nothing left to do
     with pytest.raises(CommittableDecodeError):  # unknown held state: abort nothing
         sink.abort_lingering(LingeringScope("job-1", "out", held_in_progress=({"kind": "?"},)))
+
+
+def test_abort_lingering_places_a_staged_write_s_unrecorded_upload_by_its_file_name(
+    fake: Any, make_sink: MakeSink
+) -> None:
+    """#44 item 4: an attempt killed while Spark's writer had a file open leaves an upload that no
+    ``.pending`` record names; the write's marker records the id Spark named its files after, so
+    the cleanup aborts that write's uploads (what a retained checkpoint holds excepted) and no
+    other write's, nor a newer checkpoint's."""
+    sink = make_sink(format="parquet")
+    token = job_token("job-1", "out")
+    root = f"data/out/_twophase/{token}/staged"
+    fake.put_object(Bucket="bucket", Key=f"{root}/twophase-{token}-2-ab12", Body=b"twophase-x\nfile-id-2\n")
+    fake.put_object(Bucket="bucket", Key=f"{root}/twophase-{token}-3-cd34", Body=b"twophase-y\nfile-id-3\n")
+
+    def upload(key: str) -> str:
+        return str(fake.create_multipart_upload(Bucket="bucket", Key=f"data/out/{key}")["UploadId"])
+
+    killed = upload("part-00003-file-id-2-c000.snappy.parquet")  # no record: only its name places it
+    in_partition = upload("day=1/part-00004-file-id-2-c000.snappy.parquet")
+    held = upload("part-00000-file-id-2-c000.snappy.parquet")
+    newer = upload("part-00001-file-id-3-c000.snappy.parquet")  # checkpoint 3: out of scope
+    foreign = upload("part-00003-file-id-9-c000.snappy.parquet")  # a write no marker of ours names
+    held_file = PendingFile(
+        "bucket", "data/out/part-00000-file-id-2-c000.snappy.parquet", held, (UploadedPart(1, "e", 5),), 5, 0
+    )
+    scope = LingeringScope[S3Committable]("job-1", "out", held=(S3Committable((held_file,)),), up_to_checkpoint=2)
+    assert sink.abort_lingering(scope) == 2
+    assert set(fake.uploads) == {held, newer, foreign} and not {killed, in_partition} & set(fake.uploads)
+    assert [k for k in fake.object_keys() if "/staged/" in k] == [f"{root}/twophase-{token}-3-cd34"]
 
 
 def test_abort_lingering_goes_on_past_a_failed_abort_and_names_it(

@@ -40,7 +40,7 @@ def test_write_options_name_the_factory_and_the_uuid() -> None:
 
 def test_check_session_names_the_missing_setting() -> None:
     sw.check_session(sw.SESSION_SETTINGS.get)
-    with pytest.raises(ConfigError, match=r"spark\.sql\.sources\.commitProtocolClass=org\.apache\.spark"):
+    with pytest.raises(ConfigError, match=r"spark\.sql\.sources\.commitProtocolClass=twophase\.s3\.StagingCommitProtocol"):
         sw.check_session({}.get)
 
 
@@ -129,3 +129,24 @@ def test_staged_uploads_of_committed_tasks_and_uncommitted_attempts() -> None:
         ]: b'{"bucket": "b", "destinationKey": "p/b", "uploadId": "u2", "etags": [{"etag": "e"}]}',
     }
     assert [u.upload_id for u in sw.staged_uploads(folder, bodies.__getitem__)] == ["u1", "u2"]
+
+
+def test_file_job_id_is_the_marker_s_second_line() -> None:
+    assert sw.file_job_id(b"twophase-t-1-ab\n123f0d9b-072a-4ce9-b27e-92eb1eecacf5\n") == (
+        "123f0d9b-072a-4ce9-b27e-92eb1eecacf5"
+    )
+    assert sw.file_job_id(b"twophase-t-1-ab\n\n") is None  # a session under another protocol
+    assert sw.file_job_id(b"twophase-t-1-ab") is None
+    assert sw.file_job_id(b"twophase-t-1-ab\n../x\n") is None
+
+
+def test_files_of_write_by_spark_s_names_under_the_prefix() -> None:
+    keys = [
+        "t/p/part-00003-J1-c000.snappy.parquet",
+        "t/p/day=2/part-00000-J1-c000.snappy.parquet",
+        "t/p/part-00003-J1.parquet",
+        "t/p/part-00003-J10-c000.snappy.parquet",  # another id that starts alike
+        "t/q/part-00003-J1-c000.snappy.parquet",  # another prefix
+        "t/p/x-part-00003-J1-c000.snappy.parquet",
+    ]
+    assert sw.files_of_write("t/p", "J1", keys) == keys[:3]

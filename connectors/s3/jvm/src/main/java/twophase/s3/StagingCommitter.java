@@ -37,16 +37,18 @@ public class StagingCommitter extends PathOutputCommitter {
   public void setupJob(JobContext context) throws IOException {
     delegate.setupJob(context);
     // a record that the write started, and when (its last-modified time), before any task runs:
-    // Spark names the files after a job id no committer sees (measured: not in the job's
-    // configuration), so an attempt killed before it closed a file leaves an upload only this
-    // time window can place (WIP, issue #44 item 4)
+    // the committer's uuid, then the id Spark names the write's files after (set by
+    // StagingCommitProtocol; empty under another protocol), so that the lingering cleanup can
+    // abort the upload of a file an attempt was killed while writing, which nothing else records
     Configuration conf = context.getConfiguration();
     String marker = conf.get(MARKER);
     if (marker != null && !marker.isEmpty()) {
       Path path = new Path(marker);
       FileSystem fs = path.getFileSystem(conf);
+      String record = conf.get("fs.s3a.committer.uuid", "") + "\n"
+          + conf.get(StagingCommitProtocol.FILE_JOB_ID, "") + "\n";
       try (FSDataOutputStream out = fs.create(path, true)) {
-        out.write(conf.get("fs.s3a.committer.uuid", "").getBytes(StandardCharsets.UTF_8));
+        out.write(record.getBytes(StandardCharsets.UTF_8));
       }
     }
   }
