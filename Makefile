@@ -197,7 +197,7 @@ soak: prepare
 # examples of each; `make test` runs 30 fixed examples of each
 MODEL_EXAMPLES ?= 5000
 MODEL_SEEDS ?= 1 2 $(shell date +%s)
-MODEL_TESTS ?= tests/coordinator/test_protocol_model.py tests/coordinator/test_two_drivers_model.py
+MODEL_TESTS ?= tests/coordinator/test_protocol_model.py tests/coordinator/test_two_drivers_model.py tests/connectors/s3/test_staged_write_model.py
 model-check: venv
 	TWOPHASE_MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(BIN)/pytest $(MODEL_TESTS) -q -p no:cacheprovider --hypothesis-show-statistics
 	for seed in $(MODEL_SEEDS); do \

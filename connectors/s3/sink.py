@@ -133,24 +133,33 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         """
         spark = df.sparkSession
         staged_write.check_session(lambda key: spark.conf.get(key, None))
-        token = job_token(job_id, self.name)
-        job_uuid = staged_write.staged_job_uuid(token, checkpoint_id, secrets.token_hex(4))
-        marker = f"s3a://{self.config.bucket}/{staged_write.marker_key(self.config.prefix, token, job_uuid)}"
-        writer = df.write.mode("append").options(**staged_write.write_options(job_uuid, marker))
+        target = self.staged_target(job_id, checkpoint_id)
+        writer = df.write.mode("append").options(**target.options())
         writer = writer.option("compression", self.config.parquet_compression)
         if self.config.partition_by:
             writer = writer.partitionBy(*self.config.partition_by)
-        location = (
-            f"s3a://{self.config.bucket}/{self.config.prefix}"
-            if self.config.prefix
-            else f"s3a://{self.config.bucket}/"
-        )
-        writer.parquet(location)
+        writer.parquet(target.location)
+        return self.read_staged(target)
+
+    def staged_target(self, job_id: str, checkpoint_id: int) -> staged_write.StagedTarget:
+        """The names of one new staged write of ``checkpoint_id`` (a fresh job uuid per call, so
+        each attempt of a checkpoint has its own folder and marker)."""
+        token = job_token(job_id, self.name)
+        job_uuid = staged_write.staged_job_uuid(token, checkpoint_id, secrets.token_hex(4))
+        return staged_write.StagedTarget.of(self.config.bucket, self.config.prefix, token, job_uuid)
+
+    def read_staged(self, target: staged_write.StagedTarget) -> dict[int, S3Committable]:
+        """What a finished staged write staged: each Spark partition's committable, from the
+        ``.pendingset`` files in its folder, every upload's parts listed back.
+
+        Raises:
+            ValueError: a bad or doubled ``.pendingset``.
+            ConcurrentAttemptError: an upload's parts are not those its task committed.
+        """
         ops = self._ops()
-        folder = staged_write.magic_folder(self.config.prefix, job_uuid)
-        pendingsets = staged_write.read_pendingsets(ops.list_keys(folder), ops.read_object)
+        pendingsets = staged_write.read_pendingsets(ops.list_keys(target.folder), ops.read_object)
         return staged_write.staged_committables(
-            pendingsets, ops.list_part_sizes, self.commit_concurrency, folder
+            pendingsets, ops.list_part_sizes, self.commit_concurrency, target.folder
         )
 
     # --- executor side -------------------------------------------------------------------------

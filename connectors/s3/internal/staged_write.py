@@ -104,6 +104,40 @@ def write_options(job_uuid: str, marker: str | None = None) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class StagedTarget:
+    """The names of one staged write.
+
+    Attributes:
+        bucket: the sink's bucket.
+        job_uuid: the write's job uuid (:func:`staged_job_uuid`).
+        marker: the key of its marker (:func:`marker_key`).
+        folder: its magic folder's key prefix (:func:`magic_folder`, ends with '/').
+        location: where Spark writes (``s3a://<bucket>/<prefix>``).
+    """
+
+    bucket: str
+    job_uuid: str
+    marker: str
+    folder: str
+    location: str
+
+    @classmethod
+    def of(cls, bucket: str, prefix: str, token: str, job_uuid: str) -> StagedTarget:
+        """The names of ``job_uuid``'s write under ``bucket``/``prefix`` for ``token``."""
+        return cls(
+            bucket,
+            job_uuid,
+            marker_key(prefix, token, job_uuid),
+            magic_folder(prefix, job_uuid),
+            f"s3a://{bucket}/{prefix}" if prefix else f"s3a://{bucket}/",
+        )
+
+    def options(self) -> dict[str, str]:
+        """The write's options (:func:`write_options`, with its marker)."""
+        return write_options(self.job_uuid, f"s3a://{self.bucket}/{self.marker}")
+
+
 def check_session(setting: Callable[[str], str | None]) -> None:
     """Check that the session can stage a write (:data:`SESSION_SETTINGS`).
 

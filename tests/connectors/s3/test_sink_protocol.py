@@ -471,7 +471,8 @@ def test_abort_lingering_places_a_staged_write_s_unrecorded_upload_by_its_file_n
     held_file = PendingFile(
         "bucket", "data/out/part-00000-file-id-2-c000.snappy.parquet", held, (UploadedPart(1, "e", 5),), 5, 0
     )
-    scope = LingeringScope[S3Committable]("job-1", "out", held=(S3Committable((held_file,)),), up_to_checkpoint=2)
+    held_committable = S3Committable((held_file,))
+    scope = LingeringScope[S3Committable]("job-1", "out", held=(held_committable,), up_to_checkpoint=2)
     assert sink.abort_lingering(scope) == 2
     assert set(fake.uploads) == {held, newer, foreign} and not {killed, in_partition} & set(fake.uploads)
     assert [k for k in fake.object_keys() if "/staged/" in k] == [f"{root}/twophase-{token}-3-cd34"]

@@ -40,8 +40,9 @@ def test_write_options_name_the_factory_and_the_uuid() -> None:
 
 def test_check_session_names_the_missing_setting() -> None:
     sw.check_session(sw.SESSION_SETTINGS.get)
-    with pytest.raises(ConfigError, match=r"spark\.sql\.sources\.commitProtocolClass=twophase\.s3\.StagingCommitProtocol"):
-        sw.check_session({}.get)
+    setting = r"spark\.sql\.sources\.commitProtocolClass=twophase\.s3\.StagingCommitProtocol"
+    with pytest.raises(ConfigError, match=setting):
+        sw.check_session(lambda _key: None)
 
 
 def test_split_of_a_task_pendingset() -> None:
