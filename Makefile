@@ -14,7 +14,7 @@ TWOPHASE_CACHE ?= $(HOME)/.cache/twophase
 MYPY_CACHE := $(TWOPHASE_CACHE)/mypy
 
 .DEFAULT_GOAL := help
-.PHONY: help venv constraints prepare demo demo-cluster test lint docs format services-up services-down services-status bench soak chaos faults model-check compat clean
+.PHONY: help venv constraints prepare jars demo demo-cluster test lint docs format services-up services-down services-status bench soak chaos faults model-check compat clean
 
 help:
 	@echo "make demo           end-to-end smoke run against Kafka and S3 (starts and stops them)"
@@ -47,8 +47,15 @@ constraints: venv
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 # Kafka's and Spark's jars (Maven) and the MinIO binary (go install); each step is skipped when cached
-prepare: venv
+prepare: venv jars
 	$(BIN)/twophase services prepare
+
+# the jars the wheel carries (setup.py JVM_PROJECTS), built into the checkout for the editable
+# install: the JVM half of the S3 sink's Spark-staged writes; never committed
+STAGING_JAR := connectors/s3/jvm/twophase-s3-staging.jar
+jars: $(STAGING_JAR)
+$(STAGING_JAR): connectors/s3/jvm/pom.xml $(wildcard connectors/s3/jvm/src/main/java/twophase/s3/*.java) setup.py
+	$(BIN)/python -c 'import setup; setup.build_jars_in_place()'
 
 demo: prepare
 	$(BIN)/twophase demo

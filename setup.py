@@ -22,6 +22,10 @@ keeps it (:func:`twophase.integration.spark_shipping.build_wheel`). No user-faci
 import ast
 import configparser
 import os
+import shutil
+import subprocess
+import tempfile
+import warnings
 from pathlib import Path
 
 from setuptools import setup
@@ -49,6 +53,13 @@ DEVELOPMENT = (
 users install."""
 DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
 """Set to ``1``, the wheel keeps :data:`DEVELOPMENT` (the project's own cluster runs only)."""
+
+
+JVM_PROJECTS = {"connectors/s3/jvm": "twophase-s3-staging.jar"}
+"""Maven projects whose jar the wheel carries (folder, relative to the repository root → the jar's
+name, put in that folder of the wheel): the JVM halves of the sinks' Spark-staged writes."""
+MAVEN_SETTINGS = "integration/services/jvm/settings.xml"
+"""Maven's global settings for every build of the project (a mirror for Spark's parent POM)."""
 
 
 DECLARATIONS = "connectors/*/declaration.py"
@@ -152,9 +163,50 @@ def product_packages(development: bool = False) -> list[str]:
     return found
 
 
+def build_jar(project: Path, jar: str, dest: Path, root: Path = ROOT) -> bool:
+    """Build the Maven ``project`` (a folder with a ``pom.xml``) and copy its ``jar`` to ``dest``;
+    False, with a warning, when Maven is not on PATH (the wheel then lacks the jar, and what needs
+    it says so by name: :func:`twophase.connectors.s3.staging_jar`).
+
+    Raises:
+        subprocess.CalledProcessError: Maven failed.
+    """
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        warnings.warn(f"Maven ('mvn') is not on PATH: the wheel is built without {jar}", stacklevel=2)
+        return False
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [mvn, "-q", "-B", "-gs", str(root / MAVEN_SETTINGS), "-f", str(project / "pom.xml")]
+        subprocess.run([*cmd, f"-Dtwophase.build={out}", "package"], check=True)
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(out) / jar, dest / jar)
+    return True
+
+
+def build_jars_in_place(root: Path = ROOT) -> None:
+    """Build every jar of :data:`JVM_PROJECTS` into its own folder of the checkout (``make jars``;
+    ``*.jar`` is never committed), where an editable install finds it.
+
+    Raises:
+        RuntimeError: Maven is not on PATH.
+        subprocess.CalledProcessError: Maven failed.
+    """
+    for folder, jar in JVM_PROJECTS.items():
+        if not build_jar(root / folder, jar, root / folder, root):
+            raise RuntimeError("Maven ('mvn') is not on PATH; install it (e.g. apt install maven)")
+
+
 class BuildPyProduct(build_py):
     """``build_py`` that leaves out ``test_*.py``, ``conftest.py``, the root's modules other than
-    ``__init__.py`` (this file) and, unless asked for, the development modules."""
+    ``__init__.py`` (this file) and, unless asked for, the development modules; and builds the
+    jars of :data:`JVM_PROJECTS` into the wheel."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):  # a checkout's jars: `make jars` (build_jars_in_place)
+            return
+        for folder, jar in JVM_PROJECTS.items():
+            build_jar(ROOT / folder, jar, Path(self.build_lib) / "twophase" / folder)
 
     def find_package_modules(self, package: str, package_dir: str) -> list[tuple[str, str, str]]:
         keep_development = with_development()

@@ -36,7 +36,7 @@ from twophase.integration.services.cache import cache_dir, file_lock
 REPO = Path(__file__).resolve().parents[1]
 CODE_ROOTS = ("sinks", "coordinator", "connectors", "integration")
 TOP_FILES = ("__init__.py", "py.typed", "setup.cfg", "setup.py", "pyproject.toml", "LICENSE")
-SUFFIXES = frozenset({".py", ".typed", ".xml"})
+SUFFIXES = frozenset({".py", ".typed", ".xml", ".java"})
 DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
 """``setup.py`` keeps the development tooling in the wheel when this variable is ``1``."""
 PRUNE_AFTER_S = 7 * 24 * 3600.0
@@ -50,8 +50,8 @@ class ShippingError(RuntimeError):
 def source_files(root: Path = REPO) -> list[Path]:
     """The files the wheel is built from, relative to ``root``, sorted.
 
-    The packaging files and, under the code roots, ``*.py``, ``py.typed`` and ``*.xml`` (the Maven
-    files packaged as data), without ``__pycache__``, ``test_*.py`` and ``conftest.py`` (setup.py
+    The packaging files and, under the code roots, ``*.py``, ``py.typed``, ``*.xml`` (the Maven
+    files packaged as data) and ``*.java`` (the jars setup.py builds into the wheel), without ``__pycache__``, ``test_*.py`` and ``conftest.py`` (setup.py
     leaves tests out of the wheel, so they need not trigger a rebuild)."""
     found = [Path(name) for name in TOP_FILES if (root / name).is_file()]
     for code_root in CODE_ROOTS:

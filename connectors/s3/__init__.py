@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 
 from twophase.connectors.s3.declaration import DECLARATION
 
-__all__ = ["FileFormat", "PendingFile", "RollingPolicy", "S3Committable", "S3Sink", "S3SinkConfig"]
+__all__ = ["FileFormat", "PendingFile", "RollingPolicy", "S3Committable", "S3Sink", "S3SinkConfig", "staging_jar"]
 
 if TYPE_CHECKING:
     from twophase.connectors.s3.config import FileFormat, RollingPolicy, S3SinkConfig
     from twophase.connectors.s3.internal.committable import PendingFile, S3Committable
+    from twophase.connectors.s3.jvm_jar import staging_jar
     from twophase.connectors.s3.sink import S3Sink
 
 

@@ -28,6 +28,7 @@ DECLARATION = ConnectorDeclaration(
         "FileFormat": "config",
         "PendingFile": "internal.committable",
         "S3Committable": "internal.committable",
+        "staging_jar": "jvm_jar",
     },
     top_level=("S3Sink", "S3SinkConfig", "RollingPolicy", "FileFormat"),
     listing="twophase.connectors.s3.listing:list_lingering",
