@@ -51,8 +51,9 @@ def source_files(root: Path = REPO) -> list[Path]:
     """The files the wheel is built from, relative to ``root``, sorted.
 
     The packaging files and, under the code roots, ``*.py``, ``py.typed``, ``*.xml`` (the Maven
-    files packaged as data) and ``*.java`` (the jars setup.py builds into the wheel), without ``__pycache__``, ``test_*.py`` and ``conftest.py`` (setup.py
-    leaves tests out of the wheel, so they need not trigger a rebuild)."""
+    files packaged as data) and ``*.java`` (the jars setup.py builds into the wheel), without
+    ``__pycache__``, ``test_*.py`` and ``conftest.py`` (setup.py leaves tests out of the wheel, so
+    they need not trigger a rebuild)."""
     found = [Path(name) for name in TOP_FILES if (root / name).is_file()]
     for code_root in CODE_ROOTS:
         for path in (root / code_root).rglob("*"):

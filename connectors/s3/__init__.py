@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 from twophase.connectors.s3.declaration import DECLARATION
 
-__all__ = ["FileFormat", "PendingFile", "RollingPolicy", "S3Committable", "S3Sink", "S3SinkConfig", "staging_jar"]
+__all__ = [
+    "FileFormat",
+    "PendingFile",
+    "RollingPolicy",
+    "S3Committable",
+    "S3Sink",
+    "S3SinkConfig",
+    "staging_jar",
+]
 
 if TYPE_CHECKING:
     from twophase.connectors.s3.config import FileFormat, RollingPolicy, S3SinkConfig
