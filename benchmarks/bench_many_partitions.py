@@ -215,7 +215,7 @@ def session(stack: contextlib.ExitStack, master: str, endpoints: Any, event_log_
     stack.enter_context(driver_environment(endpoints.s3, python))
     conf = {
         **cluster_conf(master, endpoints.s3, shipping, event_log_dir),
-        **jar_conf([*spark_jars(), common.hadoop_cloud_jar()]),
+        **jar_conf(spark_jars()),
         **SESSION_SETTINGS,
     }
     spark = build_spark_session("twophase-bench-partitions", extra_conf=conf, s3=endpoints.s3, s3_keys=False)

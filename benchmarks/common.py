@@ -124,7 +124,7 @@ def spark_session(
     """The ``local[2]`` session of :func:`twophase.integration.spark.build_spark_session` (UTC, 2 GiB driver),
     with s3a pointed at ``s3`` when given (also on a session that already exists); on the cluster
     of ``TWOPHASE_BENCH_MASTER`` when it is set (:func:`cluster_spark_session`). With
-    ``magic_committer`` the session also holds ``spark-hadoop-cloud`` (:func:`hadoop_cloud_jar`), so
+    ``magic_committer`` the session must hold ``spark-hadoop-cloud`` (:func:`hadoop_cloud_jar`), so
     that a writer can run under :data:`MAGIC_COMMITTER` or another store's committer through
     Spark's cloud commit protocol (:data:`MANIFEST_COMMITTER`), and the others under
     :data:`CLASSIC_COMMITTER` (:func:`session_conf`). ``extra_jars`` (absolute paths, e.g. a Hadoop
@@ -136,10 +136,10 @@ def spark_session(
         return cluster_spark_session(master, s3)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = {"spark.sql.session.timeZone": "UTC", "spark.driver.memory": "2g"}
-    if magic_committer or extra_jars:
-        conf["spark.jars"] = ",".join(
-            [*spark_jars(), *([hadoop_cloud_jar()] if magic_committer else []), *extra_jars]
-        )
+    if magic_committer:
+        hadoop_cloud_jar()  # among spark_jars(): refused here, by name, where the jar set has none
+    if extra_jars:
+        conf["spark.jars"] = ",".join([*spark_jars(), *extra_jars])
     spark = build_spark_session(app, conf, s3=s3)
     spark.sparkContext.pythonExec = sys.executable
     if s3 is not None:
@@ -400,30 +400,21 @@ def maven_jars(name: str, artifacts: Sequence[str], transitive: bool = True) -> 
     return [str(j) for j in resolve_jars(pom, cache_dir() / f"bench-jars-{name}-{key}")]
 
 
-HADOOP_CLOUD = {
-    "3.5": "org.apache.spark:spark-hadoop-cloud_2.12:3.5.7",
-    "4.0": "org.apache.spark:spark-hadoop-cloud_2.13:4.0.1",
-    "4.1": "org.apache.spark:spark-hadoop-cloud_2.13:4.1.1",
-    # 4.2.0's is not served here; 4.1.1's two classes (PathOutputCommitProtocol,
-    # BindingParquetOutputCommitter) run on 4.2 unchanged
-    "4.2": "org.apache.spark:spark-hadoop-cloud_2.13:4.1.1",
-}
-"""Per Spark minor release, the ``spark-hadoop-cloud`` artifact whose commit protocol binds Spark's
-file writers to the S3A committers (the magic committer)."""
-
-
 def hadoop_cloud_jar() -> str:
-    """The ``spark-hadoop-cloud`` jar of the running pyspark (:data:`HADOOP_CLOUD`), alone: Spark's
-    own jars and ``hadoop-aws`` are on the session's class path already.
+    """The ``spark-hadoop-cloud`` jar among the session's jars
+    (:func:`twophase.integration.spark.spark_jars`: its version per Spark minor release is
+    :attr:`~twophase.integration.services.versions.SparkJarSet.hadoop_cloud`).
 
     Raises:
-        KeyError: a pyspark release without an entry.
-        ServiceUnavailableError: Maven cannot resolve it.
+        KeyError: the running pyspark has no ``spark-hadoop-cloud`` in its jar set.
+        ServiceUnavailableError: Maven cannot resolve the jars.
     """
-    import pyspark
+    from twophase.integration.spark import spark_jars
 
-    minor = ".".join(pyspark.__version__.split(".")[:2])
-    return maven_jars("hadoop-cloud", [HADOOP_CLOUD[minor]], transitive=False)[0]
+    found = [j for j in spark_jars() if Path(j).name.startswith("spark-hadoop-cloud")]
+    if not found:
+        raise KeyError("this Spark's jar set has no spark-hadoop-cloud (integration/services/versions.py)")
+    return found[0]
 
 
 MAGIC_COMMITTER = {

@@ -23,7 +23,7 @@ from twophase.integration.services.cache import cache_dir
 from twophase.integration.services.maven import JVM_DIR, pom_digest, resolve_jars
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.integration.services.versions import SPARK_JARS, SparkJarSet, spark_jar_set
-from twophase.sinks.errors import UnsupportedSparkError
+from twophase.sinks.errors import ConfigError, UnsupportedSparkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,6 +91,10 @@ def maven_properties() -> dict[str, str]:
         props["no.kafka.source"] = "true"
     else:
         props["kafka.source.version"] = jars.kafka_source
+    if jars.hadoop_cloud is None:
+        props["no.hadoop.cloud"] = "true"
+    else:
+        props["hadoop.cloud.version"] = jars.hadoop_cloud
     return props
 
 
@@ -109,6 +113,17 @@ def spark_jars() -> list[str]:
     out_dir = cache_dir() / f"spark-jars-{pom_digest(SPARK_POM, props)[:12]}"
     shipped = {_artifact(jar) for jar in pyspark_jars_dir().glob("*.jar")}
     return [str(jar) for jar in resolve_jars(SPARK_POM, out_dir, props) if _artifact(jar) not in shipped]
+
+
+def twophase_jars() -> list[str]:
+    """twophase's own jars, where built (``make jars`` in a checkout; a wheel carries them): the S3
+    sink's committer for its Spark-staged writes. Without them every other write runs."""
+    from twophase.connectors.s3.jvm_jar import staging_jar
+
+    try:
+        return [staging_jar()]
+    except ConfigError:
+        return []
 
 
 def s3a_conf(s3: S3Endpoint, keys: bool = True) -> dict[str, str]:
@@ -230,7 +245,7 @@ def build_spark_session(
     from pyspark.sql import SparkSession
 
     scratch = spark_scratch()
-    conf: dict[str, str] = {"spark.jars": ",".join(spark_jars())}
+    conf: dict[str, str] = {"spark.jars": ",".join([*spark_jars(), *twophase_jars()])}
     if has_delta_jars():
         conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
         conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -46,21 +46,25 @@ class SparkJarSet:
         kafka_source: ``spark-sql-kafka-0-10`` version on Maven Central (a patch of the same minor);
             ``None`` where none is published there.
         token_provider: ``spark-token-provider-kafka-0-10`` version (not every one is on Central).
+        hadoop_cloud: ``spark-hadoop-cloud`` version (its jar alone: Spark's cloud commit protocol,
+            which the S3 sink's Spark-staged writes run under); ``None`` where none is served.
     """
 
     delta_artifact: str | None
     delta_version: str | None
     kafka_source: str | None
     token_provider: str
+    hadoop_cloud: str | None = None
 
 
 #: Per Spark minor version. Delta 4.4 builds for Spark 4.0, 4.1 and 4.2; Delta 3.3 for Spark 3.5;
-#: none for Spark 4.3 yet.
+#: none for Spark 4.3 yet. spark-hadoop-cloud 4.2.0 is not served here; 4.1.1's two classes
+#: (PathOutputCommitProtocol, BindingParquetOutputCommitter) run on 4.2 unchanged.
 SPARK_JARS: Final[Mapping[tuple[int, int], SparkJarSet]] = {
-    (3, 5): SparkJarSet("delta-spark_2.12", "3.3.2", "3.5.7", "3.5.7"),
-    (4, 0): SparkJarSet("delta-spark_4.0_2.13", "4.4.0", "4.0.1", "4.0.0"),
-    (4, 1): SparkJarSet("delta-spark_4.1_2.13", "4.4.0", "4.1.3", "4.0.0"),
-    (4, 2): SparkJarSet("delta-spark_4.2_2.13", "4.4.0", "4.2.0", "4.0.0"),
+    (3, 5): SparkJarSet("delta-spark_2.12", "3.3.2", "3.5.7", "3.5.7", "3.5.7"),
+    (4, 0): SparkJarSet("delta-spark_4.0_2.13", "4.4.0", "4.0.1", "4.0.0", "4.0.1"),
+    (4, 1): SparkJarSet("delta-spark_4.1_2.13", "4.4.0", "4.1.3", "4.0.0", "4.1.1"),
+    (4, 2): SparkJarSet("delta-spark_4.2_2.13", "4.4.0", "4.2.0", "4.0.0", "4.1.1"),
     (4, 3): SparkJarSet(None, None, None, "4.0.0"),
 }
 
@@ -70,7 +74,7 @@ SPARK_JARS: Final[Mapping[tuple[int, int], SparkJarSet]] = {
 #: LTS, EMR 7.0 to 7.5, Dataproc 2.2; the floor, Databricks and EMR 7.0 cells of `make compat`);
 #: the Kafka source of 3.5.7 runs on every 3.5 release.
 SPARK_JARS_BEFORE: Final[Mapping[tuple[int, int, int], SparkJarSet]] = {
-    (3, 5, 3): SparkJarSet("delta-spark_2.12", "3.2.0", "3.5.7", "3.5.7"),
+    (3, 5, 3): SparkJarSet("delta-spark_2.12", "3.2.0", "3.5.7", "3.5.7", "3.5.7"),
 }
 
 
