@@ -134,6 +134,8 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         spark = df.sparkSession
         staged_write.check_session(lambda key: spark.conf.get(key, None))
         target = self.staged_target(job_id, checkpoint_id)
+        if self.config.columns is not None:  # the sink's projection, as the Python path applies it
+            df = df.select(*self.config.columns)
         writer = df.write.mode("append").options(**target.options())
         writer = writer.option("compression", self.config.parquet_compression)
         if self.config.partition_by:

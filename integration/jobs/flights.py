@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from twophase.connectors.s3.internal import staged_write
 from twophase.coordinator.commit.commit_policy import CommitPolicy
 from twophase.coordinator.run.runtime_config import RuntimeConfig
 from twophase.coordinator.spark.handle import JobHandle
@@ -452,7 +453,8 @@ def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None
         if master is None:
             # the optional sinks' services come from the environment too (TWOPHASE_POSTGRES_DSN, ...)
             endpoints = with_services(endpoints_from_environment(), running_services(spec))
-            spark = flights_spark_session(endpoints, spec.partition_per_file, event_log_dir)
+            staged = dict(staged_write.SESSION_SETTINGS) if spec.s3_write_path == "spark" else None
+            spark = flights_spark_session(endpoints, spec.partition_per_file, event_log_dir, staged)
             stack.callback(spark.stop)
         else:
             if not spec.on_s3:

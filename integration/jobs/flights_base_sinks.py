@@ -141,5 +141,6 @@ def build_file_sink(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> TwoPha
             ),
             partition_by=("origin", "month"),
             columns=TYPED_COLUMNS,
+            write_path=spec.s3_write_path,
         ),
     )
