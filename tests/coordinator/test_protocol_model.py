@@ -64,7 +64,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from support.delta_model import ModelDeltaSink
@@ -133,6 +133,7 @@ from support.model_payloads import (
     read_back_differs,
     undecodable_once,
 )
+from support.model_run import model_case
 from support.model_settle import settle
 from support.model_world import ModelWorld
 from support.postgres_model import RESTART_POINTS
@@ -1209,23 +1210,9 @@ class ProtocolModel(RuleBasedStateMachine):
         )
 
 
-ProtocolModel.TestCase.settings = settings(
-    max_examples=int(os.environ.get("TWOPHASE_MODEL_EXAMPLES", "30")),
-    stateful_step_count=int(os.environ.get("TWOPHASE_MODEL_STEPS", "30")),
-    deadline=None,
-    derandomize="TWOPHASE_MODEL_SEED" not in os.environ,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-    # TWOPHASE_MODEL_SHRINK=0 reports the failing life as found (shrinking replays it many times,
-    # and asynchronous commit makes replays diverge)
-    phases=[p for p in Phase if p is not Phase.shrink or os.environ.get("TWOPHASE_MODEL_SHRINK", "1") == "1"],
+TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(
+    model_case(ProtocolModel, int(os.environ.get("TWOPHASE_MODEL_STEPS", "30")))
 )
-if "TWOPHASE_MODEL_SEED" in os.environ:
-    from hypothesis import seed
-
-    ProtocolModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(ProtocolModel.TestCase)  # type: ignore[assignment]
-
-TestProtocolModel = pytest.mark.usefixtures("quiet_twophase_logs")(ProtocolModel.TestCase)
 # every drawn life one way: the committer's lanes in one fixed schedule (support.model_settle)
 pytestmark = pytest.mark.usefixtures("lanes_in_one_schedule")
 

@@ -30,7 +30,6 @@ abort what they wrote themselves). No restore may ever find the store unloadable
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 from collections import Counter
@@ -39,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from support.clock import ManualClock
 from support.file_sink import JsonLinesFileSink, read_committed, staging_files
 from support.harness import TwoPhaseHarness, batch
 from support.memory_storage import InMemoryCheckpointStorage, MemoryStore
+from support.model_run import model_case
 
 from twophase.coordinator.checkpoint.driver_fence import DriverFence
 from twophase.coordinator.run.epoch import Epoch
@@ -304,18 +304,6 @@ class TwoDrivers(RuleBasedStateMachine):
                 shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-TwoDrivers.TestCase.settings = settings(
-    max_examples=int(os.environ.get("TWOPHASE_MODEL_EXAMPLES", "30")),
-    stateful_step_count=12,
-    deadline=None,
-    derandomize="TWOPHASE_MODEL_SEED" not in os.environ,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
-if "TWOPHASE_MODEL_SEED" in os.environ:
-    from hypothesis import seed
-
-    TwoDrivers.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(TwoDrivers.TestCase)  # type: ignore[assignment]
-test_two_drivers = TwoDrivers.TestCase
+test_two_drivers = model_case(TwoDrivers, 12)
 # every drawn life one way: the committer's lanes in one fixed schedule (support.model_settle)
 pytestmark = pytest.mark.usefixtures("lanes_in_one_schedule")

@@ -24,13 +24,12 @@ the prefix, no marker, no magic folder.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from support.model_run import model_case
 from support.s3_model import S3Model
 
 from twophase.connectors.s3 import S3Committable, S3Sink, S3SinkConfig
@@ -202,16 +201,4 @@ class StagedWriteModel(RuleBasedStateMachine):
         assert records == [], records
 
 
-StagedWriteModel.TestCase.settings = settings(
-    max_examples=int(os.environ.get("TWOPHASE_MODEL_EXAMPLES", "30")),
-    stateful_step_count=12,
-    deadline=None,
-    derandomize="TWOPHASE_MODEL_SEED" not in os.environ,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
-if "TWOPHASE_MODEL_SEED" in os.environ:
-    from hypothesis import seed
-
-    StagedWriteModel.TestCase = seed(int(os.environ["TWOPHASE_MODEL_SEED"]))(StagedWriteModel.TestCase)  # type: ignore[assignment]
-test_staged_write_model = StagedWriteModel.TestCase
+test_staged_write_model = model_case(StagedWriteModel, 12)
