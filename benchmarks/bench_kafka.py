@@ -23,7 +23,8 @@ end to end (wall clock, the Spark plan is recomputed by each: read Parquet, JSON
   partition (idempotent, ``acks=all``, librdkafka's defaults otherwise — exactly the producer
   settings of the 2PC sink minus ``transactional.id``), the same produce loop over
   ``to_pylist`` columns, ``flush`` at the end: the 2PC sink's data path without 2PC;
-- ``spark_kafka_staged`` (a probe of issue #44 item 4's JVM-side design, not a sink): a DataSource
+- ``spark_kafka_staged`` (a probe of issue #44 item 4's JVM-side design, not a sink; local sessions
+  only): a DataSource
   V2 writer in Java (:mod:`benchmarks.probes`) whose tasks each write in a Kafka transaction of
   their own with the producer settings of ``spark_kafka_tuned`` and leave it open (flush, then a
   zero-timeout close, as Flink's KafkaSink does), the job commit handing (transactional id, producer
@@ -136,7 +137,9 @@ def run() -> dict[str, Any]:
     with kafka_service() as bootstrap:
         # started before Spark: every child of this process now is the broker's
         broker = {f"kafka_{i}": pid for i, pid in enumerate(children_of(os.getpid()))}
-        spark = common.spark_session("twophase-bench-kafka", extra_jars=[build_probes()])
+        # the JVM probe runs in local sessions only (a cluster's executors lack its jar)
+        local = os.environ.get(common.MASTER_ENV) is None
+        spark = common.spark_session("twophase-bench-kafka", extra_jars=[build_probes()] if local else [])
         df = common.flights(spark, copies, SPARK_PARTITIONS).select(
             F.col("flight_id").alias("key"), F.to_json(F.struct("*")).alias("value")
         )
@@ -242,7 +245,7 @@ def run() -> dict[str, Any]:
             "spark_kafka_tuned": spark_kafka_tuned,
             "plain_confluent": plain,
             "noop": noop,
-            "spark_kafka_staged": spark_kafka_staged,
+            **({"spark_kafka_staged": spark_kafka_staged} if local else {}),
         }
         admin.create_topics(
             [
@@ -261,7 +264,8 @@ def run() -> dict[str, Any]:
             df.limit(1000).mapInArrow(plain_writer(bootstrap, topic("warmup", 1)), "records long").collect()
             warm = KafkaSink("kafka", KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic("warmup", 2)))
             Job(spark, f"bench-kafka-{run_id}-warmup", str(scratch / "chk")).sink(warm).write(df.limit(1000))
-            spark_kafka_staged("warmup")
+            if local:
+                spark_kafka_staged("warmup")
 
             def check(writer: str, r: int, _: object) -> None:
                 if writer == "noop":
@@ -298,8 +302,8 @@ def run() -> dict[str, Any]:
             "plain_confluent": common.ratio(times, "twophase", "plain_confluent"),
             "twophase_stats_100ms": common.ratio(times, "twophase", "twophase_stats_100ms"),
         },
-        "ratio_staged_probe_over_spark_kafka_tuned": common.ratio(
-            times, "spark_kafka_staged", "spark_kafka_tuned"
+        "ratio_staged_probe_over_spark_kafka_tuned": (
+            common.ratio(times, "spark_kafka_staged", "spark_kafka_tuned") if local else None
         ),
         "twophase_epoch_median_ms": {
             k: round(statistics.median(e[k] for e in epochs), 3 if k == "coordinator_share" else 1)
