@@ -59,8 +59,10 @@ COMMIT_THREADS = 8
 
 
 def _pending_uploads(client: Any, prefix: str) -> int:
-    listed = client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix)
-    return len(listed.get("Uploads", []))
+    # MinIO matches ListMultipartUploads' Prefix only as an exact key (the S3 sink's lingering
+    # cleanup says so too): the bucket's uploads are listed and filtered here
+    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=BUCKET)
+    return sum(1 for page in pages for u in page.get("Uploads", []) if u["Key"].startswith(prefix))
 
 
 def run() -> dict[str, Any]:
