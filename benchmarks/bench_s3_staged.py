@@ -13,7 +13,7 @@ and the probe's jar, measured side by side in one run, rounds rotating which wri
   pending uploads, no ``_SUCCESS``): the magic committer doing no more than the staged writer does;
 - ``spark_s3a_staged``: the same write with one more write option,
   ``mapreduce.outputcommitter.factory.scheme.s3a`` = the probe's factory
-  (:mod:`benchmarks.s3_staging`), and ``fs.s3a.committer.uuid`` named per round, so the job commit
+  (:mod:`benchmarks.probes`), and ``fs.s3a.committer.uuid`` named per round, so the job commit
   does nothing; then, on the driver and timed with it, what a 2PC driver would do: list the job's
   ``.pendingset`` files and read them (boto3), make the uploads durable in a local file (write,
   fsync, rename: as the local checkpoint storage publishes), complete every upload from a pool of
@@ -59,13 +59,15 @@ COMMIT_THREADS = 8
 
 
 def _pending_uploads(client: Any, prefix: str) -> int:
-    listed = client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix)
-    return len(listed.get("Uploads", []))
+    # MinIO matches ListMultipartUploads' Prefix only as an exact key (the S3 sink's lingering
+    # cleanup says so too): the bucket's uploads are listed and filtered here
+    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=BUCKET)
+    return sum(1 for page in pages for u in page.get("Uploads", []) if u["Key"].startswith(prefix))
 
 
 def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring for what is measured."""
-    from benchmarks.s3_staging import FACTORY, build
+    from benchmarks.probes import FACTORY, build
     from twophase.connectors.s3 import S3Sink
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.state.job_lifecycle import JobState

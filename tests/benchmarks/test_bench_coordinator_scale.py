@@ -4,8 +4,10 @@ local storage, every step measured (no Spark, no services)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pytest
 from support.bench_modules import ROOT, load_benchmark
 
 from twophase.coordinator.state import ack_table
@@ -48,3 +50,15 @@ def test_the_collections_table_steps_run_on_an_intake_table() -> None:
 def normalized(table: pa.Table) -> pa.Table:
     """:func:`ack_table.normalized` as the intake calls it: handed ``table`` without its payloads."""
     return ack_table.normalized(table.drop_columns([ack_table.PAYLOAD]), table.schema)
+
+
+def test_the_collections_plans_are_chosen_by_name(monkeypatch: Any) -> None:
+    """``TWOPHASE_BENCH_COLLECT_PLANS`` picks plans (10⁵ real tasks take ~45 min per plan); an
+    unknown name is refused before any Spark job, naming the known ones."""
+    monkeypatch.delenv("TWOPHASE_BENCH_COLLECT_PLANS", raising=False)
+    assert bench._collect_plans() == bench.COLLECT_PLANS
+    monkeypatch.setenv("TWOPHASE_BENCH_COLLECT_PLANS", "gathered")
+    assert bench._collect_plans() == ("gathered",)
+    monkeypatch.setenv("TWOPHASE_BENCH_COLLECT_PLANS", "gathered,sideways")
+    with pytest.raises(ValueError, match="sideways"):
+        bench._collect_plans()

@@ -1,9 +1,15 @@
-"""A probe of issue #44 item 4's S3 design: Spark's own Parquet writer staged by the S3A magic
-committer, its job commit left to a two-phase-commit driver (``java/``: a ``PathOutputCommitter``
-that delegates every task step to Hadoop's ``MagicS3GuardCommitter`` and makes the job commit,
-cleanup and abort do nothing, so each written file stays a pending multipart upload listed in its
-task's ``.pendingset``). :func:`build` compiles it with ``javac`` against the session's own jars,
-once per source digest, into the per-user cache. Benchmarks only: nothing here ships."""
+"""Probes of issue #44 item 4's JVM-side write designs (benchmarks only: nothing here ships),
+compiled once per source digest with ``javac`` against the session's own jars (:func:`build`):
+
+- S3: a ``PathOutputCommitter`` that delegates every task step to Hadoop's
+  ``MagicS3GuardCommitter`` and makes the job commit, cleanup and abort do nothing, so each file
+  Spark's Parquet writer wrote stays a pending multipart upload listed in its task's
+  ``.pendingset`` (:data:`FACTORY`, named per write in
+  ``mapreduce.outputcommitter.factory.scheme.s3a``);
+- Kafka: a DataSource V2 writer (:data:`KAFKA_PROVIDER`) whose tasks each write in a Kafka
+  transaction of their own and leave it open, handing (transactional id, producer id, epoch) to the
+  job commit, which writes them to a local file for a 2PC driver to commit with EndTxn.
+"""
 
 from __future__ import annotations
 
@@ -17,10 +23,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 FACTORY = "twophase.bench.StagingCommitterFactory"
 """The committer factory a write names in ``mapreduce.outputcommitter.factory.scheme.s3a``."""
+KAFKA_PROVIDER = "twophase.bench.kafka.TxnKafkaProvider"
+"""The Kafka probe's data source (``df.write.format(KAFKA_PROVIDER)``)."""
 
 
 def build() -> str:
-    """The probe's jar (absolute path), compiled on first use.
+    """The probes' jar (absolute path), compiled on first use.
 
     Raises:
         ServiceUnavailableError: Maven cannot resolve the session's jars (``hadoop-aws``).
@@ -31,13 +39,13 @@ def build() -> str:
 
     sources = sorted((HERE / "java").rglob("*.java"))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
-    jar = cache_dir() / f"bench-s3-staging-{digest}" / "s3-staging.jar"
+    jar = cache_dir() / f"bench-probes-{digest}" / "probes.jar"
     if jar.is_file():
         return str(jar)
     class_path = os.pathsep.join([str(pyspark_jars_dir() / "*"), *spark_jars()])
     javac = shutil.which("javac") or "javac"
     jar_tool = shutil.which("jar") or "jar"
-    with tempfile.TemporaryDirectory(prefix="s3-staging-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="probes-") as tmp:
         subprocess.run(
             [javac, "--release", "17", "-nowarn", "-cp", class_path, "-d", tmp, *map(str, sources)],
             check=True,
