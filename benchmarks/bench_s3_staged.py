@@ -12,14 +12,17 @@ and the probe's jar, measured side by side in one run, rounds rotating which wri
 - ``spark_s3a_magic_lean``: the same with :data:`LEAN_MAGIC` (no listing of the destination's
   pending uploads, no ``_SUCCESS``): the magic committer doing no more than the staged writer does;
 - ``spark_s3a_staged``: the same write with one more write option,
-  ``mapreduce.outputcommitter.factory.scheme.s3a`` = the probe's factory
-  (:mod:`benchmarks.probes`), and ``fs.s3a.committer.uuid`` named per round, so the job commit
+  ``mapreduce.outputcommitter.factory.scheme.s3a`` = twophase's committer factory
+  (``connectors/s3/jvm``, :func:`twophase.connectors.s3.staging_jar`), and
+  ``fs.s3a.committer.uuid`` named per round, so the job commit
   does nothing; then, on the driver and timed with it, what a 2PC driver would do: list the job's
   ``.pendingset`` files and read them (boto3), make the uploads durable in a local file (write,
   fsync, rename: as the local checkpoint storage publishes), complete every upload from a pool of
   8 threads (the S3 sink's ``commit_concurrency``), and delete the ``__magic`` directory;
-- ``twophase``: the S3 sink as it ships (``S3Sink`` through ``Job.write``, default config), the
-  data handed to Python.
+- ``twophase``: the S3 sink through ``Job.write``, default config: the data handed to Python;
+- ``twophase_staged``: the S3 sink with ``write_path="spark"`` through ``Job.write``: Spark's
+  Parquet writer stages the epoch through twophase's committer, under the session settings the
+  sink needs (``staged_write.SESSION_SETTINGS``), and the sink commits it.
 
 Each writer's first round is read back by Spark (row count) and checked for what it leaves: no
 pending upload under its prefix, no ``__magic`` object. ``python -m benchmarks.bench_s3_staged``
@@ -67,8 +70,8 @@ def _pending_uploads(client: Any, prefix: str) -> int:
 
 def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring for what is measured."""
-    from benchmarks.probes import FACTORY, build
-    from twophase.connectors.s3 import S3Sink
+    from twophase.connectors.s3 import S3Sink, staging_jar
+    from twophase.connectors.s3.internal import staged_write
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.services import s3_service
@@ -76,7 +79,7 @@ def run() -> dict[str, Any]:
     rows_n = common.scaled(ROWS)
     rounds = common.runs(ROUNDS)
     start = common.machine()
-    jar = build()
+    jar = staging_jar()
     with s3_service() as endpoint:
         endpoint.ensure_bucket(BUCKET)
         client = endpoint.boto3_client()
@@ -119,7 +122,7 @@ def run() -> dict[str, Any]:
             with common.session_conf(spark, common.MAGIC_COMMITTER):
                 (
                     df.write.mode("append")
-                    .option("mapreduce.outputcommitter.factory.scheme.s3a", FACTORY)
+                    .option("mapreduce.outputcommitter.factory.scheme.s3a", staged_write.FACTORY_CLASS)
                     .option("fs.s3a.committer.uuid", job_uuid)
                     .parquet(f"s3a://{BUCKET}/{where}")
                 )
@@ -165,6 +168,16 @@ def run() -> dict[str, Any]:
             assert result.state is JobState.FINISHED, result.state
             return None
 
+        def twophase_staged(r: int | str) -> object:
+            config = endpoint.sink_config(
+                bucket=BUCKET, prefix=prefix("twophase_staged", r), format="parquet", write_path="spark"
+            )
+            job = Job(spark, f"bench-s3-staged-spark-{run_id}-{r}", str(scratch / "chk-staged"))
+            with common.session_conf(spark, {**common.MAGIC_COMMITTER, **staged_write.SESSION_SETTINGS}):
+                result = job.sink(S3Sink("s3", config)).write(df)
+            assert result.state is JobState.FINISHED, result.state
+            return None
+
         def check(writer: str, r: int, _: object) -> None:
             where = prefix(writer, r)
             if r == 0:
@@ -181,6 +194,7 @@ def run() -> dict[str, Any]:
             "spark_s3a_magic_lean": spark_s3a_magic_lean,
             "spark_s3a_staged": spark_s3a_staged,
             "twophase": twophase,
+            "twophase_staged": twophase_staged,
         }
         try:
             for name, write in writers.items():  # warm up: JVM, classes, Python workers, pools
@@ -209,6 +223,7 @@ def run() -> dict[str, Any]:
         "committers": {
             "spark_s3a_magic": common.MAGIC_COMMITTER,
             "spark_s3a_magic_lean": {**common.MAGIC_COMMITTER, **LEAN_MAGIC},
+            "twophase_staged": {**common.MAGIC_COMMITTER, **staged_write.SESSION_SETTINGS},
         },
     }
 

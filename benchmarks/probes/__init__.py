@@ -1,11 +1,7 @@
 """Probes of issue #44 item 4's JVM-side write designs (benchmarks only: nothing here ships),
-compiled once per source digest with ``javac`` against the session's own jars (:func:`build`):
+compiled once per source digest with ``javac`` against the session's own jars (:func:`build`).
+(The S3 probe became the S3 sink's Spark-staged writes: ``connectors/s3/jvm``.)
 
-- S3: a ``PathOutputCommitter`` that delegates every task step to Hadoop's
-  ``MagicS3GuardCommitter`` and makes the job commit, cleanup and abort do nothing, so each file
-  Spark's Parquet writer wrote stays a pending multipart upload listed in its task's
-  ``.pendingset`` (:data:`FACTORY`, named per write in
-  ``mapreduce.outputcommitter.factory.scheme.s3a``);
 - Kafka: a DataSource V2 writer (:data:`KAFKA_PROVIDER`) whose tasks each write in a Kafka
   transaction of their own and leave it open, handing (transactional id, producer id, epoch) to the
   job commit, which writes them to a local file for a 2PC driver to commit with EndTxn.
@@ -21,8 +17,6 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FACTORY = "twophase.bench.StagingCommitterFactory"
-"""The committer factory a write names in ``mapreduce.outputcommitter.factory.scheme.s3a``."""
 KAFKA_PROVIDER = "twophase.bench.kafka.TxnKafkaProvider"
 """The Kafka probe's data source (``df.write.format(KAFKA_PROVIDER)``)."""
 
