@@ -565,14 +565,12 @@ class Bench:
                 f"{BUCKET}/{prefix}", filesystem=s3_filesystem(self.endpoints), format="parquet"
             )
             ids = data.to_table(columns=["flight_id"])["flight_id"]
-            uploads = self.endpoints.s3.boto3_client().list_multipart_uploads(
-                Bucket=BUCKET, Prefix=prefix + "/"
-            )
+            left_open = common.pending_uploads(self.endpoints.s3.boto3_client(), BUCKET, prefix + "/")
             out["s3"] = {
                 "records": len(ids),
                 "distinct_ids": pc.count_distinct(ids).as_py(),
                 "files": len(data.files),
-                "left_open_uploads": len(uploads.get("Uploads", [])),
+                "left_open_uploads": left_open,
             }
         out["exactly_once"] = all(c["records"] == c["distinct_ids"] == self.opts.rows for c in out.values())
         return out

@@ -61,13 +61,6 @@ COMMIT_THREADS = 8
 """Uploads completed at once by the staged writer's driver (the S3 sink's ``commit_concurrency``)."""
 
 
-def _pending_uploads(client: Any, prefix: str) -> int:
-    # MinIO matches ListMultipartUploads' Prefix only as an exact key (the S3 sink's lingering
-    # cleanup says so too): the bucket's uploads are listed and filtered here
-    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=BUCKET)
-    return sum(1 for page in pages for u in page.get("Uploads", []) if u["Key"].startswith(prefix))
-
-
 def run() -> dict[str, Any]:
     """Run the comparison; see the module docstring for what is measured."""
     from twophase.connectors.s3 import S3Sink, staging_jar
@@ -183,7 +176,7 @@ def run() -> dict[str, Any]:
             if r == 0:
                 count = spark.read.parquet(f"s3a://{BUCKET}/{where}").count()
                 assert count == rows_n, (writer, count)
-                assert _pending_uploads(client, where + "/") == 0, writer
+                assert common.pending_uploads(client, BUCKET, where + "/") == 0, writer
                 pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=where + "/")
                 left = [o["Key"] for p in pages for o in p.get("Contents", []) if "__magic" in o["Key"]]
                 assert not left, (writer, left[:3])

@@ -353,6 +353,17 @@ def cpu_figures(samples: Sequence[Mapping[str, float | None]]) -> dict[str, floa
     return {"cpu_s_spark": medians["cpu_s_driver"], "cpu_s_total": medians["cpu_s_total"]}
 
 
+def pending_uploads(client: Any, bucket: str, prefix: str) -> int:
+    """How many multipart uploads of ``bucket`` are pending under ``prefix`` (a boto3 client).
+
+    The bucket's uploads are listed and filtered here: MinIO matches ListMultipartUploads'
+    ``Prefix`` only as an exact key (the S3 sink's lingering cleanup lists them the same way), so a
+    check that passed one could never find an upload.
+    """
+    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket)
+    return sum(1 for page in pages for u in page.get("Uploads", []) if u["Key"].startswith(prefix))
+
+
 def machine() -> dict[str, Any]:
     """Load average and core count when a benchmark starts (the machine is shared)."""
     load1, load5, _ = os.getloadavg()
