@@ -51,10 +51,11 @@ prepare: venv jars
 	$(BIN)/twophase services prepare
 
 # the jars the wheel carries (setup.py JVM_PROJECTS), built into the checkout for the editable
-# install: the JVM half of the S3 sink's Spark-staged writes; never committed
-STAGING_JAR := connectors/s3/jvm/twophase-s3-staging.jar
-jars: $(STAGING_JAR)
-$(STAGING_JAR): connectors/s3/jvm/pom.xml $(wildcard connectors/s3/jvm/src/main/java/twophase/s3/*.java) setup.py
+# install: the JVM halves of the S3 and Kafka sinks' Spark-staged writes; never committed
+STAGING_JARS := connectors/s3/jvm/twophase-s3-staging.jar connectors/kafka/jvm/twophase-kafka-staging.jar
+JVM_SOURCES := $(wildcard connectors/*/jvm/pom.xml connectors/*/jvm/src/main/java/twophase/*/*.java)
+jars: $(STAGING_JARS)
+$(STAGING_JARS) &: $(JVM_SOURCES) setup.py
 	$(BIN)/python -c 'import setup; setup.build_jars_in_place()'
 
 demo: prepare

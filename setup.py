@@ -55,7 +55,10 @@ DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
 """Set to ``1``, the wheel keeps :data:`DEVELOPMENT` (the project's own cluster runs only)."""
 
 
-JVM_PROJECTS = {"connectors/s3/jvm": "twophase-s3-staging.jar"}
+JVM_PROJECTS = {
+    "connectors/s3/jvm": "twophase-s3-staging.jar",
+    "connectors/kafka/jvm": "twophase-kafka-staging.jar",
+}
 """Maven projects whose jar the wheel carries (folder, relative to the repository root → the jar's
 name, put in that folder of the wheel): the JVM halves of the sinks' Spark-staged writes."""
 MAVEN_SETTINGS = "integration/services/jvm/settings.xml"

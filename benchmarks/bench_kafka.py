@@ -23,14 +23,11 @@ end to end (wall clock, the Spark plan is recomputed by each: read Parquet, JSON
   partition (idempotent, ``acks=all``, librdkafka's defaults otherwise — exactly the producer
   settings of the 2PC sink minus ``transactional.id``), the same produce loop over
   ``to_pylist`` columns, ``flush`` at the end: the 2PC sink's data path without 2PC;
-- ``spark_kafka_staged`` (a probe of issue #44 item 4's JVM-side design, not a sink; local sessions
-  only): a DataSource
-  V2 writer in Java (:mod:`benchmarks.probes`) whose tasks each write in a Kafka transaction of
-  their own with the producer settings of ``spark_kafka_tuned`` and leave it open (flush, then a
-  zero-timeout close, as Flink's KafkaSink does), the job commit handing (transactional id, producer
-  id, epoch) over in a local file; then, timed with it, what a 2PC driver adds: that list made
-  durable (write, fsync) and every transaction committed by the Kafka sink's own committer
-  (``KafkaSink.commit_batch``: EndTxn, pipelined per coordinator);
+- ``twophase_staged``: the ``twophase`` job with ``write_path="spark"`` (issue #44 item 4): the
+  sink's JVM writer (``connectors/kafka/jvm``) writes each Spark partition's rows with a Java
+  transactional producer (the sink's ``client_config`` translated: librdkafka's ``linger.ms`` 5 and
+  ``batch.size`` 1,000,000, as ``spark_kafka_tuned``) and leaves the transaction open; the same
+  checkpoint and EndTxn commit as ``twophase``: no row reaches Python;
 - ``noop``: ``df.write.format("noop")`` — no sink at all: what computing the DataFrame (read the
   Parquet files, cross join, ``to_json``) costs by itself, the floor under every writer.
 
@@ -122,10 +119,7 @@ def run() -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from benchmarks.flink.watcher import children_of
-    from benchmarks.probes import KAFKA_PROVIDER
-    from benchmarks.probes import build as build_probes
-    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig
-    from twophase.connectors.kafka.internal.committable import KafkaCommittable
+    from twophase.connectors.kafka import KafkaSink, KafkaSinkConfig, staging_jar
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.readback import read_topic
@@ -137,9 +131,7 @@ def run() -> dict[str, Any]:
     with kafka_service() as bootstrap:
         # started before Spark: every child of this process now is the broker's
         broker = {f"kafka_{i}": pid for i, pid in enumerate(children_of(os.getpid()))}
-        # the JVM probe runs in local sessions only (a cluster's executors lack its jar)
-        local = os.environ.get(common.MASTER_ENV) is None
-        spark = common.spark_session("twophase-bench-kafka", extra_jars=[build_probes()] if local else [])
+        spark = common.spark_session("twophase-bench-kafka", extra_jars=[staging_jar()])
         df = common.flights(spark, copies, SPARK_PARTITIONS).select(
             F.col("flight_id").alias("key"), F.to_json(F.struct("*")).alias("value")
         )
@@ -189,43 +181,8 @@ def run() -> dict[str, Any]:
             writer.options(**SPARK_KAFKA_TUNED).option("topic", topic("spark_kafka_tuned", r)).save()
             return None
 
-        probe = {"kafka.bootstrap.servers": bootstrap, **SPARK_KAFKA_TUNED}
-        binary = df.select(F.col("key").cast("string").cast("binary"), F.col("value").cast("binary"))
-
-        def spark_kafka_staged(r: int | str) -> object:
-            # the probe of a JVM-side design (issue #44 item 4): each task's transaction left open
-            # by the JVM writer (benchmarks.probes), then what a 2PC driver adds: the transactions
-            # made durable in a local file, and committed with EndTxn by the Kafka sink's committer
-            name = topic("spark_kafka_staged", r) if isinstance(r, int) else topic("warmup", 3)
-            handed = scratch / f"txns-{name}.jsonl"
-            writer = binary.write.format(KAFKA_PROVIDER).mode("append").options(**probe)
-            writer.options(
-                topic=name, committables=str(handed), **{"transactional.id.prefix": f"probe-{name}"}
-            ).save()
-            lines = [json.loads(line) for line in handed.read_text().splitlines()]
-            record = handed.with_suffix(".record")
-            with open(record, "w") as f:
-                json.dump(lines, f)
-                f.flush()
-                os.fsync(f.fileno())
-            committables = [
-                KafkaCommittable(
-                    transactional_id=t["transactional_id"],
-                    producer_id=t["producer_id"],
-                    producer_epoch=t["producer_epoch"],
-                    topic_partitions=tuple((name, p) for p in t["partitions"]),
-                    record_count=t["records"],
-                    checkpoint_id=1,
-                    opened_ms=t["opened_ms"],
-                )
-                for t in lines
-                if t["records"] > 0
-            ]
-            sink = KafkaSink("kafka", KafkaSinkConfig(bootstrap_servers=bootstrap, topic=name))
-            outcomes = sink.commit_batch(committables)
-            assert all(o.is_success for o in outcomes), outcomes
-            sink.close()
-            return None
+        def twophase_staged(r: int) -> object:
+            return run_2pc("twophase_staged", r, write_path="spark")
 
         def plain(r: int) -> object:
             acks = df.mapInArrow(
@@ -245,7 +202,7 @@ def run() -> dict[str, Any]:
             "spark_kafka_tuned": spark_kafka_tuned,
             "plain_confluent": plain,
             "noop": noop,
-            **({"spark_kafka_staged": spark_kafka_staged} if local else {}),
+            "twophase_staged": twophase_staged,
         }
         admin.create_topics(
             [
@@ -264,15 +221,20 @@ def run() -> dict[str, Any]:
             df.limit(1000).mapInArrow(plain_writer(bootstrap, topic("warmup", 1)), "records long").collect()
             warm = KafkaSink("kafka", KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic("warmup", 2)))
             Job(spark, f"bench-kafka-{run_id}-warmup", str(scratch / "chk")).sink(warm).write(df.limit(1000))
-            if local:
-                spark_kafka_staged("warmup")
+            staged = KafkaSink(
+                "kafka",
+                KafkaSinkConfig(bootstrap_servers=bootstrap, topic=topic("warmup", 3), write_path="spark"),
+            )
+            Job(spark, f"bench-kafka-{run_id}-warmup-staged", str(scratch / "chk")).sink(staged).write(
+                df.limit(1000)
+            )
 
             def check(writer: str, r: int, _: object) -> None:
                 if writer == "noop":
                     return
                 written = _end_offsets(bootstrap, topic(writer, r))
                 assert written >= rows, (writer, r, written, rows)
-                if writer == "spark_kafka_staged" and r == 0:  # the probe's commits, read back
+                if writer == "twophase_staged" and r == 0:  # the JVM writer's commits, read back
                     committed = read_topic(bootstrap, topic(writer, r), until_stable=True)
                     assert len(committed) == rows, (writer, len(committed), rows)
                 admin.delete_topics([topic(writer, r)])  # keep the broker's disk small
@@ -302,9 +264,10 @@ def run() -> dict[str, Any]:
             "plain_confluent": common.ratio(times, "twophase", "plain_confluent"),
             "twophase_stats_100ms": common.ratio(times, "twophase", "twophase_stats_100ms"),
         },
-        "ratio_staged_probe_over_spark_kafka_tuned": (
-            common.ratio(times, "spark_kafka_staged", "spark_kafka_tuned") if local else None
-        ),
+        "ratios_staged_over": {
+            "spark_kafka_tuned": common.ratio(times, "twophase_staged", "spark_kafka_tuned"),
+            "twophase": common.ratio(times, "twophase_staged", "twophase"),
+        },
         "twophase_epoch_median_ms": {
             k: round(statistics.median(e[k] for e in epochs), 3 if k == "coordinator_share" else 1)
             for k in epochs[0]

@@ -11,6 +11,7 @@ pyspark's own versions win.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import shutil
@@ -116,14 +117,17 @@ def spark_jars() -> list[str]:
 
 
 def twophase_jars() -> list[str]:
-    """twophase's own jars, where built (``make jars`` in a checkout; a wheel carries them): the S3
-    sink's committer for its Spark-staged writes. Without them every other write runs."""
-    from twophase.connectors.s3.jvm_jar import staging_jar
+    """twophase's own jars, those built (``make jars`` in a checkout; a wheel carries them): the S3
+    sink's committer and the Kafka sink's writer for their Spark-staged writes. Without them every
+    other write runs."""
+    from twophase.connectors.kafka import jvm_jar as kafka_jar
+    from twophase.connectors.s3 import jvm_jar as s3_jar
 
-    try:
-        return [staging_jar()]
-    except ConfigError:
-        return []
+    found = []
+    for jar in (s3_jar.staging_jar, kafka_jar.staging_jar):
+        with contextlib.suppress(ConfigError):  # not built: its staged writes say so by name
+            found.append(jar())
+    return found
 
 
 def s3a_conf(s3: S3Endpoint, keys: bool = True) -> dict[str, str]:

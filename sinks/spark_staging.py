@@ -3,16 +3,37 @@
 A sink that implements :class:`SparkStagedSink` and says so (``stages_with_spark()``) lets a job
 whose only sink it is write each epoch with a Spark writer (in the JVM, no hand-off of the rows to
 Python) instead of the one Python pass: the writer leaves what it wrote uncommitted (pending
-multipart uploads, a staged snapshot) and the sink hands that back as one committable per Spark
-task. Everything after it is the usual protocol: the committables are acknowledged, persisted in
-the checkpoint and committed on its completion (FLIP-143's committer), so a staged sink commits
-only what a completed checkpoint holds, and decides a repeated commit from its own evidence.
+multipart uploads, open Kafka transactions) and the sink hands that back as one committable per
+Spark task. Everything after it is the usual protocol: the committables are acknowledged, persisted
+in the checkpoint and committed on its completion (FLIP-143's committer), so a staged sink commits
+only what a completed checkpoint holds, and decides a repeated commit from its own evidence. The
+JVM halves ship as jars inside the wheel (:func:`bundled_jar`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from twophase.sinks.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class StagedTask:
+    """What one Spark task of a staged write left for the sink to commit.
+
+    Attributes:
+        attempt: the task attempt whose output Spark's commit coordination let commit.
+        committable: the sink's committable of it.
+        records: rows it wrote, or ``None`` when the writer does not say (S3A's pending commits
+            carry bytes, not rows).
+    """
+
+    attempt: int
+    committable: Any
+    records: int | None = None
 
 
 @runtime_checkable
@@ -23,17 +44,17 @@ class SparkStagedSink(Protocol):
         """Whether this sink, as configured, stages its epochs with Spark's writer."""
         ...
 
-    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> Mapping[int, Any]:
+    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> Mapping[int, StagedTask]:
         """Write ``df`` (a Spark DataFrame, one epoch) with Spark's writer, leaving it uncommitted.
 
         Args:
-            df: the epoch's rows (the job's DataFrame, projected to the sink's columns).
+            df: the epoch's rows (the job's DataFrame; the sink projects its own columns).
             job_id: the job's stable id.
             checkpoint_id: the checkpoint the epoch belongs to.
 
         Returns:
-            Spark partition (the write's task) → its committable; a partition that wrote nothing
-            has none.
+            Spark partition (the write's task) → what it staged; a partition that wrote nothing
+            has no entry.
 
         Raises:
             ConfigError: the session cannot stage the write (named setting).
@@ -41,3 +62,24 @@ class SparkStagedSink(Protocol):
                 lingering cleanup.
         """
         ...
+
+
+def bundled_jar(package_dir: Path, jar_name: str, needed_by: str) -> str:
+    """The path of a jar twophase's wheel carries in ``package_dir/jvm/`` (built by Maven when the
+    wheel is built, or by ``make jars`` in a checkout; never committed), for ``spark.jars``.
+
+    Args:
+        package_dir: the connector's package folder.
+        jar_name: the jar's file name.
+        needed_by: what needs it, for the error (e.g. ``"the S3 sink's write_path='spark'"``).
+
+    Raises:
+        ConfigError: this install has no such jar, naming how to build it.
+    """
+    jar = package_dir / "jvm" / jar_name
+    if not jar.is_file():
+        raise ConfigError(
+            f"twophase's jar {jar} is missing (needed by {needed_by}): build twophase's wheel with "
+            "Maven on PATH, or run `make jars` in a checkout"
+        )
+    return str(jar)

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 
 from twophase.connectors.kafka.declaration import DECLARATION
 
-__all__ = ["KafkaCommittable", "KafkaSink", "KafkaSinkConfig", "KafkaTransactionError"]
+__all__ = ["KafkaCommittable", "KafkaSink", "KafkaSinkConfig", "KafkaTransactionError", "staging_jar"]
 
 if TYPE_CHECKING:
     from twophase.connectors.kafka.config import KafkaSinkConfig
     from twophase.connectors.kafka.errors import KafkaTransactionError
     from twophase.connectors.kafka.internal.committable import KafkaCommittable
+    from twophase.connectors.kafka.jvm_jar import staging_jar
     from twophase.connectors.kafka.sink import KafkaSink
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from twophase.connectors.kafka import oauth
-from twophase.connectors.kafka.internal import naming
+from twophase.connectors.kafka.internal import java_settings, naming
 from twophase.connectors.kafka.internal.security_settings import check_security_settings
 from twophase.sinks.errors import ConfigError
 
@@ -23,6 +23,8 @@ Format = Literal["auto", "bytes", "string", "json"]
 (binary only), ``string`` (string only, UTF-8), ``json`` (any type, ``json.dumps`` per row)."""
 
 MASK = "***"
+WRITE_PATHS = ("python", "spark")
+"""The values of :attr:`KafkaSinkConfig.write_path`."""
 JAVA_PARTITIONER = "murmur2_random"
 """librdkafka's partitioner for keyed records by default: murmur2 of the key, as the Java clients'
 default partitioner and so Spark's Kafka sink place them (random for a null key; KIP-480's sticky
@@ -206,6 +208,7 @@ class KafkaSinkConfig:
     connect_backoff_ms: int = 500
     request_timeout_ms: int = 10_000
     marker_search_max_bytes: int | None = None
+    write_path: str = "python"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "client_config", FrozenSettings(dict(self.client_config)))
@@ -276,6 +279,16 @@ class KafkaSinkConfig:
             raise ConfigError(f"Kafka sink: client_config may not set {reserved}; the sink owns them")
         check_security_settings(self.client_config)
         admin_security_config(self.client_config)  # raises ConfigError on untranslatable settings
+        if self.write_path not in WRITE_PATHS:
+            raise ConfigError(
+                f"Kafka sink: write_path must be one of {list(WRITE_PATHS)}, got {self.write_path!r}"
+            )
+        if self.write_path == "spark":
+            java_settings.check_formats(self.key_format, self.value_format)
+            # raises ConfigError on what the Java client cannot take
+            java_settings.java_producer_settings(
+                self.bootstrap_servers, self.transaction_timeout_ms, self.client_config
+            )
 
     @property
     def mapped_columns(self) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ DECLARATION = ConnectorDeclaration(
         "KafkaSinkConfig": "config",
         "KafkaCommittable": "internal.committable",
         "KafkaTransactionError": "errors",
+        "staging_jar": "jvm_jar",
     },
     top_level=("KafkaSink", "KafkaSinkConfig"),
     listing="twophase.connectors.kafka.listing:list_lingering",

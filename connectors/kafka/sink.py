@@ -19,7 +19,7 @@ import pyarrow as pa
 import tenacity
 
 from twophase.connectors.kafka.config import KafkaSinkConfig
-from twophase.connectors.kafka.internal import lingering, naming, security, serializers
+from twophase.connectors.kafka.internal import lingering, naming, security, serializers, staged_write
 from twophase.connectors.kafka.internal.admin import NETWORK_ERRORS, KafkaAdmin
 from twophase.connectors.kafka.internal.clients import ConfluentClients, KafkaClients
 from twophase.connectors.kafka.internal.committable import CODEC, KafkaCommittable
@@ -30,6 +30,7 @@ from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
+from twophase.sinks.spark_staging import StagedTask
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
             ConfigError / ServiceUnavailableError: see :meth:`check_config`.
         """
         serializers.check_schema(schema, self.config)
+        if self.stages_with_spark():
+            staged_write.check_schema(schema, self.config)
         self.check_config()
 
     def check_config(self) -> None:
@@ -190,6 +193,42 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
                 f"TransactionalId {first!r}",
                 f"FindCoordinator; grant Write and Describe on the TransactionalId prefix '{prefix}-'",
             ) from None
+
+    # --- Spark-staged epochs (config.write_path "spark") ----------------------------------------
+
+    def stages_with_spark(self) -> bool:
+        """Whether twophase's JVM writer stages this sink's epochs (``config.write_path``)."""
+        return self.config.write_path == "spark"
+
+    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> dict[int, StagedTask]:
+        """Write the epoch with twophase's JVM writer
+        (:mod:`~twophase.connectors.kafka.internal.staged_write`): each Spark task's rows in a Kafka
+        transaction of its own, left open and handed back.
+
+        Returns:
+            Spark partition → its open transaction (attempt, committable, records); a partition
+            that wrote nothing has none.
+
+        Raises:
+            ConfigError: the session is not a classic one (the hand-off is through py4j), or a
+                ``client_config`` setting the JVM writer cannot take.
+            ValueError: the write handed over nothing or a partition twice.
+            Exception: whatever Spark's write raises; what its tasks left open is left to the
+                lingering cleanup.
+        """
+        spark = df.sparkSession
+        jvm = getattr(spark, "_jvm", None)
+        if jvm is None:
+            raise ConfigError(
+                f"Kafka sink {self.name!r}: write_path='spark' hands its transactions over through py4j, "
+                "which a Spark Connect session has not; use write_path='python' there"
+            )
+        write_id = staged_write.new_write_id()
+        options = staged_write.write_options(self.config, self.name, job_id, checkpoint_id, write_id)
+        rows = staged_write.projection(df, self.config)
+        rows.write.format(staged_write.SOURCE).mode("append").options(**options).save()
+        handed = jvm.twophase.kafka.StagedWrites.take(write_id)
+        return staged_write.staged_tasks(handed, checkpoint_id)
 
     # --- executor side ---------------------------------------------------------------------------
 

@@ -1,7 +1,6 @@
 """Where twophase's committer jar is: the JVM half of the S3 sink's Spark-staged writes
-(``write_path="spark"``, issue #44 item 4), built from ``connectors/s3/jvm`` by Maven when the
-wheel is built (``setup.py``) or by ``make jars`` in a checkout, never committed. A Spark session
-that stages writes needs it on its class path (``spark.jars``), beside ``hadoop-aws`` and
+(``write_path="spark"``, issue #44 item 4), built from ``connectors/s3/jvm``. A Spark session that
+stages writes needs it on its class path (``spark.jars``), beside ``hadoop-aws`` and
 ``spark-hadoop-cloud``.
 """
 
@@ -9,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from twophase.sinks.errors import ConfigError
+from twophase.sinks.spark_staging import bundled_jar
 
 JAR_NAME = "twophase-s3-staging.jar"
 """The jar's file name, beside this module's ``jvm/`` folder's POM."""
@@ -25,10 +24,4 @@ def staging_jar() -> str:
         ConfigError: this install has no jar (its wheel was built without Maven, or a checkout
             has not run ``make jars``), naming how to build it.
     """
-    jar = Path(__file__).resolve().parent / "jvm" / JAR_NAME
-    if not jar.is_file():
-        raise ConfigError(
-            f"twophase's committer jar {jar} is missing (needed by write_path='spark'): build twophase's "
-            "wheel with Maven on PATH, or run `make jars` in a checkout"
-        )
-    return str(jar)
+    return bundled_jar(Path(__file__).resolve().parent, JAR_NAME, "the S3 sink's write_path='spark'")

@@ -41,6 +41,7 @@ from twophase.sinks.api import InProgressSink
 from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
+from twophase.sinks.spark_staging import StagedTask
 
 
 class S3Sink(InProgressSink[S3Transaction, S3Committable]):
@@ -119,12 +120,14 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         """Whether Spark's Parquet writer stages this sink's epochs (``config.write_path``)."""
         return self.config.write_path == "spark"
 
-    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> dict[int, S3Committable]:
+    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> dict[int, StagedTask]:
         """Write the epoch with Spark's Parquet writer through the staging committer, and read
         back what it staged (:mod:`~twophase.connectors.s3.internal.staged_write`).
 
         Returns:
-            Spark partition → its committable (its files' pending uploads, parts as S3 lists them).
+            Spark partition → what its task staged: attempt 0 (the one Spark let commit: its
+            ``.pendingset`` names no attempt), its committable (its files' pending uploads, parts as
+            S3 lists them), records unknown (S3A's pending commits carry bytes, not rows).
 
         Raises:
             ConfigError: the session lacks Spark's cloud commit protocol (named setting).
@@ -141,7 +144,7 @@ class S3Sink(InProgressSink[S3Transaction, S3Committable]):
         if self.config.partition_by:
             writer = writer.partitionBy(*self.config.partition_by)
         writer.parquet(target.location)
-        return self.read_staged(target)
+        return {p: StagedTask(0, c) for p, c in self.read_staged(target).items()}
 
     def staged_target(self, job_id: str, checkpoint_id: int) -> staged_write.StagedTarget:
         """The names of one new staged write of ``checkpoint_id`` (a fresh job uuid per call, so

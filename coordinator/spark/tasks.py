@@ -153,20 +153,26 @@ def staged_acknowledgements(
     sink: TwoPhaseCommitSink[Any, Any], df: DataFrame, plan: EpochPlan, partitions: int
 ) -> pa.Table:
     """The epoch written by ``sink``'s Spark writer, as the acknowledgement table of its
-    ``partitions`` subtasks (one row each; a partition that wrote nothing acknowledges an empty
-    transaction). Attempt 0: Spark's commit coordination let one attempt of each partition stage
-    its files, and the sink read back only theirs.
+    ``partitions`` subtasks (one row each): each staged task's attempt, committable and records
+    (Spark's commit coordination let one attempt of each partition commit its output, and the
+    sink hands back only theirs); a partition that wrote nothing acknowledges an empty transaction.
 
     Raises:
         ValueError: the write staged a partition outside ``0..partitions-1``.
         Exception: whatever the sink's staged write raises.
     """
     assert isinstance(sink, SparkStagedSink)
-    committables = sink.stage_with_spark(df, plan.job_id, plan.checkpoint_id)
-    stray = sorted(p for p in committables if not 0 <= p < partitions)
+    staged = sink.stage_with_spark(df, plan.job_id, plan.checkpoint_id)
+    stray = sorted(p for p in staged if not 0 <= p < partitions)
     if stray:
         raise ValueError(f"sink {sink.name!r}: the staged write reported partitions {stray} of {partitions}")
-    acks = [Acknowledgement.of(sink, p, 0, committables.get(p)) for p in range(partitions)]
+    acks = []
+    for p in range(partitions):
+        task = staged.get(p)
+        if task is None:
+            acks.append(Acknowledgement.of(sink, p, 0, None, records=0))
+        else:
+            acks.append(Acknowledgement.of(sink, p, task.attempt, task.committable, records=task.records))
     return pa.Table.from_pylist([a.to_row() for a in acks], schema=ACK_SCHEMA)
 
 

@@ -171,8 +171,8 @@ class ChaosConfig:
         store: where the checkpoints, the files and the Delta table live
             (:data:`~twophase.integration.jobs.flights_spec.STORES`); ``s3`` keeps the other
             fields' meaning, ``azure`` puts all three on Azurite.
-        s3_write_path: the S3 sink's ``write_path`` (``spark``: Spark's Parquet writer stages each
-            epoch, the S3 sink alone; no Python task runs, so faults are the driver's and kill -9).
+        write_path: the one sink's ``write_path`` (``spark``: a JVM writer stages each epoch, the S3
+            or the Kafka sink alone; no Python task runs, so faults are the driver's and kill -9).
     """
 
     name: str
@@ -196,7 +196,7 @@ class ChaosConfig:
     second_driver_s: tuple[float, ...] = ()
     yarn: bool = False
     store: str = "s3"
-    s3_write_path: str = "python"
+    write_path: str = "python"
 
     @property
     def speculation(self) -> bool:
@@ -208,7 +208,7 @@ class ChaosConfig:
         """What an executor-side fault kills (``TWOPHASE_FAULT_KILL``): on a cluster the executor
         JVM or the whole worker, else a Python worker only (``""``); none where no Python task
         runs (Spark-staged writes: their tasks are killed by the kill -9 trials)."""
-        if self.s3_write_path == "spark":
+        if self.write_path == "spark":
             return ()
         return ("executor", "worker") if self.cluster else ("",)
 
@@ -247,7 +247,7 @@ class ChaosConfig:
             delta_uri=f"s3://{bucket}/delta/{job_id}" if self.on_s3 else "",
             checkpoint_uri=f"s3://{bucket}/checkpoints/{job_id}" if self.on_s3 else "",
             sinks=self.sinks,
-            s3_write_path=self.s3_write_path,
+            write_path=self.write_path,
         )
 
     def tasks_per_batch(self, days: int, files_per_trigger: int) -> list[int]:
@@ -311,7 +311,8 @@ CONFIGS: dict[str, ChaosConfig] = {
             sinks=(*BASE_SINKS, "postgres", "iceberg"),
             pg_restarts=PG_RESTART_POINTS,
         ),
-        ChaosConfig("s3staged", on_s3=True, sinks=("s3",), s3_write_path="spark"),
+        ChaosConfig("s3staged", on_s3=True, sinks=("s3",), write_path="spark"),
+        ChaosConfig("kafkastaged", on_s3=True, sinks=("kafka",), write_path="spark"),
     )
 }
 """Every configuration, by name, in matrix order."""

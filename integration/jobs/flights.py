@@ -453,7 +453,11 @@ def main(work_dir: Path, master: str | None, event_log_dir: Path | None) -> None
         if master is None:
             # the optional sinks' services come from the environment too (TWOPHASE_POSTGRES_DSN, ...)
             endpoints = with_services(endpoints_from_environment(), running_services(spec))
-            staged = dict(staged_write.SESSION_SETTINGS) if spec.s3_write_path == "spark" else None
+            staged = (
+                dict(staged_write.SESSION_SETTINGS)
+                if spec.write_path == "spark" and spec.sinks == ("s3",)
+                else None
+            )
             spark = flights_spark_session(endpoints, spec.partition_per_file, event_log_dir, staged)
             stack.callback(spark.stop)
         else:

@@ -79,6 +79,7 @@ def build_sinks(
             new_topic_partitions=spec.kafka_partitions,
             new_topic_replication_factor=spec.kafka_replication,
             client_config={"linger.ms": 20, "compression.type": "lz4", **endpoints.kafka_security},
+            write_path=spec.write_path if spec.sinks == ("kafka",) else "python",
         ),
     )
     delta = DeltaSink(
@@ -141,6 +142,6 @@ def build_file_sink(spec: FlightsJobSpec, endpoints: FlightsEndpoints) -> TwoPha
             ),
             partition_by=("origin", "month"),
             columns=TYPED_COLUMNS,
-            write_path=spec.s3_write_path,
+            write_path=spec.write_path,
         ),
     )

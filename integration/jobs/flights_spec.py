@@ -115,8 +115,9 @@ class FlightsJobSpec:
             ``gcs``: ``gs://`` checkpoints and files in the bucket ``bucket`` (fake-gcs-server:
             ``TWOPHASE_GCS_ENDPOINT`` or ``services up --gcs``); the Delta table never on ``gs://``
             (:data:`GCS_DELTA_REFUSED`).
-        s3_write_path: the S3 sink's ``write_path`` (``python`` or ``spark``: Spark's own Parquet
-            writer stages each epoch; a run whose only sink is ``s3``, Parquet, on ``--store s3``).
+        write_path: the ``write_path`` of the run's one sink (``python``, or ``spark``: a JVM writer
+            stages each epoch; a run whose only sink is ``s3`` (Parquet, ``--store s3``: Spark's
+            Parquet writer through twophase's committer) or ``kafka`` (twophase's Kafka writer).
     """
 
     job_id: str
@@ -138,7 +139,7 @@ class FlightsJobSpec:
     shuffle_partitions: int = 0
     sinks: tuple[str, ...] = BASE_SINKS
     store: str = "s3"
-    s3_write_path: str = "python"
+    write_path: str = "python"
 
     def __post_init__(self) -> None:
         if self.store not in STORES:
@@ -146,12 +147,14 @@ class FlightsJobSpec:
         object.__setattr__(self, "sinks", self._store_sinks(check_sinks(self.sinks)))  # a list from JSON
         if self.s3_format not in S3_FORMATS:
             raise ConfigError(f"s3_format must be one of {S3_FORMATS}, got {self.s3_format!r}")
-        if self.s3_write_path not in ("python", "spark"):
-            raise ConfigError(f"s3_write_path must be python or spark, got {self.s3_write_path!r}")
-        if self.s3_write_path == "spark" and (self.sinks != ("s3",) or self.s3_format != "parquet"):
+        if self.write_path not in ("python", "spark"):
+            raise ConfigError(f"write_path must be python or spark, got {self.write_path!r}")
+        if self.write_path == "spark" and not (
+            self.sinks == ("kafka",) or (self.sinks == ("s3",) and self.s3_format == "parquet")
+        ):
             raise ConfigError(
-                "s3_write_path spark stages with Spark's Parquet writer in a run whose only sink it is: "
-                f"set sinks to s3 and s3_format to parquet (got {','.join(self.sinks)}, {self.s3_format})"
+                "write_path spark stages with a JVM writer in a run whose only sink it is: set sinks to "
+                f"kafka, or to s3 with s3_format parquet (got {','.join(self.sinks)}, {self.s3_format})"
             )
         scheme = _SCHEMES[self.store]
         if self.checkpoint_uri and not self.checkpoint_uri.startswith(scheme):

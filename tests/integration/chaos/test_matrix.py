@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -540,3 +541,13 @@ def test_a_run_names_the_file_sink_of_its_store_and_refuses_the_others() -> None
         FlightsJobSpec.on_store("gcs", "j", "/tmp/x", sinks=("kafka", "azure"))
     with pytest.raises(ConfigError, match="checkpoint_uri of a --store gcs run"):
         FlightsJobSpec(job_id="j", work_dir="/tmp/x", store="gcs", checkpoint_uri="s3://b/c")
+
+
+def test_the_staged_configurations_write_one_sink_with_a_jvm_writer_apart(tmp_path: Path) -> None:
+    for name, sink in (("s3staged", "s3"), ("kafkastaged", "kafka")):
+        config = CONFIGS[name]
+        spec = config.spec("j1", tmp_path / name, 14, 7)
+        assert (spec.sinks, spec.write_path, config.executor_kills) == ((sink,), "spark", ())
+        assert name not in LOCAL.split(",")
+    with pytest.raises(ConfigError, match="write_path spark"):
+        replace(CONFIGS["kafkastaged"], sinks=("kafka", "delta")).spec("j2", tmp_path / "j2", 14, 7)

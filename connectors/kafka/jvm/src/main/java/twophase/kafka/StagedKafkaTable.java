@@ -1,4 +1,4 @@
-package twophase.bench.kafka;
+package twophase.kafka;
 
 import java.util.EnumSet;
 import java.util.Set;
@@ -10,16 +10,23 @@ import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.types.StructType;
 
-/** The probe's table: batch writes only. */
-public class TxnKafkaTable implements SupportsWrite {
+/** The staged write's table: batch appends of the sink's projection, nothing to read. */
+final class StagedKafkaTable implements SupportsWrite {
   private final StructType schema;
 
-  TxnKafkaTable(StructType schema) {
+  StagedKafkaTable(StructType schema) {
     this.schema = schema;
   }
 
-  @Override public String name() { return "twophase-kafka-probe"; }
-  @Override public StructType schema() { return schema; }
+  @Override
+  public String name() {
+    return "twophase-kafka-staged";
+  }
+
+  @Override
+  public StructType schema() {
+    return schema;
+  }
 
   @Override
   public Set<TableCapability> capabilities() {
@@ -28,13 +35,15 @@ public class TxnKafkaTable implements SupportsWrite {
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+    // the options are checked here, on the driver, before any task runs
+    StagedWriteSpec spec = StagedWriteSpec.of(info.options().asCaseSensitiveMap(), info.schema());
     return new WriteBuilder() {
       @Override
       public Write build() {
         return new Write() {
           @Override
           public BatchWrite toBatch() {
-            return new TxnBatchWrite(info.options().asCaseSensitiveMap(), info.schema());
+            return new StagedKafkaWrite(spec);
           }
         };
       }
