@@ -57,9 +57,10 @@ def test_every_product_package_and_no_test_module_is_in_the_wheel(wheel: zipfile
     assert "twophase/py.typed" in names
     # the conformance kit ships: sink authors run it from their own test suites (#25 item 4)
     assert "twophase/sinks/conformance/contract.py" in names
-    # the JVM half of the S3 sink's Spark-staged writes, built by Maven with the wheel (#44 item 4);
-    # its sources stay in the checkout
+    # the JVM halves of the S3 and Kafka sinks' Spark-staged writes, built by Maven with the wheel
+    # (#44 item 4); their sources stay in the checkout
     assert "twophase/connectors/s3/jvm/twophase-s3-staging.jar" in names
+    assert "twophase/connectors/kafka/jvm/twophase-kafka-staging.jar" in names
     assert [n for n in names if n.endswith((".java", "/pom.xml")) and "/connectors/" in n] == []
 
 
