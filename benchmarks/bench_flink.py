@@ -10,6 +10,9 @@ exactly once:
 - ``twophase_<sinks>``: :func:`twophase.integration.jobs.flights.enrich` on Spark's Kafka source
   (``maxOffsetsPerTrigger`` = the records per checkpoint, a ``processingTime`` 0 trigger: one
   checkpoint per micro-batch), the twophase sinks of :func:`~twophase.integration.jobs.flights.start_flights`;
+- ``twophase_kafka_staged``, ``twophase_s3_staged``: the same with the one sink's ``write_path="spark"``
+  (issue #44 item 4: twophase's JVM Kafka writer; Spark's Parquet writer through twophase's S3A
+  committer, under Spark's cloud commit protocol for that writer's runs): the rows stay in the JVM;
 - ``flink_<sinks>``: the Java job of ``benchmarks/flink/java`` (Flink SQL; lookups and
   ``make_timestamp``'s arithmetic as Java scalar functions; every plan's EXPLAIN is refused if it
   names a Python operator) in a local MiniCluster, Flink's ``KafkaSink`` exactly once and the
@@ -83,14 +86,19 @@ FLINK_BATCH_SIZE = "1000000"
 SINK_SETS: dict[str, tuple[str, ...]] = {"kafka": ("kafka",), "s3": ("s3",), "all": ("kafka", "s3")}
 WRITERS: dict[str, tuple[str, str]] = {
     "twophase_kafka": ("twophase", "kafka"),
+    "twophase_kafka_staged": ("twophase", "kafka"),
     "flink_kafka": ("flink", "kafka"),
     "flink_kafka_pooling": ("flink", "kafka"),
     "twophase_s3": ("twophase", "s3"),
+    "twophase_s3_staged": ("twophase", "s3"),
     "flink_s3": ("flink", "s3"),
     "twophase_all": ("twophase", "all"),
     "flink_all": ("flink", "all"),
 }
 """Writer name → (engine, sink set)."""
+STAGED = frozenset({"twophase_kafka_staged", "twophase_s3_staged"})
+"""twophase writers whose one sink stages its epochs with a JVM writer (``write_path="spark"``:
+twophase's Kafka writer; Spark's Parquet writer through twophase's committer): no row reaches Python."""
 
 
 @dataclass
@@ -148,6 +156,13 @@ class Measured:
 
 
 # ------------------------------------------------------------------------------------ services
+
+
+def s3_staged_settings() -> dict[str, str]:
+    """The session settings the S3 sink's staged writes need (Spark's cloud commit protocol)."""
+    from twophase.connectors.s3.internal.staged_write import SESSION_SETTINGS
+
+    return dict(SESSION_SETTINGS)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -359,7 +374,11 @@ class Bench:
         if topic is not None:
             create_topic(self.endpoints.kafka_bootstrap, topic, OUTPUT_PARTITIONS)
         runner = self._twophase if engine == "twophase" else self._flink
-        measured = runner(writer, name, sinks, topic, prefix)
+        # Spark's cloud commit protocol is session-wide: set for the S3-staged writer's runs only
+        with common.session_conf(
+            self.spark, s3_staged_settings() if writer in STAGED and "s3" in sinks else {}
+        ):
+            measured = runner(writer, name, sinks, topic, prefix)
         if engine == "twophase":  # Flink's first interval before any Flink writer has run
             self.interval_ms.setdefault(
                 "default",
@@ -410,6 +429,7 @@ class Bench:
             topic=topic or "",
             s3_prefix=prefix or "",
             sinks=tuple(sinks),
+            write_path="spark" if writer in STAGED else "python",
         )
         spec.save()
         raw = (

@@ -254,7 +254,10 @@ def matched_interval_ms(rows_per_checkpoint: int, rows_per_s: float, floor_ms: i
 PAIRS: dict[str, tuple[str, str]] = {
     "kafka": ("twophase_kafka", "flink_kafka"),
     "kafka, Flink pooled ids": ("twophase_kafka", "flink_kafka_pooling"),
+    "kafka, twophase's JVM writer": ("twophase_kafka_staged", "flink_kafka"),
+    "kafka, JVM writer, Flink pooled ids": ("twophase_kafka_staged", "flink_kafka_pooling"),
     "s3": ("twophase_s3", "flink_s3"),
+    "s3, Spark's Parquet writer": ("twophase_s3_staged", "flink_s3"),
     "all": ("twophase_all", "flink_all"),
 }
 """Ratio rows: label → (twophase writer, Flink writer)."""

@@ -156,6 +156,19 @@ def test_ratio_table() -> None:
     assert ratios["kafka, Flink pooled ids"]["ratio"] == pytest.approx(250 / 175, abs=1e-3)
 
 
+def test_the_staged_writers_are_paired_with_flink_s_writers_of_their_sink() -> None:
+    rates = {
+        "twophase_kafka_staged": [300.0],
+        "flink_kafka": [200.0],
+        "twophase_s3_staged": [90.0],
+        "flink_s3": [100.0],
+    }
+    ratios = analysis.ratios(rates)
+    assert ratios["kafka, twophase's JVM writer"]["ratio"] == 1.5
+    assert ratios["s3, Spark's Parquet writer"]["ratio"] == 0.9
+    assert {"kafka", "s3"}.isdisjoint(ratios)  # the Python pass's writers did not run
+
+
 def test_markdown_of_a_run() -> None:
     window = analysis.steady_window(kafka_run(), ["kafka"], 100, 400).as_dict()
     result = {
