@@ -280,14 +280,30 @@ def spark_checkpoint_settled(
     )
 
 
+EPOCH_FIGURES = {
+    "write ms (median per epoch)": "write_ms",
+    "persist ms (median per epoch)": "persist_ms",
+    "commit ms (median per epoch)": "commit_ms",
+    "epoch ms (median per epoch)": "epoch_ms",
+}
+"""The time figures, fitted through every epoch's own time (``epochs.jsonl``, each at its sample's
+minute) rather than one median a sample: about 7 points a minute instead of 1, so an interval
+about 2.6 times narrower for the same run."""
+
+
 def slopes(
     samples: Sequence[Sample], warm_up_min: float, epochs: Sequence[dict[str, Any]] = ()
 ) -> list[soak_fit.Slope]:
-    """Every figure's slope per segment after each segment's warm-up (``soak_fit``); Spark's
+    """Every figure's slope per segment after each segment's warm-up (``soak_fit``): the time
+    figures through every epoch (:data:`EPOCH_FIGURES`), the others through the samples; Spark's
     checkpoint bytes only once it holds its retained batches (:func:`spark_checkpoint_settled`)."""
     series = {
         name: [(s.segment, s.minute, float(figure(s))) for s in samples] for name, figure in FIGURES.items()
     }
+    for name, field in EPOCH_FIGURES.items():  # every epoch's own time, where the log has it
+        logged = [(int(e["segment"]), float(e["minute"]), float(e[field])) for e in epochs if field in e]
+        if logged:
+            series[name] = logged
     settled = {"Spark checkpoint bytes": spark_checkpoint_settled(epochs)}
     return soak_fit.fit_segments(series, warm_up_min, settled)
 

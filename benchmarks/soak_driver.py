@@ -49,6 +49,11 @@ otherwise the JVM grows its heap towards ``-Xmx`` for the first hours, and its R
 after GC. ``defaultJavaOptions`` because ``extraJavaOptions`` is the session's own (Derby's home)."""
 
 
+POLL_S = 5.0
+"""Seconds between two polls of the processes' figures within a sample's interval
+(:class:`Floors`)."""
+
+
 @dataclass(frozen=True)
 class Process:
     """One process's footprint from ``/proc/<pid>``: resident memory (MB), threads, open fds."""
@@ -74,6 +79,56 @@ class Process:
         )
 
 
+class Floors:
+    """The least of every figure of one process over the polls of a sampling interval."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._least: Process | None = None
+
+    def poll(self) -> None:
+        """Read the process's figures once and keep each one's least.
+
+        Raises:
+            OSError: the process is gone.
+        """
+        now = Process.of(self._pid)
+        least = self._least
+        self._least = (
+            now
+            if least is None
+            else Process(
+                min(least.rss_mb, now.rss_mb), min(least.threads, now.threads), min(least.fds, now.fds)
+            )
+        )
+
+    def take(self) -> Process:
+        """The floors since the last call (a poll first), and start a new interval."""
+        self.poll()
+        assert self._least is not None
+        taken, self._least = self._least, None
+        return taken
+
+
+def release_python_memory() -> None:
+    """Give back what the Python driver no longer uses before its RSS is read: a full collection
+    of Python's objects, pyarrow's pool's unused memory, and glibc's free heap pages
+    (``malloc_trim``, where the C library has it), so that the RSS floor is the live memory, not
+    the allocators' caches."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    import pyarrow as pa
+
+    gc.collect()
+    pa.default_memory_pool().release_unused()
+    libc = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+    if trim is not None:
+        trim(0)
+
+
 @dataclass(frozen=True)
 class Sample:
     """The figures of one sampling interval.
@@ -84,9 +139,14 @@ class Sample:
         epochs: epochs this driver completed so far; ``epochs_in_window`` of them since the last
             sample. ``records``: records this driver wrote (each sink received all of them).
         write_ms / persist_ms / commit_ms / epoch_ms: medians over the window's epochs, ms.
-        python / jvm: the driver's Python process and its JVM.
-        jvm_old_gen_mb: the JVM's old generation after its latest collection, MB (the old pool's
-            ``MemoryPoolMXBean.getCollectionUsage``); ``jvm_collections``: collections so far.
+        python / jvm: the driver's Python process and its JVM, each figure the *floor* of the
+            interval: the least of its polls (every :data:`POLL_S` s, and one after the sample's
+            collections, :meth:`Sampler.take`). Sockets, threads and buffers come and go with
+            every epoch; a leak raises the floor.
+        jvm_old_gen_mb: the JVM's live old generation, MB: the old pool's
+            ``MemoryPoolMXBean.getCollectionUsage`` right after a full collection the sampler
+            asks for (``System.gc()``), so no young-generation timing moves it;
+            ``jvm_collections``: collections so far.
         checkpoint_bytes / checkpoint_files: twophase's checkpoint storage (S3).
         spark_checkpoint_bytes: Spark's own checkpoint (offsets and commit logs, S3).
         kafka_ids: transactional ids the brokers know for the job's Kafka sink (any state);
@@ -181,9 +241,13 @@ def delta_log(fs: pafs.FileSystem, table: str) -> tuple[int, int, int]:
 
 
 def old_generation(spark: SparkSession) -> tuple[float, int]:
-    """The driver JVM's old generation after its latest collection, MB, and its collections so
-    far, from the JVM's own management beans (``java.lang.management``, through py4j)."""
-    management = spark.sparkContext._jvm.java.lang.management.ManagementFactory  # type: ignore[union-attr]
+    """The driver JVM's live old generation, MB, and its collections so far, from the JVM's own
+    management beans (``java.lang.management``, through py4j), read right after a full
+    collection asked for here (``System.gc()``: without ``-XX:+ExplicitGCInvokesConcurrent``, a
+    stop-the-world full GC of the whole heap, a pause of the driver once a sample)."""
+    jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    jvm.java.lang.System.gc()
+    management = jvm.java.lang.management.ManagementFactory
     used = 0.0
     for pool in management.getMemoryPoolMXBeans():
         name = str(pool.getName())
@@ -244,11 +308,19 @@ class Sampler:
         self._segment = segment
         self._started = started
         self._jvm_pid: int = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        self._python = Floors(os.getpid())
+        self._jvm = Floors(self._jvm_pid)
         self._seen = 0
+
+    def poll(self) -> None:
+        """Read both processes' figures once (:class:`Floors`)."""
+        self._python.poll()
+        self._jvm.poll()
 
     def take(self) -> tuple[Sample, list[dict[str, Any]]]:
         """The figures now, and the epochs completed since the previous call (as JSON objects);
-        the latency medians are over those epochs."""
+        the latency medians are over those epochs, the processes' figures their floors since the
+        previous call (the last poll after both drivers' collections)."""
         from twophase.connectors.kafka.internal.lingering import OPEN_STATES
 
         epochs = self._handle.metrics  # the newest RuntimeConfig.metrics_history epochs
@@ -260,7 +332,8 @@ class Sampler:
         ids = self._admin.list_transactions([], self._pattern)
         checkpoint_bytes, checkpoint_files = tree_size(self._fs, s3_path(self._spec.checkpoint_dir))
         delta_bytes, delta_files, since = delta_log(self._fs, s3_path(self._spec.delta_uri))
-        old_gen, collections = old_generation(self._spark)
+        old_gen, collections = old_generation(self._spark)  # after a full GC, so is the JVM's last poll
+        release_python_memory()
         minute = round((time.time() - self._started) / 60, 2)
 
         def median(field: str) -> float:
@@ -276,8 +349,8 @@ class Sampler:
             persist_ms=median("persist_ms"),
             commit_ms=median("commit_ms"),
             epoch_ms=median("epoch_ms"),
-            python=Process.of(os.getpid()),
-            jvm=Process.of(self._jvm_pid),
+            python=self._python.take(),
+            jvm=self._jvm.take(),
             jvm_old_gen_mb=old_gen,
             jvm_collections=collections,
             checkpoint_bytes=checkpoint_bytes,
@@ -355,8 +428,11 @@ def main(
     sampler = Sampler(spark, handle, spec, fs, admin, pattern, segment, started)
     with (out / "samples.jsonl").open("a") as samples, (out / "epochs.jsonl").open("a") as epoch_log:
         while time.time() < until and handle.totals.epochs < epochs:
-            if handle.await_termination(sample_s):
-                raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
+            due = time.monotonic() + sample_s
+            while (left := due - time.monotonic()) > 0:
+                if handle.await_termination(min(POLL_S, left)):
+                    raise click.ClickException(f"the soak's job ended early: {handle.status.value}")
+                sampler.poll()
             sample, rows = sampler.take()
             samples.write(json.dumps(dataclasses.asdict(sample)) + "\n")
             samples.flush()

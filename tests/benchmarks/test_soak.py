@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
+import pytest
 from support.bench_modules import ROOT, load_benchmark
 
 soak = load_benchmark("soak", ROOT / "benchmarks" / "soak.py")
@@ -162,3 +163,30 @@ def test_spark_checkpoint_bytes_are_fitted_only_once_spark_retains_a_bounded_win
     unsettled = {s.figure: s for s in soak.slopes(filling, 10.0, epochs[:30])}["Spark checkpoint bytes"]
     assert (unsettled.samples, unsettled.grows) == (0, True)
     assert {s.figure: s for s in soak.slopes(filling, 10.0)}["Spark checkpoint bytes"].grows
+
+
+def test_the_time_figures_are_fitted_through_every_epoch_not_one_median_a_sample() -> None:
+    samples = [sample(0, m) for m in range(40)]  # the samples' commit medians: flat
+    epochs = [
+        {"segment": 0, "minute": float(m), "batch_id": 7 * m + k, "commit_ms": 100.0 + m + k % 2}
+        for m in range(40)
+        for k in range(7)
+    ]
+    fitted = {s.figure: s for s in soak.slopes(samples, 10.0, epochs)}
+    commit = fitted["commit ms (median per epoch)"]
+    assert commit.samples == 7 * 30 and commit.per_hour == pytest.approx(60.0)
+    assert fitted["epoch ms (median per epoch)"].samples == 30  # not logged per epoch here: the samples
+
+
+def test_the_process_figures_are_the_floors_of_the_interval_s_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = iter([(400.0, 30, 90), (380.0, 33, 60), (390.0, 31, 70), (500.0, 40, 99)])
+    monkeypatch.setattr(driver.Process, "of", classmethod(lambda cls, pid: cls(*next(reads))))
+    floors = driver.Floors(1)
+    floors.poll()
+    floors.poll()
+    assert floors.take() == driver.Process(380.0, 30, 60)  # the take polls once more
+    assert floors.take() == driver.Process(500.0, 40, 99)  # a new interval
+
+
+def test_the_python_driver_gives_back_what_it_no_longer_uses() -> None:
+    driver.release_python_memory()  # gc, pyarrow's pool, malloc_trim where glibc has it: no error
