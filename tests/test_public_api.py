@@ -26,9 +26,19 @@ PUBLIC_MODULES = {
         "listing",
         "registry",
         "s3_options",
+        "spark_staging",
     },
-    "twophase.connectors.kafka": {"__init__", "config", "sink", "errors", "oauth", "declaration", "listing"},
-    "twophase.connectors.s3": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.kafka": {
+        "__init__",
+        "config",
+        "sink",
+        "errors",
+        "oauth",
+        "declaration",
+        "listing",
+        "jvm_jar",
+    },
+    "twophase.connectors.s3": {"__init__", "config", "sink", "declaration", "listing", "jvm_jar"},
     "twophase.connectors.delta": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.postgres": {"__init__", "config", "sink", "metrics", "declaration", "listing"},
     "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing"},
@@ -38,8 +48,9 @@ PUBLIC_MODULES = {
 }
 """Package → its public modules. ``sinks.conformance`` is a public package of its own; Kafka's
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector
-users register; the object-store file layer the file sinks share (``objectstore``) is no
-connector and all internal; every connector's ``declaration`` is what the registry reads
+users register; the Kafka and S3 sinks' ``jvm_jar`` says where their staged writes' jar is
+(``staging_jar``), ``sinks.spark_staging`` what a sink implements to stage with a JVM writer; the
+object-store file layer the file sinks share (``objectstore``) is no connector and all internal; every connector's ``declaration`` is what the registry reads
 (:mod:`twophase.sinks.registry`) and its ``listing`` what ``twophase lingering`` shows."""
 
 CONFIGS = (

@@ -29,6 +29,7 @@ from twophase.coordinator.spark.sink_options import config_from_options, option_
 from twophase.sinks.api import TwoPhaseCommitSink
 from twophase.sinks.errors import ConfigError
 from twophase.sinks.registry import CONNECTORS, ConnectorDeclaration
+from twophase.sinks.spark_staging import SparkStagedSink
 
 AnySink = TwoPhaseCommitSink[Any, Any]
 
@@ -80,7 +81,8 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
 
     Raises:
         ConfigError: no or an unknown ``sink``, an option that is neither the data source's nor a
-            field of that sink's config (named, with what is accepted), or a bad value.
+            field of that sink's config (named, with what is accepted), a bad value, or
+            ``write_path=spark`` (the data source hands every row to Python).
         MissingExtraError: the connector's extra is not installed where this runs (a
             ``ConfigError`` naming the ``pip install`` to run).
     """
@@ -99,6 +101,12 @@ def sink_from_options(options: Mapping[str, str]) -> AnySink:
     if unknown:
         raise ConfigError(
             f"unknown option(s) {unknown} for sink {kind!r}; it takes {option_names(config_class)}"
+        )
+    if isinstance(sink, SparkStagedSink) and sink.stages_with_spark():
+        raise ConfigError(
+            f"sink {kind!r}: write_path=spark stages the epoch with a JVM writer through twophase's Job and "
+            '.stream() APIs; .format("twophase") writes through Spark\'s Python data source: leave '
+            "write_path unset (python) here"
         )
     return sink
 

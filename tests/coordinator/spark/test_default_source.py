@@ -55,6 +55,11 @@ def test_s3_and_delta_share_the_s3_options_with_the_checkpoints() -> None:
             r"unknown option\(s\) \['topik'\]",
         ),
         ({"sink": "s3", "bucket": "lake", "prefix": "p", "rolling.max_bytes": "1"}, "rolling.max_file_bytes"),
+        (
+            {"sink": "kafka", "bootstrap_servers": "b:1", "topic": "t", "write_path": "spark"},
+            r"write_path=spark .* leave write_path unset",
+        ),
+        ({"sink": "s3", "bucket": "lake", "prefix": "p", "write_path": "spark"}, "Python data source"),
     ],
 )
 def test_unknown_sinks_and_options_are_refused_by_name(options: dict[str, str], match: str) -> None:
