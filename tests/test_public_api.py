@@ -50,8 +50,9 @@ PUBLIC_MODULES = {
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector
 users register; the Kafka and S3 sinks' ``jvm_jar`` says where their staged writes' jar is
 (``staging_jar``), ``sinks.spark_staging`` what a sink implements to stage with a JVM writer; the
-object-store file layer the file sinks share (``objectstore``) is no connector and all internal; every connector's ``declaration`` is what the registry reads
-(:mod:`twophase.sinks.registry`) and its ``listing`` what ``twophase lingering`` shows."""
+object-store file layer the file sinks share (``objectstore``) is no connector and all internal;
+every connector's ``declaration`` is what the registry reads (:mod:`twophase.sinks.registry`) and
+its ``listing`` what ``twophase lingering`` shows."""
 
 CONFIGS = (
     "KafkaSinkConfig",
