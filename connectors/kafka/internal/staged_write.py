@@ -99,7 +99,6 @@ def write_options(
         "twophase.sink": sink,
         "twophase.slot": str(naming.slot_for(checkpoint_id, config.pool_size)),
         "twophase.checkpoint": str(checkpoint_id),
-        "twophase.request.timeout.ms": str(config.request_timeout_ms),
     }
     if config.topic is not None:
         options["twophase.topic"] = config.topic

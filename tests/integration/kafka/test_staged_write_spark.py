@@ -2,11 +2,13 @@
 sink writes its epochs with twophase's JVM writer, read back under ``read_committed``, record for
 record what the Python path writes for the same rows (keys, values, headers, partitions,
 timestamps, lineage); a write never committed (the driver died after it) leaves open transactions
-the lingering cleanup aborts, all but the one a checkpoint holds."""
+the lingering cleanup aborts, all but the one a checkpoint holds, and the held one's marker is
+found in the log from its own ``marker_offset`` once the broker forgot its id."""
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -92,6 +94,14 @@ def test_a_write_never_committed_is_aborted_but_the_held_transaction(
     aborted = sink.abort_lingering(LingeringScope(job, "out", held=held, up_to_checkpoint=4))
     assert aborted == 2 and ongoing_with_prefix(kafka_bootstrap, f"it-{job}") == ids[:1]
     assert sink.commit_batch(held) == [CommitOutcome.COMMITTED]
-    sink.close()
     visible = read_topic(kafka_bootstrap, topic, until_stable=True)
     assert sorted(number(r) for r in visible) == list(range(1_000))  # partition 0's
+    # the broker forgot the id: the marker is found in the log from the committable's own
+    # marker_offset (one past the first partition's last record of the transaction)
+    c = held[0]
+    assert c.marker_offset is not None and c.marker_offset > 0 and c.opened_ms is not None
+    assert (
+        sink.recover_and_commit(replace(c, transactional_id=unique("forgotten")))
+        is CommitOutcome.ALREADY_COMMITTED
+    )
+    sink.close()

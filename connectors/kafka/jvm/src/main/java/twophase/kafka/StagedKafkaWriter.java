@@ -6,14 +6,11 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeSet;
+import java.util.TreeMap;
 import java.util.concurrent.atomic.AtomicReference;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.internals.RecordHeaders;
-import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -27,9 +24,10 @@ import org.apache.spark.sql.connector.write.WriterCommitMessage;
  * with a zero timeout, which leaves the transaction open (a graceful close would abort it), as
  * Flink's KafkaSink closes its pre-committed producers; the producer id and epoch are read from the
  * producer's transaction manager by reflection, as Flink's FlinkKafkaInternalProducer reads them
- * (kafka-clients has no public API for them). After the flush, the end offset of the first
- * partition written is read: the transaction's marker, which the commit's EndTxn writes later,
- * cannot precede it. A task that wrote no row opens nothing.
+ * (kafka-clients has no public API for them). The offset after the last record acknowledged in
+ * the first partition written is an offset the transaction's marker, which the commit's EndTxn
+ * writes later, cannot precede: every delivery's metadata carries its offset, so no request reads
+ * it. A task that wrote no row opens nothing.
  */
 final class StagedKafkaWriter implements DataWriter<InternalRow> {
   private static final String JOB_HEADER = "twophase.job";
@@ -39,7 +37,8 @@ final class StagedKafkaWriter implements DataWriter<InternalRow> {
   private final int partition;
   private final int attempt;
   private final String transactionalId;
-  private final TreeSet<String> written = new TreeSet<>();
+  /** topic -> partition -> the highest offset acknowledged there (guarded by itself). */
+  private final TreeMap<String, TreeMap<Integer, Long>> written = new TreeMap<>();
   private final AtomicReference<Exception> failure = new AtomicReference<>();
   private final byte[] jobHeader;
   private final byte[] checkpointHeader;
@@ -87,7 +86,8 @@ final class StagedKafkaWriter implements DataWriter<InternalRow> {
         failure.compareAndSet(null, error);
       } else {
         synchronized (written) {
-          written.add(metadata.topic() + "\u0000" + metadata.partition());
+          written.computeIfAbsent(metadata.topic(), t -> new TreeMap<>())
+              .merge(metadata.partition(), metadata.offset(), Math::max);
         }
       }
     });
@@ -120,14 +120,18 @@ final class StagedKafkaWriter implements DataWriter<InternalRow> {
     }
     List<String> topics = new ArrayList<>();
     List<Integer> partitions = new ArrayList<>();
+    Long marker = null;
     synchronized (written) {
-      for (String tp : written) {
-        int cut = tp.indexOf('\u0000');
-        topics.add(tp.substring(0, cut));
-        partitions.add(Integer.parseInt(tp.substring(cut + 1)));
+      for (Map.Entry<String, TreeMap<Integer, Long>> topic : written.entrySet()) {
+        for (Map.Entry<Integer, Long> p : topic.getValue().entrySet()) {
+          if (topics.isEmpty() && p.getValue() >= 0) {
+            marker = p.getValue() + 1; // the first partition's: after its last record of this transaction
+          }
+          topics.add(topic.getKey());
+          partitions.add(p.getKey());
+        }
       }
     }
-    Long marker = topics.isEmpty() ? null : endOffset(new TopicPartition(topics.get(0), partitions.get(0)));
     KafkaProducer<byte[], byte[]> open = producer;
     producer = null;
     open.close(Duration.ZERO); // leaves the transaction open for the driver's EndTxn
@@ -184,18 +188,6 @@ final class StagedKafkaWriter implements DataWriter<InternalRow> {
       headers.add(CHECKPOINT_HEADER, checkpointHeader);
     }
     return headers;
-  }
-
-  /** The partition's end offset (high watermark); null when it cannot be read (a restore that
-   * must find the marker then searches from when the transaction was opened). */
-  private Long endOffset(TopicPartition tp) {
-    try (KafkaConsumer<byte[], byte[]> reader = new KafkaConsumer<>(
-        spec.readerProperties(), new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
-      Map<TopicPartition, Long> ends = reader.endOffsets(List.of(tp), Duration.ofMillis(spec.requestTimeoutMs));
-      return ends.get(tp);
-    } catch (RuntimeException e) {
-      return null;
-    }
   }
 
   private void failIfSendFailed() {

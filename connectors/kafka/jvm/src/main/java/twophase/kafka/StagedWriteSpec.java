@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType;
  * {@code twophase.sink}, {@code twophase.slot} (the pool slot of the checkpoint), {@code
  * twophase.checkpoint}, {@code twophase.topic} (a row's topic when its {@code topic} is null),
  * {@code twophase.lineage.job} (set: every record gets the {@code twophase.job} and {@code
- * twophase.checkpoint} headers), {@code twophase.request.timeout.ms}, and every producer setting
+ * twophase.checkpoint} headers), and every producer setting
  * as {@code twophase.secret.producer.<Java client key>}: the word "secret" in the key makes Spark
  * redact the value wherever it shows a write's options ({@code spark.redaction.regex}).
  *
@@ -33,7 +33,6 @@ final class StagedWriteSpec implements Serializable {
   private static final Pattern WRITE_ID = Pattern.compile("[A-Za-z0-9-]{1,128}");
   private static final StructType HEADER =
       new StructType().add("key", DataTypes.StringType).add("value", DataTypes.BinaryType);
-  private static final String[] CONNECTION_PREFIXES = {"bootstrap.servers", "security.", "sasl.", "ssl.", "client.id"};
 
   final String writeId;
   final String prefix;
@@ -42,7 +41,6 @@ final class StagedWriteSpec implements Serializable {
   final long checkpointId;
   final String topic;
   final String lineageJob;
-  final int requestTimeoutMs;
   final TreeMap<String, String> producer;
   final int keyIndex;
   final int valueIndex;
@@ -62,7 +60,6 @@ final class StagedWriteSpec implements Serializable {
     checkpointId = nonNegative(options, "twophase.checkpoint");
     topic = options.get("twophase.topic");
     lineageJob = options.get("twophase.lineage.job");
-    requestTimeoutMs = (int) nonNegative(options, "twophase.request.timeout.ms");
     producer = new TreeMap<>();
     for (Map.Entry<String, String> e : options.entrySet()) {
       if (e.getKey().startsWith(PRODUCER_PREFIX)) {
@@ -97,20 +94,6 @@ final class StagedWriteSpec implements Serializable {
     Properties props = new Properties();
     props.putAll(producer);
     props.put("transactional.id", transactionalId);
-    return props;
-  }
-
-  /** The settings of a consumer that only reads end offsets: the producer's connection and security. */
-  Properties readerProperties() {
-    Properties props = new Properties();
-    for (Map.Entry<String, String> e : producer.entrySet()) {
-      for (String p : CONNECTION_PREFIXES) {
-        if (e.getKey().startsWith(p)) {
-          props.put(e.getKey(), e.getValue());
-        }
-      }
-    }
-    props.put("enable.auto.commit", "false");
     return props;
   }
 
