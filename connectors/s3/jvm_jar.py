@@ -15,13 +15,7 @@ JAR_NAME = "twophase-s3-staging.jar"
 
 
 def staging_jar() -> str:
-    """The path of twophase's committer jar, for ``spark.jars`` (executors fetch it from there).
-
-    Returns:
-        An absolute file path.
-
-    Raises:
-        ConfigError: this install has no jar (its wheel was built without Maven, or a checkout
-            has not run ``make jars``), naming how to build it.
-    """
+    """The absolute path of twophase's committer jar (beside ``hadoop-aws`` and
+    ``spark-hadoop-cloud``), for ``spark.jars``: see :func:`~twophase.sinks.spark_staging.bundled_jar`,
+    which raises ``ConfigError`` naming how to build it when this install has none."""
     return bundled_jar(Path(__file__).resolve().parent, JAR_NAME, "the S3 sink's write_path='spark'")
