@@ -45,8 +45,17 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
 _HANDLED = frozenset(
-    {"sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password", "ssl.ca.location", "partitioner"}
-) | {"ssl.endpoint.identification.algorithm"}
+    {
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "sasl.username",
+        "sasl.password",
+        "ssl.ca.location",
+        "ssl.endpoint.identification.algorithm",
+        "partitioner",
+    }
+)
+"""librdkafka settings translated by hand below (security, placement), not by :data:`_TUNING`."""
 LIBRDKAFKA_DEFAULTS = {"linger.ms": "5", "batch.size": "1000000"}
 """librdkafka's batching defaults (``linger.ms`` 5, ``batch.size`` 1,000,000 bytes), given to the
 Java producer unless ``client_config`` sets them (the Java client's are 0 before Kafka 4.0 and
@@ -57,8 +66,16 @@ JAVA_DELIVERY_TIMEOUT_MS = 120_000
 
 
 _MILLISECONDS = frozenset(
-    {"linger.ms", "request.timeout.ms", "delivery.timeout.ms", "retry.backoff.ms", "reconnect.backoff.ms"}
-) | {"reconnect.backoff.max.ms"}
+    {
+        "linger.ms",
+        "request.timeout.ms",
+        "delivery.timeout.ms",
+        "retry.backoff.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+    }
+)
+"""Java settings in whole milliseconds (librdkafka's may have fractions)."""
 
 
 def _whole_ms(key: str, value: object) -> int:

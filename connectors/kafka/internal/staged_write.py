@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 SOURCE = "twophase.kafka.StagedKafkaSource"
 """The staged write's data source (``df.write.format(SOURCE)``, ``connectors/kafka/jvm``)."""
-HANDOFF_CLASS = "twophase.kafka.StagedWrites"
-"""The JVM class a finished write hands its open transactions over through (py4j)."""
 PRODUCER_OPTION = "twophase.secret.producer."
 """The prefix of the producer's settings among the write's options: "secret" in a key makes Spark
 redact its value wherever it shows the options (``spark.redaction.regex``'s default)."""
