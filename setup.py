@@ -58,6 +58,7 @@ DEVELOPMENT_WHEEL_VARIABLE = "TWOPHASE_WHEEL_DEVELOPMENT"
 JVM_PROJECTS = {
     "connectors/s3/jvm": "twophase-s3-staging.jar",
     "connectors/kafka/jvm": "twophase-kafka-staging.jar",
+    "connectors/iceberg/jvm": "twophase-iceberg-staging.jar",
 }
 """Maven projects whose jar the wheel carries (folder, relative to the repository root → the jar's
 name, put in that folder of the wheel): the JVM halves of the sinks' Spark-staged writes."""

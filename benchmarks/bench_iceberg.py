@@ -26,12 +26,10 @@ each timed end to end (wall clock, s), each into its own fresh table:
   retried job (a re-run appends again). Its write options are stated (:data:`SPARK_ICEBERG_WRITE`):
   ``distribution-mode=none``, no shuffle before the write, as an Iceberg engineer sets it for an
   unpartitioned append whose tasks already hold one file's worth each (issue #44 item 3);
-- ``spark_iceberg_staged`` (a probe of issue #44 item 4's JVM-side design, not a sink): the same
-  Spark write into a table with ``write.wap.enabled``, under ``spark.wap.id`` (Iceberg's
-  write-audit-publish: the append is committed as a staged snapshot, main unchanged); then, timed
-  with it, what a 2PC driver would add: the staged snapshot found by its ``wap.id`` (pyiceberg), its
-  id made durable in a local file (write, fsync, rename), and main pointed at it
-  (``set_current_snapshot``: one metadata-only commit, the snapshot's parent being main's head);
+- ``twophase_staged``: the same sink with ``write_path="spark"`` (issue #44 item 4): Iceberg's own
+  Spark writer writes the data files (the same write options as ``spark_iceberg``'s, through
+  twophase's DataSource V2 source and its jar), hands them over uncommitted, and the sink commits
+  them in its one append, all through ``Job.write`` (checks, lingering sweeps, checkpoints);
 - ``python_floor`` (not a writer): ``df.mapInArrow(count)`` — the rows handed to Python workers as
   Arrow batches and counted: what every Python-side sink pays before writing anything, the floor
   under ``twophase``'s time (Spark's Iceberg writer stays in the JVM).
@@ -151,7 +149,7 @@ def measure(jars: list[str]) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     from benchmarks.bench_postgres import expected_flights
-    from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig
+    from twophase.connectors.iceberg import IcebergSink, IcebergSinkConfig, staging_jar
     from twophase.coordinator.spark.job import Job
     from twophase.coordinator.state.job_lifecycle import JobState
     from twophase.integration.jobs.flights_data import land
@@ -172,7 +170,7 @@ def measure(jars: list[str]) -> dict[str, Any]:
         )
         catalog.create_namespace(ns)
         conf = {
-            "spark.jars": ",".join(jars),
+            "spark.jars": ",".join([*jars, staging_jar()]),
             "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
             f"spark.sql.catalog.{CATALOG}": "org.apache.iceberg.spark.SparkCatalog",
             f"spark.sql.catalog.{CATALOG}.type": "jdbc",
@@ -225,25 +223,19 @@ def measure(jars: list[str]) -> dict[str, Any]:
             writer.options(**SPARK_ICEBERG_WRITE).append()
             return name
 
-        def spark_iceberg_staged(r: int | str, frame: Any = None) -> object:
-            # the probe of a JVM-side design (issue #44 item 4): Iceberg's write-audit-publish, the
-            # snapshot staged under a wap.id, its id made durable, then published by pointing main
-            # at it (metadata only: the staged snapshot's parent is main's head)
-            name = table("spark_iceberg_staged", r, {"write.wap.enabled": "true"})
-            wap_id = f"twophase-{run_id}-{r}"
-            with common.session_conf(spark, {"spark.wap.id": wap_id}):
-                (df if frame is None else frame).writeTo(f"{CATALOG}.{name}").options(
-                    **SPARK_ICEBERG_WRITE
-                ).append()
-            staged = catalog.load_table(name)
-            snapshot = next(s for s in staged.snapshots() if s.summary and s.summary.get("wap.id") == wap_id)
-            record = scratch / f"{wap_id}.json"
-            with open(record.with_suffix(".part"), "w") as f:
-                json.dump({"snapshot_id": snapshot.snapshot_id}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            record.with_suffix(".part").replace(record)
-            staged.manage_snapshots().set_current_snapshot(snapshot.snapshot_id).commit()
+        def twophase_staged(r: int | str, frame: Any = None) -> object:
+            name = table("twophase_staged", r)
+            config = IcebergSinkConfig(
+                table=name,
+                catalog_uri=sqlalchemy_uri,
+                catalog_name=CATALOG,
+                catalog_password=pg.password,
+                write_path="spark",
+                spark_catalog=CATALOG,
+            )
+            job = Job(spark, f"bench-iceberg-staged-{run_id}-{r}", str(scratch / "chk"))
+            result = job.sink(IcebergSink("iceberg", config)).write(df if frame is None else frame)
+            assert result.state is JobState.FINISHED, result.state
             return name
 
         def python_floor(r: int | str, frame: Any = None) -> object:
@@ -254,7 +246,7 @@ def measure(jars: list[str]) -> dict[str, Any]:
         writers = {
             "twophase": twophase,
             "spark_iceberg": spark_iceberg,
-            "spark_iceberg_staged": spark_iceberg_staged,
+            "twophase_staged": twophase_staged,
             "python_floor": python_floor,
         }
 
@@ -300,7 +292,7 @@ def measure(jars: list[str]) -> dict[str, Any]:
         },
         "per_round_s": {w: {f"round_{i}": round(s, 2) for i, s in enumerate(t)} for w, t in times.items()},
         "ratios_2pc_over": {"spark_iceberg": common.ratio(times, "twophase", "spark_iceberg")},
-        "ratio_staged_probe_over_spark_iceberg": common.ratio(times, "spark_iceberg_staged", "spark_iceberg"),
+        "ratio_staged_over_spark_iceberg": common.ratio(times, "twophase_staged", "spark_iceberg"),
         "twophase_epoch_median": common.epoch_summary(epochs),
     }
 

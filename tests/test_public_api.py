@@ -41,14 +41,14 @@ PUBLIC_MODULES = {
     "twophase.connectors.s3": {"__init__", "config", "sink", "declaration", "listing", "jvm_jar"},
     "twophase.connectors.delta": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.postgres": {"__init__", "config", "sink", "metrics", "declaration", "listing"},
-    "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing"},
+    "twophase.connectors.iceberg": {"__init__", "config", "sink", "declaration", "listing", "jvm_jar"},
     "twophase.connectors.azure": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.gcs": {"__init__", "config", "sink", "declaration", "listing"},
     "twophase.connectors.objectstore": {"__init__"},
 }
 """Package → its public modules. ``sinks.conformance`` is a public package of its own; Kafka's
 ``oauth`` holds the token callbacks users name in settings, PostgreSQL's ``metrics`` the collector
-users register; the Kafka and S3 sinks' ``jvm_jar`` says where their staged writes' jar is
+users register; the Kafka, S3 and Iceberg sinks' ``jvm_jar`` says where their staged writes' jar is
 (``staging_jar``), ``sinks.spark_staging`` what a sink implements to stage with a JVM writer; the
 object-store file layer the file sinks share (``objectstore``) is no connector and all internal;
 every connector's ``declaration`` is what the registry reads (:mod:`twophase.sinks.registry`) and

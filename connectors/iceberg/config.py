@@ -37,6 +37,9 @@ _PARTITION_FIELD = re.compile(
 )
 _SQL_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
 _REST_SCHEMES = ("http", "https")
+WRITE_PATHS = ("python", "spark")
+"""The values of :attr:`IcebergSinkConfig.write_path`."""
+_SPARK_CATALOG = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True, repr=False)
@@ -87,11 +90,21 @@ class IcebergSinkConfig:
             ``ServiceUnavailableError`` (≥ 1): a catalog database restarting while the job restores
             is waited for rather than costing one of the job's restarts.
         connect_backoff_ms: the first wait between those attempts (ms, ≥ 0), doubling up to 10 s.
+        write_path: how a job whose only sink this is writes its epochs: ``"python"`` (the rows
+            handed to Python, data files written with pyarrow) or ``"spark"`` (Iceberg's own Spark
+            writer writes the data files in the JVM, the sink commits them; issue #44 item 4). The
+            Spark session then needs Iceberg's Spark runtime, twophase's Iceberg jar
+            (:func:`~twophase.connectors.iceberg.staging_jar`) and ``spark_catalog``; with two or
+            more sinks the one Python pass writes every sink.
+        spark_catalog: with ``write_path="spark"``, the session's Iceberg catalog
+            (``spark.sql.catalog.<name>``) that holds ``table``: the same catalog this config's
+            ``catalog_uri`` names (the write checks the table's ``table-uuid``).
 
     Raises:
         ConfigError: an empty or malformed identifier, an unsupported catalog URI, a malformed
-            partition field, ``create_table`` without ``warehouse``, a bad projection, or a
-            non-positive count.
+            partition field, ``create_table`` without ``warehouse``, a bad projection, a
+            non-positive count, an unknown ``write_path`` or ``write_path="spark"`` without a
+            ``spark_catalog``.
     """
 
     table: str
@@ -109,6 +122,8 @@ class IcebergSinkConfig:
     lingering_grace_ms: int = 600_000
     connect_attempts: int = 5
     connect_backoff_ms: int = 500
+    write_path: str = "python"
+    spark_catalog: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.table, str) or len(self.identifier) < 2 or not all(self.identifier):
@@ -154,6 +169,24 @@ class IcebergSinkConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"IcebergSinkConfig.{name} must be an int >= 0, got {value!r}")
+        self._check_write_path()
+
+    def _check_write_path(self) -> None:
+        if self.write_path not in WRITE_PATHS:
+            raise ConfigError(
+                f"IcebergSinkConfig.write_path must be one of {list(WRITE_PATHS)}, got {self.write_path!r}"
+            )
+        if self.spark_catalog is not None and (
+            not isinstance(self.spark_catalog, str) or _SPARK_CATALOG.match(self.spark_catalog) is None
+        ):
+            raise ConfigError(
+                f"IcebergSinkConfig.spark_catalog must be a Spark catalog name, got {self.spark_catalog!r}"
+            )
+        if self.write_path == "spark" and self.spark_catalog is None:
+            raise ConfigError(
+                "IcebergSinkConfig: write_path='spark' needs spark_catalog, the session's Iceberg "
+                "catalog (spark.sql.catalog.<name>) holding the table"
+            )
 
     def _check_store_options(self) -> None:
         store = self.store

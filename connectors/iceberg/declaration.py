@@ -30,6 +30,7 @@ DECLARATION = ConnectorDeclaration(
         "IcebergSinkConfig": "config",
         "IcebergCommittable": "internal.committable",
         "IcebergDataFile": "internal.committable",
+        "staging_jar": "jvm_jar",
     },
     top_level=("IcebergSink", "IcebergSinkConfig"),
     listing="twophase.connectors.iceberg.listing:list_lingering",

@@ -8,7 +8,9 @@ fast append that, in the same table commit, sets the table property
 ``twophase.committed-checkpoint.<token>`` to the checkpoint id (snapshot expiry cannot remove it,
 issue #43) and records the job, sink and checkpoint id in its snapshot summary, which makes the
 commit idempotent (:mod:`twophase.connectors.iceberg.internal.committer`). Nothing is visible to readers
-before that snapshot: Iceberg readers see only files a snapshot's manifests list.
+before that snapshot: Iceberg readers see only files a snapshot's manifests list. With
+``write_path="spark"`` Iceberg's own Spark writer writes the same files in the JVM and hands them
+back as the same committables (:mod:`~twophase.connectors.iceberg.internal.staged_write`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import parse_transform
 
 from twophase.connectors.iceberg.config import IcebergSinkConfig
-from twophase.connectors.iceberg.internal import naming
+from twophase.connectors.iceberg.internal import naming, staged_write
 from twophase.connectors.iceberg.internal.catalog import (
     CatalogFactory,
     load_table,
@@ -44,6 +46,7 @@ from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaErr
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.internal.sweep import SweepSchedule
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
+from twophase.sinks.spark_staging import StagedTask
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +132,90 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
                 table = self._create(catalog, data_schema)
             self._check_spec(table)
             _check_schema(self.config.table, table, data_schema)
+
+    # --- Spark-staged epochs (config.write_path "spark") -------------------------------------
+
+    def stages_with_spark(self) -> bool:
+        """Whether Iceberg's Spark writer stages this sink's epochs (``config.write_path``)."""
+        return self.config.write_path == "spark"
+
+    def stage_with_spark(self, df: Any, job_id: str, checkpoint_id: int) -> dict[int, StagedTask]:
+        """Write the epoch with Iceberg's own Spark writer, its data files under the job's data
+        prefix and handed back uncommitted
+        (:mod:`~twophase.connectors.iceberg.internal.staged_write`).
+
+        Returns:
+            Spark partition → its committable (attempt, data files, records); a partition that
+            wrote nothing has none.
+
+        Raises:
+            ConfigError: a Spark Connect session (the hand-off is through py4j); the session lacks
+                Iceberg's Spark runtime, twophase's Iceberg jar or the catalog ``spark_catalog``; the
+                write refused its options or the table (another table under that name in the
+                session's catalog, a schema Iceberg's writer cannot write): named.
+            ValueError: the write handed over nothing, or files not named for their task.
+            Exception: whatever Spark's write raises; what its tasks wrote is left to the lingering
+                cleanup (Iceberg's job abort deletes the files of the tasks that committed).
+        """
+        spark = df.sparkSession
+        jvm = getattr(spark, "_jvm", None)
+        if jvm is None:
+            raise ConfigError(
+                f"Iceberg sink {self.name!r}: write_path='spark' hands its data files over through py4j, "
+                "which a Spark Connect session has not; use write_path='python' there"
+            )
+        self._check_session(spark, jvm)
+        with open_catalog(self.config, self.catalog_factory) as catalog:
+            table = require_table(catalog, self.config)
+        table_uuid = str(table.metadata.table_uuid)
+        write_id = staged_write.new_write_id()
+        prefix = naming.job_data_prefix(table.location(), naming.job_token(job_id, self.name))
+        options = staged_write.write_options(
+            self.config.table, str(self.config.spark_catalog), table_uuid, prefix, checkpoint_id, write_id
+        )
+        if self.config.columns is not None:  # the sink's projection, as the Python path applies it
+            df = df.select(*self.config.columns)
+        from pyspark.errors import IllegalArgumentException  # the JVM's, as pyspark raises it
+
+        try:
+            df.write.format(staged_write.SOURCE).mode("append").options(**options).save()
+        except IllegalArgumentException as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(
+                f"Iceberg sink {self.name!r}: the staged write refused its table: {self.config.redact(first)}"
+            ) from e
+        handed = jvm.twophase.iceberg.StagedIcebergWrites.take(write_id)
+        return staged_write.staged_tasks(
+            handed, self.config.table, table_uuid, prefix, job_id, self.name, checkpoint_id
+        )
+
+    def _check_session(self, spark: Any, jvm: Any) -> None:
+        """Refuse, by name, a session without what the staged write needs."""
+        needs = (
+            (
+                staged_write.ICEBERG_RUNTIME_CLASS,
+                "Iceberg's Spark runtime (spark.jars.packages "
+                "org.apache.iceberg:iceberg-spark-runtime-<spark>_<scala>:<version>)",
+            ),
+            (
+                staged_write.HANDOFF,
+                "twophase's Iceberg jar (spark.jars: twophase.connectors.iceberg.staging_jar())",
+            ),
+        )
+        for class_name, what in needs:
+            try:
+                jvm.py4j.reflection.ReflectionUtil.classForName(class_name)
+            except Exception:
+                raise ConfigError(
+                    f"Iceberg sink {self.name!r}: write_path='spark' needs {what} in the Spark session"
+                ) from None
+        catalog = f"spark.sql.catalog.{self.config.spark_catalog}"
+        if spark.conf.get(catalog, None) is None:
+            raise ConfigError(
+                f"Iceberg sink {self.name!r}: the session has no catalog {self.config.spark_catalog!r} "
+                f"({catalog} is unset); set spark_catalog to the session's Iceberg catalog holding "
+                f"{self.config.table}"
+            )
 
     # --- executor side -----------------------------------------------------------------------
 
