@@ -51,8 +51,9 @@ prepare: venv jars
 	$(BIN)/twophase services prepare
 
 # the jars the wheel carries (setup.py JVM_PROJECTS), built into the checkout for the editable
-# install: the JVM halves of the S3 and Kafka sinks' Spark-staged writes; never committed
-STAGING_JARS := connectors/s3/jvm/twophase-s3-staging.jar connectors/kafka/jvm/twophase-kafka-staging.jar
+# install: the JVM halves of the S3, Kafka and Iceberg sinks' Spark-staged writes; never committed
+STAGING_JARS := connectors/s3/jvm/twophase-s3-staging.jar connectors/kafka/jvm/twophase-kafka-staging.jar \
+	connectors/iceberg/jvm/twophase-iceberg-staging.jar
 JVM_SOURCES := $(wildcard connectors/*/jvm/pom.xml connectors/*/jvm/src/main/java/twophase/*/*.java)
 jars: $(STAGING_JARS)
 $(STAGING_JARS) &: $(JVM_SOURCES) setup.py
