@@ -31,8 +31,12 @@ first; after each writer the output is read back (count and distinct ids, nothin
 
     python -m benchmarks.bench_flink --out build/bench-flink [--rounds N --rows N]
 
-writes ``result.json`` and ``result.md`` (every setting of both sides in ``settings``) and the
-watcher's samples of every writer and round (``samples/<writer>_<round>.jsonl``).
+writes ``result.json`` and ``result.md`` (every setting of both sides in ``settings``) after
+every round, and the watcher's samples of every writer and round
+(``samples/<writer>_<round>.jsonl``). A round that fails is recorded under ``failures`` and the
+run goes on; ratios take the rounds every writer finished. All nine writers take 2.5–4.5 hours on
+two cores: ``--writers`` splits the run into parts that each hold both sides of their ratios
+(BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,10 +128,14 @@ class Measured:
     Attributes:
         plan_s: twophase: Spark's ``queryPlanning`` of the first micro-batch; Flink: the JVM's
             start to the plan's EXPLAIN (table environment, DDL, optimizer).
-        deploy_s: twophase: ``start_flights`` (sinks built, the query started); Flink:
-            ``execute()`` (the MiniCluster's start, the submission) until every vertex RUNNING.
-        first_visible_s: from the start request (``start_flights``; Flink's ``execute()``) to
-            the first row visible in every sink.
+        deploy_s: twophase: ``start_flights`` (sinks built and checked, the query started; its
+            tasks start with the first micro-batch, after planning); Flink: ``execute()`` (the
+            MiniCluster's start, the submission) until every vertex RUNNING. Not the same span:
+            reported apart, in no ratio.
+        first_visible_s: from the end of planning to the first row visible in every sink:
+            twophase from the start request (``start_flights``) plus its first micro-batch's
+            ``queryPlanning``; Flink from ``execute()``, which follows its EXPLAIN. Both include
+            deployment.
         end_of_input_to_visible_ms: sink → ms (:func:`analysis.end_of_input_to_visible_ms`).
         engine: what the engine itself reports (epochs, checkpoints, interval).
         check: the read-back (:meth:`Bench.read_back`).
@@ -188,6 +196,22 @@ def topic_rows(bootstrap: str, topic: str) -> int | None:
     return sum(f.result().offset for f in futures.values())
 
 
+def _await_gone(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Wait until the broker lists ``topic`` no more (a deletion completes asynchronously).
+
+    Raises:
+        TimeoutError: still listed after ``timeout_s``.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout_s
+    while topic in admin.list_topics(timeout=30).topics:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic} still listed {timeout_s} s after its deletion")
+        time.sleep(0.5)
+
+
 def delete_output(endpoints: FlightsEndpoints, topic: str | None, prefix: str | None) -> None:
     """Delete a measured writer's sink topic and objects."""
     from confluent_kafka.admin import AdminClient
@@ -216,8 +240,13 @@ def input_topic(spark: SparkSession, bootstrap: str, rows: int) -> str:
     have = topic_rows(bootstrap, topic)
     if have == rows:
         return topic
-    if have is not None:
-        raise RuntimeError(f"topic {topic} holds {have} records, not {rows}: delete it and run again")
+    if have is not None:  # an earlier production that did not finish: produce it again
+        log.warning("input topic %s holds %s records, not %s: producing it again", topic, have, rows)
+        from confluent_kafka.admin import AdminClient
+
+        for f in AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic]).values():
+            f.result(60)
+        _await_gone(bootstrap, topic)
     create_topic(bootstrap, topic, INPUT_PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
     copies = -(-rows // YEAR_ROWS)
     df = common.flights(spark, copies, PARALLELISM).limit(rows).orderBy("month", "day", "hour", "minute")
@@ -291,19 +320,29 @@ class Watcher:
         return list(self._samples)
 
     def wait_visible(
-        self, sinks: Sequence[str], rows: int, timeout_s: float, quiet_s: float = 3.0
+        self,
+        sinks: Sequence[str],
+        rows: int,
+        timeout_s: float,
+        alive: Callable[[], bool],
+        quiet_s: float = 3.0,
     ) -> list[analysis.Sample]:
         """Poll the samples until ``rows`` are visible in every sink and the output has not
-        changed for ``quiet_s`` (the marker count may be one short per partition).
+        changed for ``quiet_s`` (the marker count may be one short per partition, so the quiet
+        time must span a commit: a Flink writer's is twice its checkpoint interval).
 
         Raises:
             TimeoutError: not within ``timeout_s``.
-            RuntimeError: the watcher ended.
+            RuntimeError: the watcher ended, or the engine did (``alive()`` false) before it.
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise RuntimeError(f"the watcher ended (exit {self._proc.returncode})")
+            if not alive():
+                raise RuntimeError(
+                    f"the engine ended before {rows:,} rows were visible in {', '.join(sinks)}"
+                )
             samples = self.samples()
             if samples and samples[-1].visible(sinks) >= rows and analysis.quiet(samples, quiet_s):
                 return samples
@@ -374,22 +413,26 @@ class Bench:
         if topic is not None:
             create_topic(self.endpoints.kafka_bootstrap, topic, OUTPUT_PARTITIONS)
         runner = self._twophase if engine == "twophase" else self._flink
-        # Spark's cloud commit protocol is session-wide: set for the S3-staged writer's runs only
-        with common.session_conf(
-            self.spark, s3_staged_settings() if writer in STAGED and "s3" in sinks else {}
-        ):
-            measured = runner(writer, name, sinks, topic, prefix)
-        if engine == "twophase":  # Flink's first interval before any Flink writer has run
-            self.interval_ms.setdefault(
-                "default",
-                analysis.matched_interval_ms(self.opts.records_per_checkpoint, measured.window.rows_per_s),
-            )
-        samples = self.opts.out / "samples"
-        samples.mkdir(parents=True, exist_ok=True)
-        shutil.copy(self.scratch / f"{name}.jsonl", samples / f"{writer}_{r}.jsonl")  # to analyse again
-        if self.opts.verify:
-            measured.check = self.read_back(topic, prefix)
-        delete_output(self.endpoints, topic, prefix)
+        try:
+            # Spark's cloud commit protocol is session-wide: set for the S3-staged writer's runs only
+            with common.session_conf(
+                self.spark, s3_staged_settings() if writer in STAGED and "s3" in sinks else {}
+            ):
+                measured = runner(writer, name, sinks, topic, prefix)
+            if engine == "twophase":  # Flink's first interval before any Flink writer has run
+                self.interval_ms.setdefault(
+                    "default",
+                    analysis.matched_interval_ms(
+                        self.opts.records_per_checkpoint, measured.window.rows_per_s
+                    ),
+                )
+            samples = self.opts.out / "samples"
+            samples.mkdir(parents=True, exist_ok=True)
+            shutil.copy(self.scratch / f"{name}.jsonl", samples / f"{writer}_{r}.jsonl")  # to analyse again
+            if self.opts.verify:
+                measured.check = self.read_back(topic, prefix)
+        finally:
+            delete_output(self.endpoints, topic, prefix)
         return measured
 
     def _measure(
@@ -464,8 +507,12 @@ class Bench:
                 {"processingTime": "0 seconds"},
             )
             deploy_s = round(time.perf_counter() - started, 3)
+
+            def alive() -> bool:
+                return handle.query is None or bool(handle.query.isActive)
+
             try:
-                watcher.wait_visible(sinks, self.opts.rows, self.opts.timeout_s)
+                watcher.wait_visible(sinks, self.opts.rows, self.opts.timeout_s, alive)
             finally:
                 query = handle.query
                 progress = list(query.recentProgress) if query is not None else []
@@ -485,7 +532,8 @@ class Bench:
             "first_batch_duration_ms": dict(first),
         }
         plan_s = round(first.get("queryPlanning", 0) / 1000, 3) if first else None
-        return self._measure(writer, sinks, samples, since, plan_s, deploy_s, engine)
+        # first visible from the end of planning, as Flink's (its go comes after its EXPLAIN)
+        return self._measure(writer, sinks, samples, since + (plan_s or 0.0), plan_s, deploy_s, engine)
 
     def flink_request(
         self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
@@ -535,13 +583,20 @@ class Bench:
     ) -> Measured:
         req = self.flink_request(writer, name, sinks, topic, prefix)
         job = FlinkJob(self.flink, req, self.scratch / name, self.env, heap=HEAP)
-        job.start()
-        watcher = Watcher(
-            self.scratch / f"{name}.jsonl", [job.pid], [], topic, prefix, self.env, self.opts.sample_s
-        )
+        job.start()  # a failed start ends the JVM
+        try:
+            watcher = Watcher(
+                self.scratch / f"{name}.jsonl", [job.pid], [], topic, prefix, self.env, self.opts.sample_s
+            )
+        except BaseException:
+            job.cancel()
+            raise
+        interval_s = int(req["flink.execution.checkpointing.interval"].split()[0]) / 1000
         try:
             running = job.running_at()
-            watcher.wait_visible(sinks, self.opts.rows, self.opts.timeout_s)
+            watcher.wait_visible(
+                sinks, self.opts.rows, self.opts.timeout_s, job.alive, quiet_s=max(3.0, 2 * interval_s)
+            )
             checkpoints = job.checkpoints()
             samples = watcher.stop()
         finally:
@@ -677,6 +732,18 @@ def settings(opts: Options) -> dict[str, Any]:
                 "batch.size": "1000000 (default)",
             },
             "parquet": "pyarrow, snappy, one file per partition directory per task per checkpoint",
+            "staged_writers": {
+                "twophase_kafka_staged": (
+                    "twophase's JVM writer: Java kafka-clients (Spark's), the producer settings above "
+                    "translated (linger.ms 20, batch.size 1000000, lz4, acks all, idempotent), one "
+                    "transaction per Spark task per checkpoint, committed by the sink's EndTxn"
+                ),
+                "twophase_s3_staged": (
+                    "Spark's Parquet writer (parquet-mr) through twophase's S3A committer (pending "
+                    "multipart uploads, completed by the sink), snappy, one file per partition "
+                    "directory per task per checkpoint"
+                ),
+            },
         },
         "flink": {
             "version": FLINK_VERSION,
@@ -723,7 +790,8 @@ def run(opts: Options | None = None) -> dict[str, Any]:
 
     machine = common.machine()
     flink = build()
-    per_round: dict[str, list[Measured]] = {w: [] for w in opts.writers}
+    per_round: dict[str, dict[int, Measured]] = {w: {} for w in opts.writers}
+    failures: list[dict[str, Any]] = []
     with kafka_service() as bootstrap, s3_service() as s3:
         endpoints = FlightsEndpoints(bootstrap, s3)
         s3.ensure_bucket(BUCKET)
@@ -746,30 +814,69 @@ def run(opts: Options | None = None) -> dict[str, Any]:
             # measures each Flink writer's rate, which sets its interval: it is not reported
             for r in range(opts.rounds + 1):
                 for w in names[r % len(names) :] + names[: r % len(names)]:
-                    measured = bench.run(w, r)
+                    try:
+                        measured = bench.run(w, r)
+                    except Exception as e:  # the run goes on; the round is reported as failed
+                        log.exception("round %d %s failed", r, w)
+                        failures.append({"writer": w, "round": r, "error": repr(e)[:1000]})
+                        continue
                     log.warning("round %d %s: %s", r, w, measured.window.as_dict())
                     if r > 0:
-                        per_round[w].append(measured)
+                        per_round[w][r] = measured
+                    write_report(opts.out, report(opts, machine, per_round, failures, complete=False))
         finally:
             spark.stop()
         shutil.rmtree(bench.scratch, ignore_errors=True)  # kept when a round failed: Flink's logs
-    rates = {w: [m.window.rows_per_s for m in ms] for w, ms in per_round.items()}
+    result = report(opts, machine, per_round, failures, complete=True)
+    write_report(opts.out, result)
+    return result
+
+
+def report(
+    opts: Options,
+    machine: dict[str, Any],
+    per_round: dict[str, dict[int, Measured]],
+    failures: list[dict[str, Any]],
+    *,
+    complete: bool,
+) -> dict[str, Any]:
+    """The report of the rounds measured so far. Ratios and medians take only the rounds every
+    writer finished, so that round i of twophase is set against round i of Flink (they ran back to
+    back); every finished round is listed, and every failed one under ``failures``."""
+    finished = set.intersection(*(set(ms) for ms in per_round.values())) if per_round else set()
+    rates = {w: [ms[r].window.rows_per_s for r in sorted(finished)] for w, ms in per_round.items()}
     return {
+        "complete": complete,
         "machine": common.load_at_end(machine),
         "settings": settings(opts),
+        "rounds_in_ratios": sorted(finished),
+        "failures": failures,
         "ratios": analysis.ratios(rates),
         "medians": {
             w: {
                 "rows_per_s": round(statistics.median(v), 1),
                 "cpu_s_per_million_rows": round(
-                    statistics.median(m.window.cpu_s_per_million_rows for m in per_round[w]), 2
+                    statistics.median(
+                        per_round[w][r].window.cpu_s_per_million_rows for r in sorted(finished)
+                    ),
+                    2,
                 ),
             }
             for w, v in rates.items()
             if v
         },
-        "per_round": {w: [m.as_dict() for m in ms] for w, ms in per_round.items()},
+        "per_round": {
+            w: [{"round": r, **m.as_dict()} for r, m in sorted(ms.items())] for w, ms in per_round.items()
+        },
     }
+
+
+def write_report(out: Path, result: dict[str, Any]) -> None:
+    """``result.json`` and ``result.md`` in ``out`` (rewritten after every round, so that a run
+    cut short keeps what it measured; ``complete`` says whether it ran to the end)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "result.md").write_text(analysis.markdown(result) + "\n")
 
 
 @click.command()
@@ -828,10 +935,7 @@ def main(
     opts = Options(
         out, rows, rounds, records_per_checkpoint, warm_up, end, sample_s, chosen, verify, timeout_s
     )
-    result = run(opts)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "result.md").write_text(analysis.markdown(result) + "\n")
+    result = run(opts)  # writes result.json and result.md after every round
     click.echo(analysis.markdown(result))
 
 

@@ -300,12 +300,19 @@ def markdown(result: Mapping[str, Any]) -> str:
                 f"{k} {v if v is not None else '–'}" for k, v in r["end_of_input_to_visible_ms"].items()
             )
             lines.append(
-                f"| {writer} | {i} | {w['rows_per_s']:,.0f} | {w['cpu_s_per_million_rows']:.1f} | "
+                f"| {writer} | {r.get('round', i)} | {w['rows_per_s']:,.0f} | "
+                f"{w['cpu_s_per_million_rows']:.1f} | "
                 f"{w['cpu_cores_busy']:.2f} | {w['rows_per_checkpoint']:,.0f} | "
                 f"{w['files_per_checkpoint']:.1f} | "
                 f"{w['bytes_per_file']:,.0f} | {_s(r.get('plan_s'))} | {_s(r.get('deploy_s'))} | "
                 f"{_s(r.get('first_visible_s'))} | {visible} |"
             )
+    failures = result.get("failures") or []
+    if failures:
+        lines += ["", "| failed writer | round | error |", "|---|---|---|"]
+        lines += [f"| {f['writer']} | {f['round']} | {f['error'][:200]} |" for f in failures]
+    if not result.get("complete", True):
+        lines += ["", "(cut short: the rounds measured so far)"]
     return "\n".join(lines)
 
 

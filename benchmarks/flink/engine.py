@@ -19,6 +19,7 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -175,32 +176,51 @@ class FlinkJob:
             text=True,
             env={**os.environ, **self.env, "FLINK_PLUGINS_DIR": str(self.build.plugins_dir)},
         )
-        planned = self._reply("planned")
-        self.plan_s = round(planned["plan_ms"] / 1000, 3)
         try:
+            planned = self._reply("planned")
+            self.plan_s = round(planned["plan_ms"] / 1000, 3)
             check_plan(plan_file.read_text())
-        except Exception:
-            self._end()
+            assert self._proc.stdin is not None
+            self.go_at = time.time()
+            self._proc.stdin.write("go\n")
+            self._proc.stdin.flush()
+            submitted = self._reply("submitted")
+        except BaseException:
+            self._end(10)  # no JVM outlives a failed start
             raise
-        assert self._proc.stdin is not None
-        self.go_at = time.time()
-        self._proc.stdin.write("go\n")
-        self._proc.stdin.flush()
-        submitted = self._reply("submitted")
         self.submitted_at = time.time()
         self.submit_s = round(submitted["submit_ms"] / 1000, 3)
         self.job_id = submitted["job_id"]
 
-    def _reply(self, event: str) -> dict[str, Any]:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            if line.startswith(REPLY_PREFIX):
-                reply: dict[str, Any] = json.loads(line[len(REPLY_PREFIX) :])
-                if reply.get("event") == event:
-                    return reply
+    def _reply(self, event: str, timeout_s: float = 300.0) -> dict[str, Any]:
+        """The Java main's next reply ``event`` on its standard output. A JVM that says nothing
+        for ``timeout_s`` (a failed statement whose threads keep it alive) is killed, which ends
+        the read.
+
+        Raises:
+            RuntimeError: the JVM ended (or was killed) before replying.
+        """
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        watchdog = threading.Timer(timeout_s, proc.kill)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            for line in proc.stdout:
+                if line.startswith(REPLY_PREFIX):
+                    reply: dict[str, Any] = json.loads(line[len(REPLY_PREFIX) :])
+                    if reply.get("event") == event:
+                        return reply
+        finally:
+            watchdog.cancel()
         raise RuntimeError(
-            f"the Flink JVM ended (exit {self._proc.wait()}) before '{event}'; see {self.work_dir}"
+            f"the Flink JVM ended (exit {proc.wait()}) before '{event}' (or said nothing for "
+            f"{timeout_s} s and was killed); see {self.work_dir}"
         )
+
+    def alive(self) -> bool:
+        """Whether the JVM still runs."""
+        return self._proc is not None and self._proc.poll() is None
 
     def rest(self, path: str, method: str = "GET") -> Any:
         """A call to the MiniCluster's REST API; the decoded JSON answer."""

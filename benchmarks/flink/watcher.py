@@ -9,7 +9,9 @@ commit markers, so that it counts records), the committed Parquet
 objects under the S3 prefix (count, bytes and rows from each new object's footer; in-progress
 multipart uploads are not objects yet) and the CPU-seconds of a process tree read from ``/proc``
 (user + system of the root and its descendants, children already reaped included, minus the
-``--exclude`` subtrees). It stops on SIGTERM or SIGINT. Endpoints come from the environment
+``--exclude`` subtrees). A sample the broker or the store fails is skipped, and the next tick
+samples again, until sampling has failed for :data:`FAILING_FOR_S`. It stops on SIGTERM or SIGINT.
+Endpoints come from the environment
 (``TWOPHASE_KAFKA_BOOTSTRAP``, ``TWOPHASE_S3_*``).
 
     python -m benchmarks.flink.watcher --out samples.jsonl --pid 1234 --topic T --partitions 3 \
@@ -37,6 +39,9 @@ from benchmarks.flink.analysis import Sample
 log = logging.getLogger(__name__)
 
 TICKS = os.sysconf("SC_CLK_TCK")
+FAILING_FOR_S = 120.0
+"""The watcher ends (with the error) once sampling has failed for this long; a failed sample is
+skipped and the next tick samples again (a sample is a reading, not an operation to retry)."""
 
 
 def _stat(pid: int) -> tuple[int, float] | None:
@@ -198,11 +203,21 @@ def main(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     watch = Watch(pids, {*exclude, os.getpid()}, topic, partitions, bucket, prefix)
+    failing_since: float | None = None
     with out.open("a") as f:
         while not stop.is_set():
             started = time.monotonic()
-            f.write(json.dumps(dataclasses.asdict(watch.sample())) + "\n")
-            f.flush()
+            try:
+                sample = watch.sample()
+            except Exception as e:  # a request the broker or the store failed: the next tick samples again
+                failing_since = failing_since or started
+                log.warning("watcher: no sample this tick (%s)", e)
+                if started - failing_since > FAILING_FOR_S:
+                    raise
+            else:
+                failing_since = None
+                f.write(json.dumps(dataclasses.asdict(sample)) + "\n")
+                f.flush()
             stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 

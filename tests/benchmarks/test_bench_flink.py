@@ -204,3 +204,48 @@ def test_the_java_job_writes_the_twophase_jobs_columns() -> None:
 
     assert columns("OUTPUT") == TYPED_COLUMNS
     assert columns("INPUT") == tuple(FLIGHT_SCHEMA.names)
+
+
+bench_flink = load_benchmark("bench_flink", ROOT / "benchmarks" / "bench_flink.py")
+
+
+def measured(writer: str, rows_per_s: float) -> object:
+    window = analysis.Window(
+        seconds=10.0, rows=int(rows_per_s * 10), cpu_s=5.0, checkpoints=2, files=0, bytes=0
+    )
+    return bench_flink.Measured(writer, window, 0.5, 1.0, 2.0, {"kafka": 100.0})
+
+
+def test_the_report_sets_only_rounds_every_writer_finished_against_each_other() -> None:
+    # twophase's round 2 failed: round 1 and 3 are paired, round 2 of Flink is listed, not counted
+    per_round = {
+        "twophase_kafka": {1: measured("twophase_kafka", 200.0), 3: measured("twophase_kafka", 300.0)},
+        "flink_kafka": {
+            1: measured("flink_kafka", 100.0),
+            2: measured("flink_kafka", 900.0),
+            3: measured("flink_kafka", 300.0),
+        },
+    }
+    failures = [{"writer": "twophase_kafka", "round": 2, "error": "TimeoutError('not visible')"}]
+    opts = bench_flink.Options(writers=("twophase_kafka", "flink_kafka"))
+    result = bench_flink.report(opts, {"load_1m": 0.5}, per_round, failures, complete=False)
+    assert result["rounds_in_ratios"] == [1, 3]
+    assert result["ratios"]["kafka"] == {"ratio": 1.25, "per_round_min": 1.0, "per_round_max": 2.0}
+    assert [r["round"] for r in result["per_round"]["flink_kafka"]] == [1, 2, 3]
+    text = analysis.markdown(result)
+    assert "| twophase_kafka | 2 | TimeoutError('not visible') |" in text
+    assert text.endswith("(cut short: the rounds measured so far)")
+
+
+def test_a_flink_jvm_that_says_nothing_is_killed() -> None:
+    import subprocess
+    import time
+    from pathlib import Path
+
+    engine = load_benchmark("bench_flink_engine", ROOT / "benchmarks" / "flink" / "engine.py")
+    job = engine.FlinkJob(build=None, request={}, work_dir=Path("/nonexistent"), env={})
+    job._proc = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE, text=True)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"said nothing for 0\.5 s and was killed"):
+        job._reply("planned", timeout_s=0.5)
+    assert time.monotonic() - started < 10 and not job.alive()

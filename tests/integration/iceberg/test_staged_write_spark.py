@@ -21,18 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.bench_modules import ROOT, load_benchmark
 
-from benchmarks import bench_iceberg, common
 from twophase.integration.services.postgres import PostgresServer
 
 pytestmark = pytest.mark.slow
+bench_iceberg = load_benchmark("bench_iceberg", ROOT / "benchmarks" / "bench_iceberg.py")
 SCRIPT = Path(__file__).with_name("staged_spark41.py")
 
 
 @pytest.fixture(scope="module")
 def outcome(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = bench_iceberg.ensure_env()
-    jars = common.maven_jars("iceberg-spark-4.1", [bench_iceberg.ICEBERG_RUNTIME, bench_iceberg.JDBC_DRIVER])
+    coordinates = [bench_iceberg.ICEBERG_RUNTIME, bench_iceberg.JDBC_DRIVER]
+    jars = bench_iceberg.common.maven_jars("iceberg-spark-4.1", coordinates)
     work = tmp_path_factory.mktemp("iceberg-staged")
     e = postgres.endpoint
     env = {
