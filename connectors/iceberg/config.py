@@ -80,7 +80,9 @@ class IcebergSinkConfig:
             :class:`~twophase.coordinator.storage.gcs.GcsStorageOptions` for ``gs://`` (project and
             emulator; credentials from Application Default Credentials). Handed to pyiceberg's
             pyarrow FileIO.
-        target_file_rows: a data file is closed and a new one opened after this many rows (> 0).
+        target_file_rows: a data file is closed and a new one opened after this many rows (> 0);
+            the Python path's (``write_path="spark"`` rolls at the table's
+            ``write.target-file-size-bytes``).
         commit_attempts: how many times a checkpoint's commit reloads the table, re-checks the
             snapshot summaries and tries again after a commit conflict (≥ 1).
         commit_backoff_max_ms: upper bound of the exponential backoff between those attempts (ms).
