@@ -64,6 +64,27 @@ class SparkStagedSink(Protocol):
         ...
 
 
+def classic_jvm(spark: Any, sink: str, handed: str) -> Any:
+    """The py4j view of ``spark``'s driver JVM, through which a staged write hands back what it
+    staged.
+
+    Args:
+        spark: the epoch's Spark session.
+        sink: the sink, for the error (e.g. ``"Kafka sink 'orders'"``).
+        handed: what the write hands back (e.g. ``"its transactions"``).
+
+    Raises:
+        ConfigError: a Spark Connect session, which has no py4j gateway.
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        raise ConfigError(
+            f"{sink}: write_path='spark' hands {handed} over through py4j, "
+            "which a Spark Connect session has not; use write_path='python' there"
+        )
+    return jvm
+
+
 def bundled_jar(package_dir: Path, jar_name: str, needed_by: str) -> str:
     """The path of a jar twophase's wheel carries in ``package_dir/jvm/`` (built by Maven when the
     wheel is built, or by ``make jars`` in a checkout; never committed), for ``spark.jars``.

@@ -46,7 +46,7 @@ from twophase.sinks.errors import ConfigError, IllegalTransitionError, SchemaErr
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.internal.sweep import SweepSchedule
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.spark_staging import StagedTask
+from twophase.sinks.spark_staging import StagedTask, classic_jvm
 
 log = logging.getLogger(__name__)
 
@@ -158,12 +158,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
                 cleanup (Iceberg's job abort deletes the files of the tasks that committed).
         """
         spark = df.sparkSession
-        jvm = getattr(spark, "_jvm", None)
-        if jvm is None:
-            raise ConfigError(
-                f"Iceberg sink {self.name!r}: write_path='spark' hands its data files over through py4j, "
-                "which a Spark Connect session has not; use write_path='python' there"
-            )
+        jvm = classic_jvm(spark, f"Iceberg sink {self.name!r}", "its data files")
         self._check_session(spark, jvm)
         with open_catalog(self.config, self.catalog_factory) as catalog:
             table = require_table(catalog, self.config)

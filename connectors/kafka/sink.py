@@ -30,7 +30,7 @@ from twophase.sinks.context import JsonObject, LingeringScope, WriterContext
 from twophase.sinks.errors import ConcurrentAttemptError, ConfigError, ServiceUnavailableError
 from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome, CommittableSize
-from twophase.sinks.spark_staging import StagedTask
+from twophase.sinks.spark_staging import StagedTask, classic_jvm
 
 log = logging.getLogger(__name__)
 
@@ -217,12 +217,7 @@ class KafkaSink(TwoPhaseCommitSink[KafkaTransaction, KafkaCommittable]):
                 lingering cleanup.
         """
         spark = df.sparkSession
-        jvm = getattr(spark, "_jvm", None)
-        if jvm is None:
-            raise ConfigError(
-                f"Kafka sink {self.name!r}: write_path='spark' hands its transactions over through py4j, "
-                "which a Spark Connect session has not; use write_path='python' there"
-            )
+        jvm = classic_jvm(spark, f"Kafka sink {self.name!r}", "its transactions")
         write_id = staged_write.new_write_id()
         options = staged_write.write_options(self.config, self.name, job_id, checkpoint_id, write_id)
         rows = staged_write.projection(df, self.config)

@@ -99,17 +99,13 @@ def staged_tasks(
         if not files:
             continue
         data_files = tuple(_data_file(f, data_prefix) for f in files)
-        names = {
+        names = [
             naming.parse_data_file_path(f.path) if f.path.startswith(data_prefix + "/") else None
             for f in data_files
-        }
+        ]
         attempts = {n.attempt for n in names if n is not None}
-        if (
-            None in names
-            or len(attempts) != 1
-            or any(
-                n is not None and (n.subtask, n.checkpoint_id) != (partition, checkpoint_id) for n in names
-            )
+        if len(attempts) != 1 or any(
+            n is None or (n.subtask, n.checkpoint_id) != (partition, checkpoint_id) for n in names
         ):
             raise ValueError(
                 f"the staged Iceberg write's task {partition} of checkpoint {checkpoint_id} handed "
