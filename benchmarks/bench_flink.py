@@ -34,7 +34,7 @@ first; after each writer the output is read back (count and distinct ids, nothin
 writes ``result.json`` and ``result.md`` (every setting of both sides in ``settings``) after
 every round, and the watcher's samples of every writer and round
 (``samples/<writer>_<round>.jsonl``). A round that fails is recorded under ``failures`` and the
-run goes on; ratios take the rounds every writer finished. All nine writers take 2.5–4.5 hours on
+run goes on; ratios take the rounds every writer finished. All ten writers take 3–5 hours on
 two cores: ``--writers`` splits the run into parts that each hold both sides of their ratios
 (BENCHMARKS.md).
 """
@@ -87,6 +87,12 @@ KAFKA_PRODUCER = {
 """Producer settings of both sides (the flights job's Kafka sink's). Flink's Java producer also
 gets ``batch.size`` 1,000,000 bytes, librdkafka's default (Java's own is 16 KiB)."""
 FLINK_BATCH_SIZE = "1000000"
+SPARK_KAFKA_PRODUCER = {
+    **{k: v for k, v in KAFKA_PRODUCER.items() if k != "transaction.timeout.ms"},
+    "batch.size": FLINK_BATCH_SIZE,
+}
+"""``spark_kafka``'s producer (Spark's Kafka sink, Java kafka-clients): the same settings but the
+transaction timeout (it opens no transaction), ``batch.size`` as Flink's."""
 SINK_SETS: dict[str, tuple[str, ...]] = {"kafka": ("kafka",), "s3": ("s3",), "all": ("kafka", "s3")}
 WRITERS: dict[str, tuple[str, str]] = {
     "twophase_kafka": ("twophase", "kafka"),
@@ -98,8 +104,12 @@ WRITERS: dict[str, tuple[str, str]] = {
     "flink_s3": ("flink", "s3"),
     "twophase_all": ("twophase", "all"),
     "flink_all": ("flink", "all"),
+    "spark_kafka": ("spark", "kafka"),
 }
-"""Writer name → (engine, sink set)."""
+"""Writer name → (engine, sink set). ``spark_kafka`` is no exactly-once peer: Spark's own Kafka
+sink (at least once, no transactions) on the same stream, the floor of what Spark itself does
+with this job, beside which twophase's and Flink's figures say what the engine costs and what the
+two-phase commit does."""
 STAGED = frozenset({"twophase_kafka_staged", "twophase_s3_staged"})
 """twophase writers whose one sink stages its epochs with a JVM writer (``write_path="spark"``:
 twophase's Kafka writer; Spark's Parquet writer through twophase's committer): no row reaches Python."""
@@ -283,6 +293,7 @@ class Watcher:
         prefix: str | None,
         env: dict[str, str],
         sample_s: float,
+        transactional: bool = True,
     ) -> None:
         self.out = out
         self._read = 0
@@ -301,6 +312,7 @@ class Watcher:
         ]
         if topic is not None:
             args += ["--topic", topic, "--partitions", str(OUTPUT_PARTITIONS)]
+            args += [] if transactional else ["--no-transactions"]
         if prefix is not None:
             args += ["--bucket", BUCKET, "--prefix", prefix]
         root = Path(__file__).resolve().parents[1]
@@ -412,14 +424,14 @@ class Bench:
         prefix = f"flights/{name}" if "s3" in sinks else None
         if topic is not None:
             create_topic(self.endpoints.kafka_bootstrap, topic, OUTPUT_PARTITIONS)
-        runner = self._twophase if engine == "twophase" else self._flink
+        runner = {"twophase": self._twophase, "spark": self._spark, "flink": self._flink}[engine]
         try:
             # Spark's cloud commit protocol is session-wide: set for the S3-staged writer's runs only
             with common.session_conf(
                 self.spark, s3_staged_settings() if writer in STAGED and "s3" in sinks else {}
             ):
                 measured = runner(writer, name, sinks, topic, prefix)
-            if engine == "twophase":  # Flink's first interval before any Flink writer has run
+            if engine != "flink":  # Flink's first interval before any Flink writer has run
                 self.interval_ms.setdefault(
                     "default",
                     analysis.matched_interval_ms(
@@ -455,14 +467,93 @@ class Bench:
             engine,
         )
 
-    def _twophase(
-        self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
-    ) -> Measured:
+    def _stream(self) -> Any:
+        """The input topic as Spark's unbounded stream of flights (``maxOffsetsPerTrigger`` = the
+        records per checkpoint), parsed from JSON: the same for every Spark writer."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from twophase.integration.jobs.flights import FlightsJobSpec, enrich, start_flights
         from twophase.integration.jobs.flights_data import FLIGHT_SCHEMA
+
+        raw = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.endpoints.kafka_bootstrap)
+            .option("subscribe", self.topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", self.opts.records_per_checkpoint)
+            .load()
+        )
+        schema = from_arrow_schema(FLIGHT_SCHEMA)
+        return raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select("r.*")
+
+    def _spark_watcher(
+        self, name: str, topic: str | None, prefix: str | None, transactional: bool = True
+    ) -> Watcher:
+        """The watcher of a Spark writer: this process and Spark's JVM measured, the harness's
+        other children (an earlier watcher) not; ``transactional`` as the sink topic's producer."""
+        jvm = self.spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        others = [p for p in children_of(os.getpid()) if p != jvm]
+        return Watcher(
+            self.scratch / f"{name}.jsonl",
+            [os.getpid(), jvm],
+            others,
+            topic,
+            prefix,
+            self.env,
+            self.opts.sample_s,
+            transactional,
+        )
+
+    def _spark(
+        self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
+    ) -> Measured:
+        """Spark's own Kafka sink on the same stream (:data:`WRITERS`: at least once, the engine's
+        floor): the flights job's rows (``enrich``) as key ``flight_id`` and its JSON value, the
+        producer settings of both sides, a ``processingTime`` 0 trigger."""
+        from pyspark.sql import functions as F
+
+        from twophase.integration.jobs.flights import KEY_COLUMN, VALUE_COLUMN, FlightsJobSpec, enrich
+
+        assert topic is not None and tuple(sinks) == ("kafka",), sinks
+        spec = FlightsJobSpec(job_id=name, work_dir=str(self.scratch / name), bucket=BUCKET, topic=topic)
+        enriched = enrich(self.spark, self._stream(), spec)
+        writer_stream = (
+            enriched.select(F.col(KEY_COLUMN).alias("key"), F.col(VALUE_COLUMN).alias("value"))
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.endpoints.kafka_bootstrap)
+            .option("topic", topic)
+            .option("checkpointLocation", str(self.scratch / name / "spark-checkpoint"))
+            .options(**{f"kafka.{k}": v for k, v in SPARK_KAFKA_PRODUCER.items()})
+            .queryName(name)
+            .trigger(processingTime="0 seconds")
+        )
+        watcher = self._spark_watcher(name, topic, prefix, transactional=False)
+        try:
+            since = time.time()
+            started = time.perf_counter()
+            query = writer_stream.start()
+            deploy_s = round(time.perf_counter() - started, 3)
+            try:
+                watcher.wait_visible(sinks, self.opts.rows, self.opts.timeout_s, lambda: bool(query.isActive))
+            finally:
+                progress = list(query.recentProgress)
+                query.stop()
+            samples = watcher.stop()
+        finally:
+            watcher.stop()
+        first = progress[0].durationMs if progress else {}
+        engine = {
+            "batches_in_recent_progress": len(progress),
+            "records_per_checkpoint_median": statistics.median([p.numInputRows for p in progress] or [0]),
+            "first_batch_duration_ms": dict(first),
+        }
+        plan_s = round(first.get("queryPlanning", 0) / 1000, 3) if first else None
+        return self._measure(writer, sinks, samples, since + (plan_s or 0.0), plan_s, deploy_s, engine)
+
+    def _twophase(
+        self, writer: str, name: str, sinks: Sequence[str], topic: str | None, prefix: str | None
+    ) -> Measured:
+        from twophase.integration.jobs.flights import FlightsJobSpec, enrich, start_flights
 
         spec = FlightsJobSpec(
             job_id=name,
@@ -475,27 +566,8 @@ class Bench:
             write_path="spark" if writer in STAGED else "python",
         )
         spec.save()
-        raw = (
-            self.spark.readStream.format("kafka")
-            .option("kafka.bootstrap.servers", self.endpoints.kafka_bootstrap)
-            .option("subscribe", self.topic)
-            .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", self.opts.records_per_checkpoint)
-            .load()
-        )
-        schema = from_arrow_schema(FLIGHT_SCHEMA)
-        flights = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("r")).select("r.*")
-        jvm = self.spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
-        others = [p for p in children_of(os.getpid()) if p != jvm]
-        watcher = Watcher(
-            self.scratch / f"{name}.jsonl",
-            [os.getpid(), jvm],
-            others,
-            topic,
-            prefix,
-            self.env,
-            self.opts.sample_s,
-        )
+        flights = self._stream()
+        watcher = self._spark_watcher(name, topic, prefix)
         try:
             since = time.time()
             started = time.perf_counter()
@@ -744,6 +816,11 @@ def settings(opts: Options) -> dict[str, Any]:
                     "directory per task per checkpoint"
                 ),
             },
+        },
+        "spark_kafka": {
+            "what": "Spark's own Kafka sink, at least once (no transactions): the engine's floor, no peer",
+            "source_and_job": "as twophase's (the same stream, enrich, processingTime 0 s)",
+            "kafka": {**SPARK_KAFKA_PRODUCER, "client": "Java kafka-clients (Spark's)"},
         },
         "flink": {
             "version": FLINK_VERSION,

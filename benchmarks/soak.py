@@ -25,9 +25,13 @@ read back by a reader that is not its writer (a ``read_committed`` consumer, pya
 deltalake) and must hold exactly ``soak-0 … soak-<rows-1>``, each once; lingering state is counted.
 
 **The verdict.** Each driver samples itself every ``--sample-s`` seconds
-(:class:`~benchmarks.soak_driver.Sample`: latency medians, both processes' RSS, threads and open
-descriptors, the JVM's old generation after GC from its management beans, the checkpoints' and
-the Delta log's bytes on S3, the Kafka ids) and logs every epoch. Every figure gets a slope with a
+(:class:`~benchmarks.soak_driver.Sample`: latency medians, each sink's commit time, both
+processes' RSS, threads and open descriptors, the JVM's old generation after GC from its
+management beans, its native memory by Native Memory Tracking category, the checkpoints' and the
+Delta log's bytes on S3, the Kafka ids; and, to say what grows when something does, the Python
+driver's objects by type and the JVM's threads by name) and logs every epoch. The driver JVM is
+set as a long-running streaming job sets it (``soak_driver.DRIVER_CONF``: the heap committed at
+start, Spark's status store bounded to 100 jobs, stages and SQL executions). Every figure gets a slope with a
 95 % confidence interval per segment (``benchmarks/soak_fit.py``, where each threshold and its
 reason is stated); the soak exits non-zero naming every figure whose slope's upper bound is above
 its threshold, and when a sink is not exact. p50, p99 and the maximum of epoch and commit times
@@ -66,7 +70,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from benchmarks import common, soak_fit
-from benchmarks.soak_driver import FIGURES, Process, Sample, loaded, s3_path
+from benchmarks.soak_driver import FIGURES, SINKS, Process, Sample, loaded, s3_path, sink_commit_figure
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -285,6 +289,7 @@ EPOCH_FIGURES = {
     "persist ms (median per epoch)": "persist_ms",
     "commit ms (median per epoch)": "commit_ms",
     "epoch ms (median per epoch)": "epoch_ms",
+    **{sink_commit_figure(sink): f"commit_ms_{sink}" for sink in SINKS},
 }
 """The time figures, fitted through every epoch's own time (``epochs.jsonl``, each at its sample's
 minute) rather than one median a sample: about 7 points a minute instead of 1, so an interval

@@ -17,9 +17,13 @@ import dataclasses
 import json
 import logging
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,16 +42,38 @@ log = logging.getLogger(__name__)
 
 
 HEAP = "1g"
-DRIVER_HEAP = {
+RETAINED = 100
+DRIVER_CONF = {
     "spark.driver.memory": HEAP,
-    "spark.driver.defaultJavaOptions": f"-Xms{HEAP} -XX:+AlwaysPreTouch",
+    "spark.driver.defaultJavaOptions": f"-Xms{HEAP} -XX:+AlwaysPreTouch -XX:NativeMemoryTracking=summary",
+    "spark.ui.retainedJobs": str(RETAINED),
+    "spark.ui.retainedStages": str(RETAINED),
+    "spark.sql.ui.retainedExecutions": str(RETAINED),
 }
-"""The driver JVM's heap, committed and touched at start (``-Xms`` = ``-Xmx``, ``AlwaysPreTouch``):
-otherwise the JVM grows its heap towards ``-Xmx`` for the first hours, and its RSS climbs by design
-(+57 and +92 MB an hour in the first soak). So the JVM's RSS slope is what lives outside the heap
-(metaspace, code cache, threads, direct buffers), and the heap's own growth is the old generation
-after GC. ``defaultJavaOptions`` because ``extraJavaOptions`` is the session's own (Derby's home)."""
+"""The driver JVM's settings, as a streaming job meant to run for weeks sets them.
 
+The heap is committed and touched at start (``-Xms`` = ``-Xmx``, ``AlwaysPreTouch``): otherwise
+the JVM grows its heap towards ``-Xmx`` for the first hours, and its RSS climbs by design (+57 and
++92 MB an hour in the first soak). So the JVM's RSS slope is what lives outside the heap (metaspace,
+code cache, threads, direct buffers: Native Memory Tracking's summary says which, at about 5 % of
+its cost), and the heap's own growth is the old generation after GC. ``defaultJavaOptions``
+because ``extraJavaOptions`` is the session's own (Derby's home).
+
+Spark's status store (the UI's and the REST API's jobs, stages, tasks and SQL executions) keeps
+1,000 jobs, stages and executions by default: at a few of each an epoch it fills for hours, and the
+live heap grows by design until it is full (+22 MB in 30 minutes in the 2026-12-06 soak, still
+filling at its end). A long-running streaming job bounds it (Spark's configuration guide,
+``spark.ui.retained*``); at 100 it is full within the soak's warm-up, so the old generation's slope
+is what grows past it."""
+
+CLEANER_WAIT_S = 2.0
+"""Seconds between the two full collections of :func:`old_generation`: Spark's ``ContextCleaner``
+frees a broadcast's blocks only once a collection found the broadcast unreachable (it polls its
+reference queue every 100 ms), and the blocks' memory is then free for the next collection."""
+
+
+CENSUS_TOP = 15
+"""Names kept by :func:`census` (the diagnosis of a figure that grows, not a figure itself)."""
 
 POLL_S = 5.0
 """Seconds between two polls of the processes' figures within a sample's interval
@@ -154,6 +180,13 @@ class Sample:
         delta_log_bytes / delta_log_files: the Delta table's ``_delta_log`` (S3);
             ``delta_log_since_checkpoint``: JSON commits after its newest log checkpoint.
         load_1m: the machine's load (``/proc/loadavg``).
+        commit_ms_by_sink: each sink's commit time, ms, median over the window's checkpoints
+            (the runtime's per-sink metrics: which sink's commit grows, if ``commit_ms`` does).
+        jvm_native_mb: the JVM's committed native memory by Native Memory Tracking category, MB,
+            read beside the JVM's last poll (what the JVM's RSS outside the heap is made of).
+        python_objects: objects Python's collector tracks; ``python_types``: the most frequent
+            types among them; ``jvm_thread_names``: the JVM's threads by name, digits folded
+            (:func:`census`): the diagnosis of a growing RSS or thread count, not gated.
     """
 
     segment: int
@@ -178,16 +211,37 @@ class Sample:
     delta_log_files: int
     delta_log_since_checkpoint: int
     load_1m: float
+    commit_ms_by_sink: dict[str, float] = dataclasses.field(default_factory=dict)
+    jvm_native_mb: dict[str, float] = dataclasses.field(default_factory=dict)
+    python_objects: int = 0
+    python_types: dict[str, int] = dataclasses.field(default_factory=dict)
+    jvm_thread_names: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+SINKS = ("kafka", "s3", "delta")
+"""The flights job's sinks, by name (``flights_base_sinks.SINK_NAMES``)."""
+
+
+def sink_commit_figure(sink: str) -> str:
+    """The name of ``sink``'s own commit time figure."""
+    return f"commit ms {sink} (median per epoch)"
+
+
+def _sink_commit(sink: str) -> Callable[[Sample], float]:
+    return lambda s: s.commit_ms_by_sink.get(sink, 0.0)
 
 
 FIGURES: dict[str, Callable[[Sample], float]] = {
     "write ms (median per epoch)": lambda s: s.write_ms,
     "persist ms (median per epoch)": lambda s: s.persist_ms,
     "commit ms (median per epoch)": lambda s: s.commit_ms,
+    **{sink_commit_figure(sink): _sink_commit(sink) for sink in SINKS},
     "epoch ms (median per epoch)": lambda s: s.epoch_ms,
     "Python driver RSS MB": lambda s: s.python.rss_mb,
     "JVM driver RSS MB": lambda s: s.jvm.rss_mb,
     "JVM old generation after GC MB": lambda s: s.jvm_old_gen_mb,
+    "JVM native memory outside the heap MB": lambda s: outside_heap(s.jvm_native_mb),
+    "Python objects tracked": lambda s: s.python_objects,
     "Python driver threads": lambda s: s.python.threads,
     "JVM driver threads": lambda s: s.jvm.threads,
     "Python driver open fds": lambda s: s.python.fds,
@@ -240,12 +294,16 @@ def delta_log(fs: pafs.FileSystem, table: str) -> tuple[int, int, int]:
     return sum(i.size or 0 for i in files), len(files), sum(1 for c in commits if c > checkpoint)
 
 
-def old_generation(spark: SparkSession) -> tuple[float, int]:
+def old_generation(spark: SparkSession, cleaner_wait_s: float = CLEANER_WAIT_S) -> tuple[float, int]:
     """The driver JVM's live old generation, MB, and its collections so far, from the JVM's own
-    management beans (``java.lang.management``, through py4j), read right after a full
-    collection asked for here (``System.gc()``: without ``-XX:+ExplicitGCInvokesConcurrent``, a
-    stop-the-world full GC of the whole heap, a pause of the driver once a sample)."""
+    management beans (``java.lang.management``, through py4j), read right after two full
+    collections asked for here, ``cleaner_wait_s`` apart so that Spark's cleaner frees what the
+    first one found unreachable (:data:`CLEANER_WAIT_S`). ``System.gc()`` without
+    ``-XX:+ExplicitGCInvokesConcurrent`` is a stop-the-world full GC of the whole heap: two short
+    pauses of the driver once a sample."""
     jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    jvm.java.lang.System.gc()
+    time.sleep(cleaner_wait_s)
     jvm.java.lang.System.gc()
     management = jvm.java.lang.management.ManagementFactory
     used = 0.0
@@ -256,6 +314,66 @@ def old_generation(spark: SparkSession) -> tuple[float, int]:
             used = usage.getUsed() / 2**20 if usage is not None else 0.0
     collections = sum(int(gc.getCollectionCount()) for gc in management.getGarbageCollectorMXBeans())
     return round(used, 1), collections
+
+
+_NMT_LINE = re.compile(r"^-\s+(?P<name>[^(]+?)\s+\(reserved=\d+KB, committed=(?P<committed>\d+)KB")
+
+
+def parse_native_memory(summary: str) -> dict[str, float]:
+    """Committed MB by Native Memory Tracking category (``Java Heap``, ``Class``, ``Thread``,
+    ``Code``, ``GC``, ``Internal``, ``Other``, ``Symbol``, ``Arena Chunk``, ...), from the text of
+    ``jcmd <pid> VM.native_memory summary`` (JDK 17's format: one ``-  <category> (reserved=…KB,
+    committed=…KB)`` line each); empty when the text has none (tracking off)."""
+    out: dict[str, float] = {}
+    for line in summary.splitlines():
+        m = _NMT_LINE.match(line.strip())
+        if m:
+            out[m["name"].strip()] = round(int(m["committed"]) / 1024, 1)
+    return out
+
+
+def native_memory(pid: int) -> dict[str, float]:
+    """The JVM ``pid``'s committed native memory by category, MB (:func:`parse_native_memory`),
+    read with the JDK's ``jcmd``; empty if ``jcmd`` is missing or the JVM does not answer."""
+    java_home = os.environ.get("JAVA_HOME")
+    jcmd = str(Path(java_home) / "bin" / "jcmd") if java_home else shutil.which("jcmd")
+    if not jcmd or not Path(jcmd).exists():
+        return {}
+    try:
+        done = subprocess.run(
+            [jcmd, str(pid), "VM.native_memory", "summary"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_native_memory(done.stdout)
+
+
+def outside_heap(categories: dict[str, float]) -> float:
+    """Committed native memory outside the Java heap, MB: every category but ``Java Heap``."""
+    return round(sum(mb for name, mb in categories.items() if name != "Java Heap"), 1)
+
+
+def census(names: Iterable[str], top: int = CENSUS_TOP) -> dict[str, int]:
+    """The ``top`` most frequent names, each with its count, digits folded (``Executor task launch
+    worker for task 12.0`` and ``… 13.0`` count as one ``#``), most frequent first."""
+    counts = Counter(re.sub(r"\d+", "#", name) for name in names)
+    return dict(counts.most_common(top))
+
+
+def python_objects() -> tuple[int, dict[str, int]]:
+    """Objects Python's collector tracks in this process, and the most frequent types (a growth of
+    RSS that is Python's own shows here, by type)."""
+    import gc
+
+    objects = gc.get_objects()
+    return len(objects), census(type(o).__qualname__ for o in objects)
+
+
+def jvm_threads(spark: SparkSession) -> dict[str, int]:
+    """The driver JVM's live threads by name (:func:`census`), from its thread MXBean."""
+    jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    infos = jvm.java.lang.management.ManagementFactory.getThreadMXBean().dumpAllThreads(False, False)
+    return census(str(info.getThreadName()) for info in infos if info is not None)
 
 
 def soak_stream(
@@ -333,7 +451,14 @@ class Sampler:
         checkpoint_bytes, checkpoint_files = tree_size(self._fs, s3_path(self._spec.checkpoint_dir))
         delta_bytes, delta_files, since = delta_log(self._fs, s3_path(self._spec.delta_uri))
         old_gen, collections = old_generation(self._spark)  # after a full GC, so is the JVM's last poll
+        native = native_memory(self._jvm_pid)
+        threads = jvm_threads(self._spark)
         release_python_memory()
+        objects, types = python_objects()
+        by_sink = {
+            (m.sink, m.checkpoint_id): m.commit_ms for m in self._handle.runtime.sink_metrics.per_checkpoint()
+        }
+        checkpoints = {m.checkpoint_id for m in window}
         minute = round((time.time() - self._started) / 60, 2)
 
         def median(field: str) -> float:
@@ -362,8 +487,29 @@ class Sampler:
             delta_log_files=delta_files,
             delta_log_since_checkpoint=since,
             load_1m=round(os.getloadavg()[0], 2),
+            commit_ms_by_sink={
+                sink: round(statistics.median(times), 1)
+                for sink in SINKS
+                if (times := [ms for (name, cp), ms in by_sink.items() if name == sink and cp in checkpoints])
+            },
+            jvm_native_mb=native,
+            python_objects=objects,
+            python_types=types,
+            jvm_thread_names=threads,
         )
-        rows = [{"segment": self._segment, "minute": minute, **dataclasses.asdict(m)} for m in new]
+        rows = [
+            {
+                "segment": self._segment,
+                "minute": minute,
+                **dataclasses.asdict(m),
+                **{
+                    f"commit_ms_{sink}": by_sink[(sink, m.checkpoint_id)]
+                    for sink in SINKS
+                    if (sink, m.checkpoint_id) in by_sink
+                },
+            }
+            for m in new
+        ]
         return sample, rows
 
 
@@ -411,7 +557,7 @@ def main(
     spec = FlightsJobSpec.load(work_dir)
     endpoints = endpoints_from_environment()
     fs = s3_filesystem(endpoints)
-    spark = flights_spark_session(endpoints, extra_conf=DRIVER_HEAP)
+    spark = flights_spark_session(endpoints, extra_conf=DRIVER_CONF)
     spark.sparkContext.setLogLevel("ERROR")
     kafka = build_sinks(spec, endpoints)[0]
     admin = KafkaAdmin.connect(kafka.config, kafka.clients, kafka.name)

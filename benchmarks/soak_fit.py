@@ -81,6 +81,12 @@ THRESHOLDS: Mapping[str, Threshold] = {
     ),
     "epoch ms (median per epoch)": Threshold(0.10, True, _TIME),
     "commit ms (median per epoch)": Threshold(0.10, True, _TIME),
+    **{
+        f"commit ms {sink} (median per epoch)": Threshold(
+            0.10, True, "one sink's share of the commit time, to say which one grows: " + _TIME
+        )
+        for sink in ("kafka", "s3", "delta")
+    },
     "write ms (median per epoch)": Threshold(0.10, True, _TIME),
     "persist ms (median per epoch)": Threshold(0.10, True, _TIME),
     "Python driver threads": Threshold(2.0, False, _POOL),
@@ -107,6 +113,17 @@ THRESHOLDS: Mapping[str, Threshold] = {
         "Delta's default retention keeps 30 days of log entries and 7 days of tombstones, so within "
         "hours the log grows with every commit by design; what that costs the job is gated as "
         "commit ms and epoch ms",
+    ),
+    "JVM native memory outside the heap MB": Threshold(
+        None,
+        False,
+        "Native Memory Tracking's committed memory but the heap: what the JVM's RSS (gated) is made "
+        "of, by category in the samples, to say what grows",
+    ),
+    "Python objects tracked": Threshold(
+        None,
+        False,
+        "the Python driver's objects, by type in the samples, to say what grows if its RSS (gated) does",
     ),
     "machine load (1 min)": Threshold(None, False, "the machine, not the job: reported beside the figures"),
 }

@@ -5,7 +5,8 @@ hosts the measure of the other.
 Every ``--interval-s`` it appends one :class:`~benchmarks.flink.analysis.Sample` as a JSON line
 to ``--out``: the sink topic's summed high watermarks and last stable offsets (Kafka's
 ``ListOffsets`` at ``read_uncommitted`` and ``read_committed``, KIP-98; the latter less the
-commit markers, so that it counts records), the committed Parquet
+commit markers, so that it counts records; ``--no-transactions`` for a producer that writes
+none), the committed Parquet
 objects under the S3 prefix (count, bytes and rows from each new object's footer; in-progress
 multipart uploads are not objects yet) and the CPU-seconds of a process tree read from ``/proc``
 (user + system of the root and its descendants, children already reaped included, minus the
@@ -98,6 +99,7 @@ class Watch:
         partitions: int,
         bucket: str | None,
         prefix: str | None,
+        transactional: bool = True,
     ) -> None:
         from twophase.integration.jobs.flights_endpoints import FlightsEndpoints
         from twophase.integration.services.launcher import env_kafka_bootstrap, env_s3_endpoint
@@ -120,12 +122,14 @@ class Watch:
         self._objects: dict[str, tuple[int, int]] = {}  # key → (bytes, rows)
         self._lso: dict[int, int] = {}
         self._markers: dict[int, int] = {}
+        self._transactional = transactional
 
     def _offsets(self) -> tuple[int, int]:
         """The summed high watermarks, and the records visible ``read_committed``: the summed last
         stable offsets less one commit marker per rise of a partition's LSO (a commit writes one
         marker into each partition its transaction wrote; two commits within one sample count
-        one marker, an error of at most one record per partition)."""
+        one marker, an error of at most one record per partition); a producer without
+        transactions writes no markers, and its LSO is its high watermark."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
@@ -138,7 +142,7 @@ class Watch:
             ends.append({tp.partition: f.result().offset for tp, f in futures.items()})
         hw, lso = ends
         for p, offset in lso.items():
-            if offset > self._lso.get(p, 0):
+            if self._transactional and offset > self._lso.get(p, 0):
                 self._markers[p] = self._markers.get(p, 0) + 1
             self._lso[p] = offset
         return sum(hw.values()), sum(lso.values()) - sum(self._markers.values())
@@ -184,6 +188,12 @@ class Watch:
 @click.option("--bucket", default=None, help="the S3 sink's bucket")
 @click.option("--prefix", default=None, help="the S3 sink's prefix")
 @click.option("--interval-s", type=float, default=0.1, show_default=True)
+@click.option(
+    "--transactional/--no-transactions",
+    default=True,
+    show_default=True,
+    help="whether the sink topic's producer commits transactions (each commit writes a marker)",
+)
 def main(
     out: Path,
     pids: tuple[int, ...],
@@ -193,6 +203,7 @@ def main(
     bucket: str | None,
     prefix: str | None,
     interval_s: float,
+    transactional: bool,
 ) -> None:
     """Sample until SIGTERM; see the module docstring."""
     stop = threading.Event()
@@ -202,7 +213,7 @@ def main(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    watch = Watch(pids, {*exclude, os.getpid()}, topic, partitions, bucket, prefix)
+    watch = Watch(pids, {*exclude, os.getpid()}, topic, partitions, bucket, prefix, transactional)
     failing_since: float | None = None
     with out.open("a") as f:
         while not stop.is_set():

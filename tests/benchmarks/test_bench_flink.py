@@ -6,6 +6,7 @@ job's (no engine, no service)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from support.bench_modules import ROOT, load_benchmark
@@ -169,6 +170,18 @@ def test_the_staged_writers_are_paired_with_flink_s_writers_of_their_sink() -> N
     assert {"kafka", "s3"}.isdisjoint(ratios)  # the Python pass's writers did not run
 
 
+def test_spark_s_own_sink_is_set_against_flink_and_twophase_as_the_engine_s_floor() -> None:
+    rates = {"twophase_kafka": [40.0], "twophase_kafka_staged": [45.0], "spark_kafka": [50.0]}
+    rates |= {"flink_kafka": [100.0]}
+    ratios = analysis.ratios(rates)
+    assert ratios["kafka: Spark's own sink (at least once) ÷ Flink"]["ratio"] == 0.5
+    assert ratios["kafka: twophase ÷ Spark's own sink"]["ratio"] == 0.8
+    assert ratios["kafka: twophase's JVM writer ÷ Spark's own sink"]["ratio"] == 0.9
+    assert bench_flink.WRITERS["spark_kafka"] == ("spark", "kafka")
+    assert "transaction.timeout.ms" not in bench_flink.SPARK_KAFKA_PRODUCER
+    assert bench_flink.SPARK_KAFKA_PRODUCER["batch.size"] == bench_flink.FLINK_BATCH_SIZE
+
+
 def test_markdown_of_a_run() -> None:
     window = analysis.steady_window(kafka_run(), ["kafka"], 100, 400).as_dict()
     result = {
@@ -249,3 +262,32 @@ def test_a_flink_jvm_that_says_nothing_is_killed() -> None:
     with pytest.raises(RuntimeError, match=r"said nothing for 0\.5 s and was killed"):
         job._reply("planned", timeout_s=0.5)
     assert time.monotonic() - started < 10 and not job.alive()
+
+
+class _Offsets:
+    """A stand-in for confluent-kafka's AdminClient's ``list_offsets``: each call answers the
+    next of ``answers`` (partition → offset) at either isolation level."""
+
+    def __init__(self, *answers: dict[int, int]) -> None:
+        self._answers = list(answers)
+
+    def list_offsets(self, spec: Any, isolation_level: Any, request_timeout: float) -> dict[Any, Any]:
+        from concurrent.futures import Future
+
+        answer = self._answers.pop(0)
+        out = {}
+        for tp in spec:
+            done: Future[Any] = Future()
+            done.set_result(type("Offset", (), {"offset": answer[tp.partition]})())
+            out[tp] = done
+        return out
+
+
+@pytest.mark.parametrize(("transactional", "visible"), [(True, 98), (False, 100)])
+def test_the_watcher_takes_commit_markers_off_only_a_transactional_topic(
+    transactional: bool, visible: int
+) -> None:
+    watcher = load_benchmark("bench_flink_watcher", ROOT / "benchmarks" / "flink" / "watcher.py")
+    watch = watcher.Watch([1], [], None, 2, None, None, transactional)
+    watch.topic, watch._admin = "t", _Offsets({0: 50, 1: 50}, {0: 50, 1: 50})  # HW, then LSO
+    assert watch._offsets() == (100, visible)  # one rise of each partition's LSO: one marker each

@@ -13,6 +13,8 @@ import pyarrow.fs as pafs
 import pytest
 from support.bench_modules import ROOT, load_benchmark
 
+from twophase.integration.jobs.flights_base_sinks import SINK_NAMES
+
 soak = load_benchmark("soak", ROOT / "benchmarks" / "soak.py")
 driver = load_benchmark("soak_driver", ROOT / "benchmarks" / "soak_driver.py")
 
@@ -190,3 +192,60 @@ def test_the_process_figures_are_the_floors_of_the_interval_s_polls(monkeypatch:
 
 def test_the_python_driver_gives_back_what_it_no_longer_uses() -> None:
     driver.release_python_memory()  # gc, pyarrow's pool, malloc_trim where glibc has it: no error
+
+
+NMT_SUMMARY = """
+Native Memory Tracking:
+
+Total: reserved=3052316KB, committed=1370512KB
+-                 Java Heap (reserved=1048576KB, committed=1048576KB)
+                            (mmap: reserved=1048576KB, committed=1048576KB)
+
+-                     Class (reserved=1056953KB, committed=49721KB)
+                            (classes #8212)
+-                    Thread (reserved=60674KB, committed=6438KB)
+                            (thread #59)
+-                      Code (reserved=250421KB, committed=37589KB)
+-        Arena Chunk (reserved=182KB, committed=182KB)
+"""
+
+
+def test_native_memory_is_read_by_category_and_summed_outside_the_heap() -> None:
+    categories = driver.parse_native_memory(NMT_SUMMARY)
+    assert categories == {"Java Heap": 1024.0, "Class": 48.6, "Thread": 6.3, "Code": 36.7, "Arena Chunk": 0.2}
+    assert driver.outside_heap(categories) == 91.8
+    assert driver.parse_native_memory("Native memory tracking is not enabled") == {}
+
+
+def test_the_census_folds_digits_and_keeps_the_most_frequent() -> None:
+    names = ["Executor task launch worker for task 1.0", "Executor task launch worker for task 12.0"]
+    names += ["rpc-server-3-1", "rpc-server-3-2", "rpc-server-4-1", "main"]
+    assert driver.census(names, top=2) == {"rpc-server-#-#": 3, "Executor task launch worker for task #.#": 2}
+    count, types = driver.python_objects()
+    assert count > 0 and sum(types.values()) <= count and len(types) <= driver.CENSUS_TOP
+
+
+def test_a_sample_line_from_before_the_diagnosis_fields_still_loads() -> None:
+    raw = dataclasses.asdict(sample(0, 1.0))
+    for newer in ("commit_ms_by_sink", "jvm_native_mb", "python_objects", "python_types", "jvm_thread_names"):
+        del raw[newer]
+    assert soak.loaded(json.dumps(raw)) == sample(0, 1.0)
+
+
+def test_each_sink_s_commit_time_is_fitted_through_every_epoch() -> None:
+    samples = [sample(0, m) for m in range(40)]
+    epochs = [
+        {
+            "segment": 0,
+            "minute": float(m),
+            "batch_id": m,
+            "commit_ms": 300.0,
+            "commit_ms_delta": 100.0 + 2.0 * m,
+        }
+        for m in range(40)
+    ]
+    fitted = {(s.figure, s.segment): s for s in soak.slopes(samples, 10.0, epochs)}
+    delta = fitted[("commit ms delta (median per epoch)", 0)]
+    assert delta.per_hour == pytest.approx(120.0) and delta.grows
+    assert not fitted[("commit ms (median per epoch)", 0)].grows
+    assert driver.SINKS == SINK_NAMES
