@@ -32,6 +32,7 @@ from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.connectors.iceberg.internal import naming, staged_write
 from twophase.connectors.iceberg.internal.catalog import (
     CatalogFactory,
+    KeptCatalog,
     load_table,
     open_catalog,
     require_table,
@@ -99,6 +100,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         self.config = config
         self.catalog_factory = catalog_factory
         self._sweep = SweepSchedule()  # the driver's: when a routine lingering cleanup lists again
+        self._catalog = KeptCatalog(config, catalog_factory)  # the driver's; pickled empty
 
     def __repr__(self) -> str:
         return f"IcebergSink(name={self.name!r}, config={self.config!r})"
@@ -122,7 +124,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
             ServiceUnavailableError: the catalog cannot be reached.
         """
         data_schema = project(pa.RecordBatch.from_pylist([], schema=schema), self.config.columns).schema
-        with open_catalog(self.config, self.catalog_factory) as catalog:
+        with self._catalog.use() as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 if not self.config.create_table:
@@ -160,7 +162,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         spark = df.sparkSession
         jvm = classic_jvm(spark, f"Iceberg sink {self.name!r}", "its data files")
         self._check_session(spark, jvm)
-        with open_catalog(self.config, self.catalog_factory) as catalog:
+        with self._catalog.use() as catalog:
             table = require_table(catalog, self.config)
         table_uuid = str(table.metadata.table_uuid)
         write_id = staged_write.new_write_id()
@@ -279,7 +281,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         recovery, whatever snapshots were expired. See
         :meth:`twophase.connectors.iceberg.internal.committer.IcebergCommitter.commit_checkpoint`.
         """
-        return IcebergCommitter(self.config, self.name, self.catalog_factory).commit_checkpoint(
+        return IcebergCommitter(self.config, self.name, self._catalog).commit_checkpoint(
             checkpoint_id, committables
         )
 
@@ -311,12 +313,16 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
             ConfigError: the property was edited into something that is not a checkpoint id.
             ServiceUnavailableError: the catalog cannot be reached.
         """
-        with open_catalog(self.config, self.catalog_factory) as catalog:
+        with self._catalog.use() as catalog:
             return last_committed(load_table(catalog, self.config), job_id, self.name)
 
     def measure(self, committable: IcebergCommittable) -> CommittableSize:
         """Records and bytes of the committable's data files."""
         return CommittableSize(committable.num_records, committable.num_bytes)
+
+    def close(self) -> None:
+        """Release the driver's kept catalog (its SQL engine's connections). Idempotent."""
+        self._catalog.close()
 
     def abort(self, committable: IcebergCommittable) -> None:
         """Delete the committable's data files unless a snapshot references them. Idempotent."""
@@ -329,7 +335,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         Raises:
             ServiceUnavailableError, OSError: as the catalog and the file deletes raise.
         """
-        with open_catalog(self.config, self.catalog_factory) as catalog:
+        with self._catalog.use() as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 return
@@ -356,7 +362,7 @@ class IcebergSink(CheckpointCommitSink[IcebergTransaction, IcebergCommittable]):
         """
         if scope.routine and not self._sweep.due():
             return 0
-        with open_catalog(self.config, self.catalog_factory) as catalog:
+        with self._catalog.use() as catalog:
             table = load_table(catalog, self.config)
             if table is None:
                 return 0

@@ -1,10 +1,16 @@
 """Opening the sink's Iceberg catalog and table with pyiceberg, from :class:`IcebergSinkConfig`.
 
 - a file path or ``sqlite://``: pyiceberg's ``SqlCatalog`` on SQLite (the embedded default);
-- ``postgresql+psycopg://``: ``SqlCatalog`` on PostgreSQL; its engine is disposed when the
-  :func:`open_catalog` block ends, so no connection outlives a commit;
+- ``postgresql+psycopg://``: ``SqlCatalog`` on PostgreSQL (connections checked before use,
+  ``pool_pre_ping``);
 - ``http(s)://``: pyiceberg's ``RestCatalog`` (untested here);
 - a :data:`CatalogFactory` given to the sink instead (the model-based protocol test's model).
+
+The driver keeps one catalog per sink (:class:`KeptCatalog`, until the sink is closed), as Flink's
+Iceberg committer keeps its table loader open for its lifetime: opening a SQL catalog connects and
+checks the catalog's tables, a cost each checkpoint's commit would otherwise pay again. Executors
+open theirs per task (:func:`open_catalog`: its engine disposed when the block ends). Tables are
+loaded afresh for every operation either way.
 
 The SQL catalog's commit is optimistic concurrency as the Iceberg table spec describes it
 ("Commit Conflict Resolution and Retry"): it swaps the table's metadata pointer only if it still
@@ -17,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
@@ -97,7 +104,7 @@ def catalog_properties(config: IcebergSinkConfig) -> dict[str, str]:
     props = file_io_properties(config)
     scheme = config.catalog_scheme
     if scheme == "file":
-        props.update(type="sql", uri=f"sqlite:///{config.catalog_uri}")
+        props.update(type="sql", uri=f"sqlite:///{config.catalog_uri}", pool_pre_ping="true")
     elif scheme in ("http", "https"):
         props.update(type="rest", uri=config.catalog_uri)
         if config.catalog_password:
@@ -108,7 +115,7 @@ def catalog_properties(config: IcebergSinkConfig) -> dict[str, str]:
             from sqlalchemy.engine import make_url
 
             uri = make_url(uri).set(password=config.catalog_password).render_as_string(hide_password=False)
-        props.update(type="sql", uri=uri)
+        props.update(type="sql", uri=uri, pool_pre_ping="true")
     if config.warehouse:
         props["warehouse"] = config.warehouse
     return props
@@ -125,6 +132,71 @@ def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = Non
         ServiceUnavailableError: the catalog cannot be reached after every attempt (the message is
             redacted).
     """
+    catalog = _load(config, factory)
+    try:
+        yield catalog
+    finally:
+        _release(catalog)
+
+
+class KeptCatalog:
+    """One sink's catalog on the driver, opened on first use and kept until :meth:`close`.
+
+    Before each use a kept SQL catalog's connection is checked (one pooled connection checked out,
+    pinged by ``pool_pre_ping``); a catalog whose check fails is released and opened again as
+    :func:`open_catalog` opens it, with its retries, so an unreachable catalog raises as it does
+    there. A ``factory`` (the model's catalog) and catalogs without a SQL engine (REST) are opened
+    for every use, as :func:`open_catalog` does: only the SQL engine's pool is worth keeping.
+    Thread-safe (the commit may run on the runtime's commit thread while the main thread stages
+    the next epoch); SQLAlchemy's engine is. Not picklable state: a sink pickled to executors gets
+    an empty one.
+    """
+
+    def __init__(self, config: IcebergSinkConfig, factory: CatalogFactory | None = None) -> None:
+        self._config = config
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._catalog: Catalog | None = None
+
+    @contextlib.contextmanager
+    def use(self) -> Iterator[Catalog]:
+        """The kept catalog (opened or reopened first when needed); not released when the block ends.
+
+        Raises:
+            ServiceUnavailableError: as :func:`open_catalog`.
+        """
+        if self._factory is not None:
+            with open_catalog(self._config, self._factory) as opened:
+                yield opened
+            return
+        with self._lock:
+            kept = self._catalog
+            if kept is not None and not _reachable(kept):
+                self._catalog = None
+                _release(kept)
+                kept = None
+            catalog = kept if kept is not None else _load(self._config, None)
+            if kept is None and getattr(catalog, "engine", None) is not None:
+                self._catalog = catalog
+        try:
+            yield catalog
+        finally:
+            if catalog is not self._catalog:
+                _release(catalog)
+
+    def close(self) -> None:
+        """Release the kept catalog (its SQL engine disposed). Idempotent."""
+        with self._lock:
+            catalog, self._catalog = self._catalog, None
+        if catalog is not None:
+            _release(catalog)
+
+    def __reduce__(self) -> tuple[type[KeptCatalog], tuple[IcebergSinkConfig, CatalogFactory | None]]:
+        return KeptCatalog, (self._config, self._factory)  # pickled empty: no engine, no lock
+
+
+def _load(config: IcebergSinkConfig, factory: CatalogFactory | None) -> Catalog:
+    """Open the catalog with ``config``'s retries (see :func:`open_catalog`)."""
     from pyiceberg.catalog import load_catalog
 
     def load() -> Catalog:
@@ -147,18 +219,30 @@ def open_catalog(config: IcebergSinkConfig, factory: CatalogFactory | None = Non
         reraise=True,
     )
     try:
-        catalog = retrying(load)
+        return retrying(load)
     except Exception as e:
         raise ServiceUnavailableError(
             f"cannot open Iceberg catalog {config.redact(config.catalog_uri)} after "
             f"{config.connect_attempts} attempts: {error_line(config, e)}"
         ) from None
+
+
+def _reachable(catalog: Catalog) -> bool:
+    """Whether a kept SQL catalog's database answers: one pooled connection checked out (the
+    pool pings it first and replaces a dead one)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     try:
-        yield catalog
-    finally:
-        engine = getattr(catalog, "engine", None)
-        if engine is not None:
-            engine.dispose()
+        with catalog.engine.connect():  # type: ignore[attr-defined]
+            return True
+    except SQLAlchemyError:
+        return False
+
+
+def _release(catalog: Catalog) -> None:
+    engine = getattr(catalog, "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 def error_line(config: IcebergSinkConfig, error: BaseException) -> str:

@@ -50,9 +50,8 @@ from sqlalchemy.exc import OperationalError
 from twophase.connectors.iceberg.config import IcebergSinkConfig
 from twophase.connectors.iceberg.internal import naming
 from twophase.connectors.iceberg.internal.catalog import (
-    CatalogFactory,
+    KeptCatalog,
     error_line,
-    open_catalog,
     require_table,
 )
 from twophase.connectors.iceberg.internal.committable import IcebergCommittable, to_data_file
@@ -217,20 +216,19 @@ def _without_own_retries(table: Table) -> Table:
 
 
 class IcebergCommitter:
-    """Commits checkpoints of one Iceberg sink. Holds no clients; safe to build in any process.
+    """Commits checkpoints of one Iceberg sink. Holds no clients of its own; safe to build in any
+    process.
 
     Args:
         config: the sink's configuration.
         sink_name: the sink's name (summary field and log field).
-        catalog_factory: opens the catalog (``None``: from ``config``; see :class:`IcebergSink`).
+        catalog: the sink's catalog (the driver's, kept between commits).
     """
 
-    def __init__(
-        self, config: IcebergSinkConfig, sink_name: str, catalog_factory: CatalogFactory | None = None
-    ) -> None:
+    def __init__(self, config: IcebergSinkConfig, sink_name: str, catalog: KeptCatalog) -> None:
         self._config = config
         self._sink_name = sink_name
-        self._catalog_factory = catalog_factory
+        self._catalog = catalog
 
     def commit_checkpoint(
         self, checkpoint_id: int, committables: Sequence[IcebergCommittable]
@@ -335,7 +333,7 @@ class IcebergCommitter:
 
     def _attempt(self, checkpoint_id: int, committables: Sequence[IcebergCommittable]) -> CommitOutcome:
         first = committables[0]
-        with open_catalog(self._config, self._catalog_factory) as catalog:
+        with self._catalog.use() as catalog:
             table = require_table(catalog, self._config)
             if self._already_committed(table, checkpoint_id, committables):
                 return CommitOutcome.ALREADY_COMMITTED

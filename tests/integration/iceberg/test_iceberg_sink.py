@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from twophase.connectors.iceberg.internal.committer import SUMMARY_CHECKPOINT_ID
 from twophase.integration.services.postgres import PostgresServer
 from twophase.integration.services.s3 import S3Endpoint
 from twophase.sinks.context import LingeringScope, WriterContext
+from twophase.sinks.errors import ServiceUnavailableError
 from twophase.sinks.outcome import CommitOutcome
 
 from .conftest import BUCKET, MakeConfig
@@ -201,3 +203,53 @@ def test_the_postgresql_catalog(postgres: PostgresServer, make_config: MakeConfi
     assert IcebergSink("lake", config).commit_checkpoint(1, first) is CommitOutcome.ALREADY_COMMITTED
     assert read_ids(config) == list(range(20))
     assert sink.last_committed_checkpoint(JOB) == 1
+
+
+def test_the_driver_keeps_one_catalog_reconnects_after_a_restart_and_fails_by_name_when_down(
+    postgres: PostgresServer, make_config: MakeConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sink's driver calls share one opened catalog (one SQL engine), as Flink's committer keeps
+    its table loader: a restarted catalog database is reconnected under it, a stopped one raises
+    ServiceUnavailableError as an unopened one does, a closed sink opens a new one, and the sink
+    still pickles to executors without it."""
+    import pyiceberg.catalog
+
+    endpoint = postgres.endpoint
+    config = make_config(
+        catalog_uri=f"postgresql+psycopg://{endpoint.user}@{endpoint.host}:{endpoint.port}/{endpoint.dbname}",
+        catalog_password=endpoint.password,
+        catalog_name="pg_kept",
+        connect_attempts=1,
+    )
+    sink = IcebergSink("kept", config)
+    sink.validate(rows(0, 1).schema)
+    first = pre_commit(sink, 1, [rows(0, 10)])
+    second = pre_commit(sink, 2, [rows(10, 10)])
+    third = pre_commit(sink, 3, [rows(20, 10)])
+    opened: list[object] = []
+    real = pyiceberg.catalog.load_catalog
+
+    def counted(name: str | None = None, **properties: Any) -> Any:
+        opened.append(name)
+        return real(name, **properties)
+
+    monkeypatch.setattr(pyiceberg.catalog, "load_catalog", counted)
+    assert sink.commit_checkpoint(1, first) is CommitOutcome.COMMITTED
+    assert sink.last_committed_checkpoint(JOB) == 1
+    postgres.restart()
+    assert sink.commit_checkpoint(2, second) is CommitOutcome.COMMITTED
+    assert opened == [], "the kept catalog (validate's) served every driver call, across the restart"
+    postgres.stop()
+    try:
+        with pytest.raises(ServiceUnavailableError, match="cannot open Iceberg catalog"):
+            sink.last_committed_checkpoint(JOB)
+    finally:
+        postgres.start()
+    assert sink.commit_checkpoint(3, third) is CommitOutcome.COMMITTED
+    assert len(opened) == 2  # the failed open, then the one after the start
+    sink.close()
+    assert sink.last_committed_checkpoint(JOB) == 3
+    assert len(opened) == 3
+    assert pickle.loads(pickle.dumps(sink)).last_committed_checkpoint(JOB) == 3
+    assert read_ids(config) == list(range(30))
+    sink.close()
