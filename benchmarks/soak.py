@@ -362,7 +362,9 @@ def plot(samples: Sequence[Sample], path: Path, title: str) -> None:
             mine = [s for s in samples if s.segment == seg]
             ax.plot([s.minute for s in mine], [figure(s) for s in mine], linewidth=1, label=f"driver {seg}")
         ax.set_title(name, fontsize=9)
-        ax.set_ylim(bottom=0)
+        # from 0, with headroom: a flat line at its maximum would sit on the panel's frame
+        finite = [v for v in (figure(s) for s in samples) if math.isfinite(v)]
+        ax.set_ylim(0, max([*finite, 0.0]) * 1.1 or 1.0)
         ax.grid(alpha=0.3)
     for ax in axes.flat[len(FIGURES) :]:
         ax.axis("off")
