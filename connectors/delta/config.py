@@ -21,6 +21,27 @@ _S3_SCHEMES = ("s3", "s3a")
 _AZURE_SCHEMES = ("abfss",)
 
 
+CHECKPOINT_INTERVAL = 10
+"""Versions between two log checkpoints when the table sets no ``delta.checkpointInterval``:
+delta-spark's and Delta Standalone's default (``DeltaConfigs.CHECKPOINT_INTERVAL``). The Delta
+protocol leaves the interval to writers."""
+
+
+def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
+    """Versions between two log checkpoints of a table with these properties: its
+    ``delta.checkpointInterval``, else :data:`CHECKPOINT_INTERVAL` (Delta PROTOCOL.md leaves the
+    default to writers; delta-spark's is 10).
+
+    A value that is not a positive integer (which delta-spark refuses to set) counts as unset.
+    """
+    raw = configuration.get("delta.checkpointInterval")
+    try:
+        interval = int(raw) if raw is not None else CHECKPOINT_INTERVAL
+    except ValueError:
+        return CHECKPOINT_INTERVAL
+    return interval if interval > 0 else CHECKPOINT_INTERVAL
+
+
 @dataclass(frozen=True)
 class DeltaSinkConfig:
     """Where and how the Delta sink writes.
@@ -152,6 +173,12 @@ class DeltaSinkConfig:
             # pyarrow's S3 file system, which writes the data files, cannot skip verification
             raise ConfigError("DeltaSinkConfig: storage_options.verify_tls=False is not supported")
         object.__setattr__(self, "table_configuration", dict(self.table_configuration))
+        interval = self.table_configuration.get("delta.checkpointInterval")
+        if interval is not None and (not str(interval).isdigit() or int(interval) < 1):
+            raise ConfigError(
+                f"DeltaSinkConfig.table_configuration delta.checkpointInterval={interval!r} must be a "
+                "positive number of versions (leave it unset for a log checkpoint every 10)"
+            )
         if self.compression not in COMPRESSIONS:
             raise ConfigError(
                 f"DeltaSinkConfig.compression {self.compression!r} is not one of {sorted(COMPRESSIONS)}"

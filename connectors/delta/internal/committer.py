@@ -16,7 +16,12 @@ committer keeps the table it loaded and reads only newer log entries at the next
 it whole made each commit cost as much as the table's file count (the soak, issue #29). A
 concurrent commit makes delta-rs fail with ``CommitFailedError`` (its own retries are off, so every
 retry goes through this re-check); tenacity then reloads and tries again, up to
-``commit_attempts`` times.
+``commit_attempts`` times. The committer writes the table's log checkpoints itself, every
+``delta.checkpointInterval`` versions (delta-spark's default of 10 when the table sets none, where
+delta-rs would take 100): each commit's snapshot update reads every JSON commit since the newest log
+checkpoint, and one commit a checkpoint with an Add per subtask made that a climb of 2 ms a commit
+(the soak, issue #44). A log checkpoint that fails leaves the commit committed: it only saves
+readers the replay.
 
 Commits must happen in checkpoint order (the coordinator commits every pending checkpoint ≤ c in
 order, DESIGN.md §5): once ``c`` is committed, an older checkpoint counts as committed too.
@@ -35,12 +40,13 @@ from deltalake.exceptions import CommitFailedError, DeltaError, DeltaProtocolErr
 from deltalake.transaction import (
     AddAction,
     CommitProperties,
+    PostCommitHookProperties,
     RemoveAction,
     Transaction,
     create_table_with_add_actions,
 )
 
-from twophase.connectors.delta.config import DeltaSinkConfig
+from twophase.connectors.delta.config import DeltaSinkConfig, checkpoint_interval
 from twophase.connectors.delta.internal import naming
 from twophase.connectors.delta.internal.committable import DeltaCommittable
 from twophase.connectors.delta.internal.filesystem import open_location
@@ -58,6 +64,10 @@ from twophase.sinks.internal.structured_log import log_event
 from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
+
+_NO_HOOK_CHECKPOINT = PostCommitHookProperties(create_checkpoint=False)
+"""delta-rs's post-commit hook without its own log checkpoint (:meth:`DeltaCommitter._checkpoint_log`
+writes them at this sink's interval)."""
 
 
 class _Conflict(Exception):
@@ -240,6 +250,7 @@ class DeltaCommitter:
                 )
             else:
                 schema = self._table_schema(table, first.schema_json)
+                read_version = table.version()
                 actions: list[AddAction | RemoveAction] = list(adds)
                 table.create_write_transaction(
                     actions,
@@ -247,6 +258,7 @@ class DeltaCommitter:
                     schema,
                     partition_by=list(self._config.partition_by),
                     commit_properties=properties,
+                    post_commithook_properties=_NO_HOOK_CHECKPOINT,
                 )
         except CommitFailedError as e:
             raise _Conflict(str(e)) from e
@@ -254,7 +266,32 @@ class DeltaCommitter:
             if table is None and "already exists" in str(e).lower():
                 raise _Conflict(str(e)) from e  # another committer created it first
             raise
+        if table is not None:  # no retries inside delta-rs: the commit is the version after the one read
+            self._checkpoint_log(table, read_version + 1, checkpoint_id)
         return CommitOutcome.COMMITTED
+
+    def _checkpoint_log(self, table: DeltaTable, version: int, checkpoint_id: int) -> None:
+        """After committing ``version``: a log checkpoint if ``version`` is a multiple of the
+        table's interval (:func:`checkpoint_interval`), then the log entries older than
+        ``delta.logRetentionDuration`` cleaned up unless ``delta.enableExpiredLogCleanup`` is
+        ``false`` (what delta-rs's post-commit hook and delta-spark do with a checkpoint). Never
+        raises: a failure is logged and the next multiple tries again."""
+        fields: dict[str, object] = {"sink": self._sink_name, "checkpoint": checkpoint_id, "version": version}
+        try:
+            configuration = table.metadata().configuration
+            if version % checkpoint_interval(configuration) != 0:
+                return
+            table.update_incremental()  # the kept table still reads the version before the commit
+            table.create_checkpoint()
+            if (configuration.get("delta.enableExpiredLogCleanup") or "true").lower() != "false":
+                table.cleanup_metadata()
+        except (DeltaError, OSError) as e:
+            self._table = None  # its state is unknown: the next commit loads the table afresh
+            log.warning(
+                "log checkpoint not written, the commit stands: %s", str(e).splitlines()[0], extra=fields
+            )
+            return
+        log.info("log checkpoint written at version %d", table.version(), extra=fields)
 
     def _committed_without_txn(
         self, table: DeltaTable, checkpoint_id: int, committables: Sequence[DeltaCommittable]

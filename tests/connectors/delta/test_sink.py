@@ -18,6 +18,7 @@ from deltalake import DeltaTable, write_deltalake
 
 import twophase.connectors.delta.internal.committer as committer_module
 from twophase.connectors.delta import DeltaCommittable, DeltaSink
+from twophase.connectors.delta.config import CHECKPOINT_INTERVAL, checkpoint_interval
 from twophase.connectors.delta.internal import lingering
 from twophase.connectors.delta.internal.committable import CODEC
 from twophase.connectors.delta.internal.lingering import load_table as real_load
@@ -658,3 +659,59 @@ def test_the_history_is_read_only_as_deep_as_the_oldest_checkpoint_to_decide(
     assert history_reads == [2, 4, 8]  # down to version 0, checkpoint 1's commit
     assert not {a.path for c in oldest for a in c.adds} & files_under(table_path)
     assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3, 4, 6, 7]
+
+
+def _log_checkpoints(table_path: str) -> list[int]:
+    return sorted(
+        int(name.split(".")[0]) for name in os.listdir(f"{table_path}/_delta_log") if ".checkpoint." in name
+    )
+
+
+def test_the_committer_writes_a_log_checkpoint_every_ten_versions_as_delta_spark_does(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    # delta-rs checkpoints every 100 versions: the commit's log replay climbed 2 ms a commit (#44 soak)
+    sink = make_sink()
+    for c in range(1, 23):
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+    assert _log_checkpoints(table_path) == [10, 20]
+    assert json.loads(Path(table_path, "_delta_log", "_last_checkpoint").read_text())["version"] == 20
+    assert [r["id"] for r in read_rows(table_path)] == list(range(1, 23))
+    assert (
+        DeltaTable(table_path).transaction_version(f"{JOB}:delta") == 22
+    )  # the txn is in the checkpoint's state
+    assert checkpoint_interval({}) == CHECKPOINT_INTERVAL == 10
+
+
+def test_the_tables_own_checkpoint_interval_is_kept(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    sink = make_sink(table_configuration={"delta.checkpointInterval": "4"})
+    for c in range(1, 10):
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+    assert _log_checkpoints(table_path) == [4, 8]
+    with pytest.raises(ConfigError, match=r"delta\.checkpointInterval='0' must be a positive number"):
+        make_sink(table_configuration={"delta.checkpointInterval": "0"})
+    assert (
+        checkpoint_interval({"delta.checkpointInterval": "x"}) == CHECKPOINT_INTERVAL
+    )  # a table's, as unset
+
+
+def test_a_log_checkpoint_that_fails_leaves_the_commit_committed(
+    make_sink: Sink, write_checkpoint: Any, table_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = make_sink(table_configuration={"delta.checkpointInterval": "2"})
+    for c in (1, 2):  # versions 0 and 1
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+
+    def refused(self: DeltaTable) -> None:
+        raise OSError("storage refused the checkpoint")
+
+    monkeypatch.setattr(DeltaTable, "create_checkpoint", refused)
+    assert sink.commit_checkpoint(3, write_checkpoint(sink, 3, [[batch([3])]])) is CommitOutcome.COMMITTED
+    assert _log_checkpoints(table_path) == []
+    monkeypatch.undo()
+    for c in (4, 5):  # versions 3 and 4: the next multiple writes it
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+    assert _log_checkpoints(table_path) == [4]
+    assert [r["id"] for r in read_rows(table_path)] == [1, 2, 3, 4, 5]

@@ -4,10 +4,12 @@ The restore re-commits the newest checkpoint as if its ``_committed`` marker had
 (committed or not, the sink alone must tell), while the table's maintenance runs between steps:
 a txn written already past ``delta.setTransactionRetentionDuration`` (the driver stayed down past
 it), OPTIMIZE, VACUUM with no retention, log cleanup with no ``delta.logRetentionDuration``, and
-another writer appending. After every step every id is in the table exactly once, read by
-pyarrow from the snapshot's files (not the writer), or the sink failed loudly by name: ``FATAL``
-naming both table properties, only where the txn expired and the log was cleaned, or ``LOST``
-for a checkpoint never committed whose files VACUUM deleted.
+another writer appending; the committer itself writes a log checkpoint every third version and
+cleans the log after it, as it does every ``delta.checkpointInterval`` versions. After every step
+every id is in the table exactly once, read by pyarrow from the snapshot's files (not the
+writer), or the sink failed loudly by name: ``FATAL`` naming both table properties, only where
+the txn expired and the log was cleaned, or ``LOST`` for a checkpoint never committed whose files
+VACUUM deleted.
 
 The history is paged two commits at a time, and the driver's and executors' clocks are one, so
 the clock-skew allowance is 0.
@@ -15,6 +17,7 @@ the clock-skew allowance is 0.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -43,7 +46,9 @@ from twophase.sinks.outcome import CommitOutcome
 JOB = "job-1"
 TABLE_PROPERTIES = {
     "delta.setTransactionRetentionDuration": "interval 1 hour",
-    "delta.logRetentionDuration": "interval 0 seconds",  # cleaned only by the log_cleanup rule
+    # cleaned by the log_cleanup rule, and by the committer after each log checkpoint it writes
+    "delta.logRetentionDuration": "interval 0 seconds",
+    "delta.checkpointInterval": "3",  # the committer's own log checkpoints, within a history's reach
 }
 PAST_RETENTION_S = 2 * 3600
 
@@ -81,6 +86,7 @@ class Recommit(RuleBasedStateMachine):
         self.vacuumed_since_pending = False
         self.txn_expired = False  # the newest commit's txn is already past the retention
         self.log_cleaned = False
+        self.log_checkpoint: int | None = None  # the newest log checkpoint's version seen
         self.failed = False  # the sink failed loudly: the job stops committing
 
     def new_sink(self) -> DeltaSink:
@@ -109,7 +115,16 @@ class Recommit(RuleBasedStateMachine):
         assert named and "delta.logRetentionDuration" in named[-1], self.errors.lines
         self.failed = True
 
+    def newest_log_checkpoint(self) -> int | None:
+        last = Path(self.path, "_delta_log", "_last_checkpoint")
+        return int(json.loads(last.read_text())["version"]) if last.exists() else None
+
     def committed(self, outcome: CommitOutcome, ids: list[int], expire_txn: bool) -> None:
+        newest = self.newest_log_checkpoint()
+        if newest != self.log_checkpoint:  # the committer wrote one, and cleaned the log after it
+            self.log_checkpoint = newest
+            self.log_cleaned = True
+            event("the committer wrote a log checkpoint and cleaned the log")
         if outcome is CommitOutcome.COMMITTED:
             self.expected += ids
             self.pending = False
@@ -171,6 +186,7 @@ class Recommit(RuleBasedStateMachine):
                 table.create_checkpoint()
                 table.cleanup_metadata()
                 self.log_cleaned = True
+                self.log_checkpoint = self.newest_log_checkpoint()
 
     @rule()
     def another_writer_appends(self) -> None:
