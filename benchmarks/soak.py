@@ -27,7 +27,8 @@ deltalake) and must hold exactly ``soak-0 … soak-<rows-1>``, each once; linger
 **The verdict.** Each driver samples itself every ``--sample-s`` seconds
 (:class:`~benchmarks.soak_driver.Sample`: latency medians, each sink's commit time, both
 processes' RSS, threads and open descriptors, the JVM's old generation after GC from its
-management beans, its native memory by Native Memory Tracking category, the checkpoints' and the
+management beans and, of it, Spark's block store (gated without it: the micro-batches' broadcasts
+come and go there), its native memory by Native Memory Tracking category, the checkpoints' and the
 Delta log's bytes on S3, the Kafka ids; and, to say what grows when something does, the Python
 driver's objects by type and the JVM's threads by name) and logs every epoch. The driver JVM is
 set as a long-running streaming job sets it (``soak_driver.DRIVER_CONF``: the heap committed at

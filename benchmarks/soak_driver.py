@@ -187,6 +187,8 @@ class Sample:
         python_objects: objects Python's collector tracks; ``python_types``: the most frequent
             types among them; ``jvm_thread_names``: the JVM's threads by name, digits folded
             (:func:`census`): the diagnosis of a growing RSS or thread count, not gated.
+        jvm_block_store_mb: of ``jvm_old_gen_mb``, Spark's block store (:class:`Heap`), read with
+            it; ``None`` in samples from before it was read.
     """
 
     segment: int
@@ -216,6 +218,7 @@ class Sample:
     python_objects: int = 0
     python_types: dict[str, int] = dataclasses.field(default_factory=dict)
     jvm_thread_names: dict[str, int] = dataclasses.field(default_factory=dict)
+    jvm_block_store_mb: float | None = None
 
 
 SINKS = ("kafka", "s3", "delta")
@@ -240,6 +243,8 @@ FIGURES: dict[str, Callable[[Sample], float]] = {
     "Python driver RSS MB": lambda s: s.python.rss_mb,
     "JVM driver RSS MB": lambda s: s.jvm.rss_mb,
     "JVM old generation after GC MB": lambda s: s.jvm_old_gen_mb,
+    "JVM block store MB": lambda s: s.jvm_block_store_mb or 0.0,
+    "JVM old generation after GC, less the block store MB": lambda s: beside_blocks(s),
     "JVM native memory outside the heap MB": lambda s: outside_heap(s.jvm_native_mb),
     "Python objects tracked": lambda s: s.python_objects,
     "Python driver threads": lambda s: s.python.threads,
@@ -255,6 +260,12 @@ FIGURES: dict[str, Callable[[Sample], float]] = {
 }
 """Every sampled figure by name: the plot's panels, the table's rows and the fitted slopes
 (each has its threshold in ``benchmarks/soak_fit.py``)."""
+
+
+def beside_blocks(sample: Sample) -> float:
+    """The driver's live old generation that is not Spark's block store, MB (the old generation
+    itself for samples from before the block store was read)."""
+    return sample.jvm_old_gen_mb - (sample.jvm_block_store_mb or 0.0)
 
 
 def loaded(line: str) -> Sample:
@@ -294,13 +305,32 @@ def delta_log(fs: pafs.FileSystem, table: str) -> tuple[int, int, int]:
     return sum(i.size or 0 for i in files), len(files), sum(1 for c in commits if c > checkpoint)
 
 
-def old_generation(spark: SparkSession, cleaner_wait_s: float = CLEANER_WAIT_S) -> tuple[float, int]:
-    """The driver JVM's live old generation, MB, and its collections so far, from the JVM's own
-    management beans (``java.lang.management``, through py4j), read right after two full
-    collections asked for here, ``cleaner_wait_s`` apart so that Spark's cleaner frees what the
-    first one found unreachable (:data:`CLEANER_WAIT_S`). ``System.gc()`` without
-    ``-XX:+ExplicitGCInvokesConcurrent`` is a stop-the-world full GC of the whole heap: two short
-    pauses of the driver once a sample."""
+@dataclass(frozen=True)
+class Heap:
+    """The driver JVM's heap right after the sampler's full collections (:func:`old_generation`).
+
+    Attributes:
+        old_gen_mb: the live old generation, MB (after a full collection it holds every live object).
+        block_store_mb: of it, Spark's block store, MB: the storage memory in use on the heap
+            (``MemoryManager.onHeapStorageMemoryUsed``, Spark's own size estimate): every
+            micro-batch's broadcast relations and their serialized pieces until the
+            ``ContextCleaner`` removes them, cached blocks. Bounded by Spark's unified memory
+            manager (``spark.memory.fraction``: it spills to disk, it cannot fill the heap).
+        collections: the JVM's collections so far.
+    """
+
+    old_gen_mb: float
+    block_store_mb: float
+    collections: int
+
+
+def old_generation(spark: SparkSession, cleaner_wait_s: float = CLEANER_WAIT_S) -> Heap:
+    """The driver JVM's live old generation and block store (:class:`Heap`), from the JVM's own
+    management beans (``java.lang.management``) and Spark's memory manager (through py4j), read
+    right after two full collections asked for here, ``cleaner_wait_s`` apart so that Spark's
+    cleaner frees what the first one found unreachable (:data:`CLEANER_WAIT_S`). ``System.gc()``
+    without ``-XX:+ExplicitGCInvokesConcurrent`` is a stop-the-world full GC of the whole heap: two
+    short pauses of the driver once a sample."""
     jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
     jvm.java.lang.System.gc()
     time.sleep(cleaner_wait_s)
@@ -312,8 +342,9 @@ def old_generation(spark: SparkSession, cleaner_wait_s: float = CLEANER_WAIT_S) 
         if "Old Gen" in name or "Tenured" in name:  # G1 Old Gen, PS Old Gen, Tenured Gen
             usage = pool.getCollectionUsage()
             used = usage.getUsed() / 2**20 if usage is not None else 0.0
+    stored = jvm.org.apache.spark.SparkEnv.get().memoryManager().onHeapStorageMemoryUsed() / 2**20
     collections = sum(int(gc.getCollectionCount()) for gc in management.getGarbageCollectorMXBeans())
-    return round(used, 1), collections
+    return Heap(round(used, 1), round(stored, 1), collections)
 
 
 _NMT_LINE = re.compile(r"^-\s+(?P<name>[^(]+?)\s+\(reserved=\d+KB, committed=(?P<committed>\d+)KB")
@@ -450,7 +481,7 @@ class Sampler:
         ids = self._admin.list_transactions([], self._pattern)
         checkpoint_bytes, checkpoint_files = tree_size(self._fs, s3_path(self._spec.checkpoint_dir))
         delta_bytes, delta_files, since = delta_log(self._fs, s3_path(self._spec.delta_uri))
-        old_gen, collections = old_generation(self._spark)  # after a full GC, so is the JVM's last poll
+        heap = old_generation(self._spark)  # after a full GC, so is the JVM's last poll
         native = native_memory(self._jvm_pid)
         threads = jvm_threads(self._spark)
         release_python_memory()
@@ -476,8 +507,9 @@ class Sampler:
             epoch_ms=median("epoch_ms"),
             python=self._python.take(),
             jvm=self._jvm.take(),
-            jvm_old_gen_mb=old_gen,
-            jvm_collections=collections,
+            jvm_old_gen_mb=heap.old_gen_mb,
+            jvm_block_store_mb=heap.block_store_mb,
+            jvm_collections=heap.collections,
             checkpoint_bytes=checkpoint_bytes,
             checkpoint_files=checkpoint_files,
             spark_checkpoint_bytes=tree_size(self._fs, s3_path(self._spec.spark_checkpoint))[0],

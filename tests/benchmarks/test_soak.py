@@ -227,9 +227,24 @@ def test_the_census_folds_digits_and_keeps_the_most_frequent() -> None:
 
 def test_a_sample_line_from_before_the_diagnosis_fields_still_loads() -> None:
     raw = dataclasses.asdict(sample(0, 1.0))
-    for newer in ("commit_ms_by_sink", "jvm_native_mb", "python_objects", "python_types", "jvm_thread_names"):
-        del raw[newer]
+    newer = ("commit_ms_by_sink", "jvm_native_mb", "python_objects", "python_types", "jvm_thread_names")
+    for field in (*newer, "jvm_block_store_mb"):
+        del raw[field]
     assert soak.loaded(json.dumps(raw)) == sample(0, 1.0)
+
+
+def test_the_heap_is_gated_without_the_block_store_whose_broadcasts_come_and_go() -> None:
+    # the 2026-12-06 soak's heap: a 300 MB saw-tooth of broadcasts over a flat rest
+    samples = [
+        dataclasses.replace(sample(1, m), jvm_old_gen_mb=300.0 + b, jvm_block_store_mb=b)
+        for m in range(15, 60)
+        for b in [float(300 * (m % 3 == 0))]
+    ]
+    fitted = {s.figure: s for s in soak.slopes(samples, warm_up_min=10.0, epochs=[])}
+    rest = fitted["JVM old generation after GC, less the block store MB"]
+    assert rest.per_hour == pytest.approx(0.0, abs=1e-9) and not rest.grows
+    assert fitted["JVM old generation after GC MB"].limit is None  # reported, not gated
+    assert driver.beside_blocks(sample(0, 1.0)) == 120.0  # a sample from before: the whole old generation
 
 
 def test_each_sink_s_commit_time_is_fitted_through_every_epoch() -> None:
