@@ -189,6 +189,8 @@ class Sample:
             (:func:`census`): the diagnosis of a growing RSS or thread count, not gated.
         jvm_block_store_mb: of ``jvm_old_gen_mb``, Spark's block store (:class:`Heap`), read with
             it; ``None`` in samples from before it was read.
+        python_growth: the Python types whose objects rose most since the segment's first sample
+            (:func:`growth`), each with its rise: what grows, when it is none of the most frequent.
     """
 
     segment: int
@@ -219,6 +221,7 @@ class Sample:
     python_types: dict[str, int] = dataclasses.field(default_factory=dict)
     jvm_thread_names: dict[str, int] = dataclasses.field(default_factory=dict)
     jvm_block_store_mb: float | None = None
+    python_growth: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 SINKS = ("kafka", "s3", "delta")
@@ -391,13 +394,19 @@ def census(names: Iterable[str], top: int = CENSUS_TOP) -> dict[str, int]:
     return dict(counts.most_common(top))
 
 
-def python_objects() -> tuple[int, dict[str, int]]:
-    """Objects Python's collector tracks in this process, and the most frequent types (a growth of
-    RSS that is Python's own shows here, by type)."""
+def python_objects() -> Counter[str]:
+    """Objects Python's collector tracks in this process, counted by type (a growth of RSS that is
+    Python's own shows here, by type)."""
     import gc
 
-    objects = gc.get_objects()
-    return len(objects), census(type(o).__qualname__ for o in objects)
+    return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+
+def growth(first: Counter[str], now: Counter[str], top: int = CENSUS_TOP) -> dict[str, int]:
+    """The ``top`` names whose count rose most from ``first`` to ``now``, each with its rise, the
+    largest first; names that did not rise are left out."""
+    risen = Counter({name: n - first[name] for name, n in now.items() if n > first[name]})
+    return dict(risen.most_common(top))
 
 
 def jvm_threads(spark: SparkSession) -> dict[str, int]:
@@ -460,6 +469,7 @@ class Sampler:
         self._python = Floors(os.getpid())
         self._jvm = Floors(self._jvm_pid)
         self._seen = 0
+        self._first_objects: Counter[str] | None = None  # the census of the segment's first sample
 
     def poll(self) -> None:
         """Read both processes' figures once (:class:`Floors`)."""
@@ -485,7 +495,9 @@ class Sampler:
         native = native_memory(self._jvm_pid)
         threads = jvm_threads(self._spark)
         release_python_memory()
-        objects, types = python_objects()
+        objects = python_objects()
+        if self._first_objects is None:
+            self._first_objects = objects
         by_sink = {
             (m.sink, m.checkpoint_id): m.commit_ms for m in self._handle.runtime.sink_metrics.per_checkpoint()
         }
@@ -525,8 +537,9 @@ class Sampler:
                 if (times := [ms for (name, cp), ms in by_sink.items() if name == sink and cp in checkpoints])
             },
             jvm_native_mb=native,
-            python_objects=objects,
-            python_types=types,
+            python_objects=objects.total(),
+            python_types=dict(objects.most_common(CENSUS_TOP)),
+            python_growth=growth(self._first_objects, objects),
             jvm_thread_names=threads,
         )
         rows = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -221,14 +222,21 @@ def test_the_census_folds_digits_and_keeps_the_most_frequent() -> None:
     names = ["Executor task launch worker for task 1.0", "Executor task launch worker for task 12.0"]
     names += ["rpc-server-3-1", "rpc-server-3-2", "rpc-server-4-1", "main"]
     assert driver.census(names, top=2) == {"rpc-server-#-#": 3, "Executor task launch worker for task #.#": 2}
-    count, types = driver.python_objects()
-    assert count > 0 and sum(types.values()) <= count and len(types) <= driver.CENSUS_TOP
+    objects = driver.python_objects()
+    assert objects.total() > 0 and objects["dict"] > 0
+
+
+def test_the_growth_names_the_types_that_rose_most_since_the_first_sample() -> None:
+    first = Counter({"dict": 100, "list": 50, "Epoch": 3})
+    now = Counter({"dict": 90, "list": 52, "Epoch": 403, "Span": 7})
+    assert driver.growth(first, now) == {"Epoch": 400, "Span": 7, "list": 2}
+    assert driver.growth(first, now, top=1) == {"Epoch": 400}
 
 
 def test_a_sample_line_from_before_the_diagnosis_fields_still_loads() -> None:
     raw = dataclasses.asdict(sample(0, 1.0))
     newer = ("commit_ms_by_sink", "jvm_native_mb", "python_objects", "python_types", "jvm_thread_names")
-    for field in (*newer, "jvm_block_store_mb"):
+    for field in (*newer, "jvm_block_store_mb", "python_growth"):
         del raw[field]
     assert soak.loaded(json.dumps(raw)) == sample(0, 1.0)
 
