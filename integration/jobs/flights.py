@@ -291,10 +291,12 @@ def start_flights(
     endpoints: FlightsEndpoints,
     stream: DataFrame,
     trigger: dict[str, object],
+    config: RuntimeConfig | None = None,
 ) -> JobHandle:
     """Start the flights job's sinks on ``stream`` with Spark's ``trigger`` keywords; the
     caller awaits or stops the handle (:func:`run_flights` runs to the end of input, the soak
-    stops a ``processingTime`` stream).
+    stops a ``processingTime`` stream). ``config``: the runtime's settings, by default
+    :func:`runtime_config`.
 
     Raises:
         ConfigError / SchemaError: bad settings (before anything is written).
@@ -306,7 +308,7 @@ def start_flights(
         spec.job_id,
         spec.checkpoint_dir,
         job_id=spec.job_id,
-        config=runtime_config(spec),
+        config=config or runtime_config(spec),
         storage_options=endpoints.store_options(spec.store),  # checkpoints on s3://, abfss://, gs://
     )
     for s in run_sinks(spec, endpoints, (kafka, s3_sink, delta)):  # the sinks the run names
