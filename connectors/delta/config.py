@@ -34,12 +34,13 @@ def checkpoint_interval(configuration: Mapping[str, str | None]) -> int:
 
     A value that is not a positive integer (which delta-spark refuses to set) counts as unset.
     """
-    raw = configuration.get("delta.checkpointInterval")
-    try:
-        interval = int(raw) if raw is not None else CHECKPOINT_INTERVAL
-    except ValueError:
-        return CHECKPOINT_INTERVAL
-    return interval if interval > 0 else CHECKPOINT_INTERVAL
+    return _positive_interval(configuration.get("delta.checkpointInterval")) or CHECKPOINT_INTERVAL
+
+
+def _positive_interval(raw: object) -> int | None:
+    """``raw`` as a positive number of versions, or ``None`` if it is none."""
+    text = str(raw) if raw is not None else ""
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class DeltaSinkConfig:
             raise ConfigError("DeltaSinkConfig: storage_options.verify_tls=False is not supported")
         object.__setattr__(self, "table_configuration", dict(self.table_configuration))
         interval = self.table_configuration.get("delta.checkpointInterval")
-        if interval is not None and (not str(interval).isdigit() or int(interval) < 1):
+        if interval is not None and _positive_interval(interval) is None:
             raise ConfigError(
                 f"DeltaSinkConfig.table_configuration delta.checkpointInterval={interval!r} must be a "
                 "positive number of versions (leave it unset for a log checkpoint every 10)"
