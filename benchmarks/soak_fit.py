@@ -119,7 +119,10 @@ THRESHOLDS: Mapping[str, Threshold] = {
         1.0, False, "one pool of ids per sink, reused every epoch: new ids an hour mean a leak of producers"
     ),
     "Delta log commits since its checkpoint": Threshold(
-        None, False, "a saw-tooth by design: delta-rs writes a log checkpoint every 100 commits"
+        None,
+        False,
+        "a saw-tooth by design: the Delta committer writes a log checkpoint every "
+        "delta.checkpointInterval commits (10 unless the table sets it)",
     ),
     "Delta log bytes": Threshold(
         None,

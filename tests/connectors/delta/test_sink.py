@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import pickle
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -695,6 +696,25 @@ def test_the_tables_own_checkpoint_interval_is_kept(
     assert (
         checkpoint_interval({"delta.checkpointInterval": "x"}) == CHECKPOINT_INTERVAL
     )  # a table's, as unset
+
+
+def test_a_commit_between_log_checkpoints_leaves_the_log_alone(
+    make_sink: Sink, write_checkpoint: Any, table_path: str
+) -> None:
+    # delta-rs's post-commit hook would list the whole log and clean it after every commit, a cost
+    # that grew with the log in the soak (issue #44); the committer cleans only after its own
+    # log checkpoints, as delta-spark does.
+    sink = make_sink(table_configuration={"delta.logRetentionDuration": "interval 1 second"})
+    for c in (1, 2, 3):  # versions 0, 1 and 2
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+    DeltaTable(table_path).create_checkpoint()  # another writer's log checkpoint at 2, no cleanup
+    time.sleep(1.5)  # versions 0 and 1 are now past the log's retention
+    assert sink.commit_checkpoint(4, write_checkpoint(sink, 4, [[batch([4])]])) is CommitOutcome.COMMITTED
+    assert Path(table_path, "_delta_log", f"{0:020d}.json").exists()  # not cleaned by a commit
+    for c in range(5, 12):  # versions 4..10: the committer's log checkpoint at 10 cleans up
+        assert sink.commit_checkpoint(c, write_checkpoint(sink, c, [[batch([c])]])) is CommitOutcome.COMMITTED
+    assert not Path(table_path, "_delta_log", f"{0:020d}.json").exists()
+    assert [r["id"] for r in read_rows(table_path)] == list(range(1, 12))
 
 
 def test_a_log_checkpoint_that_fails_leaves_the_commit_committed(

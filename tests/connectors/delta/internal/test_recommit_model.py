@@ -87,6 +87,7 @@ class Recommit(RuleBasedStateMachine):
         self.txn_expired = False  # the newest commit's txn is already past the retention
         self.log_cleaned = False
         self.log_checkpoint: int | None = None  # the newest log checkpoint's version seen
+        self.oldest_log_entry: int | None = None  # the oldest JSON commit in the log, as last seen
         self.failed = False  # the sink failed loudly: the job stops committing
 
     def new_sink(self) -> DeltaSink:
@@ -119,12 +120,20 @@ class Recommit(RuleBasedStateMachine):
         last = Path(self.path, "_delta_log", "_last_checkpoint")
         return int(json.loads(last.read_text())["version"]) if last.exists() else None
 
+    def oldest_json(self) -> int | None:
+        versions = [int(p.name.split(".")[0]) for p in Path(self.path, "_delta_log").glob("*.json")]
+        return min(versions, default=None)
+
     def committed(self, outcome: CommitOutcome, ids: list[int], expire_txn: bool) -> None:
         newest = self.newest_log_checkpoint()
         if newest != self.log_checkpoint:  # the committer wrote one, and cleaned the log after it
             self.log_checkpoint = newest
             self.log_cleaned = True
             event("the committer wrote a log checkpoint and cleaned the log")
+        elif self.oldest_log_entry is not None:  # delta-rs's own hook would clean it at every commit
+            cleaned = self.oldest_json() != self.oldest_log_entry
+            assert not cleaned, "a commit cleaned the log without a log checkpoint"
+        self.oldest_log_entry = self.oldest_json()
         if outcome is CommitOutcome.COMMITTED:
             self.expected += ids
             self.pending = False
@@ -169,9 +178,14 @@ class Recommit(RuleBasedStateMachine):
         else:
             self.committed(outcome, ids, expire_txn=False)
 
-    @rule(steps=st.lists(st.sampled_from(["optimize", "vacuum", "log_cleanup"]), min_size=1, max_size=3))
+    @rule(
+        steps=st.lists(
+            st.sampled_from(["optimize", "vacuum", "log_checkpoint", "log_cleanup"]), min_size=1, max_size=3
+        )
+    )
     def maintenance(self, steps: list[str]) -> None:
-        """OPTIMIZE; VACUUM with no retention; a log checkpoint, then log cleanup with no retention."""
+        """OPTIMIZE; VACUUM with no retention; a log checkpoint alone; a log checkpoint, then log
+        cleanup with no retention."""
         if not DeltaTable.is_deltatable(self.path):
             return
         for step in steps:
@@ -182,11 +196,15 @@ class Recommit(RuleBasedStateMachine):
                 # full: every file no commit references, as Spark's VACUUM does, not only removed ones
                 table.vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False, full=True)
                 self.vacuumed_since_pending = True
+            elif step == "log_checkpoint":  # as a maintenance job may write one, without cleanup
+                table.create_checkpoint()
+                self.log_checkpoint = self.newest_log_checkpoint()
             else:
                 table.create_checkpoint()
                 table.cleanup_metadata()
                 self.log_cleaned = True
                 self.log_checkpoint = self.newest_log_checkpoint()
+        self.oldest_log_entry = self.oldest_json()
 
     @rule()
     def another_writer_appends(self) -> None:
@@ -194,6 +212,11 @@ class Recommit(RuleBasedStateMachine):
         self.next_id += 1
         write_deltalake(self.path, pa.Table.from_batches([ids_batch([foreign_id])]), mode="append")
         self.expected.append(foreign_id)
+        newest = self.newest_log_checkpoint()
+        if newest != self.log_checkpoint:  # its post-commit hook checkpointed and cleaned the log
+            self.log_checkpoint = newest
+            self.log_cleaned = True
+        self.oldest_log_entry = self.oldest_json()
 
     @invariant()
     def every_id_exactly_once(self) -> None:
