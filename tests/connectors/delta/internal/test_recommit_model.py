@@ -5,9 +5,10 @@ The restore re-commits the newest checkpoint as if its ``_committed`` marker had
 a txn written already past ``delta.setTransactionRetentionDuration`` (the driver stayed down past
 it), OPTIMIZE, VACUUM with no retention, log cleanup with no ``delta.logRetentionDuration``, and
 another writer appending; the committer itself writes a log checkpoint every third version and
-cleans the log after it, as it does every ``delta.checkpointInterval`` versions. After every step
-every id is in the table exactly once, read by pyarrow from the snapshot's files (not the
-writer), or the sink failed loudly by name: ``FATAL`` naming both table properties, only where
+cleans the log after it, as it does every ``delta.checkpointInterval`` versions, and no commit
+of it may clean the log without writing one (delta-rs's own post-commit hook would, unseen).
+After every step every id is in the table exactly once, read by pyarrow from the snapshot's
+files (not the writer), or the sink failed loudly by name: ``FATAL`` naming both table properties, only where
 the txn expired and the log was cleaned, or ``LOST`` for a checkpoint never committed whose files
 VACUUM deleted.
 
@@ -124,6 +125,14 @@ class Recommit(RuleBasedStateMachine):
         versions = [int(p.name.split(".")[0]) for p in Path(self.path, "_delta_log").glob("*.json")]
         return min(versions, default=None)
 
+    def saw_log_cleaned(self) -> None:
+        """After another writer's or maintenance's commits: the log cleaned if its oldest entry
+        moved."""
+        oldest = self.oldest_json()
+        if self.oldest_log_entry is not None and oldest != self.oldest_log_entry:
+            self.log_cleaned = True
+        self.oldest_log_entry = oldest
+
     def committed(self, outcome: CommitOutcome, ids: list[int], expire_txn: bool) -> None:
         newest = self.newest_log_checkpoint()
         if newest != self.log_checkpoint:  # the committer wrote one, and cleaned the log after it
@@ -204,7 +213,7 @@ class Recommit(RuleBasedStateMachine):
                 table.cleanup_metadata()
                 self.log_cleaned = True
                 self.log_checkpoint = self.newest_log_checkpoint()
-        self.oldest_log_entry = self.oldest_json()
+        self.saw_log_cleaned()  # by the cleanup step, or by OPTIMIZE's own post-commit hook
 
     @rule()
     def another_writer_appends(self) -> None:
@@ -212,11 +221,8 @@ class Recommit(RuleBasedStateMachine):
         self.next_id += 1
         write_deltalake(self.path, pa.Table.from_batches([ids_batch([foreign_id])]), mode="append")
         self.expected.append(foreign_id)
-        newest = self.newest_log_checkpoint()
-        if newest != self.log_checkpoint:  # its post-commit hook checkpointed and cleaned the log
-            self.log_checkpoint = newest
-            self.log_cleaned = True
-        self.oldest_log_entry = self.oldest_json()
+        self.log_checkpoint = self.newest_log_checkpoint()  # its post-commit hook may write one
+        self.saw_log_cleaned()  # and clean the log after it
 
     @invariant()
     def every_id_exactly_once(self) -> None:
