@@ -66,7 +66,7 @@ from twophase.sinks.outcome import CommitOutcome
 
 log = logging.getLogger(__name__)
 
-_NO_HOOK_CHECKPOINT = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+_NO_HOOK_CHECKPOINT_OR_CLEANUP = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 """delta-rs's post-commit hook without its own log checkpoint and without its log cleanup
 (:meth:`DeltaCommitter._checkpoint_log` does both at this sink's interval): left on, the cleanup
 lists the whole ``_delta_log`` after every commit, a cost that grows with the log for the 30 days
@@ -262,7 +262,7 @@ class DeltaCommitter:
                     schema,
                     partition_by=list(self._config.partition_by),
                     commit_properties=properties,
-                    post_commithook_properties=_NO_HOOK_CHECKPOINT,
+                    post_commithook_properties=_NO_HOOK_CHECKPOINT_OR_CLEANUP,
                 )
         except CommitFailedError as e:
             raise _Conflict(str(e)) from e

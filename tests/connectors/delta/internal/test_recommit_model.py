@@ -8,9 +8,9 @@ another writer appending; the committer itself writes a log checkpoint every thi
 cleans the log after it, as it does every ``delta.checkpointInterval`` versions, and no commit
 of it may clean the log without writing one (delta-rs's own post-commit hook would, unseen).
 After every step every id is in the table exactly once, read by pyarrow from the snapshot's
-files (not the writer), or the sink failed loudly by name: ``FATAL`` naming both table properties, only where
-the txn expired and the log was cleaned, or ``LOST`` for a checkpoint never committed whose files
-VACUUM deleted.
+files (not the writer), or the sink failed loudly by name: ``FATAL`` naming both table
+properties, only where the txn expired and the log was cleaned, or ``LOST`` for a checkpoint
+never committed whose files VACUUM deleted.
 
 The history is paged two commits at a time, and the driver's and executors' clocks are one, so
 the clock-skew allowance is 0.
@@ -134,15 +134,14 @@ class Recommit(RuleBasedStateMachine):
         self.oldest_log_entry = oldest
 
     def committed(self, outcome: CommitOutcome, ids: list[int], expire_txn: bool) -> None:
-        newest = self.newest_log_checkpoint()
+        newest, oldest = self.newest_log_checkpoint(), self.oldest_json()
         if newest != self.log_checkpoint:  # the committer wrote one, and cleaned the log after it
             self.log_checkpoint = newest
             self.log_cleaned = True
             event("the committer wrote a log checkpoint and cleaned the log")
         elif self.oldest_log_entry is not None:  # delta-rs's own hook would clean it at every commit
-            cleaned = self.oldest_json() != self.oldest_log_entry
-            assert not cleaned, "a commit cleaned the log without a log checkpoint"
-        self.oldest_log_entry = self.oldest_json()
+            assert oldest == self.oldest_log_entry, "a commit cleaned the log without a log checkpoint"
+        self.oldest_log_entry = oldest
         if outcome is CommitOutcome.COMMITTED:
             self.expected += ids
             self.pending = False
