@@ -13,6 +13,7 @@ and writes ``<out>/segment-<n>.json``; a killed driver writes nothing more.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import logging
@@ -84,11 +85,15 @@ POLL_S = 5.0
 
 @dataclass(frozen=True)
 class Process:
-    """One process's footprint from ``/proc/<pid>``: resident memory (MB), threads, open fds."""
+    """One process's footprint from ``/proc/<pid>``: resident memory (MB), threads, open fds, and
+    of the resident memory the pages of mapped files (``RssFile``, MB: libraries and jars, whose
+    pages come in as code paths first run, bounded by the files' size and given back by the kernel
+    under pressure; 0 in samples from before it was read)."""
 
     rss_mb: float
     threads: int
     fds: int
+    rss_file_mb: float = 0.0
 
     @classmethod
     def of(cls, pid: int) -> Process:
@@ -104,6 +109,7 @@ class Process:
             rss_mb=round(int(fields["VmRSS"].split()[0]) / 1024, 1),
             threads=int(fields["Threads"]),
             fds=len(os.listdir(f"/proc/{pid}/fd")),
+            rss_file_mb=round(int(fields.get("RssFile", "0 kB").split()[0]) / 1024, 1),
         )
 
 
@@ -126,7 +132,10 @@ class Floors:
             now
             if least is None
             else Process(
-                min(least.rss_mb, now.rss_mb), min(least.threads, now.threads), min(least.fds, now.fds)
+                min(least.rss_mb, now.rss_mb),
+                min(least.threads, now.threads),
+                min(least.fds, now.fds),
+                min(least.rss_file_mb, now.rss_file_mb),
             )
         )
 
@@ -155,6 +164,47 @@ def release_python_memory() -> None:
     trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
     if trim is not None:
         trim(0)
+
+
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (``malloc.h``, glibc 2.33 and later), sizes in bytes."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in [
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        ]
+    ]
+
+
+def python_heap() -> dict[str, float]:
+    """What the Python driver's native heaps hold, MB, read after :func:`release_python_memory`:
+    ``arrow``, the bytes pyarrow's default pool has allocated (the columnar committables); ``C heap
+    in use`` and ``C heap free``, glibc's allocated and free bytes (``mallinfo2``: delta-rs's Rust
+    allocations, CPython's large objects), where glibc has it. A growing RSS whose ``in use`` grows
+    is live memory; one whose ``free`` grows is the allocator's fragmentation."""
+    import ctypes.util
+
+    import pyarrow as pa
+
+    heap = {"arrow": round(pa.total_allocated_bytes() / 2**20, 1)}
+    libc = ctypes.util.find_library("c")
+    read = getattr(ctypes.CDLL(libc), "mallinfo2", None) if libc else None
+    if read is not None:
+        read.restype = _MallInfo2
+        info = read()
+        heap["C heap in use"] = round((info.uordblks + info.hblkhd) / 2**20, 1)
+        heap["C heap free"] = round(info.fordblks / 2**20, 1)
+    return heap
 
 
 @dataclass(frozen=True)
@@ -193,6 +243,8 @@ class Sample:
             it; ``None`` in samples from before it was read.
         python_growth: the Python types whose objects rose most since the segment's first sample
             (:func:`growth`), each with its rise: what grows, when it is none of the most frequent.
+        python_heap_mb: what the Python driver's native heaps hold (:func:`python_heap`); empty
+            in samples from before it was read.
     """
 
     segment: int
@@ -224,6 +276,7 @@ class Sample:
     jvm_thread_names: dict[str, int] = dataclasses.field(default_factory=dict)
     jvm_block_store_mb: float | None = None
     python_growth: dict[str, int] = dataclasses.field(default_factory=dict)
+    python_heap_mb: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 SINKS = ("kafka", "s3", "delta")
@@ -246,11 +299,16 @@ FIGURES: dict[str, Callable[[Sample], float]] = {
     **{sink_commit_figure(sink): _sink_commit(sink) for sink in SINKS},
     "epoch ms (median per epoch)": lambda s: s.epoch_ms,
     "Python driver RSS MB": lambda s: s.python.rss_mb,
+    "Python driver RSS of mapped files MB": lambda s: s.python.rss_file_mb,
     "JVM driver RSS MB": lambda s: s.jvm.rss_mb,
+    "JVM driver RSS of mapped files MB": lambda s: s.jvm.rss_file_mb,
+    "JVM code cache MB": lambda s: s.jvm_native_mb.get("Code", 0.0),
     "JVM old generation after GC MB": lambda s: s.jvm_old_gen_mb,
     "JVM block store MB": lambda s: s.jvm_block_store_mb or 0.0,
     "JVM old generation after GC, less the block store MB": lambda s: beside_blocks(s),
     "JVM native memory outside the heap MB": lambda s: outside_heap(s.jvm_native_mb),
+    "Python driver arrow memory MB": lambda s: s.python_heap_mb.get("arrow", 0.0),
+    "Python driver C heap in use MB": lambda s: s.python_heap_mb.get("C heap in use", 0.0),
     "Python objects tracked": lambda s: s.python_objects,
     "Python driver threads": lambda s: s.python.threads,
     "JVM driver threads": lambda s: s.jvm.threads,
@@ -511,6 +569,7 @@ class Sampler:
         native = native_memory(self._jvm_pid)
         threads = jvm_threads(self._spark)
         release_python_memory()
+        native_heaps = python_heap()
         objects = python_objects()
         if self._first_objects is None:
             self._first_objects = objects
@@ -556,6 +615,7 @@ class Sampler:
             python_objects=objects.total(),
             python_types=dict(objects.most_common(CENSUS_TOP)),
             python_growth=growth(self._first_objects, objects),
+            python_heap_mb=native_heaps,
             jvm_thread_names=threads,
         )
         rows = [

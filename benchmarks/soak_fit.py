@@ -137,6 +137,35 @@ THRESHOLDS: Mapping[str, Threshold] = {
         "Native Memory Tracking's committed memory but the heap: what the JVM's RSS (gated) is made "
         "of, by category in the samples, to say what grows",
     ),
+    "Python driver RSS of mapped files MB": Threshold(
+        None,
+        False,
+        "of the RSS (gated), the pages of mapped files (RssFile: delta-rs's 100 MB library, "
+        "pyarrow's): they come in as code paths first run, bounded by the files' size",
+    ),
+    "JVM driver RSS of mapped files MB": Threshold(
+        None,
+        False,
+        "of the RSS (gated), the pages of mapped files (RssFile: libjvm, the JDK's modules)",
+    ),
+    "JVM code cache MB": Threshold(
+        None,
+        False,
+        "of the RSS (gated), the JIT's compiled code (Native Memory Tracking's Code): it grows while "
+        "the JVM still compiles, bounded by -XX:ReservedCodeCacheSize (240 MB by default)",
+    ),
+    "Python driver arrow memory MB": Threshold(
+        None,
+        False,
+        "of the RSS (gated), what pyarrow's pool holds: the committables' columns between an "
+        "epoch's pre-commit and its commit",
+    ),
+    "Python driver C heap in use MB": Threshold(
+        None,
+        False,
+        "of the RSS (gated), glibc's allocated bytes (delta-rs's Rust side among them): live memory, "
+        "where the rest of the RSS beside the mapped files is the allocators' free pages",
+    ),
     "Python objects tracked": Threshold(
         None,
         False,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -182,13 +183,30 @@ def test_the_time_figures_are_fitted_through_every_epoch_not_one_median_a_sample
 
 
 def test_the_process_figures_are_the_floors_of_the_interval_s_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    reads = iter([(400.0, 30, 90), (380.0, 33, 60), (390.0, 31, 70), (500.0, 40, 99)])
+    reads = iter([(400.0, 30, 90, 50.0), (380.0, 33, 60, 55.0), (390.0, 31, 70, 40.0), (500.0, 40, 99, 60.0)])
     monkeypatch.setattr(driver.Process, "of", classmethod(lambda cls, pid: cls(*next(reads))))
     floors = driver.Floors(1)
     floors.poll()
     floors.poll()
-    assert floors.take() == driver.Process(380.0, 30, 60)  # the take polls once more
-    assert floors.take() == driver.Process(500.0, 40, 99)  # a new interval
+    assert floors.take() == driver.Process(380.0, 30, 60, 40.0)  # the take polls once more
+    assert floors.take() == driver.Process(500.0, 40, 99, 60.0)  # a new interval
+
+
+def test_a_process_s_rss_of_mapped_files_is_read_apart_and_floored() -> None:
+    me = driver.Process.of(os.getpid())
+    assert 0 < me.rss_file_mb < me.rss_mb  # this interpreter's libraries are mapped files
+    raw = {**dataclasses.asdict(sample(0, 1.0)), "python": {"rss_mb": 3.0, "threads": 1, "fds": 2}}
+    old = driver.loaded(json.dumps(raw))
+    assert old.python.rss_file_mb == 0.0  # samples from before it was read still load
+
+
+def test_the_python_driver_s_native_heaps_are_read_apart() -> None:
+    import pyarrow as pa
+
+    held = pa.array(range(1_000_000))  # 8 MB in pyarrow's pool
+    heap = driver.python_heap()
+    assert heap["arrow"] >= 7.6 and heap["C heap in use"] > 0 and heap["C heap free"] >= 0
+    del held
 
 
 def test_the_python_driver_gives_back_what_it_no_longer_uses() -> None:
