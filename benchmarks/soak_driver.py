@@ -152,18 +152,24 @@ def release_python_memory() -> None:
     of Python's objects, pyarrow's pool's unused memory, and glibc's free heap pages
     (``malloc_trim``, where the C library has it), so that the RSS floor is the live memory, not
     the allocators' caches."""
-    import ctypes
-    import ctypes.util
     import gc
 
     import pyarrow as pa
 
     gc.collect()
     pa.default_memory_pool().release_unused()
-    libc = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc else None
+    trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)
+
+
+def _libc(function: str) -> Any:
+    """``function`` of the C library (a ctypes function), or ``None`` where it has none (not glibc,
+    or an older one)."""
+    import ctypes.util
+
+    libc = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(libc), function, None) if libc else None
 
 
 class _MallInfo2(ctypes.Structure):
@@ -192,13 +198,10 @@ def python_heap() -> dict[str, float]:
     in use`` and ``C heap free``, glibc's allocated and free bytes (``mallinfo2``: delta-rs's Rust
     allocations, CPython's large objects), where glibc has it. A growing RSS whose ``in use`` grows
     is live memory; one whose ``free`` grows is the allocator's fragmentation."""
-    import ctypes.util
-
     import pyarrow as pa
 
     heap = {"arrow": round(pa.total_allocated_bytes() / 2**20, 1)}
-    libc = ctypes.util.find_library("c")
-    read = getattr(ctypes.CDLL(libc), "mallinfo2", None) if libc else None
+    read = _libc("mallinfo2")
     if read is not None:
         read.restype = _MallInfo2
         info = read()
