@@ -192,7 +192,7 @@ def test_the_process_figures_are_the_floors_of_the_interval_s_polls(monkeypatch:
     assert floors.take() == driver.Process(500.0, 40, 99, 60.0)  # a new interval
 
 
-def test_a_process_s_rss_of_mapped_files_is_read_apart_and_floored() -> None:
+def test_a_process_s_rss_of_mapped_files_is_read_apart() -> None:
     me = driver.Process.of(os.getpid())
     assert 0 < me.rss_file_mb < me.rss_mb  # this interpreter's libraries are mapped files
     raw = {**dataclasses.asdict(sample(0, 1.0)), "python": {"rss_mb": 3.0, "threads": 1, "fds": 2}}
